@@ -1,0 +1,3 @@
+//! The end-to-end test modules.
+
+mod cli_basics;
