@@ -1,1 +1,38 @@
-//! Placeholder.
+//! Wire types of the Gateway↔Harness link.
+//!
+//! This crate holds data only: the JSON frames that travel over the link, the handshake messages,
+//! the node-invoke envelope, the parameters and results of the workspace node commands, and the
+//! stable error codes. It does no I/O and has no business logic; every other crate uses these
+//! types on the wire and nothing else.
+//!
+//! The link is shaped after the OpenClaw gateway protocol: `req`/`res`/`event` frames, a
+//! `connect.challenge` → `connect` → `hello-ok` handshake with an Ed25519 device signature, and
+//! `node.invoke.*` messages for commands that the Gateway runs on the node.
+//!
+//! Conventions, applied everywhere:
+//! - fields are camelCase on the wire;
+//! - an absent optional field is omitted rather than sent as `null`, and `null` is read as absent;
+//! - unknown fields are ignored when reading, so a newer peer can add fields;
+//! - times on the link are Unix milliseconds, named `*_ms` or, where the OpenClaw protocol names
+//!   them so, `ts` and `signedAt`.
+//!
+//! # Modules
+//! - [`frame`]: the three frame kinds and the size limits.
+//! - [`handshake`]: challenge, connect parameters, device signature payload and `hello-ok`.
+//! - [`invoke`]: `node.invoke.request` / `result` / `progress` / `input` / `cancel`.
+//! - [`commands`]: the workspace command names, parameters and results.
+//! - [`error`]: stable error codes and the wire error shape.
+//!
+//! ```
+//! use gatehouse_protocol::frame::Frame;
+//! let frame: Frame = serde_json::from_str(r#"{"type":"req","id":"1","method":"connect"}"#).unwrap();
+//! assert!(matches!(frame, Frame::Req(_)));
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod commands;
+pub mod error;
+pub mod frame;
+pub mod handshake;
+pub mod invoke;

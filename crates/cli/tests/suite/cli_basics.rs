@@ -11,7 +11,10 @@ fn version_prints_the_package_version_and_exits_zero() {
     let output = gatehouse().arg("--version").output().unwrap();
     assert!(output.status.success());
     let stdout = String::from_utf8(output.stdout).unwrap();
-    assert_eq!(stdout.trim(), format!("gatehouse {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        stdout.trim(),
+        format!("gatehouse {}", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 #[test]
@@ -20,7 +23,10 @@ fn help_lists_the_subcommands() {
     assert!(output.status.success());
     let stdout = String::from_utf8(output.stdout).unwrap();
     for subcommand in ["bench", "deploy", "scratch"] {
-        assert!(stdout.contains(subcommand), "--help lacks {subcommand}: {stdout}");
+        assert!(
+            stdout.contains(subcommand),
+            "--help lacks {subcommand}: {stdout}"
+        );
     }
 }
 

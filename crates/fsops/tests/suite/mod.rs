@@ -1,0 +1,8 @@
+//! The fsops test modules.
+
+mod atomic;
+mod commands;
+mod escapes;
+mod property;
+mod race;
+mod support;
