@@ -1,3 +1,5 @@
 //! The end-to-end test modules.
 
 mod cli_basics;
+mod deploy;
+mod scratch;

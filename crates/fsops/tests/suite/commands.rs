@@ -70,7 +70,13 @@ fn file_fetch_table() {
     // (name, setup, path relative to the root or absolute when it starts with '/', maxBytes,
     // expected code or None for success)
     /// (name, setup, path, maxBytes, expected code or `None` for success)
-    type Row = (&'static str, Setup, &'static str, Option<u64>, Option<ErrorCode>);
+    type Row = (
+        &'static str,
+        Setup,
+        &'static str,
+        Option<u64>,
+        Option<ErrorCode>,
+    );
     let rows: Vec<Row> = vec![
         (
             "regular file",

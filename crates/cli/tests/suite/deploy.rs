@@ -1,0 +1,179 @@
+//! `gatehouse deploy render`: output, determinism, `--out`, and exit code 2 for bad files.
+
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::Command;
+use std::process::Output;
+
+use gatehouse_deploy::manifest::Object;
+use pretty_assertions::assert_eq;
+
+fn gatehouse() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/examples")
+        .join(format!("{name}.yaml"))
+}
+
+fn render(config: &Path) -> Output {
+    gatehouse()
+        .args(["deploy", "render", "--config"])
+        .arg(config)
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+#[test]
+fn render_prints_valid_manifests_for_every_topology() {
+    for (name, n_deployments) in [
+        ("embedded", 1),
+        ("dedicated-native", 2),
+        ("dedicated-codex", 2),
+    ] {
+        let output = render(&example(name));
+        assert_eq!(output.status.code(), Some(0), "{name}: {}", stderr(&output));
+        let objects = gatehouse_deploy::manifest::parse_manifests(&stdout(&output)).unwrap();
+        let deployments = objects
+            .iter()
+            .filter(|object| matches!(object, Object::Deployment(_)))
+            .count();
+        assert_eq!(deployments, n_deployments, "{name}");
+    }
+}
+
+#[test]
+fn render_is_byte_identical_across_runs() {
+    for name in ["embedded", "dedicated-native", "dedicated-codex"] {
+        let first = render(&example(name));
+        let second = render(&example(name));
+        assert!(first.status.success());
+        assert_eq!(first.stdout, second.stdout, "{name}");
+    }
+}
+
+#[test]
+fn render_out_writes_one_file_per_object_and_refuses_stray_yaml() {
+    let out = tempfile::tempdir().unwrap();
+    let run = || {
+        gatehouse()
+            .args(["deploy", "render", "--config"])
+            .arg(example("dedicated-codex"))
+            .arg("--out")
+            .arg(out.path())
+            .output()
+            .unwrap()
+    };
+    let output = run();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let mut names: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 10);
+    assert_eq!(names[0], "00-serviceaccount-main-gateway.yaml");
+    assert_eq!(names[9], "09-deployment-main-harness.yaml");
+    let mut joined = String::new();
+    for name in &names {
+        joined.push_str(&std::fs::read_to_string(out.path().join(name)).unwrap());
+    }
+    let streamed = render(&example("dedicated-codex"));
+    assert_eq!(joined.trim_end(), stdout(&streamed).trim_end());
+
+    // Rendering again into the same directory overwrites the same files.
+    assert_eq!(run().status.code(), Some(0));
+    std::fs::write(out.path().join("99-secret-stale.yaml"), "kind: Secret\n").unwrap();
+    let output = run();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("99-secret-stale.yaml"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// Writes a variant of an example with one replacement and renders it.
+fn render_variant(name: &str, from: &str, to: &str) -> Output {
+    let text = std::fs::read_to_string(example(name)).unwrap();
+    assert!(text.contains(from), "{name} lacks {from:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("installation.yaml");
+    std::fs::write(&config, text.replacen(from, to, 1)).unwrap();
+    render(&config)
+}
+
+#[test]
+fn bad_installation_files_exit_2_naming_the_key_path() {
+    let cases = [
+        (
+            "dedicated-native",
+            "      claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11\n",
+            "      claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11\n      readOnly: true\n",
+            "runtime.scratchVolumes[0].readOnly: unknown key",
+        ),
+        (
+            "dedicated-codex",
+            "  name: gpt-5\n",
+            "  name: {id: gpt-5}\n",
+            "model.name: invalid type: map, expected a string",
+        ),
+        (
+            "dedicated-codex",
+            "  harnessStorageClassName: standard-rwo\n",
+            "",
+            "runtime.harnessStorageClassName: missing required key",
+        ),
+        (
+            "embedded",
+            "  gatewayStorageClassName: fast-rwo\n",
+            "  nodeSelector: {pool: a}\n",
+            "runtime.gatewayStorageClassName: missing required key",
+        ),
+        (
+            "dedicated-native",
+            "      agentId: main\n",
+            "      agentId: other\n",
+            "runtime.scratchVolumes[0].agentId: scratch binding is for \"other\" but this installation renders \"main\" [SCRATCH_BINDING_MISMATCH]",
+        ),
+        (
+            "dedicated-native",
+            "      namespace: gatehouse-acme\n",
+            "      namespace: default\n",
+            "runtime.scratchVolumes[0].namespace: scratch binding is for \"default\"",
+        ),
+    ];
+    for (name, from, to, expected) in cases {
+        let output = render_variant(name, from, to);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{expected}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(expected),
+            "{expected}: {}",
+            stderr(&output)
+        );
+        assert!(output.stdout.is_empty(), "{expected}: printed manifests");
+    }
+}
+
+#[test]
+fn a_missing_installation_file_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = render(&dir.path().join("missing.yaml"));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("cannot read installation file"));
+}

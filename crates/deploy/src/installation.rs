@@ -1,0 +1,745 @@
+//! The installation file: schema, strict parsing and validation.
+//!
+//! One installation file describes one agent. A complete dedicated example:
+//!
+//! ```yaml
+//! agentId: main
+//! namespaceId: acme
+//! namespace: gatehouse-acme
+//! topology: dedicated-codex            # embedded | dedicated-native | dedicated-codex
+//! images:
+//!   gateway: registry.example.com/gatehouse:0.1.0
+//!   harness: registry.example.com/gatehouse-codex:0.1.0   # dedicated only
+//! runtime:
+//!   gatewayStorageClassName: fast-rwo
+//!   harnessStorageClassName: standard-rwo                 # dedicated only
+//!   gatewayNodeSelector: {pool: control}                  # optional
+//!   nodeSelector: {pool: sandbox}                         # optional; Harness and embedded Pods
+//!   scratchVolumes:                                       # optional; dedicated only
+//!     - namespaceId: acme
+//!       agentId: main
+//!       namespace: gatehouse-acme
+//!       claimName: main-scratch
+//!       claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11
+//! model:                                                  # the Harness only
+//!   endpoint: https://api.openai.com/v1
+//!   name: gpt-5
+//!   credentialSecret: {name: model-credential, key: apiKey}
+//!   egressCidrs: ["0.0.0.0/0"]
+//! memory:                                                 # the Gateway only
+//!   embedder: local                                       # local | openai | none
+//! gateway:
+//!   operatorTokenSecret: {name: gatehouse-operator, key: token}
+//!   operatorNamespaceLabels: {kubernetes.io/metadata.name: operators}
+//!   channelSecrets: []                                    # optional: [{env, name, key}]
+//!   egressCidrs: []                                       # optional, port 443
+//! harness:                                                # dedicated only
+//!   setupCodeSecret: {name: main-setup-code, key: setupCode}
+//! ```
+//!
+//! Parsing is strict: an unknown key, a value of the wrong type, a missing required key or a value
+//! the topology refuses is an error that names the dotted key path.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::Deserialize;
+use sha2::Digest;
+use sha2::Sha256;
+
+use crate::canonical;
+use crate::error::DeployError;
+use crate::error::Result;
+use crate::strict;
+
+/// How the agent's Gateway and Harness are placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Topology {
+    /// One Pod runs both roles over an in-process link.
+    #[serde(rename = "embedded")]
+    Embedded,
+    /// Separate Gateway and Harness Pods; the Harness runs native workers.
+    #[serde(rename = "dedicated-native")]
+    DedicatedNative,
+    /// Separate Gateway and Harness Pods; the Harness runs the Codex app-server.
+    #[serde(rename = "dedicated-codex")]
+    DedicatedCodex,
+}
+
+impl Topology {
+    /// Returns the name used in installation files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Embedded => "embedded",
+            Self::DedicatedNative => "dedicated-native",
+            Self::DedicatedCodex => "dedicated-codex",
+        }
+    }
+
+    /// Returns whether the Gateway and the Harness run as separate Deployments.
+    pub fn is_dedicated(self) -> bool {
+        match self {
+            Self::Embedded => false,
+            Self::DedicatedNative | Self::DedicatedCodex => true,
+        }
+    }
+
+    /// Returns the Harness runtime name passed to the processes (`native` or `codex`).
+    pub fn runtime(self) -> &'static str {
+        match self {
+            Self::Embedded | Self::DedicatedNative => "native",
+            Self::DedicatedCodex => "codex",
+        }
+    }
+}
+
+/// A validated installation file.
+///
+/// The only constructor is [`Installation::from_yaml`], so every value of this type passed the
+/// schema and the topology rules, including the exact scratch-binding match.
+#[derive(Debug, Clone)]
+pub struct Installation {
+    pub(crate) spec: InstallationSpec,
+    revision: String,
+    agent_hash: String,
+}
+
+impl Installation {
+    /// Parses and validates an installation file.
+    ///
+    /// # Errors
+    ///
+    /// - [`DeployError::Yaml`] when the text is not one YAML document;
+    /// - [`DeployError::Schema`] for a missing key or a wrong type;
+    /// - [`DeployError::UnknownKey`] for a key the schema does not define;
+    /// - [`DeployError::InvalidValue`] for a value the topology or Kubernetes refuses;
+    /// - [`DeployError::ScratchBindingMismatch`] for a scratch binding of another agent.
+    pub fn from_yaml(text: &str) -> Result<Self> {
+        let documents: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(text).map_err(|err| DeployError::Yaml {
+                message: err.to_string(),
+            })?;
+        let value = match <[serde_json::Value; 1]>::try_from(documents) {
+            Ok([value]) => value,
+            Err(documents) => {
+                return Err(DeployError::Yaml {
+                    message: format!("expected one document, found {}", documents.len()),
+                });
+            }
+        };
+        if !value.is_object() {
+            return Err(DeployError::Schema {
+                path: String::new(),
+                message: String::from("expected a mapping"),
+            });
+        }
+        let decoded = strict::decode::<InstallationSpec>(&value);
+        let spec = match decoded.result {
+            Ok(spec) => spec,
+            Err(err) => {
+                return Err(DeployError::Schema {
+                    path: err.path().to_owned(),
+                    message: err.message().to_owned(),
+                });
+            }
+        };
+        if let Some(path) = decoded.unknown_keys.into_iter().next() {
+            return Err(DeployError::UnknownKey { path });
+        }
+        spec.validate()?;
+        let canonical_json = canonical::to_json_string(&value);
+        let revision = short_sha256(canonical_json.as_bytes());
+        let agent_hash = short_sha256(spec.agent_id.as_bytes());
+        Ok(Self {
+            spec,
+            revision,
+            agent_hash,
+        })
+    }
+
+    /// Returns the agent id.
+    pub fn agent_id(&self) -> &str {
+        &self.spec.agent_id
+    }
+
+    /// Returns the Kubernetes namespace the objects are rendered into.
+    pub fn namespace(&self) -> &str {
+        &self.spec.namespace
+    }
+
+    /// Returns the topology.
+    pub fn topology(&self) -> Topology {
+        self.spec.topology
+    }
+
+    /// Returns the revision: the first 12 hex digits of the SHA-256 of the installation in
+    /// canonical JSON (sorted keys), so formatting and comments do not change it.
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+
+    /// Returns the agent hash: the first 12 hex digits of the SHA-256 of the agent id.
+    pub fn agent_hash(&self) -> &str {
+        &self.agent_hash
+    }
+}
+
+/// Returns the first 12 hex digits of the SHA-256 of `bytes`.
+fn short_sha256(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut text = hex::encode(digest);
+    text.truncate(12);
+    text
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct InstallationSpec {
+    pub(crate) agent_id: String,
+    pub(crate) namespace_id: String,
+    pub(crate) namespace: String,
+    pub(crate) topology: Topology,
+    pub(crate) images: Images,
+    pub(crate) runtime: RuntimeSettings,
+    pub(crate) model: ModelSettings,
+    pub(crate) memory: MemorySettings,
+    pub(crate) gateway: GatewaySettings,
+    #[serde(default)]
+    pub(crate) harness: Option<HarnessSettings>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Images {
+    pub(crate) gateway: String,
+    #[serde(default)]
+    pub(crate) harness: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RuntimeSettings {
+    pub(crate) gateway_storage_class_name: String,
+    #[serde(default)]
+    pub(crate) harness_storage_class_name: Option<String>,
+    #[serde(default)]
+    pub(crate) node_selector: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub(crate) gateway_node_selector: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub(crate) scratch_volumes: Option<Vec<ScratchVolumeBinding>>,
+}
+
+/// An operator-owned scratch claim bound to exactly one agent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ScratchVolumeBinding {
+    pub(crate) namespace_id: String,
+    pub(crate) agent_id: String,
+    pub(crate) namespace: String,
+    pub(crate) claim_name: String,
+    pub(crate) claim_uid: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ModelSettings {
+    pub(crate) endpoint: String,
+    pub(crate) name: String,
+    pub(crate) credential_secret: SecretKeyRef,
+    pub(crate) egress_cidrs: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub(crate) enum Embedder {
+    #[serde(rename = "local")]
+    Local,
+    #[serde(rename = "openai")]
+    OpenAi,
+    #[serde(rename = "none")]
+    None,
+}
+
+impl Embedder {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::OpenAi => "openai",
+            Self::None => "none",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct MemorySettings {
+    pub(crate) embedder: Embedder,
+    #[serde(default)]
+    pub(crate) endpoint: Option<String>,
+    #[serde(default)]
+    pub(crate) model: Option<String>,
+    #[serde(default)]
+    pub(crate) credential_secret: Option<SecretKeyRef>,
+    #[serde(default)]
+    pub(crate) egress_cidrs: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GatewaySettings {
+    pub(crate) operator_token_secret: SecretKeyRef,
+    pub(crate) operator_namespace_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(crate) channel_secrets: Option<Vec<ChannelSecret>>,
+    #[serde(default)]
+    pub(crate) egress_cidrs: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ChannelSecret {
+    pub(crate) env: String,
+    pub(crate) name: String,
+    pub(crate) key: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HarnessSettings {
+    pub(crate) setup_code_secret: SecretKeyRef,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SecretKeyRef {
+    pub(crate) name: String,
+    pub(crate) key: String,
+}
+
+/// The longest agent id: object names append suffixes such as `-gateway` to it.
+const MAX_AGENT_ID_LEN: usize = 40;
+
+impl InstallationSpec {
+    /// Checks the rules that the schema alone cannot express.
+    fn validate(&self) -> Result<()> {
+        let dedicated = self.topology.is_dedicated();
+        check_dns_label("agentId", &self.agent_id, MAX_AGENT_ID_LEN)?;
+        check_non_empty("namespaceId", &self.namespace_id)?;
+        check_dns_label("namespace", &self.namespace, 63)?;
+
+        check_image("images.gateway", &self.images.gateway)?;
+        match (dedicated, &self.images.harness) {
+            (true, Some(image)) => check_image("images.harness", image)?,
+            (true, None) => return Err(missing("images.harness")),
+            (false, Some(_)) => return Err(embedded_refuses("images.harness")),
+            (false, None) => {}
+        }
+
+        check_dns_subdomain(
+            "runtime.gatewayStorageClassName",
+            &self.runtime.gateway_storage_class_name,
+        )?;
+        match (dedicated, &self.runtime.harness_storage_class_name) {
+            (true, Some(class)) => check_dns_subdomain("runtime.harnessStorageClassName", class)?,
+            (true, None) => return Err(missing("runtime.harnessStorageClassName")),
+            (false, Some(_)) => return Err(embedded_refuses("runtime.harnessStorageClassName")),
+            (false, None) => {}
+        }
+        if let Some(selector) = &self.runtime.node_selector {
+            check_labels("runtime.nodeSelector", selector)?;
+        }
+        if let Some(selector) = &self.runtime.gateway_node_selector {
+            if !dedicated {
+                return Err(embedded_refuses("runtime.gatewayNodeSelector"));
+            }
+            check_labels("runtime.gatewayNodeSelector", selector)?;
+        }
+        if let Some(bindings) = &self.runtime.scratch_volumes {
+            if !dedicated && !bindings.is_empty() {
+                return Err(embedded_refuses("runtime.scratchVolumes"));
+            }
+            self.check_scratch_bindings(bindings)?;
+        }
+
+        check_url("model.endpoint", &self.model.endpoint)?;
+        check_non_empty("model.name", &self.model.name)?;
+        check_secret_ref("model.credentialSecret", &self.model.credential_secret)?;
+        check_cidrs("model.egressCidrs", &self.model.egress_cidrs)?;
+
+        self.check_memory()?;
+
+        check_secret_ref(
+            "gateway.operatorTokenSecret",
+            &self.gateway.operator_token_secret,
+        )?;
+        if self.gateway.operator_namespace_labels.is_empty() {
+            return Err(invalid(
+                "gateway.operatorNamespaceLabels",
+                "must name at least one label, or the Gateway accepts no traffic",
+            ));
+        }
+        check_labels(
+            "gateway.operatorNamespaceLabels",
+            &self.gateway.operator_namespace_labels,
+        )?;
+        if let Some(channels) = &self.gateway.channel_secrets {
+            check_channel_secrets(channels)?;
+        }
+        // An empty list is allowed here and means no extra egress; the renderer never emits a
+        // rule without peers, which Kubernetes would read as "every destination".
+        if let Some(cidrs) = self
+            .gateway
+            .egress_cidrs
+            .as_deref()
+            .filter(|cidrs| !cidrs.is_empty())
+        {
+            check_cidrs("gateway.egressCidrs", cidrs)?;
+        }
+
+        match (dedicated, &self.harness) {
+            (true, Some(harness)) => {
+                check_secret_ref("harness.setupCodeSecret", &harness.setup_code_secret)?;
+            }
+            (true, None) => return Err(missing("harness")),
+            (false, Some(_)) => return Err(embedded_refuses("harness")),
+            (false, None) => {}
+        }
+        Ok(())
+    }
+
+    fn check_memory(&self) -> Result<()> {
+        let memory = &self.memory;
+        match memory.embedder {
+            Embedder::OpenAi => {
+                let Some(endpoint) = &memory.endpoint else {
+                    return Err(missing("memory.endpoint"));
+                };
+                check_url("memory.endpoint", endpoint)?;
+                let Some(model) = &memory.model else {
+                    return Err(missing("memory.model"));
+                };
+                check_non_empty("memory.model", model)?;
+                let Some(secret) = &memory.credential_secret else {
+                    return Err(missing("memory.credentialSecret"));
+                };
+                check_secret_ref("memory.credentialSecret", secret)?;
+                let Some(cidrs) = &memory.egress_cidrs else {
+                    return Err(missing("memory.egressCidrs"));
+                };
+                check_cidrs("memory.egressCidrs", cidrs)?;
+            }
+            Embedder::Local | Embedder::None => {
+                let remote_only = [
+                    ("memory.endpoint", memory.endpoint.is_some()),
+                    ("memory.model", memory.model.is_some()),
+                    (
+                        "memory.credentialSecret",
+                        memory.credential_secret.is_some(),
+                    ),
+                    ("memory.egressCidrs", memory.egress_cidrs.is_some()),
+                ];
+                for (path, present) in remote_only {
+                    if present {
+                        return Err(invalid(
+                            path,
+                            format!(
+                                "only the openai embedder takes this key, not {:?}",
+                                memory.embedder.as_str()
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that every binding names exactly this agent, in this namespace.
+    fn check_scratch_bindings(&self, bindings: &[ScratchVolumeBinding]) -> Result<()> {
+        for (binding_idx, binding) in bindings.iter().enumerate() {
+            let base = strict::child_index("runtime.scratchVolumes", binding_idx);
+            let exact_fields = [
+                ("namespaceId", &self.namespace_id, &binding.namespace_id),
+                ("agentId", &self.agent_id, &binding.agent_id),
+                ("namespace", &self.namespace, &binding.namespace),
+            ];
+            for (field, expected, actual) in exact_fields {
+                if expected != actual {
+                    return Err(DeployError::ScratchBindingMismatch {
+                        path: strict::child_key(&base, field),
+                        expected: expected.clone(),
+                        actual: actual.clone(),
+                    });
+                }
+            }
+            check_dns_subdomain(&strict::child_key(&base, "claimName"), &binding.claim_name)?;
+            check_uuid(&strict::child_key(&base, "claimUid"), &binding.claim_uid)?;
+            if binding_idx > 0 {
+                return Err(invalid(
+                    &base,
+                    "a second scratch binding for the same agent; an agent mounts at most one scratch claim",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns the scratch binding of this agent, if there is one.
+    pub(crate) fn scratch_binding(&self) -> Option<&ScratchVolumeBinding> {
+        self.runtime.scratch_volumes.as_deref()?.first()
+    }
+}
+
+/// Returns the port of an `http` or `https` URL: the explicit one, or the scheme's default.
+///
+/// Returns `None` when `url` is not an `http` or `https` URL with a host.
+pub(crate) fn url_port(url: &str) -> Option<u16> {
+    let (default_port, rest) = match url.split_once("://") {
+        Some(("https", rest)) => (443, rest),
+        Some(("http", rest)) => (80, rest),
+        Some(_) | None => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    let (host, port) = match host_port.strip_prefix('[') {
+        Some(bracketed) => {
+            let (host, after) = bracketed.split_once(']')?;
+            match after {
+                "" => (host, None),
+                after => (host, Some(after.strip_prefix(':')?)),
+            }
+        }
+        None => match host_port.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        },
+    };
+    if host.is_empty() {
+        return None;
+    }
+    match port {
+        None => Some(default_port),
+        Some(port) => port.parse::<u16>().ok().filter(|port| *port != 0),
+    }
+}
+
+fn missing(path: &str) -> DeployError {
+    DeployError::Schema {
+        path: path.to_owned(),
+        message: String::from("missing required key"),
+    }
+}
+
+fn embedded_refuses(path: &str) -> DeployError {
+    invalid(
+        path,
+        "the embedded topology has no separate Harness; remove this key",
+    )
+}
+
+fn invalid(path: &str, reason: impl Into<String>) -> DeployError {
+    DeployError::InvalidValue {
+        path: path.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn check_non_empty(path: &str, value: &str) -> Result<()> {
+    match value.trim().is_empty() {
+        true => Err(invalid(path, "must not be empty")),
+        false => Ok(()),
+    }
+}
+
+/// Checks an RFC 1123 label: lowercase alphanumerics and `-`, alphanumeric at both ends.
+fn check_dns_label(path: &str, value: &str, max_len: usize) -> Result<()> {
+    let valid_chars = value
+        .bytes()
+        .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-');
+    let valid_ends = !value.starts_with('-') && !value.ends_with('-');
+    match !value.is_empty() && value.len() <= max_len && valid_chars && valid_ends {
+        true => Ok(()),
+        false => Err(invalid(
+            path,
+            format!(
+                "{value:?} is not a DNS label (1 to {max_len} lowercase letters, digits or '-', starting and ending with a letter or digit)"
+            ),
+        )),
+    }
+}
+
+/// Checks an RFC 1123 subdomain: dot-separated labels, at most 253 characters.
+fn check_dns_subdomain(path: &str, value: &str) -> Result<()> {
+    let valid = !value.is_empty()
+        && value.len() <= 253
+        && value.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+        });
+    match valid {
+        true => Ok(()),
+        false => Err(invalid(
+            path,
+            format!("{value:?} is not a DNS subdomain name"),
+        )),
+    }
+}
+
+fn check_image(path: &str, value: &str) -> Result<()> {
+    match !value.is_empty() && !value.chars().any(char::is_whitespace) {
+        true => Ok(()),
+        false => Err(invalid(
+            path,
+            format!("{value:?} is not an image reference"),
+        )),
+    }
+}
+
+fn check_url(path: &str, value: &str) -> Result<()> {
+    match url_port(value) {
+        Some(_) => Ok(()),
+        None => Err(invalid(
+            path,
+            format!("{value:?} is not an http or https URL"),
+        )),
+    }
+}
+
+fn check_secret_ref(path: &str, secret: &SecretKeyRef) -> Result<()> {
+    check_dns_subdomain(&strict::child_key(path, "name"), &secret.name)?;
+    let valid_key = !secret.key.is_empty()
+        && secret.key.len() <= 253
+        && secret
+            .key
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.'));
+    match valid_key {
+        true => Ok(()),
+        false => Err(invalid(
+            &strict::child_key(path, "key"),
+            format!("{:?} is not a Secret key", secret.key),
+        )),
+    }
+}
+
+fn check_cidrs(path: &str, cidrs: &[String]) -> Result<()> {
+    if cidrs.is_empty() {
+        return Err(invalid(path, "must list at least one CIDR"));
+    }
+    for (cidr_idx, cidr) in cidrs.iter().enumerate() {
+        let valid = match cidr.split_once('/') {
+            Some((address, prefix)) => match (address.parse::<IpAddr>(), prefix.parse::<u8>()) {
+                (Ok(IpAddr::V4(_)), Ok(prefix)) => prefix <= 32,
+                (Ok(IpAddr::V6(_)), Ok(prefix)) => prefix <= 128,
+                (Ok(_), Err(_)) | (Err(_), _) => false,
+            },
+            None => false,
+        };
+        if !valid {
+            return Err(invalid(
+                &strict::child_index(path, cidr_idx),
+                format!("{cidr:?} is not a CIDR such as 10.0.0.0/8"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks label keys and values loosely: non-empty keys, no whitespace, values of at most 63
+/// characters.
+fn check_labels(path: &str, labels: &BTreeMap<String, String>) -> Result<()> {
+    for (key, value) in labels {
+        let key_ok = !key.is_empty() && key.len() <= 316 && !key.chars().any(char::is_whitespace);
+        let value_ok = value.len() <= 63
+            && value
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.'));
+        if !key_ok || !value_ok {
+            return Err(invalid(
+                &strict::child_key(path, key),
+                format!("{key:?}: {value:?} is not a valid Kubernetes label"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Environment names the renderer sets itself, which a channel secret must not override.
+const RESERVED_ENV_PREFIXES: [&str; 3] = ["GATEHOUSE_", "CODEX_", "TMPDIR"];
+
+fn check_channel_secrets(channels: &[ChannelSecret]) -> Result<()> {
+    let mut seen = Vec::with_capacity(channels.len());
+    for (channel_idx, channel) in channels.iter().enumerate() {
+        let base = strict::child_index("gateway.channelSecrets", channel_idx);
+        let env_path = strict::child_key(&base, "env");
+        let valid_env = channel
+            .env
+            .bytes()
+            .next()
+            .is_some_and(|first| first.is_ascii_uppercase() || first == b'_')
+            && channel
+                .env
+                .bytes()
+                .all(|byte| byte.is_ascii_uppercase() || byte.is_ascii_digit() || byte == b'_');
+        if !valid_env {
+            return Err(invalid(
+                &env_path,
+                format!("{:?} is not an environment variable name", channel.env),
+            ));
+        }
+        if RESERVED_ENV_PREFIXES
+            .iter()
+            .any(|prefix| channel.env.starts_with(prefix))
+        {
+            return Err(invalid(
+                &env_path,
+                format!(
+                    "{:?} is reserved for settings the renderer sets",
+                    channel.env
+                ),
+            ));
+        }
+        if seen.contains(&channel.env.as_str()) {
+            return Err(invalid(
+                &env_path,
+                format!("{:?} is listed twice", channel.env),
+            ));
+        }
+        seen.push(channel.env.as_str());
+        check_secret_ref(
+            &base,
+            &SecretKeyRef {
+                name: channel.name.clone(),
+                key: channel.key.clone(),
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Checks the canonical 8-4-4-4-12 form that Kubernetes uses for `metadata.uid`.
+fn check_uuid(path: &str, value: &str) -> Result<()> {
+    let groups: Vec<&str> = value.split('-').collect();
+    let valid = groups.len() == 5
+        && groups.iter().zip([8, 4, 4, 4, 12]).all(|(group, len)| {
+            group.len() == len
+                && group
+                    .bytes()
+                    .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
+        });
+    match valid {
+        true => Ok(()),
+        false => Err(invalid(
+            path,
+            format!("{value:?} is not a PersistentVolumeClaim metadata.uid (a lowercase UUID)"),
+        )),
+    }
+}
+
+#[cfg(test)]
+#[path = "installation_tests.rs"]
+mod tests;

@@ -1,0 +1,1073 @@
+//! Rendering an [`Installation`] into Kubernetes objects.
+//!
+//! The objects are built as typed `k8s-openapi` values, converted to JSON with sorted keys and
+//! written as YAML, so the same installation always gives byte-identical output. Before
+//! [`render`] returns, the whole stream is parsed back through [`crate::manifest::parse_manifests`].
+//!
+//! Layout of the rendered objects, in apply order:
+//!
+//! | topology | objects |
+//! |---|---|
+//! | dedicated | ServiceAccounts `<agent>-gateway` and `<agent>-harness`; PVCs `gateway-state-<agent-hash>` (10Gi RWO) and `harness-state-<agent-hash>` (40Gi RWO); Service `<agent>-gateway`; NetworkPolicies `<agent>-default-deny`, `<agent>-gateway`, `<agent>-harness`; Deployments `<agent>-gateway` and `<agent>-harness` |
+//! | embedded | ServiceAccount `<agent>`; PVC `gateway-state-<agent-hash>` (10Gi RWO); Service `<agent>`; NetworkPolicies `<agent>-default-deny`, `<agent>-embedded`; Deployment `<agent>` |
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::DeploymentSpec;
+use k8s_openapi::api::apps::v1::DeploymentStrategy;
+use k8s_openapi::api::core::v1::Capabilities;
+use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::api::core::v1::ContainerPort;
+use k8s_openapi::api::core::v1::EmptyDirVolumeSource;
+use k8s_openapi::api::core::v1::EnvVar;
+use k8s_openapi::api::core::v1::EnvVarSource;
+use k8s_openapi::api::core::v1::HTTPGetAction;
+use k8s_openapi::api::core::v1::KeyToPath;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::PersistentVolumeClaimSpec;
+use k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource;
+use k8s_openapi::api::core::v1::PodSecurityContext;
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::core::v1::Probe;
+use k8s_openapi::api::core::v1::SeccompProfile;
+use k8s_openapi::api::core::v1::SecretKeySelector;
+use k8s_openapi::api::core::v1::SecretVolumeSource;
+use k8s_openapi::api::core::v1::SecurityContext;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::ServicePort;
+use k8s_openapi::api::core::v1::ServiceSpec;
+use k8s_openapi::api::core::v1::Volume;
+use k8s_openapi::api::core::v1::VolumeMount;
+use k8s_openapi::api::core::v1::VolumeResourceRequirements;
+use k8s_openapi::api::networking::v1::IPBlock;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::networking::v1::NetworkPolicyEgressRule;
+use k8s_openapi::api::networking::v1::NetworkPolicyIngressRule;
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
+use k8s_openapi::api::networking::v1::NetworkPolicyPort;
+use k8s_openapi::api::networking::v1::NetworkPolicySpec;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::canonical;
+use crate::error::DeployError;
+use crate::error::Result;
+use crate::installation::Embedder;
+use crate::installation::Installation;
+use crate::installation::SecretKeyRef;
+use crate::installation::Topology;
+use crate::installation::url_port;
+use crate::manifest;
+
+/// The label naming the agent on every rendered object.
+pub const LABEL_AGENT: &str = "gatehouse.dev/agent";
+/// The label carrying the revision (see [`Installation::revision`]) on every rendered object.
+pub const LABEL_REVISION: &str = "gatehouse.dev/revision";
+/// The label naming the role (`gateway`, `harness`, `embedded` or `agent`) of every object.
+pub const LABEL_ROLE: &str = "gatehouse.dev/role";
+/// The annotation on the Harness Pod that records the scratch claim's `metadata.uid`.
+pub const ANNOTATION_SCRATCH_CLAIM_UID: &str = "gatehouse.dev/scratch-claim-uid";
+/// Where the Harness sees the operator-owned scratch claim.
+pub const SCRATCH_MOUNT_PATH: &str = "/sandbox/scratch";
+/// The uid and gid every container runs as.
+pub const RUN_AS_ID: i64 = 10001;
+/// The Gateway's HTTP API port (`/healthz`, `/readyz`, `/v1`).
+pub const GATEWAY_HTTP_PORT: i32 = 8080;
+/// The Gateway's node-link port (`/node`), the only port the Harness may reach.
+pub const GATEWAY_NODE_PORT: i32 = 8081;
+/// The Harness's health port (`/healthz`, `/readyz`), reached only by the kubelet.
+pub const HARNESS_HEALTH_PORT: i32 = 8090;
+
+const GATEWAY_CLAIM_SIZE: &str = "10Gi";
+const HARNESS_CLAIM_SIZE: &str = "40Gi";
+const GATEWAY_ROOT: &str = "/var/lib/gatehouse/gateway";
+const HARNESS_ROOT: &str = "/var/lib/gatehouse/harness";
+const SETUP_CODE_DIR: &str = "/run/gatehouse/setup-code";
+const SETUP_CODE_FILE: &str = "setup-code";
+/// 0440: readable by the owner and the Pod's fsGroup, by nobody else.
+const SETUP_CODE_MODE: i32 = 0o440;
+const STORAGE_INIT_MOUNT: &str = "/storage";
+
+/// The rendered objects of one installation.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    revision: String,
+    agent_hash: String,
+    manifests: Vec<Manifest>,
+}
+
+impl Rendered {
+    /// Returns the objects in apply order.
+    pub fn manifests(&self) -> &[Manifest] {
+        &self.manifests
+    }
+
+    /// Returns the revision stamped on every object.
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+
+    /// Returns the agent hash used in claim names.
+    pub fn agent_hash(&self) -> &str {
+        &self.agent_hash
+    }
+
+    /// Returns every object as one multi-document YAML stream, each document opened by `---`.
+    pub fn to_yaml(&self) -> String {
+        let mut text = String::new();
+        for manifest in &self.manifests {
+            text.push_str("---\n");
+            text.push_str(&manifest.yaml);
+        }
+        text
+    }
+}
+
+/// One rendered Kubernetes object.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    kind: &'static str,
+    name: String,
+    yaml: String,
+}
+
+impl Manifest {
+    /// Returns the object's kind, e.g. `Deployment`.
+    pub fn kind(&self) -> &str {
+        self.kind
+    }
+
+    /// Returns the object's `metadata.name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Returns the object as one YAML document, without a `---` line.
+    pub fn yaml(&self) -> &str {
+        &self.yaml
+    }
+
+    /// Returns the file name for this object when written one per file: the two-digit apply
+    /// order, the lowercase kind and the name, e.g. `07-deployment-main-gateway.yaml`.
+    pub fn file_name(&self, index: usize) -> String {
+        format!(
+            "{index:02}-{}-{}.yaml",
+            self.kind.to_ascii_lowercase(),
+            self.name
+        )
+    }
+}
+
+/// Renders the Kubernetes objects of `installation`.
+///
+/// # Errors
+///
+/// Returns [`DeployError::InvalidManifest`] when an object fails to serialize or does not parse
+/// back into its typed form without unknown fields. That is a defect of the renderer.
+pub fn render(installation: &Installation) -> Result<Rendered> {
+    let context = Context::new(installation);
+    let objects = match installation.topology() {
+        Topology::Embedded => context.embedded_objects(),
+        Topology::DedicatedNative | Topology::DedicatedCodex => context.dedicated_objects(),
+    };
+    let mut manifests = Vec::with_capacity(objects.len());
+    for (index, object) in objects.into_iter().enumerate() {
+        manifests.push(object.into_manifest(index)?);
+    }
+    let rendered = Rendered {
+        revision: installation.revision().to_owned(),
+        agent_hash: installation.agent_hash().to_owned(),
+        manifests,
+    };
+    manifest::parse_manifests(&rendered.to_yaml())?;
+    Ok(rendered)
+}
+
+/// A typed object on its way to YAML.
+enum Object {
+    ServiceAccount(ServiceAccount),
+    PersistentVolumeClaim(PersistentVolumeClaim),
+    Service(Service),
+    NetworkPolicy(NetworkPolicy),
+    Deployment(Box<Deployment>),
+}
+
+impl Object {
+    fn into_manifest(self, index: usize) -> Result<Manifest> {
+        let (kind, name, value) = match self {
+            Self::ServiceAccount(object) => (
+                "ServiceAccount",
+                object.metadata.name.clone(),
+                serde_json::to_value(object),
+            ),
+            Self::PersistentVolumeClaim(object) => (
+                "PersistentVolumeClaim",
+                object.metadata.name.clone(),
+                serde_json::to_value(object),
+            ),
+            Self::Service(object) => (
+                "Service",
+                object.metadata.name.clone(),
+                serde_json::to_value(object),
+            ),
+            Self::NetworkPolicy(object) => (
+                "NetworkPolicy",
+                object.metadata.name.clone(),
+                serde_json::to_value(object),
+            ),
+            Self::Deployment(object) => (
+                "Deployment",
+                object.metadata.name.clone(),
+                serde_json::to_value(object),
+            ),
+        };
+        let value = value.map_err(|err| DeployError::InvalidManifest {
+            index,
+            problem: format!("{kind} does not serialize: {err}"),
+        })?;
+        let yaml = serde_saphyr::to_string(&canonical::sorted(&value)).map_err(|err| {
+            DeployError::InvalidManifest {
+                index,
+                problem: format!("{kind} does not serialize to yaml: {err}"),
+            }
+        })?;
+        Ok(Manifest {
+            kind,
+            name: name.unwrap_or_default(),
+            yaml,
+        })
+    }
+}
+
+/// The role of a rendered object, written to [`LABEL_ROLE`].
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    Gateway,
+    Harness,
+    Embedded,
+    /// Objects that cover every Pod of the agent, such as the default-deny policy.
+    Agent,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Gateway => "gateway",
+            Self::Harness => "harness",
+            Self::Embedded => "embedded",
+            Self::Agent => "agent",
+        }
+    }
+}
+
+/// Everything the builders share: the installation and the names derived from it.
+struct Context<'a> {
+    installation: &'a Installation,
+    agent_id: &'a str,
+    gateway_claim: String,
+    harness_claim: String,
+}
+
+impl<'a> Context<'a> {
+    fn new(installation: &'a Installation) -> Self {
+        let agent_hash = installation.agent_hash();
+        Self {
+            installation,
+            agent_id: installation.agent_id(),
+            gateway_claim: format!("gateway-state-{agent_hash}"),
+            harness_claim: format!("harness-state-{agent_hash}"),
+        }
+    }
+
+    fn gateway_name(&self) -> String {
+        format!("{}-gateway", self.agent_id)
+    }
+
+    fn harness_name(&self) -> String {
+        format!("{}-harness", self.agent_id)
+    }
+
+    fn dedicated_objects(&self) -> Vec<Object> {
+        let spec = &self.installation.spec;
+        let gateway_name = self.gateway_name();
+        let harness_name = self.harness_name();
+        let harness_storage_class = spec
+            .runtime
+            .harness_storage_class_name
+            .clone()
+            .unwrap_or_default();
+        vec![
+            Object::ServiceAccount(self.service_account(&gateway_name, Role::Gateway)),
+            Object::ServiceAccount(self.service_account(&harness_name, Role::Harness)),
+            Object::PersistentVolumeClaim(self.claim(
+                &self.gateway_claim,
+                Role::Gateway,
+                &spec.runtime.gateway_storage_class_name,
+                GATEWAY_CLAIM_SIZE,
+            )),
+            Object::PersistentVolumeClaim(self.claim(
+                &self.harness_claim,
+                Role::Harness,
+                &harness_storage_class,
+                HARNESS_CLAIM_SIZE,
+            )),
+            Object::Service(self.service(&gateway_name, Role::Gateway)),
+            Object::NetworkPolicy(self.default_deny_policy()),
+            Object::NetworkPolicy(self.gateway_policy(Role::Gateway)),
+            Object::NetworkPolicy(self.harness_policy()),
+            Object::Deployment(Box::new(self.gateway_deployment())),
+            Object::Deployment(Box::new(self.harness_deployment())),
+        ]
+    }
+
+    fn embedded_objects(&self) -> Vec<Object> {
+        let spec = &self.installation.spec;
+        let name = self.agent_id.to_owned();
+        vec![
+            Object::ServiceAccount(self.service_account(&name, Role::Embedded)),
+            Object::PersistentVolumeClaim(self.claim(
+                &self.gateway_claim,
+                Role::Embedded,
+                &spec.runtime.gateway_storage_class_name,
+                GATEWAY_CLAIM_SIZE,
+            )),
+            Object::Service(self.service(&name, Role::Embedded)),
+            Object::NetworkPolicy(self.default_deny_policy()),
+            Object::NetworkPolicy(self.gateway_policy(Role::Embedded)),
+            Object::Deployment(Box::new(self.embedded_deployment())),
+        ]
+    }
+
+    fn labels(&self, role: Role) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (
+                String::from("app.kubernetes.io/name"),
+                String::from("gatehouse"),
+            ),
+            (String::from(LABEL_AGENT), self.agent_id.to_owned()),
+            (
+                String::from(LABEL_REVISION),
+                self.installation.revision().to_owned(),
+            ),
+            (String::from(LABEL_ROLE), role.as_str().to_owned()),
+        ])
+    }
+
+    /// Returns the labels that select the Pods of `role`; they never include the revision, so
+    /// selectors stay valid across revisions.
+    fn selector_labels(&self, role: Role) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (String::from(LABEL_AGENT), self.agent_id.to_owned()),
+            (String::from(LABEL_ROLE), role.as_str().to_owned()),
+        ])
+    }
+
+    fn selector(&self, role: Role) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some(self.selector_labels(role)),
+            ..LabelSelector::default()
+        }
+    }
+
+    fn metadata(&self, name: &str, role: Role) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(self.installation.namespace().to_owned()),
+            labels: Some(self.labels(role)),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn service_account(&self, name: &str, role: Role) -> ServiceAccount {
+        ServiceAccount {
+            metadata: self.metadata(name, role),
+            automount_service_account_token: Some(false),
+            ..ServiceAccount::default()
+        }
+    }
+
+    fn claim(
+        &self,
+        name: &str,
+        role: Role,
+        storage_class: &str,
+        size: &str,
+    ) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: self.metadata(name, role),
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec![String::from("ReadWriteOnce")]),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        String::from("storage"),
+                        Quantity(size.to_owned()),
+                    )])),
+                    ..VolumeResourceRequirements::default()
+                }),
+                storage_class_name: Some(storage_class.to_owned()),
+                volume_mode: Some(String::from("Filesystem")),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            ..PersistentVolumeClaim::default()
+        }
+    }
+
+    fn service(&self, name: &str, role: Role) -> Service {
+        let mut ports = vec![service_port("http", GATEWAY_HTTP_PORT)];
+        if let Role::Gateway = role {
+            ports.push(service_port("node", GATEWAY_NODE_PORT));
+        }
+        Service {
+            metadata: self.metadata(name, role),
+            spec: Some(ServiceSpec {
+                type_: Some(String::from("ClusterIP")),
+                selector: Some(self.selector_labels(role)),
+                ports: Some(ports),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        }
+    }
+
+    /// Denies all ingress and egress for every Pod of the agent; the role policies add the
+    /// only allowed paths.
+    fn default_deny_policy(&self) -> NetworkPolicy {
+        NetworkPolicy {
+            metadata: self.metadata(&format!("{}-default-deny", self.agent_id), Role::Agent),
+            spec: Some(NetworkPolicySpec {
+                pod_selector: Some(LabelSelector {
+                    match_labels: Some(BTreeMap::from([(
+                        String::from(LABEL_AGENT),
+                        self.agent_id.to_owned(),
+                    )])),
+                    ..LabelSelector::default()
+                }),
+                policy_types: Some(vec![String::from("Ingress"), String::from("Egress")]),
+                ..NetworkPolicySpec::default()
+            }),
+        }
+    }
+
+    /// The Gateway's (or the embedded Pod's) policy: API ingress only from the operator's
+    /// namespaces, node-link ingress only from the Harness, and egress only to DNS and the
+    /// endpoints the Gateway itself calls.
+    fn gateway_policy(&self, role: Role) -> NetworkPolicy {
+        let spec = &self.installation.spec;
+        let mut ingress = vec![NetworkPolicyIngressRule {
+            from: Some(vec![NetworkPolicyPeer {
+                namespace_selector: Some(LabelSelector {
+                    match_labels: Some(spec.gateway.operator_namespace_labels.clone()),
+                    ..LabelSelector::default()
+                }),
+                ..NetworkPolicyPeer::default()
+            }]),
+            ports: Some(vec![tcp_port(GATEWAY_HTTP_PORT)]),
+        }];
+        let mut egress = vec![dns_egress_rule()];
+        match role {
+            Role::Gateway => ingress.push(NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    pod_selector: Some(self.selector(Role::Harness)),
+                    ..NetworkPolicyPeer::default()
+                }]),
+                ports: Some(vec![tcp_port(GATEWAY_NODE_PORT)]),
+            }),
+            Role::Embedded => egress.push(self.model_egress_rule()),
+            Role::Harness | Role::Agent => {}
+        }
+        if let (Embedder::OpenAi, Some(endpoint), Some(cidrs)) = (
+            spec.memory.embedder,
+            &spec.memory.endpoint,
+            &spec.memory.egress_cidrs,
+        ) {
+            egress.push(cidr_egress_rule(cidrs, url_port(endpoint).unwrap_or(443)));
+        }
+        if let Some(cidrs) = spec
+            .gateway
+            .egress_cidrs
+            .as_deref()
+            .filter(|cidrs| !cidrs.is_empty())
+        {
+            egress.push(cidr_egress_rule(cidrs, 443));
+        }
+        let name = match role {
+            Role::Embedded => format!("{}-embedded", self.agent_id),
+            Role::Gateway | Role::Harness | Role::Agent => self.gateway_name(),
+        };
+        NetworkPolicy {
+            metadata: self.metadata(&name, role),
+            spec: Some(NetworkPolicySpec {
+                pod_selector: Some(self.selector(role)),
+                policy_types: Some(vec![String::from("Ingress"), String::from("Egress")]),
+                ingress: Some(ingress),
+                egress: Some(egress),
+            }),
+        }
+    }
+
+    /// The Harness policy: no ingress at all; egress only to the Gateway's node port, DNS and
+    /// the model endpoint.
+    fn harness_policy(&self) -> NetworkPolicy {
+        let to_gateway = NetworkPolicyEgressRule {
+            to: Some(vec![NetworkPolicyPeer {
+                pod_selector: Some(self.selector(Role::Gateway)),
+                ..NetworkPolicyPeer::default()
+            }]),
+            ports: Some(vec![tcp_port(GATEWAY_NODE_PORT)]),
+        };
+        NetworkPolicy {
+            metadata: self.metadata(&self.harness_name(), Role::Harness),
+            spec: Some(NetworkPolicySpec {
+                pod_selector: Some(self.selector(Role::Harness)),
+                policy_types: Some(vec![String::from("Ingress"), String::from("Egress")]),
+                ingress: Some(Vec::new()),
+                egress: Some(vec![
+                    to_gateway,
+                    dns_egress_rule(),
+                    self.model_egress_rule(),
+                ]),
+            }),
+        }
+    }
+
+    fn model_egress_rule(&self) -> NetworkPolicyEgressRule {
+        let model = &self.installation.spec.model;
+        cidr_egress_rule(
+            &model.egress_cidrs,
+            url_port(&model.endpoint).unwrap_or(443),
+        )
+    }
+
+    fn gateway_env(&self) -> Vec<EnvVar> {
+        let spec = &self.installation.spec;
+        let mut env = vec![
+            env_value("GATEHOUSE_AGENT_ID", self.agent_id),
+            env_value("GATEHOUSE_RUNTIME", self.installation.topology().runtime()),
+            env_value("GATEHOUSE_LISTEN", &format!("0.0.0.0:{GATEWAY_HTTP_PORT}")),
+            env_value(
+                "GATEHOUSE_NODE_LISTEN",
+                &format!("0.0.0.0:{GATEWAY_NODE_PORT}"),
+            ),
+            env_value("GATEHOUSE_STATE_DIR", &format!("{GATEWAY_ROOT}/state")),
+            env_value("GATEHOUSE_MEDIA_DIR", &format!("{GATEWAY_ROOT}/media")),
+            env_secret("GATEHOUSE_TOKEN", &spec.gateway.operator_token_secret),
+            env_value("GATEHOUSE_MEMORY_EMBEDDER", spec.memory.embedder.as_str()),
+        ];
+        if let Some(endpoint) = &spec.memory.endpoint {
+            env.push(env_value("GATEHOUSE_MEMORY_EMBEDDING_BASE_URL", endpoint));
+        }
+        if let Some(model) = &spec.memory.model {
+            env.push(env_value("GATEHOUSE_MEMORY_EMBEDDING_MODEL", model));
+        }
+        if let Some(secret) = &spec.memory.credential_secret {
+            env.push(env_secret("GATEHOUSE_MEMORY_EMBEDDING_API_KEY", secret));
+        }
+        for channel in spec.gateway.channel_secrets.iter().flatten() {
+            let secret = SecretKeyRef {
+                name: channel.name.clone(),
+                key: channel.key.clone(),
+            };
+            env.push(env_secret(&channel.env, &secret));
+        }
+        env
+    }
+
+    fn model_env(&self) -> Vec<EnvVar> {
+        let model = &self.installation.spec.model;
+        vec![
+            env_value("GATEHOUSE_MODEL_BASE_URL", &model.endpoint),
+            env_value("GATEHOUSE_MODEL_NAME", &model.name),
+            env_secret("GATEHOUSE_MODEL_API_KEY", &model.credential_secret),
+        ]
+    }
+
+    /// Environment that points the Harness role at its private directories.
+    fn harness_dir_env(&self) -> Vec<EnvVar> {
+        let mut env = vec![
+            env_value(
+                "GATEHOUSE_WORKSPACE_DIR",
+                &format!("{HARNESS_ROOT}/workspace"),
+            ),
+            env_value("GATEHOUSE_NODE_DIR", &format!("{HARNESS_ROOT}/node")),
+            env_value("CODEX_HOME", &format!("{HARNESS_ROOT}/codex-home")),
+        ];
+        if let Topology::DedicatedNative | Topology::Embedded = self.installation.topology() {
+            env.push(env_value(
+                "GATEHOUSE_SESSIONS_DIR",
+                &format!("{HARNESS_ROOT}/sessions"),
+            ));
+        }
+        env
+    }
+
+    /// The Harness subdirectories that the storage initializer creates, node identity first.
+    fn harness_subdirs(&self) -> Vec<&'static str> {
+        let mut subdirs = vec!["node", "workspace", "codex-home"];
+        if let Topology::DedicatedNative | Topology::Embedded = self.installation.topology() {
+            subdirs.push("sessions");
+        }
+        subdirs
+    }
+
+    /// Mounts of the Harness storage directories; `prefix` is the subPath prefix on the claim.
+    fn harness_mounts(&self, volume: &str, prefix: &str) -> Vec<VolumeMount> {
+        self.harness_subdirs()
+            .into_iter()
+            .map(|subdir| {
+                sub_path_mount(
+                    volume,
+                    &format!("{prefix}{subdir}"),
+                    &format!("{HARNESS_ROOT}/{subdir}"),
+                )
+            })
+            .collect()
+    }
+
+    /// An init container that creates the Harness directories on the claim, with the node
+    /// identity directory at 0700, as the same non-root user as the Harness.
+    fn storage_init_container(&self, image: &str, volume: &str, prefix: &str) -> Container {
+        let dirs: Vec<String> = self
+            .harness_subdirs()
+            .into_iter()
+            .map(|subdir| format!("{STORAGE_INIT_MOUNT}/{prefix}{subdir}"))
+            .collect();
+        let script = format!(
+            "set -eu; umask 077; mkdir -p {}; chmod 0700 {STORAGE_INIT_MOUNT}/{prefix}node",
+            dirs.join(" ")
+        );
+        Container {
+            name: String::from("prepare-storage"),
+            image: Some(image.to_owned()),
+            image_pull_policy: Some(String::from("IfNotPresent")),
+            command: Some(vec![String::from("/bin/sh"), String::from("-c"), script]),
+            security_context: Some(container_security_context()),
+            volume_mounts: Some(vec![VolumeMount {
+                name: volume.to_owned(),
+                mount_path: STORAGE_INIT_MOUNT.to_owned(),
+                ..VolumeMount::default()
+            }]),
+            ..Container::default()
+        }
+    }
+
+    fn gateway_deployment(&self) -> Deployment {
+        let spec = &self.installation.spec;
+        let container = Container {
+            name: String::from("gateway"),
+            image: Some(spec.images.gateway.clone()),
+            image_pull_policy: Some(String::from("IfNotPresent")),
+            args: Some(vec![String::from("gateway")]),
+            env: Some(self.gateway_env()),
+            ports: Some(vec![
+                container_port("http", GATEWAY_HTTP_PORT),
+                container_port("node", GATEWAY_NODE_PORT),
+            ]),
+            liveness_probe: Some(http_probe("/healthz", "http", 10)),
+            readiness_probe: Some(http_probe("/readyz", "http", 5)),
+            security_context: Some(container_security_context()),
+            volume_mounts: Some(vec![
+                sub_path_mount("gateway-state", "state", &format!("{GATEWAY_ROOT}/state")),
+                sub_path_mount("gateway-state", "media", &format!("{GATEWAY_ROOT}/media")),
+                tmp_mount(),
+            ]),
+            ..Container::default()
+        };
+        let pod = PodSpec {
+            containers: vec![container],
+            node_selector: spec.runtime.gateway_node_selector.clone(),
+            volumes: Some(vec![
+                claim_volume("gateway-state", &self.gateway_claim),
+                tmp_volume(),
+            ]),
+            ..self.pod_spec_base(&self.gateway_name())
+        };
+        self.deployment(&self.gateway_name(), Role::Gateway, pod, BTreeMap::new())
+    }
+
+    fn harness_deployment(&self) -> Deployment {
+        let spec = &self.installation.spec;
+        let image = spec.images.harness.clone().unwrap_or_default();
+        let scratch = spec.scratch_binding();
+        let mut args = vec![String::from("node")];
+        let mut annotations = BTreeMap::new();
+        let mut env = vec![
+            env_value("GATEHOUSE_AGENT_ID", self.agent_id),
+            env_value("GATEHOUSE_RUNTIME", self.installation.topology().runtime()),
+            env_value(
+                "GATEHOUSE_GATEWAY_URL",
+                &format!(
+                    "ws://{}.{}.svc:{GATEWAY_NODE_PORT}/node",
+                    self.gateway_name(),
+                    self.installation.namespace()
+                ),
+            ),
+            env_value(
+                "GATEHOUSE_SETUP_CODE_FILE",
+                &format!("{SETUP_CODE_DIR}/{SETUP_CODE_FILE}"),
+            ),
+            env_value(
+                "GATEHOUSE_HEALTH_LISTEN",
+                &format!("0.0.0.0:{HARNESS_HEALTH_PORT}"),
+            ),
+        ];
+        env.extend(self.harness_dir_env());
+        env.extend(self.model_env());
+        let mut mounts = self.harness_mounts("harness-state", "");
+        mounts.push(VolumeMount {
+            name: String::from("setup-code"),
+            mount_path: SETUP_CODE_DIR.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        mounts.push(tmp_mount());
+        let setup_code_secret = spec
+            .harness
+            .as_ref()
+            .map(|harness| harness.setup_code_secret.clone());
+        let mut volumes = vec![
+            claim_volume("harness-state", &self.harness_claim),
+            setup_code_volume(setup_code_secret.as_ref()),
+            tmp_volume(),
+        ];
+        if let Some(binding) = scratch {
+            args.push(String::from("--scratch"));
+            args.push(SCRATCH_MOUNT_PATH.to_owned());
+            annotations.insert(
+                String::from(ANNOTATION_SCRATCH_CLAIM_UID),
+                binding.claim_uid.clone(),
+            );
+            mounts.push(VolumeMount {
+                name: String::from("scratch"),
+                mount_path: SCRATCH_MOUNT_PATH.to_owned(),
+                ..VolumeMount::default()
+            });
+            volumes.push(claim_volume("scratch", &binding.claim_name));
+        }
+        let container = Container {
+            name: String::from("harness"),
+            image: Some(image.clone()),
+            image_pull_policy: Some(String::from("IfNotPresent")),
+            args: Some(args),
+            env: Some(env),
+            ports: Some(vec![container_port("health", HARNESS_HEALTH_PORT)]),
+            liveness_probe: Some(http_probe("/healthz", "health", 10)),
+            readiness_probe: Some(http_probe("/readyz", "health", 5)),
+            security_context: Some(container_security_context()),
+            volume_mounts: Some(mounts),
+            ..Container::default()
+        };
+        let pod = PodSpec {
+            init_containers: Some(vec![self.storage_init_container(
+                &image,
+                "harness-state",
+                "",
+            )]),
+            containers: vec![container],
+            node_selector: spec.runtime.node_selector.clone(),
+            volumes: Some(volumes),
+            ..self.pod_spec_base(&self.harness_name())
+        };
+        self.deployment(&self.harness_name(), Role::Harness, pod, annotations)
+    }
+
+    fn embedded_deployment(&self) -> Deployment {
+        let spec = &self.installation.spec;
+        let mut env = self.gateway_env();
+        env.extend(self.harness_dir_env());
+        env.extend(self.model_env());
+        let mut mounts = vec![
+            sub_path_mount("state", "gateway/state", &format!("{GATEWAY_ROOT}/state")),
+            sub_path_mount("state", "gateway/media", &format!("{GATEWAY_ROOT}/media")),
+        ];
+        mounts.extend(self.harness_mounts("state", "harness/"));
+        mounts.push(tmp_mount());
+        let container = Container {
+            name: String::from("gatehouse"),
+            image: Some(spec.images.gateway.clone()),
+            image_pull_policy: Some(String::from("IfNotPresent")),
+            args: Some(vec![String::from("up")]),
+            env: Some(env),
+            ports: Some(vec![container_port("http", GATEWAY_HTTP_PORT)]),
+            liveness_probe: Some(http_probe("/healthz", "http", 10)),
+            readiness_probe: Some(http_probe("/readyz", "http", 5)),
+            security_context: Some(container_security_context()),
+            volume_mounts: Some(mounts),
+            ..Container::default()
+        };
+        let pod = PodSpec {
+            init_containers: Some(vec![self.storage_init_container(
+                &spec.images.gateway,
+                "state",
+                "harness/",
+            )]),
+            containers: vec![container],
+            node_selector: spec.runtime.node_selector.clone(),
+            volumes: Some(vec![
+                claim_volume("state", &self.gateway_claim),
+                tmp_volume(),
+            ]),
+            ..self.pod_spec_base(self.agent_id)
+        };
+        self.deployment(self.agent_id, Role::Embedded, pod, BTreeMap::new())
+    }
+
+    /// The Pod settings every Deployment shares: its own ServiceAccount without a token, no
+    /// service links, and the restricted Pod security context.
+    fn pod_spec_base(&self, service_account: &str) -> PodSpec {
+        PodSpec {
+            service_account_name: Some(service_account.to_owned()),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(RUN_AS_ID),
+                run_as_group: Some(RUN_AS_ID),
+                fs_group: Some(RUN_AS_ID),
+                fs_group_change_policy: Some(String::from("OnRootMismatch")),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: String::from("RuntimeDefault"),
+                    ..SeccompProfile::default()
+                }),
+                ..PodSecurityContext::default()
+            }),
+            termination_grace_period_seconds: Some(30),
+            ..PodSpec::default()
+        }
+    }
+
+    /// A single-replica Deployment with the `Recreate` strategy: the old Pod stops before the
+    /// new one starts, so a ReadWriteOnce claim is never mounted twice.
+    fn deployment(
+        &self,
+        name: &str,
+        role: Role,
+        pod: PodSpec,
+        mut annotations: BTreeMap<String, String>,
+    ) -> Deployment {
+        annotations.insert(
+            String::from("gatehouse.dev/namespace-id"),
+            self.installation.spec.namespace_id.clone(),
+        );
+        Deployment {
+            metadata: ObjectMeta {
+                annotations: Some(annotations.clone()),
+                ..self.metadata(name, role)
+            },
+            spec: Some(DeploymentSpec {
+                replicas: Some(1),
+                selector: self.selector(role),
+                strategy: Some(DeploymentStrategy {
+                    type_: Some(String::from("Recreate")),
+                    ..DeploymentStrategy::default()
+                }),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(self.labels(role)),
+                        annotations: Some(annotations),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(pod),
+                },
+                ..DeploymentSpec::default()
+            }),
+            ..Deployment::default()
+        }
+    }
+}
+
+fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec![String::from("ALL")]),
+            ..Capabilities::default()
+        }),
+        privileged: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        ..SecurityContext::default()
+    }
+}
+
+fn env_value(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        ..EnvVar::default()
+    }
+}
+
+fn env_secret(name: &str, secret: &SecretKeyRef) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.name.clone(),
+                key: secret.key.clone(),
+                ..SecretKeySelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: port,
+        protocol: Some(String::from("TCP")),
+        ..ContainerPort::default()
+    }
+}
+
+fn service_port(name: &str, port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.to_owned()),
+        port,
+        protocol: Some(String::from("TCP")),
+        target_port: Some(IntOrString::String(name.to_owned())),
+        ..ServicePort::default()
+    }
+}
+
+fn http_probe(path: &str, port: &str, period_seconds: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String(port.to_owned()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period_seconds),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(3),
+        ..Probe::default()
+    }
+}
+
+fn sub_path_mount(volume: &str, sub_path: &str, mount_path: &str) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: mount_path.to_owned(),
+        sub_path: Some(sub_path.to_owned()),
+        ..VolumeMount::default()
+    }
+}
+
+fn tmp_mount() -> VolumeMount {
+    VolumeMount {
+        name: String::from("tmp"),
+        mount_path: String::from("/tmp"),
+        ..VolumeMount::default()
+    }
+}
+
+fn tmp_volume() -> Volume {
+    Volume {
+        name: String::from("tmp"),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+fn claim_volume(name: &str, claim_name: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim_name.to_owned(),
+            ..PersistentVolumeClaimVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The setup code as one file, mode 0440, in a directory mount without subPath, so a rotated
+/// Secret reaches the running Pod.
+fn setup_code_volume(secret: Option<&SecretKeyRef>) -> Volume {
+    let (secret_name, key) = match secret {
+        Some(secret) => (secret.name.clone(), secret.key.clone()),
+        None => (String::new(), String::new()),
+    };
+    Volume {
+        name: String::from("setup-code"),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret_name),
+            default_mode: Some(SETUP_CODE_MODE),
+            items: Some(vec![KeyToPath {
+                key,
+                path: SETUP_CODE_FILE.to_owned(),
+                mode: Some(SETUP_CODE_MODE),
+            }]),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+fn tcp_port(port: i32) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        port: Some(IntOrString::Int(port)),
+        protocol: Some(String::from("TCP")),
+        ..NetworkPolicyPort::default()
+    }
+}
+
+/// Egress to the cluster DNS (kube-dns in kube-system) on port 53, UDP and TCP.
+fn dns_egress_rule() -> NetworkPolicyEgressRule {
+    NetworkPolicyEgressRule {
+        to: Some(vec![NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    String::from("kubernetes.io/metadata.name"),
+                    String::from("kube-system"),
+                )])),
+                ..LabelSelector::default()
+            }),
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    String::from("k8s-app"),
+                    String::from("kube-dns"),
+                )])),
+                ..LabelSelector::default()
+            }),
+            ..NetworkPolicyPeer::default()
+        }]),
+        ports: Some(vec![
+            NetworkPolicyPort {
+                port: Some(IntOrString::Int(53)),
+                protocol: Some(String::from("UDP")),
+                ..NetworkPolicyPort::default()
+            },
+            tcp_port(53),
+        ]),
+    }
+}
+
+/// Egress to `cidrs` on TCP `port`. The caller passes at least one CIDR: a rule without peers
+/// would allow every destination.
+fn cidr_egress_rule(cidrs: &[String], port: u16) -> NetworkPolicyEgressRule {
+    debug_assert!(
+        !cidrs.is_empty(),
+        "an egress rule without peers allows everything"
+    );
+    NetworkPolicyEgressRule {
+        to: Some(
+            cidrs
+                .iter()
+                .map(|cidr| NetworkPolicyPeer {
+                    ip_block: Some(IPBlock {
+                        cidr: cidr.clone(),
+                        ..IPBlock::default()
+                    }),
+                    ..NetworkPolicyPeer::default()
+                })
+                .collect(),
+        ),
+        ports: Some(vec![tcp_port(i32::from(port))]),
+    }
+}

@@ -1,0 +1,282 @@
+//! Bad installation files fail with an error that names the offending key path.
+
+use gatehouse_deploy::error::DeployError;
+use gatehouse_deploy::installation::Installation;
+use pretty_assertions::assert_eq;
+
+use crate::suite::support;
+
+/// Returns (code, path, message) of the error for `text`.
+fn failure(text: &str) -> (&'static str, Option<String>, String) {
+    let err = Installation::from_yaml(text).unwrap_err();
+    assert!(err.is_config_error(), "{err}");
+    (err.code(), err.path().map(str::to_owned), err.to_string())
+}
+
+struct Case {
+    name: &'static str,
+    base: &'static str,
+    from: &'static str,
+    to: &'static str,
+    code: &'static str,
+    path: &'static str,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "unknown top-level key",
+        base: support::EMBEDDED,
+        from: "topology: embedded\n",
+        to: "topology: embedded\nreplicas: 2\n",
+        code: "INSTALLATION_UNKNOWN_KEY",
+        path: "replicas",
+    },
+    Case {
+        name: "unknown key in a scratch binding",
+        base: support::DEDICATED_NATIVE,
+        from: "      claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11\n",
+        to: "      claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11\n      claimUuid: x\n",
+        code: "INSTALLATION_UNKNOWN_KEY",
+        path: "runtime.scratchVolumes[0].claimUuid",
+    },
+    Case {
+        name: "unknown key in a secret reference",
+        base: support::DEDICATED_CODEX,
+        from: "    key: setupCode\n",
+        to: "    key: setupCode\n    optional: true\n",
+        code: "INSTALLATION_UNKNOWN_KEY",
+        path: "harness.setupCodeSecret.optional",
+    },
+    Case {
+        name: "wrong type of a scalar",
+        base: support::DEDICATED_CODEX,
+        from: "  name: gpt-5\n",
+        to: "  name: [gpt-5]\n",
+        code: "INSTALLATION_SCHEMA_VIOLATION",
+        path: "model.name",
+    },
+    Case {
+        name: "wrong type of a list",
+        base: support::DEDICATED_CODEX,
+        from: "  egressCidrs:\n    - 0.0.0.0/0\nmemory:",
+        to: "  egressCidrs: 0.0.0.0/0\nmemory:",
+        code: "INSTALLATION_SCHEMA_VIOLATION",
+        path: "model.egressCidrs",
+    },
+    Case {
+        name: "wrong type inside a scratch binding",
+        base: support::DEDICATED_NATIVE,
+        from: "      claimName: main-scratch\n",
+        to: "      claimName: {name: main-scratch}\n",
+        code: "INSTALLATION_SCHEMA_VIOLATION",
+        path: "runtime.scratchVolumes[0].claimName",
+    },
+    Case {
+        name: "unknown topology",
+        base: support::EMBEDDED,
+        from: "topology: embedded\n",
+        to: "topology: dedicated\n",
+        code: "INSTALLATION_SCHEMA_VIOLATION",
+        path: "topology",
+    },
+    Case {
+        name: "missing gateway storage class",
+        base: support::EMBEDDED,
+        from: "  gatewayStorageClassName: fast-rwo\n",
+        to: "  nodeSelector: {pool: a}\n",
+        code: "INSTALLATION_SCHEMA_VIOLATION",
+        path: "runtime.gatewayStorageClassName",
+    },
+    Case {
+        name: "missing harness storage class",
+        base: support::DEDICATED_CODEX,
+        from: "  harnessStorageClassName: standard-rwo\n",
+        to: "",
+        code: "INSTALLATION_SCHEMA_VIOLATION",
+        path: "runtime.harnessStorageClassName",
+    },
+    Case {
+        name: "empty storage class",
+        base: support::DEDICATED_CODEX,
+        from: "  harnessStorageClassName: standard-rwo\n",
+        to: "  harnessStorageClassName: \"\"\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "runtime.harnessStorageClassName",
+    },
+    Case {
+        name: "embedded refuses a harness storage class",
+        base: support::EMBEDDED,
+        from: "  gatewayStorageClassName: fast-rwo\n",
+        to: "  gatewayStorageClassName: fast-rwo\n  harnessStorageClassName: x\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "runtime.harnessStorageClassName",
+    },
+    Case {
+        name: "embedded refuses scratch volumes",
+        base: support::EMBEDDED,
+        from: "  gatewayStorageClassName: fast-rwo\n",
+        to: "  gatewayStorageClassName: fast-rwo\n  scratchVolumes:\n    - {namespaceId: acme, agentId: main, namespace: gatehouse-acme, claimName: s, claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11}\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "runtime.scratchVolumes",
+    },
+    Case {
+        name: "dedicated needs the setup code secret",
+        base: support::DEDICATED_CODEX,
+        from: "harness:\n  setupCodeSecret:\n    name: main-setup-code\n    key: setupCode\n",
+        to: "",
+        code: "INSTALLATION_SCHEMA_VIOLATION",
+        path: "harness",
+    },
+    Case {
+        name: "scratch binding for another agent",
+        base: support::DEDICATED_NATIVE,
+        from: "      agentId: main\n",
+        to: "      agentId: other\n",
+        code: "SCRATCH_BINDING_MISMATCH",
+        path: "runtime.scratchVolumes[0].agentId",
+    },
+    Case {
+        name: "scratch binding in another namespace",
+        base: support::DEDICATED_NATIVE,
+        from: "      namespace: gatehouse-acme\n",
+        to: "      namespace: gatehouse-other\n",
+        code: "SCRATCH_BINDING_MISMATCH",
+        path: "runtime.scratchVolumes[0].namespace",
+    },
+    Case {
+        name: "scratch binding for another namespace id",
+        base: support::DEDICATED_NATIVE,
+        from: "    - namespaceId: acme\n",
+        to: "    - namespaceId: globex\n",
+        code: "SCRATCH_BINDING_MISMATCH",
+        path: "runtime.scratchVolumes[0].namespaceId",
+    },
+    Case {
+        name: "scratch claim uid that is not a uid",
+        base: support::DEDICATED_NATIVE,
+        from: "      claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11\n",
+        to: "      claimUid: main-scratch\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "runtime.scratchVolumes[0].claimUid",
+    },
+    Case {
+        name: "a second scratch binding",
+        base: support::DEDICATED_NATIVE,
+        from: "      claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11\n",
+        to: "      claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11\n    - {namespaceId: acme, agentId: main, namespace: gatehouse-acme, claimName: s2, claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b12}\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "runtime.scratchVolumes[1]",
+    },
+    Case {
+        name: "invalid cidr",
+        base: support::DEDICATED_CODEX,
+        from: "  egressCidrs:\n    - 0.0.0.0/0\nmemory:",
+        to: "  egressCidrs:\n    - 0.0.0.0/0\n    - api.openai.com\nmemory:",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "model.egressCidrs[1]",
+    },
+    Case {
+        name: "embedder settings for the local embedder",
+        base: support::DEDICATED_NATIVE,
+        from: "  embedder: local\n",
+        to: "  embedder: local\n  model: text-embedding-3-small\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "memory.model",
+    },
+    Case {
+        name: "agent id that is not a dns label",
+        base: support::EMBEDDED,
+        from: "agentId: main\n",
+        to: "agentId: Main_Agent\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "agentId",
+    },
+    Case {
+        name: "reserved channel env",
+        base: support::DEDICATED_NATIVE,
+        from: "    - env: SLACK_BOT_TOKEN\n",
+        to: "    - env: GATEHOUSE_MODEL_API_KEY\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "gateway.channelSecrets[0].env",
+    },
+];
+
+#[test]
+fn bad_installation_files_name_the_offending_key() {
+    for case in CASES {
+        let text = support::replace(case.base, case.from, case.to);
+        let (code, path, message) = failure(&text);
+        assert_eq!(
+            (code, path.as_deref()),
+            (case.code, Some(case.path)),
+            "{}: {message}",
+            case.name
+        );
+        assert!(
+            message.starts_with(&format!("{}: ", case.path)),
+            "{}: {message}",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn a_missing_key_message_says_it_is_required() {
+    let text = support::replace(
+        support::EMBEDDED,
+        "  gatewayStorageClassName: fast-rwo\n",
+        "  nodeSelector: {}\n",
+    );
+    assert_eq!(
+        Installation::from_yaml(&text).unwrap_err().to_string(),
+        "runtime.gatewayStorageClassName: missing required key"
+    );
+}
+
+#[test]
+fn a_wrong_type_message_says_what_was_expected() {
+    let text = support::replace(support::DEDICATED_CODEX, "  name: gpt-5\n", "  name: 5\n");
+    let message = Installation::from_yaml(&text).unwrap_err().to_string();
+    assert_eq!(
+        message,
+        "model.name: invalid type: integer `5`, expected a string"
+    );
+}
+
+#[test]
+fn a_scratch_mismatch_names_both_values() {
+    let text = support::replace(
+        support::DEDICATED_NATIVE,
+        "      agentId: main\n",
+        "      agentId: other\n",
+    );
+    assert_eq!(
+        Installation::from_yaml(&text).unwrap_err().to_string(),
+        "runtime.scratchVolumes[0].agentId: scratch binding is for \"other\" but this installation renders \"main\""
+    );
+}
+
+#[test]
+fn text_that_is_not_one_yaml_mapping_is_refused() {
+    let cases = [
+        ("agentId: [unclosed", "INSTALLATION_YAML_INVALID"),
+        ("- a\n- b\n", "INSTALLATION_SCHEMA_VIOLATION"),
+        ("a: 1\n---\nb: 2\n", "INSTALLATION_YAML_INVALID"),
+        ("", "INSTALLATION_YAML_INVALID"),
+    ];
+    for (text, code) in cases {
+        let err = Installation::from_yaml(text).unwrap_err();
+        assert_eq!(err.code(), code, "{text:?}: {err}");
+    }
+}
+
+#[test]
+fn every_example_parses() {
+    for (name, text) in support::EXAMPLES {
+        let installation = Installation::from_yaml(text).unwrap();
+        assert_eq!(installation.agent_id(), "main", "{name}");
+        assert_eq!(installation.topology().as_str(), name);
+    }
+    let err: Option<DeployError> = None;
+    assert!(err.is_none());
+}

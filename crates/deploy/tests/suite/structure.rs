@@ -1,0 +1,599 @@
+//! Structural assertions on the rendered objects: storage separation, Secret placement,
+//! Pod security, the scratch claim, probes and network policy.
+
+use std::collections::BTreeSet;
+
+use gatehouse_deploy::error::DeployError;
+use gatehouse_deploy::installation::Installation;
+use gatehouse_deploy::manifest::Object;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use pretty_assertions::assert_eq;
+use sha2::Digest;
+
+use crate::suite::support;
+
+fn pod(deployment: &Deployment) -> &PodSpec {
+    deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+}
+
+fn all_containers(deployment: &Deployment) -> Vec<&Container> {
+    let pod = pod(deployment);
+    pod.containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .collect()
+}
+
+/// Returns the shared storage a Deployment mounts: claims and Secrets, but not `emptyDir`
+/// volumes, which are private to each Pod.
+fn mounted_storage(deployment: &Deployment) -> BTreeSet<String> {
+    let mounted_names: BTreeSet<&str> = all_containers(deployment)
+        .into_iter()
+        .flat_map(|container| container.volume_mounts.iter().flatten())
+        .map(|mount| mount.name.as_str())
+        .collect();
+    let mut storage = BTreeSet::new();
+    for volume in pod(deployment).volumes.iter().flatten() {
+        if !mounted_names.contains(volume.name.as_str()) {
+            continue;
+        }
+        if let Some(claim) = &volume.persistent_volume_claim {
+            storage.insert(format!("claim/{}", claim.claim_name));
+        }
+        if let Some(secret) = &volume.secret {
+            storage.insert(format!("secret/{}", secret.secret_name.clone().unwrap()));
+        }
+        if let Some(config_map) = &volume.config_map {
+            storage.insert(format!("configmap/{}", config_map.name));
+        }
+        if let Some(host_path) = &volume.host_path {
+            storage.insert(format!("hostpath/{}", host_path.path));
+        }
+    }
+    storage
+}
+
+/// Returns the names of every Secret a Deployment references, through env or volumes.
+fn referenced_secrets(deployment: &Deployment) -> BTreeSet<String> {
+    let mut secrets = BTreeSet::new();
+    for container in all_containers(deployment) {
+        for env in container.env.iter().flatten() {
+            if let Some(source) = &env.value_from
+                && let Some(selector) = &source.secret_key_ref
+            {
+                secrets.insert(selector.name.clone());
+            }
+        }
+        for env_from in container.env_from.iter().flatten() {
+            if let Some(secret) = &env_from.secret_ref {
+                secrets.insert(secret.name.clone());
+            }
+        }
+    }
+    for volume in pod(deployment).volumes.iter().flatten() {
+        if let Some(secret) = &volume.secret {
+            secrets.insert(secret.secret_name.clone().unwrap());
+        }
+    }
+    secrets
+}
+
+#[test]
+fn no_storage_is_mounted_by_both_dedicated_deployments() {
+    for text in [support::DEDICATED_NATIVE, support::DEDICATED_CODEX] {
+        let rendered = support::render_text(text);
+        let gateway = mounted_storage(&support::deployment(&rendered, "main-gateway"));
+        let harness = mounted_storage(&support::deployment(&rendered, "main-harness"));
+        assert!(!gateway.is_empty() && !harness.is_empty());
+        let shared: Vec<&String> = gateway.intersection(&harness).collect();
+        assert_eq!(shared, Vec::<&String>::new());
+    }
+}
+
+#[test]
+fn the_model_secret_is_referenced_only_by_the_harness() {
+    for text in [support::DEDICATED_NATIVE, support::DEDICATED_CODEX] {
+        let rendered = support::render_text(text);
+        let gateway = referenced_secrets(&support::deployment(&rendered, "main-gateway"));
+        let harness = referenced_secrets(&support::deployment(&rendered, "main-harness"));
+        assert!(harness.contains("main-model-credential"));
+        assert!(!gateway.contains("main-model-credential"));
+        for gateway_only in [
+            "main-operator-token",
+            "main-embedding-credential",
+            "main-slack",
+        ] {
+            assert!(
+                !harness.contains(gateway_only),
+                "{gateway_only} reached the harness"
+            );
+        }
+        assert!(gateway.contains("main-operator-token"));
+    }
+    let native = support::render_text(support::DEDICATED_NATIVE);
+    let gateway = referenced_secrets(&support::deployment(&native, "main-gateway"));
+    assert_eq!(
+        gateway,
+        BTreeSet::from([
+            String::from("main-operator-token"),
+            String::from("main-slack")
+        ])
+    );
+    let codex = support::render_text(support::DEDICATED_CODEX);
+    let gateway = referenced_secrets(&support::deployment(&codex, "main-gateway"));
+    assert_eq!(
+        gateway,
+        BTreeSet::from([
+            String::from("main-embedding-credential"),
+            String::from("main-operator-token"),
+        ])
+    );
+    let harness = referenced_secrets(&support::deployment(&codex, "main-harness"));
+    assert_eq!(
+        harness,
+        BTreeSet::from([
+            String::from("main-model-credential"),
+            String::from("main-setup-code")
+        ])
+    );
+}
+
+#[test]
+fn every_container_runs_restricted_as_non_root_with_a_read_only_root() {
+    for (name, text) in support::EXAMPLES {
+        let rendered = support::render_text(text);
+        let deployments = support::deployments(&rendered);
+        assert!(!deployments.is_empty(), "{name}");
+        for deployment in &deployments {
+            let pod = pod(deployment);
+            let pod_security = pod.security_context.as_ref().unwrap();
+            assert_eq!(pod_security.run_as_non_root, Some(true), "{name}");
+            assert_ne!(pod_security.run_as_user, Some(0), "{name}");
+            assert_eq!(pod.automount_service_account_token, Some(false), "{name}");
+            assert_eq!(
+                pod_security.seccomp_profile.as_ref().unwrap().type_,
+                "RuntimeDefault"
+            );
+            for container in all_containers(deployment) {
+                let security = container.security_context.as_ref().unwrap();
+                assert_eq!(security.run_as_non_root, Some(true), "{}", container.name);
+                assert_ne!(security.run_as_user, Some(0), "{}", container.name);
+                assert_eq!(security.read_only_root_filesystem, Some(true));
+                assert_eq!(security.allow_privilege_escalation, Some(false));
+                assert_eq!(security.privileged, Some(false));
+                let capabilities = security.capabilities.as_ref().unwrap();
+                assert_eq!(capabilities.drop, Some(vec![String::from("ALL")]));
+                assert_eq!(capabilities.add, None);
+            }
+            let main_container = &pod.containers[0];
+            let tmp = main_container
+                .volume_mounts
+                .iter()
+                .flatten()
+                .find(|mount| mount.mount_path == "/tmp")
+                .unwrap();
+            let tmp_volume = pod
+                .volumes
+                .iter()
+                .flatten()
+                .find(|volume| volume.name == tmp.name)
+                .unwrap();
+            assert!(tmp_volume.empty_dir.is_some());
+        }
+        for object in support::objects(&rendered) {
+            if let Object::ServiceAccount(account) = object {
+                assert_eq!(account.automount_service_account_token, Some(false));
+            }
+        }
+    }
+}
+
+#[test]
+fn every_deployment_recreates_and_probes_healthz_and_readyz() {
+    for (name, text) in support::EXAMPLES {
+        for deployment in support::deployments(&support::render_text(text)) {
+            let spec = deployment.spec.as_ref().unwrap();
+            assert_eq!(spec.replicas, Some(1), "{name}");
+            assert_eq!(
+                spec.strategy.as_ref().unwrap().type_.as_deref(),
+                Some("Recreate")
+            );
+            let container = &pod(&deployment).containers[0];
+            let liveness = container.liveness_probe.as_ref().unwrap();
+            let readiness = container.readiness_probe.as_ref().unwrap();
+            assert_eq!(
+                liveness.http_get.as_ref().unwrap().path.as_deref(),
+                Some("/healthz")
+            );
+            assert_eq!(
+                readiness.http_get.as_ref().unwrap().path.as_deref(),
+                Some("/readyz")
+            );
+        }
+    }
+}
+
+#[test]
+fn labels_carry_agent_revision_and_role_on_every_object() {
+    for (name, text) in support::EXAMPLES {
+        let rendered = support::render_text(text);
+        for manifest in rendered.manifests() {
+            let value: serde_json::Value = serde_saphyr::from_str(manifest.yaml()).unwrap();
+            let labels = &value["metadata"]["labels"];
+            assert_eq!(labels["gatehouse.dev/agent"], "main", "{name}");
+            assert_eq!(
+                labels["gatehouse.dev/revision"],
+                rendered.revision(),
+                "{name}"
+            );
+            assert!(labels["gatehouse.dev/role"].is_string(), "{name}");
+        }
+        for deployment in support::deployments(&rendered) {
+            let template_labels = deployment
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .metadata
+                .as_ref()
+                .unwrap()
+                .labels
+                .clone()
+                .unwrap();
+            assert_eq!(
+                template_labels
+                    .get("gatehouse.dev/revision")
+                    .map(String::as_str),
+                Some(rendered.revision())
+            );
+            let selector = deployment
+                .spec
+                .as_ref()
+                .unwrap()
+                .selector
+                .match_labels
+                .clone();
+            assert!(!selector.unwrap().contains_key("gatehouse.dev/revision"));
+        }
+    }
+}
+
+#[test]
+fn claims_have_the_documented_names_sizes_and_access_modes() {
+    let agent_hash = &hex::encode(sha2::Sha256::digest(b"main"))[..12];
+    let expected_claims = |text: &str| -> Vec<(String, String, String)> {
+        support::objects(&support::render_text(text))
+            .into_iter()
+            .filter_map(|object| match object {
+                Object::PersistentVolumeClaim(claim) => Some(claim),
+                _ => None,
+            })
+            .map(|claim| {
+                let spec = claim.spec.unwrap();
+                assert_eq!(spec.access_modes, Some(vec![String::from("ReadWriteOnce")]));
+                let size = spec.resources.unwrap().requests.unwrap()["storage"]
+                    .0
+                    .clone();
+                (
+                    claim.metadata.name.unwrap(),
+                    size,
+                    spec.storage_class_name.unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        expected_claims(support::DEDICATED_NATIVE),
+        vec![
+            (
+                format!("gateway-state-{agent_hash}"),
+                String::from("10Gi"),
+                String::from("fast-rwo")
+            ),
+            (
+                format!("harness-state-{agent_hash}"),
+                String::from("40Gi"),
+                String::from("local-nvme")
+            ),
+        ]
+    );
+    assert_eq!(
+        expected_claims(support::EMBEDDED),
+        vec![(
+            format!("gateway-state-{agent_hash}"),
+            String::from("10Gi"),
+            String::from("fast-rwo")
+        )]
+    );
+}
+
+#[test]
+fn embedded_renders_one_deployment_and_one_claim() {
+    let kinds: Vec<String> = support::render_text(support::EMBEDDED)
+        .manifests()
+        .iter()
+        .map(|manifest| format!("{}/{}", manifest.kind(), manifest.name()))
+        .collect();
+    let agent_hash = &hex::encode(sha2::Sha256::digest(b"main"))[..12];
+    assert_eq!(
+        kinds,
+        vec![
+            String::from("ServiceAccount/main"),
+            format!("PersistentVolumeClaim/gateway-state-{agent_hash}"),
+            String::from("Service/main"),
+            String::from("NetworkPolicy/main-default-deny"),
+            String::from("NetworkPolicy/main-embedded"),
+            String::from("Deployment/main"),
+        ]
+    );
+}
+
+#[test]
+fn storage_is_mounted_through_sub_paths() {
+    let rendered = support::render_text(support::DEDICATED_CODEX);
+    let sub_paths = |name: &str, volume: &str| -> Vec<String> {
+        let deployment = support::deployment(&rendered, name);
+        pod(&deployment).containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|mount| mount.name == volume)
+            .map(|mount| mount.sub_path.clone().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        sub_paths("main-gateway", "gateway-state"),
+        vec!["state", "media"]
+    );
+    assert_eq!(
+        sub_paths("main-harness", "harness-state"),
+        vec!["node", "workspace", "codex-home"]
+    );
+    let harness = support::deployment(&rendered, "main-harness");
+    let init = &pod(&harness).init_containers.as_ref().unwrap()[0];
+    let script = init.command.as_ref().unwrap().join(" ");
+    assert!(script.contains("chmod 0700 /storage/node"), "{script}");
+}
+
+#[test]
+fn the_setup_code_reaches_the_harness_only_as_a_0440_file_without_sub_path() {
+    let rendered = support::render_text(support::DEDICATED_NATIVE);
+    let harness = support::deployment(&rendered, "main-harness");
+    let pod = pod(&harness);
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|volume| volume.name == "setup-code")
+        .unwrap();
+    let secret = volume.secret.as_ref().unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("main-setup-code"));
+    assert_eq!(secret.default_mode, Some(0o440));
+    assert_eq!(secret.items.as_ref().unwrap()[0].mode, Some(0o440));
+    let container = &pod.containers[0];
+    let mount = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|mount| mount.name == "setup-code")
+        .unwrap();
+    assert_eq!(mount.sub_path, None);
+    assert_eq!(mount.read_only, Some(true));
+    for env in container.env.iter().flatten() {
+        let from_secret = env
+            .value_from
+            .as_ref()
+            .and_then(|source| source.secret_key_ref.as_ref())
+            .map(|selector| selector.name.as_str());
+        assert_ne!(from_secret, Some("main-setup-code"), "{}", env.name);
+    }
+    let args = container.args.clone().unwrap_or_default().join(" ");
+    assert!(!args.contains("setup"), "{args}");
+    let gateway = support::deployment(&rendered, "main-gateway");
+    assert!(!referenced_secrets(&gateway).contains("main-setup-code"));
+}
+
+#[test]
+fn the_scratch_claim_is_mounted_only_in_the_harness_with_a_matching_binding() {
+    let rendered = support::render_text(support::DEDICATED_NATIVE);
+    let harness = support::deployment(&rendered, "main-harness");
+    let gateway = support::deployment(&rendered, "main-gateway");
+    assert!(mounted_storage(&harness).contains("claim/main-scratch"));
+    assert!(!mounted_storage(&gateway).contains("claim/main-scratch"));
+    let container = &pod(&harness).containers[0];
+    let scratch_mount = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|mount| mount.mount_path == "/sandbox/scratch")
+        .unwrap();
+    assert_eq!(scratch_mount.sub_path, None);
+    assert_eq!(scratch_mount.read_only, None);
+    assert_eq!(
+        container.args.clone().unwrap(),
+        vec!["node", "--scratch", "/sandbox/scratch"]
+    );
+    let annotations = harness
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .clone()
+        .unwrap();
+    assert_eq!(
+        annotations["gatehouse.dev/scratch-claim-uid"],
+        "3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11"
+    );
+
+    // Without a binding, no Deployment mounts anything at /sandbox/scratch.
+    let codex = support::render_text(support::DEDICATED_CODEX);
+    for deployment in support::deployments(&codex) {
+        for container in all_containers(&deployment) {
+            for mount in container.volume_mounts.iter().flatten() {
+                assert_ne!(mount.mount_path, "/sandbox/scratch");
+            }
+            assert!(
+                !container
+                    .args
+                    .clone()
+                    .unwrap_or_default()
+                    .contains(&String::from("--scratch"))
+            );
+        }
+    }
+    assert!(!codex.to_yaml().contains("scratch"));
+
+    // A binding for another agent renders nothing.
+    let foreign = support::replace(
+        support::DEDICATED_NATIVE,
+        "      agentId: main\n",
+        "      agentId: other\n",
+    );
+    let err = Installation::from_yaml(&foreign).unwrap_err();
+    assert!(
+        matches!(err, DeployError::ScratchBindingMismatch { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn harness_network_policy_allows_only_the_gateway_node_port_dns_and_the_model() {
+    let rendered = support::render_text(support::DEDICATED_NATIVE);
+    let policy = support::objects(&rendered)
+        .into_iter()
+        .find_map(|object| match object {
+            Object::NetworkPolicy(policy)
+                if policy.metadata.name.as_deref() == Some("main-harness") =>
+            {
+                Some(policy)
+            }
+            _ => None,
+        })
+        .unwrap();
+    let spec = policy.spec.unwrap();
+    assert_eq!(spec.ingress, Some(Vec::new()));
+    let egress = spec.egress.unwrap();
+    let ports: Vec<Vec<(Option<String>, Option<IntOrString>)>> = egress
+        .iter()
+        .map(|rule| {
+            rule.ports
+                .iter()
+                .flatten()
+                .map(|port| (port.protocol.clone(), port.port.clone()))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        vec![
+            vec![(Some(String::from("TCP")), Some(IntOrString::Int(8081)))],
+            vec![
+                (Some(String::from("UDP")), Some(IntOrString::Int(53))),
+                (Some(String::from("TCP")), Some(IntOrString::Int(53))),
+            ],
+            vec![(Some(String::from("TCP")), Some(IntOrString::Int(8000)))],
+        ]
+    );
+    let model_peer = &egress[2].to.as_ref().unwrap()[0];
+    assert_eq!(model_peer.ip_block.as_ref().unwrap().cidr, "10.96.0.0/12");
+    let gateway_peer = &egress[0].to.as_ref().unwrap()[0];
+    let selector = gateway_peer
+        .pod_selector
+        .clone()
+        .unwrap()
+        .match_labels
+        .unwrap();
+    assert_eq!(selector["gatehouse.dev/role"], "gateway");
+}
+
+#[test]
+fn gateway_ingress_comes_only_from_operator_namespaces_and_the_harness() {
+    let rendered = support::render_text(support::DEDICATED_CODEX);
+    let policy = support::objects(&rendered)
+        .into_iter()
+        .find_map(|object| match object {
+            Object::NetworkPolicy(policy)
+                if policy.metadata.name.as_deref() == Some("main-gateway") =>
+            {
+                Some(policy)
+            }
+            _ => None,
+        })
+        .unwrap();
+    let ingress = policy.spec.unwrap().ingress.unwrap();
+    assert_eq!(ingress.len(), 2);
+    let operator = ingress[0].from.as_ref().unwrap()[0]
+        .namespace_selector
+        .clone()
+        .unwrap()
+        .match_labels
+        .unwrap();
+    assert_eq!(
+        operator["kubernetes.io/metadata.name"],
+        "gatehouse-operators"
+    );
+    assert_eq!(
+        ingress[0].ports.as_ref().unwrap()[0].port,
+        Some(IntOrString::Int(8080))
+    );
+    let harness = ingress[1].from.as_ref().unwrap()[0]
+        .pod_selector
+        .clone()
+        .unwrap()
+        .match_labels
+        .unwrap();
+    assert_eq!(harness["gatehouse.dev/role"], "harness");
+    assert_eq!(
+        ingress[1].ports.as_ref().unwrap()[0].port,
+        Some(IntOrString::Int(8081))
+    );
+}
+
+#[test]
+fn no_network_rule_allows_every_peer_or_every_port() {
+    let empty_gateway_egress = support::replace(
+        support::DEDICATED_NATIVE,
+        "  egressCidrs:\n    - 0.0.0.0/0\nharness:",
+        "  egressCidrs: []\nharness:",
+    );
+    let texts = [
+        support::EMBEDDED,
+        support::DEDICATED_NATIVE,
+        support::DEDICATED_CODEX,
+        empty_gateway_egress.as_str(),
+    ];
+    for text in texts {
+        for object in support::objects(&support::render_text(text)) {
+            let Object::NetworkPolicy(policy) = object else {
+                continue;
+            };
+            let spec = policy.spec.unwrap();
+            assert_eq!(
+                spec.policy_types,
+                Some(vec![String::from("Ingress"), String::from("Egress")])
+            );
+            for rule in spec.egress.iter().flatten() {
+                assert!(!rule.to.as_ref().unwrap().is_empty(), "{rule:?}");
+                assert!(!rule.ports.as_ref().unwrap().is_empty(), "{rule:?}");
+            }
+            for rule in spec.ingress.iter().flatten() {
+                assert!(!rule.from.as_ref().unwrap().is_empty(), "{rule:?}");
+                assert!(!rule.ports.as_ref().unwrap().is_empty(), "{rule:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Helpers shared by the test modules: the example installation files and typed accessors.
+
+use gatehouse_deploy::installation::Installation;
+use gatehouse_deploy::manifest::Object;
+use gatehouse_deploy::render::Rendered;
+use k8s_openapi::api::apps::v1::Deployment;
+
+pub(crate) const EMBEDDED: &str = include_str!("../../../../deploy/examples/embedded.yaml");
+pub(crate) const DEDICATED_NATIVE: &str =
+    include_str!("../../../../deploy/examples/dedicated-native.yaml");
+pub(crate) const DEDICATED_CODEX: &str =
+    include_str!("../../../../deploy/examples/dedicated-codex.yaml");
+
+/// Every example, by name.
+pub(crate) const EXAMPLES: [(&str, &str); 3] = [
+    ("embedded", EMBEDDED),
+    ("dedicated-native", DEDICATED_NATIVE),
+    ("dedicated-codex", DEDICATED_CODEX),
+];
+
+pub(crate) fn render_text(text: &str) -> Rendered {
+    let installation = Installation::from_yaml(text).unwrap();
+    gatehouse_deploy::render::render(&installation).unwrap()
+}
+
+pub(crate) fn objects(rendered: &Rendered) -> Vec<Object> {
+    gatehouse_deploy::manifest::parse_manifests(&rendered.to_yaml()).unwrap()
+}
+
+pub(crate) fn deployments(rendered: &Rendered) -> Vec<Deployment> {
+    objects(rendered)
+        .into_iter()
+        .filter_map(|object| match object {
+            Object::Deployment(deployment) => Some(*deployment),
+            _ => None,
+        })
+        .collect()
+}
+
+pub(crate) fn deployment(rendered: &Rendered, name: &str) -> Deployment {
+    deployments(rendered)
+        .into_iter()
+        .find(|deployment| deployment.metadata.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("no deployment {name}"))
+}
+
+/// Returns `text` with one line replaced, for variants of an example.
+pub(crate) fn replace(text: &str, from: &str, to: &str) -> String {
+    assert!(text.contains(from), "example lacks {from:?}");
+    text.replacen(from, to, 1)
+}

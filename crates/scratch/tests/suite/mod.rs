@@ -1,0 +1,4 @@
+//! The integration test modules.
+
+mod prepare;
+mod verify;
