@@ -5,6 +5,8 @@
 //! reader can judge, and `--json` gives the same figures to a script.
 
 mod fsops;
+mod gateway;
+mod link;
 mod stats;
 
 use std::process::ExitCode;
@@ -23,12 +25,18 @@ pub(crate) struct BenchArgs {
 enum BenchTarget {
     /// `file.fetch` of a 4 KiB and a 16 MiB file through fsops, against `std::fs::read`.
     Fsops(fsops::FsopsArgs),
+    /// Message admission (HTTP to durable commit to 202) against a bare SQLite insert.
+    Gateway(gateway::GatewayBenchArgs),
+    /// `file.fetch` round trips and throughput over a real Gateway and node on loopback.
+    Link(link::LinkArgs),
 }
 
 /// Runs `gatehouse bench`.
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let report = match args.target {
         BenchTarget::Fsops(fsops_args) => fsops::run(&fsops_args)?,
+        BenchTarget::Link(link_args) => link::run(&link_args)?,
+        BenchTarget::Gateway(gateway_args) => gateway::run(&gateway_args)?,
     };
     match args.json {
         true => crate::output::json(&report.to_json()),

@@ -2,10 +2,19 @@
 //! error into an exit code (0 success, 1 runtime failure, 2 usage or configuration error).
 
 mod bench;
+mod chat_cmd;
 mod deploy_cmd;
+mod embedded;
 mod exit;
+mod gateway_cmd;
+mod mock_model_cmd;
+mod node_cmd;
 mod output;
+mod paths;
 mod scratch_cmd;
+mod setup_code_cmd;
+mod signals;
+mod up_cmd;
 
 use std::process::ExitCode;
 
@@ -24,10 +33,22 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run embedded mode: the Gateway plus an in-process Harness node, with separate roots.
+    Up(up_cmd::UpArgs),
+    /// Send a message to a session and stream the reply.
+    Chat(chat_cmd::ChatArgs),
     /// Run a benchmark and print its figures with their ratio to a baseline measured in the same run.
     Bench(bench::BenchArgs),
     /// Render and validate Kubernetes manifests from an installation file.
     Deploy(deploy_cmd::DeployArgs),
+    /// Run the dedicated Gateway.
+    Gateway(gateway_cmd::GatewayArgs),
+    /// Run the dedicated Harness node host; it only connects outbound and listens on nothing.
+    Node(node_cmd::NodeArgs),
+    /// Print a one-time enrollment code for a Harness node.
+    SetupCode(setup_code_cmd::SetupCodeArgs),
+    /// Serve the deterministic mock model over HTTP.
+    MockModel(mock_model_cmd::MockModelArgs),
     /// Check an operator-owned scratch volume.
     Scratch(scratch_cmd::ScratchArgs),
 }
@@ -46,8 +67,14 @@ fn main() -> ExitCode {
     };
     init_tracing();
     let result = match cli.command {
+        Command::Up(args) => up_cmd::run(args),
+        Command::Chat(args) => chat_cmd::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Deploy(args) => deploy_cmd::run(args),
+        Command::Gateway(args) => gateway_cmd::run(args),
+        Command::Node(args) => node_cmd::run(args),
+        Command::SetupCode(args) => setup_code_cmd::run(args),
+        Command::MockModel(args) => mock_model_cmd::run(args),
         Command::Scratch(args) => scratch_cmd::run(args),
     };
     match result {
@@ -68,5 +95,6 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

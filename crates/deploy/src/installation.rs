@@ -22,8 +22,9 @@
 //!       claimName: main-scratch
 //!       claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11
 //! model:                                                  # the Harness only
+//!   api: openai-responses                                 # optional: openai-responses | openai-chat
 //!   endpoint: https://api.openai.com/v1
-//!   name: gpt-5
+//!   name: gpt-5                                           # no ':'
 //!   credentialSecret: {name: model-credential, key: apiKey}
 //!   egressCidrs: ["0.0.0.0/0"]
 //! memory:                                                 # the Gateway only
@@ -244,10 +245,39 @@ pub(crate) struct ScratchVolumeBinding {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ModelSettings {
+    #[serde(default)]
+    pub(crate) api: Option<ModelApi>,
     pub(crate) endpoint: String,
     pub(crate) name: String,
     pub(crate) credential_secret: SecretKeyRef,
     pub(crate) egress_cidrs: Vec<String>,
+}
+
+impl ModelSettings {
+    /// Returns the model API, `openai-responses` when the file names none.
+    pub(crate) fn api(&self) -> ModelApi {
+        self.api.unwrap_or(ModelApi::OpenAiResponses)
+    }
+}
+
+/// The wire API of the model endpoint: the first part of the node's `--model API:URL:MODEL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub(crate) enum ModelApi {
+    /// The OpenAI Responses API.
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
+    /// The OpenAI Chat Completions API.
+    #[serde(rename = "openai-chat")]
+    OpenAiChat,
+}
+
+impl ModelApi {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAiResponses => "openai-responses",
+            Self::OpenAiChat => "openai-chat",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -363,6 +393,17 @@ impl InstallationSpec {
 
         check_url("model.endpoint", &self.model.endpoint)?;
         check_non_empty("model.name", &self.model.name)?;
+        // The node's `--model API:URL:MODEL` ends at the last ':', because the URL has colons of
+        // its own; a model name with a colon would be split in the wrong place.
+        if self.model.name.contains(':') {
+            return Err(invalid(
+                "model.name",
+                format!(
+                    "{:?} contains ':', which the node's --model API:URL:MODEL cannot carry",
+                    self.model.name
+                ),
+            ));
+        }
         check_secret_ref("model.credentialSecret", &self.model.credential_secret)?;
         check_cidrs("model.egressCidrs", &self.model.egress_cidrs)?;
 
@@ -668,8 +709,15 @@ fn check_labels(path: &str, labels: &BTreeMap<String, String>) -> Result<()> {
     Ok(())
 }
 
-/// Environment names the renderer sets itself, which a channel secret must not override.
-const RESERVED_ENV_PREFIXES: [&str; 3] = ["GATEHOUSE_", "CODEX_", "TMPDIR"];
+/// Environment names the renderer sets itself, which a channel secret must not override. The
+/// model key variable is among them: the embedded Pod carries both, and a Gateway must never
+/// hold a variable of that name.
+const RESERVED_ENV_PREFIXES: [&str; 4] = [
+    "GATEHOUSE_",
+    "CODEX_",
+    "TMPDIR",
+    crate::render::MODEL_KEY_ENV,
+];
 
 fn check_channel_secrets(channels: &[ChannelSecret]) -> Result<()> {
     let mut seen = Vec::with_capacity(channels.len());

@@ -10,6 +10,17 @@
 //! |---|---|
 //! | dedicated | ServiceAccounts `<agent>-gateway` and `<agent>-harness`; PVCs `gateway-state-<agent-hash>` (10Gi RWO) and `harness-state-<agent-hash>` (40Gi RWO); Service `<agent>-gateway`; NetworkPolicies `<agent>-default-deny`, `<agent>-gateway`, `<agent>-harness`; Deployments `<agent>-gateway` and `<agent>-harness` |
 //! | embedded | ServiceAccount `<agent>`; PVC `gateway-state-<agent-hash>` (10Gi RWO); Service `<agent>`; NetworkPolicies `<agent>-default-deny`, `<agent>-embedded`; Deployment `<agent>` |
+//!
+//! The Pods run the real commands, and nothing else:
+//!
+//! - the Gateway runs `gatehouse gateway`, configured through the variables the binary reads
+//!   (`GATEHOUSE_STATE_DIR`, `GATEHOUSE_LISTEN`, `GATEHOUSE_PUBLIC_URL`, `GATEHOUSE_TOKEN`). Its
+//!   one port, [`GATEWAY_PORT`], serves the operator API, `/healthz`, `/readyz`, `/metrics` and
+//!   the node WebSocket `/node`. The memory embedder variables are read by the memory feature;
+//! - the Harness runs `gatehouse node` with every setting as a flag, and the model credential in
+//!   the variable named by `--model-key-env` ([`MODEL_KEY_ENV`]). It listens on no port, so its
+//!   probes run `gatehouse node health` in the container instead of calling HTTP;
+//! - the embedded Pod runs `gatehouse up --data /var/lib/gatehouse` on [`GATEWAY_PORT`].
 
 use std::collections::BTreeMap;
 
@@ -22,6 +33,7 @@ use k8s_openapi::api::core::v1::ContainerPort;
 use k8s_openapi::api::core::v1::EmptyDirVolumeSource;
 use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::api::core::v1::EnvVarSource;
+use k8s_openapi::api::core::v1::ExecAction;
 use k8s_openapi::api::core::v1::HTTPGetAction;
 use k8s_openapi::api::core::v1::KeyToPath;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -76,17 +88,26 @@ pub const ANNOTATION_SCRATCH_CLAIM_UID: &str = "gatehouse.dev/scratch-claim-uid"
 pub const SCRATCH_MOUNT_PATH: &str = "/sandbox/scratch";
 /// The uid and gid every container runs as.
 pub const RUN_AS_ID: i64 = 10001;
-/// The Gateway's HTTP API port (`/healthz`, `/readyz`, `/v1`).
-pub const GATEWAY_HTTP_PORT: i32 = 8080;
-/// The Gateway's node-link port (`/node`), the only port the Harness may reach.
-pub const GATEWAY_NODE_PORT: i32 = 8081;
-/// The Harness's health port (`/healthz`, `/readyz`), reached only by the kubelet.
-pub const HARNESS_HEALTH_PORT: i32 = 8090;
+/// The Gateway's only port. It serves the operator API (`/v1/...`), `/healthz`, `/readyz`,
+/// `/metrics` and the node WebSocket `/node`; the Harness listens on no port at all.
+pub const GATEWAY_PORT: i32 = 7420;
+/// The variable that carries the model credential in the Harness (and the embedded Pod). The
+/// node reads the key from the variable named by `--model-key-env`, never from argv.
+pub const MODEL_KEY_ENV: &str = "OPENAI_API_KEY";
 
 const GATEWAY_CLAIM_SIZE: &str = "10Gi";
 const HARNESS_CLAIM_SIZE: &str = "40Gi";
+/// The embedded Pod's `--data` directory; the Gateway and Harness roots are below it.
+const DATA_ROOT: &str = "/var/lib/gatehouse";
 const GATEWAY_ROOT: &str = "/var/lib/gatehouse/gateway";
+/// The dedicated Gateway's `--state` directory. It is a child of the claim's mount, not the mount
+/// itself, so the Gateway creates it and can set its mode to 0700.
+const GATEWAY_STATE_DIR: &str = "/var/lib/gatehouse/gateway/state";
+/// The node's `--root`.
 const HARNESS_ROOT: &str = "/var/lib/gatehouse/harness";
+/// The directories under the node root that live on the Harness claim, node identity first.
+/// The node root itself is a per-Pod `emptyDir`, so the node can create `tmp/` there.
+const HARNESS_SUBDIRS: [&str; 4] = ["node", "workspace", "codex-home", "sessions"];
 const SETUP_CODE_DIR: &str = "/run/gatehouse/setup-code";
 const SETUP_CODE_FILE: &str = "setup-code";
 /// 0440: readable by the owner and the Pod's fsGroup, by nobody else.
@@ -418,16 +439,12 @@ impl<'a> Context<'a> {
     }
 
     fn service(&self, name: &str, role: Role) -> Service {
-        let mut ports = vec![service_port("http", GATEWAY_HTTP_PORT)];
-        if let Role::Gateway = role {
-            ports.push(service_port("node", GATEWAY_NODE_PORT));
-        }
         Service {
             metadata: self.metadata(name, role),
             spec: Some(ServiceSpec {
                 type_: Some(String::from("ClusterIP")),
                 selector: Some(self.selector_labels(role)),
-                ports: Some(ports),
+                ports: Some(vec![service_port("http", GATEWAY_PORT)]),
                 ..ServiceSpec::default()
             }),
             ..Service::default()
@@ -453,9 +470,14 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// The Gateway's (or the embedded Pod's) policy: API ingress only from the operator's
-    /// namespaces, node-link ingress only from the Harness, and egress only to DNS and the
-    /// endpoints the Gateway itself calls.
+    /// The Gateway's (or the embedded Pod's) policy: ingress on [`GATEWAY_PORT`] only from the
+    /// operator's namespaces and, for a dedicated Gateway, from the Harness, and egress only to
+    /// DNS and the endpoints the Gateway itself calls.
+    ///
+    /// The Harness reaches the Gateway on the same port as the operator, because one port serves
+    /// everything. A NetworkPolicy cannot filter by HTTP path; the Gateway accepts node handshakes
+    /// only on `/node`, and the rest of its API needs the operator token, which the Harness never
+    /// holds.
     fn gateway_policy(&self, role: Role) -> NetworkPolicy {
         let spec = &self.installation.spec;
         let mut ingress = vec![NetworkPolicyIngressRule {
@@ -466,7 +488,7 @@ impl<'a> Context<'a> {
                 }),
                 ..NetworkPolicyPeer::default()
             }]),
-            ports: Some(vec![tcp_port(GATEWAY_HTTP_PORT)]),
+            ports: Some(vec![tcp_port(GATEWAY_PORT)]),
         }];
         let mut egress = vec![dns_egress_rule()];
         match role {
@@ -475,7 +497,7 @@ impl<'a> Context<'a> {
                     pod_selector: Some(self.selector(Role::Harness)),
                     ..NetworkPolicyPeer::default()
                 }]),
-                ports: Some(vec![tcp_port(GATEWAY_NODE_PORT)]),
+                ports: Some(vec![tcp_port(GATEWAY_PORT)]),
             }),
             Role::Embedded => egress.push(self.model_egress_rule()),
             Role::Harness | Role::Agent => {}
@@ -510,15 +532,15 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// The Harness policy: no ingress at all; egress only to the Gateway's node port, DNS and
-    /// the model endpoint.
+    /// The Harness policy: no ingress at all; egress only to the Gateway Pods on
+    /// [`GATEWAY_PORT`] (where the node dials `/node`), DNS and the model endpoint.
     fn harness_policy(&self) -> NetworkPolicy {
         let to_gateway = NetworkPolicyEgressRule {
             to: Some(vec![NetworkPolicyPeer {
                 pod_selector: Some(self.selector(Role::Gateway)),
                 ..NetworkPolicyPeer::default()
             }]),
-            ports: Some(vec![tcp_port(GATEWAY_NODE_PORT)]),
+            ports: Some(vec![tcp_port(GATEWAY_PORT)]),
         };
         NetworkPolicy {
             metadata: self.metadata(&self.harness_name(), Role::Harness),
@@ -543,18 +565,34 @@ impl<'a> Context<'a> {
         )
     }
 
+    /// Returns the URL the Harness dials and the Gateway writes into setup codes: the Gateway
+    /// Service on [`GATEWAY_PORT`]. The node turns `http://host:port` into `ws://host:port/node`.
+    fn gateway_url(&self) -> String {
+        format!(
+            "http://{}.{}.svc:{GATEWAY_PORT}",
+            self.gateway_name(),
+            self.installation.namespace()
+        )
+    }
+
+    /// Environment of the dedicated Gateway: the variables `gatehouse gateway` reads in place of
+    /// `--state`, `--listen` and `--public-url`, then the Gateway-only Secrets.
     fn gateway_env(&self) -> Vec<EnvVar> {
+        let mut env = vec![
+            env_value("GATEHOUSE_STATE_DIR", GATEWAY_STATE_DIR),
+            env_value("GATEHOUSE_LISTEN", &format!("0.0.0.0:{GATEWAY_PORT}")),
+            env_value("GATEHOUSE_PUBLIC_URL", &self.gateway_url()),
+        ];
+        env.extend(self.gateway_secret_env());
+        env
+    }
+
+    /// Environment that only the Gateway role may see: the operator token (`GATEHOUSE_TOKEN`
+    /// overrides the token file in the state directory), the memory embedder settings, read by
+    /// the memory feature, and the channel credentials.
+    fn gateway_secret_env(&self) -> Vec<EnvVar> {
         let spec = &self.installation.spec;
         let mut env = vec![
-            env_value("GATEHOUSE_AGENT_ID", self.agent_id),
-            env_value("GATEHOUSE_RUNTIME", self.installation.topology().runtime()),
-            env_value("GATEHOUSE_LISTEN", &format!("0.0.0.0:{GATEWAY_HTTP_PORT}")),
-            env_value(
-                "GATEHOUSE_NODE_LISTEN",
-                &format!("0.0.0.0:{GATEWAY_NODE_PORT}"),
-            ),
-            env_value("GATEHOUSE_STATE_DIR", &format!("{GATEWAY_ROOT}/state")),
-            env_value("GATEHOUSE_MEDIA_DIR", &format!("{GATEWAY_ROOT}/media")),
             env_secret("GATEHOUSE_TOKEN", &spec.gateway.operator_token_secret),
             env_value("GATEHOUSE_MEMORY_EMBEDDER", spec.memory.embedder.as_str()),
         ];
@@ -577,84 +615,28 @@ impl<'a> Context<'a> {
         env
     }
 
-    fn model_env(&self) -> Vec<EnvVar> {
+    /// Returns the flags that select the model: `--model API:URL:MODEL` and
+    /// `--model-key-env` naming the variable that holds the key, so the key never enters argv.
+    fn model_args(&self) -> [String; 4] {
         let model = &self.installation.spec.model;
-        vec![
-            env_value("GATEHOUSE_MODEL_BASE_URL", &model.endpoint),
-            env_value("GATEHOUSE_MODEL_NAME", &model.name),
-            env_secret("GATEHOUSE_MODEL_API_KEY", &model.credential_secret),
+        [
+            String::from("--model"),
+            format!("{}:{}:{}", model.api().as_str(), model.endpoint, model.name),
+            String::from("--model-key-env"),
+            MODEL_KEY_ENV.to_owned(),
         ]
     }
 
-    /// Environment that points the Harness role at its private directories.
-    fn harness_dir_env(&self) -> Vec<EnvVar> {
-        let mut env = vec![
-            env_value(
-                "GATEHOUSE_WORKSPACE_DIR",
-                &format!("{HARNESS_ROOT}/workspace"),
-            ),
-            env_value("GATEHOUSE_NODE_DIR", &format!("{HARNESS_ROOT}/node")),
-            env_value("CODEX_HOME", &format!("{HARNESS_ROOT}/codex-home")),
-        ];
-        if let Topology::DedicatedNative | Topology::Embedded = self.installation.topology() {
-            env.push(env_value(
-                "GATEHOUSE_SESSIONS_DIR",
-                &format!("{HARNESS_ROOT}/sessions"),
-            ));
-        }
-        env
+    /// Returns the model credential as the variable [`MODEL_KEY_ENV`], for the Harness role only.
+    fn model_key_env(&self) -> EnvVar {
+        env_secret(
+            MODEL_KEY_ENV,
+            &self.installation.spec.model.credential_secret,
+        )
     }
 
-    /// The Harness subdirectories that the storage initializer creates, node identity first.
-    fn harness_subdirs(&self) -> Vec<&'static str> {
-        let mut subdirs = vec!["node", "workspace", "codex-home"];
-        if let Topology::DedicatedNative | Topology::Embedded = self.installation.topology() {
-            subdirs.push("sessions");
-        }
-        subdirs
-    }
-
-    /// Mounts of the Harness storage directories; `prefix` is the subPath prefix on the claim.
-    fn harness_mounts(&self, volume: &str, prefix: &str) -> Vec<VolumeMount> {
-        self.harness_subdirs()
-            .into_iter()
-            .map(|subdir| {
-                sub_path_mount(
-                    volume,
-                    &format!("{prefix}{subdir}"),
-                    &format!("{HARNESS_ROOT}/{subdir}"),
-                )
-            })
-            .collect()
-    }
-
-    /// An init container that creates the Harness directories on the claim, with the node
-    /// identity directory at 0700, as the same non-root user as the Harness.
-    fn storage_init_container(&self, image: &str, volume: &str, prefix: &str) -> Container {
-        let dirs: Vec<String> = self
-            .harness_subdirs()
-            .into_iter()
-            .map(|subdir| format!("{STORAGE_INIT_MOUNT}/{prefix}{subdir}"))
-            .collect();
-        let script = format!(
-            "set -eu; umask 077; mkdir -p {}; chmod 0700 {STORAGE_INIT_MOUNT}/{prefix}node",
-            dirs.join(" ")
-        );
-        Container {
-            name: String::from("prepare-storage"),
-            image: Some(image.to_owned()),
-            image_pull_policy: Some(String::from("IfNotPresent")),
-            command: Some(vec![String::from("/bin/sh"), String::from("-c"), script]),
-            security_context: Some(container_security_context()),
-            volume_mounts: Some(vec![VolumeMount {
-                name: volume.to_owned(),
-                mount_path: STORAGE_INIT_MOUNT.to_owned(),
-                ..VolumeMount::default()
-            }]),
-            ..Container::default()
-        }
-    }
-
+    /// The dedicated Gateway: `gatehouse gateway` with its claim mounted at
+    /// `/var/lib/gatehouse/gateway` and its state directory (media included) below it.
     fn gateway_deployment(&self) -> Deployment {
         let spec = &self.installation.spec;
         let container = Container {
@@ -663,16 +645,16 @@ impl<'a> Context<'a> {
             image_pull_policy: Some(String::from("IfNotPresent")),
             args: Some(vec![String::from("gateway")]),
             env: Some(self.gateway_env()),
-            ports: Some(vec![
-                container_port("http", GATEWAY_HTTP_PORT),
-                container_port("node", GATEWAY_NODE_PORT),
-            ]),
-            liveness_probe: Some(http_probe("/healthz", "http", 10)),
-            readiness_probe: Some(http_probe("/readyz", "http", 5)),
+            ports: Some(vec![container_port("http", GATEWAY_PORT)]),
+            liveness_probe: Some(http_probe("/healthz", 10)),
+            readiness_probe: Some(http_probe("/readyz", 5)),
             security_context: Some(container_security_context()),
             volume_mounts: Some(vec![
-                sub_path_mount("gateway-state", "state", &format!("{GATEWAY_ROOT}/state")),
-                sub_path_mount("gateway-state", "media", &format!("{GATEWAY_ROOT}/media")),
+                VolumeMount {
+                    name: String::from("gateway-state"),
+                    mount_path: GATEWAY_ROOT.to_owned(),
+                    ..VolumeMount::default()
+                },
                 tmp_mount(),
             ]),
             ..Container::default()
@@ -689,35 +671,37 @@ impl<'a> Context<'a> {
         self.deployment(&self.gateway_name(), Role::Gateway, pod, BTreeMap::new())
     }
 
+    /// The dedicated Harness: `gatehouse node`, every setting a flag.
+    ///
+    /// The node listens on no port, so the Pod has no containerPort and no HTTP probe. Its
+    /// liveness and readiness probes have the meaning of `/healthz` and `/readyz` but run
+    /// `gatehouse node health --root DIR [--ready]` in the container, which reads the status the
+    /// node host writes and exits 0 when healthy (or ready).
     fn harness_deployment(&self) -> Deployment {
         let spec = &self.installation.spec;
         let image = spec.images.harness.clone().unwrap_or_default();
         let scratch = spec.scratch_binding();
-        let mut args = vec![String::from("node")];
-        let mut annotations = BTreeMap::new();
-        let mut env = vec![
-            env_value("GATEHOUSE_AGENT_ID", self.agent_id),
-            env_value("GATEHOUSE_RUNTIME", self.installation.topology().runtime()),
-            env_value(
-                "GATEHOUSE_GATEWAY_URL",
-                &format!(
-                    "ws://{}.{}.svc:{GATEWAY_NODE_PORT}/node",
-                    self.gateway_name(),
-                    self.installation.namespace()
-                ),
-            ),
-            env_value(
-                "GATEHOUSE_SETUP_CODE_FILE",
-                &format!("{SETUP_CODE_DIR}/{SETUP_CODE_FILE}"),
-            ),
-            env_value(
-                "GATEHOUSE_HEALTH_LISTEN",
-                &format!("0.0.0.0:{HARNESS_HEALTH_PORT}"),
-            ),
+        let mut args = vec![
+            String::from("node"),
+            String::from("--gateway"),
+            self.gateway_url(),
+            String::from("--root"),
+            HARNESS_ROOT.to_owned(),
+            String::from("--runtime"),
+            self.installation.topology().runtime().to_owned(),
+            String::from("--setup-code-file"),
+            format!("{SETUP_CODE_DIR}/{SETUP_CODE_FILE}"),
         ];
-        env.extend(self.harness_dir_env());
-        env.extend(self.model_env());
-        let mut mounts = self.harness_mounts("harness-state", "");
+        args.extend(self.model_args());
+        let mut annotations = BTreeMap::new();
+        let mut mounts = vec![VolumeMount {
+            name: String::from("harness-root"),
+            mount_path: HARNESS_ROOT.to_owned(),
+            ..VolumeMount::default()
+        }];
+        mounts.extend(HARNESS_SUBDIRS.map(|subdir| {
+            sub_path_mount("harness-state", subdir, &format!("{HARNESS_ROOT}/{subdir}"))
+        }));
         mounts.push(VolumeMount {
             name: String::from("setup-code"),
             mount_path: SETUP_CODE_DIR.to_owned(),
@@ -731,6 +715,11 @@ impl<'a> Context<'a> {
             .map(|harness| harness.setup_code_secret.clone());
         let mut volumes = vec![
             claim_volume("harness-state", &self.harness_claim),
+            Volume {
+                name: String::from("harness-root"),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            },
             setup_code_volume(setup_code_secret.as_ref()),
             tmp_volume(),
         ];
@@ -748,24 +737,34 @@ impl<'a> Context<'a> {
             });
             volumes.push(claim_volume("scratch", &binding.claim_name));
         }
+        let health = vec![
+            String::from("gatehouse"),
+            String::from("node"),
+            String::from("health"),
+            String::from("--root"),
+            HARNESS_ROOT.to_owned(),
+        ];
+        let mut ready = health.clone();
+        ready.push(String::from("--ready"));
         let container = Container {
             name: String::from("harness"),
             image: Some(image.clone()),
             image_pull_policy: Some(String::from("IfNotPresent")),
             args: Some(args),
-            env: Some(env),
-            ports: Some(vec![container_port("health", HARNESS_HEALTH_PORT)]),
-            liveness_probe: Some(http_probe("/healthz", "health", 10)),
-            readiness_probe: Some(http_probe("/readyz", "health", 5)),
+            env: Some(vec![self.model_key_env()]),
+            liveness_probe: Some(exec_probe(health, 10)),
+            readiness_probe: Some(exec_probe(ready, 5)),
             security_context: Some(container_security_context()),
             volume_mounts: Some(mounts),
             ..Container::default()
         };
+        let subdirs = HARNESS_SUBDIRS.map(String::from);
         let pod = PodSpec {
-            init_containers: Some(vec![self.storage_init_container(
+            init_containers: Some(vec![storage_init_container(
                 &image,
                 "harness-state",
-                "",
+                &subdirs,
+                &[String::from("node")],
             )]),
             containers: vec![container],
             node_selector: spec.runtime.node_selector.clone(),
@@ -775,35 +774,47 @@ impl<'a> Context<'a> {
         self.deployment(&self.harness_name(), Role::Harness, pod, annotations)
     }
 
+    /// The embedded Pod: `gatehouse up --data /var/lib/gatehouse`, with the Gateway root
+    /// (`<data>/gateway`) and the Harness root (`<data>/harness`) on separate subPaths of one
+    /// claim.
     fn embedded_deployment(&self) -> Deployment {
         let spec = &self.installation.spec;
-        let mut env = self.gateway_env();
-        env.extend(self.harness_dir_env());
-        env.extend(self.model_env());
-        let mut mounts = vec![
-            sub_path_mount("state", "gateway/state", &format!("{GATEWAY_ROOT}/state")),
-            sub_path_mount("state", "gateway/media", &format!("{GATEWAY_ROOT}/media")),
+        let mut args = vec![
+            String::from("up"),
+            String::from("--data"),
+            DATA_ROOT.to_owned(),
+            String::from("--listen"),
+            format!("0.0.0.0:{GATEWAY_PORT}"),
+            String::from("--runtime"),
+            self.installation.topology().runtime().to_owned(),
         ];
-        mounts.extend(self.harness_mounts("state", "harness/"));
-        mounts.push(tmp_mount());
+        args.extend(self.model_args());
+        let mut env = self.gateway_secret_env();
+        env.push(self.model_key_env());
         let container = Container {
             name: String::from("gatehouse"),
             image: Some(spec.images.gateway.clone()),
             image_pull_policy: Some(String::from("IfNotPresent")),
-            args: Some(vec![String::from("up")]),
+            args: Some(args),
             env: Some(env),
-            ports: Some(vec![container_port("http", GATEWAY_HTTP_PORT)]),
-            liveness_probe: Some(http_probe("/healthz", "http", 10)),
-            readiness_probe: Some(http_probe("/readyz", "http", 5)),
+            ports: Some(vec![container_port("http", GATEWAY_PORT)]),
+            liveness_probe: Some(http_probe("/healthz", 10)),
+            readiness_probe: Some(http_probe("/readyz", 5)),
             security_context: Some(container_security_context()),
-            volume_mounts: Some(mounts),
+            volume_mounts: Some(vec![
+                sub_path_mount("state", "gateway", GATEWAY_ROOT),
+                sub_path_mount("state", "harness", HARNESS_ROOT),
+                tmp_mount(),
+            ]),
             ..Container::default()
         };
+        let roots = [String::from("gateway"), String::from("harness")];
         let pod = PodSpec {
-            init_containers: Some(vec![self.storage_init_container(
+            init_containers: Some(vec![storage_init_container(
                 &spec.images.gateway,
                 "state",
-                "harness/",
+                &roots,
+                &roots,
             )]),
             containers: vec![container],
             node_selector: spec.runtime.node_selector.clone(),
@@ -880,6 +891,43 @@ impl<'a> Context<'a> {
     }
 }
 
+/// An init container that creates `dirs` (paths on the claim `volume`) as the same non-root
+/// user as the main container, and sets each of `private_dirs` to mode 0700.
+///
+/// The directories must exist before the main container starts: the kubelet creates a
+/// missing subPath directory as root, and a non-root process cannot then make it private.
+fn storage_init_container(
+    image: &str,
+    volume: &str,
+    dirs: &[String],
+    private_dirs: &[String],
+) -> Container {
+    let on_claim = |dirs: &[String]| -> String {
+        dirs.iter()
+            .map(|dir| format!("{STORAGE_INIT_MOUNT}/{dir}"))
+            .collect::<Vec<String>>()
+            .join(" ")
+    };
+    let script = format!(
+        "set -eu; umask 077; mkdir -p {}; chmod 0700 {}",
+        on_claim(dirs),
+        on_claim(private_dirs)
+    );
+    Container {
+        name: String::from("prepare-storage"),
+        image: Some(image.to_owned()),
+        image_pull_policy: Some(String::from("IfNotPresent")),
+        command: Some(vec![String::from("/bin/sh"), String::from("-c"), script]),
+        security_context: Some(container_security_context()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: volume.to_owned(),
+            mount_path: STORAGE_INIT_MOUNT.to_owned(),
+            ..VolumeMount::default()
+        }]),
+        ..Container::default()
+    }
+}
+
 fn container_security_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
@@ -936,12 +984,26 @@ fn service_port(name: &str, port: i32) -> ServicePort {
     }
 }
 
-fn http_probe(path: &str, port: &str, period_seconds: i32) -> Probe {
+/// A probe of `path` on the container port named `http`.
+fn http_probe(path: &str, period_seconds: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
-            port: IntOrString::String(port.to_owned()),
+            port: IntOrString::String(String::from("http")),
             ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period_seconds),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(3),
+        ..Probe::default()
+    }
+}
+
+/// A probe that runs `command` in the container, for a process that listens on no port.
+fn exec_probe(command: Vec<String>, period_seconds: i32) -> Probe {
+    Probe {
+        exec: Some(ExecAction {
+            command: Some(command),
         }),
         period_seconds: Some(period_seconds),
         timeout_seconds: Some(2),

@@ -39,16 +39,20 @@ pub struct InvokeRequest {
 }
 
 /// Parameters of the `node.invoke.result` request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InvokeResult {
     /// The invoke id this result ends.
     pub id: String,
     /// The node that ran the command.
     pub node_id: String,
-    /// True on success; then `payloadJSON` holds the result.
+    /// True on success; then `payload` (or `payloadJSON`) holds the result.
     pub ok: bool,
-    /// The command's result as a JSON text.
+    /// The command's result as JSON. Senders in this build use it; it is parsed once, unlike
+    /// `payloadJSON`, whose text is escaped and parsed twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<serde_json::Value>,
+    /// The command's result as a JSON text, as older OpenClaw nodes send it.
     #[serde(
         default,
         rename = "payloadJSON",

@@ -175,6 +175,7 @@ fn the_v3_signature_payload_joins_every_field_with_pipes() {
 #[test]
 fn invoke_messages_use_the_payload_json_spelling() {
     let result = InvokeResult {
+        payload: None,
         id: "i".into(),
         node_id: "n".into(),
         ok: true,

@@ -2,4 +2,9 @@
 
 mod cli_basics;
 mod deploy;
+mod link;
+mod mock_model;
+mod node_cli;
 mod scratch;
+mod support;
+mod up;

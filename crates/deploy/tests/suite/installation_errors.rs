@@ -199,6 +199,30 @@ const CASES: &[Case] = &[
         code: "INSTALLATION_INVALID_VALUE",
         path: "gateway.channelSecrets[0].env",
     },
+    Case {
+        name: "the model key variable as a channel env",
+        base: support::DEDICATED_NATIVE,
+        from: "    - env: SLACK_BOT_TOKEN\n",
+        to: "    - env: OPENAI_API_KEY\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "gateway.channelSecrets[0].env",
+    },
+    Case {
+        name: "unknown model api",
+        base: support::DEDICATED_NATIVE,
+        from: "  api: openai-chat\n",
+        to: "  api: anthropic\n",
+        code: "INSTALLATION_SCHEMA_VIOLATION",
+        path: "model.api",
+    },
+    Case {
+        name: "model name with a colon",
+        base: support::DEDICATED_CODEX,
+        from: "  name: gpt-5\n",
+        to: "  name: gpt-5:latest\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "model.name",
+    },
 ];
 
 #[test]

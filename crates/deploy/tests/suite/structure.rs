@@ -9,6 +9,7 @@ use gatehouse_deploy::manifest::Object;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::core::v1::Probe;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use pretty_assertions::assert_eq;
 use sha2::Digest;
@@ -198,8 +199,26 @@ fn every_container_runs_restricted_as_non_root_with_a_read_only_root() {
     }
 }
 
+/// Returns what a probe checks: the HTTP path and port, or the command it runs.
+fn probe_target(probe: &Probe) -> String {
+    match (&probe.http_get, &probe.exec) {
+        (Some(http), None) => format!("http {} port {:?}", http.path.clone().unwrap(), http.port),
+        (None, Some(exec)) => format!("exec {}", exec.command.clone().unwrap().join(" ")),
+        (http, exec) => panic!("a probe of an unexpected kind: {http:?} {exec:?}"),
+    }
+}
+
+/// Every Deployment probes liveness with the meaning of `/healthz` and readiness with the
+/// meaning of `/readyz`. The Gateway and the embedded Pod serve them over HTTP on 7420; the
+/// Harness listens on no port, so it runs `gatehouse node health` instead.
 #[test]
 fn every_deployment_recreates_and_probes_healthz_and_readyz() {
+    let http_probes = (
+        String::from("http /healthz port String(\"http\")"),
+        String::from("http /readyz port String(\"http\")"),
+    );
+    let node_health = "exec gatehouse node health --root /var/lib/gatehouse/harness";
+    let harness_probes = (node_health.to_owned(), format!("{node_health} --ready"));
     for (name, text) in support::EXAMPLES {
         for deployment in support::deployments(&support::render_text(text)) {
             let spec = deployment.spec.as_ref().unwrap();
@@ -209,18 +228,243 @@ fn every_deployment_recreates_and_probes_healthz_and_readyz() {
                 Some("Recreate")
             );
             let container = &pod(&deployment).containers[0];
-            let liveness = container.liveness_probe.as_ref().unwrap();
-            let readiness = container.readiness_probe.as_ref().unwrap();
-            assert_eq!(
-                liveness.http_get.as_ref().unwrap().path.as_deref(),
-                Some("/healthz")
+            let probes = (
+                probe_target(container.liveness_probe.as_ref().unwrap()),
+                probe_target(container.readiness_probe.as_ref().unwrap()),
             );
-            assert_eq!(
-                readiness.http_get.as_ref().unwrap().path.as_deref(),
-                Some("/readyz")
-            );
+            let expected = match deployment.metadata.name.as_deref() {
+                Some("main-harness") => &harness_probes,
+                Some("main-gateway" | "main") => &http_probes,
+                other => panic!("unexpected deployment {other:?}"),
+            };
+            assert_eq!(&probes, expected, "{name}");
         }
     }
+}
+
+#[test]
+fn the_gateway_and_the_embedded_pod_listen_only_on_7420() {
+    for (name, text) in support::EXAMPLES {
+        let rendered = support::render_text(text);
+        for deployment in support::deployments(&rendered) {
+            if deployment.metadata.name.as_deref() == Some("main-harness") {
+                continue;
+            }
+            let ports: Vec<(Option<String>, i32)> = pod(&deployment).containers[0]
+                .ports
+                .iter()
+                .flatten()
+                .map(|port| (port.name.clone(), port.container_port))
+                .collect();
+            assert_eq!(ports, vec![(Some(String::from("http")), 7420)], "{name}");
+        }
+        for object in support::objects(&rendered) {
+            if let Object::Service(service) = object {
+                let ports: Vec<(Option<String>, i32, Option<IntOrString>)> = service
+                    .spec
+                    .unwrap()
+                    .ports
+                    .unwrap()
+                    .into_iter()
+                    .map(|port| (port.name, port.port, port.target_port))
+                    .collect();
+                assert_eq!(
+                    ports,
+                    vec![(
+                        Some(String::from("http")),
+                        7420,
+                        Some(IntOrString::String(String::from("http")))
+                    )],
+                    "{name}"
+                );
+            }
+        }
+    }
+}
+
+/// The Harness only dials out: it exposes no port, and its probes never call into it over the
+/// network.
+#[test]
+fn the_harness_exposes_no_port_and_has_no_network_probe() {
+    for text in [support::DEDICATED_NATIVE, support::DEDICATED_CODEX] {
+        let harness = support::deployment(&support::render_text(text), "main-harness");
+        for container in all_containers(&harness) {
+            assert_eq!(container.ports, None, "{}", container.name);
+            let probes = [
+                &container.liveness_probe,
+                &container.readiness_probe,
+                &container.startup_probe,
+            ];
+            for probe in probes.into_iter().flatten() {
+                assert_eq!(probe.http_get, None, "{}", container.name);
+                assert_eq!(probe.tcp_socket, None, "{}", container.name);
+                assert_eq!(probe.grpc, None, "{}", container.name);
+                assert!(probe.exec.is_some(), "{}", container.name);
+            }
+        }
+    }
+}
+
+/// The node reads the setup code from the Secret file; argv names the file and never carries
+/// the code, the Secret or a variable reference that Kubernetes would expand into argv.
+#[test]
+fn the_node_args_name_the_setup_code_file_and_never_the_code() {
+    for text in [support::DEDICATED_NATIVE, support::DEDICATED_CODEX] {
+        let harness = support::deployment(&support::render_text(text), "main-harness");
+        let args = pod(&harness).containers[0].args.clone().unwrap();
+        let flag_idx = args
+            .iter()
+            .position(|arg| arg == "--setup-code-file")
+            .unwrap();
+        assert_eq!(args[flag_idx + 1], "/run/gatehouse/setup-code/setup-code");
+        for arg in &args {
+            assert_ne!(arg, "--setup-code", "{args:?}");
+            assert!(!arg.contains("main-setup-code"), "{args:?}");
+            assert!(!arg.contains("setupCode"), "{args:?}");
+            assert!(!arg.contains("$("), "{args:?}");
+        }
+    }
+}
+
+/// The node takes every setting as a flag; its only variable is the model key, named by
+/// `--model-key-env`, so the key never enters argv.
+#[test]
+fn the_node_runs_with_the_real_flags_and_only_the_model_key_in_its_environment() {
+    let codex = support::render_text(support::DEDICATED_CODEX);
+    let container = pod(&support::deployment(&codex, "main-harness")).containers[0].clone();
+    assert_eq!(
+        container.args.unwrap(),
+        vec![
+            "node",
+            "--gateway",
+            "http://main-gateway.gatehouse-acme.svc:7420",
+            "--root",
+            "/var/lib/gatehouse/harness",
+            "--runtime",
+            "codex",
+            "--setup-code-file",
+            "/run/gatehouse/setup-code/setup-code",
+            "--model",
+            "openai-responses:https://api.openai.com/v1:gpt-5",
+            "--model-key-env",
+            "OPENAI_API_KEY",
+        ]
+    );
+    let env: Vec<(String, Option<String>, Option<String>)> = container
+        .env
+        .unwrap()
+        .into_iter()
+        .map(|env| {
+            let secret = env
+                .value_from
+                .and_then(|source| source.secret_key_ref)
+                .map(|selector| format!("{}/{}", selector.name, selector.key));
+            (env.name, env.value, secret)
+        })
+        .collect();
+    assert_eq!(
+        env,
+        vec![(
+            String::from("OPENAI_API_KEY"),
+            None,
+            Some(String::from("main-model-credential/apiKey"))
+        )]
+    );
+}
+
+#[test]
+fn the_gateway_reads_only_the_variables_of_the_real_binary() {
+    let codex = support::render_text(support::DEDICATED_CODEX);
+    let container = pod(&support::deployment(&codex, "main-gateway")).containers[0].clone();
+    assert_eq!(container.args.unwrap(), vec!["gateway"]);
+    let env: Vec<(String, Option<String>)> = container
+        .env
+        .unwrap()
+        .into_iter()
+        .map(|env| (env.name, env.value))
+        .collect();
+    let value = |value: &str| Some(value.to_owned());
+    assert_eq!(
+        env,
+        vec![
+            (
+                String::from("GATEHOUSE_STATE_DIR"),
+                value("/var/lib/gatehouse/gateway/state")
+            ),
+            (String::from("GATEHOUSE_LISTEN"), value("0.0.0.0:7420")),
+            (
+                String::from("GATEHOUSE_PUBLIC_URL"),
+                value("http://main-gateway.gatehouse-acme.svc:7420")
+            ),
+            (String::from("GATEHOUSE_TOKEN"), None),
+            (String::from("GATEHOUSE_MEMORY_EMBEDDER"), value("openai")),
+            (
+                String::from("GATEHOUSE_MEMORY_EMBEDDING_BASE_URL"),
+                value("https://api.openai.com/v1")
+            ),
+            (
+                String::from("GATEHOUSE_MEMORY_EMBEDDING_MODEL"),
+                value("text-embedding-3-small")
+            ),
+            (String::from("GATEHOUSE_MEMORY_EMBEDDING_API_KEY"), None),
+        ]
+    );
+}
+
+#[test]
+fn the_embedded_pod_runs_up_with_the_model_flags() {
+    let embedded = support::render_text(support::EMBEDDED);
+    let container = pod(&support::deployment(&embedded, "main")).containers[0].clone();
+    assert_eq!(
+        container.args.unwrap(),
+        vec![
+            "up",
+            "--data",
+            "/var/lib/gatehouse",
+            "--listen",
+            "0.0.0.0:7420",
+            "--runtime",
+            "native",
+            "--model",
+            "openai-responses:https://api.openai.com/v1:gpt-5",
+            "--model-key-env",
+            "OPENAI_API_KEY",
+        ]
+    );
+    let env_names: Vec<String> = container
+        .env
+        .unwrap()
+        .into_iter()
+        .map(|env| env.name)
+        .collect();
+    assert_eq!(
+        env_names,
+        vec![
+            "GATEHOUSE_TOKEN",
+            "GATEHOUSE_MEMORY_EMBEDDER",
+            "OPENAI_API_KEY"
+        ]
+    );
+    let mounts: Vec<(String, Option<String>)> = container
+        .volume_mounts
+        .unwrap()
+        .into_iter()
+        .map(|mount| (mount.mount_path, mount.sub_path))
+        .collect();
+    assert_eq!(
+        mounts,
+        vec![
+            (
+                String::from("/var/lib/gatehouse/gateway"),
+                Some(String::from("gateway"))
+            ),
+            (
+                String::from("/var/lib/gatehouse/harness"),
+                Some(String::from("harness"))
+            ),
+            (String::from("/tmp"), None),
+        ]
+    );
 }
 
 #[test]
@@ -338,31 +582,78 @@ fn embedded_renders_one_deployment_and_one_claim() {
     );
 }
 
+/// The Gateway mounts its claim above its state directory, so it creates the state directory
+/// (media included) itself with mode 0700; the Harness mounts its claim through one subPath per
+/// node-root directory, on top of a per-Pod node root.
 #[test]
-fn storage_is_mounted_through_sub_paths() {
-    let rendered = support::render_text(support::DEDICATED_CODEX);
-    let sub_paths = |name: &str, volume: &str| -> Vec<String> {
-        let deployment = support::deployment(&rendered, name);
-        pod(&deployment).containers[0]
-            .volume_mounts
+fn storage_is_mounted_at_the_roots_the_commands_use() {
+    for text in [support::DEDICATED_NATIVE, support::DEDICATED_CODEX] {
+        let rendered = support::render_text(text);
+        let mounts = |name: &str| -> Vec<(String, String, Option<String>)> {
+            let deployment = support::deployment(&rendered, name);
+            pod(&deployment).containers[0]
+                .volume_mounts
+                .iter()
+                .flatten()
+                .filter(|mount| !["tmp", "setup-code", "scratch"].contains(&mount.name.as_str()))
+                .map(|mount| {
+                    (
+                        mount.name.clone(),
+                        mount.mount_path.clone(),
+                        mount.sub_path.clone(),
+                    )
+                })
+                .collect()
+        };
+        let mount = |name: &str, path: &str, sub_path: Option<&str>| {
+            (
+                name.to_owned(),
+                path.to_owned(),
+                sub_path.map(str::to_owned),
+            )
+        };
+        assert_eq!(
+            mounts("main-gateway"),
+            vec![mount("gateway-state", "/var/lib/gatehouse/gateway", None)]
+        );
+        assert_eq!(
+            mounts("main-harness"),
+            vec![
+                mount("harness-root", "/var/lib/gatehouse/harness", None),
+                mount(
+                    "harness-state",
+                    "/var/lib/gatehouse/harness/node",
+                    Some("node")
+                ),
+                mount(
+                    "harness-state",
+                    "/var/lib/gatehouse/harness/workspace",
+                    Some("workspace")
+                ),
+                mount(
+                    "harness-state",
+                    "/var/lib/gatehouse/harness/codex-home",
+                    Some("codex-home")
+                ),
+                mount(
+                    "harness-state",
+                    "/var/lib/gatehouse/harness/sessions",
+                    Some("sessions")
+                ),
+            ]
+        );
+        let harness = support::deployment(&rendered, "main-harness");
+        let root = pod(&harness)
+            .volumes
             .iter()
             .flatten()
-            .filter(|mount| mount.name == volume)
-            .map(|mount| mount.sub_path.clone().unwrap())
-            .collect()
-    };
-    assert_eq!(
-        sub_paths("main-gateway", "gateway-state"),
-        vec!["state", "media"]
-    );
-    assert_eq!(
-        sub_paths("main-harness", "harness-state"),
-        vec!["node", "workspace", "codex-home"]
-    );
-    let harness = support::deployment(&rendered, "main-harness");
-    let init = &pod(&harness).init_containers.as_ref().unwrap()[0];
-    let script = init.command.as_ref().unwrap().join(" ");
-    assert!(script.contains("chmod 0700 /storage/node"), "{script}");
+            .find(|volume| volume.name == "harness-root")
+            .unwrap();
+        assert!(root.empty_dir.is_some());
+        let init = &pod(&harness).init_containers.as_ref().unwrap()[0];
+        let script = init.command.as_ref().unwrap().join(" ");
+        assert!(script.contains("chmod 0700 /storage/node"), "{script}");
+    }
 }
 
 #[test]
@@ -397,8 +688,12 @@ fn the_setup_code_reaches_the_harness_only_as_a_0440_file_without_sub_path() {
             .map(|selector| selector.name.as_str());
         assert_ne!(from_secret, Some("main-setup-code"), "{}", env.name);
     }
-    let args = container.args.clone().unwrap_or_default().join(" ");
-    assert!(!args.contains("setup"), "{args}");
+    let args = container.args.clone().unwrap();
+    let setup_args: Vec<&String> = args.iter().filter(|arg| arg.contains("setup")).collect();
+    assert_eq!(
+        setup_args,
+        vec!["--setup-code-file", "/run/gatehouse/setup-code/setup-code"]
+    );
     let gateway = support::deployment(&rendered, "main-gateway");
     assert!(!referenced_secrets(&gateway).contains("main-setup-code"));
 }
@@ -419,10 +714,12 @@ fn the_scratch_claim_is_mounted_only_in_the_harness_with_a_matching_binding() {
         .unwrap();
     assert_eq!(scratch_mount.sub_path, None);
     assert_eq!(scratch_mount.read_only, None);
+    let args = container.args.clone().unwrap();
     assert_eq!(
-        container.args.clone().unwrap(),
-        vec!["node", "--scratch", "/sandbox/scratch"]
+        args[args.len() - 2..].to_vec(),
+        vec!["--scratch", "/sandbox/scratch"]
     );
+    assert_eq!(args.iter().filter(|arg| *arg == "--scratch").count(), 1);
     let annotations = harness
         .spec
         .as_ref()
@@ -471,7 +768,7 @@ fn the_scratch_claim_is_mounted_only_in_the_harness_with_a_matching_binding() {
 }
 
 #[test]
-fn harness_network_policy_allows_only_the_gateway_node_port_dns_and_the_model() {
+fn harness_network_policy_allows_only_the_gateway_port_dns_and_the_model() {
     let rendered = support::render_text(support::DEDICATED_NATIVE);
     let policy = support::objects(&rendered)
         .into_iter()
@@ -500,7 +797,7 @@ fn harness_network_policy_allows_only_the_gateway_node_port_dns_and_the_model() 
     assert_eq!(
         ports,
         vec![
-            vec![(Some(String::from("TCP")), Some(IntOrString::Int(8081)))],
+            vec![(Some(String::from("TCP")), Some(IntOrString::Int(7420)))],
             vec![
                 (Some(String::from("UDP")), Some(IntOrString::Int(53))),
                 (Some(String::from("TCP")), Some(IntOrString::Int(53))),
@@ -548,7 +845,7 @@ fn gateway_ingress_comes_only_from_operator_namespaces_and_the_harness() {
     );
     assert_eq!(
         ingress[0].ports.as_ref().unwrap()[0].port,
-        Some(IntOrString::Int(8080))
+        Some(IntOrString::Int(7420))
     );
     let harness = ingress[1].from.as_ref().unwrap()[0]
         .pod_selector
@@ -557,9 +854,11 @@ fn gateway_ingress_comes_only_from_operator_namespaces_and_the_harness() {
         .match_labels
         .unwrap();
     assert_eq!(harness["gatehouse.dev/role"], "harness");
+    // The Harness dials `/node` on the one Gateway port; a NetworkPolicy cannot narrow that to
+    // a path, so the Gateway accepts node handshakes only on `/node`.
     assert_eq!(
         ingress[1].ports.as_ref().unwrap()[0].port,
-        Some(IntOrString::Int(8081))
+        Some(IntOrString::Int(7420))
     );
 }
 

@@ -1,0 +1,170 @@
+//! `gatehouse chat`: sends a message to a session and streams the reply from its event stream.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
+
+use crate::exit::UsageError;
+
+/// Arguments of `gatehouse chat`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ChatArgs {
+    /// The message.
+    text: String,
+    /// The session to talk in.
+    #[arg(long, default_value = "main")]
+    session: String,
+    /// The Gateway's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:7420")]
+    url: String,
+    /// A file holding the operator token (default: GATEHOUSE_TOKEN, else the token file of the
+    /// default data directory).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// How long to wait for the reply, in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_seconds: u64,
+}
+
+/// Runs `gatehouse chat`: exit 0 when the turn completes, 1 when it fails.
+pub(crate) fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
+    let token = operator_token(args.token_file.as_deref())?;
+    let base = args.url.trim_end_matches('/').to_owned();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let client = reqwest::Client::new();
+        // Open the event stream first, so no event of the new turn is missed.
+        let events = client
+            .get(format!("{base}/v1/sessions/{}/events", args.session))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .map_err(|error| anyhow::anyhow!("cannot reach the gateway at {base}: {error}"))?;
+        if !events.status().is_success() {
+            let status = events.status();
+            let body = events.text().await.unwrap_or_default();
+            return Err(anyhow::anyhow!(
+                "the gateway refused the event stream ({status}): {body}"
+            ));
+        }
+        let idempotency_key = gatehouse_gateway::secrets::random_token()?;
+        let posted = client
+            .post(format!("{base}/v1/sessions/{}/messages", args.session))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({"text": args.text, "idempotencyKey": idempotency_key}))
+            .send()
+            .await?;
+        let status = posted.status();
+        let body: serde_json::Value = posted.json().await?;
+        if !status.is_success() {
+            return Err(anyhow::anyhow!(
+                "the gateway refused the message ({status}): {body}"
+            ));
+        }
+        let turn_id = body["turnId"].as_str().unwrap_or_default().to_owned();
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(args.timeout_seconds),
+            follow(events, &turn_id),
+        )
+        .await;
+        match outcome {
+            Err(_) => Err(anyhow::anyhow!(
+                "no reply within {} s; the turn is {turn_id}",
+                args.timeout_seconds
+            )),
+            Ok(result) => result,
+        }
+    })
+}
+
+/// Prints the turn's deltas as they arrive, then its end.
+async fn follow(events: reqwest::Response, turn_id: &str) -> anyhow::Result<ExitCode> {
+    let mut stream = events.bytes_stream();
+    let mut buffer = String::new();
+    let mut streamed = false;
+    while let Some(chunk) = stream.next().await {
+        buffer.push_str(&String::from_utf8_lossy(&chunk?));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let (kind, data) = parse_block(&block);
+            let Ok(data) = serde_json::from_str::<serde_json::Value>(&data) else {
+                continue;
+            };
+            if data["turnId"].as_str() != Some(turn_id) {
+                continue;
+            }
+            match kind.as_str() {
+                "message.delta" => {
+                    let mut stdout = std::io::stdout().lock();
+                    let _ = write!(stdout, "{}", data["text"].as_str().unwrap_or_default());
+                    let _ = stdout.flush();
+                    streamed = true;
+                }
+                "turn.completed" => {
+                    match streamed {
+                        true => crate::output::line(""),
+                        false => crate::output::line(data["reply"].as_str().unwrap_or_default()),
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+                "turn.failed" => {
+                    if streamed {
+                        crate::output::line("");
+                    }
+                    let code = data["error"]["code"].as_str().unwrap_or("UNKNOWN");
+                    let message = data["error"]["message"].as_str().unwrap_or_default();
+                    crate::output::error_line(&format!(
+                        "turn {} {}: {code}: {message}",
+                        turn_id,
+                        data["status"].as_str().unwrap_or("failed")
+                    ));
+                    return Ok(ExitCode::from(1));
+                }
+                _ => {}
+            }
+        }
+    }
+    Err(anyhow::anyhow!(
+        "the event stream ended before the turn did; the turn is {turn_id}"
+    ))
+}
+
+/// Returns the `event:` and the joined `data:` lines of one SSE block.
+fn parse_block(block: &str) -> (String, String) {
+    let mut kind = String::from("message");
+    let mut data = Vec::new();
+    for line in block.lines() {
+        if let Some(value) = line.strip_prefix("event:") {
+            kind = value.trim().to_owned();
+        } else if let Some(value) = line.strip_prefix("data:") {
+            data.push(value.trim_start().to_owned());
+        }
+    }
+    (kind, data.join("\n"))
+}
+
+fn operator_token(token_file: Option<&std::path::Path>) -> anyhow::Result<String> {
+    let path = match token_file {
+        Some(path) => path.to_path_buf(),
+        None => {
+            if let Ok(token) = std::env::var(OPERATOR_TOKEN_ENV)
+                && !token.trim().is_empty()
+            {
+                return Ok(token.trim().to_owned());
+            }
+            crate::paths::default_data_dir()?
+                .join("gateway")
+                .join("operator-token")
+        }
+    };
+    let token = std::fs::read_to_string(&path).map_err(|error| {
+        UsageError::new(format!("cannot read the operator token at {}: {error}; pass --token-file or set GATEHOUSE_TOKEN", path.display()))
+    })?;
+    Ok(token.trim().to_owned())
+}

@@ -1,0 +1,64 @@
+//! `gatehouse setup-code`: asks a running Gateway for a one-time enrollment code and prints it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
+
+use crate::exit::UsageError;
+
+/// Arguments of `gatehouse setup-code`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct SetupCodeArgs {
+    /// The Gateway's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:7420")]
+    url: String,
+    /// A file holding the operator token (default: the GATEHOUSE_TOKEN variable).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// How long the code stays valid, in seconds.
+    #[arg(long, default_value_t = 600)]
+    ttl_seconds: u64,
+    /// Print `{"setupCode","expiresAtMs"}` instead of the bare code.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `gatehouse setup-code`.
+pub(crate) fn run(args: SetupCodeArgs) -> anyhow::Result<ExitCode> {
+    let token = match &args.token_file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|error| UsageError::new(format!("cannot read {}: {error}", path.display())))?
+            .trim()
+            .to_owned(),
+        None => std::env::var(OPERATOR_TOKEN_ENV).map_err(|_| {
+            UsageError::new(
+                "no operator token: pass --token-file <gateway-state>/operator-token or set GATEHOUSE_TOKEN",
+            )
+        })?,
+    };
+    let endpoint = format!("{}/v1/nodes/setup-codes", args.url.trim_end_matches('/'));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let body: serde_json::Value = runtime.block_on(async {
+        let response = reqwest::Client::new()
+            .post(&endpoint)
+            .bearer_auth(&token)
+            .json(&serde_json::json!({"ttlSeconds": args.ttl_seconds}))
+            .send()
+            .await
+            .map_err(|error| anyhow::anyhow!("cannot reach the gateway at {endpoint}: {error}"))?;
+        let status = response.status();
+        let body: serde_json::Value = response.json().await?;
+        match status.is_success() {
+            true => Ok::<_, anyhow::Error>(body),
+            false => Err(anyhow::anyhow!("the gateway refused ({status}): {body}")),
+        }
+    })?;
+    match args.json {
+        true => crate::output::json(&body),
+        false => crate::output::line(body["setupCode"].as_str().unwrap_or_default()),
+    }
+    Ok(ExitCode::SUCCESS)
+}

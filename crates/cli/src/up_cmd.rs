@@ -1,0 +1,248 @@
+//! `gatehouse up`: embedded mode. The Gateway and a Harness node host run in one process over an
+//! in-process link carrying the same frames as `/node`; their storage roots stay separate.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use gatehouse_gateway::GatewayConfig;
+use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
+use gatehouse_gateway::secrets::TokenSource;
+use gatehouse_harness::CancellationToken;
+use gatehouse_harness::host::NodeHost;
+use gatehouse_harness::host::NodeHostConfig;
+use gatehouse_harness::host::ReconnectPolicy;
+use gatehouse_harness::host::Runtime;
+
+use crate::embedded::InProcessConnector;
+use crate::exit::UsageError;
+
+/// Arguments of `gatehouse up`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct UpArgs {
+    /// The data directory: Gateway state in `DIR/gateway`, the Harness root in `DIR/harness`
+    /// (default `$XDG_DATA_HOME/gatehouse`).
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// The address to listen on.
+    #[arg(long, default_value = gatehouse_gateway::DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// The Gateway state directory (default `DATA/gateway`).
+    #[arg(long, value_name = "DIR")]
+    gateway_state: Option<PathBuf>,
+    /// The Harness root (default `DATA/harness`).
+    #[arg(long, value_name = "DIR")]
+    harness_root: Option<PathBuf>,
+    /// The runtime of the in-process Harness.
+    #[arg(long, value_enum, default_value = "native")]
+    runtime: RuntimeArg,
+    /// The model: `mock`, `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`.
+    #[arg(long, default_value = "mock")]
+    model: String,
+    /// The name of the environment variable holding the model API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    model_key_env: String,
+}
+
+/// The `--runtime` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum RuntimeArg {
+    /// The built-in agent runtime.
+    Native,
+    /// The Codex app-server runtime.
+    Codex,
+}
+
+/// The four Agent documents created on first start, with short defaults.
+const DEFAULT_DOCUMENTS: [(&str, &str); 4] = [
+    (
+        "AGENTS.md",
+        "# Agent instructions\n\nWork inside this workspace. Explain what you change, keep changes small, and ask before anything destructive.\n",
+    ),
+    (
+        "SOUL.md",
+        "# Soul\n\nBe direct, careful and honest. Say when you are unsure.\n",
+    ),
+    (
+        "IDENTITY.md",
+        "# Identity\n\nYou are the Gatehouse agent `main`.\n",
+    ),
+    (
+        "USER.md",
+        "# User\n\nDescribe the people this agent works for here.\n",
+    ),
+];
+
+/// Runs `gatehouse up` until SIGINT or SIGTERM.
+pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
+    let model_line = model_line(&args.model, &args.model_key_env)?;
+    let data = match args.data {
+        Some(data) => data,
+        None => crate::paths::default_data_dir()?,
+    };
+    let gateway_state = args.gateway_state.unwrap_or_else(|| data.join("gateway"));
+    let harness_root = args.harness_root.unwrap_or_else(|| data.join("harness"));
+    if gateway_state.starts_with(&harness_root) || harness_root.starts_with(&gateway_state) {
+        return Err(UsageError::new(
+            "the gateway state and the harness root must not contain each other",
+        )
+        .into());
+    }
+    // Everything either role writes is private to this user.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    create_default_documents(&harness_root.join("workspace"))?;
+    let mut config = GatewayConfig::with_defaults(gateway_state, args.listen);
+    config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
+    let runtime = match args.runtime {
+        RuntimeArg::Native => Runtime::Native,
+        RuntimeArg::Codex => Runtime::Codex,
+    };
+    crate::signals::runtime()?.block_on(async move {
+        let running = match gatehouse_gateway::start(
+            config,
+            gatehouse_gateway::Extensions::default(),
+        )
+        .await
+        {
+            Ok(running) => running,
+            Err(error) if error.is_config_error() => {
+                return Err(anyhow::Error::new(UsageError::new(format!(
+                    "{:#}",
+                    anyhow::Error::new(error)
+                ))));
+            }
+            Err(error) => return Err(anyhow::Error::new(error)),
+        };
+        let setup_code_file = enrollment_code(&running, &harness_root).await?;
+        let host = NodeHost::prepare(NodeHostConfig {
+            root: harness_root.clone(),
+            gateway_url: None,
+            setup_code_file: setup_code_file.clone(),
+            runtime,
+            display_name: Some(String::from("embedded harness")),
+            home: None,
+        })?;
+        let shutdown = CancellationToken::new();
+        let node_shutdown = shutdown.clone();
+        let connector = InProcessConnector::new(running.state.link.clone());
+        let node = tokio::spawn(async move {
+            host.run_with_connector(connector, ReconnectPolicy::default(), node_shutdown)
+                .await
+        });
+        crate::output::line(&format!(
+            "gatehouse up: listening on http://{}",
+            running.local_addr
+        ));
+        match running.state.operator_token.source() {
+            TokenSource::File(path) => {
+                crate::output::line(&format!("operator token file: {}", path.display()))
+            }
+            TokenSource::Environment => crate::output::line("operator token: from GATEHOUSE_TOKEN"),
+        }
+        crate::output::line(&format!(
+            "harness workspace: {}",
+            harness_root.join("workspace").display()
+        ));
+        crate::output::line(&model_line);
+        if let Some(file) = setup_code_file {
+            remove_code_after_enrollment(file, harness_root.join("node").join("device-token.json"));
+        }
+        crate::signals::shutdown_signal().await;
+        tracing::info!("shutting down");
+        shutdown.cancel();
+        running.shutdown.cancel();
+        let _ = node.await;
+        running.wait().await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Returns the line that says which model is in use, and how to configure a real one when it is
+/// the mock.
+fn model_line(model: &str, key_env: &str) -> anyhow::Result<String> {
+    if model == "mock" {
+        return Ok(String::from(
+            "model: mock (deterministic test model); for a real one pass --model openai-responses:URL:MODEL or openai-chat:URL:MODEL and put the key in the variable named by --model-key-env (default OPENAI_API_KEY)",
+        ));
+    }
+    let valid = ["openai-responses:", "openai-chat:"].iter().any(|prefix| {
+        model.strip_prefix(prefix).is_some_and(|rest| {
+            rest.rsplit_once(':')
+                .is_some_and(|(url, name)| !url.is_empty() && !name.is_empty())
+        })
+    });
+    if !valid {
+        return Err(UsageError::new(
+            "--model must be mock, openai-responses:URL:MODEL or openai-chat:URL:MODEL",
+        )
+        .into());
+    }
+    Ok(format!("model: {model} (key from ${key_env})"))
+}
+
+/// Issues a setup code for the in-process node the first time, written to a private file in the
+/// Harness's own node directory; `None` once the node holds a device token.
+async fn enrollment_code(
+    running: &gatehouse_gateway::RunningGateway,
+    harness_root: &Path,
+) -> anyhow::Result<Option<PathBuf>> {
+    let node_dir = harness_root.join("node");
+    if node_dir.join("device-token.json").exists() {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(&node_dir)?;
+    let url = format!("ws://{}/node", running.local_addr);
+    let issued = gatehouse_gateway::setup_code::issue(
+        running.state.store.as_ref(),
+        &url,
+        gatehouse_gateway::setup_code::DEFAULT_TTL_SECONDS,
+        gatehouse_gateway::clock::now_ms(),
+    )
+    .await?;
+    let path = node_dir.join("embedded-setup-code");
+    let _ = std::fs::remove_file(&path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    std::io::Write::write_all(&mut file, issued.code.as_bytes())?;
+    Ok(Some(path))
+}
+
+/// Deletes the one-time code once the node has saved its device token.
+fn remove_code_after_enrollment(code_file: PathBuf, token_file: PathBuf) {
+    tokio::spawn(async move {
+        for _ in 0..600 {
+            if token_file.exists() {
+                let _ = std::fs::remove_file(&code_file);
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
+}
+
+fn create_default_documents(workspace: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(workspace)?;
+    for (name, content) in DEFAULT_DOCUMENTS {
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(workspace.join(name));
+        match created {
+            Ok(mut file) => std::io::Write::write_all(&mut file, content.as_bytes())?,
+            // Never replace what the owner wrote.
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,448 @@
+//! `gatehouse up` (embedded mode) as a real process: documents, admission under load, idempotent
+//! retries, `kill -9` recovery, a full disk, and `gatehouse chat`.
+
+use std::io::BufRead;
+use std::io::BufReader;
+use std::path::Path;
+use std::process::Command;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+use std::time::Instant;
+
+use pretty_assertions::assert_eq;
+
+use crate::suite::support::Process;
+use crate::suite::support::WAIT;
+use crate::suite::support::files_under;
+use crate::suite::support::gatehouse;
+
+/// A running `gatehouse up`.
+struct Up {
+    process: Process,
+    url: String,
+    token: String,
+    lines: Vec<String>,
+}
+
+impl Up {
+    fn start(data: &Path) -> Up {
+        let mut command = gatehouse();
+        command
+            .args(["up", "--listen", "127.0.0.1:0", "--data"])
+            .arg(data);
+        Up::spawn(command, None, &data.join("gateway"), data)
+    }
+
+    /// Spawns `command`; the operator token is `token` when given, else read from the state.
+    fn spawn(mut command: Command, token: Option<&str>, gateway_state: &Path, logs: &Path) -> Up {
+        std::fs::create_dir_all(logs).unwrap();
+        let stderr_log = logs.join(format!("up-{}.log", std::process::id()));
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(
+                std::fs::File::options()
+                    .create(true)
+                    .append(true)
+                    .open(&stderr_log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let process = Process::from_child(child, stderr_log);
+        let mut lines = Vec::new();
+        for _ in 0..4 {
+            let line = receiver
+                .recv_timeout(WAIT)
+                .unwrap_or_else(|_| panic!("up printed too little: {}", process.stderr()));
+            lines.push(line);
+        }
+        let url = lines[0]
+            .strip_prefix("gatehouse up: listening on ")
+            .unwrap()
+            .to_owned();
+        let token = match token {
+            Some(token) => token.to_owned(),
+            None => std::fs::read_to_string(gateway_state.join("operator-token"))
+                .unwrap()
+                .trim()
+                .to_owned(),
+        };
+        Up {
+            process,
+            url,
+            token,
+            lines,
+        }
+    }
+
+    async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let mut request = reqwest::Client::new()
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .timeout(WAIT);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        )
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + WAIT;
+        while !reqwest::get(format!("{}/readyz", self.url))
+            .await
+            .is_ok_and(|response| response.status().as_u16() == 200)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "up never became ready: {}",
+                self.process.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn post(&self, session: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.request(
+            reqwest::Method::POST,
+            &format!("/v1/sessions/{session}/messages"),
+            Some(body),
+        )
+        .await
+    }
+
+    async fn transcript(&self, session: &str) -> Vec<serde_json::Value> {
+        let (status, body) = self
+            .request(
+                reqwest::Method::GET,
+                &format!("/v1/sessions/{session}/transcript"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["messages"].as_array().unwrap().clone()
+    }
+
+    async fn turn_status(&self, turn: &str, wait: u64) -> serde_json::Value {
+        let (status, body) = self
+            .request(
+                reqwest::Method::GET,
+                &format!("/v1/turns/{turn}?wait={wait}"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+}
+
+fn data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().canonicalize().unwrap().join("data");
+    (temp, data)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn up_runs_both_roles_with_separate_roots_and_serves_the_documents() {
+    let (_temp, data) = data_dir();
+    let up = Up::start(&data);
+    assert!(
+        up.lines[1].starts_with("operator token file: "),
+        "{:?}",
+        up.lines
+    );
+    assert!(
+        up.lines[3].starts_with("model: mock")
+            && up.lines[3].contains("--model openai-responses:URL:MODEL"),
+        "{:?}",
+        up.lines
+    );
+    up.wait_ready().await;
+    let (status, agents) = up
+        .request(
+            reqwest::Method::GET,
+            "/v1/agents/main/files/AGENTS.md",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{agents}");
+    assert!(
+        agents["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("# Agent instructions")
+    );
+    let (status, put) = up
+        .request(
+            reqwest::Method::PUT,
+            "/v1/agents/main/files/USER.md",
+            Some(serde_json::json!({"content": "# User\nowner edit\n"})),
+        )
+        .await;
+    assert_eq!(
+        (status, put),
+        (200, serde_json::json!({"name": "USER.md", "size": 18}))
+    );
+
+    // chat: without a runtime the turn fails with a clear code, and the message is kept.
+    let output = gatehouse()
+        .args([
+            "chat",
+            "--url",
+            &up.url,
+            "--session",
+            "talk",
+            "--token-file",
+        ])
+        .arg(data.join("gateway/operator-token"))
+        .arg("/say hello")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("NO_RUNTIME"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(up.transcript("talk").await[0]["content"], "/say hello");
+    drop(up);
+
+    // A restart keeps the owner's edit and does not reset the documents.
+    let up = Up::start(&data);
+    up.wait_ready().await;
+    let (_, user) = up
+        .request(reqwest::Method::GET, "/v1/agents/main/files/USER.md", None)
+        .await;
+    assert_eq!(user["content"], "# User\nowner edit\n");
+    // The roots are separate: the Gateway holds no workspace file, the Harness no Gateway state.
+    for file in files_under(&data.join("gateway")) {
+        assert!(
+            !file.ends_with("USER.md") && !file.ends_with("AGENTS.md"),
+            "{}",
+            file.display()
+        );
+    }
+    for file in files_under(&data.join("harness")) {
+        assert!(
+            !file.ends_with("gateway.db") && !file.ends_with("operator-token"),
+            "{}",
+            file.display()
+        );
+    }
+    assert!(data.join("harness/workspace/USER.md").is_file());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hundred_sessions_times_five_messages_are_each_stored_once_in_order() {
+    let (_temp, data) = data_dir();
+    let up = std::sync::Arc::new(Up::start(&data));
+    up.wait_ready().await;
+    let mut sessions = Vec::new();
+    for session in 0..200 {
+        let up = std::sync::Arc::clone(&up);
+        sessions.push(tokio::spawn(async move {
+            let key = format!("load-{session}");
+            for message in 0..5 {
+                let (status, body) = up
+                    .post(
+                        &key,
+                        serde_json::json!({"text": format!("{key} message {message}")}),
+                    )
+                    .await;
+                assert_eq!(status, 202, "{body}");
+            }
+            key
+        }));
+    }
+    for session in sessions {
+        let key = session.await.unwrap();
+        let texts: Vec<String> = up
+            .transcript(&key)
+            .await
+            .iter()
+            .filter(|message| message["role"] == "user")
+            .map(|message| message["content"].as_str().unwrap().to_owned())
+            .collect();
+        let expected: Vec<String> = (0..5)
+            .map(|message| format!("{key} message {message}"))
+            .collect();
+        assert_eq!(texts, expected);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idempotent_retry_returns_the_same_turn() {
+    let (_temp, data) = data_dir();
+    let up = Up::start(&data);
+    up.wait_ready().await;
+    let body = serde_json::json!({"text": "only once", "idempotencyKey": "retry-1"});
+    let (first_status, first) = up.post("s", body.clone()).await;
+    let (second_status, second) = up.post("s", body).await;
+    assert_eq!((first_status, second_status), (202, 202));
+    assert_eq!(first["turnId"], second["turnId"]);
+    assert_eq!(up.transcript("s").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_loses_no_acknowledged_message_and_leaves_no_turn_running() {
+    let (_temp, data) = data_dir();
+    let mut up = Up::start(&data);
+    up.wait_ready().await;
+    let up_url = up.url.clone();
+    let token = up.token.clone();
+    // Fire messages from several sessions and kill the process while they are being admitted
+    // and dispatched.
+    let mut senders = Vec::new();
+    for session in 0..8 {
+        let url = up_url.clone();
+        let token = token.clone();
+        senders.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut acknowledged = Vec::new();
+            for message in 0..200 {
+                let text = format!("s{session} m{message}");
+                let sent = client
+                    .post(format!("{url}/v1/sessions/s{session}/messages"))
+                    .bearer_auth(&token)
+                    .json(&serde_json::json!({"text": text}))
+                    .timeout(Duration::from_secs(5))
+                    .send()
+                    .await;
+                match sent {
+                    Ok(response) if response.status().as_u16() == 202 => {
+                        let body: serde_json::Value = response.json().await.unwrap();
+                        acknowledged.push((text, body["turnId"].as_str().unwrap().to_owned()));
+                    }
+                    _ => break,
+                }
+            }
+            (session, acknowledged)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    up.process.kill();
+    let mut acknowledged = Vec::new();
+    for sender in senders {
+        acknowledged.push(sender.await.unwrap());
+    }
+    assert!(
+        acknowledged.iter().any(|(_, list)| !list.is_empty()),
+        "nothing was acknowledged before the kill"
+    );
+    let up = Up::start(&data);
+    up.wait_ready().await;
+    for (session, list) in acknowledged {
+        let transcript = up.transcript(&format!("s{session}")).await;
+        let seqs: Vec<i64> = transcript
+            .iter()
+            .map(|message| message["seq"].as_i64().unwrap())
+            .collect();
+        let expected_seqs: Vec<i64> = (1..=seqs.len() as i64).collect();
+        assert_eq!(seqs, expected_seqs, "the transcript has gaps or duplicates");
+        let stored: Vec<&str> = transcript
+            .iter()
+            .map(|message| message["content"].as_str().unwrap())
+            .collect();
+        for (text, turn) in &list {
+            assert_eq!(
+                stored.iter().filter(|stored| *stored == text).count(),
+                1,
+                "{text} is not stored exactly once"
+            );
+            // Every turn ends: interrupted if it was running at the kill, never replayed, and the
+            // queued ones proceed.
+            let status = up.turn_status(turn, 20).await;
+            assert!(
+                matches!(status["status"].as_str(), Some("failed" | "interrupted")),
+                "{status}"
+            );
+        }
+    }
+    let (_, sessions) = up.request(reqwest::Method::GET, "/v1/sessions", None).await;
+    for session in sessions["sessions"].as_array().unwrap() {
+        assert!(session.get("activeTurnId").is_none(), "{session}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_gateway_disk_gives_clear_errors_and_keeps_acknowledged_messages() {
+    let (_temp, data) = data_dir();
+    let gateway_state = data.join("gateway");
+    std::fs::create_dir_all(&gateway_state).unwrap();
+    // A private mount namespace with a 2 MiB tmpfs as the Gateway state; nothing leaks to the host.
+    let mut command = Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t tmpfs -o size=2m,mode=0700 tmpfs "$1" && exec "$2" up --listen 127.0.0.1:0 --gateway-state "$1" --harness-root "$3""#)
+        .arg("sh")
+        .arg(&gateway_state)
+        .arg(env!("CARGO_BIN_EXE_gatehouse"))
+        .arg(data.join("harness"))
+        // The state is only visible inside the namespace, so the token is passed in.
+        .env("GATEHOUSE_TOKEN", "disk-full-test-token");
+    let mut up = Up::spawn(
+        command,
+        Some("disk-full-test-token"),
+        &gateway_state,
+        &data.join("logs"),
+    );
+    up.wait_ready().await;
+    let text = "x".repeat(100 * 1024);
+    let mut acknowledged = 0;
+    let mut refusal = None;
+    for index in 0..200 {
+        let (status, body) = up
+            .post(
+                "fill",
+                serde_json::json!({"text": format!("{index} {text}")}),
+            )
+            .await;
+        match status {
+            202 => acknowledged += 1,
+            _ => {
+                refusal = Some((status, body));
+                break;
+            }
+        }
+    }
+    let (status, body) = refusal.expect("a 2 MiB disk never filled");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (507, Some("STORAGE_FULL")),
+        "{body}"
+    );
+    assert!(acknowledged > 0);
+    let stored = up.transcript("fill").await;
+    let users = stored
+        .iter()
+        .filter(|message| message["role"] == "user")
+        .count();
+    assert_eq!(
+        users, acknowledged,
+        "an acknowledged message was lost, or a refused one stored"
+    );
+    let health = reqwest::get(format!("{}/healthz", up.url)).await.unwrap();
+    assert_eq!(health.status(), 200);
+    up.process.kill();
+}

@@ -1,0 +1,202 @@
+//! `POST /v1/media` and `GET /v1/media/{mediaId}`: upload and download of media.
+//!
+//! Uploads are read as a raw body, capped at `media_max_bytes` while they stream in (a declared
+//! `Content-Length` over the cap is refused before reading), and stored in the content-addressed
+//! media store. [`media_error`] is the one place where media store errors become HTTP errors.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::body::Bytes;
+use axum::extract::Path;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::HeaderValue;
+use axum::http::StatusCode;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use futures_util::StreamExt;
+use gatehouse_media::MediaError;
+
+use crate::GatewayState;
+use crate::http::error::ApiError;
+
+/// The MIME type of an upload without `Content-Type`.
+const DEFAULT_MIME_TYPE: &str = "application/octet-stream";
+
+/// The header that carries the original file name of an upload.
+const FILENAME_HEADER: &str = "x-filename";
+
+pub(crate) async fn upload_media(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let max_bytes = state.config.media_max_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > max_bytes) {
+        return Err(payload_too_large(max_bytes));
+    }
+    let mime_type = match headers.get(header::CONTENT_TYPE) {
+        Some(value) => value.to_str().map_err(|_| {
+            ApiError::invalid_request("the Content-Type header must be printable ascii")
+        })?,
+        None => DEFAULT_MIME_TYPE,
+    };
+    // Header values may carry UTF-8 bytes; anything else is replaced before sanitizing.
+    let filename = headers
+        .get(FILENAME_HEADER)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let bytes = read_capped(body, max_bytes).await?;
+    let record = state
+        .media
+        .put(bytes, mime_type, filename.as_deref())
+        .await
+        .map_err(media_error)?;
+    state
+        .audit
+        .record(
+            "operator",
+            "media.upload",
+            "succeeded",
+            None,
+            serde_json::json!({
+                "mediaId": record.id,
+                "size": record.size,
+                "mimeType": record.mime_type,
+            }),
+        )
+        .await;
+    Ok(Json(serde_json::json!({
+        "mediaId": record.id,
+        "sha256": record.sha256,
+        "size": record.size,
+        "mimeType": record.mime_type,
+    })))
+}
+
+pub(crate) async fn download_media(
+    State(state): State<Arc<GatewayState>>,
+    Path(media_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (record, bytes) = state.media.get(&media_id).await.map_err(media_error)?;
+    let content_type = HeaderValue::from_str(&record.mime_type)
+        .unwrap_or(HeaderValue::from_static(DEFAULT_MIME_TYPE));
+    // The stored name is sanitized to `[A-Za-z0-9._-]`, so it needs no quoting rules.
+    let disposition = match &record.filename {
+        Some(filename) => format!("attachment; filename=\"{filename}\""),
+        None => String::from("attachment"),
+    };
+    let disposition =
+        HeaderValue::from_str(&disposition).unwrap_or(HeaderValue::from_static("attachment"));
+    let headers = [
+        (header::CONTENT_TYPE, content_type),
+        (header::CONTENT_DISPOSITION, disposition),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+    ];
+    Ok((headers, bytes).into_response())
+}
+
+/// Reads `body` into memory, refusing it as soon as it passes `max_bytes`: at most `max_bytes`
+/// plus one chunk in flight is ever held.
+async fn read_capped(body: Body, max_bytes: u64) -> Result<Bytes, ApiError> {
+    let mut stream = body.into_data_stream();
+    let mut first: Option<Bytes> = None;
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut n_bytes: u64 = 0;
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(error) => {
+                tracing::debug!(error = %error, "cannot read an upload body");
+                return Err(ApiError::invalid_request("cannot read the request body"));
+            }
+        };
+        n_bytes = n_bytes.saturating_add(chunk.len() as u64);
+        if n_bytes > max_bytes {
+            return Err(payload_too_large(max_bytes));
+        }
+        // A body that arrives in one chunk is kept without a copy.
+        match first.take() {
+            None if buffer.is_empty() => first = Some(chunk),
+            None => append(&mut buffer, &chunk, max_bytes),
+            Some(previous) => {
+                append(&mut buffer, &previous, max_bytes);
+                append(&mut buffer, &chunk, max_bytes);
+            }
+        }
+    }
+    match first {
+        Some(only) => Ok(only),
+        None => Ok(Bytes::from(buffer)),
+    }
+}
+
+/// Appends `chunk`, growing `buffer` by doubling but never past `max_bytes` of capacity (the
+/// caller has checked that the data fits).
+fn append(buffer: &mut Vec<u8>, chunk: &[u8], max_bytes: u64) {
+    let needed = buffer.len() + chunk.len();
+    if needed > buffer.capacity() {
+        let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        let target = needed
+            .max(buffer.capacity().saturating_mul(2))
+            .min(cap)
+            .max(needed);
+        buffer.reserve_exact(target - buffer.len());
+    }
+    buffer.extend_from_slice(chunk);
+}
+
+fn payload_too_large(max_bytes: u64) -> ApiError {
+    ApiError {
+        details: Some(serde_json::json!({"maxBytes": max_bytes})),
+        ..ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PAYLOAD_TOO_LARGE",
+            format!("the upload is larger than {max_bytes} bytes"),
+        )
+    }
+}
+
+/// Maps a media store error to its HTTP error; server faults are logged here, where the cause
+/// is known, and answered with a generic body.
+fn media_error(error: MediaError) -> ApiError {
+    match error {
+        MediaError::InvalidId => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_MEDIA_ID",
+            "a media id is 64 lowercase hex characters",
+        ),
+        MediaError::InvalidMimeType => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_MIME_TYPE",
+            error.to_string(),
+        ),
+        MediaError::NotFound { .. } => ApiError::not_found(error.to_string()),
+        MediaError::StorageFull { .. } => {
+            tracing::error!(error = ?error, "the media store is full");
+            ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "STORAGE_FULL",
+                "the gateway media store is out of space",
+            )
+        }
+        MediaError::Corrupt { .. }
+        | MediaError::Open(_)
+        | MediaError::Store { .. }
+        | MediaError::Encode(_)
+        | MediaError::Join(_) => {
+            // The debug form carries the cause chain (the object store's own error).
+            tracing::error!(error = ?error, code = error.code(), "media store failure");
+            ApiError::internal(error.code())
+        }
+    }
+}

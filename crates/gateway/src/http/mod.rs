@@ -1,0 +1,81 @@
+//! The operator HTTP API and the `/node` endpoint, as one axum router.
+
+mod documents;
+pub mod error;
+mod media;
+mod routes;
+mod sessions;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::extract::State;
+use axum::middleware::Next;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use axum::routing::get;
+use axum::routing::post;
+
+use crate::GatewayState;
+use crate::http::error::ApiError;
+
+/// Returns the router: `/healthz`, `/readyz`, `/metrics`, `/node`, and `/v1/...` behind the
+/// operator bearer token.
+pub fn app(state: Arc<GatewayState>) -> Router {
+    let v1 = Router::new()
+        .route("/nodes", get(routes::list_nodes))
+        .route("/nodes/setup-codes", post(routes::create_setup_code))
+        .route(
+            "/agents/{agent}/workspace/{*path}",
+            get(routes::read_workspace_file),
+        )
+        .route("/audit", get(routes::list_audit))
+        .route(
+            "/agents/{agent}/files/{name}",
+            get(documents::get_document).put(documents::put_document),
+        )
+        .route("/sessions", get(sessions::list_sessions))
+        .route("/sessions/{key}/messages", post(sessions::post_message))
+        .route("/sessions/{key}/transcript", get(sessions::get_transcript))
+        .route("/sessions/{key}/events", get(sessions::session_events))
+        .route("/sessions/{key}/abort", post(sessions::abort_session))
+        .route("/turns/{turn_id}", get(sessions::get_turn))
+        .route("/media", post(media::upload_media))
+        .route("/media/{media_id}", get(media::download_media))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            require_operator,
+        ));
+    Router::new()
+        .route("/healthz", get(routes::healthz))
+        .route("/readyz", get(routes::readyz))
+        .route("/metrics", get(routes::metrics))
+        .route("/node", get(routes::node_socket))
+        .nest("/v1", v1)
+        .fallback(routes::not_found)
+        .with_state(state)
+}
+
+/// Refuses `/v1` requests without `Authorization: Bearer <operator token>`.
+async fn require_operator(
+    State(state): State<Arc<GatewayState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let presented = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    match presented {
+        Some(token) if state.operator_token.matches(token.trim()) => next.run(request).await,
+        Some(_) => {
+            ApiError::unauthorized("the bearer token is not the operator token").into_response()
+        }
+        None => ApiError::unauthorized(
+            "send Authorization: Bearer <token>; the token is in <gateway-state>/operator-token",
+        )
+        .into_response(),
+    }
+}

@@ -1,0 +1,204 @@
+//! Route handlers: decode, call the domain, map the result.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::Path;
+use axum::extract::Query;
+use axum::extract::State;
+use axum::extract::WebSocketUpgrade;
+use axum::http::HeaderMap;
+use axum::http::StatusCode;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use gatehouse_protocol::commands::FILE_COMMANDS;
+use serde::Deserialize;
+
+use crate::GatewayState;
+use crate::clock::now_ms;
+use crate::http::error::ApiError;
+use crate::link::ws::MAX_WS_MESSAGE_BYTES;
+use crate::setup_code;
+
+pub(crate) async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({"status": "ok"}))
+}
+
+pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
+    if let Err(error) = state.store.ping().await {
+        tracing::error!(error = %error, "store ping failed");
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "STORE_UNAVAILABLE",
+            "the gateway store does not answer",
+        )
+        .into_response();
+    }
+    match state.registry.find_serving(FILE_COMMANDS) {
+        Some(node) => Json(serde_json::json!({"status": "ready", "nodeId": node.device_id})).into_response(),
+        None => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "NODE_NOT_CONNECTED",
+            "no Harness node with the workspace commands is connected; start `gatehouse node` with a setup code",
+        )
+        .into_response(),
+    }
+}
+
+pub(crate) async fn metrics(State(state): State<Arc<GatewayState>>) -> Response {
+    let connections = state.registry.all().len();
+    let body = format!(
+        "# HELP gatehouse_node_connections Harness nodes connected now.\n\
+         # TYPE gatehouse_node_connections gauge\n\
+         gatehouse_node_connections {connections}\n"
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+pub(crate) async fn node_socket(
+    State(state): State<Arc<GatewayState>>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let context = state.link.clone();
+    upgrade
+        .max_message_size(MAX_WS_MESSAGE_BYTES)
+        .max_frame_size(MAX_WS_MESSAGE_BYTES)
+        .on_upgrade(move |socket| crate::link::ws::serve_socket(context, socket))
+}
+
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::not_found("no such route")
+}
+
+pub(crate) async fn list_nodes(
+    State(state): State<Arc<GatewayState>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let nodes = state.store.nodes().await.map_err(|error| {
+        tracing::error!(error = %error, "cannot list nodes");
+        ApiError::internal(error.code())
+    })?;
+    let rows: Vec<serde_json::Value> = nodes
+        .into_iter()
+        .map(|node| {
+            let live = state.registry.get(&node.device_id);
+            let commands = live.as_ref().map_or(node.commands.clone(), |connection| {
+                connection.commands.clone()
+            });
+            serde_json::json!({
+                "nodeId": node.device_id,
+                "displayName": node.display_name,
+                "connected": live.is_some(),
+                "runtime": node.runtime,
+                "commands": commands,
+                "lastSeenAt": node.last_seen_at_ms,
+            })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({"nodes": rows})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct SetupCodeRequest {
+    ttl_seconds: Option<u64>,
+}
+
+pub(crate) async fn create_setup_code(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let request = match body.is_empty() {
+        true => SetupCodeRequest { ttl_seconds: None },
+        false => serde_json::from_slice::<SetupCodeRequest>(&body)
+            .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))?,
+    };
+    let ttl_seconds = request
+        .ttl_seconds
+        .unwrap_or(setup_code::DEFAULT_TTL_SECONDS);
+    if !(1..=setup_code::MAX_TTL_SECONDS).contains(&ttl_seconds) {
+        return Err(ApiError::invalid_request(format!(
+            "ttlSeconds must be between 1 and {}",
+            setup_code::MAX_TTL_SECONDS
+        )));
+    }
+    let url = match &state.config.public_url {
+        Some(url) => setup_code::node_url(url),
+        None => {
+            let host = headers
+                .get(header::HOST)
+                .and_then(|value| value.to_str().ok())
+                .ok_or_else(|| {
+                    ApiError::invalid_request("no Host header; configure --public-url")
+                })?;
+            format!("ws://{host}/node")
+        }
+    };
+    let issued = setup_code::issue(state.store.as_ref(), &url, ttl_seconds, now_ms())
+        .await
+        .map_err(|error| {
+            tracing::error!(error = %error, "cannot issue a setup code");
+            ApiError::internal(error.code())
+        })?;
+    state
+        .audit
+        .record(
+            "operator",
+            "node.setup_code.issue",
+            "succeeded",
+            None,
+            serde_json::json!({"ttlSeconds": ttl_seconds, "expiresAtMs": issued.expires_at_ms}),
+        )
+        .await;
+    Ok(Json(
+        serde_json::json!({"setupCode": issued.code, "expiresAtMs": issued.expires_at_ms}),
+    ))
+}
+
+pub(crate) async fn read_workspace_file(
+    State(state): State<Arc<GatewayState>>,
+    Path((agent, path)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    if agent != "main" {
+        return Err(ApiError::not_found(format!(
+            "no agent {agent:?}; the agent is \"main\""
+        )));
+    }
+    let file = state.workspace.fetch(&path).await?;
+    Ok(([(header::CONTENT_TYPE, file.mime_type)], file.bytes).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct AuditQuery {
+    after: Option<i64>,
+}
+
+pub(crate) async fn list_audit(
+    State(state): State<Arc<GatewayState>>,
+    Query(query): Query<AuditQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let events = state
+        .store
+        .audit_after(query.after.unwrap_or(0), 1000)
+        .await
+        .map_err(|error| {
+            tracing::error!(error = %error, "cannot read the audit trail");
+            ApiError::internal(error.code())
+        })?;
+    let rows: Vec<serde_json::Value> = events
+        .into_iter()
+        .map(|event| {
+            serde_json::json!({
+                "seq": event.seq,
+                "at": event.at_ms,
+                "actor": event.actor,
+                "action": event.action,
+                "outcome": event.outcome,
+                "reasonCode": event.reason_code,
+                "details": event.details,
+            })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({"events": rows})))
+}

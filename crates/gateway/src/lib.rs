@@ -1,0 +1,311 @@
+//! The trusted Gateway.
+//!
+//! It accepts Harness nodes on `/node` (a WebSocket the node dials out to), verifies their signed
+//! device identity and enrollment, keeps a registry of connected nodes, and reaches the Harness
+//! workspace only through them. Operators use the HTTP API under `/v1`, behind a bearer token.
+//!
+//! The Gateway never opens a path of the Harness and never falls back to a local copy: when no
+//! node is connected, workspace calls fail with `DEPENDENCY_UNAVAILABLE`.
+//!
+//! # Modules
+//! - [`link`]: handshake, sessions and the node registry.
+//! - [`workspace`]: the workspace client (policy check, invoke, integrity check).
+//! - [`http`]: the router and error mapping.
+//! - [`setup_code`]: one-time enrollment codes.
+//! - [`turns`]: admission, queue modes, dispatch to the runtime, and the event hub.
+//! - [`documents`]: the four Agent documents and their validation.
+//! - [`staging`]: copying a turn's attachments to the Harness before dispatch.
+//! - [`secrets`]: tokens, hashes and the operator token file.
+//! - [`audit`]: the audit trail.
+
+#![deny(missing_docs)]
+
+pub mod audit;
+pub mod clock;
+pub mod documents;
+pub mod http;
+pub mod link;
+pub mod secrets;
+pub mod setup_code;
+pub mod staging;
+pub mod turns;
+pub mod workspace;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatehouse_policy::path::FileTransferPolicy;
+use gatehouse_store::Store;
+use gatehouse_store::sqlite::SqliteStore;
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::Audit;
+use crate::link::registry::NodeRegistry;
+use crate::link::session::LinkContext;
+use crate::secrets::OperatorToken;
+use crate::turns::TurnEngine;
+use crate::turns::events::EventHub;
+use crate::turns::runtime::TurnRuntime;
+use crate::workspace::WorkspaceAccess;
+use crate::workspace::WorkspaceClient;
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
+
+/// The default upload limit of the media store: 20 MiB.
+pub const DEFAULT_MEDIA_MAX_BYTES: u64 = 20 * 1024 * 1024;
+
+/// The media store's directory name in the state directory.
+pub const MEDIA_DIR: &str = "media";
+
+/// The file name of the Gateway database in the state directory.
+pub const DATABASE_FILE: &str = "gateway.db";
+
+/// How the Gateway runs.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// The private state directory (created 0700).
+    pub state_dir: PathBuf,
+    /// The address to listen on.
+    pub listen: SocketAddr,
+    /// The base URL nodes use to reach this Gateway, written into setup codes. When `None`, the
+    /// `Host` header of the request that issues the code is used.
+    pub public_url: Option<String>,
+    /// The interval of ticks and keep-alive probes on node links.
+    pub tick_interval: Duration,
+    /// How long a workspace call waits for the node.
+    pub invoke_timeout: Duration,
+    /// The value of `GATEHOUSE_TOKEN`, when set.
+    pub operator_token_override: Option<String>,
+    /// The operator's explicit file policy; `None` applies the default policy.
+    pub file_policy: Option<FileTransferPolicy>,
+    /// The largest accepted upload to `POST /v1/media`, in bytes.
+    pub media_max_bytes: u64,
+    /// The cap on turns running at once across all sessions.
+    pub max_concurrent_turns: usize,
+}
+
+impl GatewayConfig {
+    /// Returns a configuration with the documented defaults for `state_dir`.
+    pub fn with_defaults(state_dir: PathBuf, listen: SocketAddr) -> Self {
+        Self {
+            state_dir,
+            listen,
+            public_url: None,
+            tick_interval: Duration::from_secs(15),
+            invoke_timeout: Duration::from_secs(30),
+            operator_token_override: None,
+            file_policy: None,
+            media_max_bytes: DEFAULT_MEDIA_MAX_BYTES,
+            max_concurrent_turns: turns::DEFAULT_MAX_CONCURRENT_TURNS,
+        }
+    }
+}
+
+/// Everything the handlers share.
+pub struct GatewayState {
+    /// The configuration.
+    pub config: GatewayConfig,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// Connected nodes.
+    pub registry: Arc<NodeRegistry>,
+    /// The audit trail.
+    pub audit: Audit,
+    /// The operator token.
+    pub operator_token: OperatorToken,
+    /// The Harness workspace, reached only through the enrolled node.
+    pub workspace: Arc<dyn WorkspaceAccess>,
+    /// What node sessions need.
+    pub link: LinkContext,
+    /// The content-addressed media store under `<state>/media/`.
+    pub media: Arc<gatehouse_media::MediaStore>,
+    /// Live session events.
+    pub hub: Arc<EventHub>,
+    /// Admission and dispatch of turns.
+    pub turns: Arc<TurnEngine>,
+}
+
+/// What the embedding program plugs into the Gateway.
+#[derive(Default)]
+pub struct Extensions {
+    /// The runtime that runs turns; `None` makes every turn fail with `NO_RUNTIME`.
+    pub runtime: Option<Arc<dyn TurnRuntime>>,
+}
+
+/// A failure to start the Gateway.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The state directory cannot be created or secured.
+    #[error("cannot prepare the state directory {path}")]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The operator token cannot be read or created.
+    #[error("cannot read or create the operator token")]
+    OperatorToken(#[source] std::io::Error),
+    /// The media store cannot be opened.
+    #[error("cannot open the media store")]
+    Media(#[from] gatehouse_media::MediaError),
+    /// The store cannot be opened.
+    #[error("cannot open the gateway store")]
+    Store(#[from] gatehouse_store::StoreError),
+    /// The listen address cannot be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl GatewayError {
+    /// Returns true when the operator must change the configuration (exit code 2).
+    pub fn is_config_error(&self) -> bool {
+        matches!(
+            self,
+            GatewayError::Bind { .. } | GatewayError::StateDir { .. }
+        )
+    }
+}
+
+/// A running Gateway.
+pub struct RunningGateway {
+    /// The address it listens on (with the real port when 0 was asked).
+    pub local_addr: SocketAddr,
+    /// The shared state, for embedding and tests.
+    pub state: Arc<GatewayState>,
+    /// Stops the server when cancelled.
+    pub shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningGateway {
+    /// Waits for the server to stop (after [`RunningGateway::shutdown`] is cancelled).
+    ///
+    /// # Errors
+    /// The server's I/O error.
+    pub async fn wait(self) -> std::io::Result<()> {
+        match self.server.await {
+            Ok(result) => result,
+            Err(join) => Err(std::io::Error::other(join)),
+        }
+    }
+}
+
+/// Prepares the state directory (0700), opens the store, loads the operator token and starts
+/// serving.
+///
+/// # Errors
+/// Every [`GatewayError`].
+pub async fn start(
+    config: GatewayConfig,
+    extensions: Extensions,
+) -> Result<RunningGateway, GatewayError> {
+    prepare_state_dir(&config.state_dir)?;
+    let operator_token =
+        OperatorToken::load_or_create(&config.state_dir, config.operator_token_override.clone())
+            .map_err(GatewayError::OperatorToken)?;
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&config.state_dir.join(DATABASE_FILE)).await?);
+    let media = Arc::new(gatehouse_media::MediaStore::open(
+        &config.state_dir.join(MEDIA_DIR),
+    )?);
+    let registry = Arc::new(NodeRegistry::default());
+    let audit = Audit::new(Arc::clone(&store));
+    let link = LinkContext {
+        store: Arc::clone(&store),
+        registry: Arc::clone(&registry),
+        audit: audit.clone(),
+        tick_interval: config.tick_interval,
+    };
+    let workspace: Arc<dyn WorkspaceAccess> = Arc::new(WorkspaceClient::new(
+        Arc::clone(&registry),
+        config.file_policy.clone(),
+        config.invoke_timeout,
+    ));
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| GatewayError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let local_addr = listener.local_addr().map_err(|source| GatewayError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let hub = Arc::new(EventHub::new(Arc::clone(&store)));
+    let stager = Arc::new(staging::WorkspaceStager::new(
+        Arc::clone(&workspace),
+        Arc::clone(&media),
+    ));
+    let turns = TurnEngine::new(
+        Arc::clone(&store),
+        Arc::clone(&hub),
+        extensions.runtime,
+        Some(stager),
+        config.max_concurrent_turns,
+    );
+    turns.recover().await?;
+    let state = Arc::new(GatewayState {
+        config,
+        store,
+        registry,
+        audit,
+        operator_token,
+        workspace,
+        link,
+        media,
+        hub,
+        turns,
+    });
+    let shutdown = CancellationToken::new();
+    let router = http::app(Arc::clone(&state));
+    let stop = shutdown.clone();
+    let engine = Arc::clone(&state.turns);
+    // Small frames (a 4 KiB fetch) must not wait for Nagle's algorithm and delayed ACKs.
+    let listener =
+        axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!(error = %error, "cannot set TCP_NODELAY");
+            }
+        });
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                stop.cancelled().await;
+                engine.shut_down();
+            })
+            .await
+    });
+    Ok(RunningGateway {
+        local_addr,
+        state,
+        shutdown,
+        server,
+    })
+}
+
+fn prepare_state_dir(path: &std::path::Path) -> Result<(), GatewayError> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::fs::PermissionsExt;
+    let error = |source| GatewayError::StateDir {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(error)?;
+    Ok(())
+}

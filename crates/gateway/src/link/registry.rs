@@ -1,0 +1,309 @@
+//! [`NodeRegistry`]: the connected nodes, and invoking a command on one of them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use gatehouse_protocol::error::WireError;
+use gatehouse_protocol::frame::EventFrame;
+use gatehouse_protocol::frame::Frame;
+use gatehouse_protocol::frame::names;
+use gatehouse_protocol::invoke::InvokeCancel;
+use gatehouse_protocol::invoke::InvokeRequest;
+use gatehouse_protocol::invoke::InvokeResult;
+use tokio::sync::mpsc;
+use tokio::sync::oneshot;
+
+use crate::link::session::Outbound;
+
+/// Why an invoke did not produce a result.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    /// No node is connected, so nothing was sent. Nothing falls back to a local path; the
+    /// caller reports `DEPENDENCY_UNAVAILABLE`.
+    #[error("the workspace node is not connected")]
+    Unavailable,
+    /// The request was sent and the node disconnected before answering: the command may or may
+    /// not have run.
+    #[error("the workspace node disconnected before answering")]
+    Disconnected,
+    /// The node did not answer within the timeout; the Gateway sent a cancel. The command may or
+    /// may not have run.
+    #[error("the workspace node did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The node does not serve this command.
+    #[error("the node does not serve {command}")]
+    CommandNotDeclared {
+        /// The command.
+        command: String,
+    },
+    /// The node ran the command and it failed with a stable code.
+    #[error("{0}")]
+    Remote(WireError),
+    /// The node's answer is not valid JSON of the expected shape.
+    #[error("the node sent a malformed result")]
+    Malformed,
+}
+
+/// A node's answer to one invoke.
+pub(crate) type InvokeOutcome = Result<InvokeResult, InvokeError>;
+
+/// One live node connection.
+#[derive(Debug)]
+pub struct NodeConnection {
+    /// The node's device id.
+    pub device_id: String,
+    /// The name the node gave.
+    pub display_name: String,
+    /// `native` or `codex`.
+    pub runtime: String,
+    /// The commands the node declared.
+    pub commands: Vec<String>,
+    /// The node's Agent workspace root, as it declared.
+    pub workspace_root: Option<String>,
+    /// Unique per connection, to tell a replaced connection from its successor.
+    pub conn_id: u64,
+    /// When the connection was admitted, in Unix milliseconds.
+    pub connected_at_ms: i64,
+    outbound: mpsc::Sender<Outbound>,
+    pending: Mutex<HashMap<String, oneshot::Sender<InvokeOutcome>>>,
+}
+
+impl NodeConnection {
+    /// Returns a connection record; the session owns the other end of `outbound`.
+    pub(crate) fn new(
+        identity: ConnectionIdentity,
+        conn_id: u64,
+        connected_at_ms: i64,
+        outbound: mpsc::Sender<Outbound>,
+    ) -> Self {
+        Self {
+            device_id: identity.device_id,
+            display_name: identity.display_name,
+            runtime: identity.runtime,
+            commands: identity.commands,
+            workspace_root: identity.workspace_root,
+            conn_id,
+            connected_at_ms,
+            outbound,
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Returns true when the node declared every command in `commands`.
+    pub fn serves_all(&self, commands: &[&str]) -> bool {
+        commands
+            .iter()
+            .all(|command| self.commands.iter().any(|declared| declared == command))
+    }
+
+    /// Delivers a node's `node.invoke.result` to its waiting caller. Returns false when no caller
+    /// waits (it timed out or went away).
+    pub(crate) fn complete(&self, result: InvokeResult) -> bool {
+        let waiter = lock(&self.pending).remove(&result.id);
+        match waiter {
+            Some(sender) => sender.send(Ok(result)).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Fails every waiting caller at once; called when the connection ends. Dropping the senders
+    /// wakes each receiver with an error that maps to [`InvokeError::Unavailable`].
+    pub(crate) fn fail_all(&self) {
+        lock(&self.pending).clear();
+    }
+
+    /// Asks the transport to close this connection with `reason`.
+    pub(crate) async fn outbound_close(&self, reason: &str) -> Result<(), ()> {
+        self.outbound
+            .send(Outbound::Close {
+                code: gatehouse_protocol::frame::CLOSE_CODE_POLICY,
+                reason: reason.to_owned(),
+            })
+            .await
+            .map_err(|_| ())
+    }
+
+    fn register(&self, id: String) -> oneshot::Receiver<InvokeOutcome> {
+        let (sender, receiver) = oneshot::channel();
+        lock(&self.pending).insert(id, sender);
+        receiver
+    }
+
+    fn forget(&self, id: &str) -> bool {
+        lock(&self.pending).remove(id).is_some()
+    }
+}
+
+/// What a node declared in its `connect`.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionIdentity {
+    pub(crate) device_id: String,
+    pub(crate) display_name: String,
+    pub(crate) runtime: String,
+    pub(crate) commands: Vec<String>,
+    pub(crate) workspace_root: Option<String>,
+}
+
+/// The connected nodes, by device id.
+#[derive(Debug, Default)]
+pub struct NodeRegistry {
+    connections: Mutex<HashMap<String, Arc<NodeConnection>>>,
+    next_id: AtomicU64,
+}
+
+impl NodeRegistry {
+    /// Returns a fresh id for a connection or an invoke.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Adds `connection`, replacing (and returning) an earlier connection of the same device.
+    pub(crate) fn insert(&self, connection: Arc<NodeConnection>) -> Option<Arc<NodeConnection>> {
+        lock(&self.connections).insert(connection.device_id.clone(), connection)
+    }
+
+    /// Removes the connection `conn_id` of `device_id`, unless a newer one replaced it.
+    pub(crate) fn remove(&self, device_id: &str, conn_id: u64) {
+        let mut connections = lock(&self.connections);
+        if connections
+            .get(device_id)
+            .is_some_and(|connection| connection.conn_id == conn_id)
+        {
+            connections.remove(device_id);
+        }
+    }
+
+    /// Returns the connection of `device_id`.
+    pub fn get(&self, device_id: &str) -> Option<Arc<NodeConnection>> {
+        lock(&self.connections).get(device_id).cloned()
+    }
+
+    /// Returns every live connection, ordered by device id.
+    pub fn all(&self) -> Vec<Arc<NodeConnection>> {
+        let mut all: Vec<Arc<NodeConnection>> = lock(&self.connections).values().cloned().collect();
+        all.sort_by(|left, right| left.device_id.cmp(&right.device_id));
+        all
+    }
+
+    /// Returns the most recently connected node that serves every command in `commands`.
+    pub fn find_serving(&self, commands: &[&str]) -> Option<Arc<NodeConnection>> {
+        self.all()
+            .into_iter()
+            .filter(|connection| connection.serves_all(commands))
+            .max_by_key(|connection| (connection.connected_at_ms, connection.conn_id))
+    }
+
+    /// Runs `command` with `params` on `connection` and waits at most `timeout` for the result.
+    ///
+    /// When the caller's future is dropped, or the timeout passes, the node is sent a
+    /// `node.invoke.cancel`. When the connection ends, the call fails at once with
+    /// [`InvokeError::Unavailable`].
+    ///
+    /// # Errors
+    /// Every [`InvokeError`].
+    pub async fn invoke(
+        &self,
+        connection: &Arc<NodeConnection>,
+        command: &str,
+        params: &serde_json::Value,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, InvokeError> {
+        if !connection.serves_all(&[command]) {
+            return Err(InvokeError::CommandNotDeclared {
+                command: command.to_owned(),
+            });
+        }
+        let id = format!("inv-{}", self.next_id());
+        let request = InvokeRequest {
+            id: id.clone(),
+            node_id: connection.device_id.clone(),
+            command: command.to_owned(),
+            params_json: Some(params.to_string()),
+            timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+        };
+        let receiver = connection.register(id.clone());
+        let guard = CancelOnDrop {
+            connection,
+            id: &id,
+            armed: true,
+        };
+        let frame = event_frame(names::NODE_INVOKE_REQUEST, &request);
+        if connection
+            .outbound
+            .send(Outbound::Text(frame))
+            .await
+            .is_err()
+        {
+            return Err(InvokeError::Unavailable);
+        }
+        let outcome = tokio::time::timeout(timeout, receiver).await;
+        let result = match outcome {
+            Err(_elapsed) => return Err(InvokeError::Timeout(timeout)),
+            Ok(Err(_closed)) => {
+                guard.disarm();
+                return Err(InvokeError::Disconnected);
+            }
+            Ok(Ok(result)) => {
+                guard.disarm();
+                result?
+            }
+        };
+        match (result.ok, result.payload, result.payload_json, result.error) {
+            (true, Some(payload), _, _) => Ok(payload),
+            (true, None, Some(text), _) => {
+                serde_json::from_str(&text).map_err(|_| InvokeError::Malformed)
+            }
+            (true, None, None, _) => Ok(serde_json::Value::Null),
+            (false, _, _, Some(error)) => Err(InvokeError::Remote(error)),
+            (false, _, _, None) => Err(InvokeError::Malformed),
+        }
+    }
+}
+
+/// Sends `node.invoke.cancel` if the invoke ends without a result (timeout or caller gone).
+struct CancelOnDrop<'a> {
+    connection: &'a NodeConnection,
+    id: &'a str,
+    armed: bool,
+}
+
+impl CancelOnDrop<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed && self.connection.forget(self.id) {
+            let cancel = InvokeCancel {
+                id: self.id.to_owned(),
+                node_id: self.connection.device_id.clone(),
+            };
+            let frame = event_frame(names::NODE_INVOKE_CANCEL, &cancel);
+            let _ = self.connection.outbound.try_send(Outbound::Text(frame));
+        }
+    }
+}
+
+/// Returns the text of an event frame carrying `payload`.
+pub(crate) fn event_frame(event: &str, payload: &impl serde::Serialize) -> String {
+    let frame = Frame::Event(EventFrame {
+        event: event.to_owned(),
+        payload: serde_json::to_value(payload).ok(),
+        seq: None,
+    });
+    serde_json::to_string(&frame).unwrap_or_default()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding these locks cannot leave the maps inconsistent, so a poisoned lock is
+    // still usable.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,497 @@
+//! One node connection, from challenge to close, over channels of text frames.
+
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
+
+use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::error::WireError;
+use gatehouse_protocol::frame::Frame;
+use gatehouse_protocol::frame::MAX_FRAME_BYTES;
+use gatehouse_protocol::frame::MAX_PREAUTH_FRAME_BYTES;
+use gatehouse_protocol::frame::ResponseFrame;
+use gatehouse_protocol::frame::names;
+use gatehouse_protocol::handshake::ConnectChallenge;
+use gatehouse_protocol::handshake::ConnectParams;
+use gatehouse_protocol::handshake::HelloAuth;
+use gatehouse_protocol::handshake::HelloOk;
+use gatehouse_protocol::handshake::HelloPolicy;
+use gatehouse_protocol::handshake::PROTOCOL_VERSION;
+use gatehouse_protocol::handshake::ServerInfo;
+use gatehouse_protocol::invoke::InvokeProgress;
+use gatehouse_protocol::invoke::InvokeResult;
+use gatehouse_store::Store;
+use gatehouse_store::model::NodeSeen;
+use tokio::sync::mpsc;
+
+use crate::audit::Audit;
+use crate::clock::now_ms;
+use crate::link::handshake::Admission;
+use crate::link::handshake::Refusal;
+use crate::link::handshake::admit;
+use crate::link::registry::ConnectionIdentity;
+use crate::link::registry::NodeConnection;
+use crate::link::registry::NodeRegistry;
+use crate::link::registry::event_frame;
+
+/// How long the node has to answer the challenge.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The capacity of a connection's outbound queue, in frames.
+pub const OUTBOUND_CAPACITY: usize = 64;
+
+/// The most bytes the Gateway buffers for one node before dropping it.
+pub const MAX_BUFFERED_BYTES: u64 = 2 * MAX_FRAME_BYTES as u64;
+
+/// A frame from the node, as the transport delivers it.
+#[derive(Debug)]
+pub enum Inbound {
+    /// A text frame.
+    Text(String),
+    /// A binary frame; the protocol has none, so it is refused.
+    Binary,
+    /// A frame over the transport's hard limit.
+    TooLarge,
+    /// A keep-alive answer.
+    Pong,
+    /// The node closed the connection or it broke.
+    Closed,
+}
+
+/// A frame for the node.
+#[derive(Debug)]
+pub enum Outbound {
+    /// A text frame.
+    Text(String),
+    /// A keep-alive probe.
+    Ping,
+    /// Close the connection with this code and reason (the stable error code).
+    Close {
+        /// The WebSocket close code.
+        code: u16,
+        /// The reason: a stable error code.
+        reason: String,
+    },
+}
+
+/// What a session needs from the Gateway.
+#[derive(Clone)]
+pub struct LinkContext {
+    /// The Gateway store.
+    pub store: Arc<dyn Store>,
+    /// The connected nodes.
+    pub registry: Arc<NodeRegistry>,
+    /// The audit trail.
+    pub audit: Audit,
+    /// The interval of `tick` events and keep-alive probes.
+    pub tick_interval: Duration,
+}
+
+/// Runs one node connection: challenge, admission, then serving until either side closes.
+///
+/// Every refusal sends the node a `res` with the stable code (when the request could be read),
+/// closes the transport with the code as the reason, and is logged and audited.
+pub async fn serve(
+    context: LinkContext,
+    mut inbound: mpsc::Receiver<Inbound>,
+    outbound: mpsc::Sender<Outbound>,
+) {
+    let challenge = ConnectChallenge {
+        nonce: match crate::secrets::random_token() {
+            Ok(nonce) => nonce,
+            Err(error) => {
+                tracing::error!(error = %error, "cannot create a challenge nonce");
+                return;
+            }
+        },
+        ts: now_ms(),
+    };
+    let challenge_frame = event_frame(names::CONNECT_CHALLENGE, &challenge);
+    if outbound
+        .send(Outbound::Text(challenge_frame))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, inbound.recv()).await;
+    let text = match first {
+        Err(_elapsed) => {
+            refuse(
+                &context,
+                &outbound,
+                None,
+                &plain_refusal(
+                    ErrorCode::Timeout,
+                    "HANDSHAKE_TIMEOUT",
+                    "no connect within 15 s",
+                ),
+            )
+            .await;
+            return;
+        }
+        Ok(None | Some(Inbound::Closed)) => return,
+        Ok(Some(Inbound::TooLarge)) => {
+            refuse(&context, &outbound, None, &too_large()).await;
+            return;
+        }
+        Ok(Some(Inbound::Binary | Inbound::Pong)) => {
+            refuse(
+                &context,
+                &outbound,
+                None,
+                &plain_refusal(
+                    ErrorCode::InvalidRequest,
+                    "BINARY_FRAME",
+                    "the first frame must be a connect request",
+                ),
+            )
+            .await;
+            return;
+        }
+        Ok(Some(Inbound::Text(text))) => text,
+    };
+    if text.len() > MAX_PREAUTH_FRAME_BYTES {
+        refuse(&context, &outbound, None, &too_large()).await;
+        return;
+    }
+    let request = match serde_json::from_str::<Frame>(&text) {
+        Ok(Frame::Req(request)) if request.method == names::CONNECT => request,
+        Ok(_) => {
+            refuse(
+                &context,
+                &outbound,
+                None,
+                &plain_refusal(
+                    ErrorCode::InvalidRequest,
+                    "CONNECT_REQUIRED",
+                    "the first frame must be a connect request",
+                ),
+            )
+            .await;
+            return;
+        }
+        Err(_) => {
+            refuse(
+                &context,
+                &outbound,
+                None,
+                &plain_refusal(
+                    ErrorCode::InvalidRequest,
+                    "MALFORMED_FRAME",
+                    "the frame is not valid JSON of a known frame type",
+                ),
+            )
+            .await;
+            return;
+        }
+    };
+    let Some(Ok(params)) = request
+        .params
+        .clone()
+        .map(serde_json::from_value::<ConnectParams>)
+    else {
+        refuse(
+            &context,
+            &outbound,
+            Some(&request.id),
+            &plain_refusal(
+                ErrorCode::InvalidRequest,
+                "CONNECT_PARAMS_INVALID",
+                "the connect parameters are malformed",
+            ),
+        )
+        .await;
+        return;
+    };
+    let admission = match admit(context.store.as_ref(), &challenge, &params, now_ms()).await {
+        Ok(admission) => admission,
+        Err(refusal) => {
+            refuse(&context, &outbound, Some(&request.id), &refusal).await;
+            return;
+        }
+    };
+    let Some(device) = params.device.as_ref() else {
+        return;
+    };
+    let identity = ConnectionIdentity {
+        device_id: device.id.clone(),
+        display_name: params
+            .client
+            .display_name
+            .clone()
+            .unwrap_or_else(|| device.id.chars().take(12).collect()),
+        runtime: params
+            .runtime
+            .clone()
+            .unwrap_or_else(|| String::from("native")),
+        commands: params.commands.clone(),
+        workspace_root: params.workspace_root.clone(),
+    };
+    let seen = NodeSeen {
+        device_id: identity.device_id.clone(),
+        display_name: identity.display_name.clone(),
+        runtime: identity.runtime.clone(),
+        commands: identity.commands.clone(),
+        workspace_root: identity.workspace_root.clone(),
+        at_ms: now_ms(),
+    };
+    if let Err(error) = context.store.record_node_seen(&seen).await {
+        tracing::warn!(error = %error, device_id = %seen.device_id, "cannot record node visit");
+    }
+    let conn_id = context.registry.next_id();
+    let (method, device_token) = match admission {
+        Admission::Enrolled { device_token } => ("bootstrap-token", Some(device_token)),
+        Admission::Reconnected => ("device-token", None),
+    };
+    let hello = HelloOk {
+        kind: String::from("hello-ok"),
+        protocol: PROTOCOL_VERSION.min(params.max_protocol),
+        server: ServerInfo {
+            version: String::from(env!("CARGO_PKG_VERSION")),
+            conn_id: format!("conn-{conn_id}"),
+        },
+        auth: HelloAuth {
+            method: String::from(method),
+            role: String::from("node"),
+            scopes: Vec::new(),
+            issued_at_ms: device_token.as_ref().map(|_| now_ms()),
+            device_token,
+        },
+        policy: HelloPolicy {
+            max_payload: MAX_FRAME_BYTES as u64,
+            max_buffered_bytes: MAX_BUFFERED_BYTES,
+            tick_interval_ms: u64::try_from(context.tick_interval.as_millis()).unwrap_or(u64::MAX),
+        },
+    };
+    let hello_frame = Frame::Res(ResponseFrame::success(
+        request.id.clone(),
+        serde_json::to_value(&hello).unwrap_or_default(),
+    ));
+    if outbound
+        .send(Outbound::Text(
+            serde_json::to_string(&hello_frame).unwrap_or_default(),
+        ))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    context
+        .audit
+        .record(
+            &format!("node:{}", identity.device_id),
+            "node.connect",
+            "allowed",
+            None,
+            serde_json::json!({"method": method, "runtime": identity.runtime, "commands": identity.commands}),
+        )
+        .await;
+    tracing::info!(device_id = %identity.device_id, method, runtime = %identity.runtime, "node connected");
+    let connection = Arc::new(NodeConnection::new(
+        identity,
+        conn_id,
+        now_ms(),
+        outbound.clone(),
+    ));
+    if let Some(replaced) = context.registry.insert(Arc::clone(&connection)) {
+        replaced.fail_all();
+        let _ = replaced.outbound_close("REPLACED").await;
+    }
+    run_connected(&context, &connection, &mut inbound, &outbound).await;
+    context
+        .registry
+        .remove(&connection.device_id, connection.conn_id);
+    connection.fail_all();
+    tracing::info!(device_id = %connection.device_id, "node disconnected");
+}
+
+/// Serves an admitted connection until it closes or goes silent.
+async fn run_connected(
+    context: &LinkContext,
+    connection: &Arc<NodeConnection>,
+    inbound: &mut mpsc::Receiver<Inbound>,
+    outbound: &mpsc::Sender<Outbound>,
+) {
+    let mut ticker = tokio::time::interval(context.tick_interval);
+    ticker.tick().await;
+    let mut last_heard = Instant::now();
+    loop {
+        tokio::select! {
+            frame = inbound.recv() => {
+                last_heard = Instant::now();
+                match frame {
+                    None | Some(Inbound::Closed) => return,
+                    Some(Inbound::Pong) => {}
+                    Some(Inbound::TooLarge) => {
+                        let _ = outbound.send(close(ErrorCode::FrameTooLarge)).await;
+                        audit_drop(context, connection, ErrorCode::FrameTooLarge).await;
+                        return;
+                    }
+                    Some(Inbound::Binary) => {
+                        let _ = outbound.send(close(ErrorCode::InvalidRequest)).await;
+                        return;
+                    }
+                    Some(Inbound::Text(text)) => handle_frame(connection, outbound, &text).await,
+                }
+            }
+            _ = ticker.tick() => {
+                if last_heard.elapsed() > context.tick_interval * 3 {
+                    tracing::warn!(device_id = %connection.device_id, "node silent for three ticks; dropping it");
+                    let _ = outbound.send(close(ErrorCode::Timeout)).await;
+                    return;
+                }
+                let tick = event_frame(names::TICK, &serde_json::json!({"ts": now_ms()}));
+                if outbound.send(Outbound::Text(tick)).await.is_err() || outbound.send(Outbound::Ping).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A frame from the node whose params stay unparsed until the method is known, so that a large
+/// result (a 16 MiB file is 22 MB of base64) is parsed once, straight into its own type.
+#[derive(serde::Deserialize)]
+struct IncomingFrame<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(borrow, default)]
+    params: Option<&'a serde_json::value::RawValue>,
+}
+
+async fn handle_frame(connection: &NodeConnection, outbound: &mpsc::Sender<Outbound>, text: &str) {
+    let Ok(frame) = serde_json::from_str::<IncomingFrame<'_>>(text) else {
+        tracing::warn!(device_id = %connection.device_id, "malformed frame from node");
+        return;
+    };
+    // Responses to our events do not exist in this protocol; events from the node are ignored.
+    let (true, Some(id), Some(method)) = (frame.kind == "req", frame.id, frame.method) else {
+        return;
+    };
+    let request = ParsedRequest {
+        id,
+        method,
+        params: frame.params,
+    };
+    let response = match request.method.as_str() {
+        names::NODE_INVOKE_RESULT => {
+            match request
+                .params
+                .map(|raw| serde_json::from_str::<InvokeResult>(raw.get()))
+            {
+                Some(Ok(result)) => {
+                    if !connection.complete(result) {
+                        tracing::debug!(device_id = %connection.device_id, "result for an invoke nobody waits for");
+                    }
+                    ResponseFrame::success(request.id, serde_json::json!({"ok": true}))
+                }
+                Some(Err(_)) | None => ResponseFrame::failure(
+                    request.id,
+                    WireError::new(ErrorCode::InvalidParams, "malformed node.invoke.result"),
+                ),
+            }
+        }
+        names::NODE_INVOKE_PROGRESS => {
+            match request
+                .params
+                .map(|raw| serde_json::from_str::<InvokeProgress>(raw.get()))
+            {
+                Some(Ok(_progress)) => {
+                    ResponseFrame::success(request.id, serde_json::json!({"ok": true}))
+                }
+                Some(Err(_)) | None => ResponseFrame::failure(
+                    request.id,
+                    WireError::new(ErrorCode::InvalidParams, "malformed node.invoke.progress"),
+                ),
+            }
+        }
+        other => ResponseFrame::failure(
+            request.id,
+            WireError::new(ErrorCode::InvalidRequest, format!("unknown method {other}")),
+        ),
+    };
+    let text = serde_json::to_string(&Frame::Res(response)).unwrap_or_default();
+    let _ = outbound.send(Outbound::Text(text)).await;
+}
+
+struct ParsedRequest<'a> {
+    id: String,
+    method: String,
+    params: Option<&'a serde_json::value::RawValue>,
+}
+
+async fn refuse(
+    context: &LinkContext,
+    outbound: &mpsc::Sender<Outbound>,
+    request_id: Option<&str>,
+    refusal: &Refusal,
+) {
+    tracing::warn!(code = %refusal.code, reason = refusal.reason, "node connection refused");
+    context
+        .audit
+        .record(
+            "node:unauthenticated",
+            "node.connect",
+            "denied",
+            Some(refusal.code.as_str()),
+            serde_json::json!({"reason": refusal.reason}),
+        )
+        .await;
+    if let Some(id) = request_id {
+        let error = WireError::new(refusal.code, refusal.message.clone())
+            .with_details(serde_json::json!({"reason": refusal.reason}));
+        let frame = Frame::Res(ResponseFrame::failure(id, error));
+        let _ = outbound
+            .send(Outbound::Text(
+                serde_json::to_string(&frame).unwrap_or_default(),
+            ))
+            .await;
+    }
+    let _ = outbound.send(close(refusal.code)).await;
+}
+
+async fn audit_drop(context: &LinkContext, connection: &NodeConnection, code: ErrorCode) {
+    tracing::warn!(device_id = %connection.device_id, code = %code, "node connection dropped");
+    context
+        .audit
+        .record(
+            &format!("node:{}", connection.device_id),
+            "node.frame",
+            "denied",
+            Some(code.as_str()),
+            serde_json::json!({}),
+        )
+        .await;
+}
+
+fn close(code: ErrorCode) -> Outbound {
+    let close_code = match code {
+        ErrorCode::FrameTooLarge => gatehouse_protocol::frame::CLOSE_CODE_TOO_BIG,
+        _ => gatehouse_protocol::frame::CLOSE_CODE_POLICY,
+    };
+    Outbound::Close {
+        code: close_code,
+        reason: code.as_str().to_owned(),
+    }
+}
+
+fn too_large() -> Refusal {
+    plain_refusal(
+        ErrorCode::FrameTooLarge,
+        "PREAUTH_FRAME_TOO_LARGE",
+        "frames before the handshake may be at most 64 KiB",
+    )
+}
+
+fn plain_refusal(code: ErrorCode, reason: &'static str, message: &str) -> Refusal {
+    Refusal {
+        code,
+        reason,
+        message: message.to_owned(),
+    }
+}

@@ -1,0 +1,508 @@
+//! Sessions and turns: admission, one active turn per session, queue modes, a global cap on
+//! concurrent turns, dispatch to the runtime, and the durable record of every outcome.
+//!
+//! - A message is admitted (and durable) before the API answers; see [`TurnEngine::admit`].
+//! - Each session has at most one driver task, which claims queued turns in order and runs them
+//!   one at a time. A global semaphore caps concurrent turns; past it, turns wait as `queued`.
+//! - A turn left `running` by a crash is marked `interrupted` at start and never replayed.
+
+pub mod events;
+pub mod runtime;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use gatehouse_store::Store;
+use gatehouse_store::StoreError;
+use gatehouse_store::model::Admitted;
+use gatehouse_store::model::NewUserMessage;
+use gatehouse_store::model::QueueMode;
+use gatehouse_store::model::TurnEnd;
+use gatehouse_store::model::TurnRecord;
+use gatehouse_store::model::TurnStatus;
+use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::now_ms;
+use crate::turns::events::EventHub;
+use crate::turns::runtime::TurnFailure;
+use crate::turns::runtime::TurnInput;
+use crate::turns::runtime::TurnRuntime;
+use crate::turns::runtime::TurnSink;
+
+/// The default cap on turns running at once across all sessions.
+pub const DEFAULT_MAX_CONCURRENT_TURNS: usize = 64;
+
+/// The capacity of a running turn's steer channel.
+const STEER_CAPACITY: usize = 16;
+
+/// Stages a turn's attachments on the Harness before dispatch.
+#[async_trait::async_trait]
+pub trait AttachmentStager: Send + Sync + 'static {
+    /// Stages `attachments` (`[{"mediaId","required"}]`) for `turn_id` and returns the
+    /// workspace-relative paths of the staged files.
+    ///
+    /// # Errors
+    /// A [`TurnFailure`] when a required attachment cannot be staged; the turn then fails before
+    /// dispatch.
+    async fn stage(
+        &self,
+        turn_id: &str,
+        attachments: &serde_json::Value,
+    ) -> Result<Vec<String>, TurnFailure>;
+}
+
+/// A message to admit.
+#[derive(Debug, Clone)]
+pub struct IncomingMessage {
+    /// The session.
+    pub session_key: String,
+    /// The user's text.
+    pub text: String,
+    /// `[{"mediaId","required"}]`.
+    pub attachments: serde_json::Value,
+    /// The caller's idempotency key.
+    pub idempotency_key: Option<String>,
+    /// How it is queued.
+    pub queue_mode: QueueMode,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct TurnMetrics {
+    /// Turns that ended, by status.
+    pub completed: AtomicU64,
+    /// Turns that failed.
+    pub failed: AtomicU64,
+    /// Turns that were aborted.
+    pub aborted: AtomicU64,
+    /// Turns marked interrupted at start.
+    pub interrupted: AtomicU64,
+    /// Turn latency histogram: counts per bucket of [`LATENCY_BUCKETS`], then the sum in ms.
+    pub latency_buckets: [AtomicU64; 10],
+    /// The sum of turn latencies in milliseconds.
+    pub latency_sum_ms: AtomicU64,
+    /// The number of observed latencies.
+    pub latency_count: AtomicU64,
+}
+
+/// Upper bounds, in seconds, of the turn latency histogram buckets.
+pub const LATENCY_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
+
+struct RunningTurn {
+    turn_id: String,
+    cancel: CancellationToken,
+    steer: mpsc::Sender<String>,
+}
+
+#[derive(Default)]
+struct Drivers {
+    /// Sessions with a driver task, and whether new work arrived while it ran.
+    active: HashMap<String, bool>,
+    running: HashMap<String, RunningTurn>,
+}
+
+/// Admits messages and drives turns.
+pub struct TurnEngine {
+    store: Arc<dyn Store>,
+    hub: Arc<EventHub>,
+    runtime: Option<Arc<dyn TurnRuntime>>,
+    stager: Option<Arc<dyn AttachmentStager>>,
+    slots: Arc<Semaphore>,
+    drivers: Mutex<Drivers>,
+    shutdown: CancellationToken,
+    /// Counters for `/metrics`.
+    pub metrics: TurnMetrics,
+}
+
+/// Why a message was not admitted.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitError {
+    /// The store refused (for example a full disk); nothing was admitted.
+    #[error("the message was not admitted")]
+    Store(#[from] StoreError),
+}
+
+impl TurnEngine {
+    /// Returns an engine. `runtime` is `None` until a runtime is configured: turns then fail with
+    /// `NO_RUNTIME`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        hub: Arc<EventHub>,
+        runtime: Option<Arc<dyn TurnRuntime>>,
+        stager: Option<Arc<dyn AttachmentStager>>,
+        max_concurrent_turns: usize,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            hub,
+            runtime,
+            stager,
+            slots: Arc::new(Semaphore::new(max_concurrent_turns.max(1))),
+            drivers: Mutex::new(Drivers::default()),
+            shutdown: CancellationToken::new(),
+            metrics: TurnMetrics::default(),
+        })
+    }
+
+    /// Returns the runtime name new sessions record.
+    pub fn runtime_name(&self) -> &str {
+        self.runtime
+            .as_ref()
+            .map_or("none", |runtime| runtime.name())
+    }
+
+    /// Marks turns left running by a crash as interrupted, then starts drivers for every session
+    /// with queued turns. Call once, at start.
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub async fn recover(self: &Arc<Self>) -> Result<(), StoreError> {
+        let interrupted = self.store.interrupt_running_turns(now_ms()).await?;
+        for turn in &interrupted {
+            tracing::warn!(turn_id = %turn.turn_id, session_key = %turn.session_key, "turn interrupted by a restart; it is not replayed");
+            self.metrics.interrupted.fetch_add(1, Ordering::Relaxed);
+            self.hub.sync(&turn.session_key).await;
+        }
+        for session_key in self.store.sessions_with_queued_turns().await? {
+            self.kick(&session_key);
+        }
+        Ok(())
+    }
+
+    /// Admits a message durably and schedules its session. For `interrupt`, the running turn is
+    /// aborted first; for `steer`, the text goes to the running turn when the runtime supports it
+    /// (and is otherwise queued as a follow-up).
+    ///
+    /// # Errors
+    /// [`AdmitError::Store`]: nothing was admitted.
+    pub async fn admit(self: &Arc<Self>, message: IncomingMessage) -> Result<Admitted, AdmitError> {
+        if message.queue_mode == QueueMode::Interrupt {
+            self.abort(&message.session_key);
+        }
+        if message.queue_mode == QueueMode::Steer
+            && let Some(admitted) = self.try_steer(&message).await?
+        {
+            return Ok(admitted);
+        }
+        let admitted = self
+            .store
+            .admit_user_message(&NewUserMessage {
+                session_key: message.session_key.clone(),
+                runtime: self.runtime_name().to_owned(),
+                turn_id: new_turn_id(),
+                text: message.text,
+                attachments: message.attachments,
+                idempotency_key: message.idempotency_key,
+                queue_mode: message.queue_mode,
+                now_ms: now_ms(),
+            })
+            .await?;
+        if admitted.created {
+            self.hub.sync(&message.session_key).await;
+            self.kick(&message.session_key);
+        }
+        Ok(admitted)
+    }
+
+    /// Aborts the running turn of `session_key`; returns whether one was running.
+    pub fn abort(&self, session_key: &str) -> bool {
+        let drivers = lock(&self.drivers);
+        match drivers.running.get(session_key) {
+            Some(running) => {
+                running.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Returns the running turn of `session_key`.
+    pub fn running_turn(&self, session_key: &str) -> Option<String> {
+        lock(&self.drivers)
+            .running
+            .get(session_key)
+            .map(|running| running.turn_id.clone())
+    }
+
+    /// Returns the number of sessions with a running turn.
+    pub fn active_sessions(&self) -> usize {
+        lock(&self.drivers).running.len()
+    }
+
+    /// Stops dispatching and cancels running turns (they end as `interrupted`).
+    pub fn shut_down(&self) {
+        self.shutdown.cancel();
+        for running in lock(&self.drivers).running.values() {
+            running.cancel.cancel();
+        }
+    }
+
+    async fn try_steer(&self, message: &IncomingMessage) -> Result<Option<Admitted>, AdmitError> {
+        let supports = self
+            .runtime
+            .as_ref()
+            .is_some_and(|runtime| runtime.supports_steer());
+        if !supports {
+            return Ok(None);
+        }
+        let target = {
+            let drivers = lock(&self.drivers);
+            drivers
+                .running
+                .get(&message.session_key)
+                .map(|running| (running.turn_id.clone(), running.steer.clone()))
+        };
+        let Some((turn_id, steer)) = target else {
+            return Ok(None);
+        };
+        if steer.try_send(message.text.clone()).is_err() {
+            return Ok(None);
+        }
+        let sink = TurnSink::new(
+            Arc::clone(&self.store),
+            Arc::clone(&self.hub),
+            message.session_key.clone(),
+            turn_id.clone(),
+        );
+        if sink.commit("user", &message.text, None).await.is_err() {
+            return Ok(None);
+        }
+        let turn = self.store.turn(&turn_id).await?;
+        Ok(turn.map(|turn| Admitted {
+            turn,
+            created: true,
+        }))
+    }
+
+    /// Starts the session's driver, or tells the running one that new work arrived.
+    fn kick(self: &Arc<Self>, session_key: &str) {
+        if self.shutdown.is_cancelled() {
+            return;
+        }
+        {
+            let mut drivers = lock(&self.drivers);
+            if let Some(dirty) = drivers.active.get_mut(session_key) {
+                *dirty = true;
+                return;
+            }
+            drivers.active.insert(session_key.to_owned(), false);
+        }
+        let engine = Arc::clone(self);
+        let session_key = session_key.to_owned();
+        tokio::spawn(async move { engine.drive(session_key).await });
+    }
+
+    /// Runs the session's queued turns one at a time until none is left.
+    async fn drive(self: Arc<Self>, session_key: String) {
+        loop {
+            let claimed = self.claim(&session_key).await;
+            match claimed {
+                Some((turn, permit)) => {
+                    self.run(turn).await;
+                    drop(permit);
+                }
+                None => {
+                    let mut drivers = lock(&self.drivers);
+                    let dirty = drivers.active.get(&session_key).copied().unwrap_or(false);
+                    if dirty && !self.shutdown.is_cancelled() {
+                        drivers.active.insert(session_key.clone(), false);
+                        continue;
+                    }
+                    drivers.active.remove(&session_key);
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn claim(
+        &self,
+        session_key: &str,
+    ) -> Option<(TurnRecord, tokio::sync::OwnedSemaphorePermit)> {
+        let permit = tokio::select! {
+            permit = Arc::clone(&self.slots).acquire_owned() => permit.ok()?,
+            () = self.shutdown.cancelled() => return None,
+        };
+        match self.store.claim_next_turn(session_key, now_ms()).await {
+            Ok(Some(turn)) => Some((turn, permit)),
+            Ok(None) => None,
+            Err(error) => {
+                tracing::error!(error = %error, session_key, "cannot claim the next turn");
+                None
+            }
+        }
+    }
+
+    async fn run(&self, turn: TurnRecord) {
+        let started = Instant::now();
+        let session_key = turn.session_key.clone();
+        self.hub.sync(&session_key).await;
+        let cancel = self.shutdown.child_token();
+        let (steer_sender, steer) = mpsc::channel(STEER_CAPACITY);
+        lock(&self.drivers).running.insert(
+            session_key.clone(),
+            RunningTurn {
+                turn_id: turn.turn_id.clone(),
+                cancel: cancel.clone(),
+                steer: steer_sender,
+            },
+        );
+        let outcome = self.execute(&turn, cancel.clone(), steer).await;
+        lock(&self.drivers).running.remove(&session_key);
+        let end = match outcome {
+            Ok(reply) => TurnEnd {
+                status: TurnStatus::Completed,
+                reply: Some(reply),
+                error_code: None,
+                error_message: None,
+                now_ms: now_ms(),
+            },
+            Err(_) if cancel.is_cancelled() && self.shutdown.is_cancelled() => TurnEnd {
+                status: TurnStatus::Interrupted,
+                reply: None,
+                error_code: Some(String::from("SHUTDOWN")),
+                error_message: Some(String::from(
+                    "the gateway shut down while this turn ran; it is not replayed",
+                )),
+                now_ms: now_ms(),
+            },
+            Err(_) if cancel.is_cancelled() => TurnEnd {
+                status: TurnStatus::Aborted,
+                reply: None,
+                error_code: Some(String::from("ABORTED")),
+                error_message: Some(String::from("the turn was aborted")),
+                now_ms: now_ms(),
+            },
+            Err(failure) => TurnEnd {
+                status: TurnStatus::Failed,
+                reply: None,
+                error_code: Some(failure.code),
+                error_message: Some(failure.message),
+                now_ms: now_ms(),
+            },
+        };
+        self.record_end(&turn, &end, started).await;
+    }
+
+    async fn execute(
+        &self,
+        turn: &TurnRecord,
+        cancel: CancellationToken,
+        steer: mpsc::Receiver<String>,
+    ) -> Result<String, TurnFailure> {
+        let user_texts: Vec<String> = self
+            .store
+            .turn_user_messages(&turn.turn_id)
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?
+            .into_iter()
+            .map(|message| message.content)
+            .collect();
+        let has_attachments = turn
+            .attachments
+            .as_array()
+            .is_some_and(|list| !list.is_empty());
+        let attachments = match (&self.stager, has_attachments) {
+            (_, false) => Vec::new(),
+            (Some(stager), true) => stager.stage(&turn.turn_id, &turn.attachments).await?,
+            (None, true) => {
+                return Err(TurnFailure::new(
+                    "ATTACHMENTS_UNSUPPORTED",
+                    "this gateway cannot stage attachments",
+                ));
+            }
+        };
+        let Some(runtime) = self.runtime.clone() else {
+            return Err(TurnFailure::new(
+                "NO_RUNTIME",
+                "no runtime is configured, so no model runs this turn; start a Harness runtime (native or codex)",
+            ));
+        };
+        let sink = TurnSink::new(
+            Arc::clone(&self.store),
+            Arc::clone(&self.hub),
+            turn.session_key.clone(),
+            turn.turn_id.clone(),
+        );
+        let input = TurnInput {
+            session_key: turn.session_key.clone(),
+            turn_id: turn.turn_id.clone(),
+            user_texts,
+            attachments,
+            cancel: cancel.clone(),
+            steer,
+        };
+        tokio::select! {
+            result = runtime.run_turn(input, sink) => result,
+            () = cancel.cancelled() => Err(TurnFailure::new("ABORTED", "the turn was aborted")),
+        }
+    }
+
+    async fn record_end(&self, turn: &TurnRecord, end: &TurnEnd, started: Instant) {
+        let counter = match end.status {
+            TurnStatus::Completed => &self.metrics.completed,
+            TurnStatus::Aborted => &self.metrics.aborted,
+            TurnStatus::Interrupted => &self.metrics.interrupted,
+            TurnStatus::Failed | TurnStatus::Queued | TurnStatus::Running => &self.metrics.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let seconds = started.elapsed().as_secs_f64();
+        if let Some(bucket) = LATENCY_BUCKETS.iter().position(|bound| seconds <= *bound) {
+            self.metrics.latency_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        }
+        self.metrics
+            .latency_sum_ms
+            .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.metrics.latency_count.fetch_add(1, Ordering::Relaxed);
+        match self.store.finish_turn(&turn.turn_id, end).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(error) => {
+                tracing::error!(error = %error, turn_id = %turn.turn_id, "cannot record the end of a turn");
+                return;
+            }
+        }
+        let (kind, payload) = match end.status {
+            TurnStatus::Completed => (
+                "turn.completed",
+                serde_json::json!({"turnId": turn.turn_id, "status": "completed", "reply": end.reply}),
+            ),
+            status => (
+                "turn.failed",
+                serde_json::json!({"turnId": turn.turn_id, "status": status.as_str(),
+                    "error": {"code": end.error_code, "message": end.error_message}}),
+            ),
+        };
+        if let Err(error) = self
+            .store
+            .append_event(&turn.session_key, kind, &payload, now_ms())
+            .await
+        {
+            tracing::error!(error = %error, turn_id = %turn.turn_id, "cannot record a turn event");
+        }
+        self.hub.sync(&turn.session_key).await;
+    }
+}
+
+/// Returns a new turn id: `turn-` and 24 hex digits.
+fn new_turn_id() -> String {
+    let mut bytes = [0_u8; 12];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The random source failed; a time-based id is still unique enough here because the
+        // store refuses duplicates.
+        return format!("turn-{:024x}", now_ms());
+    }
+    format!("turn-{}", hex::encode(bytes))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,173 @@
+//! [`TurnRuntime`]: what runs a turn. The Gateway admits and records turns; a runtime (native
+//! workers or Codex, on the Harness) produces the reply. The Gateway itself never calls a model.
+
+use std::sync::Arc;
+
+use gatehouse_store::Store;
+use gatehouse_store::model::NewTurnMessage;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::now_ms;
+use crate::turns::events::EventHub;
+
+/// What a runtime gets for one turn.
+#[derive(Debug)]
+pub struct TurnInput {
+    /// The session.
+    pub session_key: String,
+    /// The turn.
+    pub turn_id: String,
+    /// The user texts of the turn, in order (several when messages were collected).
+    pub user_texts: Vec<String>,
+    /// Workspace-relative paths of the staged attachments.
+    pub attachments: Vec<String>,
+    /// Cancelled when the turn is aborted or the Gateway shuts down.
+    pub cancel: CancellationToken,
+    /// Texts steered into the running turn (`queueMode: "steer"`).
+    pub steer: mpsc::Receiver<String>,
+}
+
+/// How a turn failed: a stable code and a message that says what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnFailure {
+    /// The stable code, for example `MODEL_UNAVAILABLE` or `NO_RUNTIME`.
+    pub code: String,
+    /// What happened.
+    pub message: String,
+}
+
+impl TurnFailure {
+    /// Returns a failure with `code` and `message`.
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Runs turns.
+#[async_trait::async_trait]
+pub trait TurnRuntime: Send + Sync + 'static {
+    /// The runtime's name, recorded on sessions: `native` or `codex`.
+    fn name(&self) -> &str;
+
+    /// Whether a running turn accepts steered input.
+    fn supports_steer(&self) -> bool;
+
+    /// Runs one turn to its end. Complete messages are committed through `sink` as they finish;
+    /// the returned text is the turn's reply.
+    ///
+    /// # Errors
+    /// A [`TurnFailure`] with a stable code; the Gateway records it and the session stays usable.
+    async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure>;
+}
+
+/// A runtime's channel back to the Gateway for one turn: deltas are streamed, complete messages
+/// and tool events are committed. Every commit is fenced: once the turn has ended (aborted,
+/// interrupted), commits are refused.
+#[derive(Clone)]
+pub struct TurnSink {
+    store: Arc<dyn Store>,
+    hub: Arc<EventHub>,
+    session_key: String,
+    turn_id: String,
+}
+
+impl TurnSink {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        hub: Arc<EventHub>,
+        session_key: String,
+        turn_id: String,
+    ) -> Self {
+        Self {
+            store,
+            hub,
+            session_key,
+            turn_id,
+        }
+    }
+
+    /// Streams a piece of assistant text. Not stored.
+    pub fn delta(&self, text: &str) {
+        self.hub.publish_ephemeral(
+            &self.session_key,
+            "message.delta",
+            serde_json::json!({"turnId": self.turn_id, "text": text}),
+        );
+    }
+
+    /// Records that a tool started.
+    ///
+    /// # Errors
+    /// A [`TurnFailure`] when the event cannot be stored.
+    pub async fn tool_started(
+        &self,
+        tool: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<(), TurnFailure> {
+        self.event(
+            "tool.started",
+            serde_json::json!({"turnId": self.turn_id, "tool": tool, "arguments": arguments}),
+        )
+        .await
+    }
+
+    /// Records that a tool finished.
+    ///
+    /// # Errors
+    /// A [`TurnFailure`] when the event cannot be stored.
+    pub async fn tool_completed(&self, tool: &str, ok: bool) -> Result<(), TurnFailure> {
+        self.event(
+            "tool.completed",
+            serde_json::json!({"turnId": self.turn_id, "tool": tool, "ok": ok}),
+        )
+        .await
+    }
+
+    /// Commits a complete `assistant` or `tool` message and returns its transcript seq.
+    ///
+    /// # Errors
+    /// `TURN_FENCED` when the turn is no longer running; `STORE_FAILURE` otherwise.
+    pub async fn commit(
+        &self,
+        role: &str,
+        content: &str,
+        tool_name: Option<&str>,
+    ) -> Result<i64, TurnFailure> {
+        let message = NewTurnMessage {
+            turn_id: self.turn_id.clone(),
+            role: role.to_owned(),
+            content: content.to_owned(),
+            tool_name: tool_name.map(str::to_owned),
+            now_ms: now_ms(),
+        };
+        match self.store.commit_turn_message(&message).await {
+            Ok(Some(seq)) => {
+                let _ = self
+                    .event(
+                        "message.completed",
+                        serde_json::json!({"turnId": self.turn_id, "seq": seq, "role": role, "toolName": tool_name}),
+                    )
+                    .await;
+                Ok(seq)
+            }
+            Ok(None) => Err(TurnFailure::new(
+                "TURN_FENCED",
+                "the turn is no longer running; the message was not committed",
+            )),
+            Err(error) => Err(TurnFailure::new(error.code(), error.to_string())),
+        }
+    }
+
+    async fn event(&self, kind: &str, payload: serde_json::Value) -> Result<(), TurnFailure> {
+        self.store
+            .append_event(&self.session_key, kind, &payload, now_ms())
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+        self.hub.sync(&self.session_key).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,5 @@
+mod documents;
+mod media;
+mod sessions;
+mod staging;
+mod support;

@@ -1,0 +1,607 @@
+//! Sessions and turns through the HTTP API: admission, queue modes, the global cap, abort,
+//! fencing, transcripts, turn long-polls and the event stream, with a scripted runtime standing
+//! in for the Harness.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use futures_util::StreamExt;
+use gatehouse_gateway::turns::runtime::TurnFailure;
+use gatehouse_gateway::turns::runtime::TurnInput;
+use gatehouse_gateway::turns::runtime::TurnRuntime;
+use gatehouse_gateway::turns::runtime::TurnSink;
+use pretty_assertions::assert_eq;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+use crate::suite::support::FakeWorkspace;
+use crate::suite::support::FetchAnswer;
+use crate::suite::support::TestGateway;
+use crate::suite::support::WriteAnswer;
+use crate::suite::support::gateway;
+use crate::suite::support::gateway_with;
+use crate::suite::support::operator_request;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A runtime whose turns stream two deltas, then wait for a release permit (or read steered
+/// text), then commit a reply naming the texts they got.
+struct ScriptedRuntime {
+    release: Semaphore,
+    started: Mutex<Vec<Vec<String>>>,
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+    steer: bool,
+    ignore_cancel: bool,
+}
+
+impl ScriptedRuntime {
+    fn new() -> Arc<Self> {
+        Arc::new(Self::build(false, false))
+    }
+
+    fn build(steer: bool, ignore_cancel: bool) -> Self {
+        Self {
+            release: Semaphore::new(0),
+            started: Mutex::new(Vec::new()),
+            running: AtomicUsize::new(0),
+            max_running: AtomicUsize::new(0),
+            steer,
+            ignore_cancel,
+        }
+    }
+
+    fn release(&self, n_turns: usize) {
+        self.release.add_permits(n_turns);
+    }
+
+    fn started(&self) -> Vec<Vec<String>> {
+        self.started.lock().unwrap().clone()
+    }
+
+    async fn wait_started(&self, n_turns: usize) {
+        tokio::time::timeout(WAIT, async {
+            while self.started.lock().unwrap().len() < n_turns {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("turns did not start");
+    }
+}
+
+#[async_trait::async_trait]
+impl TurnRuntime for ScriptedRuntime {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn supports_steer(&self) -> bool {
+        self.steer
+    }
+
+    async fn run_turn(&self, mut input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(now, Ordering::SeqCst);
+        self.started.lock().unwrap().push(input.user_texts.clone());
+        sink.delta("part");
+        sink.delta("ial");
+        let mut texts = input.user_texts.clone();
+        let waited = async {
+            loop {
+                tokio::select! {
+                    permit = self.release.acquire() => { permit.unwrap().forget(); return; }
+                    Some(steered) = input.steer.recv() => texts.push(steered),
+                }
+            }
+        };
+        match self.ignore_cancel {
+            true => waited.await,
+            false => {
+                tokio::select! {
+                    () = waited => {}
+                    () = input.cancel.cancelled() => {
+                        self.running.fetch_sub(1, Ordering::SeqCst);
+                        return Err(TurnFailure::new("ABORTED", "aborted"));
+                    }
+                }
+            }
+        }
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        let reply = format!("reply to {}", texts.join("+"));
+        sink.commit("assistant", &reply, None).await?;
+        Ok(reply)
+    }
+}
+
+fn workspace() -> FakeWorkspace {
+    FakeWorkspace::new(FetchAnswer::NotFound, WriteAnswer::Confirmed)
+}
+
+async fn post(
+    gateway: &TestGateway,
+    session: &str,
+    body: serde_json::Value,
+) -> (StatusCode, serde_json::Value) {
+    gateway
+        .send(operator_request(
+            "POST",
+            &format!("/v1/sessions/{session}/messages"),
+            Body::from(body.to_string()),
+        ))
+        .await
+}
+
+async fn say(gateway: &TestGateway, session: &str, text: &str) -> String {
+    let (status, body) = post(gateway, session, serde_json::json!({"text": text})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    body["turnId"].as_str().unwrap().to_owned()
+}
+
+async fn wait_turn(gateway: &TestGateway, turn_id: &str) -> serde_json::Value {
+    let (status, body) = gateway
+        .send(operator_request(
+            "GET",
+            &format!("/v1/turns/{turn_id}?wait=20"),
+            Body::empty(),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+async fn transcript(gateway: &TestGateway, session: &str) -> Vec<(String, String)> {
+    let (status, body) = gateway
+        .send(operator_request(
+            "GET",
+            &format!("/v1/sessions/{session}/transcript"),
+            Body::empty(),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| {
+            (
+                message["role"].as_str().unwrap().to_owned(),
+                message["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn without_a_runtime_turns_fail_with_no_runtime_and_the_message_is_kept() {
+    let gateway = gateway(workspace()).await;
+    let turn = say(&gateway, "s", "hello").await;
+    let body = wait_turn(&gateway, &turn).await;
+    assert_eq!(body["status"], "failed");
+    assert_eq!(body["error"]["code"], "NO_RUNTIME");
+    assert_eq!(
+        transcript(&gateway, "s").await,
+        vec![("user".to_owned(), "hello".to_owned())]
+    );
+    // The session stays usable.
+    let again = say(&gateway, "s", "again").await;
+    assert_eq!(
+        wait_turn(&gateway, &again).await["error"]["code"],
+        "NO_RUNTIME"
+    );
+}
+
+#[tokio::test]
+async fn followup_turns_run_one_at_a_time_in_order() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
+    let turns = [
+        say(&gateway, "s", "one").await,
+        say(&gateway, "s", "two").await,
+        say(&gateway, "s", "three").await,
+    ];
+    runtime.wait_started(1).await;
+    // Only one turn of the session runs.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(runtime.started().len(), 1);
+    runtime.release(3);
+    for turn in &turns {
+        assert_eq!(wait_turn(&gateway, turn).await["status"], "completed");
+    }
+    assert_eq!(
+        runtime.started(),
+        vec![
+            vec!["one".to_owned()],
+            vec!["two".to_owned()],
+            vec!["three".to_owned()]
+        ]
+    );
+    assert_eq!(runtime.max_running.load(Ordering::SeqCst), 1);
+    let replies: Vec<String> = transcript(&gateway, "s")
+        .await
+        .into_iter()
+        .filter(|(role, _)| role == "assistant")
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(
+        replies,
+        vec!["reply to one", "reply to two", "reply to three"]
+    );
+    assert_eq!(
+        wait_turn(&gateway, &turns[0]).await["reply"],
+        "reply to one"
+    );
+}
+
+#[tokio::test]
+async fn collect_merges_queued_messages_into_the_next_turn() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
+    let first = say(&gateway, "s", "first").await;
+    runtime.wait_started(1).await;
+    let (_, a) = post(
+        &gateway,
+        "s",
+        serde_json::json!({"text": "a", "queueMode": "collect"}),
+    )
+    .await;
+    let (_, b) = post(
+        &gateway,
+        "s",
+        serde_json::json!({"text": "b", "queueMode": "collect"}),
+    )
+    .await;
+    assert_eq!(a["turnId"], b["turnId"]);
+    runtime.release(2);
+    assert_eq!(wait_turn(&gateway, &first).await["status"], "completed");
+    let merged = wait_turn(&gateway, a["turnId"].as_str().unwrap()).await;
+    assert_eq!(merged["reply"], "reply to a+b");
+    assert_eq!(runtime.started()[1], vec!["a".to_owned(), "b".to_owned()]);
+}
+
+#[tokio::test]
+async fn interrupt_aborts_the_running_turn_first() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
+    let first = say(&gateway, "s", "long").await;
+    runtime.wait_started(1).await;
+    let (status, second) = post(
+        &gateway,
+        "s",
+        serde_json::json!({"text": "now", "queueMode": "interrupt"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let aborted = wait_turn(&gateway, &first).await;
+    assert_eq!(aborted["status"], "aborted");
+    runtime.wait_started(2).await;
+    runtime.release(1);
+    assert_eq!(
+        wait_turn(&gateway, second["turnId"].as_str().unwrap()).await["reply"],
+        "reply to now"
+    );
+}
+
+#[tokio::test]
+async fn steer_reaches_the_running_turn_when_the_runtime_supports_it() {
+    let runtime = Arc::new(ScriptedRuntime::build(true, false));
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
+    let first = say(&gateway, "s", "start").await;
+    runtime.wait_started(1).await;
+    let (_, steered) = post(
+        &gateway,
+        "s",
+        serde_json::json!({"text": "also this", "queueMode": "steer"}),
+    )
+    .await;
+    assert_eq!(steered["turnId"], first.as_str());
+    // Give the runtime a moment to read the steered text before releasing it.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    runtime.release(1);
+    assert_eq!(
+        wait_turn(&gateway, &first).await["reply"],
+        "reply to start+also this"
+    );
+    assert_eq!(runtime.started().len(), 1);
+}
+
+#[tokio::test]
+async fn steer_without_runtime_support_is_a_followup() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
+    let first = say(&gateway, "s", "start").await;
+    runtime.wait_started(1).await;
+    let (_, steered) = post(
+        &gateway,
+        "s",
+        serde_json::json!({"text": "later", "queueMode": "steer"}),
+    )
+    .await;
+    assert_ne!(steered["turnId"], first.as_str());
+    runtime.release(2);
+    assert_eq!(
+        wait_turn(&gateway, steered["turnId"].as_str().unwrap()).await["reply"],
+        "reply to later"
+    );
+}
+
+#[tokio::test]
+async fn the_global_cap_limits_concurrent_turns_and_the_rest_wait_queued() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 2).await;
+    let mut turns = Vec::new();
+    for session in 0..6 {
+        turns.push(say(&gateway, &format!("s{session}"), "go").await);
+    }
+    runtime.wait_started(2).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(runtime.started().len(), 2);
+    let queued = turns.len() - 2;
+    let mut n_queued = 0;
+    for turn in &turns {
+        let (_, body) = gateway
+            .send(operator_request(
+                "GET",
+                &format!("/v1/turns/{turn}"),
+                Body::empty(),
+            ))
+            .await;
+        n_queued += usize::from(body["status"] == "queued");
+    }
+    assert_eq!(n_queued, queued);
+    runtime.release(6);
+    for turn in &turns {
+        assert_eq!(wait_turn(&gateway, turn).await["status"], "completed");
+    }
+    assert_eq!(runtime.max_running.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn abort_stops_the_running_turn_and_fences_its_late_commit() {
+    let runtime = Arc::new(ScriptedRuntime::build(false, true));
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
+    let turn = say(&gateway, "s", "work").await;
+    runtime.wait_started(1).await;
+    let (status, body) = gateway
+        .send(operator_request(
+            "POST",
+            "/v1/sessions/s/abort",
+            Body::empty(),
+        ))
+        .await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::OK, serde_json::json!({"aborted": true}))
+    );
+    assert_eq!(wait_turn(&gateway, &turn).await["status"], "aborted");
+    // The runtime ignores the cancel and tries to commit later: the store refuses it.
+    runtime.release(1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        transcript(&gateway, "s").await,
+        vec![("user".to_owned(), "work".to_owned())]
+    );
+    let (_, none) = gateway
+        .send(operator_request(
+            "POST",
+            "/v1/sessions/s/abort",
+            Body::empty(),
+        ))
+        .await;
+    assert_eq!(none, serde_json::json!({"aborted": false}));
+}
+
+#[tokio::test]
+async fn an_idempotency_key_returns_the_same_turn_even_for_concurrent_duplicates() {
+    let gateway = Arc::new(gateway(workspace()).await);
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let gateway = Arc::clone(&gateway);
+        tasks.push(tokio::spawn(async move {
+            post(
+                &gateway,
+                "s",
+                serde_json::json!({"text": "once", "idempotencyKey": "key-1"}),
+            )
+            .await
+        }));
+    }
+    let mut turn_ids = std::collections::BTreeSet::new();
+    for task in tasks {
+        let (status, body) = task.await.unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED);
+        turn_ids.insert(body["turnId"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(turn_ids.len(), 1);
+    assert_eq!(transcript(&gateway, "s").await.len(), 1);
+}
+
+#[tokio::test]
+async fn invalid_messages_are_refused() {
+    let gateway = gateway(workspace()).await;
+    for (session, body, code) in [
+        (
+            "s",
+            serde_json::json!({"text": "x", "extra": 1}),
+            "INVALID_REQUEST",
+        ),
+        ("s", serde_json::json!({"text": ""}), "INVALID_REQUEST"),
+        (
+            "s",
+            serde_json::json!({"text": "x", "queueMode": "later"}),
+            "INVALID_REQUEST",
+        ),
+        ("s", serde_json::json!({"texts": "x"}), "INVALID_REQUEST"),
+        (
+            "bad%20key",
+            serde_json::json!({"text": "x"}),
+            "INVALID_REQUEST",
+        ),
+        (
+            "s",
+            serde_json::json!({"text": "x", "attachments": [{"mediaId": "m", "size": 1}]}),
+            "INVALID_REQUEST",
+        ),
+    ] {
+        let (status, answer) = post(&gateway, session, body.clone()).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(code)),
+            "{body}"
+        );
+    }
+    let (status, big) = post(
+        &gateway,
+        "s",
+        serde_json::json!({"text": "x".repeat(300 * 1024)}),
+    )
+    .await;
+    assert_eq!(
+        (status, big["error"]["code"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("PAYLOAD_TOO_LARGE"))
+    );
+    let (_, sessions) = gateway
+        .send(operator_request("GET", "/v1/sessions", Body::empty()))
+        .await;
+    assert_eq!(sessions, serde_json::json!({"sessions": []}));
+}
+
+/// Reads SSE blocks from a response body until `count` events were read.
+async fn read_events(body: Body, count: usize) -> Vec<(String, serde_json::Value)> {
+    let mut stream = body.into_data_stream();
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        while events.len() < count {
+            let Some(chunk) = stream.next().await else {
+                break;
+            };
+            buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let kind = block
+                    .lines()
+                    .find_map(|line| line.strip_prefix("event: "))
+                    .map(str::to_owned);
+                let data = block
+                    .lines()
+                    .find_map(|line| line.strip_prefix("data: "))
+                    .map(str::to_owned);
+                if let (Some(kind), Some(data)) = (kind, data) {
+                    events.push((kind, serde_json::from_str(&data).unwrap()));
+                }
+            }
+        }
+    })
+    .await
+    .expect("events did not arrive");
+    events
+}
+
+#[tokio::test]
+async fn the_event_stream_resumes_after_a_seq_and_streams_deltas_live() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
+    let first = say(&gateway, "s", "one").await;
+    runtime.release(1);
+    wait_turn(&gateway, &first).await;
+    let stream = gateway
+        .router
+        .clone()
+        .oneshot(operator_request(
+            "GET",
+            "/v1/sessions/s/events",
+            Body::empty(),
+        ))
+        .await
+        .unwrap();
+    let all = read_events(stream.into_body(), 4).await;
+    let kinds: Vec<&str> = all.iter().map(|(kind, _)| kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "turn.queued",
+            "turn.started",
+            "message.completed",
+            "turn.completed"
+        ]
+    );
+    let seqs: Vec<i64> = all
+        .iter()
+        .map(|(_, data)| data["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4]);
+    // Resume after seq 2, then watch a second turn live, deltas included.
+    let resumed = gateway
+        .router
+        .clone()
+        .oneshot(operator_request(
+            "GET",
+            "/v1/sessions/s/events?after=2",
+            Body::empty(),
+        ))
+        .await
+        .unwrap();
+    let second = say(&gateway, "s", "two").await;
+    runtime.wait_started(2).await;
+    runtime.release(1);
+    wait_turn(&gateway, &second).await;
+    let events = read_events(resumed.into_body(), 8).await;
+    let kinds: Vec<&str> = events.iter().map(|(kind, _)| kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "message.completed",
+            "turn.completed",
+            "turn.queued",
+            "turn.started",
+            "message.delta",
+            "message.delta",
+            "message.completed",
+            "turn.completed"
+        ]
+    );
+    assert_eq!(events[4].1["text"], "part");
+    assert_eq!(events[7].1["reply"], "reply to two");
+}
+
+#[tokio::test]
+async fn a_slow_event_client_is_dropped_with_a_clear_last_event_and_turns_go_on() {
+    let gateway = gateway(workspace()).await;
+    say(&gateway, "s", "warm up").await;
+    // Open the stream and do not read it while many events are produced.
+    let stream = gateway
+        .router
+        .clone()
+        .oneshot(operator_request(
+            "GET",
+            "/v1/sessions/s/events",
+            Body::empty(),
+        ))
+        .await
+        .unwrap();
+    let mut last_turn = String::new();
+    for index in 0..500 {
+        last_turn = say(&gateway, "s", &format!("message {index}")).await;
+    }
+    // Turns were not stalled by the slow client.
+    assert_eq!(
+        wait_turn(&gateway, &last_turn).await["error"]["code"],
+        "NO_RUNTIME"
+    );
+    let events = read_events(stream.into_body(), usize::MAX).await;
+    let (kind, data) = events.last().unwrap();
+    assert_eq!(kind, "stream.dropped");
+    assert_eq!(data["code"], "SLOW_CONSUMER");
+    assert!(data["resumeAfter"].as_i64().unwrap() > 0);
+    assert!(
+        events.len() < 1500,
+        "the client was not dropped: {} events",
+        events.len()
+    );
+}

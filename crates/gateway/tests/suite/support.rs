@@ -1,0 +1,262 @@
+//! Shared helpers: a Gateway router over a temporary state directory and a counting fake of the
+//! Harness workspace, driven as a tower `Service` without a socket.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::Request;
+use axum::http::StatusCode;
+use axum::http::header;
+use gatehouse_gateway::GatewayConfig;
+use gatehouse_gateway::GatewayState;
+use gatehouse_gateway::audit::Audit;
+use gatehouse_gateway::link::registry::NodeRegistry;
+use gatehouse_gateway::link::session::LinkContext;
+use gatehouse_gateway::secrets::OperatorToken;
+use gatehouse_gateway::turns::TurnEngine;
+use gatehouse_gateway::turns::events::EventHub;
+use gatehouse_gateway::workspace::WorkspaceAccess;
+use gatehouse_gateway::workspace::WorkspaceError;
+use gatehouse_gateway::workspace::WorkspaceFile;
+use gatehouse_gateway::workspace::WriteMode;
+use gatehouse_gateway::workspace::Written;
+use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::error::WireError;
+use gatehouse_store::Store;
+use gatehouse_store::sqlite::SqliteStore;
+use tower::ServiceExt;
+
+/// The operator token of every test Gateway.
+pub(crate) const TOKEN: &str = "test-token";
+
+/// What the fake answers to `fetch`.
+#[derive(Debug, Clone)]
+pub(crate) enum FetchAnswer {
+    /// The file exists with these bytes.
+    File(Vec<u8>),
+    /// The node answers `NOT_FOUND`.
+    NotFound,
+    /// The node refuses the file as over its own limit (`FILE_TOO_LARGE`).
+    FileTooLarge,
+    /// No node is connected.
+    Unavailable,
+}
+
+/// What the fake answers to `write`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum WriteAnswer {
+    /// The node confirms the write.
+    Confirmed,
+    /// The write was sent and not confirmed.
+    UnknownOutcome,
+    /// No node is connected.
+    Unavailable,
+}
+
+/// One `write` the fake received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WriteCall {
+    pub(crate) relative: String,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) mode: WriteMode,
+}
+
+/// A fake Harness workspace that counts and records every call and answers as configured.
+#[derive(Debug)]
+pub(crate) struct FakeWorkspace {
+    fetch_answer: FetchAnswer,
+    write_answer: WriteAnswer,
+    n_fetches: AtomicUsize,
+    fetched: Mutex<Vec<String>>,
+    written: Mutex<Vec<WriteCall>>,
+}
+
+impl FakeWorkspace {
+    pub(crate) fn new(fetch_answer: FetchAnswer, write_answer: WriteAnswer) -> Self {
+        Self {
+            fetch_answer,
+            write_answer,
+            n_fetches: AtomicUsize::new(0),
+            fetched: Mutex::new(Vec::new()),
+            written: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Returns `(fetch calls, write calls)` so far.
+    pub(crate) fn calls(&self) -> (usize, usize) {
+        (
+            self.n_fetches.load(Ordering::SeqCst),
+            self.written.lock().unwrap().len(),
+        )
+    }
+
+    /// Returns the relative paths fetched so far.
+    pub(crate) fn fetched(&self) -> Vec<String> {
+        self.fetched.lock().unwrap().clone()
+    }
+
+    /// Returns the writes received so far.
+    pub(crate) fn written(&self) -> Vec<WriteCall> {
+        self.written.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkspaceAccess for FakeWorkspace {
+    async fn fetch(&self, relative: &str) -> Result<WorkspaceFile, WorkspaceError> {
+        self.n_fetches.fetch_add(1, Ordering::SeqCst);
+        self.fetched.lock().unwrap().push(relative.to_owned());
+        match &self.fetch_answer {
+            FetchAnswer::File(bytes) => Ok(WorkspaceFile {
+                path: format!("/workspace/{relative}"),
+                bytes: bytes.clone(),
+                mime_type: String::from("text/markdown"),
+            }),
+            FetchAnswer::NotFound => Err(WorkspaceError::Remote(WireError::new(
+                ErrorCode::NotFound,
+                "no such file",
+            ))),
+            FetchAnswer::FileTooLarge => Err(WorkspaceError::Remote(WireError::new(
+                ErrorCode::FileTooLarge,
+                "the file is over the limit",
+            ))),
+            FetchAnswer::Unavailable => Err(WorkspaceError::Unavailable),
+        }
+    }
+
+    async fn write(
+        &self,
+        relative: &str,
+        bytes: &[u8],
+        mode: WriteMode,
+    ) -> Result<Written, WorkspaceError> {
+        self.written.lock().unwrap().push(WriteCall {
+            relative: relative.to_owned(),
+            bytes: bytes.to_vec(),
+            mode,
+        });
+        match self.write_answer {
+            WriteAnswer::Confirmed => Ok(Written {
+                path: format!("/workspace/{relative}"),
+                size: bytes.len() as u64,
+            }),
+            WriteAnswer::UnknownOutcome => Err(WorkspaceError::UnknownOutcome),
+            WriteAnswer::Unavailable => Err(WorkspaceError::Unavailable),
+        }
+    }
+}
+
+/// A Gateway router over a temporary state directory and a fake workspace.
+pub(crate) struct TestGateway {
+    pub(crate) router: Router,
+    pub(crate) workspace: Arc<FakeWorkspace>,
+    _state_dir: tempfile::TempDir,
+}
+
+impl TestGateway {
+    /// Sends `request` through the router and returns the status and the JSON body (`Null` when
+    /// the body is empty).
+    pub(crate) async fn send(&self, request: Request<Body>) -> (StatusCode, serde_json::Value) {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body = match bytes.is_empty() {
+            true => serde_json::Value::Null,
+            false => serde_json::from_slice(&bytes).unwrap(),
+        };
+        (status, body)
+    }
+
+    /// Returns the audit trail as `GET /v1/audit` shows it.
+    pub(crate) async fn audit_events(&self) -> Vec<serde_json::Value> {
+        let (status, body) = self
+            .send(operator_request("GET", "/v1/audit", Body::empty()))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["events"].as_array().unwrap().clone()
+    }
+}
+
+/// Returns a Gateway whose workspace is `workspace`: the real router and state, with a SQLite
+/// store, media store and operator token in a fresh temporary directory.
+pub(crate) async fn gateway(workspace: FakeWorkspace) -> TestGateway {
+    gateway_with(
+        workspace,
+        None,
+        gatehouse_gateway::turns::DEFAULT_MAX_CONCURRENT_TURNS,
+    )
+    .await
+}
+
+/// Returns a test Gateway whose turns run on `runtime`, at most `max_concurrent_turns` at once.
+pub(crate) async fn gateway_with(
+    workspace: FakeWorkspace,
+    runtime: Option<Arc<dyn gatehouse_gateway::turns::runtime::TurnRuntime>>,
+    max_concurrent_turns: usize,
+) -> TestGateway {
+    let state_dir = tempfile::tempdir().unwrap();
+    let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let config = GatewayConfig::with_defaults(state_dir.path().to_path_buf(), listen);
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(&state_dir.path().join(gatehouse_gateway::DATABASE_FILE))
+            .await
+            .unwrap(),
+    );
+    let registry = Arc::new(NodeRegistry::default());
+    let audit = Audit::new(Arc::clone(&store));
+    let operator_token =
+        OperatorToken::load_or_create(state_dir.path(), Some(String::from(TOKEN))).unwrap();
+    let media = Arc::new(
+        gatehouse_media::MediaStore::open(&state_dir.path().join(gatehouse_gateway::MEDIA_DIR))
+            .unwrap(),
+    );
+    let link = LinkContext {
+        store: Arc::clone(&store),
+        registry: Arc::clone(&registry),
+        audit: audit.clone(),
+        tick_interval: config.tick_interval,
+    };
+    let hub = Arc::new(EventHub::new(Arc::clone(&store)));
+    let turns = TurnEngine::new(
+        Arc::clone(&store),
+        Arc::clone(&hub),
+        runtime,
+        /*stager*/ None,
+        max_concurrent_turns,
+    );
+    let workspace = Arc::new(workspace);
+    let state = Arc::new(GatewayState {
+        config,
+        store,
+        registry,
+        audit,
+        operator_token,
+        workspace: Arc::clone(&workspace) as Arc<dyn WorkspaceAccess>,
+        link,
+        media,
+        hub,
+        turns,
+    });
+    TestGateway {
+        router: gatehouse_gateway::http::app(state),
+        workspace,
+        _state_dir: state_dir,
+    }
+}
+
+/// Returns a request with the operator's bearer token.
+pub(crate) fn operator_request(method: &str, uri: &str, body: Body) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(body)
+        .unwrap()
+}

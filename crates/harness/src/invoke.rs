@@ -1,0 +1,303 @@
+//! The command framework: how one `node.invoke.request` becomes one `node.invoke.result`.
+//!
+//! Each command is a [`CommandHandler`]. The session spawns one task per invoke and gives the
+//! handler an [`InvokeContext`]: its parameters, a [`ProgressSender`] for streaming commands
+//! (`node.invoke.progress`) and a receiver of `node.invoke.input` events for duplex commands.
+//! The handler returns the result payload or a wire error; the session sends exactly one
+//! `node.invoke.result` for it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+
+use futures_util::future::BoxFuture;
+use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::error::WireError;
+use gatehouse_protocol::frame::Frame;
+use gatehouse_protocol::frame::RequestFrame;
+use gatehouse_protocol::frame::names;
+use gatehouse_protocol::invoke::InvokeInput;
+use gatehouse_protocol::invoke::InvokeProgress;
+use gatehouse_protocol::invoke::MAX_PROGRESS_CHUNK_BYTES;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+/// The capacity of one invoke's input channel, in `node.invoke.input` events.
+pub(crate) const INPUT_CHANNEL_CAPACITY: usize = 64;
+
+/// A command the node serves.
+///
+/// Implementors must not block the async runtime: file-system work goes to `spawn_blocking`.
+/// The returned future may be dropped at any await point when the Gateway cancels the invoke.
+pub(crate) trait CommandHandler: Send + Sync {
+    /// Runs one invoke and returns its result payload, or the error to report.
+    fn invoke(
+        &self,
+        context: InvokeContext,
+    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>>;
+}
+
+/// What a handler gets for one invoke.
+#[derive(Debug)]
+pub(crate) struct InvokeContext {
+    /// The `paramsJSON` of the request, as sent.
+    pub(crate) params_json: Option<String>,
+    /// Sends `node.invoke.progress` for this invoke.
+    #[cfg_attr(not(test), expect(dead_code, reason = "read by streaming commands"))]
+    pub(crate) progress: ProgressSender,
+    /// The `node.invoke.input` events for this invoke, in arrival order.
+    #[cfg_attr(not(test), expect(dead_code, reason = "read by duplex commands"))]
+    pub(crate) input: mpsc::Receiver<InvokeInput>,
+}
+
+impl InvokeContext {
+    /// Parses `paramsJSON` as `P`; absent parameters parse as `{}`.
+    ///
+    /// # Errors
+    /// An `INVALID_PARAMS` wire error when the text is not JSON or not of the expected shape.
+    pub(crate) fn params<P: DeserializeOwned>(&self) -> Result<P, WireError> {
+        let text = self.params_json.as_deref().unwrap_or("{}");
+        serde_json::from_str(text).map_err(|err| {
+            WireError::new(ErrorCode::InvalidParams, format!("invalid params: {err}"))
+        })
+    }
+}
+
+/// The commands a node serves, by name.
+#[derive(Clone, Default)]
+pub(crate) struct CommandSet {
+    handlers: BTreeMap<&'static str, Arc<dyn CommandHandler>>,
+}
+
+impl CommandSet {
+    /// Adds `handler` under `name`, replacing any earlier one.
+    pub(crate) fn insert(&mut self, name: &'static str, handler: Arc<dyn CommandHandler>) {
+        self.handlers.insert(name, handler);
+    }
+
+    /// Returns the handler of `name`, if the node serves it.
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<dyn CommandHandler>> {
+        self.handlers.get(name).cloned()
+    }
+
+    /// Returns the names of the commands, sorted; the node declares exactly these.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.handlers
+            .keys()
+            .map(|name| (*name).to_owned())
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for CommandSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.handlers.keys()).finish()
+    }
+}
+
+/// Why a frame was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendError {
+    /// The frame is larger than the peer accepts.
+    TooLarge {
+        /// The frame's size in bytes.
+        size: usize,
+    },
+    /// The link is gone.
+    Closed,
+}
+
+/// The sending half of a session: numbers requests and enforces the frame size limit.
+#[derive(Debug, Clone)]
+pub(crate) struct Outbound {
+    tx: mpsc::Sender<String>,
+    next_id: Arc<AtomicU64>,
+    max_frame_bytes: usize,
+}
+
+impl Outbound {
+    pub(crate) fn new(tx: mpsc::Sender<String>, max_frame_bytes: usize) -> Outbound {
+        Outbound {
+            tx,
+            next_id: Arc::new(AtomicU64::new(1)),
+            max_frame_bytes,
+        }
+    }
+
+    /// Returns a copy that enforces `max_frame_bytes` instead.
+    pub(crate) fn with_max_frame_bytes(&self, max_frame_bytes: usize) -> Outbound {
+        Outbound {
+            max_frame_bytes,
+            ..self.clone()
+        }
+    }
+
+    /// Sends a request frame and returns its id.
+    pub(crate) async fn request(
+        &self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<String, SendError> {
+        let id = format!("n{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let frame = Frame::Req(RequestFrame {
+            id: id.clone(),
+            method: method.to_owned(),
+            params: Some(params),
+        });
+        self.send_frame(&frame).await?;
+        Ok(id)
+    }
+
+    /// Sends any frame.
+    pub(crate) async fn send_frame(&self, frame: &Frame) -> Result<(), SendError> {
+        let Ok(text) = serde_json::to_string(frame) else {
+            return Err(SendError::Closed);
+        };
+        if text.len() > self.max_frame_bytes {
+            return Err(SendError::TooLarge { size: text.len() });
+        }
+        self.tx.send(text).await.map_err(|_| SendError::Closed)
+    }
+
+    /// Sends the `node.invoke.result` of invoke `invoke_id`. A result frame over the size limit
+    /// is replaced by a `FILE_TOO_LARGE` error.
+    ///
+    /// The frame is serialized in one pass from borrowed parts, with the result as `payload`
+    /// (not the escaped `payloadJSON` text): a 16 MiB file is 22 MB of base64, and every extra
+    /// copy or escaping pass shows in transfer time.
+    pub(crate) async fn send_result(
+        &self,
+        invoke_id: &str,
+        node_id: &str,
+        outcome: Result<serde_json::Value, WireError>,
+    ) -> Result<(), SendError> {
+        let sent = match &outcome {
+            Ok(payload) => {
+                self.send_result_frame(invoke_id, node_id, Ok(payload))
+                    .await
+            }
+            Err(error) => self.send_result_frame(invoke_id, node_id, Err(error)).await,
+        };
+        match sent {
+            Ok(()) => Ok(()),
+            Err(SendError::TooLarge { size }) => {
+                let error = WireError::new(
+                    ErrorCode::FileTooLarge,
+                    format!(
+                        "the result is {size} bytes, over the link limit of {} bytes",
+                        self.max_frame_bytes
+                    ),
+                );
+                self.send_result_frame(invoke_id, node_id, Err(&error))
+                    .await
+            }
+            Err(SendError::Closed) => Err(SendError::Closed),
+        }
+    }
+
+    async fn send_result_frame(
+        &self,
+        invoke_id: &str,
+        node_id: &str,
+        outcome: Result<&serde_json::Value, &WireError>,
+    ) -> Result<(), SendError> {
+        let id = format!("n{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let (payload, error) = match outcome {
+            Ok(payload) => (Some(payload), None),
+            Err(error) => (None, Some(error)),
+        };
+        let frame = ResultFrame {
+            kind: "req",
+            id: &id,
+            method: names::NODE_INVOKE_RESULT,
+            params: ResultParams {
+                id: invoke_id,
+                node_id,
+                ok: payload.is_some(),
+                payload,
+                error,
+            },
+        };
+        let Ok(text) = serde_json::to_string(&frame) else {
+            return Err(SendError::Closed);
+        };
+        if text.len() > self.max_frame_bytes {
+            return Err(SendError::TooLarge { size: text.len() });
+        }
+        self.tx.send(text).await.map_err(|_| SendError::Closed)
+    }
+}
+
+/// A `node.invoke.result` request frame, serialized from borrowed parts.
+#[derive(serde::Serialize)]
+struct ResultFrame<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: &'a str,
+    method: &'static str,
+    params: ResultParams<'a>,
+}
+
+/// The params of [`ResultFrame`]: the wire shape of `InvokeResult`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResultParams<'a> {
+    id: &'a str,
+    node_id: &'a str,
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a WireError>,
+}
+
+/// Sends the `node.invoke.progress` chunks of one invoke.
+#[derive(Debug)]
+pub(crate) struct ProgressSender {
+    outbound: Outbound,
+    invoke_id: String,
+    node_id: String,
+    next_seq: u64,
+}
+
+impl ProgressSender {
+    pub(crate) fn new(outbound: Outbound, invoke_id: String, node_id: String) -> ProgressSender {
+        ProgressSender {
+            outbound,
+            invoke_id,
+            node_id,
+            next_seq: 0,
+        }
+    }
+
+    /// Sends `text` as one or more chunks of at most 16 KiB, split on character boundaries.
+    #[cfg_attr(not(test), expect(dead_code, reason = "used by streaming commands"))]
+    pub(crate) async fn send(&mut self, text: &str) -> Result<(), SendError> {
+        let mut rest = text;
+        while !rest.is_empty() {
+            let mut end = rest.len().min(MAX_PROGRESS_CHUNK_BYTES);
+            while !rest.is_char_boundary(end) {
+                end -= 1;
+            }
+            let (chunk, tail) = rest.split_at(end);
+            let progress = InvokeProgress {
+                invoke_id: self.invoke_id.clone(),
+                node_id: self.node_id.clone(),
+                seq: self.next_seq,
+                chunk: chunk.to_owned(),
+            };
+            self.outbound
+                .request(names::NODE_INVOKE_PROGRESS, to_value(&progress))
+                .await?;
+            self.next_seq += 1;
+            rest = tail;
+        }
+        Ok(())
+    }
+}
+
+/// Serializes a protocol type; these have string keys only, so this cannot fail.
+fn to_value<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}

@@ -1,0 +1,65 @@
+//! The Harness node host: enrollment, the outbound link to the Gateway, and the workspace
+//! service.
+//!
+//! A node host listens on nothing. It dials out to the Gateway over one WebSocket, proves its
+//! identity with an Ed25519 device key (`connect.challenge` → `connect` → `hello-ok`), and then
+//! serves the workspace commands the Gateway invokes (`node.invoke.request` →
+//! `node.invoke.result`). Every file command is checked against the node's own path policy and
+//! runs on a no-follow [`gatehouse_fsops::Root`].
+//!
+//! The session logic runs over a [`link::Link`], a duplex of text frames; the WebSocket is one
+//! adapter, and embedded mode connects a [`link::Link::pair`] in the same process instead.
+//!
+//! ```no_run
+//! use gatehouse_harness::CancellationToken;
+//! use gatehouse_harness::host::{NodeHostConfig, Runtime, run_node_host};
+//!
+//! # async fn example() -> Result<(), gatehouse_harness::NodeHostError> {
+//! let config = NodeHostConfig {
+//!     root: "/srv/harness".into(),
+//!     gateway_url: Some("ws://gateway:7420/node".into()),
+//!     setup_code_file: Some("/run/secrets/setup-code".into()),
+//!     runtime: Runtime::Native,
+//!     display_name: None,
+//!     home: None,
+//! };
+//! run_node_host(config, CancellationToken::new()).await
+//! # }
+//! ```
+//!
+//! # Node root layout
+//! - `node/` (0700): `identity.json` and, after enrollment, `device-token.json` (both 0600).
+//! - `workspace/`: the Agent workspace, the only tree file commands touch.
+//! - `node/status.json` (0600): the status `gatehouse node health` reads; see [`status`].
+//! - `tmp/` (0700).
+//!
+//! # Modules
+//! - [`host`]: [`host::NodeHostConfig`], [`host::NodeHost`] and the reconnect loop.
+//! - [`link`]: the frame duplex and the WebSocket adapter.
+//! - [`identity`]: the device key pair.
+//! - [`setup_code`]: parsing enrollment codes.
+//! - [`gateway_url`]: the accepted Gateway URL forms.
+//! - [`status`]: the status file and the health probes that read it.
+//! - [`model`]: the `--model` spec, recorded for the runtime.
+//! - [`error`]: the one error type, [`NodeHostError`].
+
+#![deny(missing_docs)]
+
+pub mod error;
+mod file_commands;
+pub mod gateway_url;
+pub mod host;
+pub mod identity;
+mod invoke;
+pub mod link;
+pub mod model;
+mod session;
+pub mod setup_code;
+mod state;
+pub mod status;
+
+pub use crate::error::NodeHostError;
+pub use crate::error::Result;
+/// The shutdown signal of [`host::run_node_host`], re-exported so that callers need not depend on
+/// `tokio-util` themselves.
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,9 @@
+//! Integration tests of the node host, built as one test binary.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod suite;

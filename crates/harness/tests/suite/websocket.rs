@@ -1,0 +1,84 @@
+//! The node host over a real WebSocket on loopback.
+
+use futures_util::SinkExt;
+use futures_util::StreamExt;
+use gatehouse_harness::host::run_node_host;
+use gatehouse_protocol::frame::Frame;
+use gatehouse_protocol::invoke::InvokeResult;
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+use crate::suite::fake_gateway::WAIT;
+use crate::suite::fake_gateway::config;
+use crate::suite::fake_gateway::setup_code_text;
+
+async fn recv_request(
+    socket: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+) -> gatehouse_protocol::frame::RequestFrame {
+    let message = tokio::time::timeout(WAIT, socket.next())
+        .await
+        .expect("timed out waiting for the node")
+        .unwrap()
+        .unwrap();
+    match serde_json::from_str::<Frame>(message.to_text().unwrap()).unwrap() {
+        Frame::Req(request) => request,
+        other => panic!("expected a request, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_node_dials_out_over_websocket_and_serves() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let temp = tempfile::tempdir().unwrap();
+    let file = temp.path().join("setup-code");
+    std::fs::write(&file, setup_code_text("bt")).unwrap();
+    let mut config = config(&temp.path().join("harness"), Some(file));
+    config.gateway_url = Some(format!("http://127.0.0.1:{port}"));
+    let shutdown = CancellationToken::new();
+    let node = tokio::spawn(run_node_host(config, shutdown.clone()));
+
+    let (stream, _addr) = tokio::time::timeout(WAIT, listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+    let challenge =
+        json!({"type": "event", "event": "connect.challenge", "payload": {"nonce": "n", "ts": 5}});
+    socket
+        .send(Message::text(challenge.to_string()))
+        .await
+        .unwrap();
+    let connect = recv_request(&mut socket).await;
+    assert_eq!(connect.method, "connect");
+    let params = connect.params.unwrap();
+    let node_id = params["device"]["id"].as_str().unwrap().to_owned();
+    let workspace = params["workspaceRoot"].as_str().unwrap().to_owned();
+    let hello = json!({"type": "res", "id": connect.id, "ok": true, "payload": {
+        "type": "hello-ok", "protocol": 4,
+        "server": {"version": "test", "connId": "c1"},
+        "auth": {"method": "bootstrap-token", "role": "node", "deviceToken": "dt"},
+        "policy": {"maxPayload": 26214400, "maxBufferedBytes": 26214400, "tickIntervalMs": 30000},
+    }});
+    socket.send(Message::text(hello.to_string())).await.unwrap();
+    let invoke = json!({"type": "event", "event": "node.invoke.request", "payload": {
+        "id": "i1", "nodeId": node_id, "command": "dir.list",
+        "paramsJSON": json!({"path": workspace}).to_string(),
+    }});
+    socket
+        .send(Message::text(invoke.to_string()))
+        .await
+        .unwrap();
+    let request = recv_request(&mut socket).await;
+    assert_eq!(request.method, "node.invoke.result");
+    let result: InvokeResult = serde_json::from_value(request.params.unwrap()).unwrap();
+    assert!(result.ok, "{result:?}");
+
+    shutdown.cancel();
+    tokio::time::timeout(WAIT, node)
+        .await
+        .expect("the node did not stop")
+        .unwrap()
+        .unwrap();
+}

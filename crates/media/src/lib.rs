@@ -1,0 +1,358 @@
+//! The Gateway media store: content-addressed blobs behind [`object_store`].
+//!
+//! Uploads are stored once per content. The media id is the lowercase hex BLAKE3 of the bytes;
+//! the blob lives at `blobs/<first 2 hex>/<id>` and a small JSON record (SHA-256, size, MIME
+//! type, sanitized original file name, creation time) at `meta/<id>.json`. Both are written with
+//! [`PutMode::Create`], so storing the same bytes twice is a no-op that returns the first
+//! record. Ids are validated (exactly 64 lowercase hex characters) before any key is built, so
+//! no id can address another object.
+//!
+//! The store sits behind `Arc<dyn ObjectStore>`: [`MediaStore::open`] roots a
+//! [`LocalFileSystem`] at a directory, and [`MediaStore::with_object_store`] accepts any other
+//! backend (S3, in-memory).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), gatehouse_media::MediaError> {
+//! let store = gatehouse_media::MediaStore::open(std::path::Path::new("state/media"))?;
+//! let record = store
+//!     .put(bytes::Bytes::from_static(b"hello"), "text/plain", Some("hello.txt"))
+//!     .await?;
+//! let (_record, bytes) = store.get(&record.id).await?;
+//! assert_eq!(&bytes[..], b"hello");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Modules
+//! - [`error`]: [`MediaError`] and its stable codes.
+//! - [`filename`]: [`sanitize_filename`], shared with attachment staging.
+
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod filename;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+use std::time::UNIX_EPOCH;
+
+use bytes::Bytes;
+use object_store::ObjectStore;
+use object_store::ObjectStoreExt;
+use object_store::PutMode;
+use object_store::PutOptions;
+use object_store::PutPayload;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use serde::Deserialize;
+use serde::Serialize;
+use sha2::Digest;
+
+pub use crate::error::MediaError;
+pub use crate::error::Result;
+pub use crate::filename::sanitize_filename;
+
+/// The length of a media id: a BLAKE3 digest in lowercase hex.
+pub const MEDIA_ID_LEN: usize = 64;
+
+/// The longest accepted MIME type, in bytes.
+pub const MAX_MIME_TYPE_BYTES: usize = 255;
+
+/// The version written into every metadata object.
+const META_VERSION: u32 = 1;
+
+/// What the store knows about one stored blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaRecord {
+    /// The media id: the lowercase hex BLAKE3 of the bytes.
+    pub id: String,
+    /// The lowercase hex SHA-256 of the bytes, for clients that check with SHA-256.
+    pub sha256: String,
+    /// The size in bytes.
+    pub size: u64,
+    /// The MIME type given at the first upload of these bytes.
+    pub mime_type: String,
+    /// The sanitized file name given at the first upload, when there was one.
+    pub filename: Option<String>,
+    /// When the bytes were first stored, in Unix seconds.
+    pub created_at: i64,
+}
+
+/// A content-addressed blob store.
+///
+/// Concurrent `put`s of the same bytes are safe: both return the same record. The store never
+/// deletes or replaces an object.
+#[derive(Debug, Clone)]
+pub struct MediaStore {
+    objects: Arc<dyn ObjectStore>,
+}
+
+/// The metadata object, as stored. Kept apart from [`MediaRecord`] so the stored shape is a
+/// deliberate choice.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MetaFile {
+    version: u32,
+    id: String,
+    sha256: String,
+    size: u64,
+    mime_type: String,
+    filename: Option<String>,
+    created_at: i64,
+}
+
+impl MediaStore {
+    /// Opens the store rooted at `dir`, creating the directory (mode 0700) when it is missing.
+    /// Files are written with the process umask; nothing widens it.
+    ///
+    /// # Errors
+    /// [`MediaError::Open`] when the directory cannot be created or opened.
+    pub fn open(dir: &Path) -> Result<Self, MediaError> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(MediaError::Open)?;
+        let local = LocalFileSystem::new_with_prefix(dir)
+            .map_err(|error| MediaError::Open(std::io::Error::other(error)))?
+            .with_fsync(true);
+        Ok(Self::with_object_store(Arc::new(local)))
+    }
+
+    /// Returns a store over any object store backend.
+    pub fn with_object_store(objects: Arc<dyn ObjectStore>) -> Self {
+        Self { objects }
+    }
+
+    /// Stores `bytes` and returns their record. Storing the same bytes again is not an error:
+    /// the record of the first upload (its MIME type, file name and time) is returned.
+    ///
+    /// `filename` is sanitized with [`sanitize_filename`]; an empty one counts as none.
+    ///
+    /// # Errors
+    /// - [`MediaError::InvalidMimeType`] before anything is written;
+    /// - [`MediaError::StorageFull`] when the disk or quota is full;
+    /// - [`MediaError::Corrupt`] when an existing metadata object for these bytes is unreadable;
+    /// - [`MediaError::Store`], [`MediaError::Encode`], [`MediaError::Join`] otherwise.
+    pub async fn put(
+        &self,
+        bytes: Bytes,
+        mime_type: &str,
+        filename: Option<&str>,
+    ) -> Result<MediaRecord> {
+        let mime_type = checked_mime_type(mime_type)?;
+        let filename = filename
+            .filter(|name| !name.trim().is_empty())
+            .map(sanitize_filename);
+        let hashed = bytes.clone();
+        let (id, sha256) = tokio::task::spawn_blocking(move || {
+            (
+                blake3::hash(&hashed).to_hex().to_string(),
+                hex::encode(sha2::Sha256::digest(&hashed)),
+            )
+        })
+        .await?;
+        let size = bytes.len() as u64;
+        let blob_key = blob_key(&id);
+        match self
+            .objects
+            .put_opts(&blob_key, PutPayload::from(bytes), create())
+            .await
+        {
+            Ok(_) => {}
+            // S3 reports a lost create race as a failed precondition.
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => {
+                tracing::debug!(media_id = %id, "media blob already stored");
+            }
+            Err(error) => return Err(MediaError::from_write(error)),
+        }
+        let meta = MetaFile {
+            version: META_VERSION,
+            id: id.clone(),
+            sha256,
+            size,
+            mime_type,
+            filename,
+            created_at: unix_now(),
+        };
+        let encoded = serde_json::to_vec(&meta)?;
+        match self
+            .objects
+            .put_opts(&meta_key(&id), PutPayload::from(encoded), create())
+            .await
+        {
+            Ok(_) => Ok(into_record(meta)),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => self.read_meta(&id).await,
+            Err(error) => Err(MediaError::from_write(error)),
+        }
+    }
+
+    /// Returns the record and the bytes of `id`, after checking that the bytes still hash to
+    /// the id.
+    ///
+    /// # Errors
+    /// - [`MediaError::InvalidId`] before any storage access;
+    /// - [`MediaError::NotFound`] when nothing is stored under the id;
+    /// - [`MediaError::Corrupt`] when the bytes or metadata do not match the id;
+    /// - [`MediaError::Store`], [`MediaError::Join`] otherwise.
+    pub async fn get(&self, id: &str) -> Result<(MediaRecord, Bytes)> {
+        check_id(id)?;
+        let record = self.read_meta(id).await?;
+        let bytes = match self.objects.get(&blob_key(id)).await {
+            Ok(result) => result
+                .bytes()
+                .await
+                .map_err(|source| MediaError::Store { source })?,
+            Err(object_store::Error::NotFound { .. }) => {
+                // Metadata without its blob: the blob was removed behind the store's back.
+                tracing::error!(media_id = %id, "media metadata has no blob");
+                return Err(MediaError::NotFound { id: id.to_owned() });
+            }
+            Err(source) => return Err(MediaError::Store { source }),
+        };
+        let checked = bytes.clone();
+        let digest =
+            tokio::task::spawn_blocking(move || blake3::hash(&checked).to_hex().to_string())
+                .await?;
+        if digest != id || bytes.len() as u64 != record.size {
+            tracing::error!(media_id = %id, "media blob does not match its id");
+            return Err(MediaError::Corrupt { id: id.to_owned() });
+        }
+        Ok((record, bytes))
+    }
+
+    /// Returns the record of `id` without reading its bytes.
+    ///
+    /// # Errors
+    /// - [`MediaError::InvalidId`] before any storage access;
+    /// - [`MediaError::NotFound`] when nothing is stored under the id;
+    /// - [`MediaError::Corrupt`] when the metadata is unreadable or names another id;
+    /// - [`MediaError::Store`] otherwise.
+    pub async fn record(&self, id: &str) -> Result<MediaRecord> {
+        check_id(id)?;
+        self.read_meta(id).await
+    }
+
+    /// Reads and checks the metadata of an already validated `id`.
+    async fn read_meta(&self, id: &str) -> Result<MediaRecord> {
+        let encoded = match self.objects.get(&meta_key(id)).await {
+            Ok(result) => result
+                .bytes()
+                .await
+                .map_err(|source| MediaError::Store { source })?,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(MediaError::NotFound { id: id.to_owned() });
+            }
+            Err(source) => return Err(MediaError::Store { source }),
+        };
+        let meta: MetaFile = match serde_json::from_slice(&encoded) {
+            Ok(meta) => meta,
+            Err(error) => {
+                tracing::error!(media_id = %id, error = %error, "media metadata is unreadable");
+                return Err(MediaError::Corrupt { id: id.to_owned() });
+            }
+        };
+        if meta.id != id || meta.version != META_VERSION {
+            tracing::error!(media_id = %id, "media metadata names another id or version");
+            return Err(MediaError::Corrupt { id: id.to_owned() });
+        }
+        Ok(into_record(meta))
+    }
+}
+
+/// Refuses anything but exactly 64 lowercase hex characters.
+fn check_id(id: &str) -> Result<()> {
+    let valid = id.len() == MEDIA_ID_LEN
+        && id
+            .bytes()
+            .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+    match valid {
+        true => Ok(()),
+        false => Err(MediaError::InvalidId),
+    }
+}
+
+/// Trims the MIME type and refuses empty, long, slash-less or non-printable ones, so it can be
+/// sent back as a `Content-Type` header.
+fn checked_mime_type(mime_type: &str) -> Result<String> {
+    let trimmed = mime_type.trim();
+    let valid = !trimmed.is_empty()
+        && trimmed.len() <= MAX_MIME_TYPE_BYTES
+        && trimmed.contains('/')
+        && trimmed.bytes().all(|byte| matches!(byte, 0x20..=0x7e));
+    match valid {
+        true => Ok(trimmed.to_owned()),
+        false => Err(MediaError::InvalidMimeType),
+    }
+}
+
+/// The blob key of a validated id: `blobs/<first 2 hex>/<id>`.
+fn blob_key(id: &str) -> ObjectPath {
+    debug_assert!(check_id(id).is_ok(), "blob_key needs a validated id");
+    ObjectPath::from(format!("blobs/{}/{id}", &id[..2]))
+}
+
+/// The metadata key of a validated id: `meta/<id>.json`.
+fn meta_key(id: &str) -> ObjectPath {
+    debug_assert!(check_id(id).is_ok(), "meta_key needs a validated id");
+    ObjectPath::from(format!("meta/{id}.json"))
+}
+
+fn create() -> PutOptions {
+    PutOptions::from(PutMode::Create)
+}
+
+fn into_record(meta: MetaFile) -> MediaRecord {
+    let MetaFile {
+        version: _,
+        id,
+        sha256,
+        size,
+        mime_type,
+        filename,
+        created_at,
+    } = meta;
+    MediaRecord {
+        id,
+        sha256,
+        size,
+        mime_type,
+        filename,
+        created_at,
+    }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use crate::checked_mime_type;
+
+    #[test]
+    fn mime_types() {
+        assert_eq!(
+            checked_mime_type(" text/plain; charset=utf-8 ").ok(),
+            Some("text/plain; charset=utf-8".to_owned())
+        );
+        for bad in ["", "   ", "text", "text/plain\r\nx: y", "tëxt/plain"] {
+            assert!(checked_mime_type(bad).is_err(), "{bad:?}");
+        }
+        assert!(checked_mime_type(&format!("a/{}", "b".repeat(300))).is_err());
+    }
+}

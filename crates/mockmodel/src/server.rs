@@ -1,0 +1,367 @@
+//! The HTTP face of the mock: routes, the request recorder and streamed bodies.
+
+use std::collections::BTreeMap;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::HeaderValue;
+use axum::http::Method;
+use axum::http::StatusCode;
+use axum::http::Uri;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use axum::routing::get;
+use axum::routing::post;
+use serde::Deserialize;
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::plan::Plan;
+use crate::plan::plan;
+use crate::plan::usage;
+use crate::render::Context;
+use crate::render::Step;
+use crate::view::ModelRequestView;
+
+/// How often `/hang` sends a keep-alive comment.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The largest request body the mock accepts.
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// One request the mock received, as `GET /_mock/requests` returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedRequest {
+    /// The HTTP method, for example `POST`.
+    pub method: String,
+    /// The request path, without the query.
+    pub path: String,
+    /// The headers, by lowercase name; repeated headers are joined with `, `.
+    pub headers: BTreeMap<String, String>,
+    /// The body as JSON; a body that is not JSON is recorded as a JSON string (empty for none).
+    pub body: Value,
+}
+
+/// Every request the mock received, oldest first. Cloning shares the same record.
+///
+/// Requests to `/_mock/...` are not recorded.
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    requests: Arc<Mutex<Vec<RecordedRequest>>>,
+}
+
+impl Recorder {
+    /// Returns a copy of every recorded request, oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        match self.requests.lock() {
+            Ok(requests) => requests.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Records one request and returns its number (1 for the first).
+    fn record(&self, method: &Method, uri: &Uri, headers: &HeaderMap, body: &Bytes) -> u64 {
+        let mut header_map: BTreeMap<String, String> = BTreeMap::new();
+        for (name, value) in headers {
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            header_map
+                .entry(name.as_str().to_owned())
+                .and_modify(|joined| {
+                    joined.push_str(", ");
+                    joined.push_str(&value);
+                })
+                .or_insert(value);
+        }
+        let body = serde_json::from_slice(body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()));
+        let recorded = RecordedRequest {
+            method: method.as_str().to_owned(),
+            path: uri.path().to_owned(),
+            headers: header_map,
+            body,
+        };
+        let mut requests = match self.requests.lock() {
+            Ok(requests) => requests,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        requests.push(recorded);
+        requests.len() as u64
+    }
+}
+
+/// Returns the mock's router with a fresh recorder (readable at `GET /_mock/requests`).
+///
+/// Streams served by this router only end when their client goes away; use [`serve`] for a
+/// server that also ends them at shutdown.
+pub fn router() -> Router {
+    router_with_recorder(Recorder::default())
+}
+
+/// Returns the mock's router, recording into `recorder`.
+pub fn router_with_recorder(recorder: Recorder) -> Router {
+    // The sender is dropped at once, which the streams read as "never shut down".
+    let (_, shutdown) = watch::channel(false);
+    build_router(recorder, shutdown)
+}
+
+/// Serves the mock on `listener` until `shutdown` completes, with a fresh recorder.
+///
+/// At shutdown, open streams (`/hang`, `/slow`) end and the server waits for the rest.
+///
+/// # Errors
+///
+/// Returns the I/O error that stopped the server.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_with_recorder(listener, Recorder::default(), shutdown).await
+}
+
+/// Serves the mock on `listener`, recording into `recorder`, until `shutdown` completes.
+///
+/// # Errors
+///
+/// Returns the I/O error that stopped the server.
+pub async fn serve_with_recorder(
+    listener: tokio::net::TcpListener,
+    recorder: Recorder,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (shutdown_sender, shutdown_receiver) = watch::channel(false);
+    let app = build_router(recorder, shutdown_receiver);
+    let shutdown = async move {
+        shutdown.await;
+        tracing::debug!("mock model shutting down");
+        shutdown_sender.send_replace(true);
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[derive(Clone)]
+struct AppState {
+    recorder: Recorder,
+    shutdown: watch::Receiver<bool>,
+}
+
+fn build_router(recorder: Recorder, shutdown: watch::Receiver<bool>) -> Router {
+    Router::new()
+        .route("/v1/responses", post(responses))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/_mock/requests", get(recorded_requests))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(AppState { recorder, shutdown })
+}
+
+/// `POST /v1/responses`: SSE when the body says `"stream": true`, otherwise one JSON response
+/// object.
+async fn responses(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let seq = state.recorder.record(&method, &uri, &headers, &body);
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return invalid_json();
+    };
+    let view = ModelRequestView::from_responses_body(&body);
+    let plan = plan(&view);
+    let context = context(seq, &body, &view, &plan);
+    tracing::debug!(seq, plan = ?plan, "mock responses request");
+    if let Plan::Fail(fail) = &plan {
+        return fail_response(fail.status, fail.error_body());
+    }
+    if is_stream(&body) {
+        let steps = crate::render::responses_stream(&plan, &context);
+        return stream_response(steps, state.shutdown);
+    }
+    match &plan {
+        Plan::Hang => hang_without_stream(state.shutdown).await,
+        Plan::Text(text) => {
+            sleep_or_shutdown(text.delay * pauses(text.deltas.len()), state.shutdown).await;
+            Json(crate::render::responses_json(&plan, &context)).into_response()
+        }
+        Plan::ToolCalls(_) | Plan::Fail(_) => {
+            Json(crate::render::responses_json(&plan, &context)).into_response()
+        }
+    }
+}
+
+/// `POST /v1/chat/completions`: chunks when the body says `"stream": true`, otherwise one
+/// `chat.completion` object.
+async fn chat_completions(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let seq = state.recorder.record(&method, &uri, &headers, &body);
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return invalid_json();
+    };
+    let view = ModelRequestView::from_chat_body(&body);
+    let plan = plan(&view);
+    let context = context(seq, &body, &view, &plan);
+    tracing::debug!(seq, plan = ?plan, "mock chat request");
+    if let Plan::Fail(fail) = &plan {
+        return fail_response(fail.status, fail.error_body());
+    }
+    if is_stream(&body) {
+        let include_usage = body
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let steps = crate::render::chat_stream(&plan, &context, include_usage);
+        return stream_response(steps, state.shutdown);
+    }
+    match &plan {
+        Plan::Hang => hang_without_stream(state.shutdown).await,
+        Plan::Text(text) => {
+            sleep_or_shutdown(text.delay * pauses(text.deltas.len()), state.shutdown).await;
+            Json(crate::render::chat_json(&plan, &context)).into_response()
+        }
+        Plan::ToolCalls(_) | Plan::Fail(_) => {
+            Json(crate::render::chat_json(&plan, &context)).into_response()
+        }
+    }
+}
+
+/// `GET /_mock/requests`: every recorded request, oldest first.
+async fn recorded_requests(State(state): State<AppState>) -> Json<Vec<RecordedRequest>> {
+    Json(state.recorder.requests())
+}
+
+async fn not_found(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !uri.path().starts_with("/_mock/") {
+        state.recorder.record(&method, &uri, &headers, &body);
+    }
+    let body = json!({"error": {"message": "no such route", "type": "invalid_request_error", "param": null, "code": "not_found"}});
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
+}
+
+fn context(seq: u64, body: &Value, view: &ModelRequestView, plan: &Plan) -> Context {
+    Context {
+        seq,
+        model: body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("mock")
+            .to_owned(),
+        usage: usage(view, plan),
+    }
+}
+
+fn is_stream(body: &Value) -> bool {
+    body.get("stream").and_then(Value::as_bool).unwrap_or(false)
+}
+
+fn pauses(n_deltas: usize) -> u32 {
+    u32::try_from(n_deltas.saturating_sub(1)).unwrap_or(u32::MAX)
+}
+
+fn invalid_json() -> Response {
+    let body = json!({"error": {"message": "request body is not json", "type": "invalid_request_error", "param": null, "code": "invalid_json"}});
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
+fn fail_response(status: u16, body: Value) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(body)).into_response()
+}
+
+/// A non-streaming `/hang`: no answer until the server shuts down (or the client goes away and
+/// the connection is dropped).
+async fn hang_without_stream(mut shutdown: watch::Receiver<bool>) -> Response {
+    shutdown_requested(&mut shutdown).await;
+    fail_response(
+        503,
+        json!({"error": {"message": "mock model shutting down", "type": "server_error", "param": null, "code": "server_error"}}),
+    )
+}
+
+async fn sleep_or_shutdown(duration: Duration, mut shutdown: watch::Receiver<bool>) {
+    tokio::select! {
+        () = tokio::time::sleep(duration) => {}
+        () = shutdown_requested(&mut shutdown) => {}
+    }
+}
+
+/// Returns once shutdown was requested; never, when the sender is gone without requesting it.
+async fn shutdown_requested(shutdown: &mut watch::Receiver<bool>) {
+    loop {
+        if *shutdown.borrow_and_update() {
+            return;
+        }
+        if shutdown.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Returns a `text/event-stream` response that plays `steps`. The stream ends after the last
+/// step, at shutdown, or when the client goes away (hyper then drops the body).
+fn stream_response(steps: Vec<Step>, shutdown: watch::Receiver<bool>) -> Response {
+    struct Playback {
+        steps: VecDeque<Step>,
+        shutdown: watch::Receiver<bool>,
+    }
+    let playback = Playback {
+        steps: steps.into(),
+        shutdown,
+    };
+    let stream = futures_util::stream::unfold(playback, |mut playback| async move {
+        loop {
+            match playback.steps.pop_front()? {
+                Step::Send(bytes) => return Some((Ok::<Bytes, Infallible>(bytes), playback)),
+                Step::Sleep(duration) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(duration) => {}
+                        () = shutdown_requested(&mut playback.shutdown) => return None,
+                    }
+                }
+                Step::KeepAliveForever => {
+                    tokio::select! {
+                        () = tokio::time::sleep(KEEPALIVE_INTERVAL) => {}
+                        () = shutdown_requested(&mut playback.shutdown) => return None,
+                    }
+                    playback.steps.push_front(Step::KeepAliveForever);
+                    return Some((Ok(Bytes::from_static(b": keepalive\n\n")), playback));
+                }
+            }
+        }
+    });
+    let mut response = Body::from_stream(stream).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}

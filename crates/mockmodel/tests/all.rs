@@ -1,0 +1,9 @@
+//! Tests of the mock model over HTTP, built as one test binary.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod suite;

@@ -1,0 +1,6 @@
+//! The test modules.
+
+mod chat;
+mod recorder;
+mod responses;
+mod support;

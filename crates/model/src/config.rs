@@ -1,0 +1,300 @@
+//! Choosing and building a model client: the `--model` spec, timeouts, retries and the API key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ModelClient;
+use crate::chat::ChatCompletionsClient;
+use crate::error::ModelError;
+use crate::error::Result;
+use crate::mock::MockClient;
+use crate::responses::ResponsesClient;
+
+/// The variable the API key is read from unless another is configured.
+pub const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// The most retries a client makes before the first event.
+pub const MAX_RETRIES: usize = 2;
+
+/// Which wire API a model speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelApi {
+    /// OpenAI Responses (`POST {base_url}/responses`, SSE).
+    Responses,
+    /// OpenAI Chat Completions (`POST {base_url}/chat/completions`, SSE chunks).
+    Chat,
+    /// The in-process deterministic mock (`gatehouse-mockmodel`), no HTTP and no key.
+    Mock,
+}
+
+/// Which model to call and how.
+///
+/// The API key itself is not part of the configuration: `key_env` names the variable that holds
+/// it, and the variable is read when the client is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// The wire API.
+    pub api: ModelApi,
+    /// The API base URL, for example `http://127.0.0.1:7430/v1` (empty for the mock). Only
+    /// `http://` works in this build, which has no TLS.
+    pub base_url: String,
+    /// The model name sent in each request (`mock` for the mock).
+    pub model: String,
+    /// The NAME of the environment variable holding the API key (ignored for the mock).
+    pub key_env: String,
+    /// How long to wait for each phase of a call.
+    pub timeouts: Timeouts,
+    /// How often and when to retry before the first event.
+    pub retry: RetryPolicy,
+}
+
+/// How long a client waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Opening the TCP connection (default 10 s).
+    pub connect: Duration,
+    /// From sending the request to the first event, headers included (default 60 s).
+    pub first_event: Duration,
+    /// Between two events once the stream has started; SSE comments (keep-alives) do not count as
+    /// events (default 120 s).
+    pub idle: Duration,
+}
+
+/// The pauses before each retry. A client retries only before the first event was received, and
+/// only connect errors and statuses 429 and 5xx.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// At most [`MAX_RETRIES`] pauses, one per retry.
+    backoffs: Vec<Duration>,
+}
+
+/// A `--model` spec that cannot be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelSpecError {
+    /// The spec does not start with `mock`, `openai-responses:` or `openai-chat:`.
+    #[error(
+        "unknown model spec {spec:?} (expected mock, openai-responses:URL:MODEL or openai-chat:URL:MODEL)"
+    )]
+    UnknownApi {
+        /// The spec as given.
+        spec: String,
+    },
+    /// The URL part is not an `http://` or `https://` URL.
+    #[error("model spec {spec:?} has no http:// or https:// url")]
+    InvalidUrl {
+        /// The spec as given.
+        spec: String,
+    },
+    /// The model name after the last `:` is missing (or looks like a port).
+    #[error("model spec {spec:?} has no model name after the url")]
+    MissingModel {
+        /// The spec as given.
+        spec: String,
+    },
+}
+
+/// An API key. Its value never appears in `Debug` output or logs.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key value.
+    pub fn new(value: String) -> ApiKey {
+        ApiKey(value)
+    }
+
+    /// Returns the key value, to put in a request header.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// Everything an HTTP client needs, with the key already read.
+#[derive(Debug, Clone)]
+pub struct HttpClientConfig {
+    /// The API base URL (`http://…`, without the endpoint path).
+    pub base_url: String,
+    /// The model name.
+    pub model: String,
+    /// The key sent as `Authorization: Bearer`.
+    pub api_key: ApiKey,
+    /// How long to wait.
+    pub timeouts: Timeouts,
+    /// When to retry.
+    pub retry: RetryPolicy,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            first_event: Duration::from_secs(60),
+            idle: Duration::from_secs(120),
+        }
+    }
+}
+
+impl Default for RetryPolicy {
+    /// Two retries, after 500 ms and 2 s.
+    fn default() -> RetryPolicy {
+        RetryPolicy::new(vec![Duration::from_millis(500), Duration::from_secs(2)])
+    }
+}
+
+impl RetryPolicy {
+    /// Returns a policy that waits `backoffs[i]` before retry `i + 1`; pauses past
+    /// [`MAX_RETRIES`] are dropped.
+    pub fn new(mut backoffs: Vec<Duration>) -> RetryPolicy {
+        backoffs.truncate(MAX_RETRIES);
+        RetryPolicy { backoffs }
+    }
+
+    /// Returns a policy that never retries.
+    pub fn never() -> RetryPolicy {
+        RetryPolicy {
+            backoffs: Vec::new(),
+        }
+    }
+
+    /// Returns the pause before each retry.
+    pub fn backoffs(&self) -> &[Duration] {
+        &self.backoffs
+    }
+}
+
+impl ModelConfig {
+    /// Returns the configuration of the in-process mock model.
+    pub fn mock() -> ModelConfig {
+        ModelConfig {
+            api: ModelApi::Mock,
+            base_url: String::new(),
+            model: String::from("mock"),
+            key_env: String::from(DEFAULT_KEY_ENV),
+            timeouts: Timeouts::default(),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Parses a `--model` spec: `mock`, `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`.
+    ///
+    /// The model name is what follows the LAST `:`, so the URL may contain colons (scheme, port)
+    /// and the model name may not. A name made only of digits (optionally followed by a path) is
+    /// taken for a port and refused. Timeouts and retries are the defaults.
+    ///
+    /// # Errors
+    ///
+    /// Returns a [`ModelSpecError`] saying which part is wrong.
+    pub fn parse(spec: &str, key_env: &str) -> std::result::Result<ModelConfig, ModelSpecError> {
+        if spec == "mock" {
+            return Ok(ModelConfig {
+                key_env: key_env.to_owned(),
+                ..ModelConfig::mock()
+            });
+        }
+        let (api, rest) = if let Some(rest) = spec.strip_prefix("openai-responses:") {
+            (ModelApi::Responses, rest)
+        } else if let Some(rest) = spec.strip_prefix("openai-chat:") {
+            (ModelApi::Chat, rest)
+        } else {
+            return Err(ModelSpecError::UnknownApi {
+                spec: spec.to_owned(),
+            });
+        };
+        let Some((base_url, model)) = rest.rsplit_once(':') else {
+            return Err(ModelSpecError::InvalidUrl {
+                spec: spec.to_owned(),
+            });
+        };
+        let host = base_url
+            .strip_prefix("http://")
+            .or_else(|| base_url.strip_prefix("https://"));
+        if host.is_none_or(str::is_empty) {
+            return Err(ModelSpecError::InvalidUrl {
+                spec: spec.to_owned(),
+            });
+        }
+        let port_like = model
+            .split('/')
+            .next()
+            .is_some_and(|head| !head.is_empty() && head.bytes().all(|byte| byte.is_ascii_digit()));
+        if model.is_empty() || port_like {
+            return Err(ModelSpecError::MissingModel {
+                spec: spec.to_owned(),
+            });
+        }
+        Ok(ModelConfig {
+            api,
+            base_url: base_url.to_owned(),
+            model: model.to_owned(),
+            key_env: key_env.to_owned(),
+            timeouts: Timeouts::default(),
+            retry: RetryPolicy::default(),
+        })
+    }
+
+    /// Returns the spec this configuration was parsed from (`mock` or `API:URL:MODEL`).
+    pub fn spec(&self) -> String {
+        match self.api {
+            ModelApi::Mock => String::from("mock"),
+            ModelApi::Responses => format!("openai-responses:{}:{}", self.base_url, self.model),
+            ModelApi::Chat => format!("openai-chat:{}:{}", self.base_url, self.model),
+        }
+    }
+
+    /// Builds the client, reading the API key from the process environment.
+    ///
+    /// # Errors
+    ///
+    /// See [`ModelConfig::build_with_env`].
+    pub fn build(&self) -> Result<Arc<dyn ModelClient>> {
+        self.build_with_env(&|name| std::env::var(name).ok())
+    }
+
+    /// Builds the client, reading the API key through `env` (a lookup by variable name).
+    ///
+    /// # Errors
+    ///
+    /// For an HTTP API: [`ModelError::MissingKey`] when the variable is unset or empty,
+    /// [`ModelError::UnsupportedUrl`] for a URL that is not `http://`, and
+    /// [`ModelError::InvalidKey`] or [`ModelError::Client`] when the HTTP client cannot be made.
+    /// Building the mock never fails.
+    pub fn build_with_env(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Arc<dyn ModelClient>> {
+        if self.api == ModelApi::Mock {
+            return Ok(Arc::new(MockClient::new(self.timeouts)));
+        }
+        let api_key = match env(&self.key_env) {
+            Some(value) if !value.is_empty() => ApiKey::new(value),
+            Some(_) | None => {
+                return Err(ModelError::MissingKey {
+                    key_env: self.key_env.clone(),
+                });
+            }
+        };
+        let http = HttpClientConfig {
+            base_url: self.base_url.clone(),
+            model: self.model.clone(),
+            api_key,
+            timeouts: self.timeouts,
+            retry: self.retry.clone(),
+        };
+        match self.api {
+            ModelApi::Responses => Ok(Arc::new(ResponsesClient::new(http)?)),
+            ModelApi::Chat => Ok(Arc::new(ChatCompletionsClient::new(http)?)),
+            ModelApi::Mock => Ok(Arc::new(MockClient::new(self.timeouts))),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

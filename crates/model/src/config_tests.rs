@@ -1,0 +1,142 @@
+use pretty_assertions::assert_eq;
+
+use crate::config::ApiKey;
+use crate::config::ModelApi;
+use crate::config::ModelConfig;
+use crate::config::ModelSpecError;
+use crate::config::RetryPolicy;
+use crate::error::codes;
+
+#[test]
+fn parses_specs() {
+    let cases: Vec<(&str, (ModelApi, &str, &str))> = vec![
+        ("mock", (ModelApi::Mock, "", "mock")),
+        (
+            "openai-responses:https://api.openai.com/v1:gpt-5",
+            (ModelApi::Responses, "https://api.openai.com/v1", "gpt-5"),
+        ),
+        (
+            "openai-chat:http://127.0.0.1:8000/v1:meta-llama/Llama-3.1-8B",
+            (
+                ModelApi::Chat,
+                "http://127.0.0.1:8000/v1",
+                "meta-llama/Llama-3.1-8B",
+            ),
+        ),
+        (
+            "openai-responses:http://localhost:7430/v1:mock-model",
+            (
+                ModelApi::Responses,
+                "http://localhost:7430/v1",
+                "mock-model",
+            ),
+        ),
+    ];
+    for (spec, expected) in cases {
+        let config = ModelConfig::parse(spec, "MY_KEY").unwrap();
+        let (api, base_url, model) = expected;
+        assert_eq!(
+            (config.api, config.base_url.as_str(), config.model.as_str()),
+            (api, base_url, model),
+            "{spec}"
+        );
+        assert_eq!(config.key_env, "MY_KEY");
+        assert_eq!(config.spec(), spec);
+    }
+}
+
+#[test]
+fn refuses_bad_specs() {
+    let cases = [
+        (
+            "openai:http://x:m",
+            ModelSpecError::UnknownApi {
+                spec: String::from("openai:http://x:m"),
+            },
+        ),
+        (
+            "mock:extra",
+            ModelSpecError::UnknownApi {
+                spec: String::from("mock:extra"),
+            },
+        ),
+        (
+            "openai-chat:gpt-5",
+            ModelSpecError::InvalidUrl {
+                spec: String::from("openai-chat:gpt-5"),
+            },
+        ),
+        (
+            "openai-chat:ftp://host:gpt-5",
+            ModelSpecError::InvalidUrl {
+                spec: String::from("openai-chat:ftp://host:gpt-5"),
+            },
+        ),
+        (
+            "openai-responses:http://:gpt-5",
+            ModelSpecError::InvalidUrl {
+                spec: String::from("openai-responses:http://:gpt-5"),
+            },
+        ),
+        (
+            "openai-responses:http://host/v1:",
+            ModelSpecError::MissingModel {
+                spec: String::from("openai-responses:http://host/v1:"),
+            },
+        ),
+        (
+            "openai-responses:http://host:8000/v1",
+            ModelSpecError::MissingModel {
+                spec: String::from("openai-responses:http://host:8000/v1"),
+            },
+        ),
+    ];
+    for (spec, expected) in cases {
+        assert_eq!(ModelConfig::parse(spec, "K"), Err(expected), "{spec}");
+    }
+}
+
+#[test]
+fn a_missing_or_empty_key_is_an_auth_error() {
+    let config = ModelConfig::parse("openai-chat:http://127.0.0.1:9/v1:m", "GH_TEST_KEY").unwrap();
+    for value in [None, Some(String::new())] {
+        let error = config.build_with_env(&|_| value.clone()).unwrap_err();
+        assert_eq!(error.code(), codes::MODEL_AUTH_FAILED);
+        assert_eq!(
+            error.to_string(),
+            "model api key variable GH_TEST_KEY is unset or empty"
+        );
+    }
+    // The mock needs no key.
+    assert!(ModelConfig::mock().build_with_env(&|_| None).is_ok());
+}
+
+#[test]
+fn https_is_refused_in_this_build() {
+    let config =
+        ModelConfig::parse("openai-responses:https://api.openai.com/v1:gpt-5", "K").unwrap();
+    let error = config
+        .build_with_env(&|_| Some(String::from("sk-secret")))
+        .unwrap_err();
+    assert_eq!(error.code(), codes::MODEL_UNAVAILABLE);
+    assert!(!format!("{error:?}").contains("sk-secret"));
+}
+
+#[test]
+fn the_key_never_shows_in_debug_output() {
+    let config = ModelConfig::parse("openai-chat:http://127.0.0.1:9/v1:m", "K").unwrap();
+    let client = config
+        .build_with_env(&|_| Some(String::from("sk-very-secret")))
+        .unwrap();
+    let debug = format!(
+        "{client:?} {:?}",
+        ApiKey::new(String::from("sk-very-secret"))
+    );
+    assert!(!debug.contains("sk-very-secret"), "{debug}");
+}
+
+#[test]
+fn retries_are_capped_at_two() {
+    let policy = RetryPolicy::new(vec![std::time::Duration::from_millis(1); 5]);
+    assert_eq!(policy.backoffs().len(), 2);
+}

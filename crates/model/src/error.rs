@@ -1,0 +1,189 @@
+//! Model errors and their stable wire codes.
+
+/// The stable error codes a [`ModelError`] maps to (see [`ModelError::code`]).
+pub mod codes {
+    /// The model could not be reached or did not answer in time (connect error, 5xx, timeout).
+    pub const MODEL_UNAVAILABLE: &str = "MODEL_UNAVAILABLE";
+    /// The model refused the credential (401/403) or no credential is configured.
+    pub const MODEL_AUTH_FAILED: &str = "MODEL_AUTH_FAILED";
+    /// The model is rate limiting us (429).
+    pub const MODEL_RATE_LIMITED: &str = "MODEL_RATE_LIMITED";
+    /// The model answered something that cannot be used: malformed SSE or JSON, a stream without
+    /// its end marker, a failed or incomplete response, or a shape we cannot interpret.
+    pub const MODEL_BAD_RESPONSE: &str = "MODEL_BAD_RESPONSE";
+}
+
+/// Returns of this crate.
+pub type Result<T> = std::result::Result<T, ModelError>;
+
+/// Which wait ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutPhase {
+    /// Waiting for the response headers and the first event after sending the request.
+    FirstEvent,
+    /// Waiting for the next event once the stream had started (comments do not count).
+    Idle,
+}
+
+/// Why a model call failed.
+///
+/// Each variant maps to one code of [`codes`] through [`ModelError::code`]. The clients retry
+/// [`ModelError::Connect`] and [`ModelError::Status`] with 429 or 5xx on their own, before the
+/// first event only; whatever reaches the caller has already been retried as far as allowed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The variable that should hold the API key is unset or empty. Returned when a client is
+    /// built; not retryable until the configuration changes.
+    #[error("model api key variable {key_env} is unset or empty")]
+    MissingKey {
+        /// The name of the variable (never its value).
+        key_env: String,
+    },
+    /// The API key cannot be sent in an HTTP header (it holds control characters). Returned when
+    /// a client is built.
+    #[error("model api key is not a valid header value")]
+    InvalidKey,
+    /// The base URL is not `http://…`. This build has no TLS, so `https://` cannot be used.
+    /// Returned when a client is built.
+    #[error("model url {base_url} is not supported (only http:// in this build)")]
+    UnsupportedUrl {
+        /// The configured base URL.
+        base_url: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot build the http client")]
+    Client {
+        /// The cause.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The connection could not be opened or the request not sent (retried before giving up).
+    #[error("cannot reach the model")]
+    Connect {
+        /// The cause.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The model answered with an error status; 429 and 5xx were retried before giving up.
+    #[error("model answered with status {status}: {message}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The `error.message` of the body, or a prefix of the body.
+        message: String,
+    },
+    /// The model did not send the next thing in time.
+    #[error("model timed out ({phase:?})")]
+    Timeout {
+        /// Which wait ran out.
+        phase: TimeoutPhase,
+    },
+    /// The connection broke after the request was sent, before or while the answer was read. Not
+    /// retried: the model may have started working on it.
+    #[error("model connection broke")]
+    Transport {
+        /// The cause.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// An SSE line was longer than the parser accepts.
+    #[error("model stream line is longer than {limit} bytes")]
+    LineTooLong {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// A `data:` payload was not valid JSON.
+    #[error("model sent invalid json")]
+    InvalidJson {
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The stream ended before its end marker (`response.completed`, or `data: [DONE]`).
+    #[error("model stream ended before completion")]
+    Truncated,
+    /// The model sent a shape that cannot be interpreted, for example a tool call without a name.
+    #[error("model sent an unexpected shape: {what}")]
+    UnexpectedShape {
+        /// What was wrong.
+        what: &'static str,
+    },
+    /// The model reported a failure inside the stream (`response.failed`, an `error` event or a
+    /// chunk with an `error` object).
+    #[error("model failed: {message}")]
+    Failed {
+        /// The upstream error code, such as `server_error` or `rate_limit_exceeded`.
+        code: Option<String>,
+        /// The upstream message.
+        message: String,
+    },
+    /// The model stopped early (`response.incomplete`).
+    #[error("model response is incomplete: {reason}")]
+    Incomplete {
+        /// The upstream reason, such as `max_output_tokens`.
+        reason: String,
+    },
+}
+
+impl ModelError {
+    /// Returns the stable code of this error, one of [`codes`].
+    ///
+    /// Statuses: 401 and 403 are `MODEL_AUTH_FAILED`, 429 is `MODEL_RATE_LIMITED`, 408 and 5xx are
+    /// `MODEL_UNAVAILABLE`, any other status is `MODEL_BAD_RESPONSE`. In-stream failures
+    /// ([`ModelError::Failed`]) map by their upstream code: `server_error` and `server_is_overloaded`
+    /// are `MODEL_UNAVAILABLE`, `rate_limit_exceeded` is `MODEL_RATE_LIMITED`, anything else
+    /// `MODEL_BAD_RESPONSE`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ModelError::MissingKey { .. } | ModelError::InvalidKey => codes::MODEL_AUTH_FAILED,
+            ModelError::UnsupportedUrl { .. }
+            | ModelError::Client { .. }
+            | ModelError::Connect { .. }
+            | ModelError::Timeout { .. }
+            | ModelError::Transport { .. } => codes::MODEL_UNAVAILABLE,
+            ModelError::Status { status, .. } => match status {
+                401 | 403 => codes::MODEL_AUTH_FAILED,
+                429 => codes::MODEL_RATE_LIMITED,
+                408 | 500..=599 => codes::MODEL_UNAVAILABLE,
+                _ => codes::MODEL_BAD_RESPONSE,
+            },
+            ModelError::Failed { code, .. } => match code.as_deref() {
+                Some("server_error" | "server_is_overloaded") => codes::MODEL_UNAVAILABLE,
+                Some("rate_limit_exceeded") => codes::MODEL_RATE_LIMITED,
+                Some(_) | None => codes::MODEL_BAD_RESPONSE,
+            },
+            ModelError::LineTooLong { .. }
+            | ModelError::InvalidJson { .. }
+            | ModelError::Truncated
+            | ModelError::UnexpectedShape { .. }
+            | ModelError::Incomplete { .. } => codes::MODEL_BAD_RESPONSE,
+        }
+    }
+
+    /// Returns true when the clients retry this error before the first event: a connect error,
+    /// or status 429 or 5xx.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ModelError::Connect { .. } => true,
+            ModelError::Status { status, .. } => *status == 429 || (500..=599).contains(status),
+            ModelError::MissingKey { .. }
+            | ModelError::InvalidKey
+            | ModelError::UnsupportedUrl { .. }
+            | ModelError::Client { .. }
+            | ModelError::Timeout { .. }
+            | ModelError::Transport { .. }
+            | ModelError::LineTooLong { .. }
+            | ModelError::InvalidJson { .. }
+            | ModelError::Truncated
+            | ModelError::UnexpectedShape { .. }
+            | ModelError::Failed { .. }
+            | ModelError::Incomplete { .. } => false,
+        }
+    }
+
+    /// Returns true when the model did not answer in time.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, ModelError::Timeout { .. })
+    }
+}

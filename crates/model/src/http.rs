@@ -1,0 +1,294 @@
+//! What both HTTP clients share: sending with bounded retries, and turning an SSE body into model
+//! events under the first-event and idle timeouts.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+
+use futures_util::Stream;
+use futures_util::StreamExt;
+use reqwest::header::ACCEPT;
+use reqwest::header::AUTHORIZATION;
+use reqwest::header::CONTENT_TYPE;
+use reqwest::header::HeaderValue;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::ModelEventStream;
+use crate::config::HttpClientConfig;
+use crate::config::RetryPolicy;
+use crate::config::Timeouts;
+use crate::error::ModelError;
+use crate::error::Result;
+use crate::error::TimeoutPhase;
+use crate::sse::SseEvent;
+use crate::sse::SseParser;
+use crate::types::ModelEvent;
+
+/// The most bytes of an error body quoted in [`ModelError::Status`].
+const MAX_ERROR_MESSAGE_CHARS: usize = 500;
+
+/// An HTTP endpoint with its credential, timeouts and retry policy.
+pub(crate) struct Transport {
+    client: reqwest::Client,
+    endpoint: String,
+    authorization: HeaderValue,
+    timeouts: Timeouts,
+    retry: RetryPolicy,
+}
+
+/// Whether the stream goes on after an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    Continue,
+    /// The end marker arrived; nothing after it is read.
+    Done,
+}
+
+/// Turns the SSE events of one API into model events.
+pub(crate) trait Interpreter: Send + 'static {
+    /// Handles one event, pushing model events to `out`.
+    fn on_event(&mut self, event: SseEvent, out: &mut VecDeque<ModelEvent>) -> Result<Flow>;
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Transport")
+            .field("endpoint", &self.endpoint)
+            .field("timeouts", &self.timeouts)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transport {
+    /// Returns a transport posting to `{base_url}{path}`.
+    ///
+    /// # Errors
+    ///
+    /// [`ModelError::UnsupportedUrl`] unless the base URL is `http://` (this build has no TLS),
+    /// [`ModelError::InvalidKey`] for a key that cannot be a header, [`ModelError::Client`] when
+    /// reqwest cannot build a client.
+    pub(crate) fn new(config: &HttpClientConfig, path: &str) -> Result<Transport> {
+        let Some(host) = config.base_url.strip_prefix("http://") else {
+            return Err(ModelError::UnsupportedUrl {
+                base_url: config.base_url.clone(),
+            });
+        };
+        let mut authorization =
+            HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose()))
+                .map_err(|_| ModelError::InvalidKey)?;
+        authorization.set_sensitive(true);
+        let mut builder = reqwest::Client::builder().connect_timeout(config.timeouts.connect);
+        // A loopback model (the mock, a local server) is never reached through a proxy.
+        let authority = host.split('/').next().unwrap_or_default();
+        let host_name = match authority.strip_prefix('[') {
+            Some(rest) => rest.split(']').next().unwrap_or_default(),
+            None => authority.split(':').next().unwrap_or_default(),
+        };
+        if matches!(host_name, "127.0.0.1" | "localhost" | "::1") {
+            builder = builder.no_proxy();
+        }
+        let client = builder
+            .build()
+            .map_err(|source| ModelError::Client { source })?;
+        Ok(Transport {
+            client,
+            endpoint: format!("{}{path}", config.base_url.trim_end_matches('/')),
+            authorization,
+            timeouts: config.timeouts,
+            retry: config.retry.clone(),
+        })
+    }
+
+    /// Posts `body` and returns the event stream, retrying connect errors, 429 and 5xx (at most
+    /// as many times as the policy has pauses). Nothing is retried once a response was accepted.
+    ///
+    /// # Errors
+    ///
+    /// The last attempt's error: [`ModelError::Connect`], [`ModelError::Status`],
+    /// [`ModelError::Timeout`] or [`ModelError::Transport`].
+    pub(crate) async fn stream(
+        &self,
+        body: Vec<u8>,
+        interpreter: impl Interpreter,
+    ) -> Result<ModelEventStream> {
+        let body = bytes::Bytes::from(body);
+        let mut n_retries = 0;
+        loop {
+            let deadline = Instant::now() + self.timeouts.first_event;
+            let error = match self.send_once(body.clone(), deadline).await {
+                Ok(response) => {
+                    return Ok(event_stream(response, deadline, self.timeouts, interpreter));
+                }
+                Err(error) => error,
+            };
+            let backoff = match self.retry.backoffs().get(n_retries) {
+                Some(backoff) if error.is_retryable() => *backoff,
+                Some(_) | None => return Err(error),
+            };
+            n_retries += 1;
+            tracing::warn!(
+                endpoint = %self.endpoint,
+                code = error.code(),
+                error = %error,
+                retry = n_retries,
+                backoff_ms = backoff.as_millis() as u64,
+                "model request failed, retrying"
+            );
+            tokio::time::sleep(backoff).await;
+        }
+    }
+
+    async fn send_once(&self, body: bytes::Bytes, deadline: Instant) -> Result<reqwest::Response> {
+        tracing::debug!(endpoint = %self.endpoint, "model request");
+        let request = self
+            .client
+            .post(&self.endpoint)
+            .header(AUTHORIZATION, self.authorization.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "text/event-stream")
+            .body(body)
+            .send();
+        let response = match tokio::time::timeout_at(deadline, request).await {
+            Err(_) => {
+                return Err(ModelError::Timeout {
+                    phase: TimeoutPhase::FirstEvent,
+                });
+            }
+            Ok(Err(source)) if source.is_connect() => return Err(ModelError::Connect { source }),
+            Ok(Err(source)) => return Err(ModelError::Transport { source }),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let message = match tokio::time::timeout_at(deadline, response.bytes()).await {
+            Ok(Ok(bytes)) => error_message(&bytes),
+            Ok(Err(_)) | Err(_) => String::new(),
+        };
+        Err(ModelError::Status {
+            status: status.as_u16(),
+            message,
+        })
+    }
+}
+
+/// Returns `error.message` of an OpenAI-shaped error body, or the start of the body.
+fn error_message(body: &[u8]) -> String {
+    let from_json = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|value| {
+            value
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+    match from_json {
+        Some(message) => message,
+        None => String::from_utf8_lossy(body)
+            .chars()
+            .take(MAX_ERROR_MESSAGE_CHARS)
+            .collect(),
+    }
+}
+
+/// Where a stream stands.
+enum PumpState {
+    Reading,
+    /// Emit what is pending, then end.
+    Done,
+    /// Emit what is pending, then this error, then end.
+    Failed(ModelError),
+}
+
+struct Pump<I> {
+    body: Pin<Box<dyn Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    parser: SseParser,
+    interpreter: I,
+    pending: VecDeque<ModelEvent>,
+    deadline: Instant,
+    timeouts: Timeouts,
+    got_first_event: bool,
+    body_ended: bool,
+    state: PumpState,
+}
+
+/// Returns the model events of an SSE response.
+///
+/// The first event must arrive before `first_event_deadline`; after that, each event within
+/// `timeouts.idle` of the one before (comments do not reset the clock). A body that ends before the
+/// interpreter saw the end marker gives [`ModelError::Truncated`].
+pub(crate) fn event_stream(
+    response: reqwest::Response,
+    first_event_deadline: Instant,
+    timeouts: Timeouts,
+    interpreter: impl Interpreter,
+) -> ModelEventStream {
+    let pump = Pump {
+        body: Box::pin(response.bytes_stream()),
+        parser: SseParser::default(),
+        interpreter,
+        pending: VecDeque::new(),
+        deadline: first_event_deadline,
+        timeouts,
+        got_first_event: false,
+        body_ended: false,
+        state: PumpState::Reading,
+    };
+    Box::pin(futures_util::stream::unfold(pump, |mut pump| async move {
+        loop {
+            if let Some(event) = pump.pending.pop_front() {
+                return Some((Ok(event), pump));
+            }
+            match std::mem::replace(&mut pump.state, PumpState::Done) {
+                PumpState::Done => return None,
+                PumpState::Failed(error) => return Some((Err(error), pump)),
+                PumpState::Reading => {}
+            }
+            pump.state = match pump.next_sse_event().await {
+                Ok(Some(event)) => match pump.interpreter.on_event(event, &mut pump.pending) {
+                    Ok(Flow::Continue) => PumpState::Reading,
+                    Ok(Flow::Done) => PumpState::Done,
+                    Err(error) => PumpState::Failed(error),
+                },
+                Ok(None) => PumpState::Failed(ModelError::Truncated),
+                Err(error) => PumpState::Failed(error),
+            };
+        }
+    }))
+}
+
+impl<I: Interpreter> Pump<I> {
+    /// Returns the next SSE event, or `None` at the end of the body.
+    async fn next_sse_event(&mut self) -> Result<Option<SseEvent>> {
+        loop {
+            if let Some(event) = self.parser.next_event() {
+                self.got_first_event = true;
+                self.deadline = Instant::now() + self.timeouts.idle;
+                return Ok(Some(event));
+            }
+            if self.body_ended {
+                return Ok(None);
+            }
+            match tokio::time::timeout_at(self.deadline, self.body.next()).await {
+                Err(_) => {
+                    let phase = if self.got_first_event {
+                        TimeoutPhase::Idle
+                    } else {
+                        TimeoutPhase::FirstEvent
+                    };
+                    tracing::warn!(?phase, "model stream timed out");
+                    return Err(ModelError::Timeout { phase });
+                }
+                Ok(None) => {
+                    self.body_ended = true;
+                    self.parser.finish();
+                }
+                Ok(Some(Err(source))) => return Err(ModelError::Transport { source }),
+                Ok(Some(Ok(chunk))) => self.parser.push(&chunk)?,
+            }
+        }
+    }
+}

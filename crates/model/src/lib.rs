@@ -1,0 +1,109 @@
+//! Streaming model clients behind one provider-neutral interface: OpenAI Responses, OpenAI Chat
+//! Completions, and the in-process deterministic mock.
+//!
+//! An agent loop builds a [`ModelRequest`] (system prompt, conversation [`Message`]s, [`ToolSpec`]s)
+//! and reads a stream of [`ModelEvent`]s: text deltas, whole tool calls, then one `Completed`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use futures_util::StreamExt;
+//! use gatehouse_model::{Message, ModelConfig, ModelEvent, ModelRequest};
+//!
+//! let client = ModelConfig::parse("mock", "OPENAI_API_KEY")?.build()?;
+//! let request = ModelRequest {
+//!     messages: vec![Message::User { text: String::from("/say hello") }],
+//!     ..ModelRequest::default()
+//! };
+//! let mut events = client.stream(&request).await?;
+//! while let Some(event) = events.next().await {
+//!     if let ModelEvent::Completed { text, .. } = event? {
+//!         assert_eq!(text, "hello");
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Configuration and credentials
+//!
+//! [`ModelConfig::parse`] reads the CLI spec `mock`, `openai-responses:URL:MODEL` or
+//! `openai-chat:URL:MODEL` (MODEL is what follows the last `:`). The API key is read from the
+//! variable named by `key_env` when the client is built, sent as `Authorization: Bearer`, and never
+//! logged or shown in `Debug` output. **This build has no TLS: only `http://` base URLs work**;
+//! an `https://` URL is refused when the client is built ([`ModelError::UnsupportedUrl`]).
+//!
+//! # Timeouts, retries and errors
+//!
+//! Connect 10 s, first event 60 s (headers included), idle between events 120 s; SSE comments
+//! (keep-alives) do not count as events ([`Timeouts`]). Before the first event only, connect errors,
+//! 429 and 5xx are retried at most twice (500 ms, then 2 s; [`RetryPolicy`]); nothing is retried
+//! once a stream was accepted. Every [`ModelError`] has a stable [`ModelError::code`]:
+//! `MODEL_UNAVAILABLE`, `MODEL_AUTH_FAILED`, `MODEL_RATE_LIMITED` or `MODEL_BAD_RESPONSE`. A
+//! stream that ends without its end marker (`response.completed`, `data: [DONE]`) is
+//! `MODEL_BAD_RESPONSE`; `response.failed` maps by its error code (`server_error` →
+//! `MODEL_UNAVAILABLE`, `rate_limit_exceeded` → `MODEL_RATE_LIMITED`, else `MODEL_BAD_RESPONSE`).
+//! Only streamed answers are read: a server that ignores `stream: true` and sends one JSON body
+//! gives `MODEL_BAD_RESPONSE`.
+//!
+//! Modules: `types` (request and events), `config` (spec, timeouts, building), `error`, `sse` (the
+//! hand-written SSE parser), `http` (sending, retries, timeouts), `responses`, `chat`, `mock`.
+
+#![deny(missing_docs)]
+
+mod chat;
+mod config;
+mod error;
+mod http;
+mod mock;
+mod responses;
+mod sse;
+mod types;
+
+use std::pin::Pin;
+
+use futures_util::Stream;
+
+pub use crate::chat::ChatCompletionsClient;
+pub use crate::config::ApiKey;
+pub use crate::config::DEFAULT_KEY_ENV;
+pub use crate::config::HttpClientConfig;
+pub use crate::config::MAX_RETRIES;
+pub use crate::config::ModelApi;
+pub use crate::config::ModelConfig;
+pub use crate::config::ModelSpecError;
+pub use crate::config::RetryPolicy;
+pub use crate::config::Timeouts;
+pub use crate::error::ModelError;
+pub use crate::error::Result;
+pub use crate::error::TimeoutPhase;
+pub use crate::error::codes;
+pub use crate::mock::MockClient;
+pub use crate::responses::ResponsesClient;
+pub use crate::types::Message;
+pub use crate::types::ModelEvent;
+pub use crate::types::ModelRequest;
+pub use crate::types::ToolCall;
+pub use crate::types::ToolInput;
+pub use crate::types::ToolKind;
+pub use crate::types::ToolSpec;
+pub use crate::types::Usage;
+
+/// The events of one model call (see [`ModelEvent`] for their order).
+pub type ModelEventStream = Pin<Box<dyn Stream<Item = Result<ModelEvent>> + Send>>;
+
+/// A model that can be asked for one streamed answer at a time.
+///
+/// Implementors must: send nothing before `stream` is called; return `Err` from `stream` for
+/// failures before the answer started (after their own bounded retries); yield text deltas and
+/// whole tool calls, then exactly one [`ModelEvent::Completed`], or end with one `Err`; and never
+/// log or show the API key. Dropping the stream abandons the call.
+#[async_trait::async_trait]
+pub trait ModelClient: Send + Sync + std::fmt::Debug {
+    /// Sends `request` and returns the answer as a stream of events.
+    ///
+    /// # Errors
+    ///
+    /// A [`ModelError`] when the call fails before the stream starts (connect error, HTTP error
+    /// status, timeout waiting for the response).
+    async fn stream(&self, request: &ModelRequest) -> Result<ModelEventStream>;
+}

@@ -1,0 +1,6 @@
+//! The test modules.
+
+mod against_mock;
+mod fixtures;
+mod mock_client;
+mod support;

@@ -1,0 +1,58 @@
+//! [`StoreError`]: backend-neutral storage errors.
+
+/// A storage failure, the same for every backend.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The record to update does not exist.
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked for.
+        what: &'static str,
+    },
+    /// A record with the same key exists.
+    #[error("{what} already exists")]
+    AlreadyExists {
+        /// What was inserted.
+        what: &'static str,
+    },
+    /// The disk is full; nothing was written. Retrying after space is freed succeeds.
+    #[error("the gateway state disk is full")]
+    DiskFull,
+    /// The store cannot be opened or does not answer.
+    #[error("the gateway store is unavailable")]
+    Unavailable {
+        /// The engine's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A stored value could not be decoded (for example malformed JSON written by hand).
+    #[error("stored {what} is corrupt")]
+    Corrupt {
+        /// What was being read.
+        what: &'static str,
+    },
+    /// Any other engine failure.
+    #[error("storage failure")]
+    Internal {
+        /// The engine's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// The result type of the store.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+impl StoreError {
+    /// Returns the stable code of this error for the HTTP API.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::NotFound { .. } => "NOT_FOUND",
+            StoreError::AlreadyExists { .. } => "ALREADY_EXISTS",
+            StoreError::DiskFull => "STORAGE_FULL",
+            StoreError::Unavailable { .. } => "STORE_UNAVAILABLE",
+            StoreError::Corrupt { .. } | StoreError::Internal { .. } => "STORE_FAILURE",
+        }
+    }
+}

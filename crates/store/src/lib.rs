@@ -1,0 +1,185 @@
+//! Gateway state behind one trait.
+//!
+//! The Gateway keeps everything it owns (enrolled nodes, setup codes, the audit trail, and later
+//! sessions, turns and transcripts) behind [`Store`]. Callers hold an `Arc<dyn Store>` and never
+//! see which engine is underneath; [`sqlite::SqliteStore`] is the default, one WAL-mode file in
+//! the Gateway state directory with versioned migrations.
+//!
+//! # Contract
+//! - Every method is atomic: it either fully applies or leaves nothing behind.
+//! - Methods may be called concurrently from many tasks.
+//! - Secrets are never stored in clear: tokens arrive here already hashed.
+//!
+//! # Modules
+//! - [`model`]: the records the store reads and writes.
+//! - [`sqlite`]: the SQLite implementation.
+//! - [`error`]: the error type, [`StoreError`].
+
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod model;
+pub mod sqlite;
+
+use async_trait::async_trait;
+
+pub use crate::error::Result;
+pub use crate::error::StoreError;
+use crate::model::Admitted;
+use crate::model::AuditEvent;
+use crate::model::EnrollOutcome;
+use crate::model::Enrollment;
+use crate::model::EventRecord;
+use crate::model::MessageRecord;
+use crate::model::NewAuditEvent;
+use crate::model::NewSetupCode;
+use crate::model::NewTurnMessage;
+use crate::model::NewUserMessage;
+use crate::model::NodeRecord;
+use crate::model::NodeSeen;
+use crate::model::SessionRecord;
+use crate::model::TurnEnd;
+use crate::model::TurnRecord;
+
+/// What the Gateway needs from its storage.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Checks that the store answers; used by readiness.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when it does not.
+    async fn ping(&self) -> Result<()>;
+
+    /// Records a new setup code (by the hash of its bootstrap token).
+    ///
+    /// # Errors
+    /// [`StoreError::AlreadyExists`] for a duplicate hash (a broken random source).
+    async fn insert_setup_code(&self, code: &NewSetupCode) -> Result<()>;
+
+    /// Consumes the setup code with `enrollment.token_sha256` and records the node, in one
+    /// transaction. A code is consumed at most once, even under concurrent attempts.
+    ///
+    /// # Errors
+    /// Only storage failures; a bad code is an [`EnrollOutcome`], not an error.
+    async fn enroll_node(&self, enrollment: &Enrollment) -> Result<EnrollOutcome>;
+
+    /// Returns the node with `device_id`, if enrolled.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn node(&self, device_id: &str) -> Result<Option<NodeRecord>>;
+
+    /// Returns every enrolled node, ordered by device id.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn nodes(&self) -> Result<Vec<NodeRecord>>;
+
+    /// Updates what a connecting node declared and when it was last seen.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when the node is not enrolled.
+    async fn record_node_seen(&self, seen: &NodeSeen) -> Result<()>;
+
+    /// Appends an audit event and returns its sequence number.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn append_audit(&self, event: &NewAuditEvent) -> Result<i64>;
+
+    /// Returns up to `limit` audit events with a sequence number above `after`, oldest first.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn audit_after(&self, after: i64, limit: u32) -> Result<Vec<AuditEvent>>;
+
+    /// Admits a user message durably, in one transaction: creates the session if new, returns
+    /// the existing turn for a repeated idempotency key (storing nothing), joins the latest
+    /// queued turn for [`crate::model::QueueMode::Collect`], otherwise creates a queued turn;
+    /// appends the message to the transcript and, for a new turn, a `turn.queued` event.
+    ///
+    /// # Errors
+    /// Storage failures ([`StoreError::DiskFull`] leaves nothing admitted).
+    async fn admit_user_message(&self, message: &NewUserMessage) -> Result<Admitted>;
+
+    /// Returns the turn `turn_id`.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn turn(&self, turn_id: &str) -> Result<Option<TurnRecord>>;
+
+    /// Returns the user messages of `turn_id`, in order (several for a collected turn).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn turn_user_messages(&self, turn_id: &str) -> Result<Vec<MessageRecord>>;
+
+    /// Marks the oldest queued turn of `session_key` running and returns it, unless a turn of
+    /// that session is already running (one active turn per session).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn claim_next_turn(&self, session_key: &str, now_ms: i64) -> Result<Option<TurnRecord>>;
+
+    /// Ends `turn_id` if it is still queued or running; returns false when it had already ended
+    /// (for example interrupted by a restart, or aborted), in which case nothing changes.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn finish_turn(&self, turn_id: &str, end: &TurnEnd) -> Result<bool>;
+
+    /// Commits a complete assistant or tool message of a running turn and returns its transcript
+    /// seq, or `None` when the turn is no longer running (a stale writer is fenced off).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn commit_turn_message(&self, message: &NewTurnMessage) -> Result<Option<i64>>;
+
+    /// Appends a durable event to the session's event log and returns its seq.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn append_event(
+        &self,
+        session_key: &str,
+        kind: &str,
+        payload: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<i64>;
+
+    /// Returns up to `limit` durable events of `session_key` with a seq above `after`.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn events_after(
+        &self,
+        session_key: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>>;
+
+    /// Returns the session's transcript, in order.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn transcript(&self, session_key: &str) -> Result<Vec<MessageRecord>>;
+
+    /// Returns every session with its running turn, ordered by key.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn sessions(&self) -> Result<Vec<SessionRecord>>;
+
+    /// Marks every running turn interrupted (a crash or kill stopped it) and returns them. Called
+    /// once at start, before anything is dispatched; interrupted turns are never replayed.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn interrupt_running_turns(&self, now_ms: i64) -> Result<Vec<TurnRecord>>;
+
+    /// Returns the sessions that have queued turns.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn sessions_with_queued_turns(&self) -> Result<Vec<String>>;
+}

@@ -1,0 +1,343 @@
+//! Records the store reads and writes. Times are Unix milliseconds.
+
+use serde_json::Value;
+
+/// A setup code to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSetupCode {
+    /// Lowercase hex SHA-256 of the bootstrap token.
+    pub token_sha256: String,
+    /// When it was issued.
+    pub created_at_ms: i64,
+    /// When it stops being accepted.
+    pub expires_at_ms: i64,
+}
+
+/// A node enrolling with a setup code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enrollment {
+    /// Hash of the bootstrap token presented.
+    pub token_sha256: String,
+    /// The time of the attempt.
+    pub now_ms: i64,
+    /// The node to record when the code is good. An existing node with the same id is replaced
+    /// (re-enrollment issues a new device token).
+    pub node: NodeRecord,
+}
+
+/// The outcome of [`crate::Store::enroll_node`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnrollOutcome {
+    /// The code was good and is now used; the node is recorded.
+    Enrolled,
+    /// No code has this token.
+    UnknownCode,
+    /// The code expired before this attempt.
+    ExpiredCode,
+    /// The code was already used.
+    UsedCode,
+}
+
+/// An enrolled node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRecord {
+    /// Lowercase hex SHA-256 of the node's public key.
+    pub device_id: String,
+    /// The raw Ed25519 public key, base64url.
+    pub public_key: String,
+    /// The name the node gave.
+    pub display_name: String,
+    /// `native` or `codex`.
+    pub runtime: String,
+    /// The commands the node declared when it last connected.
+    pub commands: Vec<String>,
+    /// The absolute path of the node's Agent workspace, as it declared.
+    pub workspace_root: Option<String>,
+    /// Lowercase hex SHA-256 of the issued device token.
+    pub device_token_sha256: String,
+    /// When the node enrolled.
+    pub enrolled_at_ms: i64,
+    /// When the node last connected.
+    pub last_seen_at_ms: i64,
+}
+
+/// What a connecting node declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSeen {
+    /// The node.
+    pub device_id: String,
+    /// The name it gave.
+    pub display_name: String,
+    /// Its runtime.
+    pub runtime: String,
+    /// Its commands.
+    pub commands: Vec<String>,
+    /// Its workspace root.
+    pub workspace_root: Option<String>,
+    /// The time.
+    pub at_ms: i64,
+}
+
+/// An audit event to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAuditEvent {
+    /// When it happened.
+    pub at_ms: i64,
+    /// Who did it: `operator`, `node:<id>`, `gateway`.
+    pub actor: String,
+    /// What was attempted, for example `node.connect`.
+    pub action: String,
+    /// `allowed`, `denied`, `succeeded` or `failed`.
+    pub outcome: String,
+    /// The stable code of a denial or failure.
+    pub reason_code: Option<String>,
+    /// Context; never content or secrets.
+    pub details: Value,
+}
+
+/// A stored audit event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEvent {
+    /// Its position in the trail, increasing.
+    pub seq: i64,
+    /// When it happened.
+    pub at_ms: i64,
+    /// Who did it.
+    pub actor: String,
+    /// What was attempted.
+    pub action: String,
+    /// How it ended.
+    pub outcome: String,
+    /// The stable code of a denial or failure.
+    pub reason_code: Option<String>,
+    /// Context.
+    pub details: Value,
+}
+
+/// The status of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TurnStatus {
+    /// Admitted, waiting for its session or for a global slot.
+    Queued,
+    /// Dispatched to the runtime.
+    Running,
+    /// Finished with a reply.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Was running when the Gateway stopped; never replayed.
+    Interrupted,
+    /// Stopped by an abort.
+    Aborted,
+}
+
+impl TurnStatus {
+    /// Returns the status as stored and shown in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Queued => "queued",
+            TurnStatus::Running => "running",
+            TurnStatus::Completed => "completed",
+            TurnStatus::Failed => "failed",
+            TurnStatus::Interrupted => "interrupted",
+            TurnStatus::Aborted => "aborted",
+        }
+    }
+
+    /// Parses a stored status.
+    pub fn parse(text: &str) -> Option<TurnStatus> {
+        [
+            TurnStatus::Queued,
+            TurnStatus::Running,
+            TurnStatus::Completed,
+            TurnStatus::Failed,
+            TurnStatus::Interrupted,
+            TurnStatus::Aborted,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
+
+    /// Returns true once the turn can no longer change.
+    pub fn is_terminal(self) -> bool {
+        match self {
+            TurnStatus::Queued | TurnStatus::Running => false,
+            TurnStatus::Completed
+            | TurnStatus::Failed
+            | TurnStatus::Interrupted
+            | TurnStatus::Aborted => true,
+        }
+    }
+}
+
+/// How a message that arrives while a turn runs is queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QueueMode {
+    /// A new turn, run after the ones before it.
+    Followup,
+    /// Merged into the next queued turn of the session.
+    Collect,
+    /// Delivered to the running turn when the runtime supports it, else a follow-up.
+    Steer,
+    /// Aborts the running turn, then runs as a new turn.
+    Interrupt,
+}
+
+impl QueueMode {
+    /// Returns the mode as stored and accepted by the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueMode::Followup => "followup",
+            QueueMode::Collect => "collect",
+            QueueMode::Steer => "steer",
+            QueueMode::Interrupt => "interrupt",
+        }
+    }
+
+    /// Parses a mode.
+    pub fn parse(text: &str) -> Option<QueueMode> {
+        [
+            QueueMode::Followup,
+            QueueMode::Collect,
+            QueueMode::Steer,
+            QueueMode::Interrupt,
+        ]
+        .into_iter()
+        .find(|mode| mode.as_str() == text)
+    }
+}
+
+/// A message to admit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewUserMessage {
+    /// The session; created when new.
+    pub session_key: String,
+    /// The runtime a new session records.
+    pub runtime: String,
+    /// A fresh turn id, used when a new turn is created.
+    pub turn_id: String,
+    /// The user's text.
+    pub text: String,
+    /// The attachments, as JSON (`[{"mediaId","required"}]`).
+    pub attachments: Value,
+    /// The caller's idempotency key.
+    pub idempotency_key: Option<String>,
+    /// How it is queued ([`QueueMode::Collect`] joins a queued turn; the others create one).
+    pub queue_mode: QueueMode,
+    /// The time.
+    pub now_ms: i64,
+}
+
+/// The outcome of admitting a message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admitted {
+    /// The turn the message belongs to.
+    pub turn: TurnRecord,
+    /// False when an earlier message with the same idempotency key was found: nothing new was
+    /// stored.
+    pub created: bool,
+}
+
+/// A stored turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnRecord {
+    /// The turn id.
+    pub turn_id: String,
+    /// The session.
+    pub session_key: String,
+    /// Its position among the session's turns, from 1.
+    pub turn_no: i64,
+    /// Its status.
+    pub status: TurnStatus,
+    /// The mode it was admitted with.
+    pub queue_mode: QueueMode,
+    /// Its attachments, as JSON.
+    pub attachments: Value,
+    /// The final reply, when completed.
+    pub reply: Option<String>,
+    /// The stable error code, when failed, interrupted or aborted.
+    pub error_code: Option<String>,
+    /// The error message.
+    pub error_message: Option<String>,
+    /// When it was admitted.
+    pub created_at_ms: i64,
+    /// When it started running.
+    pub started_at_ms: Option<i64>,
+    /// When it ended.
+    pub ended_at_ms: Option<i64>,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnEnd {
+    /// The terminal status.
+    pub status: TurnStatus,
+    /// The reply, when completed.
+    pub reply: Option<String>,
+    /// The error code otherwise.
+    pub error_code: Option<String>,
+    /// The error message otherwise.
+    pub error_message: Option<String>,
+    /// The time.
+    pub now_ms: i64,
+}
+
+/// A stored session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// The key.
+    pub session_key: String,
+    /// Its runtime.
+    pub runtime: String,
+    /// The running turn, if any.
+    pub active_turn_id: Option<String>,
+    /// When it was created.
+    pub created_at_ms: i64,
+    /// When it last changed.
+    pub updated_at_ms: i64,
+}
+
+/// A committed transcript message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageRecord {
+    /// Its position in the session's transcript, from 1.
+    pub seq: i64,
+    /// The turn it belongs to.
+    pub turn_id: String,
+    /// `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The complete content.
+    pub content: String,
+    /// The tool, for tool messages.
+    pub tool_name: Option<String>,
+    /// When it was committed.
+    pub created_at_ms: i64,
+}
+
+/// A message a runtime commits for a running turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTurnMessage {
+    /// The turn; the commit is refused unless it is still running.
+    pub turn_id: String,
+    /// `assistant` or `tool`.
+    pub role: String,
+    /// The complete content.
+    pub content: String,
+    /// The tool, for tool messages.
+    pub tool_name: Option<String>,
+    /// The time.
+    pub now_ms: i64,
+}
+
+/// A durable session event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    /// Its position in the session's event log, from 1.
+    pub seq: i64,
+    /// The event name, for example `turn.completed`.
+    pub kind: String,
+    /// Its data.
+    pub payload: Value,
+    /// When it happened.
+    pub created_at_ms: i64,
+}

@@ -1,0 +1,786 @@
+//! [`SqliteStore`]: the Gateway store in one SQLite file, in WAL mode, with versioned migrations.
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::sqlite::SqliteJournalMode;
+use sqlx::sqlite::SqlitePool;
+use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::sqlite::SqliteRow;
+use sqlx::sqlite::SqliteSynchronous;
+
+use crate::Store;
+use crate::error::Result;
+use crate::error::StoreError;
+use crate::model::Admitted;
+use crate::model::AuditEvent;
+use crate::model::EnrollOutcome;
+use crate::model::Enrollment;
+use crate::model::EventRecord;
+use crate::model::MessageRecord;
+use crate::model::NewAuditEvent;
+use crate::model::NewSetupCode;
+use crate::model::NewTurnMessage;
+use crate::model::NewUserMessage;
+use crate::model::NodeRecord;
+use crate::model::NodeSeen;
+use crate::model::QueueMode;
+use crate::model::SessionRecord;
+use crate::model::TurnEnd;
+use crate::model::TurnRecord;
+use crate::model::TurnStatus;
+
+/// The number of pooled connections; SQLite serializes writers anyway.
+const POOL_CONNECTIONS: u32 = 8;
+
+/// How long a writer waits for the lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The Gateway store in one SQLite file.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `path`, switches it to WAL mode with full
+    /// synchronous commits, and applies pending migrations.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the file cannot be opened or migrated.
+    pub async fn open(path: &Path) -> Result<Self> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(POOL_CONNECTIONS)
+            .connect_with(options)
+            .await
+            .map_err(|error| StoreError::Unavailable {
+                source: Box::new(error),
+            })?;
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&pool)
+            .await
+            .map_err(|error| StoreError::Unavailable {
+                source: Box::new(error),
+            })?;
+        Ok(Self { pool })
+    }
+
+    /// Starts a write transaction with `BEGIN IMMEDIATE`, so it takes the write lock up front:
+    /// a deferred transaction that reads and then writes fails at once with "database is
+    /// locked" when another writer committed in between, instead of waiting.
+    async fn begin_write(
+        &self,
+    ) -> std::result::Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
+    /// Returns the connection pool, for callers that add their own tables in this crate.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(|error| StoreError::Unavailable {
+                source: Box::new(error),
+            })?;
+        Ok(())
+    }
+
+    async fn insert_setup_code(&self, code: &NewSetupCode) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO setup_codes (token_sha256, created_at_ms, expires_at_ms) VALUES (?, ?, ?)",
+        )
+        .bind(&code.token_sha256)
+        .bind(code.created_at_ms)
+        .bind(code.expires_at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "setup code"))?;
+        Ok(())
+    }
+
+    async fn enroll_node(&self, enrollment: &Enrollment) -> Result<EnrollOutcome> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|error| map_error(error, "enrollment"))?;
+        let row =
+            sqlx::query("SELECT expires_at_ms, used_at_ms FROM setup_codes WHERE token_sha256 = ?")
+                .bind(&enrollment.token_sha256)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|error| map_error(error, "setup code"))?;
+        let Some(row) = row else {
+            return Ok(EnrollOutcome::UnknownCode);
+        };
+        let expires_at_ms: i64 = get(&row, "expires_at_ms")?;
+        let used_at_ms: Option<i64> = get(&row, "used_at_ms")?;
+        if used_at_ms.is_some() {
+            return Ok(EnrollOutcome::UsedCode);
+        }
+        if enrollment.now_ms >= expires_at_ms {
+            return Ok(EnrollOutcome::ExpiredCode);
+        }
+        // The conditional update makes the code single-use even if two attempts race past the
+        // read above in separate transactions.
+        let consumed = sqlx::query(
+            "UPDATE setup_codes SET used_at_ms = ?, used_by_device_id = ? \
+             WHERE token_sha256 = ? AND used_at_ms IS NULL",
+        )
+        .bind(enrollment.now_ms)
+        .bind(&enrollment.node.device_id)
+        .bind(&enrollment.token_sha256)
+        .execute(&mut *tx)
+        .await
+        .map_err(|error| map_error(error, "setup code"))?;
+        if consumed.rows_affected() != 1 {
+            return Ok(EnrollOutcome::UsedCode);
+        }
+        let node = &enrollment.node;
+        sqlx::query(
+            "INSERT INTO nodes (device_id, public_key, display_name, runtime, commands_json, \
+             workspace_root, device_token_sha256, enrolled_at_ms, last_seen_at_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (device_id) DO UPDATE SET public_key = excluded.public_key, \
+             display_name = excluded.display_name, runtime = excluded.runtime, \
+             commands_json = excluded.commands_json, workspace_root = excluded.workspace_root, \
+             device_token_sha256 = excluded.device_token_sha256, \
+             enrolled_at_ms = excluded.enrolled_at_ms, last_seen_at_ms = excluded.last_seen_at_ms",
+        )
+        .bind(&node.device_id)
+        .bind(&node.public_key)
+        .bind(&node.display_name)
+        .bind(&node.runtime)
+        .bind(commands_json(&node.commands))
+        .bind(&node.workspace_root)
+        .bind(&node.device_token_sha256)
+        .bind(node.enrolled_at_ms)
+        .bind(node.last_seen_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|error| map_error(error, "node"))?;
+        tx.commit()
+            .await
+            .map_err(|error| map_error(error, "enrollment"))?;
+        Ok(EnrollOutcome::Enrolled)
+    }
+
+    async fn node(&self, device_id: &str) -> Result<Option<NodeRecord>> {
+        let row = sqlx::query(
+            "SELECT device_id, public_key, display_name, runtime, commands_json, workspace_root, \
+             device_token_sha256, enrolled_at_ms, last_seen_at_ms FROM nodes WHERE device_id = ?",
+        )
+        .bind(device_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "node"))?;
+        row.as_ref().map(node_from_row).transpose()
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeRecord>> {
+        let rows = sqlx::query(
+            "SELECT device_id, public_key, display_name, runtime, commands_json, workspace_root, \
+             device_token_sha256, enrolled_at_ms, last_seen_at_ms FROM nodes ORDER BY device_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "node"))?;
+        rows.iter().map(node_from_row).collect()
+    }
+
+    async fn record_node_seen(&self, seen: &NodeSeen) -> Result<()> {
+        let updated = sqlx::query(
+            "UPDATE nodes SET display_name = ?, runtime = ?, commands_json = ?, \
+             workspace_root = ?, last_seen_at_ms = ? WHERE device_id = ?",
+        )
+        .bind(&seen.display_name)
+        .bind(&seen.runtime)
+        .bind(commands_json(&seen.commands))
+        .bind(&seen.workspace_root)
+        .bind(seen.at_ms)
+        .bind(&seen.device_id)
+        .execute(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "node"))?;
+        match updated.rows_affected() {
+            0 => Err(StoreError::NotFound { what: "node" }),
+            _ => Ok(()),
+        }
+    }
+
+    async fn append_audit(&self, event: &NewAuditEvent) -> Result<i64> {
+        let row = sqlx::query(
+            "INSERT INTO audit_events (at_ms, actor, action, outcome, reason_code, details_json) \
+             VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
+        )
+        .bind(event.at_ms)
+        .bind(&event.actor)
+        .bind(&event.action)
+        .bind(&event.outcome)
+        .bind(&event.reason_code)
+        .bind(event.details.to_string())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "audit event"))?;
+        get(&row, "seq")
+    }
+
+    async fn audit_after(&self, after: i64, limit: u32) -> Result<Vec<AuditEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, at_ms, actor, action, outcome, reason_code, details_json \
+             FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "audit event"))?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let details: String = get(row, "details_json")?;
+            events.push(AuditEvent {
+                seq: get(row, "seq")?,
+                at_ms: get(row, "at_ms")?,
+                actor: get(row, "actor")?,
+                action: get(row, "action")?,
+                outcome: get(row, "outcome")?,
+                reason_code: get(row, "reason_code")?,
+                details: serde_json::from_str(&details).map_err(|_| StoreError::Corrupt {
+                    what: "audit details",
+                })?,
+            });
+        }
+        Ok(events)
+    }
+
+    async fn admit_user_message(&self, message: &NewUserMessage) -> Result<Admitted> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "message"))?;
+        sqlx::query(
+            "INSERT INTO sessions (session_key, runtime, created_at_ms, updated_at_ms) \
+             VALUES (?, ?, ?, ?) ON CONFLICT (session_key) DO UPDATE SET updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(&message.session_key)
+        .bind(&message.runtime)
+        .bind(message.now_ms)
+        .bind(message.now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        if let Some(key) = &message.idempotency_key {
+            let existing = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "{TURN_COLUMNS} WHERE session_key = ? AND idempotency_key = ?"
+            )))
+            .bind(&message.session_key)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "turn"))?;
+            if let Some(row) = existing {
+                return Ok(Admitted {
+                    turn: turn_from_row(&row)?,
+                    created: false,
+                });
+            }
+        }
+        let joined = match message.queue_mode {
+            QueueMode::Collect => sqlx::query(sqlx::AssertSqlSafe(format!(
+                "{TURN_COLUMNS} WHERE session_key = ? AND status = 'queued' ORDER BY turn_no DESC LIMIT 1"
+            )))
+            .bind(&message.session_key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "turn"))?,
+            QueueMode::Followup | QueueMode::Steer | QueueMode::Interrupt => None,
+        };
+        let turn = match joined {
+            Some(row) => turn_from_row(&row)?,
+            None => {
+                let turn_no: i64 = sqlx::query_scalar(
+                    "SELECT COALESCE(MAX(turn_no), 0) + 1 FROM turns WHERE session_key = ?",
+                )
+                .bind(&message.session_key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "turn"))?;
+                let inserted = sqlx::query(
+                    "INSERT INTO turns (turn_id, session_key, turn_no, status, queue_mode, idempotency_key, \
+                     attachments_json, created_at_ms) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
+                )
+                .bind(&message.turn_id)
+                .bind(&message.session_key)
+                .bind(turn_no)
+                .bind(message.queue_mode.as_str())
+                .bind(&message.idempotency_key)
+                .bind(message.attachments.to_string())
+                .bind(message.now_ms)
+                .execute(&mut *tx)
+                .await;
+                if let Err(error) = inserted {
+                    let error = map_error(error, "turn");
+                    // A concurrent duplicate with the same idempotency key won the race: answer
+                    // with its turn.
+                    if let (StoreError::AlreadyExists { .. }, Some(key)) =
+                        (&error, &message.idempotency_key)
+                    {
+                        drop(tx);
+                        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                            "{TURN_COLUMNS} WHERE session_key = ? AND idempotency_key = ?"
+                        )))
+                        .bind(&message.session_key)
+                        .bind(key)
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err(|e| map_error(e, "turn"))?;
+                        return Ok(Admitted {
+                            turn: turn_from_row(&row)?,
+                            created: false,
+                        });
+                    }
+                    return Err(error);
+                }
+                let payload = serde_json::json!({"turnId": message.turn_id, "queueMode": message.queue_mode.as_str()});
+                insert_event(
+                    &mut tx,
+                    &message.session_key,
+                    "turn.queued",
+                    &payload,
+                    message.now_ms,
+                )
+                .await?;
+                TurnRecord {
+                    turn_id: message.turn_id.clone(),
+                    session_key: message.session_key.clone(),
+                    turn_no,
+                    status: TurnStatus::Queued,
+                    queue_mode: message.queue_mode,
+                    attachments: message.attachments.clone(),
+                    reply: None,
+                    error_code: None,
+                    error_message: None,
+                    created_at_ms: message.now_ms,
+                    started_at_ms: None,
+                    ended_at_ms: None,
+                }
+            }
+        };
+        insert_message(
+            &mut tx,
+            &message.session_key,
+            &turn.turn_id,
+            "user",
+            &message.text,
+            None,
+            message.now_ms,
+        )
+        .await?;
+        tx.commit().await.map_err(|e| map_error(e, "message"))?;
+        Ok(Admitted {
+            turn,
+            created: true,
+        })
+    }
+
+    async fn turn(&self, turn_id: &str) -> Result<Option<TurnRecord>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{TURN_COLUMNS} WHERE turn_id = ?"
+        )))
+        .bind(turn_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        row.as_ref().map(turn_from_row).transpose()
+    }
+
+    async fn turn_user_messages(&self, turn_id: &str) -> Result<Vec<MessageRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{MESSAGE_COLUMNS} WHERE turn_id = ? AND role = 'user' ORDER BY seq"
+        )))
+        .bind(turn_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "message"))?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn claim_next_turn(&self, session_key: &str, now_ms: i64) -> Result<Option<TurnRecord>> {
+        let mut tx = self.begin_write().await.map_err(|e| map_error(e, "turn"))?;
+        let running: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM turns WHERE session_key = ? AND status = 'running'",
+        )
+        .bind(session_key)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        if running > 0 {
+            return Ok(None);
+        }
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{TURN_COLUMNS} WHERE session_key = ? AND status = 'queued' ORDER BY turn_no LIMIT 1"
+        )))
+        .bind(session_key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let mut turn = turn_from_row(&row)?;
+        sqlx::query("UPDATE turns SET status = 'running', started_at_ms = ? WHERE turn_id = ? AND status = 'queued'")
+            .bind(now_ms)
+            .bind(&turn.turn_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "turn"))?;
+        let payload = serde_json::json!({"turnId": turn.turn_id});
+        insert_event(&mut tx, session_key, "turn.started", &payload, now_ms).await?;
+        tx.commit().await.map_err(|e| map_error(e, "turn"))?;
+        turn.status = TurnStatus::Running;
+        turn.started_at_ms = Some(now_ms);
+        Ok(Some(turn))
+    }
+
+    async fn finish_turn(&self, turn_id: &str, end: &TurnEnd) -> Result<bool> {
+        let updated = sqlx::query(
+            "UPDATE turns SET status = ?, reply = ?, error_code = ?, error_message = ?, ended_at_ms = ? \
+             WHERE turn_id = ? AND status IN ('queued', 'running')",
+        )
+        .bind(end.status.as_str())
+        .bind(&end.reply)
+        .bind(&end.error_code)
+        .bind(&end.error_message)
+        .bind(end.now_ms)
+        .bind(turn_id)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        Ok(updated.rows_affected() == 1)
+    }
+
+    async fn commit_turn_message(&self, message: &NewTurnMessage) -> Result<Option<i64>> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "message"))?;
+        let session: Option<String> = sqlx::query_scalar(
+            "SELECT session_key FROM turns WHERE turn_id = ? AND status = 'running'",
+        )
+        .bind(&message.turn_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        let Some(session_key) = session else {
+            return Ok(None);
+        };
+        let seq = insert_message(
+            &mut tx,
+            &session_key,
+            &message.turn_id,
+            &message.role,
+            &message.content,
+            message.tool_name.as_deref(),
+            message.now_ms,
+        )
+        .await?;
+        tx.commit().await.map_err(|e| map_error(e, "message"))?;
+        Ok(Some(seq))
+    }
+
+    async fn append_event(
+        &self,
+        session_key: &str,
+        kind: &str,
+        payload: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<i64> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "event"))?;
+        let seq = insert_event(&mut tx, session_key, kind, payload, now_ms).await?;
+        tx.commit().await.map_err(|e| map_error(e, "event"))?;
+        Ok(seq)
+    }
+
+    async fn events_after(
+        &self,
+        session_key: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, payload_json, created_at_ms FROM session_events \
+             WHERE session_key = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(session_key)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "event"))?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let payload: String = get(row, "payload_json")?;
+            events.push(EventRecord {
+                seq: get(row, "seq")?,
+                kind: get(row, "kind")?,
+                payload: serde_json::from_str(&payload).map_err(|_| StoreError::Corrupt {
+                    what: "event payload",
+                })?,
+                created_at_ms: get(row, "created_at_ms")?,
+            });
+        }
+        Ok(events)
+    }
+
+    async fn transcript(&self, session_key: &str) -> Result<Vec<MessageRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{MESSAGE_COLUMNS} WHERE session_key = ? ORDER BY seq"
+        )))
+        .bind(session_key)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "message"))?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionRecord>> {
+        let rows = sqlx::query(
+            "SELECT s.session_key, s.runtime, s.created_at_ms, s.updated_at_ms, \
+             (SELECT turn_id FROM turns t WHERE t.session_key = s.session_key AND t.status = 'running' LIMIT 1) AS active_turn_id \
+             FROM sessions s ORDER BY s.session_key",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        let mut sessions = Vec::with_capacity(rows.len());
+        for row in &rows {
+            sessions.push(SessionRecord {
+                session_key: get(row, "session_key")?,
+                runtime: get(row, "runtime")?,
+                active_turn_id: get(row, "active_turn_id")?,
+                created_at_ms: get(row, "created_at_ms")?,
+                updated_at_ms: get(row, "updated_at_ms")?,
+            });
+        }
+        Ok(sessions)
+    }
+
+    async fn interrupt_running_turns(&self, now_ms: i64) -> Result<Vec<TurnRecord>> {
+        let mut tx = self.begin_write().await.map_err(|e| map_error(e, "turn"))?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{TURN_COLUMNS} WHERE status = 'running' ORDER BY session_key, turn_no"
+        )))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        let mut interrupted = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut turn = turn_from_row(row)?;
+            sqlx::query(
+                "UPDATE turns SET status = 'interrupted', error_code = 'INTERRUPTED', \
+                 error_message = 'the gateway stopped while this turn ran; it is not replayed', ended_at_ms = ? \
+                 WHERE turn_id = ?",
+            )
+            .bind(now_ms)
+            .bind(&turn.turn_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "turn"))?;
+            let payload = serde_json::json!({"turnId": turn.turn_id, "status": "interrupted",
+                "error": {"code": "INTERRUPTED", "message": "the gateway stopped while this turn ran; it is not replayed"}});
+            insert_event(&mut tx, &turn.session_key, "turn.failed", &payload, now_ms).await?;
+            turn.status = TurnStatus::Interrupted;
+            interrupted.push(turn);
+        }
+        tx.commit().await.map_err(|e| map_error(e, "turn"))?;
+        Ok(interrupted)
+    }
+
+    async fn sessions_with_queued_turns(&self) -> Result<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT DISTINCT session_key FROM turns WHERE status = 'queued' ORDER BY session_key",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "turn"))
+    }
+}
+
+const TURN_COLUMNS: &str = "SELECT turn_id, session_key, turn_no, status, queue_mode, attachments_json, reply, \
+    error_code, error_message, created_at_ms, started_at_ms, ended_at_ms FROM turns";
+
+const MESSAGE_COLUMNS: &str =
+    "SELECT seq, turn_id, role, content, tool_name, created_at_ms FROM messages";
+
+fn turn_from_row(row: &SqliteRow) -> Result<TurnRecord> {
+    let status: String = get(row, "status")?;
+    let queue_mode: String = get(row, "queue_mode")?;
+    let attachments: String = get(row, "attachments_json")?;
+    Ok(TurnRecord {
+        turn_id: get(row, "turn_id")?,
+        session_key: get(row, "session_key")?,
+        turn_no: get(row, "turn_no")?,
+        status: TurnStatus::parse(&status).ok_or(StoreError::Corrupt {
+            what: "turn status",
+        })?,
+        queue_mode: QueueMode::parse(&queue_mode)
+            .ok_or(StoreError::Corrupt { what: "queue mode" })?,
+        attachments: serde_json::from_str(&attachments).map_err(|_| StoreError::Corrupt {
+            what: "attachments",
+        })?,
+        reply: get(row, "reply")?,
+        error_code: get(row, "error_code")?,
+        error_message: get(row, "error_message")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        started_at_ms: get(row, "started_at_ms")?,
+        ended_at_ms: get(row, "ended_at_ms")?,
+    })
+}
+
+fn message_from_row(row: &SqliteRow) -> Result<MessageRecord> {
+    Ok(MessageRecord {
+        seq: get(row, "seq")?,
+        turn_id: get(row, "turn_id")?,
+        role: get(row, "role")?,
+        content: get(row, "content")?,
+        tool_name: get(row, "tool_name")?,
+        created_at_ms: get(row, "created_at_ms")?,
+    })
+}
+
+async fn insert_message(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    session_key: &str,
+    turn_id: &str,
+    role: &str,
+    content: &str,
+    tool_name: Option<&str>,
+    now_ms: i64,
+) -> Result<i64> {
+    let seq: i64 = sqlx::query_scalar(
+        "UPDATE sessions SET next_message_seq = next_message_seq + 1, updated_at_ms = ? \
+         WHERE session_key = ? RETURNING next_message_seq - 1",
+    )
+    .bind(now_ms)
+    .bind(session_key)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "session"))?;
+    sqlx::query(
+        "INSERT INTO messages (session_key, seq, turn_id, role, content, tool_name, created_at_ms) \
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(session_key)
+    .bind(seq)
+    .bind(turn_id)
+    .bind(role)
+    .bind(content)
+    .bind(tool_name)
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "message"))?;
+    Ok(seq)
+}
+
+async fn insert_event(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    session_key: &str,
+    kind: &str,
+    payload: &serde_json::Value,
+    now_ms: i64,
+) -> Result<i64> {
+    let seq: i64 = sqlx::query_scalar(
+        "UPDATE sessions SET next_event_seq = next_event_seq + 1 WHERE session_key = ? \
+         RETURNING next_event_seq - 1",
+    )
+    .bind(session_key)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "session"))?;
+    sqlx::query(
+        "INSERT INTO session_events (session_key, seq, kind, payload_json, created_at_ms) VALUES (?, ?, ?, ?, ?)",
+    )
+    .bind(session_key)
+    .bind(seq)
+    .bind(kind)
+    .bind(payload.to_string())
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "event"))?;
+    Ok(seq)
+}
+
+fn node_from_row(row: &SqliteRow) -> Result<NodeRecord> {
+    let commands: String = get(row, "commands_json")?;
+    Ok(NodeRecord {
+        device_id: get(row, "device_id")?,
+        public_key: get(row, "public_key")?,
+        display_name: get(row, "display_name")?,
+        runtime: get(row, "runtime")?,
+        commands: serde_json::from_str(&commands).map_err(|_| StoreError::Corrupt {
+            what: "node commands",
+        })?,
+        workspace_root: get(row, "workspace_root")?,
+        device_token_sha256: get(row, "device_token_sha256")?,
+        enrolled_at_ms: get(row, "enrolled_at_ms")?,
+        last_seen_at_ms: get(row, "last_seen_at_ms")?,
+    })
+}
+
+fn commands_json(commands: &[String]) -> String {
+    serde_json::Value::from(commands.to_vec()).to_string()
+}
+
+fn get<'r, T>(row: &'r SqliteRow, column: &'static str) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+{
+    row.try_get(column)
+        .map_err(|error| map_error(error, column))
+}
+
+/// Translates an engine error into the backend-neutral error.
+fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
+    if let sqlx::Error::Database(database) = &error {
+        let code = database.code();
+        match code.as_deref() {
+            // SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY
+            Some("2067" | "1555") => return StoreError::AlreadyExists { what },
+            // SQLITE_FULL
+            Some("13") => return StoreError::DiskFull,
+            _ => {}
+        }
+        if database.message().contains("disk is full") {
+            return StoreError::DiskFull;
+        }
+    }
+    if let sqlx::Error::Io(io) = &error
+        && io.raw_os_error() == Some(28)
+    {
+        return StoreError::DiskFull;
+    }
+    StoreError::Internal {
+        source: Box::new(error),
+    }
+}

@@ -1,0 +1,264 @@
+//! Sessions, turns, transcripts and events in the SQLite store.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+use std::sync::Arc;
+
+use gatehouse_store::Store;
+use gatehouse_store::model::NewTurnMessage;
+use gatehouse_store::model::NewUserMessage;
+use gatehouse_store::model::QueueMode;
+use gatehouse_store::model::TurnEnd;
+use gatehouse_store::model::TurnStatus;
+use gatehouse_store::sqlite::SqliteStore;
+use pretty_assertions::assert_eq;
+
+async fn open() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("gateway.db"))
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+fn message(
+    session: &str,
+    turn_id: &str,
+    text: &str,
+    key: Option<&str>,
+    mode: QueueMode,
+) -> NewUserMessage {
+    NewUserMessage {
+        session_key: session.into(),
+        runtime: "native".into(),
+        turn_id: turn_id.into(),
+        text: text.into(),
+        attachments: serde_json::json!([]),
+        idempotency_key: key.map(str::to_owned),
+        queue_mode: mode,
+        now_ms: 1,
+    }
+}
+
+#[tokio::test]
+async fn turns_run_one_at_a_time_in_order_and_fence_stale_writers() {
+    let (_dir, store) = open().await;
+    store
+        .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    store
+        .admit_user_message(&message("s", "t2", "two", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    let first = store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    assert_eq!(
+        (first.turn_id.as_str(), first.status),
+        ("t1", TurnStatus::Running)
+    );
+    assert_eq!(
+        store.claim_next_turn("s", 3).await.unwrap(),
+        None,
+        "a second turn ran concurrently"
+    );
+    let seq = store
+        .commit_turn_message(&NewTurnMessage {
+            turn_id: "t1".into(),
+            role: "assistant".into(),
+            content: "reply one".into(),
+            tool_name: None,
+            now_ms: 4,
+        })
+        .await
+        .unwrap();
+    assert_eq!(seq, Some(3));
+    let end = TurnEnd {
+        status: TurnStatus::Completed,
+        reply: Some("reply one".into()),
+        error_code: None,
+        error_message: None,
+        now_ms: 5,
+    };
+    assert!(store.finish_turn("t1", &end).await.unwrap());
+    assert!(
+        !store.finish_turn("t1", &end).await.unwrap(),
+        "a finished turn changed again"
+    );
+    // The turn is over: a late commit from its writer is refused.
+    let stale = store
+        .commit_turn_message(&NewTurnMessage {
+            turn_id: "t1".into(),
+            role: "assistant".into(),
+            content: "late".into(),
+            tool_name: None,
+            now_ms: 6,
+        })
+        .await
+        .unwrap();
+    assert_eq!(stale, None);
+    let second = store.claim_next_turn("s", 7).await.unwrap().unwrap();
+    assert_eq!(second.turn_id, "t2");
+    let transcript: Vec<(i64, String, String)> = store
+        .transcript("s")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.seq, m.role, m.content))
+        .collect();
+    assert_eq!(
+        transcript,
+        vec![
+            (1, "user".into(), "one".into()),
+            (2, "user".into(), "two".into()),
+            (3, "assistant".into(), "reply one".into()),
+        ]
+    );
+    let kinds: Vec<String> = store
+        .events_after("s", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        vec!["turn.queued", "turn.queued", "turn.started", "turn.started"]
+    );
+    let sessions = store.sessions().await.unwrap();
+    assert_eq!(sessions[0].active_turn_id.as_deref(), Some("t2"));
+}
+
+#[tokio::test]
+async fn an_idempotency_key_returns_the_same_turn_and_stores_nothing_new() {
+    let (_dir, store) = open().await;
+    let first = store
+        .admit_user_message(&message("s", "t1", "hi", Some("k"), QueueMode::Followup))
+        .await
+        .unwrap();
+    assert!(first.created);
+    let again = store
+        .admit_user_message(&message(
+            "s",
+            "t-other",
+            "hi",
+            Some("k"),
+            QueueMode::Followup,
+        ))
+        .await
+        .unwrap();
+    assert!(!again.created);
+    assert_eq!(again.turn.turn_id, "t1");
+    assert_eq!(store.transcript("s").await.unwrap().len(), 1);
+    // The same key in another session is another message.
+    let other = store
+        .admit_user_message(&message("s2", "t3", "hi", Some("k"), QueueMode::Followup))
+        .await
+        .unwrap();
+    assert!(other.created);
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_create_one_turn() {
+    let (_dir, store) = open().await;
+    let store = Arc::new(store);
+    let mut tasks = Vec::new();
+    for index in 0..12 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            store
+                .admit_user_message(&message(
+                    "s",
+                    &format!("t{index}"),
+                    "hi",
+                    Some("same"),
+                    QueueMode::Followup,
+                ))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut turn_ids = std::collections::BTreeSet::new();
+    let mut created = 0;
+    for task in tasks {
+        let admitted = task.await.unwrap();
+        turn_ids.insert(admitted.turn.turn_id);
+        created += usize::from(admitted.created);
+    }
+    assert_eq!(turn_ids.len(), 1);
+    assert_eq!(created, 1);
+    assert_eq!(store.transcript("s").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn collect_joins_the_queued_turn() {
+    let (_dir, store) = open().await;
+    store
+        .admit_user_message(&message("s", "t1", "running", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    let a = store
+        .admit_user_message(&message("s", "t2", "a", None, QueueMode::Collect))
+        .await
+        .unwrap();
+    let b = store
+        .admit_user_message(&message("s", "t3", "b", None, QueueMode::Collect))
+        .await
+        .unwrap();
+    assert_eq!(a.turn.turn_id, "t2");
+    assert_eq!(b.turn.turn_id, "t2");
+    let texts: Vec<String> = store
+        .turn_user_messages("t2")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(texts, vec!["a", "b"]);
+}
+
+#[tokio::test]
+async fn running_turns_become_interrupted_and_queued_ones_stay_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.db");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store
+            .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
+            .await
+            .unwrap();
+        store
+            .admit_user_message(&message("s", "t2", "two", None, QueueMode::Followup))
+            .await
+            .unwrap();
+        store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    let interrupted = store.interrupt_running_turns(9).await.unwrap();
+    assert_eq!(interrupted.len(), 1);
+    assert_eq!(
+        store.turn("t1").await.unwrap().unwrap().status,
+        TurnStatus::Interrupted
+    );
+    assert_eq!(
+        store.turn("t2").await.unwrap().unwrap().status,
+        TurnStatus::Queued
+    );
+    assert_eq!(
+        store.sessions_with_queued_turns().await.unwrap(),
+        vec!["s".to_owned()]
+    );
+    assert_eq!(
+        store
+            .claim_next_turn("s", 10)
+            .await
+            .unwrap()
+            .unwrap()
+            .turn_id,
+        "t2"
+    );
+}
