@@ -15,6 +15,7 @@ mod scratch_cmd;
 mod setup_code_cmd;
 mod signals;
 mod up_cmd;
+mod worker_cmd;
 
 use std::process::ExitCode;
 
@@ -49,6 +50,9 @@ enum Command {
     SetupCode(setup_code_cmd::SetupCodeArgs),
     /// Serve the deterministic mock model over HTTP.
     MockModel(mock_model_cmd::MockModelArgs),
+    /// Run one native worker (started by the node host; reads its envelope on stdin).
+    #[command(hide = true)]
+    Worker(worker_cmd::WorkerArgs),
     /// Check an operator-owned scratch volume.
     Scratch(scratch_cmd::ScratchArgs),
 }
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Command::SetupCode(args) => setup_code_cmd::run(args),
         Command::MockModel(args) => mock_model_cmd::run(args),
         Command::Scratch(args) => scratch_cmd::run(args),
+        Command::Worker(args) => worker_cmd::run(args),
     };
     match result {
         Ok(code) => code,

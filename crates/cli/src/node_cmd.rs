@@ -73,6 +73,10 @@ pub(crate) struct NodeArgs {
     /// The environment variable holding the model API key (never passed in argv).
     #[arg(long, value_name = "NAME", default_value = DEFAULT_MODEL_KEY_ENV)]
     model_key_env: String,
+    /// Let the `exec` tool run without bubblewrap when `bwrap` is missing (it says so in its
+    /// output). Without this flag, `exec` refuses to run unsandboxed.
+    #[arg(long)]
+    allow_unsandboxed_exec: bool,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -118,7 +122,9 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         scratch,
         model,
         model_key_env,
+        allow_unsandboxed_exec,
     } = args;
+    let model_key_env_name = model_key_env.clone();
     if let Some(NodeCommand::Health(health_args)) = command {
         return Ok(run_health(&health_args));
     }
@@ -161,7 +167,23 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         display_name,
         home: None,
     };
-    let runtime_config = RuntimeConfig { model, scratch };
+    let program =
+        std::env::current_exe().context("cannot find the gatehouse executable for workers")?;
+    let workers = gatehouse_harness::worker::WorkerSettings {
+        program,
+        capacity: capacity as usize,
+        model: model.to_string(),
+        model_key_env: model.key_env().unwrap_or(&model_key_env_name).to_owned(),
+        allow_unsandboxed: allow_unsandboxed_exec,
+        scratch: scratch
+            .as_ref()
+            .map(|report| report.private_dir().to_path_buf()),
+    };
+    let runtime_config = RuntimeConfig {
+        model,
+        scratch,
+        workers: Some(workers),
+    };
     tracing::debug!(capacity, "starting the node host");
     let async_runtime = crate::signals::runtime().context("cannot start the async runtime")?;
     async_runtime.block_on(async move {

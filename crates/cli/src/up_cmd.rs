@@ -15,6 +15,9 @@ use gatehouse_harness::host::NodeHost;
 use gatehouse_harness::host::NodeHostConfig;
 use gatehouse_harness::host::ReconnectPolicy;
 use gatehouse_harness::host::Runtime;
+use gatehouse_harness::host::RuntimeConfig;
+use gatehouse_harness::model::ModelSpec;
+use gatehouse_harness::worker::WorkerSettings;
 
 use crate::embedded::InProcessConnector;
 use crate::exit::UsageError;
@@ -44,6 +47,12 @@ pub(crate) struct UpArgs {
     /// The name of the environment variable holding the model API key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     model_key_env: String,
+    /// Native worker slots (sessions hosted at once), 1..=1024.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    capacity: u32,
+    /// Let the `exec` tool run without bubblewrap when `bwrap` is missing.
+    #[arg(long)]
+    allow_unsandboxed_exec: bool,
 }
 
 /// The `--runtime` values.
@@ -77,7 +86,7 @@ const DEFAULT_DOCUMENTS: [(&str, &str); 4] = [
 
 /// Runs `gatehouse up` until SIGINT or SIGTERM.
 pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
-    let model_line = model_line(&args.model, &args.model_key_env)?;
+    let (model, model_line) = model_and_line(&args.model, &args.model_key_env)?;
     let data = match args.data {
         Some(data) => data,
         None => crate::paths::default_data_dir()?,
@@ -116,14 +125,29 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             Err(error) => return Err(anyhow::Error::new(error)),
         };
         let setup_code_file = enrollment_code(&running, &harness_root).await?;
-        let host = NodeHost::prepare(NodeHostConfig {
-            root: harness_root.clone(),
-            gateway_url: None,
-            setup_code_file: setup_code_file.clone(),
-            runtime,
-            display_name: Some(String::from("embedded harness")),
-            home: None,
-        })?;
+        let workers = WorkerSettings {
+            program: std::env::current_exe()?,
+            capacity: args.capacity as usize,
+            model: model.to_string(),
+            model_key_env: args.model_key_env.clone(),
+            allow_unsandboxed: args.allow_unsandboxed_exec,
+            scratch: None,
+        };
+        let host = NodeHost::prepare_with(
+            NodeHostConfig {
+                root: harness_root.clone(),
+                gateway_url: None,
+                setup_code_file: setup_code_file.clone(),
+                runtime,
+                display_name: Some(String::from("embedded harness")),
+                home: None,
+            },
+            RuntimeConfig {
+                model,
+                scratch: None,
+                workers: Some(workers),
+            },
+        )?;
         let shutdown = CancellationToken::new();
         let node_shutdown = shutdown.clone();
         let connector = InProcessConnector::new(running.state.link.clone());
@@ -159,27 +183,26 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Returns the line that says which model is in use, and how to configure a real one when it is
-/// the mock.
-fn model_line(model: &str, key_env: &str) -> anyhow::Result<String> {
-    if model == "mock" {
-        return Ok(String::from(
-            "model: mock (deterministic test model); for a real one pass --model openai-responses:URL:MODEL or openai-chat:URL:MODEL and put the key in the variable named by --model-key-env (default OPENAI_API_KEY)",
-        ));
-    }
-    let valid = ["openai-responses:", "openai-chat:"].iter().any(|prefix| {
-        model.strip_prefix(prefix).is_some_and(|rest| {
-            rest.rsplit_once(':')
-                .is_some_and(|(url, name)| !url.is_empty() && !name.is_empty())
-        })
-    });
-    if !valid {
-        return Err(UsageError::new(
-            "--model must be mock, openai-responses:URL:MODEL or openai-chat:URL:MODEL",
-        )
+/// Parses `--model` and returns it with the line that says which model is in use (and how to
+/// configure a real one when it is the mock).
+fn model_and_line(model: &str, key_env: &str) -> anyhow::Result<(ModelSpec, String)> {
+    let spec = ModelSpec::parse(model, key_env)
+        .map_err(|error| UsageError::new(format!("--model: {error}")))?;
+    if let Some(key_env) = spec.key_env()
+        && std::env::var_os(key_env).is_none_or(|value| value.is_empty())
+    {
+        return Err(UsageError::new(format!(
+            "the model key variable {key_env} is not set or is empty: set it to the API key, or name another variable with --model-key-env"
+        ))
         .into());
     }
-    Ok(format!("model: {model} (key from ${key_env})"))
+    let line = match spec.key_env() {
+        None => String::from(
+            "model: mock (deterministic test model); for a real one pass --model openai-responses:URL:MODEL or openai-chat:URL:MODEL and put the key in the variable named by --model-key-env (default OPENAI_API_KEY)",
+        ),
+        Some(key_env) => format!("model: {spec} (key from ${key_env})"),
+    };
+    Ok((spec, line))
 }
 
 /// Issues a setup code for the in-process node the first time, written to a private file in the

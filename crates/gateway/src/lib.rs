@@ -131,7 +131,8 @@ pub struct GatewayState {
 /// What the embedding program plugs into the Gateway.
 #[derive(Default)]
 pub struct Extensions {
-    /// The runtime that runs turns; `None` makes every turn fail with `NO_RUNTIME`.
+    /// The runtime that runs turns; `None` runs them on the enrolled node's native runtime
+    /// (`agent.turn`), failing each turn with `DEPENDENCY_UNAVAILABLE` while no node serves it.
     pub runtime: Option<Arc<dyn TurnRuntime>>,
 }
 
@@ -247,10 +248,17 @@ pub async fn start(
         Arc::clone(&workspace),
         Arc::clone(&media),
     ));
+    let runtime = extensions.runtime.unwrap_or_else(|| {
+        Arc::new(turns::node_runtime::NodeRuntime::new(
+            Arc::clone(&registry),
+            Arc::clone(&store),
+            turns::node_runtime::DEFAULT_TURN_TIMEOUT,
+        ))
+    });
     let turns = TurnEngine::new(
         Arc::clone(&store),
         Arc::clone(&hub),
-        extensions.runtime,
+        Some(runtime),
         Some(stager),
         config.max_concurrent_turns,
     );

@@ -94,6 +94,9 @@ pub struct RuntimeConfig {
     /// It widens no permission: the file commands stay confined to the session workspace and
     /// never see the scratch directory.
     pub scratch: Option<ScratchReport>,
+    /// How to run native workers; `None` serves no `agent.turn` (for example in codex mode, or a
+    /// node that only serves files).
+    pub workers: Option<crate::worker::WorkerSettings>,
 }
 
 /// Timing of the reconnect loop, the handshake and the status heartbeat.
@@ -255,11 +258,27 @@ impl NodeHost {
             home,
         });
         let mut commands = CommandSet::default();
-        // Both runtimes serve the same commands for now.
-        match runtime {
-            Runtime::Native | Runtime::Codex => {
-                crate::file_commands::register(&mut commands, &workspace);
+        crate::file_commands::register(&mut commands, &workspace);
+        match (runtime, &runtime_config.workers) {
+            (Runtime::Native, Some(settings)) => {
+                // Workers get absolute paths, whatever form `--root` took.
+                let absolute_root = std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone());
+                let supervisor = Arc::new(crate::worker::WorkerSupervisor::new(
+                    settings.clone(),
+                    absolute_root,
+                ));
+                commands.insert(
+                    gatehouse_protocol::worker::AGENT_TURN,
+                    Arc::new(crate::worker::AgentTurnHandler {
+                        supervisor: Arc::clone(&supervisor),
+                    }),
+                );
+                commands.insert(
+                    gatehouse_protocol::worker::AGENT_SESSION_STOP,
+                    Arc::new(crate::worker::SessionStopHandler { supervisor }),
+                );
             }
+            (Runtime::Native | Runtime::Codex, _) => {}
         }
 
         let status = Arc::new(StatusFile::new(node_dir.clone()));

@@ -44,7 +44,6 @@ pub(crate) struct InvokeContext {
     /// The `paramsJSON` of the request, as sent.
     pub(crate) params_json: Option<String>,
     /// Sends `node.invoke.progress` for this invoke.
-    #[cfg_attr(not(test), expect(dead_code, reason = "read by streaming commands"))]
     pub(crate) progress: ProgressSender,
     /// The `node.invoke.input` events for this invoke, in arrival order.
     #[cfg_attr(not(test), expect(dead_code, reason = "read by duplex commands"))]
@@ -272,7 +271,6 @@ impl ProgressSender {
     }
 
     /// Sends `text` as one or more chunks of at most 16 KiB, split on character boundaries.
-    #[cfg_attr(not(test), expect(dead_code, reason = "used by streaming commands"))]
     pub(crate) async fn send(&mut self, text: &str) -> Result<(), SendError> {
         let mut rest = text;
         while !rest.is_empty() {

@@ -57,6 +57,7 @@ mod session;
 pub mod setup_code;
 mod state;
 pub mod status;
+pub mod worker;
 
 pub use crate::error::NodeHostError;
 pub use crate::error::Result;

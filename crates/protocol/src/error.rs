@@ -203,6 +203,14 @@ impl WireError {
         }
     }
 
+    /// Returns the same error with another code, for codes outside [`ErrorCode`] (for example
+    /// a model's or a worker's code passed through).
+    #[must_use]
+    pub fn with_code(mut self, code: &str) -> Self {
+        self.code = code.to_owned();
+        self
+    }
+
     /// Returns the same error with `details` attached.
     #[must_use]
     pub fn with_details(mut self, details: serde_json::Value) -> Self {

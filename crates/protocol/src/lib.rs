@@ -22,6 +22,7 @@
 //! - [`invoke`]: `node.invoke.request` / `result` / `progress` / `input` / `cancel`.
 //! - [`commands`]: the workspace command names, parameters and results.
 //! - [`error`]: stable error codes and the wire error shape.
+//! - [`worker`]: the native runtime: `agent.turn`, and the worker pipe protocol.
 //!
 //! ```
 //! use gatehouse_protocol::frame::Frame;
@@ -36,3 +37,4 @@ pub mod error;
 pub mod frame;
 pub mod handshake;
 pub mod invoke;
+pub mod worker;

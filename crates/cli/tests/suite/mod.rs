@@ -4,6 +4,7 @@ mod cli_basics;
 mod deploy;
 mod link;
 mod mock_model;
+mod native;
 mod node_cli;
 mod scratch;
 mod support;

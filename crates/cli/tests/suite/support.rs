@@ -31,6 +31,11 @@ pub(crate) struct Process {
 }
 
 impl Process {
+    /// Returns the process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Wraps a spawned child whose stderr goes to `stderr_log`.
     pub(crate) fn from_child(child: Child, stderr_log: PathBuf) -> Process {
         Process { child, stderr_log }
@@ -214,6 +219,18 @@ pub(crate) fn start_node(
     setup_code: Option<&str>,
     logs: &Path,
 ) -> Process {
+    start_node_with(gateway, root, setup_code, logs, &[], &[])
+}
+
+/// Starts `gatehouse node` like [`start_node`], with extra arguments and environment variables.
+pub(crate) fn start_node_with(
+    gateway: &Gateway,
+    root: &Path,
+    setup_code: Option<&str>,
+    logs: &Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Process {
     let stderr_log = logs.join(format!("node-{}.log", unique()));
     let mut command = gatehouse();
     command
@@ -228,6 +245,10 @@ pub(crate) fn start_node(
         .arg(root)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr_log).unwrap());
+    command.args(args);
+    for (name, value) in envs {
+        command.env(name, value);
+    }
     if let Some(code) = setup_code {
         let file = logs.join(format!("setup-code-{}", unique()));
         std::fs::write(&file, code).unwrap();

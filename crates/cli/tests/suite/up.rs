@@ -205,27 +205,55 @@ async fn up_runs_both_roles_with_separate_roots_and_serves_the_documents() {
         (200, serde_json::json!({"name": "USER.md", "size": 18}))
     );
 
-    // chat: without a runtime the turn fails with a clear code, and the message is kept.
-    let output = gatehouse()
-        .args([
-            "chat",
-            "--url",
-            &up.url,
-            "--session",
-            "talk",
-            "--token-file",
-        ])
-        .arg(data.join("gateway/operator-token"))
-        .arg("/say hello")
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&output.stderr).contains("NO_RUNTIME"),
+    // chat: the in-process Harness runs the turn in a real worker process with the mock model,
+    // and the reply streams to the terminal.
+    let chat = |text: &str| {
+        gatehouse()
+            .args([
+                "chat",
+                "--url",
+                &up.url,
+                "--session",
+                "talk",
+                "--token-file",
+            ])
+            .arg(data.join("gateway/operator-token"))
+            .arg(text)
+            .output()
+            .unwrap()
+    };
+    let output = chat("/say hello");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(up.transcript("talk").await[0]["content"], "/say hello");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "hello\n");
+    let output = chat(r#"/tool write {"path":"a.txt","content":"x"}"#);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = chat(r#"/tool read {"path":"a.txt"}"#);
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains('x'),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    // A failing model fails the turn with its code, and chat says so.
+    let output = chat("/fail 401");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("MODEL_AUTH_FAILED"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let transcript = up.transcript("talk").await;
+    assert_eq!(transcript[0]["content"], "/say hello");
+    assert_eq!(transcript[1]["content"], "hello");
     drop(up);
 
     // A restart keeps the owner's edit and does not reset the documents.
@@ -311,6 +339,23 @@ async fn kill_9_loses_no_acknowledged_message_and_leaves_no_turn_running() {
     up.wait_ready().await;
     let up_url = up.url.clone();
     let token = up.token.clone();
+    // One turn is running (the mock model hangs) when the process dies.
+    let (status, hanging) = up.post("hang", serde_json::json!({"text": "/hang"})).await;
+    assert_eq!(status, 202);
+    let hanging_turn = hanging["turnId"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + WAIT;
+    while up.turn_status(&hanging_turn, 0).await["status"] != "running" {
+        assert!(Instant::now() < deadline, "the hanging turn never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A second message queues behind it.
+    let (_, queued) = up
+        .post(
+            "hang",
+            serde_json::json!({"text": "/say after the restart"}),
+        )
+        .await;
+    let queued_turn = queued["turnId"].as_str().unwrap().to_owned();
     // Fire messages from several sessions and kill the process while they are being admitted
     // and dispatched.
     let mut senders = Vec::new();
@@ -374,11 +419,31 @@ async fn kill_9_loses_no_acknowledged_message_and_leaves_no_turn_running() {
             // queued ones proceed.
             let status = up.turn_status(turn, 20).await;
             assert!(
-                matches!(status["status"].as_str(), Some("failed" | "interrupted")),
+                matches!(
+                    status["status"].as_str(),
+                    Some("completed" | "failed" | "interrupted")
+                ),
                 "{status}"
             );
         }
     }
+    // The running turn is interrupted and not replayed; the queued one proceeds.
+    let interrupted = up.turn_status(&hanging_turn, 0).await;
+    assert_eq!(interrupted["status"], "interrupted", "{interrupted}");
+    let proceeded = up.turn_status(&queued_turn, 20).await;
+    assert_eq!(
+        (proceeded["status"].as_str(), proceeded["reply"].as_str()),
+        (Some("completed"), Some("after the restart")),
+        "{proceeded}"
+    );
+    let hang_transcript = up.transcript("hang").await;
+    assert_eq!(
+        hang_transcript
+            .iter()
+            .filter(|message| message["content"] == "/hang")
+            .count(),
+        1
+    );
     let (_, sessions) = up.request(reqwest::Method::GET, "/v1/sessions", None).await;
     for session in sessions["sessions"].as_array().unwrap() {
         assert!(session.get("activeTurnId").is_none(), "{session}");

@@ -366,3 +366,47 @@ fn store_error(error: &StoreError) -> ApiError {
         ),
     }
 }
+
+/// `POST /v1/sessions/{key}/stop`: stops the session's native worker on the node and frees its
+/// slot. The transcript stays; the next message starts a new worker.
+pub(crate) async fn stop_session(
+    State(state): State<Arc<GatewayState>>,
+    Path(session_key): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    use gatehouse_protocol::worker::AGENT_SESSION_STOP;
+    check_session_key(&session_key)?;
+    let aborted = state.turns.abort(&session_key);
+    let Some(node) = state.registry.find_serving(&[AGENT_SESSION_STOP]) else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "DEPENDENCY_UNAVAILABLE",
+            "no Harness node hosting native workers is connected",
+        ));
+    };
+    let params = serde_json::json!({"sessionKey": session_key});
+    let answer = state
+        .registry
+        .invoke(&node, AGENT_SESSION_STOP, &params, Duration::from_secs(30))
+        .await
+        .map_err(|error| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "DEPENDENCY_UNAVAILABLE",
+                format!("the node did not stop the session: {error}"),
+            )
+        })?;
+    let stopped = answer["stopped"].as_bool().unwrap_or(false);
+    state
+        .audit
+        .record(
+            "operator",
+            "session.stop",
+            "succeeded",
+            None,
+            serde_json::json!({"sessionKey": session_key, "stopped": stopped}),
+        )
+        .await;
+    Ok(Json(
+        serde_json::json!({"stopped": stopped, "aborted": aborted}),
+    ))
+}

@@ -69,8 +69,18 @@ pub struct NodeConnection {
     /// When the connection was admitted, in Unix milliseconds.
     pub connected_at_ms: i64,
     outbound: mpsc::Sender<Outbound>,
-    pending: Mutex<HashMap<String, oneshot::Sender<InvokeOutcome>>>,
+    pending: Mutex<HashMap<String, Pending>>,
 }
+
+/// A caller waiting for an invoke's result, and where its progress chunks go.
+#[derive(Debug)]
+struct Pending {
+    result: oneshot::Sender<InvokeOutcome>,
+    progress: Option<mpsc::Sender<String>>,
+}
+
+/// How many progress chunks may wait for a slow caller before the invoke is failed.
+pub const PROGRESS_CAPACITY: usize = 1024;
 
 impl NodeConnection {
     /// Returns a connection record; the session owns the other end of `outbound`.
@@ -105,8 +115,25 @@ impl NodeConnection {
     pub(crate) fn complete(&self, result: InvokeResult) -> bool {
         let waiter = lock(&self.pending).remove(&result.id);
         match waiter {
-            Some(sender) => sender.send(Ok(result)).is_ok(),
+            Some(pending) => pending.result.send(Ok(result)).is_ok(),
             None => false,
+        }
+    }
+
+    /// Delivers a progress chunk of `invoke_id` to its caller, in order. A caller that falls
+    /// [`PROGRESS_CAPACITY`] chunks behind is failed rather than allowed to stall the link.
+    pub(crate) fn progress(&self, invoke_id: &str, chunk: String) {
+        let mut pending = lock(&self.pending);
+        let Some(entry) = pending.get(invoke_id) else {
+            return;
+        };
+        let Some(sender) = &entry.progress else {
+            return;
+        };
+        if sender.try_send(chunk).is_err()
+            && let Some(entry) = pending.remove(invoke_id)
+        {
+            let _ = entry.result.send(Err(InvokeError::Malformed));
         }
     }
 
@@ -127,9 +154,19 @@ impl NodeConnection {
             .map_err(|_| ())
     }
 
-    fn register(&self, id: String) -> oneshot::Receiver<InvokeOutcome> {
+    fn register(
+        &self,
+        id: String,
+        progress: Option<mpsc::Sender<String>>,
+    ) -> oneshot::Receiver<InvokeOutcome> {
         let (sender, receiver) = oneshot::channel();
-        lock(&self.pending).insert(id, sender);
+        lock(&self.pending).insert(
+            id,
+            Pending {
+                result: sender,
+                progress,
+            },
+        );
         receiver
     }
 
@@ -153,6 +190,7 @@ pub(crate) struct ConnectionIdentity {
 pub struct NodeRegistry {
     connections: Mutex<HashMap<String, Arc<NodeConnection>>>,
     next_id: AtomicU64,
+    connected: tokio::sync::Notify,
 }
 
 impl NodeRegistry {
@@ -163,7 +201,9 @@ impl NodeRegistry {
 
     /// Adds `connection`, replacing (and returning) an earlier connection of the same device.
     pub(crate) fn insert(&self, connection: Arc<NodeConnection>) -> Option<Arc<NodeConnection>> {
-        lock(&self.connections).insert(connection.device_id.clone(), connection)
+        let replaced = lock(&self.connections).insert(connection.device_id.clone(), connection);
+        self.connected.notify_waiters();
+        replaced
     }
 
     /// Removes the connection `conn_id` of `device_id`, unless a newer one replaced it.
@@ -197,6 +237,29 @@ impl NodeRegistry {
             .max_by_key(|connection| (connection.connected_at_ms, connection.conn_id))
     }
 
+    /// Returns a node serving every command in `commands`, waiting up to `grace` for one to
+    /// connect (a node reconnecting after a restart of either side).
+    pub async fn wait_serving(
+        &self,
+        commands: &[&str],
+        grace: Duration,
+    ) -> Option<Arc<NodeConnection>> {
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            // Register for the wake-up before looking, so a node that connects in between is
+            // not missed.
+            let notified = self.connected.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(connection) = self.find_serving(commands) {
+                return Some(connection);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.find_serving(commands);
+            }
+        }
+    }
+
     /// Runs `command` with `params` on `connection` and waits at most `timeout` for the result.
     ///
     /// When the caller's future is dropped, or the timeout passes, the node is sent a
@@ -212,6 +275,24 @@ impl NodeRegistry {
         params: &serde_json::Value,
         timeout: Duration,
     ) -> Result<serde_json::Value, InvokeError> {
+        self.invoke_streaming(connection, command, params, timeout, None)
+            .await
+    }
+
+    /// Runs `command` like [`NodeRegistry::invoke`], and delivers its `node.invoke.progress`
+    /// chunks, in order, to `progress`; the sender is dropped when the invoke ends, after the
+    /// last chunk.
+    ///
+    /// # Errors
+    /// Every [`InvokeError`].
+    pub async fn invoke_streaming(
+        &self,
+        connection: &Arc<NodeConnection>,
+        command: &str,
+        params: &serde_json::Value,
+        timeout: Duration,
+        progress: Option<mpsc::Sender<String>>,
+    ) -> Result<serde_json::Value, InvokeError> {
         if !connection.serves_all(&[command]) {
             return Err(InvokeError::CommandNotDeclared {
                 command: command.to_owned(),
@@ -225,7 +306,7 @@ impl NodeRegistry {
             params_json: Some(params.to_string()),
             timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
         };
-        let receiver = connection.register(id.clone());
+        let receiver = connection.register(id.clone(), progress);
         let guard = CancelOnDrop {
             connection,
             id: &id,

@@ -401,7 +401,8 @@ async fn handle_frame(connection: &NodeConnection, outbound: &mpsc::Sender<Outbo
                 .params
                 .map(|raw| serde_json::from_str::<InvokeProgress>(raw.get()))
             {
-                Some(Ok(_progress)) => {
+                Some(Ok(progress)) => {
+                    connection.progress(&progress.invoke_id, progress.chunk);
                     ResponseFrame::success(request.id, serde_json::json!({"ok": true}))
                 }
                 Some(Err(_)) | None => ResponseFrame::failure(

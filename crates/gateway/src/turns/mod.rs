@@ -7,6 +7,7 @@
 //! - A turn left `running` by a crash is marked `interrupted` at start and never replayed.
 
 pub mod events;
+pub mod node_runtime;
 pub mod runtime;
 
 use std::collections::HashMap;

@@ -605,3 +605,51 @@ async fn a_slow_event_client_is_dropped_with_a_clear_last_event_and_turns_go_on(
         events.len()
     );
 }
+
+#[tokio::test]
+async fn metrics_count_turns_by_outcome_and_their_latency() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
+    let done = say(&gateway, "a", "one").await;
+    runtime.release(1);
+    wait_turn(&gateway, &done).await;
+    let running = say(&gateway, "b", "two").await;
+    runtime.wait_started(2).await;
+    let response = gateway
+        .router
+        .clone()
+        .oneshot(
+            axum::http::Request::get("/metrics")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let text = String::from_utf8(
+        axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        text.contains("gatehouse_turns_total{outcome=\"completed\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("gatehouse_turns_total{outcome=\"failed\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("gatehouse_turn_duration_seconds_count 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("gatehouse_turn_duration_seconds_bucket{le=\"+Inf\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("gatehouse_active_sessions 1"), "{text}");
+    assert!(text.contains("gatehouse_node_connections 0"), "{text}");
+    runtime.release(1);
+    wait_turn(&gateway, &running).await;
+}

@@ -1,0 +1,315 @@
+//! `process`: background commands that outlive one tool call, and their registry.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::PoisonError;
+
+use gatehouse_model::ToolInput;
+use gatehouse_model::ToolKind;
+use gatehouse_model::ToolSpec;
+use rustix::process::Pid;
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+use crate::context::ToolContext;
+use crate::error::codes;
+use crate::output::HeadTail;
+use crate::tool::Tool;
+use crate::tool::ToolError;
+use crate::tool::outcome;
+use crate::tool::parse_arguments;
+use crate::tools::exec::Launch;
+use crate::tools::exec::describe_exit;
+use crate::tools::exec::kill_group;
+use crate::tools::exec::spawn_command;
+
+/// The most background processes (running or not yet killed) one context holds.
+pub const MAX_BACKGROUND_PROCESSES: usize = 16;
+
+/// The background processes of one [`ToolContext`]. Dropping it kills all of them.
+#[derive(Debug, Default)]
+pub(crate) struct ProcessRegistry {
+    inner: Mutex<Registry>,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    n_started: u64,
+    entries: BTreeMap<u64, Background>,
+}
+
+/// One background process.
+#[derive(Debug)]
+struct Background {
+    command: String,
+    pgid: Option<Pid>,
+    launch: Launch,
+    output: Arc<Mutex<HeadTail>>,
+    /// How it ended, once it has.
+    exit: Arc<Mutex<Option<String>>>,
+    waiter: JoinHandle<()>,
+    reader: JoinHandle<()>,
+}
+
+impl Background {
+    fn status(&self) -> String {
+        match self
+            .exit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            Some(exit) => format!("exited ({exit})"),
+            None => String::from("running"),
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        self.exit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none()
+    }
+
+    fn take_output(&self) -> String {
+        self.output
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        // Only a running group is killed: once the waiter has reaped the leader and killed the
+        // group, the id may belong to someone else.
+        if let Some(pgid) = self.pgid
+            && self.is_running()
+        {
+            kill_group(pgid);
+        }
+        self.waiter.abort();
+        self.reader.abort();
+    }
+}
+
+impl ProcessRegistry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn process_id(number: u64) -> String {
+    format!("p{number}")
+}
+
+fn parse_process_id(id: Option<&Value>) -> Result<u64, ToolError> {
+    let text = match id {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Number(number)) => number.to_string(),
+        Some(_) | None => {
+            return Err(ToolError::InvalidArguments(String::from(
+                "this action needs the id of a process",
+            )));
+        }
+    };
+    text.trim_start_matches('p')
+        .parse::<u64>()
+        .map_err(|_| ToolError::coded(codes::PROCESS_NOT_FOUND, format!("no process {text:?}")))
+}
+
+/// `process {action: start|poll|kill|list, command?, id?}`: background commands.
+///
+/// `start` launches `command` like `exec` does (same sandbox, environment and policy) and returns
+/// its id (`p1`, ...). `poll` reports whether it runs or how it ended, followed by the output
+/// since the previous poll (capped, head and tail kept). `kill` kills its process group and
+/// forgets it. `list` shows every process. There is no timeout: a background process runs until
+/// it ends, is killed, or the [`ToolContext`] is dropped, which kills every process group.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessTool;
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Action {
+    Start,
+    Poll,
+    Kill,
+    List,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProcessArgs {
+    action: Action,
+    command: Option<String>,
+    id: Option<Value>,
+}
+
+#[async_trait::async_trait]
+impl Tool for ProcessTool {
+    fn name(&self) -> &str {
+        "process"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: String::from("process"),
+            description: String::from(
+                "Manage background shell commands in the workspace. start {command} returns an \
+                 id; poll {id} returns the status and the output since the last poll; kill {id} \
+                 stops it; list shows all.",
+            ),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "action": {"type": "string", "enum": ["start", "poll", "kill", "list"]},
+                    "command": {"type": "string", "description": "for start"},
+                    "id": {"type": "string", "description": "for poll and kill"}
+                },
+                "required": ["action"],
+                "additionalProperties": false
+            }),
+            kind: ToolKind::Function,
+        }
+    }
+
+    async fn call(&self, ctx: &ToolContext, input: ToolInput) -> crate::tool::ToolOutcome {
+        let result = parse_arguments::<ProcessArgs>(&input).and_then(|args| match args.action {
+            Action::Start => start(ctx, args.command.as_deref()),
+            Action::Poll => poll(ctx, parse_process_id(args.id.as_ref())?),
+            Action::Kill => kill(ctx, parse_process_id(args.id.as_ref())?),
+            Action::List => Ok(list(ctx)),
+        });
+        outcome(result)
+    }
+}
+
+fn start(ctx: &ToolContext, command: Option<&str>) -> Result<String, ToolError> {
+    let Some(command) = command.filter(|command| !command.trim().is_empty()) else {
+        return Err(ToolError::InvalidArguments(String::from(
+            "start needs a command",
+        )));
+    };
+    let mut registry = ctx.processes().lock();
+    if registry.entries.len() >= MAX_BACKGROUND_PROCESSES {
+        return Err(ToolError::coded(
+            codes::PROCESS_LIMIT,
+            format!("{MAX_BACKGROUND_PROCESSES} background processes exist; kill one first"),
+        ));
+    }
+    let mut spawned = spawn_command(ctx, command)?;
+    let pgid = spawned.group.pgid();
+    // From here the entry owns the group: its drop kills it while it runs.
+    spawned.group.disarm();
+    let exit = Arc::new(Mutex::new(None));
+    let waiter = {
+        let exit = Arc::clone(&exit);
+        let mut child = spawned.child;
+        let launch = spawned.launch.clone();
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            // Leftover children of an unsandboxed shell share its group; end them with it
+            // (a sandboxed command's go with bubblewrap's PID namespace).
+            if let (Some(pgid), Launch::Unsandboxed) = (pgid, &launch) {
+                kill_group(pgid);
+            }
+            let description = match status {
+                Ok(status) => describe_exit(status),
+                Err(err) => format!("exit code: unknown (wait failed: {err})"),
+            };
+            *exit.lock().unwrap_or_else(PoisonError::into_inner) = Some(description);
+        })
+    };
+    registry.n_started += 1;
+    let number = registry.n_started;
+    let note = spawned.launch.note();
+    registry.entries.insert(
+        number,
+        Background {
+            command: command.to_owned(),
+            pgid,
+            launch: spawned.launch,
+            output: spawned.output,
+            exit,
+            waiter,
+            reader: spawned.reader,
+        },
+    );
+    let mut text = format!("started process {}", process_id(number));
+    if let Some(note) = note {
+        text.push('\n');
+        text.push_str(note);
+    }
+    Ok(text)
+}
+
+fn poll(ctx: &ToolContext, number: u64) -> Result<String, ToolError> {
+    let registry = ctx.processes().lock();
+    let Some(entry) = registry.entries.get(&number) else {
+        return Err(not_found(number));
+    };
+    // Read the status before the output, so an "exited" status comes with all its output
+    // (modulo the reader still draining the pipe).
+    let status = entry.status();
+    let output = entry.take_output();
+    let output = match output.is_empty() {
+        true => String::from("(no new output)"),
+        false => output,
+    };
+    Ok(format!(
+        "process {}: {status}\n{output}",
+        process_id(number)
+    ))
+}
+
+fn kill(ctx: &ToolContext, number: u64) -> Result<String, ToolError> {
+    let Some(entry) = ctx.processes().lock().entries.remove(&number) else {
+        return Err(not_found(number));
+    };
+    let was_running = entry.is_running();
+    let output = entry.take_output();
+    // Dropping the entry kills the group if it still runs.
+    drop(entry);
+    let mut text = match was_running {
+        true => format!("killed process {}", process_id(number)),
+        false => format!("process {} had already exited; removed", process_id(number)),
+    };
+    if !output.is_empty() {
+        text.push('\n');
+        text.push_str(&output);
+    }
+    Ok(text)
+}
+
+fn list(ctx: &ToolContext) -> String {
+    let registry = ctx.processes().lock();
+    if registry.entries.is_empty() {
+        return String::from("no background processes");
+    }
+    registry
+        .entries
+        .iter()
+        .map(|(number, entry)| {
+            let sandbox = match entry.launch {
+                Launch::Sandboxed => "",
+                Launch::Unsandboxed => " [unsandboxed]",
+            };
+            format!(
+                "{} {}{sandbox}: {}",
+                process_id(*number),
+                entry.status(),
+                entry.command
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn not_found(number: u64) -> ToolError {
+    ToolError::coded(
+        codes::PROCESS_NOT_FOUND,
+        format!("no process {}", process_id(number)),
+    )
+}

@@ -1,0 +1,465 @@
+//! The native runtime end to end, on real processes: `gatehouse up` and dedicated `gateway` +
+//! `node` + `mock-model`, with the deterministic mock model as the only stand-in.
+
+use std::io::BufRead;
+use std::io::BufReader;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use std::time::Instant;
+
+use pretty_assertions::assert_eq;
+
+use crate::suite::support::Gateway;
+use crate::suite::support::Process;
+use crate::suite::support::WAIT;
+use crate::suite::support::files_under;
+use crate::suite::support::gatehouse;
+use crate::suite::support::start_node_with;
+
+const MODEL_KEY: &str = "model-key-only-on-the-harness-4b1d";
+
+struct Dirs {
+    _temp: tempfile::TempDir,
+    base: std::path::PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let temp = tempfile::tempdir().unwrap();
+    let base = temp.path().canonicalize().unwrap();
+    std::fs::create_dir_all(base.join("logs")).unwrap();
+    Dirs { _temp: temp, base }
+}
+
+/// Starts `gatehouse mock-model` on a free port and returns it with its base URL.
+fn mock_model(logs: &Path) -> (Process, String) {
+    let stderr_log = logs.join("mock-model.log");
+    let mut child = gatehouse()
+        .args(["mock-model", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("mock model listening on ")
+        .unwrap()
+        .to_owned();
+    (Process::from_child(child, stderr_log), url)
+}
+
+/// Posts a message and waits for its turn to end.
+async fn turn(gateway: &Gateway, session: &str, text: &str) -> serde_json::Value {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/{session}/messages", gateway.url))
+        .bearer_auth(&gateway.token)
+        .json(&serde_json::json!({"text": text}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let body: serde_json::Value = response.json().await.unwrap();
+    let turn_id = body["turnId"].as_str().unwrap().to_owned();
+    wait_turn(gateway, &turn_id).await
+}
+
+async fn wait_turn(gateway: &Gateway, turn_id: &str) -> serde_json::Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let body = gateway
+            .get_json(&format!("/v1/turns/{turn_id}?wait=20"))
+            .await;
+        if !matches!(body["status"].as_str(), Some("queued" | "running")) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "turn {turn_id} did not end");
+    }
+}
+
+/// Every `gatehouse worker` process: (pid, argv, environment).
+/// A worker process: its pid, argv and environment.
+type WorkerProcess = (u32, Vec<String>, Vec<(String, String)>);
+
+fn workers() -> Vec<WorkerProcess> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<String> = cmdline
+            .split(|byte| *byte == 0)
+            .filter(|part| !part.is_empty())
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect();
+        if argv.len() == 2 && argv[0].ends_with("gatehouse") && argv[1] == "worker" {
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            let env = environ
+                .split(|byte| *byte == 0)
+                .filter_map(|pair| {
+                    String::from_utf8_lossy(pair)
+                        .split_once('=')
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                })
+                .collect();
+            found.push((pid, argv, env));
+        }
+    }
+    found
+}
+
+struct Dedicated {
+    _dirs: Dirs,
+    gateway: Gateway,
+    node: Process,
+    mock: Process,
+    mock_url: String,
+    harness: std::path::PathBuf,
+}
+
+async fn dedicated(capacity: &str) -> Dedicated {
+    let dirs = dirs();
+    let logs = dirs.base.join("logs");
+    let (mock, mock_url) = mock_model(&logs);
+    let gateway = Gateway::start(&dirs.base.join("gateway"), &logs);
+    let code = gateway.setup_code(600);
+    let harness = dirs.base.join("harness");
+    let model = format!("openai-chat:{mock_url}/v1:mock-model");
+    let node = start_node_with(
+        &gateway,
+        &harness,
+        Some(&code),
+        &logs,
+        &[
+            "--model",
+            &model,
+            "--model-key-env",
+            "MOCK_MODEL_KEY",
+            "--capacity",
+            capacity,
+        ],
+        &[("MOCK_MODEL_KEY", MODEL_KEY)],
+    );
+    gateway.wait_ready().await;
+    Dedicated {
+        _dirs: dirs,
+        gateway,
+        node,
+        mock,
+        mock_url,
+        harness,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dedicated_turns_run_on_the_harness_with_the_key_only_there() {
+    let setup = dedicated("8").await;
+    let gateway = &setup.gateway;
+    let said = turn(gateway, "s1", "/say hello").await;
+    assert_eq!(
+        (said["status"].as_str(), said["reply"].as_str()),
+        (Some("completed"), Some("hello")),
+        "{said}"
+    );
+    let wrote = turn(
+        gateway,
+        "s1",
+        r#"/tool write {"path":"a.txt","content":"x"}"#,
+    )
+    .await;
+    assert_eq!(wrote["status"], "completed", "{wrote}");
+    assert!(
+        wrote["reply"]
+            .as_str()
+            .unwrap()
+            .starts_with("tool write ->"),
+        "{wrote}"
+    );
+    let read = turn(gateway, "s1", r#"/tool read {"path":"a.txt"}"#).await;
+    assert!(read["reply"].as_str().unwrap().contains('x'), "{read}");
+    let transcript = gateway.get_json("/v1/sessions/s1/transcript").await;
+    let roles: Vec<&str> = transcript["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles.iter().filter(|role| **role == "user").count(), 3);
+    assert!(
+        roles.contains(&"tool") && roles.iter().filter(|role| **role == "assistant").count() >= 3,
+        "{roles:?}"
+    );
+
+    // The file is in the session's execution workspace, not in the Agent workspace.
+    assert!(!setup.harness.join("workspace/a.txt").exists());
+    let in_sessions = files_under(&setup.harness.join("sessions"))
+        .into_iter()
+        .filter(|file| file.ends_with("a.txt"))
+        .count();
+    assert_eq!(in_sessions, 1);
+
+    // The mock saw the key the Harness holds.
+    let requests: serde_json::Value = reqwest::get(format!("{}/_mock/requests", setup.mock_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let auth = requests.as_array().unwrap().last().unwrap()["headers"]["authorization"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(auth, format!("Bearer {MODEL_KEY}"));
+    // The Gateway's environment and state never hold it.
+    let environ = std::fs::read(format!("/proc/{}/environ", gateway.process.pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&environ).contains(MODEL_KEY));
+    for file in files_under(&gateway.state_dir) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(MODEL_KEY),
+            "{}",
+            file.display()
+        );
+    }
+    // Workers: argv holds no secret, and the environment is scrubbed (no Gateway token, only the
+    // model key besides HOME, PATH, LANG and TMPDIR), with a private TMPDIR.
+    let workers = workers();
+    assert!(!workers.is_empty());
+    for (_, argv, env) in workers
+        .iter()
+        .filter(|(_, _, env)| env.iter().any(|(k, _)| k == "MOCK_MODEL_KEY"))
+    {
+        assert_eq!(argv.len(), 2);
+        let mut names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            vec!["HOME", "LANG", "MOCK_MODEL_KEY", "PATH", "TMPDIR"]
+        );
+        let tmpdir = &env.iter().find(|(name, _)| name == "TMPDIR").unwrap().1;
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(tmpdir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+    }
+    drop(setup.mock);
+    drop(setup.node);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn capacity_refuses_a_new_session_until_one_stops() {
+    let setup = dedicated("2").await;
+    let gateway = &setup.gateway;
+    assert_eq!(turn(gateway, "a", "/say one").await["status"], "completed");
+    assert_eq!(turn(gateway, "b", "/say two").await["status"], "completed");
+    let refused = turn(gateway, "c", "/say three").await;
+    assert_eq!(
+        (
+            refused["status"].as_str(),
+            refused["error"]["code"].as_str()
+        ),
+        (Some("failed"), Some("WORKER_CAPACITY_EXHAUSTED")),
+        "{refused}"
+    );
+    // Existing sessions keep their workers.
+    assert_eq!(turn(gateway, "a", "/say again").await["reply"], "again");
+    let stopped = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/a/stop", gateway.url))
+        .bearer_auth(&gateway.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        stopped.json::<serde_json::Value>().await.unwrap()["stopped"],
+        true
+    );
+    assert_eq!(turn(gateway, "c", "/say now").await["reply"], "now");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn model_errors_dead_workers_and_dead_nodes_fail_the_turn_and_the_next_one_works() {
+    let mut setup = dedicated("8").await;
+    let failed = turn(&setup.gateway, "s", "/fail 500").await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["error"]["code"].as_str()),
+        (Some("failed"), Some("MODEL_UNAVAILABLE")),
+        "{failed}"
+    );
+    assert_eq!(
+        turn(&setup.gateway, "s", "/say fine").await["reply"],
+        "fine"
+    );
+
+    // Kill the worker in the middle of a hanging turn.
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/s/messages", setup.gateway.url))
+        .bearer_auth(&setup.gateway.token)
+        .json(&serde_json::json!({"text": "/hang"}))
+        .send()
+        .await
+        .unwrap();
+    let hanging: serde_json::Value = response.json().await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    let pid = loop {
+        let status = setup
+            .gateway
+            .get_json(&format!(
+                "/v1/turns/{}",
+                hanging["turnId"].as_str().unwrap()
+            ))
+            .await;
+        let worker = workers().into_iter().find(|(_, _, env)| {
+            env.iter()
+                .any(|(k, v)| k == "MOCK_MODEL_KEY" && v == MODEL_KEY)
+        });
+        if let (Some("running"), Some((pid, _, _))) = (status["status"].as_str(), worker) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the hanging turn never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let crashed = wait_turn(&setup.gateway, hanging["turnId"].as_str().unwrap()).await;
+    assert_eq!(crashed["error"]["code"], "WORKER_CRASHED", "{crashed}");
+    assert_eq!(
+        turn(&setup.gateway, "s", "/say back").await["reply"],
+        "back"
+    );
+
+    // Kill the node in the middle of a hanging turn.
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/s/messages", setup.gateway.url))
+        .bearer_auth(&setup.gateway.token)
+        .json(&serde_json::json!({"text": "/hang"}))
+        .send()
+        .await
+        .unwrap();
+    let hanging: serde_json::Value = response.json().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    setup.node.kill();
+    let lost = wait_turn(&setup.gateway, hanging["turnId"].as_str().unwrap()).await;
+    assert_eq!(lost["error"]["code"], "DEPENDENCY_UNAVAILABLE", "{lost}");
+    // No node: the next turn fails the same way and the Gateway does not run it itself.
+    let before = reqwest::get(format!("{}/_mock/requests", setup.mock_url))
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .len();
+    let offline = turn(&setup.gateway, "s", "/say offline").await;
+    assert_eq!(offline["error"]["code"], "DEPENDENCY_UNAVAILABLE");
+    let after = reqwest::get(format!("{}/_mock/requests", setup.mock_url))
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(before, after, "a model call happened without a node");
+    // The node comes back and the session works again.
+    let _node = start_node_with(
+        &setup.gateway,
+        &setup.harness,
+        None,
+        &setup.harness.with_file_name("logs"),
+        &[
+            "--model",
+            &format!("openai-chat:{}/v1:mock-model", setup.mock_url),
+            "--model-key-env",
+            "MOCK_MODEL_KEY",
+        ],
+        &[("MOCK_MODEL_KEY", MODEL_KEY)],
+    );
+    setup.gateway.wait_ready().await;
+    assert_eq!(
+        turn(&setup.gateway, "s", "/say again").await["reply"],
+        "again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn file_tools_cannot_escape_the_session_workspace() {
+    let setup = dedicated("8").await;
+    let gateway = &setup.gateway;
+    let identity = std::fs::read_to_string(setup.harness.join("node/identity.json")).unwrap();
+    let secret: serde_json::Value = serde_json::from_str(&identity).unwrap();
+    let secret_key = secret["secretKey"].as_str().unwrap().to_owned();
+    std::fs::write(
+        setup.harness.join("outside-marker.txt"),
+        "OUTSIDE-MARKER-91c2",
+    )
+    .unwrap();
+    for text in [
+        r#"/tool read {"path":"../../../node/identity.json"}"#,
+        r#"/tool read {"path":"/etc/passwd"}"#,
+        r#"/tool write {"path":"../../../escape.txt","content":"x"}"#,
+        r#"/tool edit {"path":"../../../outside-marker.txt","old_string":"OUTSIDE","new_string":"INSIDE"}"#,
+        r#"/tool ls {"path":"../../.."}"#,
+        r#"/tool grep {"pattern":"OUTSIDE-MARKER","path":"../../.."}"#,
+        r#"/tool apply_patch {"input":"*** Begin Patch\n*** Add File: ../../../patched.txt\n+x\n*** End Patch\n"}"#,
+    ] {
+        let result = turn(gateway, "esc", text).await;
+        let reply = result["reply"].as_str().unwrap_or_default();
+        assert!(
+            !reply.contains(&secret_key)
+                && !reply.contains("OUTSIDE-MARKER-91c2")
+                && !reply.contains("root:x:0"),
+            "{text}: {reply}"
+        );
+    }
+    // A link planted in the session workspace is not followed either.
+    let session_workspace = files_under(&setup.harness.join("sessions"))
+        .into_iter()
+        .next()
+        .map(|file| file.parent().unwrap().to_path_buf());
+    if let Some(workspace) = session_workspace {
+        std::os::unix::fs::symlink(setup.harness.join("node"), workspace.join("node-link"))
+            .unwrap();
+        let result = turn(
+            gateway,
+            "esc",
+            r#"/tool read {"path":"node-link/identity.json"}"#,
+        )
+        .await;
+        assert!(
+            !result["reply"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&secret_key)
+        );
+    }
+    assert!(!setup.harness.join("escape.txt").exists());
+    assert!(!setup.harness.join("patched.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(setup.harness.join("outside-marker.txt")).unwrap(),
+        "OUTSIDE-MARKER-91c2"
+    );
+    // exec under bubblewrap cannot write outside the workspace and has no network.
+    let exec = turn(
+        gateway,
+        "esc",
+        &format!(
+            r#"/tool exec {{"command":"echo x > {}/exec-escape.txt; echo exit=$?"}}"#,
+            setup.harness.display()
+        ),
+    )
+    .await;
+    assert!(!setup.harness.join("exec-escape.txt").exists(), "{exec}");
+}

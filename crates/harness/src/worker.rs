@@ -1,0 +1,368 @@
+//! The native runtime on the node host: one `gatehouse worker` child process per hosted session,
+//! and the `agent.turn` and `agent.session.stop` commands the Gateway invokes.
+//!
+//! - Capacity is fixed at start (1..=1024). A new session past it is refused with
+//!   `WORKER_CAPACITY_EXHAUSTED`; a running worker is never displaced; stopping a session frees
+//!   its slot.
+//! - A worker gets its launch envelope on stdin (never argv), an environment scrubbed to `HOME`,
+//!   `PATH`, `LANG`, `TMPDIR` and the model-key variable, and a private `TMPDIR` (created, then
+//!   chmod 0700 even when it existed). It runs in its own process group.
+//! - Each session has an execution workspace `<root>/sessions/<id>/workspace`, distinct from the
+//!   Agent workspace.
+//! - Aborting a turn (the Gateway's cancel) kills the worker's process group; the next turn of
+//!   the session starts a new worker.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::error::WireError;
+use gatehouse_protocol::worker::AgentSessionStopParams;
+use gatehouse_protocol::worker::AgentTurnParams;
+use gatehouse_protocol::worker::AgentTurnResult;
+use gatehouse_protocol::worker::WORKER_CAPACITY_EXHAUSTED;
+use gatehouse_protocol::worker::WORKER_CRASHED;
+use gatehouse_protocol::worker::WorkerEvent;
+use gatehouse_protocol::worker::WorkerLaunch;
+use gatehouse_protocol::worker::WorkerRequest;
+use sha2::Digest;
+use tokio::io::AsyncBufReadExt;
+use tokio::io::AsyncWriteExt;
+use tokio::io::BufReader;
+use tokio::io::Lines;
+use tokio::process::Child;
+use tokio::process::ChildStdin;
+use tokio::process::ChildStdout;
+
+use crate::invoke::CommandHandler;
+use crate::invoke::InvokeContext;
+
+/// The default number of worker slots.
+pub const DEFAULT_CAPACITY: usize = 8;
+
+/// The largest number of worker slots.
+pub const MAX_CAPACITY: usize = 1024;
+
+/// How the node host runs workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSettings {
+    /// The `gatehouse` executable; workers run `<program> worker`.
+    pub program: PathBuf,
+    /// Worker slots, 1..=1024.
+    pub capacity: usize,
+    /// The model spec workers use (`mock` or `API:URL:MODEL`).
+    pub model: String,
+    /// The name of the environment variable holding the model key, passed to workers as is.
+    pub model_key_env: String,
+    /// Whether `exec` may run without bubblewrap when it is missing.
+    pub allow_unsandboxed: bool,
+    /// The checked scratch directory, bound at `/sandbox/scratch` for `exec`.
+    pub scratch: Option<PathBuf>,
+}
+
+/// One running worker.
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Worker {
+    fn kill_group(&mut self) {
+        if let Some(pid) = self
+            .child
+            .id()
+            .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
+        {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.start_kill();
+    }
+}
+
+/// Runs workers, at most `capacity` at once.
+pub(crate) struct WorkerSupervisor {
+    settings: WorkerSettings,
+    root: PathBuf,
+    workers: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Worker>>>>>,
+}
+
+impl WorkerSupervisor {
+    pub(crate) fn new(settings: WorkerSettings, root: PathBuf) -> Self {
+        Self {
+            settings,
+            root,
+            workers: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Returns the session's worker slot, claiming a new one when the session has none.
+    async fn slot(
+        &self,
+        session_key: &str,
+    ) -> Result<Arc<tokio::sync::Mutex<Option<Worker>>>, WireError> {
+        let mut workers = self.workers.lock().await;
+        if let Some(slot) = workers.get(session_key) {
+            return Ok(Arc::clone(slot));
+        }
+        if workers.len() >= self.settings.capacity {
+            return Err(WireError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "all {} worker slots are taken by other sessions; stop a session to free one",
+                    self.settings.capacity
+                ),
+            )
+            .with_code(WORKER_CAPACITY_EXHAUSTED));
+        }
+        let slot = Arc::new(tokio::sync::Mutex::new(None));
+        workers.insert(session_key.to_owned(), Arc::clone(&slot));
+        Ok(slot)
+    }
+
+    async fn stop(&self, session_key: &str) -> bool {
+        let slot = self.workers.lock().await.remove(session_key);
+        match slot {
+            Some(slot) => {
+                if let Some(mut worker) = slot.lock().await.take() {
+                    worker.kill_group();
+                    let _ = worker.child.wait().await;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Runs one turn on the session's worker, streaming its events as progress lines.
+    async fn run_turn(
+        &self,
+        params: AgentTurnParams,
+        context: &mut InvokeContext,
+    ) -> Result<AgentTurnResult, WireError> {
+        let slot = self.slot(&params.session_key).await?;
+        let mut guard = slot.lock().await;
+        let alive = match guard.as_mut() {
+            Some(worker) => matches!(worker.child.try_wait(), Ok(None)),
+            None => false,
+        };
+        if !alive {
+            *guard = Some(self.spawn(&params.session_key).await?);
+        }
+        let Some(worker) = guard.as_mut() else {
+            return Err(WireError::new(ErrorCode::Internal, "no worker"));
+        };
+        let session_key = params.session_key.clone();
+        let line = serde_json::to_string(&WorkerRequest::Turn(params))
+            .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
+        // Until the turn ends, dropping this future (a cancel) kills the worker.
+        let mut kill_on_drop = KillOnDrop {
+            worker: Some(worker),
+        };
+        let Some(worker) = kill_on_drop.worker.as_deref_mut() else {
+            return Err(WireError::new(ErrorCode::Internal, "no worker"));
+        };
+        if worker
+            .stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .is_err()
+        {
+            return Err(crashed(&session_key));
+        }
+        loop {
+            let next = worker.stdout.next_line().await;
+            let Ok(Some(line)) = next else {
+                // The next turn sees the exited child and starts a new worker.
+                worker.kill_group();
+                return Err(crashed(&session_key));
+            };
+            let event: WorkerEvent = match serde_json::from_str(&line) {
+                Ok(event) => event,
+                Err(_) => {
+                    tracing::warn!(session_key, "a worker wrote a malformed line; ignoring it");
+                    continue;
+                }
+            };
+            match event {
+                WorkerEvent::Done { reply } => {
+                    kill_on_drop.worker = None;
+                    return Ok(AgentTurnResult { reply });
+                }
+                WorkerEvent::Failed { code, message } => {
+                    kill_on_drop.worker = None;
+                    return Err(WireError::new(ErrorCode::Internal, message).with_code(&code));
+                }
+                WorkerEvent::Delta { .. }
+                | WorkerEvent::ToolStarted { .. }
+                | WorkerEvent::ToolCompleted { .. }
+                | WorkerEvent::Message { .. } => {
+                    if context.progress.send(&format!("{line}\n")).await.is_err() {
+                        return Err(WireError::new(
+                            ErrorCode::Unavailable,
+                            "the link closed during the turn",
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn spawn(&self, session_key: &str) -> Result<Worker, WireError> {
+        let id = session_dir_name(session_key);
+        let session_dir = self.root.join("sessions").join(&id);
+        let workspace = session_dir.join("workspace");
+        let tmp = self.root.join("tmp").join(format!("worker-{id}"));
+        prepare_dirs(&workspace, &tmp).map_err(|error| {
+            WireError::new(
+                ErrorCode::Internal,
+                format!("cannot prepare the session workspace: {error}"),
+            )
+        })?;
+        let launch = WorkerLaunch {
+            session_key: session_key.to_owned(),
+            workspace: workspace.to_string_lossy().into_owned(),
+            agent_workspace: self.root.join("workspace").to_string_lossy().into_owned(),
+            model: self.settings.model.clone(),
+            model_key_env: self.settings.model_key_env.clone(),
+            allow_unsandboxed: self.settings.allow_unsandboxed,
+            scratch: self
+                .settings
+                .scratch
+                .as_ref()
+                .map(|dir| dir.to_string_lossy().into_owned()),
+        };
+        let mut command = tokio::process::Command::new(&self.settings.program);
+        command
+            .arg("worker")
+            .env_clear()
+            .env(
+                "PATH",
+                std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
+            )
+            .env("HOME", &session_dir)
+            .env("LANG", "C.UTF-8")
+            .env("TMPDIR", &tmp)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .kill_on_drop(true);
+        if self.settings.model != "mock"
+            && let Some(key) = std::env::var_os(&self.settings.model_key_env)
+        {
+            command.env(&self.settings.model_key_env, key);
+        }
+        let mut child = command.spawn().map_err(|error| {
+            WireError::new(
+                ErrorCode::Internal,
+                format!("cannot start a worker: {error}"),
+            )
+        })?;
+        let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(WireError::new(ErrorCode::Internal, "a worker has no pipes"));
+        };
+        let line = serde_json::to_string(&launch)
+            .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
+        if stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .is_err()
+        {
+            return Err(crashed(session_key));
+        }
+        tracing::info!(session_key, pid = child.id(), "started a worker");
+        Ok(Worker {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout).lines(),
+        })
+    }
+}
+
+/// Kills the worker if the turn's future is dropped before the turn ends.
+struct KillOnDrop<'a> {
+    worker: Option<&'a mut Worker>,
+}
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.kill_group();
+        }
+    }
+}
+
+fn crashed(session_key: &str) -> WireError {
+    tracing::warn!(session_key, "a worker exited during a turn");
+    WireError::new(
+        ErrorCode::Unavailable,
+        "the worker exited during the turn; the next message starts a new one",
+    )
+    .with_code(WORKER_CRASHED)
+}
+
+/// Returns the directory name of a session: 32 hex digits of the sha256 of its key, so any key
+/// maps to a safe, fixed-length name.
+fn session_dir_name(session_key: &str) -> String {
+    hex::encode(&sha2::Sha256::digest(session_key.as_bytes())[..16])
+}
+
+fn prepare_dirs(workspace: &Path, tmp: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(workspace)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(tmp)?;
+    // mkdir does not change an existing directory's mode: set it again.
+    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o700))?;
+    Ok(())
+}
+
+/// `agent.turn`.
+pub(crate) struct AgentTurnHandler {
+    pub(crate) supervisor: Arc<WorkerSupervisor>,
+}
+
+impl CommandHandler for AgentTurnHandler {
+    fn invoke(
+        &self,
+        mut context: InvokeContext,
+    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+        let supervisor = Arc::clone(&self.supervisor);
+        Box::pin(async move {
+            let params: AgentTurnParams = context.params()?;
+            let result = supervisor.run_turn(params, &mut context).await?;
+            serde_json::to_value(result)
+                .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))
+        })
+    }
+}
+
+/// `agent.session.stop`.
+pub(crate) struct SessionStopHandler {
+    pub(crate) supervisor: Arc<WorkerSupervisor>,
+}
+
+impl CommandHandler for SessionStopHandler {
+    fn invoke(
+        &self,
+        context: InvokeContext,
+    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+        let supervisor = Arc::clone(&self.supervisor);
+        Box::pin(async move {
+            let params: AgentSessionStopParams = context.params()?;
+            let stopped = supervisor.stop(&params.session_key).await;
+            Ok(serde_json::json!({"stopped": stopped}))
+        })
+    }
+}

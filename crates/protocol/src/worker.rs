@@ -1,0 +1,148 @@
+//! The native runtime's messages: the `agent.turn` node command, and the JSON lines a node host
+//! and its `gatehouse worker` children exchange over pipes.
+//!
+//! Flow of one native turn:
+//! 1. The Gateway invokes `agent.turn` ([`AgentTurnParams`]) on the node. The params carry the
+//!    session's prior conversation, so a worker holds no state the Gateway cannot rebuild.
+//! 2. The node host hands the turn to the session's worker as one [`WorkerRequest`] line.
+//! 3. The worker answers with [`WorkerEvent`] lines: deltas, tool events and complete messages,
+//!    then exactly one `done` or `failed`.
+//! 4. The node streams each event line to the Gateway as `node.invoke.progress` chunks (a line
+//!    may span chunks; lines end with `\n`) and ends the invoke with [`AgentTurnResult`].
+
+use serde::Deserialize;
+use serde::Serialize;
+
+/// `agent.turn`: run one native turn on the node.
+pub const AGENT_TURN: &str = "agent.turn";
+
+/// `agent.session.stop`: stop a session's worker and free its slot.
+pub const AGENT_SESSION_STOP: &str = "agent.session.stop";
+
+/// The error code of a node whose worker slots are all taken by other sessions.
+pub const WORKER_CAPACITY_EXHAUSTED: &str = "WORKER_CAPACITY_EXHAUSTED";
+
+/// The error code of a worker that exited during a turn.
+pub const WORKER_CRASHED: &str = "WORKER_CRASHED";
+
+/// A prior message of the session, for context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryMessage {
+    /// `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+/// Parameters of `agent.turn`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentTurnParams {
+    /// The Gateway's session key.
+    pub session_key: String,
+    /// The turn id.
+    pub turn_id: String,
+    /// The session's earlier user and assistant messages, oldest first.
+    #[serde(default)]
+    pub history: Vec<HistoryMessage>,
+    /// The user texts of this turn.
+    pub user_texts: Vec<String>,
+    /// Workspace-relative paths of staged attachments.
+    #[serde(default)]
+    pub attachments: Vec<String>,
+}
+
+/// Result of `agent.turn`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentTurnResult {
+    /// The final reply.
+    pub reply: String,
+}
+
+/// Parameters of `agent.session.stop`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSessionStopParams {
+    /// The session whose worker stops.
+    pub session_key: String,
+}
+
+/// The first line a worker reads on stdin: everything it needs to start. Secrets are not in it;
+/// the model key arrives in the environment variable the model config names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerLaunch {
+    /// The session this worker serves.
+    pub session_key: String,
+    /// The absolute path of the session's execution workspace.
+    pub workspace: String,
+    /// The absolute path of the Agent workspace, read only for the bootstrap documents
+    /// (`AGENTS.md`, `SOUL.md`, `IDENTITY.md`, `USER.md`) of the system prompt.
+    pub agent_workspace: String,
+    /// The model spec: `mock`, `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`.
+    pub model: String,
+    /// The name of the environment variable that holds the model key.
+    pub model_key_env: String,
+    /// Whether `exec` may run without bubblewrap when it is missing.
+    pub allow_unsandboxed: bool,
+    /// An operator scratch directory bound read-write at `/sandbox/scratch` for `exec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch: Option<String>,
+}
+
+/// A line a worker reads after its launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum WorkerRequest {
+    /// Run a turn.
+    Turn(AgentTurnParams),
+}
+
+/// A line a worker writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum WorkerEvent {
+    /// A piece of assistant text, streamed; not stored.
+    Delta {
+        /// The text.
+        text: String,
+    },
+    /// A tool started.
+    ToolStarted {
+        /// The tool.
+        tool: String,
+        /// Its arguments, as the model gave them.
+        arguments: serde_json::Value,
+    },
+    /// A tool finished.
+    ToolCompleted {
+        /// The tool.
+        tool: String,
+        /// Whether it succeeded.
+        ok: bool,
+    },
+    /// A complete message, to commit to the transcript.
+    Message {
+        /// `assistant` or `tool`.
+        role: String,
+        /// The complete content.
+        content: String,
+        /// The tool, for tool messages.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_name: Option<String>,
+    },
+    /// The turn ended with a reply.
+    Done {
+        /// The reply.
+        reply: String,
+    },
+    /// The turn failed.
+    Failed {
+        /// A stable code, for example `MODEL_UNAVAILABLE`.
+        code: String,
+        /// What happened.
+        message: String,
+    },
+}
