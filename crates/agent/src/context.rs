@@ -62,6 +62,10 @@ pub struct ToolConfig {
     pub command_path: String,
     /// The `TMPDIR` of unsandboxed commands (sandboxed ones get a private `/tmp`).
     pub unsandboxed_tmpdir: PathBuf,
+    /// Directories hidden from sandboxed commands (covered by an empty file system): the node's
+    /// identity and other sessions, and in embedded mode the Gateway's state. The session
+    /// workspace is bound back on top when it lies inside one.
+    pub hidden_paths: Vec<PathBuf>,
 }
 
 impl ToolConfig {
@@ -76,6 +80,7 @@ impl ToolConfig {
             exec_timeout: DEFAULT_EXEC_TIMEOUT,
             output_cap_bytes: DEFAULT_OUTPUT_CAP_BYTES,
             command_path: String::from(DEFAULT_COMMAND_PATH),
+            hidden_paths: Vec::new(),
             unsandboxed_tmpdir: std::env::temp_dir(),
         }
     }

@@ -178,6 +178,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         scratch: scratch
             .as_ref()
             .map(|report| report.private_dir().to_path_buf()),
+        hidden_paths: Vec::new(),
     };
     let runtime_config = RuntimeConfig {
         model,

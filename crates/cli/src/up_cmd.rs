@@ -102,6 +102,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     // Everything either role writes is private to this user.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     create_default_documents(&harness_root.join("workspace"))?;
+    let gateway_state_dir = gateway_state.clone();
     let mut config = GatewayConfig::with_defaults(gateway_state, args.listen);
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     let runtime = match args.runtime {
@@ -132,6 +133,8 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             model_key_env: args.model_key_env.clone(),
             allow_unsandboxed: args.allow_unsandboxed_exec,
             scratch: None,
+            // Commands in a worker must not read the Gateway's state either.
+            hidden_paths: vec![std::fs::canonicalize(&gateway_state_dir)?],
         };
         let host = NodeHost::prepare_with(
             NodeHostConfig {

@@ -56,6 +56,11 @@ async fn serve() -> anyhow::Result<ExitCode> {
     };
     let mut config = ToolConfig::new(sandbox);
     config.scratch_dir = launch.scratch.as_ref().map(std::path::PathBuf::from);
+    config.hidden_paths = launch
+        .hidden_paths
+        .iter()
+        .map(std::path::PathBuf::from)
+        .collect();
     let context = ToolContext::new(Path::new(&launch.workspace), config)?;
     let tools = ToolSet::native();
     while let Some(line) = lines.next_line().await? {

@@ -63,6 +63,9 @@ pub struct WorkerSettings {
     pub allow_unsandboxed: bool,
     /// The checked scratch directory, bound at `/sandbox/scratch` for `exec`.
     pub scratch: Option<PathBuf>,
+    /// Directories hidden from `exec` besides the Harness root, which is always hidden (for
+    /// example the Gateway state in embedded mode).
+    pub hidden_paths: Vec<PathBuf>,
 }
 
 /// One running worker.
@@ -236,6 +239,10 @@ impl WorkerSupervisor {
                 .scratch
                 .as_ref()
                 .map(|dir| dir.to_string_lossy().into_owned()),
+            hidden_paths: std::iter::once(&self.root)
+                .chain(self.settings.hidden_paths.iter())
+                .map(|path| path.to_string_lossy().into_owned())
+                .collect(),
         };
         let mut command = tokio::process::Command::new(&self.settings.program);
         command

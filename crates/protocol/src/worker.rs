@@ -87,6 +87,10 @@ pub struct WorkerLaunch {
     pub model_key_env: String,
     /// Whether `exec` may run without bubblewrap when it is missing.
     pub allow_unsandboxed: bool,
+    /// Directories `exec` must not see (covered by empty file systems in its sandbox): the
+    /// Harness root (the node identity, other sessions) and, in embedded mode, the Gateway state.
+    #[serde(default)]
+    pub hidden_paths: Vec<String>,
     /// An operator scratch directory bound read-write at `/sandbox/scratch` for `exec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scratch: Option<String>,

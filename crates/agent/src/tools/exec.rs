@@ -5,7 +5,7 @@
 //! workspace), `LANG` and `TMPDIR`. When bubblewrap is found it runs as
 //!
 //! ```text
-//! bwrap --ro-bind / / --tmpfs /tmp --bind WS WS [--bind SCRATCH /sandbox/scratch]
+//! bwrap --ro-bind / / --tmpfs /tmp [--tmpfs HIDDEN]... --bind WS WS [--bind SCRATCH /sandbox/scratch]
 //!       --dev /dev --proc /proc --unshare-all --die-with-parent --new-session --chdir WS
 //!       -- /bin/sh -c COMMAND
 //! ```
@@ -139,6 +139,7 @@ pub(crate) fn spawn_command(ctx: &ToolContext, command: &str) -> Result<Spawned,
             cmd.args(bwrap_args(
                 workspace,
                 config.scratch_dir.as_deref(),
+                &config.hidden_paths,
                 command,
             ));
             (cmd, Launch::Sandboxed)
@@ -221,13 +222,23 @@ async fn collect_output(
 }
 
 /// Returns the bubblewrap arguments that run `command` (see the module docs).
-pub(crate) fn bwrap_args(workspace: &Path, scratch: Option<&Path>, command: &str) -> Vec<OsString> {
+pub(crate) fn bwrap_args(
+    workspace: &Path,
+    scratch: Option<&Path>,
+    hidden: &[PathBuf],
+    command: &str,
+) -> Vec<OsString> {
     let mut args: Vec<OsString> = Vec::new();
     let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
         args.extend(items.iter().map(|item| item.as_ref().to_owned()));
     };
     push(&[&"--ro-bind", &"/", &"/"]);
     push(&[&"--tmpfs", &"/tmp"]);
+    // Private state next to the workspace (the node identity, other sessions, an embedded
+    // Gateway's state) is covered by empty file systems; the workspace is bound back on top.
+    for path in hidden {
+        push(&[&"--tmpfs", path]);
+    }
     push(&[&"--bind", &workspace, &workspace]);
     if let Some(scratch) = scratch {
         push(&[&"--bind", &scratch, &SANDBOX_SCRATCH_PATH]);
@@ -378,6 +389,7 @@ async fn run_exec(ctx: &ToolContext, args: &ExecArgs) -> Result<ToolOutcome, Too
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+    use std::path::PathBuf;
 
     use pretty_assertions::assert_eq;
 
@@ -385,7 +397,12 @@ mod tests {
 
     #[test]
     fn builds_bwrap_arguments() {
-        let args = bwrap_args(Path::new("/w"), Some(Path::new("/s")), "echo hi");
+        let args = bwrap_args(
+            Path::new("/w"),
+            Some(Path::new("/s")),
+            &[PathBuf::from("/h")],
+            "echo hi",
+        );
         let args: Vec<&str> = args.iter().map(|arg| arg.to_str().unwrap()).collect();
         assert_eq!(
             args,
@@ -395,6 +412,8 @@ mod tests {
                 "/",
                 "--tmpfs",
                 "/tmp",
+                "--tmpfs",
+                "/h",
                 "--bind",
                 "/w",
                 "/w",

@@ -462,4 +462,19 @@ async fn file_tools_cannot_escape_the_session_workspace() {
     )
     .await;
     assert!(!setup.harness.join("exec-escape.txt").exists(), "{exec}");
+    // exec cannot read the node's identity: the Harness root is hidden in its sandbox.
+    let identity_path = setup.harness.join("node/identity.json");
+    let cat = turn(
+        gateway,
+        "esc",
+        &format!(
+            r#"/tool exec {{"command":"cat {}; ls {}"}}"#,
+            identity_path.display(),
+            setup.harness.display()
+        ),
+    )
+    .await;
+    let reply = cat["reply"].as_str().unwrap_or_default();
+    assert!(!reply.contains(&secret_key), "{reply}");
+    assert!(reply.contains("No such file"), "{reply}");
 }

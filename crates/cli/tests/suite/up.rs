@@ -251,6 +251,16 @@ async fn up_runs_both_roles_with_separate_roots_and_serves_the_documents() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    // exec in a worker cannot read the Gateway's state next door.
+    let token_file = data.join("gateway/operator-token");
+    let output = chat(&format!(
+        r#"/tool exec {{"command":"cat {}"}}"#,
+        token_file.display()
+    ));
+    assert!(
+        !String::from_utf8_lossy(&output.stdout).contains(&up.token),
+        "the operator token leaked"
+    );
     let transcript = up.transcript("talk").await;
     assert_eq!(transcript[0]["content"], "/say hello");
     assert_eq!(transcript[1]["content"], "hello");
