@@ -54,6 +54,7 @@
 
 #![deny(missing_docs)]
 
+pub mod checkpoint;
 pub mod context;
 pub mod error;
 mod output;

@@ -63,6 +63,7 @@ async fn serve() -> anyhow::Result<ExitCode> {
         .collect();
     let context = ToolContext::new(Path::new(&launch.workspace), config)?;
     let tools = ToolSet::native();
+    let mut reported = std::collections::BTreeMap::new();
     while let Some(line) = lines.next_line().await? {
         let request: WorkerRequest = match serde_json::from_str(&line) {
             Ok(request) => request,
@@ -115,9 +116,16 @@ async fn serve() -> anyhow::Result<ExitCode> {
             gatehouse_agent::run_turn(model, request, &tools, &context, &mut on_event, &cancel)
                 .await;
         match outcome {
-            Ok(output) => emit(&WorkerEvent::Done {
-                reply: output.reply,
-            }),
+            Ok(output) => {
+                // Report the workspace before the turn ends, so the Gateway has accepted the
+                // checkpoint by the time the next turn can start.
+                let entries = gatehouse_agent::checkpoint::scan(context.workspace(), &reported);
+                reported = gatehouse_agent::checkpoint::hashes(&entries);
+                emit(&WorkerEvent::Checkpoint { entries });
+                emit(&WorkerEvent::Done {
+                    reply: output.reply,
+                });
+            }
             Err(error) => emit(&WorkerEvent::Failed {
                 code: error.code().to_owned(),
                 message: error.to_string(),

@@ -252,6 +252,7 @@ pub async fn start(
         Arc::new(turns::node_runtime::NodeRuntime::new(
             Arc::clone(&registry),
             Arc::clone(&store),
+            Arc::clone(&media),
             turns::node_runtime::DEFAULT_TURN_TIMEOUT,
         ))
     });

@@ -274,6 +274,12 @@ impl NodeHost {
                     }),
                 );
                 commands.insert(
+                    gatehouse_protocol::worker::AGENT_SESSION_RESTORE,
+                    Arc::new(crate::worker::SessionRestoreHandler {
+                        supervisor: Arc::clone(&supervisor),
+                    }),
+                );
+                commands.insert(
                     gatehouse_protocol::worker::AGENT_SESSION_STOP,
                     Arc::new(crate::worker::SessionStopHandler { supervisor }),
                 );

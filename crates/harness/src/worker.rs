@@ -22,9 +22,11 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
+use gatehouse_protocol::worker::AgentSessionRestoreParams;
 use gatehouse_protocol::worker::AgentSessionStopParams;
 use gatehouse_protocol::worker::AgentTurnParams;
 use gatehouse_protocol::worker::AgentTurnResult;
+use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::WORKER_CAPACITY_EXHAUSTED;
 use gatehouse_protocol::worker::WORKER_CRASHED;
 use gatehouse_protocol::worker::WorkerEvent;
@@ -142,12 +144,47 @@ impl WorkerSupervisor {
         }
     }
 
+    /// Returns the execution workspace of a session.
+    fn session_workspace(&self, session_key: &str) -> PathBuf {
+        self.root
+            .join("sessions")
+            .join(session_dir_name(session_key))
+            .join("workspace")
+    }
+
+    /// Rebuilds a missing session workspace from a checkpoint's entries.
+    async fn restore(&self, params: AgentSessionRestoreParams) -> Result<usize, WireError> {
+        let workspace = self.session_workspace(&params.session_key);
+        let session_key = params.session_key.clone();
+        // A worker holding the old (deleted) directory must not serve the restored one.
+        self.stop(&session_key).await;
+        let restored =
+            tokio::task::spawn_blocking(move || restore_entries(&workspace, &params.entries))
+                .await
+                .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))??;
+        tracing::info!(
+            session_key,
+            restored,
+            "rebuilt a session workspace from its checkpoint"
+        );
+        Ok(restored)
+    }
+
     /// Runs one turn on the session's worker, streaming its events as progress lines.
     async fn run_turn(
         &self,
         params: AgentTurnParams,
         context: &mut InvokeContext,
     ) -> Result<AgentTurnResult, WireError> {
+        if params.checkpoint_id.is_some() && !self.session_workspace(&params.session_key).is_dir() {
+            // The workspace was lost (node replaced, disk wiped): the Gateway restores it first.
+            self.stop(&params.session_key).await;
+            return Err(WireError::new(
+                ErrorCode::NotFound,
+                "the session workspace is missing; restore it from the checkpoint",
+            )
+            .with_code(WORKSPACE_MISSING));
+        }
         let slot = self.slot(&params.session_key).await?;
         let mut guard = slot.lock().await;
         let alive = match guard.as_mut() {
@@ -202,6 +239,7 @@ impl WorkerSupervisor {
                     return Err(WireError::new(ErrorCode::Internal, message).with_code(&code));
                 }
                 WorkerEvent::Delta { .. }
+                | WorkerEvent::Checkpoint { .. }
                 | WorkerEvent::ToolStarted { .. }
                 | WorkerEvent::ToolCompleted { .. }
                 | WorkerEvent::Message { .. } => {
@@ -351,6 +389,93 @@ impl CommandHandler for AgentTurnHandler {
             let result = supervisor.run_turn(params, &mut context).await?;
             serde_json::to_value(result)
                 .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))
+        })
+    }
+}
+
+/// The error code of a turn whose session workspace is gone and must be restored first.
+pub const WORKSPACE_MISSING: &str = "WORKSPACE_MISSING";
+
+/// Writes checkpoint entries into a new workspace directory.
+fn restore_entries(workspace: &Path, entries: &[CheckpointEntry]) -> Result<usize, WireError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let failed = |message: String| WireError::new(ErrorCode::WriteError, message);
+    if workspace.exists() {
+        return Err(WireError::new(
+            ErrorCode::ExistsNoOverwrite,
+            "the session workspace exists; it is not overwritten",
+        ));
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(workspace)
+        .map_err(|error| failed(format!("cannot create the workspace: {error}")))?;
+    let root = gatehouse_fsops::Root::open(workspace).map_err(|error| error.to_wire())?;
+    let mut restored = 0;
+    for entry in entries {
+        let rel = gatehouse_fsops::RelPath::parse(&entry.path).map_err(|error| error.to_wire())?;
+        let Some((parent, _)) = rel.split_last() else {
+            return Err(WireError::new(
+                ErrorCode::InvalidPath,
+                "an entry names the workspace itself",
+            ));
+        };
+        match (entry.kind.as_str(), &entry.content_base64, &entry.target) {
+            ("file", Some(content), _) => {
+                let bytes = gatehouse_fsops::commands::decode_base64_strict(content)
+                    .map_err(|error| error.to_wire())?;
+                let options = gatehouse_fsops::root::WriteOptions {
+                    overwrite: gatehouse_fsops::root::Overwrite::Deny,
+                    parents: gatehouse_fsops::root::Parents::Create,
+                    content: gatehouse_fsops::root::ContentMode::Transfer,
+                };
+                root.write(&rel, &bytes, options)
+                    .map_err(|error| error.to_wire())?;
+                if entry.executable {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(
+                        workspace.join(&entry.path),
+                        std::fs::Permissions::from_mode(0o755),
+                    )
+                    .map_err(|error| failed(format!("cannot set the exec bit: {error}")))?;
+                }
+            }
+            ("symlink", _, Some(target)) => {
+                // The workspace is new and private, so creating the parents by path is safe; the
+                // link is created, never followed.
+                std::fs::create_dir_all(workspace.join(parent.to_os_path()))
+                    .map_err(|error| failed(format!("cannot create a directory: {error}")))?;
+                std::os::unix::fs::symlink(target, workspace.join(&entry.path))
+                    .map_err(|error| failed(format!("cannot create a link: {error}")))?;
+            }
+            _ => {
+                return Err(WireError::new(
+                    ErrorCode::InvalidParams,
+                    format!("entry {} is incomplete", entry.path),
+                ));
+            }
+        }
+        restored += 1;
+    }
+    Ok(restored)
+}
+
+/// `agent.session.restore`.
+pub(crate) struct SessionRestoreHandler {
+    pub(crate) supervisor: Arc<WorkerSupervisor>,
+}
+
+impl CommandHandler for SessionRestoreHandler {
+    fn invoke(
+        &self,
+        context: InvokeContext,
+    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+        let supervisor = Arc::clone(&self.supervisor);
+        Box::pin(async move {
+            let params: AgentSessionRestoreParams = context.params()?;
+            let restored = supervisor.restore(params).await?;
+            Ok(serde_json::json!({"restored": restored}))
         })
     }
 }

@@ -19,6 +19,12 @@ pub const AGENT_TURN: &str = "agent.turn";
 /// `agent.session.stop`: stop a session's worker and free its slot.
 pub const AGENT_SESSION_STOP: &str = "agent.session.stop";
 
+/// `agent.session.restore`: rebuild a session's missing execution workspace from a checkpoint.
+pub const AGENT_SESSION_RESTORE: &str = "agent.session.restore";
+
+/// The largest checkpoint, in bytes of file content: a restore travels in one frame.
+pub const MAX_CHECKPOINT_BYTES: u64 = 16 * 1024 * 1024;
+
 /// The error code of a node whose worker slots are all taken by other sessions.
 pub const WORKER_CAPACITY_EXHAUSTED: &str = "WORKER_CAPACITY_EXHAUSTED";
 
@@ -51,6 +57,48 @@ pub struct AgentTurnParams {
     /// Workspace-relative paths of staged attachments.
     #[serde(default)]
     pub attachments: Vec<String>,
+    /// The id of the session's latest accepted checkpoint, if any. A node whose session
+    /// workspace is missing refuses the turn with `WORKSPACE_MISSING`, and the Gateway restores
+    /// it with `agent.session.restore` first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
+}
+
+/// One entry of a checkpoint: a regular file (with its content when it changed) or a link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointEntry {
+    /// The path relative to the session workspace.
+    pub path: String,
+    /// `file` or `symlink`.
+    pub kind: String,
+    /// Whether the file is executable.
+    #[serde(default)]
+    pub executable: bool,
+    /// Lowercase hex SHA-256 of the content (files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// The size in bytes (files).
+    #[serde(default)]
+    pub size: u64,
+    /// The link target (links), as stored; never followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The content, standard base64, when the node sends or restores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_base64: Option<String>,
+}
+
+/// Parameters of `agent.session.restore`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSessionRestoreParams {
+    /// The session.
+    pub session_key: String,
+    /// The checkpoint restored.
+    pub checkpoint_id: String,
+    /// Every entry, each file with its content.
+    pub entries: Vec<CheckpointEntry>,
 }
 
 /// Result of `agent.turn`.
@@ -136,6 +184,12 @@ pub enum WorkerEvent {
         /// The tool, for tool messages.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool_name: Option<String>,
+    },
+    /// The session workspace after the turn: every eligible entry, with the content of the files
+    /// that changed since the previous checkpoint. Sent before `done`.
+    Checkpoint {
+        /// Every entry; `contentBase64` only on files new or changed since the last checkpoint.
+        entries: Vec<CheckpointEntry>,
     },
     /// The turn ended with a reply.
     Done {

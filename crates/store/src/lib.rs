@@ -182,4 +182,26 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// Storage failures.
     async fn sessions_with_queued_turns(&self) -> Result<Vec<String>>;
+
+    /// Records an immutable checkpoint of a session workspace (kept if it exists already) and
+    /// makes it the session's latest accepted checkpoint, in one transaction.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn save_checkpoint(
+        &self,
+        session_key: &str,
+        checkpoint_id: &str,
+        manifest: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<()>;
+
+    /// Returns the id and manifest of the session's latest accepted checkpoint.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn latest_checkpoint(
+        &self,
+        session_key: &str,
+    ) -> Result<Option<(String, serde_json::Value)>>;
 }

@@ -623,6 +623,59 @@ impl Store for SqliteStore {
         .await
         .map_err(|e| map_error(e, "turn"))
     }
+
+    async fn save_checkpoint(
+        &self,
+        session_key: &str,
+        checkpoint_id: &str,
+        manifest: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<()> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "checkpoint"))?;
+        sqlx::query(
+            "INSERT INTO checkpoints (checkpoint_id, session_key, manifest_json, created_at_ms) \
+             VALUES (?, ?, ?, ?) ON CONFLICT (checkpoint_id) DO NOTHING",
+        )
+        .bind(checkpoint_id)
+        .bind(session_key)
+        .bind(manifest.to_string())
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "checkpoint"))?;
+        sqlx::query("UPDATE sessions SET latest_checkpoint_id = ? WHERE session_key = ?")
+            .bind(checkpoint_id)
+            .bind(session_key)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "session"))?;
+        tx.commit().await.map_err(|e| map_error(e, "checkpoint"))?;
+        Ok(())
+    }
+
+    async fn latest_checkpoint(
+        &self,
+        session_key: &str,
+    ) -> Result<Option<(String, serde_json::Value)>> {
+        let row = sqlx::query(
+            "SELECT c.checkpoint_id, c.manifest_json FROM sessions s \
+             JOIN checkpoints c ON c.checkpoint_id = s.latest_checkpoint_id WHERE s.session_key = ?",
+        )
+        .bind(session_key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "checkpoint"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let manifest: String = get(&row, "manifest_json")?;
+        let manifest = serde_json::from_str(&manifest)
+            .map_err(|_| StoreError::Corrupt { what: "checkpoint" })?;
+        Ok(Some((get(&row, "checkpoint_id")?, manifest)))
+    }
 }
 
 const TURN_COLUMNS: &str = "SELECT turn_id, session_key, turn_no, status, queue_mode, attachments_json, reply, \

@@ -478,3 +478,56 @@ async fn file_tools_cannot_escape_the_session_workspace() {
     assert!(!reply.contains(&secret_key), "{reply}");
     assert!(reply.contains("No such file"), "{reply}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_session_workspace_is_rebuilt_from_its_checkpoint() {
+    let setup = dedicated("8").await;
+    let gateway = &setup.gateway;
+    let wrote = turn(
+        gateway,
+        "ck",
+        r#"/tool write {"path":"dir/keep.txt","content":"kept across a lost disk"}"#,
+    )
+    .await;
+    assert_eq!(wrote["status"], "completed", "{wrote}");
+    let exec = turn(gateway, "ck", r#"/tool exec {"command":"printf '#!/bin/sh\necho ran' > run.sh && chmod +x run.sh && ln -s dir/keep.txt link && mkdir -p .git && echo x > .git/HEAD"}"#).await;
+    assert_eq!(exec["status"], "completed", "{exec}");
+    let workspace = files_under(&setup.harness.join("sessions"))
+        .into_iter()
+        .find(|file| file.ends_with("dir/keep.txt"))
+        .map(|file| file.parent().unwrap().parent().unwrap().to_path_buf())
+        .expect("the session workspace holds the file");
+    // The disk of the session is lost between turns.
+    std::fs::remove_dir_all(&workspace).unwrap();
+    let read = turn(gateway, "ck", r#"/tool read {"path":"dir/keep.txt"}"#).await;
+    assert!(
+        read["reply"]
+            .as_str()
+            .unwrap()
+            .contains("kept across a lost disk"),
+        "{read}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(workspace.join("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o111,
+        0o111
+    );
+    assert_eq!(
+        std::fs::read_link(workspace.join("link")).unwrap(),
+        std::path::PathBuf::from("dir/keep.txt")
+    );
+    // `.git/` is not part of a checkpoint.
+    assert!(!workspace.join(".git").exists());
+    // The checkpoint lives in the Gateway's store and media, not on the Harness.
+    let in_gateway_state = files_under(&gateway.state_dir).iter().any(|file| {
+        String::from_utf8_lossy(&std::fs::read(file).unwrap()).contains("dir/keep.txt")
+    });
+    assert!(
+        in_gateway_state,
+        "the checkpoint manifest is not in the Gateway state"
+    );
+}

@@ -5,15 +5,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::HashMap;
+
+use base64::Engine;
+use gatehouse_media::MediaStore;
+use gatehouse_protocol::worker::AGENT_SESSION_RESTORE;
 use gatehouse_protocol::worker::AGENT_TURN;
+use gatehouse_protocol::worker::AgentSessionRestoreParams;
 use gatehouse_protocol::worker::AgentTurnParams;
 use gatehouse_protocol::worker::AgentTurnResult;
+use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_store::Store;
 use tokio::sync::mpsc;
 
 use crate::link::registry::InvokeError;
+use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
 use crate::link::registry::PROGRESS_CAPACITY;
 use crate::turns::runtime::TurnFailure;
@@ -28,6 +36,12 @@ pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(3600);
 /// backoff after either side restarts).
 pub const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(10);
 
+/// How long rebuilding a lost session workspace may take.
+const RESTORE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The node's code for a turn whose session workspace is gone.
+const WORKSPACE_MISSING: &str = "WORKSPACE_MISSING";
+
 /// The most prior messages sent with a turn for context.
 pub const MAX_HISTORY_MESSAGES: usize = 200;
 
@@ -35,17 +49,145 @@ pub const MAX_HISTORY_MESSAGES: usize = 200;
 pub struct NodeRuntime {
     registry: Arc<NodeRegistry>,
     store: Arc<dyn Store>,
+    media: Arc<MediaStore>,
     turn_timeout: Duration,
 }
 
 impl NodeRuntime {
     /// Returns a runtime over the connected nodes of `registry`.
-    pub fn new(registry: Arc<NodeRegistry>, store: Arc<dyn Store>, turn_timeout: Duration) -> Self {
+    pub fn new(
+        registry: Arc<NodeRegistry>,
+        store: Arc<dyn Store>,
+        media: Arc<MediaStore>,
+        turn_timeout: Duration,
+    ) -> Self {
         Self {
             registry,
             store,
+            media,
             turn_timeout,
         }
+    }
+
+    /// Stores a worker's workspace report as an immutable checkpoint: changed contents go to the
+    /// media store, unchanged ones keep the media ids of `previous`, and the manifest's blake3 is
+    /// the checkpoint id. It becomes the session's latest accepted checkpoint.
+    async fn accept_checkpoint(
+        &self,
+        session_key: &str,
+        entries: Vec<CheckpointEntry>,
+        previous: &Option<(String, serde_json::Value)>,
+    ) -> Result<(), TurnFailure> {
+        let known: HashMap<(String, String), String> = previous
+            .iter()
+            .flat_map(|(_, manifest)| manifest["entries"].as_array().cloned().unwrap_or_default())
+            .filter_map(|entry| {
+                let key = (
+                    entry["path"].as_str()?.to_owned(),
+                    entry["sha256"].as_str()?.to_owned(),
+                );
+                Some((key, entry["mediaId"].as_str()?.to_owned()))
+            })
+            .collect();
+        let mut stored = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let media_id = match (&entry.content_base64, &entry.sha256) {
+                (Some(content), _) => {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(content)
+                        .map_err(|_| {
+                            TurnFailure::new("NODE_BAD_RESPONSE", "a checkpoint file is not base64")
+                        })?;
+                    let record = self
+                        .media
+                        .put(bytes.into(), "application/octet-stream", None)
+                        .await
+                        .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+                    Some(record.id)
+                }
+                (None, Some(sha256)) => match known.get(&(entry.path.clone(), sha256.clone())) {
+                    Some(media_id) => Some(media_id.clone()),
+                    None => {
+                        tracing::warn!(session_key, path = %entry.path, "a checkpoint file has no stored content; leaving it out");
+                        continue;
+                    }
+                },
+                (None, None) => None,
+            };
+            stored.push(serde_json::json!({
+                "path": entry.path,
+                "kind": entry.kind,
+                "executable": entry.executable,
+                "sha256": entry.sha256,
+                "size": entry.size,
+                "target": entry.target,
+                "mediaId": media_id,
+            }));
+        }
+        let manifest = serde_json::json!({"entries": stored});
+        let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
+            .to_hex()
+            .to_string();
+        self.store
+            .save_checkpoint(
+                session_key,
+                &checkpoint_id,
+                &manifest,
+                crate::clock::now_ms(),
+            )
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))
+    }
+
+    /// Rebuilds the session's lost workspace on `node` from `checkpoint`.
+    async fn restore(
+        &self,
+        node: &Arc<NodeConnection>,
+        session_key: &str,
+        checkpoint: &(String, serde_json::Value),
+    ) -> Result<(), TurnFailure> {
+        let (checkpoint_id, manifest) = checkpoint;
+        let mut entries = Vec::new();
+        for entry in manifest["entries"].as_array().cloned().unwrap_or_default() {
+            let content_base64 = match entry["mediaId"].as_str() {
+                Some(media_id) => {
+                    let (_, bytes) = self
+                        .media
+                        .get(media_id)
+                        .await
+                        .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+                    Some(base64::engine::general_purpose::STANDARD.encode(&bytes))
+                }
+                None => None,
+            };
+            entries.push(CheckpointEntry {
+                path: entry["path"].as_str().unwrap_or_default().to_owned(),
+                kind: entry["kind"].as_str().unwrap_or_default().to_owned(),
+                executable: entry["executable"].as_bool().unwrap_or(false),
+                sha256: entry["sha256"].as_str().map(str::to_owned),
+                size: entry["size"].as_u64().unwrap_or(0),
+                target: entry["target"].as_str().map(str::to_owned),
+                content_base64,
+            });
+        }
+        let params = AgentSessionRestoreParams {
+            session_key: session_key.to_owned(),
+            checkpoint_id: checkpoint_id.clone(),
+            entries,
+        };
+        let params = serde_json::to_value(&params)
+            .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
+        self.registry
+            .invoke(node, AGENT_SESSION_RESTORE, &params, RESTORE_TIMEOUT)
+            .await
+            .map_err(|error| {
+                TurnFailure::new(
+                    "WORKSPACE_RESTORE_FAILED",
+                    format!("cannot rebuild the session workspace: {error}"),
+                )
+            })?;
+        tracing::info!(session_key, checkpoint_id = %checkpoint_id, "rebuilt a lost session workspace from its checkpoint");
+        Ok(())
     }
 
     /// Returns the session's earlier user and assistant messages, without those of this turn.
@@ -91,20 +233,49 @@ impl TurnRuntime for NodeRuntime {
                 "no Harness node serving the native runtime is connected; the turn is not run anywhere else",
             ));
         };
+        let checkpoint = self
+            .store
+            .latest_checkpoint(&input.session_key)
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
         let params = AgentTurnParams {
             session_key: input.session_key.clone(),
             turn_id: input.turn_id.clone(),
             history: self.history(&input).await?,
             user_texts: input.user_texts.clone(),
             attachments: input.attachments.clone(),
+            checkpoint_id: checkpoint.as_ref().map(|(id, _)| id.clone()),
         };
-        let params = serde_json::to_value(&params)
+        match self.invoke_turn(&node, &params, &sink, &checkpoint).await {
+            Err(failure) if failure.code == WORKSPACE_MISSING => {
+                let Some(checkpoint) = &checkpoint else {
+                    return Err(failure);
+                };
+                self.restore(&node, &input.session_key, checkpoint).await?;
+                self.invoke_turn(&node, &params, &sink, &Some(checkpoint.clone()))
+                    .await
+            }
+            outcome => outcome,
+        }
+    }
+}
+
+impl NodeRuntime {
+    /// Invokes `agent.turn` once and relays its streamed events.
+    async fn invoke_turn(
+        &self,
+        node: &Arc<NodeConnection>,
+        params: &AgentTurnParams,
+        sink: &TurnSink,
+        previous: &Option<(String, serde_json::Value)>,
+    ) -> Result<String, TurnFailure> {
+        let params_json = serde_json::to_value(params)
             .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
         let (progress, mut chunks) = mpsc::channel::<String>(PROGRESS_CAPACITY);
         let invoke = self.registry.invoke_streaming(
-            &node,
+            node,
             AGENT_TURN,
-            &params,
+            &params_json,
             self.turn_timeout,
             Some(progress),
         );
@@ -114,7 +285,16 @@ impl TurnRuntime for NodeRuntime {
                 buffer.push_str(&chunk);
                 while let Some(end) = buffer.find('\n') {
                     let line: String = buffer.drain(..=end).collect();
-                    relay_event(&sink, line.trim_end()).await?;
+                    match serde_json::from_str::<WorkerEvent>(line.trim_end()) {
+                        Ok(WorkerEvent::Checkpoint { entries }) => {
+                            self.accept_checkpoint(&params.session_key, entries, previous)
+                                .await?;
+                        }
+                        Ok(event) => relay_event(sink, event).await?,
+                        Err(_) => {
+                            tracing::warn!("the node streamed a malformed event line; ignoring it")
+                        }
+                    }
                 }
             }
             Ok::<(), TurnFailure>(())
@@ -146,12 +326,8 @@ impl TurnRuntime for NodeRuntime {
     }
 }
 
-/// Passes one worker event line on to the Gateway's record of the turn.
-async fn relay_event(sink: &TurnSink, line: &str) -> Result<(), TurnFailure> {
-    let Ok(event) = serde_json::from_str::<WorkerEvent>(line) else {
-        tracing::warn!("the node streamed a malformed event line; ignoring it");
-        return Ok(());
-    };
+/// Passes one worker event on to the Gateway's record of the turn.
+async fn relay_event(sink: &TurnSink, event: WorkerEvent) -> Result<(), TurnFailure> {
     match event {
         WorkerEvent::Delta { text } => {
             sink.delta(&text);
@@ -167,7 +343,9 @@ async fn relay_event(sink: &TurnSink, line: &str) -> Result<(), TurnFailure> {
             .commit(&role, &content, tool_name.as_deref())
             .await
             .map(|_| ()),
-        // The node turns these into the invoke's result; they are not streamed.
-        WorkerEvent::Done { .. } | WorkerEvent::Failed { .. } => Ok(()),
+        // The node turns these into the invoke's result; checkpoints are handled by the caller.
+        WorkerEvent::Done { .. } | WorkerEvent::Failed { .. } | WorkerEvent::Checkpoint { .. } => {
+            Ok(())
+        }
     }
 }
