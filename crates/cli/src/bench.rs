@@ -8,6 +8,7 @@ mod fsops;
 mod gateway;
 mod link;
 mod stats;
+mod turn;
 
 use std::process::ExitCode;
 
@@ -27,6 +28,8 @@ enum BenchTarget {
     Fsops(fsops::FsopsArgs),
     /// Message admission (HTTP to durable commit to 202) against a bare SQLite insert.
     Gateway(gateway::GatewayBenchArgs),
+    /// Native turns end to end in embedded mode with the mock model.
+    Turn(turn::TurnArgs),
     /// `file.fetch` round trips and throughput over a real Gateway and node on loopback.
     Link(link::LinkArgs),
 }
@@ -37,6 +40,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchTarget::Fsops(fsops_args) => fsops::run(&fsops_args)?,
         BenchTarget::Link(link_args) => link::run(&link_args)?,
         BenchTarget::Gateway(gateway_args) => gateway::run(&gateway_args)?,
+        BenchTarget::Turn(turn_args) => turn::run(&turn_args)?,
     };
     match args.json {
         true => crate::output::json(&report.to_json()),
