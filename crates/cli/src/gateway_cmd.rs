@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use gatehouse_gateway::GatewayConfig;
 use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
-use gatehouse_gateway::secrets::TokenSource;
 
 use crate::exit::UsageError;
 
@@ -48,31 +47,8 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     let runtime = crate::signals::runtime()?;
     runtime.block_on(async move {
-        let running = match gatehouse_gateway::start(
-            config,
-            gatehouse_gateway::Extensions::default(),
-        )
-        .await
-        {
-            Ok(running) => running,
-            Err(error) if error.is_config_error() => {
-                return Err(anyhow::Error::new(UsageError::new(format!(
-                    "{:#}",
-                    anyhow::Error::new(error)
-                ))));
-            }
-            Err(error) => return Err(anyhow::Error::new(error)),
-        };
-        crate::output::line(&format!(
-            "gatehouse gateway listening on http://{}",
-            running.local_addr
-        ));
-        match running.state.operator_token.source() {
-            TokenSource::File(path) => {
-                crate::output::line(&format!("operator token file: {}", path.display()))
-            }
-            TokenSource::Environment => crate::output::line("operator token: from GATEHOUSE_TOKEN"),
-        }
+        let running = crate::embedded::start_gateway(config).await?;
+        crate::embedded::announce(&running, "gatehouse gateway");
         crate::signals::shutdown_signal().await;
         tracing::info!("shutting down");
         running.shutdown.cancel();

@@ -9,17 +9,12 @@ use std::process::ExitCode;
 
 use gatehouse_gateway::GatewayConfig;
 use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
-use gatehouse_gateway::secrets::TokenSource;
 use gatehouse_harness::CancellationToken;
-use gatehouse_harness::host::NodeHost;
-use gatehouse_harness::host::NodeHostConfig;
-use gatehouse_harness::host::ReconnectPolicy;
 use gatehouse_harness::host::Runtime;
 use gatehouse_harness::host::RuntimeConfig;
 use gatehouse_harness::model::ModelSpec;
 use gatehouse_harness::worker::WorkerSettings;
 
-use crate::embedded::InProcessConnector;
 use crate::exit::UsageError;
 
 /// Arguments of `gatehouse up`.
@@ -110,22 +105,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
         RuntimeArg::Codex => Runtime::Codex,
     };
     crate::signals::runtime()?.block_on(async move {
-        let running = match gatehouse_gateway::start(
-            config,
-            gatehouse_gateway::Extensions::default(),
-        )
-        .await
-        {
-            Ok(running) => running,
-            Err(error) if error.is_config_error() => {
-                return Err(anyhow::Error::new(UsageError::new(format!(
-                    "{:#}",
-                    anyhow::Error::new(error)
-                ))));
-            }
-            Err(error) => return Err(anyhow::Error::new(error)),
-        };
-        let setup_code_file = enrollment_code(&running, &harness_root).await?;
+        let running = crate::embedded::start_gateway(config).await?;
         let workers = WorkerSettings {
             program: std::env::current_exe()?,
             capacity: args.capacity as usize,
@@ -136,51 +116,34 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             // Commands in a worker must not read the Gateway's state either.
             hidden_paths: vec![std::fs::canonicalize(&gateway_state_dir)?],
         };
-        let host = NodeHost::prepare_with(
-            NodeHostConfig {
-                root: harness_root.clone(),
-                gateway_url: None,
-                setup_code_file: setup_code_file.clone(),
-                runtime,
-                display_name: Some(String::from("embedded harness")),
-                home: None,
-            },
-            RuntimeConfig {
-                model,
-                scratch: None,
-                workers: Some(workers),
-            },
-        )?;
         let shutdown = CancellationToken::new();
-        let node_shutdown = shutdown.clone();
-        let connector = InProcessConnector::new(running.state.link.clone());
-        let node = tokio::spawn(async move {
-            host.run_with_connector(connector, ReconnectPolicy::default(), node_shutdown)
-                .await
-        });
-        crate::output::line(&format!(
-            "gatehouse up: listening on http://{}",
-            running.local_addr
-        ));
-        match running.state.operator_token.source() {
-            TokenSource::File(path) => {
-                crate::output::line(&format!("operator token file: {}", path.display()))
-            }
-            TokenSource::Environment => crate::output::line("operator token: from GATEHOUSE_TOKEN"),
-        }
+        let runtime_config = RuntimeConfig {
+            model,
+            scratch: None,
+            workers: Some(workers),
+        };
+        let node = crate::embedded::start_node(
+            &running,
+            &harness_root,
+            runtime,
+            runtime_config,
+            shutdown.clone(),
+        )
+        .await?;
+        crate::embedded::announce(&running, "gatehouse up:");
         crate::output::line(&format!(
             "harness workspace: {}",
             harness_root.join("workspace").display()
         ));
         crate::output::line(&model_line);
-        if let Some(file) = setup_code_file {
+        if let Some(file) = node.setup_code_file {
             remove_code_after_enrollment(file, harness_root.join("node").join("device-token.json"));
         }
         crate::signals::shutdown_signal().await;
         tracing::info!("shutting down");
         shutdown.cancel();
         running.shutdown.cancel();
-        let _ = node.await;
+        let _ = node.task.await;
         running.wait().await?;
         Ok(ExitCode::SUCCESS)
     })
@@ -206,36 +169,6 @@ fn model_and_line(model: &str, key_env: &str) -> anyhow::Result<(ModelSpec, Stri
         Some(key_env) => format!("model: {spec} (key from ${key_env})"),
     };
     Ok((spec, line))
-}
-
-/// Issues a setup code for the in-process node the first time, written to a private file in the
-/// Harness's own node directory; `None` once the node holds a device token.
-async fn enrollment_code(
-    running: &gatehouse_gateway::RunningGateway,
-    harness_root: &Path,
-) -> anyhow::Result<Option<PathBuf>> {
-    let node_dir = harness_root.join("node");
-    if node_dir.join("device-token.json").exists() {
-        return Ok(None);
-    }
-    std::fs::create_dir_all(&node_dir)?;
-    let url = format!("ws://{}/node", running.local_addr);
-    let issued = gatehouse_gateway::setup_code::issue(
-        running.state.store.as_ref(),
-        &url,
-        gatehouse_gateway::setup_code::DEFAULT_TTL_SECONDS,
-        gatehouse_gateway::clock::now_ms(),
-    )
-    .await?;
-    let path = node_dir.join("embedded-setup-code");
-    let _ = std::fs::remove_file(&path);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    std::io::Write::write_all(&mut file, issued.code.as_bytes())?;
-    Ok(Some(path))
 }
 
 /// Deletes the one-time code once the node has saved its device token.

@@ -39,24 +39,15 @@ async fn measure(args: &LinkArgs) -> anyhow::Result<Report> {
     let base = temp.path().canonicalize()?;
     let mut config = GatewayConfig::with_defaults(base.join("gateway"), "127.0.0.1:0".parse()?);
     config.operator_token_override = Some(String::from("bench-token"));
-    let running =
-        gatehouse_gateway::start(config, gatehouse_gateway::Extensions::default()).await?;
+    let running = crate::embedded::start_gateway(config).await?;
     let url = format!("ws://{}/node", running.local_addr);
-    let issued = gatehouse_gateway::setup_code::issue(
-        running.state.store.as_ref(),
-        &url,
-        600,
-        gatehouse_gateway::clock::now_ms(),
-    )
-    .await?;
-    let code_file = base.join("setup-code");
-    std::fs::write(&code_file, issued.code)?;
     let harness_root = base.join("harness");
+    let code_file = crate::embedded::enrollment_code(&running, &harness_root).await?;
     let host =
         gatehouse_harness::host::NodeHost::prepare(gatehouse_harness::host::NodeHostConfig {
             root: harness_root.clone(),
             gateway_url: Some(url),
-            setup_code_file: Some(code_file),
+            setup_code_file: code_file,
             runtime: gatehouse_harness::host::Runtime::Native,
             display_name: Some(String::from("bench node")),
             home: None,

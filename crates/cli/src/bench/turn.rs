@@ -7,9 +7,6 @@ use std::time::Instant;
 
 use gatehouse_gateway::GatewayConfig;
 use gatehouse_harness::CancellationToken;
-use gatehouse_harness::host::NodeHost;
-use gatehouse_harness::host::NodeHostConfig;
-use gatehouse_harness::host::ReconnectPolicy;
 use gatehouse_harness::host::Runtime;
 use gatehouse_harness::host::RuntimeConfig;
 use gatehouse_harness::model::ModelSpec;
@@ -18,7 +15,6 @@ use gatehouse_harness::worker::WorkerSettings;
 use crate::bench::stats::Report;
 use crate::bench::stats::Row;
 use crate::bench::stats::Stats;
-use crate::embedded::InProcessConnector;
 
 /// Arguments of `gatehouse bench turn`.
 #[derive(Debug, clap::Args)]
@@ -44,18 +40,8 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
     let base = temp.path().canonicalize()?;
     let mut config = GatewayConfig::with_defaults(base.join("gateway"), "127.0.0.1:0".parse()?);
     config.operator_token_override = Some(String::from("bench-token"));
-    let running =
-        gatehouse_gateway::start(config, gatehouse_gateway::Extensions::default()).await?;
+    let running = crate::embedded::start_gateway(config).await?;
     let url = format!("http://{}", running.local_addr);
-    let issued = gatehouse_gateway::setup_code::issue(
-        running.state.store.as_ref(),
-        &format!("ws://{}/node", running.local_addr),
-        600,
-        gatehouse_gateway::clock::now_ms(),
-    )
-    .await?;
-    let code_file = base.join("setup-code");
-    std::fs::write(&code_file, issued.code)?;
     let workers = WorkerSettings {
         program: std::env::current_exe()?,
         capacity: args.cold_iterations + 4,
@@ -65,28 +51,20 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
         scratch: None,
         hidden_paths: Vec::new(),
     };
-    let host = NodeHost::prepare_with(
-        NodeHostConfig {
-            root: base.join("harness"),
-            gateway_url: None,
-            setup_code_file: Some(code_file),
-            runtime: Runtime::Native,
-            display_name: Some(String::from("bench node")),
-            home: None,
-        },
-        RuntimeConfig {
-            model: ModelSpec::Mock,
-            scratch: None,
-            workers: Some(workers),
-        },
-    )?;
+    let runtime_config = RuntimeConfig {
+        model: ModelSpec::Mock,
+        scratch: None,
+        workers: Some(workers),
+    };
     let shutdown = CancellationToken::new();
-    let node_shutdown = shutdown.clone();
-    let connector = InProcessConnector::new(running.state.link.clone());
-    let node = tokio::spawn(async move {
-        host.run_with_connector(connector, ReconnectPolicy::default(), node_shutdown)
-            .await
-    });
+    let node = crate::embedded::start_node(
+        &running,
+        &base.join("harness"),
+        Runtime::Native,
+        runtime_config,
+        shutdown.clone(),
+    )
+    .await?;
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while client
@@ -134,7 +112,7 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
     let worker_rss = worker_rss_kib();
     let gateway_rss_after = rss_kib(std::process::id());
     shutdown.cancel();
-    let _ = node.await;
+    let _ = node.task.await;
     running.shutdown.cancel();
     let _ = running.wait().await;
     let healthz = Stats::from_samples(&mut baseline);
