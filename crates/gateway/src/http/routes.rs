@@ -13,6 +13,12 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use gatehouse_protocol::commands::FILE_COMMANDS;
+use gatehouse_protocol::worker::AGENT_SESSION_RESTORE;
+use gatehouse_protocol::worker::AGENT_SESSION_STOP;
+use gatehouse_protocol::worker::AGENT_TURN;
+
+/// The commands a node hosting the native runtime must serve to be ready.
+const NATIVE_COMMANDS: &[&str] = &[AGENT_TURN, AGENT_SESSION_STOP, AGENT_SESSION_RESTORE];
 use serde::Deserialize;
 
 use crate::GatewayState;
@@ -36,6 +42,12 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
         .into_response();
     }
     match state.registry.find_serving(FILE_COMMANDS) {
+        Some(node) if node.runtime == "native" && !node.serves_all(NATIVE_COMMANDS) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "NODE_RUNTIME_INCOMPLETE",
+            "the connected node hosts the native runtime but does not serve agent.turn; restart it with a current gatehouse",
+        )
+        .into_response(),
         Some(node) => Json(serde_json::json!({"status": "ready", "nodeId": node.device_id})).into_response(),
         None => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
