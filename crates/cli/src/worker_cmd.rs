@@ -105,10 +105,17 @@ async fn serve() -> anyhow::Result<ExitCode> {
                 },
             })
             .collect();
+        let mut user_texts = params.user_texts.clone();
+        if let (false, Some(last)) = (params.attachments.is_empty(), user_texts.last_mut()) {
+            last.push_str(&format!(
+                "\n\nAttached files (in the workspace): {}",
+                params.attachments.join(", ")
+            ));
+        }
         let request = TurnRequest {
             system,
             history,
-            user_texts: params.user_texts.clone(),
+            user_texts,
         };
         let mut on_event = |event: AgentEvent| emit(&worker_event(event));
         let cancel = gatehouse_harness::CancellationToken::new();

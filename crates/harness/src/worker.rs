@@ -187,6 +187,16 @@ impl WorkerSupervisor {
         }
         let slot = self.slot(&params.session_key).await?;
         let mut guard = slot.lock().await;
+        if !params.attachments.is_empty() {
+            let agent_workspace = self.root.join("workspace");
+            let session_workspace = self.session_workspace(&params.session_key);
+            let attachments = params.attachments.clone();
+            tokio::task::spawn_blocking(move || {
+                copy_attachments(&agent_workspace, &session_workspace, &attachments)
+            })
+            .await
+            .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))??;
+        }
         let alive = match guard.as_mut() {
             Some(worker) => matches!(worker.child.try_wait(), Ok(None)),
             None => false,
@@ -391,6 +401,56 @@ impl CommandHandler for AgentTurnHandler {
                 .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))
         })
     }
+}
+
+/// Copies staged inputs (workspace-relative paths under `media/inbound/gatehouse-staged-*`)
+/// from the Agent workspace, where the Gateway staged them, into the session workspace, at the
+/// same relative paths. Both sides go through fsops: no link is followed on either.
+fn copy_attachments(
+    agent_workspace: &Path,
+    session_workspace: &Path,
+    paths: &[String],
+) -> Result<(), WireError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(session_workspace)
+        .map_err(|error| {
+            WireError::new(
+                ErrorCode::WriteError,
+                format!("cannot create the session workspace: {error}"),
+            )
+        })?;
+    let source = gatehouse_fsops::Root::open(agent_workspace).map_err(|error| error.to_wire())?;
+    let target = gatehouse_fsops::Root::open(session_workspace).map_err(|error| error.to_wire())?;
+    for path in paths {
+        if !path.starts_with("media/inbound/gatehouse-staged-") {
+            return Err(WireError::new(
+                ErrorCode::PolicyDenied,
+                format!("{path} is not a staged input"),
+            ));
+        }
+        let rel = gatehouse_fsops::RelPath::parse(path).map_err(|error| error.to_wire())?;
+        let fetched = source
+            .fetch(
+                &rel,
+                gatehouse_fsops::root::FetchLimits {
+                    max_bytes: gatehouse_protocol::commands::HARD_MAX_BYTES,
+                    content: gatehouse_fsops::root::ContentMode::Transfer,
+                },
+            )
+            .map_err(|error| error.to_wire())?;
+        let options = gatehouse_fsops::root::WriteOptions {
+            overwrite: gatehouse_fsops::root::Overwrite::Allow,
+            parents: gatehouse_fsops::root::Parents::Create,
+            content: gatehouse_fsops::root::ContentMode::Transfer,
+        };
+        target
+            .write(&rel, &fetched.content.unwrap_or_default(), options)
+            .map_err(|error| error.to_wire())?;
+    }
+    Ok(())
 }
 
 /// The error code of a turn whose session workspace is gone and must be restored first.

@@ -521,3 +521,73 @@ async fn a_full_gateway_disk_gives_clear_errors_and_keeps_acknowledged_messages(
     assert_eq!(health.status(), 200);
     up.process.kill();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attachment_is_staged_on_the_harness_and_read_by_the_turn() {
+    let (_temp, data) = data_dir();
+    let up = Up::start(&data);
+    up.wait_ready().await;
+    let uploaded: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/v1/media", up.url))
+        .bearer_auth(&up.token)
+        .header("content-type", "text/plain")
+        .header("x-filename", "../../notes from me.txt")
+        .body("attached content 7e1")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let media_id = uploaded["mediaId"].as_str().unwrap().to_owned();
+    let (status, posted) = up
+        .post("att", serde_json::json!({"text": "what did I attach?", "attachments": [{"mediaId": media_id}]}))
+        .await;
+    assert_eq!(status, 202, "{posted}");
+    let done = up.turn_status(posted["turnId"].as_str().unwrap(), 20).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    // The mock echoes the prompt, which names the staged file.
+    let reply = done["reply"].as_str().unwrap();
+    let staged = reply
+        .split_whitespace()
+        .find(|word| word.starts_with("media/inbound/gatehouse-staged-"))
+        .unwrap_or_else(|| panic!("no staged path in {reply}"))
+        .trim_end_matches(',')
+        .to_owned();
+    assert!(staged.ends_with("/input-notes_from_me.txt"), "{staged}");
+    // The staged copy is in the Agent workspace with a .gitignore, and the turn could read it.
+    let agent_copy = data.join("harness/workspace").join(&staged);
+    assert_eq!(
+        std::fs::read_to_string(&agent_copy).unwrap(),
+        "attached content 7e1"
+    );
+    assert!(agent_copy.parent().unwrap().join(".gitignore").is_file());
+    let (_, read) = up
+        .post(
+            "att",
+            serde_json::json!({"text": format!(r#"/tool read {{"path":"{staged}"}}"#)}),
+        )
+        .await;
+    let read = up.turn_status(read["turnId"].as_str().unwrap(), 20).await;
+    assert!(
+        read["reply"]
+            .as_str()
+            .unwrap()
+            .contains("attached content 7e1"),
+        "{read}"
+    );
+    // A missing required attachment fails the turn before dispatch.
+    let (_, missing) = up
+        .post(
+            "att",
+            serde_json::json!({"text": "x", "attachments": [{"mediaId": "0".repeat(64)}]}),
+        )
+        .await;
+    let missing = up
+        .turn_status(missing["turnId"].as_str().unwrap(), 20)
+        .await;
+    assert_eq!(
+        missing["error"]["code"], "ATTACHMENT_NOT_FOUND",
+        "{missing}"
+    );
+}
