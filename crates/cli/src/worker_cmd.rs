@@ -17,6 +17,11 @@ use gatehouse_agent::TurnRequest;
 use gatehouse_model::Message;
 use gatehouse_model::ModelClient;
 use gatehouse_model::ModelConfig;
+use gatehouse_model::ToolInput;
+use gatehouse_model::ToolKind;
+use gatehouse_model::ToolSpec;
+use gatehouse_protocol::worker::GatewayToolResult;
+use gatehouse_protocol::worker::GatewayToolSpec;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_protocol::worker::WorkerLaunch;
 use gatehouse_protocol::worker::WorkerRequest;
@@ -33,6 +38,73 @@ pub(crate) fn run(_args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(serve())
+}
+
+/// Gateway-tool calls waiting for their answer, by call id.
+type Pending = std::sync::Arc<
+    std::sync::Mutex<
+        std::collections::HashMap<String, tokio::sync::oneshot::Sender<GatewayToolResult>>,
+    >,
+>;
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A Gateway-provided tool, as the worker offers it: a call goes to the node as an event line
+/// and the answer comes back on stdin.
+#[derive(Debug)]
+struct GatewayToolProxy {
+    spec: GatewayToolSpec,
+    pending: Pending,
+}
+
+#[async_trait::async_trait]
+impl gatehouse_agent::Tool for GatewayToolProxy {
+    fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.spec.name.clone(),
+            description: self.spec.description.clone(),
+            parameters: self.spec.parameters.clone(),
+            kind: ToolKind::Function,
+        }
+    }
+
+    async fn call(&self, _ctx: &ToolContext, input: ToolInput) -> gatehouse_agent::ToolOutcome {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let arguments = match input {
+            ToolInput::Function { arguments_json } => {
+                serde_json::from_str(&arguments_json).unwrap_or_else(|_| serde_json::json!({}))
+            }
+            ToolInput::Freeform { input } => serde_json::json!({"input": input}),
+        };
+        let id = format!(
+            "g{}",
+            NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        lock(&self.pending).insert(id.clone(), sender);
+        emit(&WorkerEvent::GatewayTool {
+            id,
+            tool: self.spec.name.clone(),
+            arguments,
+        });
+        match receiver.await {
+            Ok(result) => gatehouse_agent::ToolOutcome {
+                ok: result.ok,
+                output: result.output,
+            },
+            Err(_) => {
+                gatehouse_agent::ToolOutcome::failure("UNAVAILABLE", "the gateway did not answer")
+            }
+        }
+    }
 }
 
 async fn serve() -> anyhow::Result<ExitCode> {
@@ -62,20 +134,41 @@ async fn serve() -> anyhow::Result<ExitCode> {
         .map(std::path::PathBuf::from)
         .collect();
     let context = ToolContext::new(Path::new(&launch.workspace), config)?;
-    let tools = ToolSet::native();
     let mut reported = std::collections::BTreeMap::new();
-    while let Some(line) = lines.next_line().await? {
-        let request: WorkerRequest = match serde_json::from_str(&line) {
-            Ok(request) => request,
-            Err(error) => {
-                emit(&WorkerEvent::Failed {
+    // Turns and Gateway-tool answers share stdin: a reader task sorts them.
+    let pending: Pending = std::sync::Arc::default();
+    let (turns, mut turn_requests) = tokio::sync::mpsc::channel(4);
+    let reader_pending = std::sync::Arc::clone(&pending);
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            match serde_json::from_str::<WorkerRequest>(&line) {
+                Ok(WorkerRequest::Turn(params)) => {
+                    if turns.send(params).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(WorkerRequest::GatewayToolResult { id, result }) => {
+                    let waiter = lock(&reader_pending).remove(&id);
+                    if let Some(waiter) = waiter {
+                        let _ = waiter.send(result);
+                    }
+                }
+                Err(error) => emit(&WorkerEvent::Failed {
                     code: String::from("INVALID_REQUEST"),
                     message: format!("malformed worker request: {error}"),
-                });
-                continue;
+                }),
             }
-        };
-        let WorkerRequest::Turn(params) = request;
+        }
+    });
+    while let Some(params) = turn_requests.recv().await {
+        let mut tool_list = gatehouse_agent::tools::native_tools();
+        for spec in &params.gateway_tools {
+            tool_list.push(Box::new(GatewayToolProxy {
+                spec: spec.clone(),
+                pending: std::sync::Arc::clone(&pending),
+            }));
+        }
+        let tools = ToolSet::new(tool_list);
         let model = match &model {
             Ok(model) => model.as_ref(),
             Err((code, message)) => {

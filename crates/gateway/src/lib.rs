@@ -28,6 +28,7 @@ pub mod link;
 pub mod secrets;
 pub mod setup_code;
 pub mod staging;
+pub mod tools;
 pub mod turns;
 pub mod workspace;
 
@@ -222,11 +223,17 @@ pub async fn start(
     )?);
     let registry = Arc::new(NodeRegistry::default());
     let audit = Audit::new(Arc::clone(&store));
+    let tools = Arc::new(tools::GatewayTools::new(
+        Arc::clone(&store),
+        audit.clone(),
+        Vec::new(),
+    ));
     let link = LinkContext {
         store: Arc::clone(&store),
         registry: Arc::clone(&registry),
         audit: audit.clone(),
         tick_interval: config.tick_interval,
+        tools: Arc::clone(&tools),
     };
     let workspace: Arc<dyn WorkspaceAccess> = Arc::new(WorkspaceClient::new(
         Arc::clone(&registry),
@@ -253,6 +260,7 @@ pub async fn start(
             Arc::clone(&registry),
             Arc::clone(&store),
             Arc::clone(&media),
+            Arc::clone(&tools),
             turns::node_runtime::DEFAULT_TURN_TIMEOUT,
         ))
     });

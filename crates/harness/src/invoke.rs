@@ -113,6 +113,15 @@ pub(crate) struct Outbound {
     tx: mpsc::Sender<String>,
     next_id: Arc<AtomicU64>,
     max_frame_bytes: usize,
+    /// Node requests waiting for the Gateway's `res`, by request id.
+    waiters: Arc<
+        std::sync::Mutex<
+            std::collections::HashMap<
+                String,
+                tokio::sync::oneshot::Sender<gatehouse_protocol::frame::ResponseFrame>,
+            >,
+        >,
+    >,
 }
 
 impl Outbound {
@@ -121,6 +130,7 @@ impl Outbound {
             tx,
             next_id: Arc::new(AtomicU64::new(1)),
             max_frame_bytes,
+            waiters: Arc::default(),
         }
     }
 
@@ -146,6 +156,64 @@ impl Outbound {
         });
         self.send_frame(&frame).await?;
         Ok(id)
+    }
+
+    /// Sends a request to the Gateway and waits at most `timeout` for its answer.
+    ///
+    /// # Errors
+    /// The Gateway's error, or `UNAVAILABLE` when the link closes or the answer does not come.
+    pub(crate) async fn request_and_wait(
+        &self,
+        method: &str,
+        params: serde_json::Value,
+        timeout: std::time::Duration,
+    ) -> Result<serde_json::Value, WireError> {
+        let id = format!("n{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        self.lock_waiters().insert(id.clone(), sender);
+        let frame = Frame::Req(RequestFrame {
+            id: id.clone(),
+            method: method.to_owned(),
+            params: Some(params),
+        });
+        let unavailable = |message: &str| WireError::new(ErrorCode::Unavailable, message);
+        if self.send_frame(&frame).await.is_err() {
+            self.lock_waiters().remove(&id);
+            return Err(unavailable("the link to the gateway is closed"));
+        }
+        let answer = tokio::time::timeout(timeout, receiver).await;
+        self.lock_waiters().remove(&id);
+        match answer {
+            Ok(Ok(response)) if response.ok => Ok(response.payload.unwrap_or_default()),
+            Ok(Ok(response)) => Err(response
+                .error
+                .unwrap_or_else(|| unavailable("the gateway refused without an error"))),
+            Ok(Err(_)) => Err(unavailable("the link to the gateway closed")),
+            Err(_) => Err(unavailable("the gateway did not answer in time")),
+        }
+    }
+
+    /// Hands a `res` from the Gateway to the request waiting for it; returns false when none
+    /// waits.
+    pub(crate) fn resolve(&self, response: gatehouse_protocol::frame::ResponseFrame) -> bool {
+        match self.lock_waiters().remove(&response.id) {
+            Some(sender) => sender.send(response).is_ok(),
+            None => false,
+        }
+    }
+
+    fn lock_waiters(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        std::collections::HashMap<
+            String,
+            tokio::sync::oneshot::Sender<gatehouse_protocol::frame::ResponseFrame>,
+        >,
+    > {
+        self.waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Sends any frame.
@@ -261,6 +329,11 @@ pub(crate) struct ProgressSender {
 }
 
 impl ProgressSender {
+    /// Returns the link, for requests the command makes to the Gateway.
+    pub(crate) fn outbound(&self) -> &Outbound {
+        &self.outbound
+    }
+
     pub(crate) fn new(outbound: Outbound, invoke_id: String, node_id: String) -> ProgressSender {
         ProgressSender {
             outbound,

@@ -239,9 +239,10 @@ impl Serve<'_> {
                     .await
             }
             Frame::Res(response) => {
-                if let Some(error) = response.error.filter(|_| !response.ok) {
+                if let Some(error) = response.error.as_ref().filter(|_| !response.ok) {
                     tracing::warn!(id = %response.id, code = %error.code, message = %error.message, "the gateway refused a node request");
                 }
+                self.outbound.resolve(response);
                 Ok(())
             }
         }

@@ -27,6 +27,8 @@ use gatehouse_protocol::worker::AgentSessionStopParams;
 use gatehouse_protocol::worker::AgentTurnParams;
 use gatehouse_protocol::worker::AgentTurnResult;
 use gatehouse_protocol::worker::CheckpointEntry;
+use gatehouse_protocol::worker::GatewayToolResult;
+use gatehouse_protocol::worker::NODE_GATEWAY_TOOL;
 use gatehouse_protocol::worker::WORKER_CAPACITY_EXHAUSTED;
 use gatehouse_protocol::worker::WORKER_CRASHED;
 use gatehouse_protocol::worker::WorkerEvent;
@@ -43,6 +45,9 @@ use tokio::process::ChildStdout;
 
 use crate::invoke::CommandHandler;
 use crate::invoke::InvokeContext;
+
+/// How long a Gateway tool call may take.
+const GATEWAY_TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The default number of worker slots.
 pub const DEFAULT_CAPACITY: usize = 8;
@@ -208,6 +213,7 @@ impl WorkerSupervisor {
             return Err(WireError::new(ErrorCode::Internal, "no worker"));
         };
         let session_key = params.session_key.clone();
+        let turn_id = params.turn_id.clone();
         let line = serde_json::to_string(&WorkerRequest::Turn(params))
             .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
         // Until the turn ends, dropping this future (a cancel) kills the worker.
@@ -247,6 +253,45 @@ impl WorkerSupervisor {
                 WorkerEvent::Failed { code, message } => {
                     kill_on_drop.worker = None;
                     return Err(WireError::new(ErrorCode::Internal, message).with_code(&code));
+                }
+                WorkerEvent::GatewayTool {
+                    id,
+                    tool,
+                    arguments,
+                } => {
+                    let params = serde_json::json!({
+                        "sessionKey": session_key,
+                        "turnId": turn_id,
+                        "tool": tool,
+                        "arguments": arguments,
+                    });
+                    let result = match context
+                        .progress
+                        .outbound()
+                        .request_and_wait(NODE_GATEWAY_TOOL, params, GATEWAY_TOOL_TIMEOUT)
+                        .await
+                        .and_then(|value| {
+                            serde_json::from_value::<GatewayToolResult>(value).map_err(|error| {
+                                WireError::new(ErrorCode::InvalidParams, error.to_string())
+                            })
+                        }) {
+                        Ok(result) => result,
+                        Err(error) => GatewayToolResult {
+                            ok: false,
+                            output: format!("{}: {}", error.code, error.message),
+                        },
+                    };
+                    let answer = WorkerRequest::GatewayToolResult { id, result };
+                    let line = serde_json::to_string(&answer)
+                        .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
+                    if worker
+                        .stdin
+                        .write_all(format!("{line}\n").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return Err(crashed(&session_key));
+                    }
                 }
                 WorkerEvent::Delta { .. }
                 | WorkerEvent::Checkpoint { .. }

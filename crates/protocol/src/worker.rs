@@ -19,6 +19,46 @@ pub const AGENT_TURN: &str = "agent.turn";
 /// `agent.session.stop`: stop a session's worker and free its slot.
 pub const AGENT_SESSION_STOP: &str = "agent.session.stop";
 
+/// Link method `node.gateway.tool` (node → Gateway): run a Gateway-provided tool for a running
+/// turn. The Gateway re-checks its tool policy and that the turn is running, and executes it.
+pub const NODE_GATEWAY_TOOL: &str = "node.gateway.tool";
+
+/// A Gateway-provided tool offered to a native turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayToolSpec {
+    /// The tool name, for example `session_status`.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// Its JSON Schema parameters.
+    pub parameters: serde_json::Value,
+}
+
+/// Parameters of `node.gateway.tool`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayToolParams {
+    /// The session of the turn.
+    pub session_key: String,
+    /// The turn that calls the tool; it must be running.
+    pub turn_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments.
+    pub arguments: serde_json::Value,
+}
+
+/// Result of `node.gateway.tool`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayToolResult {
+    /// Whether the tool succeeded.
+    pub ok: bool,
+    /// Its output, for the model.
+    pub output: String,
+}
+
 /// `agent.session.restore`: rebuild a session's missing execution workspace from a checkpoint.
 pub const AGENT_SESSION_RESTORE: &str = "agent.session.restore";
 
@@ -62,6 +102,9 @@ pub struct AgentTurnParams {
     /// it with `agent.session.restore` first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_id: Option<String>,
+    /// The Gateway-provided tools this turn may call (after the Gateway's tool policy).
+    #[serde(default)]
+    pub gateway_tools: Vec<GatewayToolSpec>,
 }
 
 /// One entry of a checkpoint: a regular file (with its content when it changed) or a link.
@@ -150,6 +193,13 @@ pub struct WorkerLaunch {
 pub enum WorkerRequest {
     /// Run a turn.
     Turn(AgentTurnParams),
+    /// The answer to a [`WorkerEvent::GatewayTool`].
+    GatewayToolResult {
+        /// The id of the call.
+        id: String,
+        /// The Gateway's answer.
+        result: GatewayToolResult,
+    },
 }
 
 /// A line a worker writes.
@@ -190,6 +240,16 @@ pub enum WorkerEvent {
     Checkpoint {
         /// Every entry; `contentBase64` only on files new or changed since the last checkpoint.
         entries: Vec<CheckpointEntry>,
+    },
+    /// A call of a Gateway-provided tool; the node relays it to the Gateway and answers with a
+    /// [`WorkerRequest::GatewayToolResult`].
+    GatewayTool {
+        /// An id for the answer.
+        id: String,
+        /// The tool.
+        tool: String,
+        /// Its arguments.
+        arguments: serde_json::Value,
     },
     /// The turn ended with a reply.
     Done {

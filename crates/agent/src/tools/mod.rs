@@ -13,7 +13,7 @@ pub mod process;
 use crate::tool::Tool;
 
 /// Returns the eight native tools, in the order of [`gatehouse_policy::tool::NATIVE_TOOLS`].
-pub(crate) fn native_tools() -> Vec<Box<dyn Tool>> {
+pub fn native_tools() -> Vec<Box<dyn Tool>> {
     vec![
         Box::new(fs::ReadTool),
         Box::new(fs::WriteTool),

@@ -531,3 +531,39 @@ async fn a_lost_session_workspace_is_rebuilt_from_its_checkpoint() {
         "the checkpoint manifest is not in the Gateway state"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_tool_called_by_the_model_runs_on_the_gateway() {
+    let setup = dedicated("8").await;
+    let gateway = &setup.gateway;
+    turn(gateway, "gt", "/say first").await;
+    let called = turn(gateway, "gt", "/tool session_status {}").await;
+    assert_eq!(called["status"], "completed", "{called}");
+    let reply = called["reply"].as_str().unwrap();
+    assert!(reply.starts_with("tool session_status -> "), "{reply}");
+    let status: serde_json::Value =
+        serde_json::from_str(reply.trim_start_matches("tool session_status -> ")).unwrap();
+    assert_eq!(status["sessionKey"], "gt");
+    assert_eq!(status["activeTurnId"], called["turnId"]);
+    // The model saw the tool offered, and its result came back in the next request.
+    let requests: serde_json::Value = reqwest::get(format!("{}/_mock/requests", setup.mock_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let last = requests.as_array().unwrap().last().unwrap().to_string();
+    assert!(
+        last.contains("session_status") && last.contains("\\\"sessionKey\\\""),
+        "{last}"
+    );
+    let audit = gateway.get_json("/v1/audit").await;
+    let calls: Vec<&serde_json::Value> = audit["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["action"] == "gateway.tool.call")
+        .collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["outcome"], "succeeded");
+}

@@ -85,6 +85,8 @@ pub struct LinkContext {
     pub audit: Audit,
     /// The interval of `tick` events and keep-alive probes.
     pub tick_interval: Duration,
+    /// The Gateway-provided tools nodes may call for running turns.
+    pub tools: Arc<crate::tools::GatewayTools>,
 }
 
 /// Runs one node connection: challenge, admission, then serving until either side closes.
@@ -332,7 +334,7 @@ async fn run_connected(
                         let _ = outbound.send(close(ErrorCode::InvalidRequest)).await;
                         return;
                     }
-                    Some(Inbound::Text(text)) => handle_frame(connection, outbound, &text).await,
+                    Some(Inbound::Text(text)) => handle_frame(context, connection, outbound, &text).await,
                 }
             }
             _ = ticker.tick() => {
@@ -364,7 +366,12 @@ struct IncomingFrame<'a> {
     params: Option<&'a serde_json::value::RawValue>,
 }
 
-async fn handle_frame(connection: &NodeConnection, outbound: &mpsc::Sender<Outbound>, text: &str) {
+async fn handle_frame(
+    context: &LinkContext,
+    connection: &NodeConnection,
+    outbound: &mpsc::Sender<Outbound>,
+    text: &str,
+) {
     let Ok(frame) = serde_json::from_str::<IncomingFrame<'_>>(text) else {
         tracing::warn!(device_id = %connection.device_id, "malformed frame from node");
         return;
@@ -378,6 +385,33 @@ async fn handle_frame(connection: &NodeConnection, outbound: &mpsc::Sender<Outbo
         method,
         params: frame.params,
     };
+    if request.method == gatehouse_protocol::worker::NODE_GATEWAY_TOOL {
+        // A tool may take a while: answer from a task so the link keeps flowing.
+        let params = request.params.map(|raw| {
+            serde_json::from_str::<gatehouse_protocol::worker::GatewayToolParams>(raw.get())
+        });
+        let tools = Arc::clone(&context.tools);
+        let device_id = connection.device_id.clone();
+        let outbound = outbound.clone();
+        let id = request.id;
+        tokio::spawn(async move {
+            let response = match params {
+                Some(Ok(params)) => match tools.call(&device_id, &params).await {
+                    Ok(result) => {
+                        ResponseFrame::success(id, serde_json::to_value(result).unwrap_or_default())
+                    }
+                    Err(error) => ResponseFrame::failure(id, error),
+                },
+                Some(Err(_)) | None => ResponseFrame::failure(
+                    id,
+                    WireError::new(ErrorCode::InvalidParams, "malformed node.gateway.tool"),
+                ),
+            };
+            let text = serde_json::to_string(&Frame::Res(response)).unwrap_or_default();
+            let _ = outbound.send(Outbound::Text(text)).await;
+        });
+        return;
+    }
     let response = match request.method.as_str() {
         names::NODE_INVOKE_RESULT => {
             match request

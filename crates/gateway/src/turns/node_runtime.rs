@@ -50,6 +50,7 @@ pub struct NodeRuntime {
     registry: Arc<NodeRegistry>,
     store: Arc<dyn Store>,
     media: Arc<MediaStore>,
+    tools: Arc<crate::tools::GatewayTools>,
     turn_timeout: Duration,
 }
 
@@ -59,12 +60,14 @@ impl NodeRuntime {
         registry: Arc<NodeRegistry>,
         store: Arc<dyn Store>,
         media: Arc<MediaStore>,
+        tools: Arc<crate::tools::GatewayTools>,
         turn_timeout: Duration,
     ) -> Self {
         Self {
             registry,
             store,
             media,
+            tools,
             turn_timeout,
         }
     }
@@ -245,6 +248,7 @@ impl TurnRuntime for NodeRuntime {
             user_texts: input.user_texts.clone(),
             attachments: input.attachments.clone(),
             checkpoint_id: checkpoint.as_ref().map(|(id, _)| id.clone()),
+            gateway_tools: self.tools.offered(),
         };
         match self.invoke_turn(&node, &params, &sink, &checkpoint).await {
             Err(failure) if failure.code == WORKSPACE_MISSING => {
@@ -344,8 +348,9 @@ async fn relay_event(sink: &TurnSink, event: WorkerEvent) -> Result<(), TurnFail
             .await
             .map(|_| ()),
         // The node turns these into the invoke's result; checkpoints are handled by the caller.
-        WorkerEvent::Done { .. } | WorkerEvent::Failed { .. } | WorkerEvent::Checkpoint { .. } => {
-            Ok(())
-        }
+        WorkerEvent::Done { .. }
+        | WorkerEvent::Failed { .. }
+        | WorkerEvent::Checkpoint { .. }
+        | WorkerEvent::GatewayTool { .. } => Ok(()),
     }
 }

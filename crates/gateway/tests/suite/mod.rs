@@ -3,3 +3,4 @@ mod media;
 mod sessions;
 mod staging;
 mod support;
+mod tools;

@@ -1,0 +1,128 @@
+//! Gateway-provided tools re-check their policy and the calling turn when a call arrives.
+
+use std::sync::Arc;
+
+use gatehouse_gateway::audit::Audit;
+use gatehouse_gateway::tools::GatewayTools;
+use gatehouse_policy::tool::LayerSource;
+use gatehouse_policy::tool::ToolLayer;
+use gatehouse_protocol::worker::GatewayToolParams;
+use gatehouse_store::Store;
+use gatehouse_store::model::NewUserMessage;
+use gatehouse_store::model::QueueMode;
+use gatehouse_store::sqlite::SqliteStore;
+use pretty_assertions::assert_eq;
+
+async fn setup(layers: Vec<ToolLayer>) -> (tempfile::TempDir, Arc<dyn Store>, GatewayTools) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(&dir.path().join("gateway.db"))
+            .await
+            .unwrap(),
+    );
+    store
+        .admit_user_message(&NewUserMessage {
+            session_key: "s".into(),
+            runtime: "native".into(),
+            turn_id: "t1".into(),
+            text: "hi".into(),
+            attachments: serde_json::json!([]),
+            idempotency_key: None,
+            queue_mode: QueueMode::Followup,
+            now_ms: 1,
+        })
+        .await
+        .unwrap();
+    let tools = GatewayTools::new(Arc::clone(&store), Audit::new(Arc::clone(&store)), layers);
+    (dir, store, tools)
+}
+
+fn call(tool: &str, session: &str, turn: &str) -> GatewayToolParams {
+    GatewayToolParams {
+        session_key: session.into(),
+        turn_id: turn.into(),
+        tool: tool.into(),
+        arguments: serde_json::json!({}),
+    }
+}
+
+#[tokio::test]
+async fn session_status_runs_for_a_running_turn_only() {
+    let (_dir, store, tools) = setup(Vec::new()).await;
+    let names: Vec<String> = tools.offered().into_iter().map(|spec| spec.name).collect();
+    assert_eq!(names, vec!["session_status".to_owned()]);
+    // Queued, not running yet: refused.
+    assert_eq!(
+        tools
+            .call("dev", &call("session_status", "s", "t1"))
+            .await
+            .unwrap_err()
+            .code,
+        "INVALID_REQUEST"
+    );
+    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    let result = tools
+        .call("dev", &call("session_status", "s", "t1"))
+        .await
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_str(&result.output).unwrap();
+    assert_eq!(
+        (
+            status["sessionKey"].as_str(),
+            status["activeTurnId"].as_str(),
+            status["messages"].as_u64()
+        ),
+        (Some("s"), Some("t1"), Some(1))
+    );
+    // Another session's turn id, or an unknown tool, is refused.
+    assert_eq!(
+        tools
+            .call("dev", &call("session_status", "other", "t1"))
+            .await
+            .unwrap_err()
+            .code,
+        "INVALID_REQUEST"
+    );
+    assert_eq!(
+        tools
+            .call("dev", &call("exec", "s", "t1"))
+            .await
+            .unwrap_err()
+            .code,
+        "POLICY_DENIED"
+    );
+    let audit = store.audit_after(0, 100).await.unwrap();
+    let outcomes: Vec<(&str, Option<&str>)> = audit
+        .iter()
+        .map(|event| (event.outcome.as_str(), event.reason_code.as_deref()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            ("denied", Some("TURN_NOT_RUNNING")),
+            ("succeeded", None),
+            ("denied", Some("TURN_NOT_RUNNING")),
+            ("denied", Some("POLICY_DENIED"))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_denied_tool_is_neither_offered_nor_run() {
+    let deny = ToolLayer {
+        source: LayerSource::Global,
+        allow: None,
+        deny: vec!["session_status".into()],
+    };
+    let (_dir, store, tools) = setup(vec![deny]).await;
+    assert!(tools.offered().is_empty());
+    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    assert_eq!(
+        tools
+            .call("dev", &call("session_status", "s", "t1"))
+            .await
+            .unwrap_err()
+            .code,
+        "POLICY_DENIED"
+    );
+}
