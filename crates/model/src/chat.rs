@@ -39,7 +39,7 @@ pub struct ChatCompletionsClient {
 }
 
 impl ChatCompletionsClient {
-    /// Returns a client for `config.base_url` (only `http://` in this build).
+    /// Returns a client for `config.base_url` (`http://` or `https://`).
     ///
     /// # Errors
     ///

@@ -35,8 +35,8 @@ pub enum ModelApi {
 pub struct ModelConfig {
     /// The wire API.
     pub api: ModelApi,
-    /// The API base URL, for example `http://127.0.0.1:7430/v1` (empty for the mock). Only
-    /// `http://` works in this build, which has no TLS.
+    /// The API base URL, for example `http://127.0.0.1:7430/v1` or `https://api.openai.com/v1`
+    /// (empty for the mock).
     pub base_url: String,
     /// The model name sent in each request (`mock` for the mock).
     pub model: String,

@@ -112,10 +112,16 @@ fn a_missing_or_empty_key_is_an_auth_error() {
 }
 
 #[test]
-fn https_is_refused_in_this_build() {
+fn https_builds_a_tls_client_and_other_schemes_are_refused() {
     let config =
         ModelConfig::parse("openai-responses:https://api.openai.com/v1:gpt-5", "K").unwrap();
-    let error = config
+    let client = config
+        .build_with_env(&|_| Some(String::from("sk-secret")))
+        .unwrap();
+    assert!(!format!("{client:?}").contains("sk-secret"));
+    let mut ftp = config.clone();
+    ftp.base_url = String::from("ftp://example.com/v1");
+    let error = ftp
         .build_with_env(&|_| Some(String::from("sk-secret")))
         .unwrap_err();
     assert_eq!(error.code(), codes::MODEL_UNAVAILABLE);

@@ -44,7 +44,7 @@ pub enum ModelError {
     /// a client is built.
     #[error("model api key is not a valid header value")]
     InvalidKey,
-    /// The base URL is not `http://…`. This build has no TLS, so `https://` cannot be used.
+    /// The base URL is neither `http://…` nor `https://…`.
     /// Returned when a client is built.
     #[error("model url {base_url} is not supported (only http:// in this build)")]
     UnsupportedUrl {

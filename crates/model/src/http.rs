@@ -66,11 +66,16 @@ impl Transport {
     ///
     /// # Errors
     ///
-    /// [`ModelError::UnsupportedUrl`] unless the base URL is `http://` (this build has no TLS),
+    /// [`ModelError::UnsupportedUrl`] unless the base URL is `http://` or `https://` (TLS with
+    /// rustls and the system's trust store),
     /// [`ModelError::InvalidKey`] for a key that cannot be a header, [`ModelError::Client`] when
     /// reqwest cannot build a client.
     pub(crate) fn new(config: &HttpClientConfig, path: &str) -> Result<Transport> {
-        let Some(host) = config.base_url.strip_prefix("http://") else {
+        let host = config
+            .base_url
+            .strip_prefix("http://")
+            .or_else(|| config.base_url.strip_prefix("https://"));
+        let Some(host) = host else {
             return Err(ModelError::UnsupportedUrl {
                 base_url: config.base_url.clone(),
             });

@@ -29,8 +29,9 @@
 //! [`ModelConfig::parse`] reads the CLI spec `mock`, `openai-responses:URL:MODEL` or
 //! `openai-chat:URL:MODEL` (MODEL is what follows the last `:`). The API key is read from the
 //! variable named by `key_env` when the client is built, sent as `Authorization: Bearer`, and never
-//! logged or shown in `Debug` output. **This build has no TLS: only `http://` base URLs work**;
-//! an `https://` URL is refused when the client is built ([`ModelError::UnsupportedUrl`]).
+//! logged or shown in `Debug` output. `http://` and `https://` base URLs work (TLS is rustls with
+//! the system's trust store); any other scheme is refused when the client is built
+//! ([`ModelError::UnsupportedUrl`]).
 //!
 //! # Timeouts, retries and errors
 //!

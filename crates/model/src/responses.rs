@@ -38,7 +38,7 @@ pub struct ResponsesClient {
 }
 
 impl ResponsesClient {
-    /// Returns a client for `config.base_url` (only `http://` in this build).
+    /// Returns a client for `config.base_url` (`http://` or `https://`).
     ///
     /// # Errors
     ///
