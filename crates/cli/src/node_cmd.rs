@@ -77,6 +77,12 @@ pub(crate) struct NodeArgs {
     /// output). Without this flag, `exec` refuses to run unsandboxed.
     #[arg(long)]
     allow_unsandboxed_exec: bool,
+    /// Native tools to deny, by name or group (for example `exec,process` or `group:runtime`).
+    #[arg(long, value_delimiter = ',')]
+    deny_tools: Vec<String>,
+    /// The longest an `exec` tool call may run, in seconds.
+    #[arg(long, default_value_t = gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS)]
+    exec_timeout_seconds: u64,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -123,6 +129,8 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         model,
         model_key_env,
         allow_unsandboxed_exec,
+        deny_tools,
+        exec_timeout_seconds,
     } = args;
     let model_key_env_name = model_key_env.clone();
     if let Some(NodeCommand::Health(health_args)) = command {
@@ -179,6 +187,8 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map(|report| report.private_dir().to_path_buf()),
         hidden_paths: Vec::new(),
+        denied_tools: deny_tools,
+        exec_timeout_seconds,
     };
     let runtime_config = RuntimeConfig {
         model,

@@ -48,6 +48,12 @@ pub(crate) struct UpArgs {
     /// Let the `exec` tool run without bubblewrap when `bwrap` is missing.
     #[arg(long)]
     allow_unsandboxed_exec: bool,
+    /// Native tools to deny, by name or group (for example `exec,process` or `group:runtime`).
+    #[arg(long, value_delimiter = ',')]
+    deny_tools: Vec<String>,
+    /// The longest an `exec` tool call may run, in seconds.
+    #[arg(long, default_value_t = gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS)]
+    exec_timeout_seconds: u64,
 }
 
 /// The `--runtime` values.
@@ -115,6 +121,8 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             scratch: None,
             // Commands in a worker must not read the Gateway's state either.
             hidden_paths: vec![std::fs::canonicalize(&gateway_state_dir)?],
+            denied_tools: args.deny_tools.clone(),
+            exec_timeout_seconds: args.exec_timeout_seconds,
         };
         let shutdown = CancellationToken::new();
         let runtime_config = RuntimeConfig {

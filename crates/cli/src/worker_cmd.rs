@@ -133,6 +133,13 @@ async fn serve() -> anyhow::Result<ExitCode> {
         .iter()
         .map(std::path::PathBuf::from)
         .collect();
+    config.exec_timeout = std::time::Duration::from_secs(launch.exec_timeout_seconds.max(1));
+    // The operator's denials; the Gateway already filtered the Gateway tools it offers.
+    let layers = vec![gatehouse_policy::tool::ToolLayer {
+        source: gatehouse_policy::tool::LayerSource::Global,
+        allow: None,
+        deny: launch.denied_tools.clone(),
+    }];
     let context = ToolContext::new(Path::new(&launch.workspace), config)?;
     let mut reported = std::collections::BTreeMap::new();
     // Turns and Gateway-tool answers share stdin: a reader task sorts them.
@@ -168,7 +175,7 @@ async fn serve() -> anyhow::Result<ExitCode> {
                 pending: std::sync::Arc::clone(&pending),
             }));
         }
-        let tools = ToolSet::new(tool_list);
+        let tools = ToolSet::new(tool_list).filtered(&layers);
         let model = match &model {
             Ok(model) => model.as_ref(),
             Err((code, message)) => {

@@ -273,6 +273,9 @@ impl StatusFile {
                 current.gateway_conn_id = Some(conn_id);
                 current.last_error_code = None;
             }
+            // A heartbeat only refreshes a live session; one that lands after the session ended
+            // (its blocking write cannot be cancelled) writes nothing.
+            StatusUpdate::Heartbeat if !current.connected => return Ok(()),
             StatusUpdate::Heartbeat => {}
         }
         current.updated_at_ms = crate::host::now_ms();

@@ -73,6 +73,10 @@ pub struct WorkerSettings {
     /// Directories hidden from `exec` besides the Harness root, which is always hidden (for
     /// example the Gateway state in embedded mode).
     pub hidden_paths: Vec<PathBuf>,
+    /// Native tools denied by the operator (names or groups).
+    pub denied_tools: Vec<String>,
+    /// The longest an `exec` may run, in seconds.
+    pub exec_timeout_seconds: u64,
 }
 
 /// One running worker.
@@ -332,6 +336,8 @@ impl WorkerSupervisor {
                 .scratch
                 .as_ref()
                 .map(|dir| dir.to_string_lossy().into_owned()),
+            denied_tools: self.settings.denied_tools.clone(),
+            exec_timeout_seconds: self.settings.exec_timeout_seconds,
             hidden_paths: std::iter::once(&self.root)
                 .chain(self.settings.hidden_paths.iter())
                 .map(|path| path.to_string_lossy().into_owned())

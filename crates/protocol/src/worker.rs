@@ -182,9 +182,23 @@ pub struct WorkerLaunch {
     /// Harness root (the node identity, other sessions) and, in embedded mode, the Gateway state.
     #[serde(default)]
     pub hidden_paths: Vec<String>,
+    /// Native tools the operator denies (names or groups such as `group:runtime`); denied tools
+    /// are not offered to the model and are refused if called.
+    #[serde(default)]
+    pub denied_tools: Vec<String>,
+    /// The longest an `exec` may run, in seconds.
+    #[serde(default = "default_exec_timeout_seconds")]
+    pub exec_timeout_seconds: u64,
     /// An operator scratch directory bound read-write at `/sandbox/scratch` for `exec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scratch: Option<String>,
+}
+
+/// The default `exec` timeout: 1800 s.
+pub const DEFAULT_EXEC_TIMEOUT_SECONDS: u64 = 1800;
+
+fn default_exec_timeout_seconds() -> u64 {
+    DEFAULT_EXEC_TIMEOUT_SECONDS
 }
 
 /// A line a worker reads after its launch.

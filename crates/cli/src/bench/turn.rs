@@ -50,6 +50,8 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
         allow_unsandboxed: false,
         scratch: None,
         hidden_paths: Vec::new(),
+        denied_tools: Vec::new(),
+        exec_timeout_seconds: gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS,
     };
     let runtime_config = RuntimeConfig {
         model: ModelSpec::Mock,

@@ -124,6 +124,10 @@ struct Dedicated {
 }
 
 async fn dedicated(capacity: &str) -> Dedicated {
+    dedicated_with(capacity, &[]).await
+}
+
+async fn dedicated_with(capacity: &str, extra: &[&str]) -> Dedicated {
     let dirs = dirs();
     let logs = dirs.base.join("logs");
     let (mock, mock_url) = mock_model(&logs);
@@ -137,13 +141,17 @@ async fn dedicated(capacity: &str) -> Dedicated {
         Some(&code),
         &logs,
         &[
-            "--model",
-            &model,
-            "--model-key-env",
-            "MOCK_MODEL_KEY",
-            "--capacity",
-            capacity,
-        ],
+            &[
+                "--model",
+                &model,
+                "--model-key-env",
+                "MOCK_MODEL_KEY",
+                "--capacity",
+                capacity,
+            ],
+            extra,
+        ]
+        .concat(),
         &[("MOCK_MODEL_KEY", MODEL_KEY)],
     );
     gateway.wait_ready().await;
@@ -566,4 +574,55 @@ async fn a_gateway_tool_called_by_the_model_runs_on_the_gateway() {
         .collect();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0]["outcome"], "succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_denies_tools_and_bounds_exec_time() {
+    let setup = dedicated_with(
+        "8",
+        &[
+            "--deny-tools",
+            "process,write",
+            "--exec-timeout-seconds",
+            "1",
+        ],
+    )
+    .await;
+    let gateway = &setup.gateway;
+    let denied = turn(
+        gateway,
+        "pol",
+        r#"/tool write {"path":"w.txt","content":"x"}"#,
+    )
+    .await;
+    assert!(
+        denied["reply"]
+            .as_str()
+            .unwrap()
+            .contains("TOOL_NOT_ALLOWED"),
+        "{denied}"
+    );
+    let slow = turn(
+        gateway,
+        "pol",
+        r#"/tool exec {"command":"sleep 30; echo finished"}"#,
+    )
+    .await;
+    let reply = slow["reply"].as_str().unwrap();
+    assert!(!reply.contains("finished"), "{reply}");
+    assert_eq!(slow["status"], "completed", "{slow}");
+    // The model was not offered the denied tools.
+    let requests: serde_json::Value = reqwest::get(format!("{}/_mock/requests", setup.mock_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tools = requests.as_array().unwrap().last().unwrap()["body"]["tools"].to_string();
+    assert!(
+        tools.contains("\"read\"")
+            && !tools.contains("\"process\"")
+            && !tools.contains("\"write\""),
+        "{tools}"
+    );
 }
