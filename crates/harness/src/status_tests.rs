@@ -189,7 +189,7 @@ fn a_symlinked_node_directory_is_refused() {
     let err = read_status(root.path()).unwrap_err();
     assert!(matches!(err, NodeHostError::StateSymlink { .. }), "{err:?}");
     let file = StatusFile::new(root.path().join("node"));
-    let err = file.record(StatusUpdate::Heartbeat).unwrap_err();
+    let err = file.record(StatusUpdate::Connecting).unwrap_err();
     assert!(matches!(err, NodeHostError::StateSymlink { .. }), "{err:?}");
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 1);
 }
@@ -213,7 +213,7 @@ fn read_status_refuses_garbage_and_other_file_types() {
         "{err:?}"
     );
     let file = StatusFile::new(root.path().join("node"));
-    let err = file.record(StatusUpdate::Heartbeat).unwrap_err();
+    let err = file.record(StatusUpdate::Connecting).unwrap_err();
     assert!(
         matches!(err, NodeHostError::InvalidStateFile { .. }),
         "{err:?}"
