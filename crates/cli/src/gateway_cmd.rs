@@ -15,16 +15,16 @@ use crate::exit::UsageError;
 pub(crate) struct GatewayArgs {
     /// The Gateway's private state directory (created 0700).
     #[arg(long, env = "GATEHOUSE_STATE_DIR")]
-    state: PathBuf,
-    /// The address to listen on.
-    #[arg(long, env = "GATEHOUSE_LISTEN", default_value = gatehouse_gateway::DEFAULT_LISTEN)]
-    listen: SocketAddr,
+    state: Option<PathBuf>,
+    /// The address to listen on (default 127.0.0.1:7420).
+    #[arg(long, env = "GATEHOUSE_LISTEN")]
+    listen: Option<SocketAddr>,
     /// The base URL nodes use to reach this Gateway, written into setup codes (default: the Host
     /// header of the request that issues the code).
     #[arg(long, env = "GATEHOUSE_PUBLIC_URL")]
     public_url: Option<String>,
-    /// A configuration file (TOML). Accepted for forward compatibility; the flags above are the
-    /// settings read today.
+    /// A TOML file with the same settings in kebab-case (`state`, `listen`, `public-url`,
+    /// `max-concurrent-turns`, `media-max-bytes`); flags and their variables win over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The interval of keep-alive ticks on node links, in milliseconds.
@@ -34,15 +34,22 @@ pub(crate) struct GatewayArgs {
 
 /// Runs `gatehouse gateway` until SIGINT or SIGTERM.
 pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
-    if let Some(config) = &args.config
-        && !config.is_file()
-    {
-        return Err(UsageError::new(format!("no config file at {}", config.display())).into());
-    }
+    let file: crate::config_file::GatewayFile = crate::config_file::load(args.config.as_deref())?;
+    let Some(state) = args.state.or(file.state) else {
+        return Err(UsageError::new("pass --state DIR (or `state` in the config file)").into());
+    };
+    let default_listen: SocketAddr = gatehouse_gateway::DEFAULT_LISTEN.parse()?;
+    let listen = args.listen.or(file.listen).unwrap_or(default_listen);
     // Everything the Gateway writes is private to it.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-    let mut config = GatewayConfig::with_defaults(args.state, args.listen);
-    config.public_url = args.public_url;
+    let mut config = GatewayConfig::with_defaults(state, listen);
+    config.public_url = args.public_url.or(file.public_url);
+    if let Some(max) = file.max_concurrent_turns {
+        config.max_concurrent_turns = max;
+    }
+    if let Some(max) = file.media_max_bytes {
+        config.media_max_bytes = max;
+    }
     config.tick_interval = Duration::from_millis(args.tick_interval_ms.max(100));
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     let runtime = crate::signals::runtime()?;

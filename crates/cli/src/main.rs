@@ -3,6 +3,7 @@
 
 mod bench;
 mod chat_cmd;
+mod config_file;
 mod deploy_cmd;
 mod embedded;
 mod exit;

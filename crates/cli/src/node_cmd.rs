@@ -40,24 +40,24 @@ pub(crate) struct NodeArgs {
     gateway: Option<String>,
     /// The node root; the identity, the device token, the status file and the Agent workspace
     /// live under it.
-    #[arg(long, value_name = "DIR", required = true)]
+    #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
     /// The agent runtime this node hosts.
-    #[arg(long, value_enum, required = true)]
+    #[arg(long, value_enum)]
     runtime: Option<RuntimeArg>,
     /// A file holding a setup code from `gatehouse setup-code`, needed until the node is
     /// enrolled.
     #[arg(long, value_name = "FILE")]
     setup_code_file: Option<PathBuf>,
-    /// How many turns the node runs at once.
+    /// How many sessions the node hosts at once, 1..=1024 (default 8).
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 8,
         value_parser = clap::value_parser!(u32).range(1..=1024),
     )]
-    capacity: u32,
-    /// A configuration file.
+    capacity: Option<u32>,
+    /// A TOML file with the same settings in kebab-case (`gateway`, `root`, `runtime`,
+    /// `capacity`, `model`, `deny-tools`, ...); flags win over it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// The name operators see for this node.
@@ -67,12 +67,13 @@ pub(crate) struct NodeArgs {
     /// The `exec` sandbox will bind it at /sandbox/scratch; file commands never see it.
     #[arg(long, value_name = "DIR")]
     scratch: Option<PathBuf>,
-    /// The model: `mock`, `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`.
-    #[arg(long, value_name = "SPEC", default_value = "mock")]
-    model: String,
-    /// The environment variable holding the model API key (never passed in argv).
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_MODEL_KEY_ENV)]
-    model_key_env: String,
+    /// The model: `mock` (default), `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`.
+    #[arg(long, value_name = "SPEC")]
+    model: Option<String>,
+    /// The environment variable holding the model API key, never passed in argv (default
+    /// OPENAI_API_KEY).
+    #[arg(long, value_name = "NAME")]
+    model_key_env: Option<String>,
     /// Let the `exec` tool run without bubblewrap when `bwrap` is missing (it says so in its
     /// output). Without this flag, `exec` refuses to run unsandboxed.
     #[arg(long)]
@@ -80,9 +81,9 @@ pub(crate) struct NodeArgs {
     /// Native tools to deny, by name or group (for example `exec,process` or `group:runtime`).
     #[arg(long, value_delimiter = ',')]
     deny_tools: Vec<String>,
-    /// The longest an `exec` tool call may run, in seconds.
-    #[arg(long, default_value_t = gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS)]
-    exec_timeout_seconds: u64,
+    /// The longest an `exec` tool call may run, in seconds (default 1800).
+    #[arg(long)]
+    exec_timeout_seconds: Option<u64>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -132,15 +133,49 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         deny_tools,
         exec_timeout_seconds,
     } = args;
-    let model_key_env_name = model_key_env.clone();
     if let Some(NodeCommand::Health(health_args)) = command {
         return Ok(run_health(&health_args));
     }
-    let (Some(root), Some(runtime)) = (root, runtime) else {
+    let file: crate::config_file::NodeFile = crate::config_file::load(config.as_deref())?;
+    let runtime = match (runtime, file.runtime.as_deref()) {
+        (Some(runtime), _) => Some(runtime),
+        (None, Some("native")) => Some(RuntimeArg::Native),
+        (None, Some("codex")) => Some(RuntimeArg::Codex),
+        (None, Some(other)) => {
+            return Err(UsageError::new(format!(
+                "runtime {other:?} in the config file must be native or codex"
+            ))
+            .into());
+        }
+        (None, None) => None,
+    };
+    let (Some(root), Some(runtime)) = (root.or(file.root), runtime) else {
         return Err(anyhow::Error::new(UsageError::new(
-            "gatehouse node needs --root DIR and --runtime native|codex",
+            "gatehouse node needs --root DIR and --runtime native|codex (or `root` and `runtime` in the config file)",
         )));
     };
+    let gateway = gateway.or(file.gateway);
+    let setup_code_file = setup_code_file.or(file.setup_code_file);
+    let display_name = display_name.or(file.display_name);
+    let scratch = scratch.or(file.scratch);
+    let capacity = capacity.or(file.capacity).unwrap_or(8);
+    if !(1..=1024).contains(&capacity) {
+        return Err(UsageError::new("capacity must be between 1 and 1024").into());
+    }
+    let model = model.or(file.model).unwrap_or_else(|| String::from("mock"));
+    let model_key_env = model_key_env
+        .or(file.model_key_env)
+        .unwrap_or_else(|| String::from(DEFAULT_MODEL_KEY_ENV));
+    let allow_unsandboxed_exec =
+        allow_unsandboxed_exec || file.allow_unsandboxed_exec.unwrap_or(false);
+    let deny_tools = match deny_tools.is_empty() {
+        true => file.deny_tools.unwrap_or_default(),
+        false => deny_tools,
+    };
+    let exec_timeout_seconds = exec_timeout_seconds
+        .or(file.exec_timeout_seconds)
+        .unwrap_or(gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS);
+    let model_key_env_name = model_key_env.clone();
     let model = ModelSpec::parse(&model, &model_key_env)
         .map_err(|err| anyhow::Error::new(UsageError::new(format!("--model: {err}"))))?;
     if let Some(key_env) = model.key_env()
@@ -148,14 +183,6 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     {
         return Err(anyhow::Error::new(UsageError::new(format!(
             "the model key variable {key_env} is not set or is empty: set {key_env} to the API key, or name another variable with --model-key-env"
-        ))));
-    }
-    if let Some(config) = &config
-        && !config.is_file()
-    {
-        return Err(anyhow::Error::new(UsageError::new(format!(
-            "--config {} is not a readable file",
-            config.display()
         ))));
     }
     log_model(&model);

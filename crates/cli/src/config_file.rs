@@ -1,0 +1,66 @@
+//! The `--config FILE` of `gatehouse gateway` and `gatehouse node`: a TOML file with the same
+//! settings as the flags, in kebab-case. A flag given on the command line (or its `GATEHOUSE_*`
+//! variable) wins over the file; the file wins over the built-in default. Unknown keys are an
+//! error that names the key, so a typo never goes unnoticed.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::exit::UsageError;
+
+/// `gatehouse gateway --config`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct GatewayFile {
+    pub(crate) state: Option<PathBuf>,
+    pub(crate) listen: Option<SocketAddr>,
+    pub(crate) public_url: Option<String>,
+    pub(crate) max_concurrent_turns: Option<usize>,
+    pub(crate) media_max_bytes: Option<u64>,
+}
+
+/// `gatehouse node --config`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct NodeFile {
+    pub(crate) gateway: Option<String>,
+    pub(crate) root: Option<PathBuf>,
+    pub(crate) runtime: Option<String>,
+    pub(crate) setup_code_file: Option<PathBuf>,
+    pub(crate) capacity: Option<u32>,
+    pub(crate) display_name: Option<String>,
+    pub(crate) scratch: Option<PathBuf>,
+    pub(crate) model: Option<String>,
+    pub(crate) model_key_env: Option<String>,
+    pub(crate) allow_unsandboxed_exec: Option<bool>,
+    pub(crate) deny_tools: Option<Vec<String>>,
+    pub(crate) exec_timeout_seconds: Option<u64>,
+}
+
+/// Reads `path` as `T`; `None` reads nothing and gives the defaults.
+///
+/// # Errors
+/// A usage error naming the file and the offending key or line.
+pub(crate) fn load<T: DeserializeOwned + Default>(path: Option<&Path>) -> anyhow::Result<T> {
+    let Some(path) = path else {
+        return Ok(T::default());
+    };
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        UsageError::new(format!(
+            "cannot read the config file {}: {error}",
+            path.display()
+        ))
+    })?;
+    toml::from_str(&text).map_err(|error| {
+        UsageError::new(format!(
+            "the config file {} is invalid: {}",
+            path.display(),
+            error.to_string().trim()
+        ))
+        .into()
+    })
+}
