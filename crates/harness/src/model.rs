@@ -8,10 +8,14 @@
 //! environment variable named by `--model-key-env` (default [`DEFAULT_MODEL_KEY_ENV`]). This
 //! module records only that name; it never reads the variable.
 //!
-//! No runtime uses the model yet: the node host validates and records it, and the native runtime
-//! will read the key from the named variable when it talks to the model.
+//! The node host validates the spec at start-up and passes it to each native worker, which
+//! parses it again with `gatehouse_model::ModelConfig::parse` and reads the key from the named
+//! variable. [`ModelSpec::parse`] runs that same parser, so a spec the node accepts is one its
+//! workers accept.
 
 use std::fmt;
+
+use gatehouse_model::ModelConfig;
 
 /// The variable that holds the model API key when `--model-key-env` is not given.
 pub const DEFAULT_MODEL_KEY_ENV: &str = "OPENAI_API_KEY";
@@ -19,10 +23,7 @@ pub const DEFAULT_MODEL_KEY_ENV: &str = "OPENAI_API_KEY";
 /// The accepted spec forms, for error messages.
 pub const EXPECTED_FORMS: &str = "mock, openai-responses:URL:MODEL or openai-chat:URL:MODEL";
 
-/// A validated model configuration.
-///
-/// No runtime reads it yet; the node host records it so that the native runtime can use it
-/// later.
+/// A validated model configuration, as the node host records and passes it to its workers.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ModelSpec {
     /// The deterministic test model; needs no key. The default.
@@ -92,26 +93,32 @@ impl ModelSpec {
             return Ok(ModelSpec::Mock);
         }
         let invalid = |reason| ModelSpecError::InvalidSpec { reason };
-        let Some((api, rest)) = spec.split_once(':') else {
-            return Err(invalid("no api prefix"));
+        // The worker parses the same spec with `ModelConfig::parse`; using it here too means the
+        // node never accepts a spec its workers would refuse. The model crate's errors quote the
+        // spec, so they are mapped to reasons that do not.
+        let config = ModelConfig::parse(spec, key_env).map_err(|error| {
+            invalid(match error {
+                gatehouse_model::ModelSpecError::InvalidUrl { .. } => {
+                    "the url must start with http:// or https://"
+                }
+                gatehouse_model::ModelSpecError::MissingModel { .. } => {
+                    "no model name after the url (a number there is taken for a port)"
+                }
+                gatehouse_model::ModelSpecError::UnknownApi { .. } => "unknown api",
+                _ => "not a valid spec",
+            })
+        })?;
+        let api = match config.api {
+            gatehouse_model::ModelApi::Responses => ModelApi::Responses,
+            gatehouse_model::ModelApi::Chat => ModelApi::Chat,
+            gatehouse_model::ModelApi::Mock => return Ok(ModelSpec::Mock),
         };
-        let api = match api {
-            "openai-responses" => ModelApi::Responses,
-            "openai-chat" => ModelApi::Chat,
-            _ => return Err(invalid("unknown api")),
-        };
-        let Some((base_url, model)) = rest.rsplit_once(':') else {
-            return Err(invalid("no model name"));
-        };
-        if model.is_empty() {
-            return Err(invalid("empty model name"));
-        }
-        let Some(after_scheme) = base_url
+        let base_url = config.base_url.as_str();
+        let model = config.model.as_str();
+        let after_scheme = base_url
             .strip_prefix("http://")
             .or_else(|| base_url.strip_prefix("https://"))
-        else {
-            return Err(invalid("the url must start with http:// or https://"));
-        };
+            .unwrap_or_default();
         let authority = after_scheme
             .split(['/', '?', '#'])
             .next()

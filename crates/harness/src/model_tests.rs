@@ -51,11 +51,21 @@ fn parse_accepts_the_documented_forms() {
 #[test]
 fn parse_refuses_malformed_specs_without_repeating_them() {
     let table = [
-        ("nonsense", "no api prefix"),
-        ("", "no api prefix"),
+        ("nonsense", "unknown api"),
+        ("", "unknown api"),
         ("anthropic:http://x/v1:claude", "unknown api"),
-        ("openai-chat:gpt", "no model name"),
-        ("openai-chat:http://x/v1:", "empty model name"),
+        (
+            "openai-chat:gpt",
+            "the url must start with http:// or https://",
+        ),
+        (
+            "openai-chat:http://x/v1:",
+            "no model name after the url (a number there is taken for a port)",
+        ),
+        (
+            "openai-chat:http://llm:8000",
+            "no model name after the url (a number there is taken for a port)",
+        ),
         (
             "openai-chat:ftp://x/v1:gpt",
             "the url must start with http:// or https://",
