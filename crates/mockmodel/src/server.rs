@@ -179,31 +179,7 @@ async fn responses(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let seq = state.recorder.record(&method, &uri, &headers, &body);
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return invalid_json();
-    };
-    let view = ModelRequestView::from_responses_body(&body);
-    let plan = plan(&view);
-    let context = context(seq, &body, &view, &plan);
-    tracing::debug!(seq, plan = ?plan, "mock responses request");
-    if let Plan::Fail(fail) = &plan {
-        return fail_response(fail.status, fail.error_body());
-    }
-    if is_stream(&body) {
-        let steps = crate::render::responses_stream(&plan, &context);
-        return stream_response(steps, state.shutdown);
-    }
-    match &plan {
-        Plan::Hang => hang_without_stream(state.shutdown).await,
-        Plan::Text(text) => {
-            sleep_or_shutdown(text.delay * pauses(text.deltas.len()), state.shutdown).await;
-            Json(crate::render::responses_json(&plan, &context)).into_response()
-        }
-        Plan::ToolCalls(_) | Plan::Fail(_) => {
-            Json(crate::render::responses_json(&plan, &context)).into_response()
-        }
-    }
+    answer(WireApi::Responses, state, &method, &uri, &headers, &body).await
 }
 
 /// `POST /v1/chat/completions`: chunks when the body says `"stream": true`, otherwise one
@@ -215,35 +191,77 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let seq = state.recorder.record(&method, &uri, &headers, &body);
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+    answer(WireApi::Chat, state, &method, &uri, &headers, &body).await
+}
+
+/// The two request shapes the mock answers; they differ only in how a request is read and an
+/// answer is rendered.
+#[derive(Debug, Clone, Copy)]
+enum WireApi {
+    Responses,
+    Chat,
+}
+
+impl WireApi {
+    fn view(self, body: &Value) -> ModelRequestView {
+        match self {
+            WireApi::Responses => ModelRequestView::from_responses_body(body),
+            WireApi::Chat => ModelRequestView::from_chat_body(body),
+        }
+    }
+
+    fn stream(self, plan: &Plan, context: &Context, body: &Value) -> Vec<Step> {
+        match self {
+            WireApi::Responses => crate::render::responses_stream(plan, context),
+            WireApi::Chat => {
+                let include_usage = body
+                    .pointer("/stream_options/include_usage")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                crate::render::chat_stream(plan, context, include_usage)
+            }
+        }
+    }
+
+    fn json(self, plan: &Plan, context: &Context) -> Value {
+        match self {
+            WireApi::Responses => crate::render::responses_json(plan, context),
+            WireApi::Chat => crate::render::chat_json(plan, context),
+        }
+    }
+}
+
+/// Records one model request and answers it as its plan says, streamed or not.
+async fn answer(
+    api: WireApi,
+    state: AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Response {
+    let seq = state.recorder.record(method, uri, headers, body);
+    let Ok(body) = serde_json::from_slice::<Value>(body) else {
         return invalid_json();
     };
-    let view = ModelRequestView::from_chat_body(&body);
+    let view = api.view(&body);
     let plan = plan(&view);
     let context = context(seq, &body, &view, &plan);
-    tracing::debug!(seq, plan = ?plan, "mock chat request");
+    tracing::debug!(seq, ?api, plan = ?plan, "mock model request");
     if let Plan::Fail(fail) = &plan {
         return fail_response(fail.status, fail.error_body());
     }
     if is_stream(&body) {
-        let include_usage = body
-            .pointer("/stream_options/include_usage")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let steps = crate::render::chat_stream(&plan, &context, include_usage);
-        return stream_response(steps, state.shutdown);
+        return stream_response(api.stream(&plan, &context, &body), state.shutdown);
     }
     match &plan {
-        Plan::Hang => hang_without_stream(state.shutdown).await,
+        Plan::Hang => return hang_without_stream(state.shutdown).await,
         Plan::Text(text) => {
             sleep_or_shutdown(text.delay * pauses(text.deltas.len()), state.shutdown).await;
-            Json(crate::render::chat_json(&plan, &context)).into_response()
         }
-        Plan::ToolCalls(_) | Plan::Fail(_) => {
-            Json(crate::render::chat_json(&plan, &context)).into_response()
-        }
+        Plan::ToolCalls(_) | Plan::Fail(_) => {}
     }
+    Json(api.json(&plan, &context)).into_response()
 }
 
 /// `GET /_mock/requests`: every recorded request, oldest first.
