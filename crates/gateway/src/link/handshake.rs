@@ -136,15 +136,8 @@ pub async fn admit(
         node: NodeRecord {
             device_id: device.id.clone(),
             public_key: device.public_key.clone(),
-            display_name: params
-                .client
-                .display_name
-                .clone()
-                .unwrap_or_else(|| device.id.chars().take(12).collect()),
-            runtime: params
-                .runtime
-                .clone()
-                .unwrap_or_else(|| String::from("native")),
+            display_name: listed_name(params, &device.id),
+            runtime: declared_runtime(params),
             commands: params.commands.clone(),
             workspace_root: params.workspace_root.clone(),
             device_token_sha256: sha256_hex(device_token.as_bytes()),
@@ -250,6 +243,24 @@ fn verify_device(
         return failed("SIGNATURE_INVALID", "the device signature does not verify");
     }
     Ok(())
+}
+
+/// The name a node is listed under: the one its client gives, or the first 12 characters of
+/// its device id.
+pub(crate) fn listed_name(params: &ConnectParams, device_id: &str) -> String {
+    params
+        .client
+        .display_name
+        .clone()
+        .unwrap_or_else(|| device_id.chars().take(12).collect())
+}
+
+/// The runtime a node declares in `connect`; `native` when it declares none.
+pub(crate) fn declared_runtime(params: &ConnectParams) -> String {
+    params
+        .runtime
+        .clone()
+        .unwrap_or_else(|| String::from("native"))
 }
 
 fn store_refusal(error: gatehouse_store::StoreError) -> Refusal {

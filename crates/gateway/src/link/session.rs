@@ -29,6 +29,8 @@ use crate::clock::now_ms;
 use crate::link::handshake::Admission;
 use crate::link::handshake::Refusal;
 use crate::link::handshake::admit;
+use crate::link::handshake::declared_runtime;
+use crate::link::handshake::listed_name;
 use crate::link::registry::ConnectionIdentity;
 use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
@@ -218,15 +220,8 @@ pub async fn serve(
     };
     let identity = ConnectionIdentity {
         device_id: device.id.clone(),
-        display_name: params
-            .client
-            .display_name
-            .clone()
-            .unwrap_or_else(|| device.id.chars().take(12).collect()),
-        runtime: params
-            .runtime
-            .clone()
-            .unwrap_or_else(|| String::from("native")),
+        display_name: listed_name(&params, &device.id),
+        runtime: declared_runtime(&params),
         commands: params.commands.clone(),
         workspace_root: params.workspace_root.clone(),
     };
