@@ -5,8 +5,6 @@ use std::io::BufReader;
 use std::process::Child;
 use std::process::Stdio;
 use std::sync::mpsc;
-use std::time::Duration;
-use std::time::Instant;
 
 use pretty_assertions::assert_eq;
 use serde_json::Value;
@@ -55,19 +53,7 @@ impl MockModel {
 
     /// Sends SIGTERM and waits for the exit status.
     fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "mock-model did not exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::suite::support::terminate(&mut self.child)
     }
 }
 

@@ -15,6 +15,24 @@ use std::time::Instant;
 /// How long any wait in these tests may take before the test fails.
 pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
+/// Sends SIGTERM to `child` and waits up to [`WAIT`] for its exit status.
+pub(crate) fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {} did not exit after SIGTERM",
+            child.id()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub(crate) fn gatehouse() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gatehouse"));
     // Never inherit an operator token or log settings from the developer's shell.
@@ -49,19 +67,7 @@ impl Process {
 
     /// Sends SIGTERM and waits for the exit status.
     pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "process did not exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        terminate(&mut self.child)
     }
 
     pub(crate) fn stderr(&self) -> String {
