@@ -53,7 +53,8 @@ fn mock_model(logs: &Path) -> (Process, String) {
 }
 
 /// Posts a message and waits for its turn to end.
-async fn turn(gateway: &Gateway, session: &str, text: &str) -> serde_json::Value {
+/// Posts `text` to `session`, checks the 202 and returns the turn id.
+async fn post_message(gateway: &Gateway, session: &str, text: &str) -> String {
     let response = reqwest::Client::new()
         .post(format!("{}/v1/sessions/{session}/messages", gateway.url))
         .bearer_auth(&gateway.token)
@@ -63,7 +64,12 @@ async fn turn(gateway: &Gateway, session: &str, text: &str) -> serde_json::Value
         .unwrap();
     assert_eq!(response.status(), 202);
     let body: serde_json::Value = response.json().await.unwrap();
-    let turn_id = body["turnId"].as_str().unwrap().to_owned();
+    body["turnId"].as_str().unwrap().to_owned()
+}
+
+/// Posts `text` to `session` and waits for the turn to end.
+async fn turn(gateway: &Gateway, session: &str, text: &str) -> serde_json::Value {
+    let turn_id = post_message(gateway, session, text).await;
     wait_turn(gateway, &turn_id).await
 }
 
@@ -306,22 +312,12 @@ async fn model_errors_dead_workers_and_dead_nodes_fail_the_turn_and_the_next_one
     );
 
     // Kill the worker in the middle of a hanging turn.
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/sessions/s/messages", setup.gateway.url))
-        .bearer_auth(&setup.gateway.token)
-        .json(&serde_json::json!({"text": "/hang"}))
-        .send()
-        .await
-        .unwrap();
-    let hanging: serde_json::Value = response.json().await.unwrap();
+    let hanging = post_message(&setup.gateway, "s", "/hang").await;
     let deadline = Instant::now() + WAIT;
     let pid = loop {
         let status = setup
             .gateway
-            .get_json(&format!(
-                "/v1/turns/{}",
-                hanging["turnId"].as_str().unwrap()
-            ))
+            .get_json(&format!("/v1/turns/{hanging}"))
             .await;
         let worker = workers().into_iter().find(|(_, _, env)| {
             env.iter()
@@ -339,7 +335,7 @@ async fn model_errors_dead_workers_and_dead_nodes_fail_the_turn_and_the_next_one
         rustix::process::Signal::KILL,
     )
     .unwrap();
-    let crashed = wait_turn(&setup.gateway, hanging["turnId"].as_str().unwrap()).await;
+    let crashed = wait_turn(&setup.gateway, &hanging).await;
     assert_eq!(crashed["error"]["code"], "WORKER_CRASHED", "{crashed}");
     assert_eq!(
         turn(&setup.gateway, "s", "/say back").await["reply"],
@@ -347,17 +343,10 @@ async fn model_errors_dead_workers_and_dead_nodes_fail_the_turn_and_the_next_one
     );
 
     // Kill the node in the middle of a hanging turn.
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/sessions/s/messages", setup.gateway.url))
-        .bearer_auth(&setup.gateway.token)
-        .json(&serde_json::json!({"text": "/hang"}))
-        .send()
-        .await
-        .unwrap();
-    let hanging: serde_json::Value = response.json().await.unwrap();
+    let hanging = post_message(&setup.gateway, "s", "/hang").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     setup.node.kill();
-    let lost = wait_turn(&setup.gateway, hanging["turnId"].as_str().unwrap()).await;
+    let lost = wait_turn(&setup.gateway, &hanging).await;
     assert_eq!(lost["error"]["code"], "DEPENDENCY_UNAVAILABLE", "{lost}");
     // No node: the next turn fails the same way and the Gateway does not run it itself.
     let before = reqwest::get(format!("{}/_mock/requests", setup.mock_url))

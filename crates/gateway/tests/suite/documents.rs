@@ -581,43 +581,20 @@ async fn get_when_the_node_is_unavailable_is_dependency_unavailable() {
 /// and is audited as `unknown`.
 #[tokio::test]
 async fn put_with_unknown_outcome_is_never_replayed() {
-    let gateway = gateway(FakeWorkspace::new(
-        FetchAnswer::NotFound,
-        WriteAnswer::UnknownOutcome,
-    ))
-    .await;
-    let (status, body) = gateway
-        .send(operator_request(
-            "PUT",
-            AGENTS_URI,
-            Body::from(content_body(MARKER)),
-        ))
-        .await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::SERVICE_UNAVAILABLE, Some("UNKNOWN_OUTCOME"))
-    );
-    assert_eq!(gateway.workspace.calls(), (0, 1));
-    assert_eq!(
-        audit_without_seq(&gateway).await,
-        vec![json!({
-            "actor": "operator",
-            "action": "agents.files.write",
-            "outcome": "unknown",
-            "reasonCode": "UNKNOWN_OUTCOME",
-            "details": {"agent": "main", "name": "AGENTS.md", "size": MARKER.len()},
-        })]
-    );
+    put_fails_once_and_is_audited(WriteAnswer::UnknownOutcome, "UNKNOWN_OUTCOME", "unknown").await;
 }
 
 /// An unreachable node is `503 DEPENDENCY_UNAVAILABLE` for writes, audited as `failed`.
 #[tokio::test]
 async fn put_when_the_node_is_unavailable_is_audited_as_failed() {
-    let gateway = gateway(FakeWorkspace::new(
-        FetchAnswer::NotFound,
-        WriteAnswer::Unavailable,
-    ))
-    .await;
+    put_fails_once_and_is_audited(WriteAnswer::Unavailable, "DEPENDENCY_UNAVAILABLE", "failed")
+        .await;
+}
+
+/// PUTs `AGENTS.md` against a node that answers the write with `answer`, and checks the 503 with
+/// `code`, that the write was sent exactly once (never replayed), and the one audit record.
+async fn put_fails_once_and_is_audited(answer: WriteAnswer, code: &str, outcome: &str) {
+    let gateway = gateway(FakeWorkspace::new(FetchAnswer::NotFound, answer)).await;
     let (status, body) = gateway
         .send(operator_request(
             "PUT",
@@ -627,10 +604,7 @@ async fn put_when_the_node_is_unavailable_is_audited_as_failed() {
         .await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Some("DEPENDENCY_UNAVAILABLE")
-        )
+        (StatusCode::SERVICE_UNAVAILABLE, Some(code))
     );
     assert_eq!(gateway.workspace.calls(), (0, 1));
     assert_eq!(
@@ -638,8 +612,8 @@ async fn put_when_the_node_is_unavailable_is_audited_as_failed() {
         vec![json!({
             "actor": "operator",
             "action": "agents.files.write",
-            "outcome": "failed",
-            "reasonCode": "DEPENDENCY_UNAVAILABLE",
+            "outcome": outcome,
+            "reasonCode": code,
             "details": {"agent": "main", "name": "AGENTS.md", "size": MARKER.len()},
         })]
     );

@@ -137,6 +137,21 @@ async fn post(
         .await
 }
 
+/// Posts `text` to `session` with the queue mode `mode`.
+async fn post_in_mode(
+    gateway: &TestGateway,
+    session: &str,
+    text: &str,
+    mode: &str,
+) -> (StatusCode, serde_json::Value) {
+    post(
+        gateway,
+        session,
+        serde_json::json!({"text": text, "queueMode": mode}),
+    )
+    .await
+}
+
 async fn say(gateway: &TestGateway, session: &str, text: &str) -> String {
     let (status, body) = post(gateway, session, serde_json::json!({"text": text})).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -244,18 +259,8 @@ async fn collect_merges_queued_messages_into_the_next_turn() {
     let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
     let first = say(&gateway, "s", "first").await;
     runtime.wait_started(1).await;
-    let (_, a) = post(
-        &gateway,
-        "s",
-        serde_json::json!({"text": "a", "queueMode": "collect"}),
-    )
-    .await;
-    let (_, b) = post(
-        &gateway,
-        "s",
-        serde_json::json!({"text": "b", "queueMode": "collect"}),
-    )
-    .await;
+    let (_, a) = post_in_mode(&gateway, "s", "a", "collect").await;
+    let (_, b) = post_in_mode(&gateway, "s", "b", "collect").await;
     assert_eq!(a["turnId"], b["turnId"]);
     runtime.release(2);
     assert_eq!(wait_turn(&gateway, &first).await["status"], "completed");
@@ -270,12 +275,7 @@ async fn interrupt_aborts_the_running_turn_first() {
     let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
     let first = say(&gateway, "s", "long").await;
     runtime.wait_started(1).await;
-    let (status, second) = post(
-        &gateway,
-        "s",
-        serde_json::json!({"text": "now", "queueMode": "interrupt"}),
-    )
-    .await;
+    let (status, second) = post_in_mode(&gateway, "s", "now", "interrupt").await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let aborted = wait_turn(&gateway, &first).await;
     assert_eq!(aborted["status"], "aborted");
@@ -293,12 +293,7 @@ async fn steer_reaches_the_running_turn_when_the_runtime_supports_it() {
     let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
     let first = say(&gateway, "s", "start").await;
     runtime.wait_started(1).await;
-    let (_, steered) = post(
-        &gateway,
-        "s",
-        serde_json::json!({"text": "also this", "queueMode": "steer"}),
-    )
-    .await;
+    let (_, steered) = post_in_mode(&gateway, "s", "also this", "steer").await;
     assert_eq!(steered["turnId"], first.as_str());
     // Give the runtime a moment to read the steered text before releasing it.
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -316,12 +311,7 @@ async fn steer_without_runtime_support_is_a_followup() {
     let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
     let first = say(&gateway, "s", "start").await;
     runtime.wait_started(1).await;
-    let (_, steered) = post(
-        &gateway,
-        "s",
-        serde_json::json!({"text": "later", "queueMode": "steer"}),
-    )
-    .await;
+    let (_, steered) = post_in_mode(&gateway, "s", "later", "steer").await;
     assert_ne!(steered["turnId"], first.as_str());
     runtime.release(2);
     assert_eq!(

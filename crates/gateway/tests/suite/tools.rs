@@ -46,6 +46,16 @@ fn call(tool: &str, session: &str, turn: &str) -> GatewayToolParams {
     }
 }
 
+/// Calls `tool` from node `dev` for `session`/`turn` and returns the refusal's code; panics if
+/// the call succeeds.
+async fn refusal(tools: &GatewayTools, tool: &str, session: &str, turn: &str) -> String {
+    tools
+        .call("dev", &call(tool, session, turn))
+        .await
+        .unwrap_err()
+        .code
+}
+
 #[tokio::test]
 async fn session_status_runs_for_a_running_turn_only() {
     let (_dir, store, tools) = setup(Vec::new()).await;
@@ -53,11 +63,7 @@ async fn session_status_runs_for_a_running_turn_only() {
     assert_eq!(names, vec!["session_status".to_owned()]);
     // Queued, not running yet: refused.
     assert_eq!(
-        tools
-            .call("dev", &call("session_status", "s", "t1"))
-            .await
-            .unwrap_err()
-            .code,
+        refusal(&tools, "session_status", "s", "t1").await,
         "INVALID_REQUEST"
     );
     store.claim_next_turn("s", 2).await.unwrap().unwrap();
@@ -76,21 +82,10 @@ async fn session_status_runs_for_a_running_turn_only() {
     );
     // Another session's turn id, or an unknown tool, is refused.
     assert_eq!(
-        tools
-            .call("dev", &call("session_status", "other", "t1"))
-            .await
-            .unwrap_err()
-            .code,
+        refusal(&tools, "session_status", "other", "t1").await,
         "INVALID_REQUEST"
     );
-    assert_eq!(
-        tools
-            .call("dev", &call("exec", "s", "t1"))
-            .await
-            .unwrap_err()
-            .code,
-        "POLICY_DENIED"
-    );
+    assert_eq!(refusal(&tools, "exec", "s", "t1").await, "POLICY_DENIED");
     let audit = store.audit_after(0, 100).await.unwrap();
     let outcomes: Vec<(&str, Option<&str>)> = audit
         .iter()
@@ -118,11 +113,7 @@ async fn a_denied_tool_is_neither_offered_nor_run() {
     assert!(tools.offered().is_empty());
     store.claim_next_turn("s", 2).await.unwrap().unwrap();
     assert_eq!(
-        tools
-            .call("dev", &call("session_status", "s", "t1"))
-            .await
-            .unwrap_err()
-            .code,
+        refusal(&tools, "session_status", "s", "t1").await,
         "POLICY_DENIED"
     );
 }
