@@ -329,18 +329,8 @@ async fn validation_matrix_rejects_before_any_node_call() {
 /// The error body always has the documented shape, with a message.
 #[tokio::test]
 async fn rejection_has_the_error_shape() {
-    let gateway = gateway(FakeWorkspace::new(
-        FetchAnswer::NotFound,
-        WriteAnswer::Confirmed,
-    ))
-    .await;
-    let (status, body) = gateway
-        .send(operator_request(
-            "PUT",
-            AGENTS_URI,
-            Body::from(r#"{"content":"\ud800"}"#),
-        ))
-        .await;
+    let gateway = writable_gateway().await;
+    let (status, body) = put_document(&gateway, AGENTS_URI, r#"{"content":"\ud800"}"#).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(
         body,
@@ -363,11 +353,7 @@ async fn put_at_the_content_limit_writes_once_with_replace() {
     ];
     for content in contents {
         assert_eq!(content.len(), 16384);
-        let gateway = gateway(FakeWorkspace::new(
-            FetchAnswer::NotFound,
-            WriteAnswer::Confirmed,
-        ))
-        .await;
+        let gateway = writable_gateway().await;
         let mut request = operator_request(
             "PUT",
             "/v1/agents/main/files/SOUL.md",
@@ -396,18 +382,13 @@ async fn put_at_the_content_limit_writes_once_with_replace() {
 /// A surrogate pair escape is well-formed and is written as its character.
 #[tokio::test]
 async fn put_accepts_a_surrogate_pair_escape() {
-    let gateway = gateway(FakeWorkspace::new(
-        FetchAnswer::NotFound,
-        WriteAnswer::Confirmed,
-    ))
+    let gateway = writable_gateway().await;
+    let (status, body) = put_document(
+        &gateway,
+        "/v1/agents/main/files/USER.md",
+        r#"{"content":"\ud83d\ude00"}"#,
+    )
     .await;
-    let (status, body) = gateway
-        .send(operator_request(
-            "PUT",
-            "/v1/agents/main/files/USER.md",
-            Body::from(r#"{"content":"\ud83d\ude00"}"#),
-        ))
-        .await;
     assert_eq!(
         (status, body),
         (StatusCode::OK, json!({"name": "USER.md", "size": 4}))
@@ -421,20 +402,10 @@ async fn put_accepts_a_surrogate_pair_escape() {
 /// A body of exactly 48 KiB (here, padded with JSON whitespace) is accepted.
 #[tokio::test]
 async fn put_accepts_a_body_of_exactly_48_kib() {
-    let gateway = gateway(FakeWorkspace::new(
-        FetchAnswer::NotFound,
-        WriteAnswer::Confirmed,
-    ))
-    .await;
+    let gateway = writable_gateway().await;
     let mut raw = br#"{"content":"hi"}"#.to_vec();
     raw.resize(49152, b' ');
-    let (status, body) = gateway
-        .send(operator_request(
-            "PUT",
-            "/v1/agents/main/files/IDENTITY.md",
-            Body::from(raw),
-        ))
-        .await;
+    let (status, body) = put_document(&gateway, "/v1/agents/main/files/IDENTITY.md", raw).await;
     assert_eq!(
         (status, body),
         (StatusCode::OK, json!({"name": "IDENTITY.md", "size": 2}))
@@ -475,11 +446,7 @@ async fn get_returns_the_document() {
 /// A missing file is `404 NOT_FOUND`.
 #[tokio::test]
 async fn get_of_a_missing_file_is_not_found() {
-    let gateway = gateway(FakeWorkspace::new(
-        FetchAnswer::NotFound,
-        WriteAnswer::Confirmed,
-    ))
-    .await;
+    let gateway = writable_gateway().await;
     let (status, body) = gateway
         .send(operator_request("GET", AGENTS_URI, Body::empty()))
         .await;
@@ -595,13 +562,7 @@ async fn put_when_the_node_is_unavailable_is_audited_as_failed() {
 /// `code`, that the write was sent exactly once (never replayed), and the one audit record.
 async fn put_fails_once_and_is_audited(answer: WriteAnswer, code: &str, outcome: &str) {
     let gateway = gateway(FakeWorkspace::new(FetchAnswer::NotFound, answer)).await;
-    let (status, body) = gateway
-        .send(operator_request(
-            "PUT",
-            AGENTS_URI,
-            Body::from(content_body(MARKER)),
-        ))
-        .await;
+    let (status, body) = put_document(&gateway, AGENTS_URI, content_body(MARKER)).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
         (StatusCode::SERVICE_UNAVAILABLE, Some(code))
@@ -628,13 +589,7 @@ async fn audit_trail_never_holds_content() {
         WriteAnswer::Confirmed,
     ))
     .await;
-    let (status, _) = gateway
-        .send(operator_request(
-            "PUT",
-            AGENTS_URI,
-            Body::from(content_body(MARKER)),
-        ))
-        .await;
+    let (status, _) = put_document(&gateway, AGENTS_URI, content_body(MARKER)).await;
     assert_eq!(status, StatusCode::OK);
     let (status, body) = gateway
         .send(operator_request("GET", AGENTS_URI, Body::empty()))
@@ -659,13 +614,12 @@ async fn audit_trail_never_holds_content() {
         .insert("sec-fetch-site", "Cross-Site".parse().unwrap());
     let (status, _) = gateway.send(cross_site_get).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    let (status, _) = gateway
-        .send(operator_request(
-            "PUT",
-            AGENTS_URI,
-            Body::from(format!(r#"{{"content":"{MARKER}","extra":1}}"#)),
-        ))
-        .await;
+    let (status, _) = put_document(
+        &gateway,
+        AGENTS_URI,
+        format!(r#"{{"content":"{MARKER}","extra":1}}"#),
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 
     let events = audit_without_seq(&gateway).await;
@@ -701,6 +655,26 @@ async fn audit_trail_never_holds_content() {
 }
 
 /// Returns the audit trail without the fields that change from run to run.
+/// A Gateway whose node has no document yet and confirms every write.
+async fn writable_gateway() -> TestGateway {
+    gateway(FakeWorkspace::new(
+        FetchAnswer::NotFound,
+        WriteAnswer::Confirmed,
+    ))
+    .await
+}
+
+/// Sends an operator `PUT` of `body` to `uri`.
+async fn put_document(
+    gateway: &TestGateway,
+    uri: &str,
+    body: impl Into<Body>,
+) -> (StatusCode, serde_json::Value) {
+    gateway
+        .send(operator_request("PUT", uri, body.into()))
+        .await
+}
+
 async fn audit_without_seq(gateway: &TestGateway) -> Vec<serde_json::Value> {
     let mut events = gateway.audit_events().await;
     for event in &mut events {

@@ -152,6 +152,16 @@ async fn post_in_mode(
     .await
 }
 
+/// Opens the SSE response at `uri` without reading it.
+async fn open_events(gateway: &TestGateway, uri: &str) -> axum::response::Response {
+    gateway
+        .router
+        .clone()
+        .oneshot(operator_request("GET", uri, Body::empty()))
+        .await
+        .unwrap()
+}
+
 async fn say(gateway: &TestGateway, session: &str, text: &str) -> String {
     let (status, body) = post(gateway, session, serde_json::json!({"text": text})).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -500,16 +510,7 @@ async fn the_event_stream_resumes_after_a_seq_and_streams_deltas_live() {
     let first = say(&gateway, "s", "one").await;
     runtime.release(1);
     wait_turn(&gateway, &first).await;
-    let stream = gateway
-        .router
-        .clone()
-        .oneshot(operator_request(
-            "GET",
-            "/v1/sessions/s/events",
-            Body::empty(),
-        ))
-        .await
-        .unwrap();
+    let stream = open_events(&gateway, "/v1/sessions/s/events").await;
     let all = read_events(stream.into_body(), 4).await;
     let kinds: Vec<&str> = all.iter().map(|(kind, _)| kind.as_str()).collect();
     assert_eq!(
@@ -527,16 +528,7 @@ async fn the_event_stream_resumes_after_a_seq_and_streams_deltas_live() {
         .collect();
     assert_eq!(seqs, vec![1, 2, 3, 4]);
     // Resume after seq 2, then watch a second turn live, deltas included.
-    let resumed = gateway
-        .router
-        .clone()
-        .oneshot(operator_request(
-            "GET",
-            "/v1/sessions/s/events?after=2",
-            Body::empty(),
-        ))
-        .await
-        .unwrap();
+    let resumed = open_events(&gateway, "/v1/sessions/s/events?after=2").await;
     let second = say(&gateway, "s", "two").await;
     runtime.wait_started(2).await;
     runtime.release(1);
@@ -565,16 +557,7 @@ async fn a_slow_event_client_is_dropped_with_a_clear_last_event_and_turns_go_on(
     let gateway = gateway(workspace()).await;
     say(&gateway, "s", "warm up").await;
     // Open the stream and do not read it while many events are produced.
-    let stream = gateway
-        .router
-        .clone()
-        .oneshot(operator_request(
-            "GET",
-            "/v1/sessions/s/events",
-            Body::empty(),
-        ))
-        .await
-        .unwrap();
+    let stream = open_events(&gateway, "/v1/sessions/s/events").await;
     let mut last_turn = String::new();
     for index in 0..500 {
         last_turn = say(&gateway, "s", &format!("message {index}")).await;
