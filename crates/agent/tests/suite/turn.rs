@@ -28,6 +28,15 @@ use crate::suite::support::run;
 use crate::suite::support::tool_line;
 use crate::suite::support::wait_until;
 
+/// A turn with no system prompt and no history.
+fn bare_request(user_texts: Vec<String>) -> TurnRequest {
+    TurnRequest {
+        system: String::new(),
+        history: Vec::new(),
+        user_texts,
+    }
+}
+
 #[tokio::test]
 async fn say_streams_the_reply_in_several_deltas() {
     let session = Session::new();
@@ -186,11 +195,7 @@ async fn a_model_that_never_stops_hits_the_step_limit() {
     let session = Session::new();
     let ctx = session.files_only();
     let model = LoopingModel::default();
-    let request = TurnRequest {
-        system: String::new(),
-        history: Vec::new(),
-        user_texts: vec![String::from("go")],
-    };
+    let request = bare_request(vec![String::from("go")]);
     let mut n_tool_runs = 0;
     let result = tokio::time::timeout(
         WAIT_LIMIT,
@@ -223,13 +228,9 @@ async fn cancelling_stops_the_model_stream() {
     let session = Session::new();
     let ctx = session.files_only();
     let cancel = CancellationToken::new();
-    let request = TurnRequest {
-        system: String::new(),
-        history: Vec::new(),
-        user_texts: vec![String::from(
-            "/slow 200 one two three four five six seven eight",
-        )],
-    };
+    let request = bare_request(vec![String::from(
+        "/slow 200 one two three four five six seven eight",
+    )]);
     let mut deltas = Vec::new();
     let canceller = cancel.clone();
     let result = tokio::time::timeout(
@@ -263,11 +264,7 @@ async fn cancelling_kills_a_running_command() {
     let ctx = session.sandboxed();
     let cancel = CancellationToken::new();
     let line = tool_line("exec", &json!({"command": "sleep 4246 & sleep 4246"}));
-    let request = TurnRequest {
-        system: String::new(),
-        history: Vec::new(),
-        user_texts: vec![line],
-    };
+    let request = bare_request(vec![line]);
     let canceller = cancel.clone();
     let cancel_when_running = tokio::spawn(async move {
         wait_until("the command runs", || {
@@ -301,11 +298,7 @@ async fn cancelling_kills_a_running_command() {
 async fn several_user_texts_are_one_turn() {
     let session = Session::new();
     let ctx = session.files_only();
-    let request = TurnRequest {
-        system: String::new(),
-        history: Vec::new(),
-        user_texts: vec![String::from("first"), String::from("/say second")],
-    };
+    let request = bare_request(vec![String::from("first"), String::from("/say second")]);
     let output = tokio::time::timeout(
         WAIT_LIMIT,
         gatehouse_agent::run_turn(
