@@ -40,17 +40,22 @@ async fn open() -> (tempfile::TempDir, SqliteStore) {
     (dir, store)
 }
 
-#[tokio::test]
-async fn a_setup_code_enrolls_exactly_once() {
-    let (_dir, store) = open().await;
+/// Inserts the setup code with hash `h`, created at 0 and expiring at `expires_at_ms`.
+async fn insert_code(store: &SqliteStore, expires_at_ms: i64) {
     store
         .insert_setup_code(&NewSetupCode {
             token_sha256: "h".into(),
             created_at_ms: 0,
-            expires_at_ms: 100,
+            expires_at_ms,
         })
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_setup_code_enrolls_exactly_once() {
+    let (_dir, store) = open().await;
+    insert_code(&store, 100).await;
     let enroll = |now_ms| Enrollment {
         token_sha256: "h".into(),
         now_ms,
@@ -80,14 +85,7 @@ async fn a_setup_code_enrolls_exactly_once() {
 #[tokio::test]
 async fn an_expired_code_is_refused_and_stays_unused() {
     let (_dir, store) = open().await;
-    store
-        .insert_setup_code(&NewSetupCode {
-            token_sha256: "h".into(),
-            created_at_ms: 0,
-            expires_at_ms: 100,
-        })
-        .await
-        .unwrap();
+    insert_code(&store, 100).await;
     let late = Enrollment {
         token_sha256: "h".into(),
         now_ms: 100,
@@ -104,14 +102,7 @@ async fn an_expired_code_is_refused_and_stays_unused() {
 async fn concurrent_enrollments_with_one_code_enroll_one_node() {
     let (_dir, store) = open().await;
     let store = Arc::new(store);
-    store
-        .insert_setup_code(&NewSetupCode {
-            token_sha256: "h".into(),
-            created_at_ms: 0,
-            expires_at_ms: i64::MAX,
-        })
-        .await
-        .unwrap();
+    insert_code(&store, i64::MAX).await;
     let mut tasks = Vec::new();
     for index in 0..16 {
         let store = Arc::clone(&store);
@@ -142,14 +133,7 @@ async fn node_updates_and_audit_round_trip_and_survive_reopen() {
     let path = dir.path().join("gateway.db");
     {
         let store = SqliteStore::open(&path).await.unwrap();
-        store
-            .insert_setup_code(&NewSetupCode {
-                token_sha256: "h".into(),
-                created_at_ms: 0,
-                expires_at_ms: 100,
-            })
-            .await
-            .unwrap();
+        insert_code(&store, 100).await;
         store
             .enroll_node(&Enrollment {
                 token_sha256: "h".into(),
