@@ -28,6 +28,13 @@ fn stderr(output: &Output) -> String {
     String::from_utf8(output.stderr.clone()).unwrap()
 }
 
+/// Runs `gatehouse node health` on `root`, checks that it exits 1 and returns its stderr.
+fn health_fails(root: &Path, extra: &[&str]) -> String {
+    let output = health(root, extra);
+    assert_eq!(output.status.code(), Some(1), "{extra:?}");
+    stderr(&output)
+}
+
 /// Writes `root/node/status.json` as the node host would.
 fn write_status(root: &Path, connected: bool, updated_at_ms: i64) {
     let node_dir = root.join("node");
@@ -83,9 +90,7 @@ impl Drop for KillOnDrop {
 fn health_without_a_status_file_exits_1_with_a_reason() {
     let root = tempfile::tempdir().unwrap();
     for extra in [&[][..], &["--ready"]] {
-        let output = health(root.path(), extra);
-        assert_eq!(output.status.code(), Some(1), "{extra:?}");
-        let text = stderr(&output);
+        let text = health_fails(root.path(), extra);
         assert!(text.contains("no node status at "), "{text}");
         assert_eq!(text.lines().count(), 1, "{text}");
     }
@@ -113,9 +118,7 @@ fn health_on_a_disconnected_status_is_live_but_not_ready() {
     write_status(root.path(), false, now_ms());
     let output = health(root.path(), &[]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let output = health(root.path(), &["--ready"]);
-    assert_eq!(output.status.code(), Some(1));
-    let text = stderr(&output);
+    let text = health_fails(root.path(), &["--ready"]);
     assert!(text.contains("not connected"), "{text}");
     assert!(text.contains("CONNECT_FAILED"), "{text}");
 }
@@ -126,15 +129,13 @@ fn health_on_a_stale_status_exits_1() {
     // Too old to be ready, young enough to be live.
     write_status(root.path(), true, now_ms() - 45_000);
     assert_eq!(health(root.path(), &[]).status.code(), Some(0));
-    let output = health(root.path(), &["--ready"]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("stale"), "{}", stderr(&output));
+    let text = health_fails(root.path(), &["--ready"]);
+    assert!(text.contains("stale"), "{text}");
     // Too old for either.
     write_status(root.path(), true, now_ms() - 120_000);
     for extra in [&[][..], &["--ready"]] {
-        let output = health(root.path(), extra);
-        assert_eq!(output.status.code(), Some(1), "{extra:?}");
-        assert!(stderr(&output).contains("stale"), "{}", stderr(&output));
+        let text = health_fails(root.path(), extra);
+        assert!(text.contains("stale"), "{text}");
     }
 }
 
@@ -176,23 +177,13 @@ fn health_refuses_a_symlinked_status_file_or_node_directory() {
         root.path().join("node/status.json"),
     )
     .unwrap();
-    let output = health(root.path(), &[]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr(&output).contains("symbolic link"),
-        "{}",
-        stderr(&output)
-    );
+    let text = health_fails(root.path(), &[]);
+    assert!(text.contains("symbolic link"), "{text}");
 
     let root = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(elsewhere.path().join("node"), root.path().join("node")).unwrap();
-    let output = health(root.path(), &[]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr(&output).contains("symbolic link"),
-        "{}",
-        stderr(&output)
-    );
+    let text = health_fails(root.path(), &[]);
+    assert!(text.contains("symbolic link"), "{text}");
 }
 
 #[test]
@@ -200,13 +191,8 @@ fn health_on_an_unparseable_status_exits_1() {
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir(root.path().join("node")).unwrap();
     std::fs::write(root.path().join("node/status.json"), "{\"connected\":").unwrap();
-    let output = health(root.path(), &[]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr(&output).contains("not a node status"),
-        "{}",
-        stderr(&output)
-    );
+    let text = health_fails(root.path(), &[]);
+    assert!(text.contains("not a node status"), "{text}");
 }
 
 #[test]
