@@ -4,6 +4,7 @@
 //! Benchmarks measure; they never assert on time. Each prints its target next to the figure so a
 //! reader can judge, and `--json` gives the same figures to a script.
 
+mod codex;
 mod fsops;
 mod gateway;
 mod link;
@@ -32,6 +33,9 @@ enum BenchTarget {
     Turn(turn::TurnArgs),
     /// `file.fetch` round trips and throughput over a real Gateway and node on loopback.
     Link(link::LinkArgs),
+    /// `/say hi` Codex turns through Gateway → relay → app-server, against the same app-server
+    /// driven directly over stdio.
+    Codex(codex::CodexArgs),
 }
 
 /// Runs `gatehouse bench`.
@@ -41,6 +45,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchTarget::Link(link_args) => link::run(&link_args)?,
         BenchTarget::Gateway(gateway_args) => gateway::run(&gateway_args)?,
         BenchTarget::Turn(turn_args) => turn::run(&turn_args)?,
+        BenchTarget::Codex(codex_args) => codex::run(&codex_args)?,
     };
     match args.json {
         true => crate::output::json(&report.to_json()),

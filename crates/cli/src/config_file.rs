@@ -21,6 +21,9 @@ pub(crate) struct GatewayFile {
     pub(crate) public_url: Option<String>,
     pub(crate) max_concurrent_turns: Option<usize>,
     pub(crate) media_max_bytes: Option<u64>,
+    pub(crate) runtime: Option<String>,
+    pub(crate) codex_command_approval: Option<String>,
+    pub(crate) codex_file_approval: Option<String>,
 }
 
 /// `gatehouse node --config`.
@@ -39,6 +42,7 @@ pub(crate) struct NodeFile {
     pub(crate) allow_unsandboxed_exec: Option<bool>,
     pub(crate) deny_tools: Option<Vec<String>>,
     pub(crate) exec_timeout_seconds: Option<u64>,
+    pub(crate) codex_bin: Option<PathBuf>,
 }
 
 /// Reads `path` as `T`; `None` reads nothing and gives the defaults.

@@ -29,7 +29,15 @@ use crate::exit::UsageError;
 /// Starts the Gateway; a configuration problem (an address in use, an unusable state
 /// directory) becomes a usage error.
 pub(crate) async fn start_gateway(config: GatewayConfig) -> anyhow::Result<RunningGateway> {
-    match gatehouse_gateway::start(config, gatehouse_gateway::Extensions::default()).await {
+    start_gateway_with(config, gatehouse_gateway::Extensions::default()).await
+}
+
+/// Starts the Gateway with `extensions` (for example the Codex runtime), like [`start_gateway`].
+pub(crate) async fn start_gateway_with(
+    config: GatewayConfig,
+    extensions: gatehouse_gateway::Extensions,
+) -> anyhow::Result<RunningGateway> {
+    match gatehouse_gateway::start(config, extensions).await {
         Ok(running) => Ok(running),
         Err(error) if error.is_config_error() => Err(anyhow::Error::new(UsageError::new(format!(
             "{:#}",

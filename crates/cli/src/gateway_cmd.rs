@@ -23,8 +23,21 @@ pub(crate) struct GatewayArgs {
     /// header of the request that issues the code).
     #[arg(long, env = "GATEHOUSE_PUBLIC_URL")]
     public_url: Option<String>,
+    /// The Harness runtime turns run on: `native` (default) or `codex`. The Gateway holds no
+    /// model configuration either way.
+    #[arg(long, env = "GATEHOUSE_RUNTIME")]
+    runtime: Option<String>,
+    /// How Codex command approvals are answered: `accept` (default), `accept-for-session` or
+    /// `decline`. Every decision is audited.
+    #[arg(long)]
+    codex_command_approval: Option<String>,
+    /// How Codex file-change approvals are answered: `accept` (default), `accept-for-session`
+    /// or `decline`.
+    #[arg(long)]
+    codex_file_approval: Option<String>,
     /// A TOML file with the same settings in kebab-case (`state`, `listen`, `public-url`,
-    /// `max-concurrent-turns`, `media-max-bytes`); flags and their variables win over it.
+    /// `max-concurrent-turns`, `media-max-bytes`, `runtime`, `codex-command-approval`,
+    /// `codex-file-approval`); flags and their variables win over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The interval of keep-alive ticks on node links, in milliseconds.
@@ -52,9 +65,32 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     }
     config.tick_interval = Duration::from_millis(args.tick_interval_ms.max(100));
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
+    let extensions = match args.runtime.or(file.runtime).as_deref() {
+        None | Some("native") => gatehouse_gateway::Extensions::default(),
+        Some("codex") => {
+            let command = args.codex_command_approval.or(file.codex_command_approval);
+            let file_change = args.codex_file_approval.or(file.codex_file_approval);
+            crate::codex_setup::gateway_extensions(gatehouse_codex::runtime::CodexConfig {
+                command_approval: crate::codex_setup::approval(
+                    "--codex-command-approval",
+                    command.as_deref(),
+                )?,
+                file_change_approval: crate::codex_setup::approval(
+                    "--codex-file-approval",
+                    file_change.as_deref(),
+                )?,
+                ..gatehouse_codex::runtime::CodexConfig::default()
+            })
+        }
+        Some(other) => {
+            return Err(
+                UsageError::new(format!("--runtime {other:?}: use native or codex")).into(),
+            );
+        }
+    };
     let runtime = crate::signals::runtime()?;
     runtime.block_on(async move {
-        let running = crate::embedded::start_gateway(config).await?;
+        let running = crate::embedded::start_gateway_with(config, extensions).await?;
         crate::embedded::announce(&running, "gatehouse gateway");
         crate::signals::shutdown_signal().await;
         tracing::info!("shutting down");

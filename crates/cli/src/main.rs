@@ -3,6 +3,7 @@
 
 mod bench;
 mod chat_cmd;
+mod codex_setup;
 mod config_file;
 mod deploy_cmd;
 mod embedded;

@@ -84,6 +84,10 @@ pub(crate) struct NodeArgs {
     /// The longest an `exec` tool call may run, in seconds (default 1800).
     #[arg(long)]
     exec_timeout_seconds: Option<u64>,
+    /// The `codex` executable for `--runtime codex` (default: `$GATEHOUSE_CODEX_BIN`, else
+    /// `codex` on PATH). Tested with @openai/codex 0.171.0.
+    #[arg(long, value_name = "PATH")]
+    codex_bin: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -132,6 +136,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         allow_unsandboxed_exec,
         deny_tools,
         exec_timeout_seconds,
+        codex_bin,
     } = args;
     if let Some(NodeCommand::Health(health_args)) = command {
         return Ok(run_health(&health_args));
@@ -217,10 +222,25 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         denied_tools: deny_tools,
         exec_timeout_seconds,
     };
-    let runtime_config = RuntimeConfig {
-        model,
-        scratch,
-        workers: Some(workers),
+    let codex_bin = codex_bin.or(file.codex_bin);
+    let runtime_config = match runtime {
+        Runtime::Native => RuntimeConfig {
+            model,
+            scratch,
+            workers: Some(workers),
+            codex: None,
+        },
+        // The companion file node: workspace commands and the Codex relay, no workers.
+        Runtime::Codex => RuntimeConfig {
+            codex: Some(crate::codex_setup::node_settings(
+                &model,
+                codex_bin.as_deref(),
+                true,
+            )?),
+            model,
+            scratch,
+            workers: None,
+        },
     };
     tracing::debug!(capacity, "starting the node host");
     let async_runtime = crate::signals::runtime().context("cannot start the async runtime")?;

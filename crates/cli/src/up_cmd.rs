@@ -54,6 +54,10 @@ pub(crate) struct UpArgs {
     /// The longest an `exec` tool call may run, in seconds.
     #[arg(long, default_value_t = gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS)]
     exec_timeout_seconds: u64,
+    /// The `codex` executable for `--runtime codex` (default: `$GATEHOUSE_CODEX_BIN`, else
+    /// `codex` on PATH).
+    #[arg(long, value_name = "PATH")]
+    codex_bin: Option<PathBuf>,
 }
 
 /// The `--runtime` values.
@@ -111,7 +115,18 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
         RuntimeArg::Codex => Runtime::Codex,
     };
     crate::signals::runtime()?.block_on(async move {
-        let running = crate::embedded::start_gateway(config).await?;
+        let send_key = !matches!(model, ModelSpec::Mock);
+        let (extensions, codex_model) = match runtime {
+            Runtime::Native => (gatehouse_gateway::Extensions::default(), None),
+            Runtime::Codex => {
+                let codex_model = codex_model(&model, &args.model_key_env).await?;
+                let extensions = crate::codex_setup::gateway_extensions(
+                    gatehouse_codex::runtime::CodexConfig::default(),
+                );
+                (extensions, Some(codex_model))
+            }
+        };
+        let running = crate::embedded::start_gateway_with(config, extensions).await?;
         let workers = WorkerSettings {
             program: std::env::current_exe()?,
             capacity: args.capacity as usize,
@@ -125,10 +140,23 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             exec_timeout_seconds: args.exec_timeout_seconds,
         };
         let shutdown = CancellationToken::new();
-        let runtime_config = RuntimeConfig {
-            model,
-            scratch: None,
-            workers: Some(workers),
+        let runtime_config = match codex_model {
+            None => RuntimeConfig {
+                model,
+                scratch: None,
+                workers: Some(workers),
+                codex: None,
+            },
+            Some(codex_model) => RuntimeConfig {
+                codex: Some(crate::codex_setup::node_settings(
+                    &codex_model,
+                    args.codex_bin.as_deref(),
+                    send_key,
+                )?),
+                model: codex_model,
+                scratch: None,
+                workers: None,
+            },
         };
         let node = crate::embedded::start_node(
             &running,
@@ -177,6 +205,27 @@ fn model_and_line(model: &str, key_env: &str) -> anyhow::Result<(ModelSpec, Stri
         Some(key_env) => format!("model: {spec} (key from ${key_env})"),
     };
     Ok((spec, line))
+}
+
+/// Returns the model Codex calls: `model` itself, or for the mock a loopback mock-model server
+/// started in this process (Codex speaks only HTTP).
+async fn codex_model(model: &ModelSpec, key_env: &str) -> anyhow::Result<ModelSpec> {
+    if !matches!(model, ModelSpec::Mock) {
+        return Ok(model.clone());
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(error) = gatehouse_mockmodel::serve(listener, std::future::pending()).await {
+            tracing::error!(error = %error, "the loopback mock model stopped");
+        }
+    });
+    let spec = format!(
+        "openai-responses:http://{addr}/v1:{}",
+        crate::codex_setup::MOCK_CODEX_MODEL
+    );
+    // The mock needs no key; Codex sends whatever the variable holds.
+    Ok(ModelSpec::parse(&spec, key_env).map_err(|error| UsageError::new(error.to_string()))?)
 }
 
 /// Deletes the one-time code once the node has saved its device token.

@@ -14,9 +14,9 @@
 //! The Pods run the real commands, and nothing else:
 //!
 //! - the Gateway runs `gatehouse gateway`, configured through the variables the binary reads
-//!   (`GATEHOUSE_STATE_DIR`, `GATEHOUSE_LISTEN`, `GATEHOUSE_PUBLIC_URL`, `GATEHOUSE_TOKEN`). Its
-//!   one port, [`GATEWAY_PORT`], serves the operator API, `/healthz`, `/readyz`, `/metrics` and
-//!   the node WebSocket `/node`. The memory embedder variables are read by the memory feature;
+//!   (`GATEHOUSE_STATE_DIR`, `GATEHOUSE_LISTEN`, `GATEHOUSE_PUBLIC_URL`, `GATEHOUSE_RUNTIME`,
+//!   `GATEHOUSE_TOKEN`). Its one port, [`GATEWAY_PORT`], serves the operator API, `/healthz`,
+//!   `/readyz`, `/metrics` and the node WebSocket `/node`. The memory embedder variables are read by the memory feature;
 //! - the Harness runs `gatehouse node` with every setting as a flag, and the model credential in
 //!   the variable named by `--model-key-env` ([`MODEL_KEY_ENV`]). It listens on no port, so its
 //!   probes run `gatehouse node health` in the container instead of calling HTTP;
@@ -582,6 +582,7 @@ impl<'a> Context<'a> {
             env_value("GATEHOUSE_STATE_DIR", GATEWAY_STATE_DIR),
             env_value("GATEHOUSE_LISTEN", &format!("0.0.0.0:{GATEWAY_PORT}")),
             env_value("GATEHOUSE_PUBLIC_URL", &self.gateway_url()),
+            env_value("GATEHOUSE_RUNTIME", self.installation.topology().runtime()),
         ];
         env.extend(self.gateway_secret_env());
         env

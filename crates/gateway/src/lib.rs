@@ -135,6 +135,29 @@ pub struct Extensions {
     /// The runtime that runs turns; `None` runs them on the enrolled node's native runtime
     /// (`agent.turn`), failing each turn with `DEPENDENCY_UNAVAILABLE` while no node serves it.
     pub runtime: Option<Arc<dyn TurnRuntime>>,
+    /// Builds the runtime from the Gateway's parts, for runtimes that need them (Codex). Used
+    /// when `runtime` is `None`.
+    pub runtime_factory: Option<RuntimeFactory>,
+}
+
+/// Builds a [`TurnRuntime`] from the Gateway's parts.
+pub type RuntimeFactory = Box<dyn FnOnce(RuntimeParts) -> Arc<dyn TurnRuntime> + Send>;
+
+/// The Gateway's parts a runtime may use.
+#[derive(Clone)]
+pub struct RuntimeParts {
+    /// The connected nodes.
+    pub registry: Arc<NodeRegistry>,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The media store.
+    pub media: Arc<gatehouse_media::MediaStore>,
+    /// The Gateway-provided tools and their policy.
+    pub tools: Arc<tools::GatewayTools>,
+    /// The audit trail.
+    pub audit: Audit,
+    /// The Harness workspace, through the enrolled node.
+    pub workspace: Arc<dyn WorkspaceAccess>,
 }
 
 /// A failure to start the Gateway.
@@ -255,15 +278,26 @@ pub async fn start(
         Arc::clone(&workspace),
         Arc::clone(&media),
     ));
-    let runtime = extensions.runtime.unwrap_or_else(|| {
-        Arc::new(turns::node_runtime::NodeRuntime::new(
-            Arc::clone(&registry),
-            Arc::clone(&store),
-            Arc::clone(&media),
-            Arc::clone(&tools),
-            turns::node_runtime::DEFAULT_TURN_TIMEOUT,
-        ))
-    });
+    let parts = RuntimeParts {
+        registry: Arc::clone(&registry),
+        store: Arc::clone(&store),
+        media: Arc::clone(&media),
+        tools: Arc::clone(&tools),
+        audit: audit.clone(),
+        workspace: Arc::clone(&workspace),
+    };
+    let runtime = extensions
+        .runtime
+        .unwrap_or_else(|| match extensions.runtime_factory {
+            Some(factory) => factory(parts),
+            None => Arc::new(turns::node_runtime::NodeRuntime::new(
+                Arc::clone(&registry),
+                Arc::clone(&store),
+                Arc::clone(&media),
+                Arc::clone(&tools),
+                turns::node_runtime::DEFAULT_TURN_TIMEOUT,
+            )),
+        });
     let turns = TurnEngine::new(
         Arc::clone(&store),
         Arc::clone(&hub),

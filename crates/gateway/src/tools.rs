@@ -20,6 +20,33 @@ use crate::audit::Audit;
 /// `session_status`: the state of the caller's session.
 pub const SESSION_STATUS: &str = "session_status";
 
+/// Gateway-local tools that are never offered to a Codex agent as dynamic tools: they would act
+/// on the Gateway's own host (files, shells, processes, its configuration), while Codex's native
+/// tools already act in the Harness. The list of the original system, with our tool names.
+pub const CODEX_EXCLUDED_TOOLS: &[&str] = &[
+    "ls",
+    "read",
+    "write",
+    "edit",
+    "apply_patch",
+    "grep",
+    "exec",
+    "process",
+    "gateway_exec",
+    "gateway_process",
+    "terminal",
+    "openclaw",
+    "gatehouse",
+];
+
+/// Returns `specs` without the [`CODEX_EXCLUDED_TOOLS`].
+pub fn without_codex_excluded(specs: Vec<GatewayToolSpec>) -> Vec<GatewayToolSpec> {
+    specs
+        .into_iter()
+        .filter(|spec| !CODEX_EXCLUDED_TOOLS.contains(&spec.name.as_str()))
+        .collect()
+}
+
 /// The Gateway-provided tools and the policy over them.
 pub struct GatewayTools {
     store: Arc<dyn Store>,
@@ -65,7 +92,20 @@ impl GatewayTools {
         device_id: &str,
         params: &GatewayToolParams,
     ) -> Result<GatewayToolResult, WireError> {
-        let actor = format!("node:{device_id}");
+        self.call_as(&format!("node:{device_id}"), params).await
+    }
+
+    /// Runs a call on behalf of `actor` (recorded in the audit trail), with the checks of
+    /// [`GatewayTools::call`].
+    ///
+    /// # Errors
+    /// As [`GatewayTools::call`].
+    pub async fn call_as(
+        &self,
+        actor: &str,
+        params: &GatewayToolParams,
+    ) -> Result<GatewayToolResult, WireError> {
+        let actor = actor.to_owned();
         let details = serde_json::json!({"tool": params.tool, "sessionKey": params.session_key, "turnId": params.turn_id});
         if params.tool != SESSION_STATUS || !self.allowed(&params.tool) {
             self.audit
@@ -138,4 +178,31 @@ impl GatewayTools {
 
 fn store_error(error: gatehouse_store::StoreError) -> WireError {
     WireError::new(ErrorCode::Unavailable, error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> GatewayToolSpec {
+        GatewayToolSpec {
+            name: name.to_owned(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+
+    #[test]
+    fn codex_never_gets_gateway_local_tools() {
+        let offered = without_codex_excluded(vec![
+            spec("exec"),
+            spec(SESSION_STATUS),
+            spec("read"),
+            spec("gateway_exec"),
+            spec("terminal"),
+            spec("apply_patch"),
+        ]);
+        let names: Vec<&str> = offered.iter().map(|spec| spec.name.as_str()).collect();
+        assert_eq!(names, vec![SESSION_STATUS]);
+    }
 }

@@ -74,6 +74,20 @@ pub enum WorkspaceError {
     Corrupt,
 }
 
+impl WorkspaceError {
+    /// Returns the stable code, as the HTTP API reports it.
+    pub fn code(&self) -> &str {
+        match self {
+            WorkspaceError::BadPath { code, .. } => code.as_str(),
+            WorkspaceError::PolicyDenied { code, .. } => code,
+            WorkspaceError::Unavailable | WorkspaceError::Timeout => "DEPENDENCY_UNAVAILABLE",
+            WorkspaceError::UnknownOutcome => "UNKNOWN_OUTCOME",
+            WorkspaceError::Corrupt => "NODE_BAD_RESPONSE",
+            WorkspaceError::Remote(remote) => &remote.code,
+        }
+    }
+}
+
 /// A file read from the Harness workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkspaceFile {

@@ -97,6 +97,9 @@ pub struct RuntimeConfig {
     /// How to run native workers; `None` serves no `agent.turn` (for example in codex mode, or a
     /// node that only serves files).
     pub workers: Option<crate::worker::WorkerSettings>,
+    /// How to run Codex; `None` serves no `codex.appserver` (a native node, or a node that only
+    /// serves files).
+    pub codex: Option<crate::codex::CodexSettings>,
 }
 
 /// Timing of the reconnect loop, the handshake and the status heartbeat.
@@ -153,6 +156,7 @@ pub struct NodeHost {
     commands: CommandSet,
     status: Arc<StatusFile>,
     runtime_config: RuntimeConfig,
+    codex: Option<Arc<crate::codex::CodexSupervisor>>,
 }
 
 /// What the node presents in `connect`.
@@ -286,6 +290,26 @@ impl NodeHost {
             }
             (Runtime::Native | Runtime::Codex, _) => {}
         }
+        // In codex mode the node is the companion file node: it serves the workspace commands and
+        // the relay, and hosts no workers.
+        let codex = match (runtime, &runtime_config.codex) {
+            (Runtime::Codex, Some(settings)) => {
+                let absolute_root = std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone());
+                let supervisor = Arc::new(crate::codex::CodexSupervisor::prepare(
+                    settings.clone(),
+                    &absolute_root,
+                    &workspace_dir,
+                )?);
+                commands.insert(
+                    gatehouse_protocol::codex::CODEX_APPSERVER,
+                    Arc::new(crate::codex::CodexRelayHandler {
+                        supervisor: Arc::clone(&supervisor),
+                    }),
+                );
+                Some(supervisor)
+            }
+            _ => None,
+        };
 
         let status = Arc::new(StatusFile::new(node_dir.clone()));
         Ok(NodeHost {
@@ -300,6 +324,7 @@ impl NodeHost {
             commands,
             status,
             runtime_config,
+            codex,
         })
     }
 
@@ -372,6 +397,25 @@ impl NodeHost {
     /// # Errors
     /// Only startup errors ([`NodeHostError::is_startup`]) end the loop with an error.
     pub async fn run_with_connector<C: Connector>(
+        &self,
+        connector: C,
+        reconnect: ReconnectPolicy,
+        shutdown: CancellationToken,
+    ) -> Result<()> {
+        let codex_stop = shutdown.child_token();
+        let codex = self
+            .codex
+            .clone()
+            .map(|supervisor| tokio::spawn(supervisor.run(codex_stop.clone())));
+        let outcome = self.connect_loop(connector, reconnect, shutdown).await;
+        codex_stop.cancel();
+        if let Some(task) = codex {
+            let _ = task.await;
+        }
+        outcome
+    }
+
+    async fn connect_loop<C: Connector>(
         &self,
         mut connector: C,
         reconnect: ReconnectPolicy,

@@ -46,7 +46,6 @@ pub(crate) struct InvokeContext {
     /// Sends `node.invoke.progress` for this invoke.
     pub(crate) progress: ProgressSender,
     /// The `node.invoke.input` events for this invoke, in arrival order.
-    #[cfg_attr(not(test), expect(dead_code, reason = "read by duplex commands"))]
     pub(crate) input: mpsc::Receiver<InvokeInput>,
 }
 

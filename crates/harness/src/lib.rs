@@ -41,10 +41,12 @@
 //! - [`gateway_url`]: the accepted Gateway URL forms.
 //! - [`status`]: the status file and the health probes that read it.
 //! - [`model`]: the `--model` spec, recorded for the runtime.
+//! - [`codex`]: the supervised `codex app-server` and its relay (runtime `codex`).
 //! - [`error`]: the one error type, [`NodeHostError`].
 
 #![deny(missing_docs)]
 
+pub mod codex;
 pub mod error;
 mod file_commands;
 pub mod gateway_url;

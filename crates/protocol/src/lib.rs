@@ -20,6 +20,7 @@
 //! - [`frame`]: the three frame kinds and the size limits.
 //! - [`handshake`]: challenge, connect parameters, device signature payload and `hello-ok`.
 //! - [`invoke`]: `node.invoke.request` / `result` / `progress` / `input` / `cancel`.
+//! - [`codex`]: the `codex.appserver` relay command.
 //! - [`commands`]: the workspace command names, parameters and results.
 //! - [`error`]: stable error codes and the wire error shape.
 //! - [`worker`]: the native runtime: `agent.turn`, and the worker pipe protocol.
@@ -32,6 +33,7 @@
 
 #![deny(missing_docs)]
 
+pub mod codex;
 pub mod commands;
 pub mod error;
 pub mod frame;

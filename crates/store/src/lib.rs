@@ -121,8 +121,10 @@ pub trait Store: Send + Sync + 'static {
     /// Storage failures.
     async fn claim_next_turn(&self, session_key: &str, now_ms: i64) -> Result<Option<TurnRecord>>;
 
-    /// Ends `turn_id` if it is still queued or running; returns false when it had already ended
-    /// (for example interrupted by a restart, or aborted), in which case nothing changes.
+    /// Ends `turn_id` if it is still queued or running, and appends its `turn.completed` (with
+    /// `turnId`, `status`, `reply`) or `turn.failed` (with `turnId`, `status`, `error`) session
+    /// event in the same transaction; returns false when it had already ended (for example
+    /// interrupted by a restart, or aborted), in which case nothing changes.
     ///
     /// # Errors
     /// Storage failures.
@@ -204,4 +206,21 @@ pub trait Store: Send + Sync + 'static {
         &self,
         session_key: &str,
     ) -> Result<Option<(String, serde_json::Value)>>;
+
+    /// Binds `session_key` to the Codex thread `thread_id`, replacing an earlier binding.
+    ///
+    /// # Errors
+    /// `NotFound` when the session does not exist; storage failures.
+    async fn bind_codex_thread(
+        &self,
+        session_key: &str,
+        thread_id: &str,
+        now_ms: i64,
+    ) -> Result<()>;
+
+    /// Returns the Codex thread `session_key` is bound to.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn codex_thread(&self, session_key: &str) -> Result<Option<String>>;
 }

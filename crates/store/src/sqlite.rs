@@ -459,9 +459,10 @@ impl Store for SqliteStore {
     }
 
     async fn finish_turn(&self, turn_id: &str, end: &TurnEnd) -> Result<bool> {
-        let updated = sqlx::query(
+        let mut tx = self.begin_write().await.map_err(|e| map_error(e, "turn"))?;
+        let session_key: Option<String> = sqlx::query_scalar(
             "UPDATE turns SET status = ?, reply = ?, error_code = ?, error_message = ?, ended_at_ms = ? \
-             WHERE turn_id = ? AND status IN ('queued', 'running')",
+             WHERE turn_id = ? AND status IN ('queued', 'running') RETURNING session_key",
         )
         .bind(end.status.as_str())
         .bind(&end.reply)
@@ -469,10 +470,26 @@ impl Store for SqliteStore {
         .bind(&end.error_message)
         .bind(end.now_ms)
         .bind(turn_id)
-        .execute(&self.pool)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(|e| map_error(e, "turn"))?;
-        Ok(updated.rows_affected() == 1)
+        let Some(session_key) = session_key else {
+            return Ok(false);
+        };
+        let (kind, payload) = match end.status {
+            TurnStatus::Completed => (
+                "turn.completed",
+                serde_json::json!({"turnId": turn_id, "status": "completed", "reply": end.reply}),
+            ),
+            status => (
+                "turn.failed",
+                serde_json::json!({"turnId": turn_id, "status": status.as_str(),
+                    "error": {"code": end.error_code, "message": end.error_message}}),
+            ),
+        };
+        insert_event(&mut tx, &session_key, kind, &payload, end.now_ms).await?;
+        tx.commit().await.map_err(|e| map_error(e, "turn"))?;
+        Ok(true)
     }
 
     async fn commit_turn_message(&self, message: &NewTurnMessage) -> Result<Option<i64>> {
@@ -675,6 +692,41 @@ impl Store for SqliteStore {
         let manifest = serde_json::from_str(&manifest)
             .map_err(|_| StoreError::Corrupt { what: "checkpoint" })?;
         Ok(Some((get(&row, "checkpoint_id")?, manifest)))
+    }
+
+    async fn bind_codex_thread(
+        &self,
+        session_key: &str,
+        thread_id: &str,
+        now_ms: i64,
+    ) -> Result<()> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "codex thread"))?;
+        sqlx::query(
+            "INSERT INTO codex_threads (session_key, thread_id, bound_at_ms) VALUES (?, ?, ?) \
+             ON CONFLICT (session_key) DO UPDATE SET thread_id = excluded.thread_id, bound_at_ms = excluded.bound_at_ms",
+        )
+        .bind(session_key)
+        .bind(thread_id)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "codex thread"))?;
+        Ok(())
+    }
+
+    async fn codex_thread(&self, session_key: &str) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT thread_id FROM codex_threads WHERE session_key = ?")
+            .bind(session_key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| map_error(e, "codex thread"))?;
+        row.map(|row| get(&row, "thread_id")).transpose()
     }
 }
 

@@ -124,9 +124,21 @@ async fn turns_run_one_at_a_time_in_order_and_fence_stale_writers() {
         .into_iter()
         .map(|e| e.kind)
         .collect();
+    // The end event is written with the end, once, even though finish_turn ran twice.
     assert_eq!(
         kinds,
-        vec!["turn.queued", "turn.queued", "turn.started", "turn.started"]
+        vec![
+            "turn.queued",
+            "turn.queued",
+            "turn.started",
+            "turn.completed",
+            "turn.started"
+        ]
+    );
+    let completed = &store.events_after("s", 0, 100).await.unwrap()[3];
+    assert_eq!(
+        completed.payload,
+        serde_json::json!({"turnId": "t1", "status": "completed", "reply": "reply one"})
     );
     let sessions = store.sessions().await.unwrap();
     assert_eq!(sessions[0].active_turn_id.as_deref(), Some("t2"));
@@ -261,4 +273,34 @@ async fn running_turns_become_interrupted_and_queued_ones_stay_queued() {
             .turn_id,
         "t2"
     );
+}
+
+#[tokio::test]
+async fn a_codex_thread_binding_is_kept_and_replaced_per_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.db");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store
+            .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
+            .await
+            .unwrap();
+        assert_eq!(store.codex_thread("s").await.unwrap(), None);
+        store.bind_codex_thread("s", "thread-a", 5).await.unwrap();
+        store.bind_codex_thread("s", "thread-b", 6).await.unwrap();
+        assert!(
+            store
+                .bind_codex_thread("nope", "thread-c", 7)
+                .await
+                .is_err(),
+            "a binding needs an existing session"
+        );
+    }
+    // The binding survives a restart of the Gateway.
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(
+        store.codex_thread("s").await.unwrap().as_deref(),
+        Some("thread-b")
+    );
+    assert_eq!(store.codex_thread("nope").await.unwrap(), None);
 }

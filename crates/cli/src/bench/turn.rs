@@ -57,6 +57,7 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
         model: ModelSpec::Mock,
         scratch: None,
         workers: Some(workers),
+        codex: None,
     };
     let shutdown = CancellationToken::new();
     let node = crate::embedded::start_node(
@@ -156,7 +157,8 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
     })
 }
 
-async fn turn(
+/// Posts `text` to `session` with the bench token and returns the time until its turn completed.
+pub(super) async fn turn(
     client: &reqwest::Client,
     url: &str,
     session: &str,

@@ -1,6 +1,7 @@
 //! The end-to-end test modules.
 
 mod cli_basics;
+mod codex;
 mod config_file;
 mod deploy;
 mod link;

@@ -1,123 +1,36 @@
 //! The native runtime end to end, on real processes: `gatehouse up` and dedicated `gateway` +
 //! `node` + `mock-model`, with the deterministic mock model as the only stand-in.
 
-use std::io::BufRead;
-use std::io::BufReader;
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 use std::time::Instant;
 
 use pretty_assertions::assert_eq;
 
+use crate::suite::support::Dirs;
 use crate::suite::support::Gateway;
 use crate::suite::support::Process;
 use crate::suite::support::WAIT;
+use crate::suite::support::dirs;
 use crate::suite::support::files_under;
-use crate::suite::support::gatehouse;
+use crate::suite::support::mock_model;
+use crate::suite::support::post_message;
+use crate::suite::support::processes;
 use crate::suite::support::start_node_with;
+use crate::suite::support::turn;
+use crate::suite::support::wait_turn;
 
 const MODEL_KEY: &str = "model-key-only-on-the-harness-4b1d";
 
-struct Dirs {
-    _temp: tempfile::TempDir,
-    base: std::path::PathBuf,
-}
-
-fn dirs() -> Dirs {
-    let temp = tempfile::tempdir().unwrap();
-    let base = temp.path().canonicalize().unwrap();
-    std::fs::create_dir_all(base.join("logs")).unwrap();
-    Dirs { _temp: temp, base }
-}
-
-/// Starts `gatehouse mock-model` on a free port and returns it with its base URL.
-fn mock_model(logs: &Path) -> (Process, String) {
-    let stderr_log = logs.join("mock-model.log");
-    let mut child = gatehouse()
-        .args(["mock-model", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr_log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("mock model listening on ")
-        .unwrap()
-        .to_owned();
-    (Process::from_child(child, stderr_log), url)
-}
-
-/// Posts a message and waits for its turn to end.
-/// Posts `text` to `session`, checks the 202 and returns the turn id.
-async fn post_message(gateway: &Gateway, session: &str, text: &str) -> String {
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/sessions/{session}/messages", gateway.url))
-        .bearer_auth(&gateway.token)
-        .json(&serde_json::json!({"text": text}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 202);
-    let body: serde_json::Value = response.json().await.unwrap();
-    body["turnId"].as_str().unwrap().to_owned()
-}
-
-/// Posts `text` to `session` and waits for the turn to end.
-async fn turn(gateway: &Gateway, session: &str, text: &str) -> serde_json::Value {
-    let turn_id = post_message(gateway, session, text).await;
-    wait_turn(gateway, &turn_id).await
-}
-
-async fn wait_turn(gateway: &Gateway, turn_id: &str) -> serde_json::Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let body = gateway
-            .get_json(&format!("/v1/turns/{turn_id}?wait=20"))
-            .await;
-        if !matches!(body["status"].as_str(), Some("queued" | "running")) {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "turn {turn_id} did not end");
-    }
-}
-
-/// Every `gatehouse worker` process: (pid, argv, environment).
 /// A worker process: its pid, argv and environment.
-type WorkerProcess = (u32, Vec<String>, Vec<(String, String)>);
+type WorkerProcess = crate::suite::support::ProcessInfo;
 
 fn workers() -> Vec<WorkerProcess> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let argv: Vec<String> = cmdline
-            .split(|byte| *byte == 0)
-            .filter(|part| !part.is_empty())
-            .map(|part| String::from_utf8_lossy(part).into_owned())
-            .collect();
-        if argv.len() == 2 && argv[0].ends_with("gatehouse") && argv[1] == "worker" {
-            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-            let env = environ
-                .split(|byte| *byte == 0)
-                .filter_map(|pair| {
-                    String::from_utf8_lossy(pair)
-                        .split_once('=')
-                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                })
-                .collect();
-            found.push((pid, argv, env));
-        }
-    }
-    found
+    processes()
+        .into_iter()
+        .filter(|(_, argv, _)| {
+            argv.len() == 2 && argv[0].ends_with("gatehouse") && argv[1] == "worker"
+        })
+        .collect()
 }
 
 struct Dedicated {

@@ -95,12 +95,17 @@ impl Gateway {
     }
 
     pub(crate) fn start_with(state_dir: &Path, logs: &Path, extra: &[&str]) -> Gateway {
+        Self::start_on("127.0.0.1:0", state_dir, logs, extra)
+    }
+
+    /// Starts a Gateway listening on `listen` (for a restart on the same port).
+    pub(crate) fn start_on(listen: &str, state_dir: &Path, logs: &Path, extra: &[&str]) -> Gateway {
         let stderr_log = logs.join(format!("gateway-{}.log", unique()));
         let mut child = gatehouse()
             .args([
                 "gateway",
                 "--listen",
-                "127.0.0.1:0",
+                listen,
                 "--tick-interval-ms",
                 "500",
                 "--state",
@@ -237,13 +242,26 @@ pub(crate) fn start_node_with(
     args: &[&str],
     envs: &[(&str, &str)],
 ) -> Process {
+    start_node_runtime(gateway, root, setup_code, logs, "native", args, envs)
+}
+
+/// Starts `gatehouse node --runtime RUNTIME` like [`start_node_with`].
+pub(crate) fn start_node_runtime(
+    gateway: &Gateway,
+    root: &Path,
+    setup_code: Option<&str>,
+    logs: &Path,
+    runtime: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Process {
     let stderr_log = logs.join(format!("node-{}.log", unique()));
     let mut command = gatehouse();
     command
         .args([
             "node",
             "--runtime",
-            "native",
+            runtime,
             "--gateway",
             &gateway.url,
             "--root",
@@ -301,4 +319,105 @@ pub(crate) fn mode(path: &Path) -> u32 {
         .permissions()
         .mode()
         & 0o7777
+}
+
+/// A private temporary base directory with a `logs/` directory in it.
+pub(crate) struct Dirs {
+    _temp: tempfile::TempDir,
+    pub(crate) base: std::path::PathBuf,
+}
+
+/// Returns a fresh [`Dirs`].
+pub(crate) fn dirs() -> Dirs {
+    let temp = tempfile::tempdir().unwrap();
+    let base = temp.path().canonicalize().unwrap();
+    std::fs::create_dir_all(base.join("logs")).unwrap();
+    Dirs { _temp: temp, base }
+}
+
+/// Starts `gatehouse mock-model` on a free port and returns it with its base URL.
+pub(crate) fn mock_model(logs: &Path) -> (Process, String) {
+    let stderr_log = logs.join("mock-model.log");
+    let mut child = gatehouse()
+        .args(["mock-model", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("mock model listening on ")
+        .unwrap()
+        .to_owned();
+    (Process::from_child(child, stderr_log), url)
+}
+
+/// Posts `text` to `session`, checks the 202 and returns the turn id.
+pub(crate) async fn post_message(gateway: &Gateway, session: &str, text: &str) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/{session}/messages", gateway.url))
+        .bearer_auth(&gateway.token)
+        .json(&serde_json::json!({"text": text}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let body: serde_json::Value = response.json().await.unwrap();
+    body["turnId"].as_str().unwrap().to_owned()
+}
+
+/// Posts `text` to `session` and waits for the turn to end.
+pub(crate) async fn turn(gateway: &Gateway, session: &str, text: &str) -> serde_json::Value {
+    let turn_id = post_message(gateway, session, text).await;
+    wait_turn(gateway, &turn_id).await
+}
+
+/// Waits until the turn `turn_id` has ended and returns it.
+pub(crate) async fn wait_turn(gateway: &Gateway, turn_id: &str) -> serde_json::Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let body = gateway
+            .get_json(&format!("/v1/turns/{turn_id}?wait=20"))
+            .await;
+        if !matches!(body["status"].as_str(), Some("queued" | "running")) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "turn {turn_id} did not end");
+    }
+}
+
+/// A process: its pid, argv and environment.
+pub(crate) type ProcessInfo = (u32, Vec<String>, Vec<(String, String)>);
+
+/// Every process this user can inspect.
+pub(crate) fn processes() -> Vec<ProcessInfo> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<String> = cmdline
+            .split(|byte| *byte == 0)
+            .filter(|part| !part.is_empty())
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect();
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let env = environ
+            .split(|byte| *byte == 0)
+            .filter_map(|pair| {
+                String::from_utf8_lossy(pair)
+                    .split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            })
+            .collect();
+        found.push((pid, argv, env));
+    }
+    found
 }

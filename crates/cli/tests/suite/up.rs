@@ -597,3 +597,41 @@ async fn an_attachment_is_staged_on_the_harness_and_read_by_the_turn() {
         "{missing}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn up_runs_the_codex_runtime_with_the_mock_model() {
+    let codex = std::env::var("GATEHOUSE_CODEX_BIN")
+        .expect("GATEHOUSE_CODEX_BIN is not set: run scripts/test, which installs Codex");
+    let (_temp, data) = data_dir();
+    let mut command = gatehouse();
+    command
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--runtime",
+            "codex",
+            "--codex-bin",
+        ])
+        .arg(&codex)
+        .arg("--data")
+        .arg(&data);
+    let up = Up::spawn(command, None, &data.join("gateway"), &data);
+    up.wait_ready().await;
+    let (status, body) = up
+        .post(
+            "codex",
+            serde_json::json!({"text": "/say hello from codex"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let turn = up.turn_status(body["turnId"].as_str().unwrap(), 30).await;
+    assert_eq!(
+        (turn["status"].as_str(), turn["reply"].as_str()),
+        (Some("completed"), Some("hello from codex")),
+        "{turn}"
+    );
+    // Codex's home lives in the Harness root, never in the Gateway state.
+    assert!(data.join("harness/codex-home/config.toml").is_file());
+    assert!(!data.join("gateway/codex-home").exists());
+}

@@ -396,6 +396,7 @@ fn the_gateway_reads_only_the_variables_of_the_real_binary() {
                 String::from("GATEHOUSE_PUBLIC_URL"),
                 value("http://main-gateway.gatehouse-acme.svc:7420")
             ),
+            (String::from("GATEHOUSE_RUNTIME"), value("codex")),
             (String::from("GATEHOUSE_TOKEN"), None),
             (String::from("GATEHOUSE_MEMORY_EMBEDDER"), value("openai")),
             (

@@ -76,24 +76,22 @@ impl From<WorkspaceError> for ApiError {
                 };
                 Self::new(status, code.as_str(), message)
             }
-            WorkspaceError::PolicyDenied { code, .. } => {
-                Self::new(StatusCode::FORBIDDEN, code, error.to_string())
+            WorkspaceError::PolicyDenied { .. } => {
+                Self::new(StatusCode::FORBIDDEN, error.code(), error.to_string())
             }
             WorkspaceError::Unavailable | WorkspaceError::Timeout => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "DEPENDENCY_UNAVAILABLE",
+                error.code(),
                 format!("{error}; check that the Harness node is running and enrolled"),
             ),
             WorkspaceError::UnknownOutcome => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "UNKNOWN_OUTCOME",
+                error.code(),
                 format!("{error}; it is never replayed: read the file before writing again"),
             ),
-            WorkspaceError::Corrupt => Self::new(
-                StatusCode::BAD_GATEWAY,
-                "NODE_BAD_RESPONSE",
-                error.to_string(),
-            ),
+            WorkspaceError::Corrupt => {
+                Self::new(StatusCode::BAD_GATEWAY, error.code(), error.to_string())
+            }
             WorkspaceError::Remote(remote) => {
                 let status = match remote.known_code() {
                     Some(

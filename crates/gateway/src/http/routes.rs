@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::response::Response;
+use gatehouse_protocol::codex::CODEX_APPSERVER;
 use gatehouse_protocol::commands::FILE_COMMANDS;
 use gatehouse_protocol::worker::AGENT_SESSION_RESTORE;
 use gatehouse_protocol::worker::AGENT_SESSION_STOP;
@@ -48,13 +49,29 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
             "the connected node hosts the native runtime but does not serve agent.turn; restart it with a current gatehouse",
         )
         .into_response(),
-        Some(node) => Json(serde_json::json!({"status": "ready", "nodeId": node.device_id})).into_response(),
+        Some(node) if node.runtime == "codex" && !node.serves_all(&[CODEX_APPSERVER]) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "NODE_RUNTIME_INCOMPLETE",
+            "the connected node hosts the codex runtime but does not serve codex.appserver; restart it with a current gatehouse",
+        )
+        .into_response(),
+        Some(node) => match runtime_readiness(&state).await {
+            Ok(()) => Json(serde_json::json!({"status": "ready", "nodeId": node.device_id})).into_response(),
+            Err(failure) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, &failure.code, failure.message).into_response(),
+        },
         None => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "NODE_NOT_CONNECTED",
             "no Harness node with the workspace commands is connected; start `gatehouse node` with a setup code",
         )
         .into_response(),
+    }
+}
+
+async fn runtime_readiness(state: &GatewayState) -> Result<(), crate::turns::runtime::TurnFailure> {
+    match state.turns.runtime() {
+        Some(runtime) => runtime.readiness().await,
+        None => Ok(()),
     }
 }
 

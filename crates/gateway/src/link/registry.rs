@@ -293,6 +293,28 @@ impl NodeRegistry {
         timeout: Duration,
         progress: Option<mpsc::Sender<String>>,
     ) -> Result<serde_json::Value, InvokeError> {
+        self.start_invoke(connection, command, params, timeout, progress)
+            .await?
+            .finish(timeout)
+            .await
+    }
+
+    /// Sends `node.invoke.request` for `command` and returns the invoke in flight, whose
+    /// `node.invoke.progress` chunks go to `progress`. A duplex command takes input through
+    /// [`PendingInvoke::input`]; [`PendingInvoke::finish`] waits for the result. Dropping the
+    /// invoke before its result sends `node.invoke.cancel`.
+    ///
+    /// # Errors
+    /// [`InvokeError::CommandNotDeclared`], and [`InvokeError::Unavailable`] when the
+    /// connection is gone.
+    pub async fn start_invoke(
+        &self,
+        connection: &Arc<NodeConnection>,
+        command: &str,
+        params: &serde_json::Value,
+        timeout: Duration,
+        progress: Option<mpsc::Sender<String>>,
+    ) -> Result<PendingInvoke, InvokeError> {
         if !connection.serves_all(&[command]) {
             return Err(InvokeError::CommandNotDeclared {
                 command: command.to_owned(),
@@ -307,10 +329,11 @@ impl NodeRegistry {
             timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
         };
         let receiver = connection.register(id.clone(), progress);
-        let guard = CancelOnDrop {
-            connection,
-            id: &id,
-            armed: true,
+        let pending = PendingInvoke {
+            connection: Arc::clone(connection),
+            id,
+            receiver: Some(receiver),
+            next_input_seq: Arc::new(AtomicU64::new(0)),
         };
         let frame = event_frame(names::NODE_INVOKE_REQUEST, &request);
         if connection
@@ -321,15 +344,61 @@ impl NodeRegistry {
         {
             return Err(InvokeError::Unavailable);
         }
+        Ok(pending)
+    }
+}
+
+/// An invoke that was sent and has no result yet. Dropping it before
+/// [`PendingInvoke::finish`] returns sends `node.invoke.cancel` (the caller gave up).
+#[derive(Debug)]
+pub struct PendingInvoke {
+    connection: Arc<NodeConnection>,
+    id: String,
+    receiver: Option<oneshot::Receiver<InvokeOutcome>>,
+    next_input_seq: Arc<AtomicU64>,
+}
+
+impl PendingInvoke {
+    /// Returns the invoke id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Returns a handle that sends `node.invoke.input` to this invoke, usable while another task
+    /// waits in [`PendingInvoke::finish`].
+    pub fn inputs(&self) -> InvokeInputs {
+        InvokeInputs {
+            connection: Arc::clone(&self.connection),
+            id: self.id.clone(),
+            next_seq: Arc::clone(&self.next_input_seq),
+        }
+    }
+
+    /// Sends one `node.invoke.input` to a duplex command; `payload_json` is a JSON text.
+    ///
+    /// # Errors
+    /// [`InvokeError::Unavailable`] when the connection is gone.
+    pub async fn input(&self, payload_json: String) -> Result<(), InvokeError> {
+        self.inputs().send(payload_json).await
+    }
+
+    /// Waits at most `timeout` for the result.
+    ///
+    /// # Errors
+    /// Every [`InvokeError`]; on a timeout the node is sent a cancel.
+    pub async fn finish(mut self, timeout: Duration) -> Result<serde_json::Value, InvokeError> {
+        let Some(receiver) = self.receiver.as_mut() else {
+            return Err(InvokeError::Malformed);
+        };
         let outcome = tokio::time::timeout(timeout, receiver).await;
         let result = match outcome {
             Err(_elapsed) => return Err(InvokeError::Timeout(timeout)),
             Ok(Err(_closed)) => {
-                guard.disarm();
+                self.receiver = None;
                 return Err(InvokeError::Disconnected);
             }
             Ok(Ok(result)) => {
-                guard.disarm();
+                self.receiver = None;
                 result?
             }
         };
@@ -345,24 +414,41 @@ impl NodeRegistry {
     }
 }
 
-/// Sends `node.invoke.cancel` if the invoke ends without a result (timeout or caller gone).
-struct CancelOnDrop<'a> {
-    connection: &'a NodeConnection,
-    id: &'a str,
-    armed: bool,
+/// Sends `node.invoke.input` events to one duplex invoke, in order.
+#[derive(Debug, Clone)]
+pub struct InvokeInputs {
+    connection: Arc<NodeConnection>,
+    id: String,
+    next_seq: Arc<AtomicU64>,
 }
 
-impl CancelOnDrop<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
+impl InvokeInputs {
+    /// Sends one input; `payload_json` is a JSON text.
+    ///
+    /// # Errors
+    /// [`InvokeError::Unavailable`] when the connection is gone.
+    pub async fn send(&self, payload_json: String) -> Result<(), InvokeError> {
+        let input = gatehouse_protocol::invoke::InvokeInput {
+            id: self.id.clone(),
+            node_id: self.connection.device_id.clone(),
+            seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
+            payload_json,
+        };
+        let frame = event_frame(names::NODE_INVOKE_INPUT, &input);
+        self.connection
+            .outbound
+            .send(Outbound::Text(frame))
+            .await
+            .map_err(|_| InvokeError::Unavailable)
     }
 }
 
-impl Drop for CancelOnDrop<'_> {
+impl Drop for PendingInvoke {
+    /// Sends `node.invoke.cancel` if the invoke ends without a result (timeout or caller gone).
     fn drop(&mut self) {
-        if self.armed && self.connection.forget(self.id) {
+        if self.receiver.is_some() && self.connection.forget(&self.id) {
             let cancel = InvokeCancel {
-                id: self.id.to_owned(),
+                id: self.id.clone(),
                 node_id: self.connection.device_id.clone(),
             };
             let frame = event_frame(names::NODE_INVOKE_CANCEL, &cancel);

@@ -151,6 +151,11 @@ impl TurnEngine {
         })
     }
 
+    /// Returns the runtime turns are dispatched to, if one is configured.
+    pub fn runtime(&self) -> Option<&Arc<dyn TurnRuntime>> {
+        self.runtime.as_ref()
+    }
+
     /// Returns the runtime name new sessions record.
     pub fn runtime_name(&self) -> &str {
         self.runtime
@@ -262,9 +267,12 @@ impl TurnEngine {
         let Some((turn_id, steer)) = target else {
             return Ok(None);
         };
-        if steer.try_send(message.text.clone()).is_err() {
+        // Reserve room first and commit before handing the text over: a message the runtime
+        // sees is always in the transcript, and one that cannot be steered (the turn ended, or
+        // its queue is full) is admitted as a new turn instead, never both.
+        let Ok(permit) = steer.try_reserve() else {
             return Ok(None);
-        }
+        };
         let sink = TurnSink::new(
             Arc::clone(&self.store),
             Arc::clone(&self.hub),
@@ -274,6 +282,7 @@ impl TurnEngine {
         if sink.commit("user", &message.text, None).await.is_err() {
             return Ok(None);
         }
+        permit.send(message.text.clone());
         let turn = self.store.turn(&turn_id).await?;
         Ok(turn.map(|turn| Admitted {
             turn,
@@ -468,24 +477,6 @@ impl TurnEngine {
                 tracing::error!(error = %error, turn_id = %turn.turn_id, "cannot record the end of a turn");
                 return;
             }
-        }
-        let (kind, payload) = match end.status {
-            TurnStatus::Completed => (
-                "turn.completed",
-                serde_json::json!({"turnId": turn.turn_id, "status": "completed", "reply": end.reply}),
-            ),
-            status => (
-                "turn.failed",
-                serde_json::json!({"turnId": turn.turn_id, "status": status.as_str(),
-                    "error": {"code": end.error_code, "message": end.error_message}}),
-            ),
-        };
-        if let Err(error) = self
-            .store
-            .append_event(&turn.session_key, kind, &payload, now_ms())
-            .await
-        {
-            tracing::error!(error = %error, turn_id = %turn.turn_id, "cannot record a turn event");
         }
         self.hub.sync(&turn.session_key).await;
     }

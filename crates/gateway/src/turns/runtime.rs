@@ -62,6 +62,15 @@ pub trait TurnRuntime: Send + Sync + 'static {
     /// # Errors
     /// A [`TurnFailure`] with a stable code; the Gateway records it and the session stays usable.
     async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure>;
+
+    /// Whether the runtime can take a turn now, beyond a connected node (for Codex: an
+    /// initialized app-server connection). `/readyz` reports the failure's code and message.
+    ///
+    /// # Errors
+    /// A [`TurnFailure`] saying what is missing.
+    async fn readiness(&self) -> Result<(), TurnFailure> {
+        Ok(())
+    }
 }
 
 /// A runtime's channel back to the Gateway for one turn: deltas are streamed, complete messages
@@ -125,6 +134,23 @@ impl TurnSink {
             serde_json::json!({"turnId": self.turn_id, "tool": tool, "ok": ok}),
         )
         .await
+    }
+
+    /// Records that a reply artifact was fetched from the Harness into the media store.
+    pub async fn artifact_stored(&self, path: &str, media_id: &str, size: u64) {
+        let payload = serde_json::json!({"turnId": self.turn_id, "path": path, "mediaId": media_id, "size": size});
+        if let Err(failure) = self.event("artifact.stored", payload).await {
+            tracing::error!(code = %failure.code, "cannot record a reply artifact");
+        }
+    }
+
+    /// Records that a reply artifact was refused or could not be fetched, with a stable code.
+    pub async fn artifact_refused(&self, path: &str, code: &str, message: &str) {
+        let payload = serde_json::json!({"turnId": self.turn_id, "path": path,
+            "error": {"code": code, "message": message}});
+        if let Err(failure) = self.event("artifact.refused", payload).await {
+            tracing::error!(code = %failure.code, "cannot record a refused reply artifact");
+        }
     }
 
     /// Commits a complete `assistant` or `tool` message and returns its transcript seq.

@@ -1,0 +1,753 @@
+//! The Codex runtime end to end with the real `codex app-server` (@openai/codex 0.171.0, installed
+//! by `scripts/test`, found through `GATEHOUSE_CODEX_BIN`): a dedicated `gatehouse gateway
+//! --runtime codex`, a `gatehouse node --runtime codex` that supervises Codex and relays it, and
+//! `gatehouse mock-model` as the only stand-in.
+
+use std::path::PathBuf;
+use std::time::Duration;
+use std::time::Instant;
+
+use pretty_assertions::assert_eq;
+
+use crate::suite::support::Dirs;
+use crate::suite::support::Gateway;
+use crate::suite::support::Process;
+use crate::suite::support::WAIT;
+use crate::suite::support::dirs;
+use crate::suite::support::files_under;
+use crate::suite::support::mock_model;
+use crate::suite::support::mode;
+use crate::suite::support::post_message;
+use crate::suite::support::processes;
+use crate::suite::support::start_node_runtime;
+use crate::suite::support::turn;
+use crate::suite::support::wait_turn;
+
+const MODEL_KEY: &str = "codex-key-only-on-the-harness-93c2";
+
+/// The Codex binary the test script installed. A missing binary fails the test: CI installs it.
+fn codex_bin() -> String {
+    let path = std::env::var("GATEHOUSE_CODEX_BIN").unwrap_or_else(|_| {
+        panic!("GATEHOUSE_CODEX_BIN is not set: run scripts/test, which installs @openai/codex@0.171.0 and sets it")
+    });
+    assert!(
+        std::path::Path::new(&path).is_file(),
+        "GATEHOUSE_CODEX_BIN={path} does not exist"
+    );
+    path
+}
+
+struct Setup {
+    dirs: Dirs,
+    gateway: Gateway,
+    node: Process,
+    _mock: Process,
+    mock_url: String,
+    harness: PathBuf,
+}
+
+impl Setup {
+    async fn start(gateway_args: &[&str]) -> Setup {
+        let dirs = dirs();
+        let logs = dirs.base.join("logs");
+        let (mock, mock_url) = mock_model(&logs);
+        let gateway = Gateway::start_with(
+            &dirs.base.join("gateway"),
+            &logs,
+            &[&["--runtime", "codex"], gateway_args].concat(),
+        );
+        let code = gateway.setup_code(600);
+        let harness = dirs.base.join("harness");
+        let node = start_codex_node(&gateway, &harness, Some(&code), &logs, &mock_url);
+        gateway.wait_ready().await;
+        Setup {
+            dirs,
+            gateway,
+            node,
+            _mock: mock,
+            mock_url,
+            harness,
+        }
+    }
+
+    async fn mock_requests(&self) -> Vec<serde_json::Value> {
+        reqwest::get(format!("{}/_mock/requests", self.mock_url))
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    async fn audit(&self) -> Vec<serde_json::Value> {
+        self.gateway.get_json("/v1/audit?after=0").await["events"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    async fn transcript(&self, session: &str) -> Vec<serde_json::Value> {
+        self.gateway
+            .get_json(&format!("/v1/sessions/{session}/transcript"))
+            .await["messages"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// Returns the pid of this setup's `codex app-server`.
+    fn codex_pid(&self) -> Option<u32> {
+        let home = self.harness.join("codex-home");
+        processes()
+            .into_iter()
+            .find(|(_, argv, env)| {
+                argv.iter().any(|arg| arg == "app-server")
+                    && env
+                        .iter()
+                        .any(|(k, v)| k == "CODEX_HOME" && std::path::Path::new(v) == home)
+            })
+            .map(|(pid, _, _)| pid)
+    }
+}
+
+fn start_codex_node(
+    gateway: &Gateway,
+    harness: &std::path::Path,
+    code: Option<&str>,
+    logs: &std::path::Path,
+    mock_url: &str,
+) -> Process {
+    let model = format!("openai-responses:{mock_url}/v1:gpt-5.5");
+    let bin = codex_bin();
+    start_node_runtime(
+        gateway,
+        harness,
+        code,
+        logs,
+        "codex",
+        &[
+            "--model",
+            &model,
+            "--model-key-env",
+            "CODEX_TEST_MODEL_KEY",
+            "--codex-bin",
+            &bin,
+        ],
+        &[("CODEX_TEST_MODEL_KEY", MODEL_KEY)],
+    )
+}
+
+/// Returns each message as `<its field>:<content>`.
+fn labelled(messages: &[serde_json::Value], field: &str) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| {
+            format!(
+                "{}:{}",
+                m[field].as_str().unwrap(),
+                m["content"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// The names of the function tools Codex offered the model in `request`.
+fn offered_functions(request: &serde_json::Value) -> Vec<String> {
+    request["body"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|tool| tool["type"] == "function")
+        .map(|tool| tool["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_codex_turn_runs_on_the_harness_with_the_key_only_there() {
+    let setup = Setup::start(&[]).await;
+    let said = turn(&setup.gateway, "s1", "/say hi").await;
+    assert_eq!(
+        (said["status"].as_str(), said["reply"].as_str()),
+        (Some("completed"), Some("hi")),
+        "{said}"
+    );
+    let roles = labelled(&setup.transcript("s1").await, "role");
+    assert_eq!(roles, vec!["user:/say hi", "assistant:hi"]);
+
+    // Codex called the mock with the Harness's key.
+    let requests = setup.mock_requests().await;
+    let last = requests.last().unwrap();
+    assert_eq!(last["path"], "/v1/responses");
+    assert_eq!(
+        last["headers"]["authorization"].as_str(),
+        Some(format!("Bearer {MODEL_KEY}").as_str())
+    );
+    // The Gateway tools are offered as dynamic tools, and no Gateway-local tool is.
+    let functions = offered_functions(last);
+    assert!(
+        functions.contains(&String::from("session_status")),
+        "{functions:?}"
+    );
+    // (`apply_patch` is in the list too; Codex's own is a custom tool, not a function.)
+    for excluded in gatehouse_gateway::tools::CODEX_EXCLUDED_TOOLS {
+        assert!(
+            !functions.iter().any(|name| name == excluded),
+            "{excluded} offered: {functions:?}"
+        );
+    }
+
+    // The Gateway has no model configuration and never holds the key.
+    let gateway_pid = setup.gateway.process.pid();
+    let environ = std::fs::read(format!("/proc/{gateway_pid}/environ")).unwrap();
+    assert!(!String::from_utf8_lossy(&environ).contains(MODEL_KEY));
+    let cmdline =
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{gateway_pid}/cmdline")).unwrap())
+            .into_owned();
+    assert!(
+        !cmdline.contains("model") && !cmdline.contains(&setup.mock_url),
+        "{cmdline}"
+    );
+    for file in files_under(&setup.gateway.state_dir) {
+        let bytes = std::fs::read(&file).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains(MODEL_KEY), "{}", file.display());
+    }
+
+    // Codex runs with its home private, the key only in its environment, and a TMPDIR that is
+    // not above CODEX_HOME.
+    let home = setup.harness.join("codex-home");
+    assert_eq!(mode(&home), 0o700);
+    assert_eq!(mode(&home.join("config.toml")), 0o600);
+    let config = std::fs::read_to_string(home.join("config.toml")).unwrap();
+    assert!(
+        config.contains("env_key = \"CODEX_TEST_MODEL_KEY\""),
+        "{config}"
+    );
+    assert!(!config.contains(MODEL_KEY));
+    let pid = setup.codex_pid().expect("codex app-server runs");
+    let (_, argv, env) = processes().into_iter().find(|(p, _, _)| *p == pid).unwrap();
+    assert!(!argv.iter().any(|arg| arg.contains(MODEL_KEY)));
+    let get = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    assert_eq!(get("CODEX_TEST_MODEL_KEY").as_deref(), Some(MODEL_KEY));
+    let tmpdir = PathBuf::from(get("TMPDIR").unwrap());
+    assert!(
+        !home.starts_with(&tmpdir),
+        "TMPDIR {} is above CODEX_HOME",
+        tmpdir.display()
+    );
+    assert!(get("GATEHOUSE_TOKEN").is_none());
+
+    // The node is the companion file node: the file commands and the relay, no workers.
+    let nodes = setup.gateway.get_json("/v1/nodes").await;
+    let node = &nodes["nodes"][0];
+    assert_eq!(node["runtime"], "codex");
+    let commands: Vec<&str> = node["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        commands,
+        vec![
+            "codex.appserver",
+            "dir.list",
+            "file.create",
+            "file.fetch",
+            "file.stat",
+            "file.write"
+        ]
+    );
+    // The workspace service still serves the Gateway outside model turns.
+    std::fs::write(setup.harness.join("workspace/AGENTS.md"), "be brief").unwrap();
+    let fetched = setup
+        .gateway
+        .get("/v1/agents/main/workspace/AGENTS.md")
+        .await;
+    assert_eq!(fetched.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_patches_and_gateway_tools_follow_the_gateway_policy() {
+    let setup = Setup::start(&[]).await;
+    let ran = turn(
+        &setup.gateway,
+        "s",
+        r#"/tool exec_command {"cmd":"echo hi > f.txt"}"#,
+    )
+    .await;
+    assert_eq!(ran["status"], "completed", "{ran}");
+    assert_eq!(
+        std::fs::read_to_string(setup.harness.join("workspace/f.txt")).unwrap(),
+        "hi\n"
+    );
+    let transcript = setup.transcript("s").await;
+    let command = transcript
+        .iter()
+        .find(|m| m["toolName"] == "exec_command")
+        .unwrap_or_else(|| panic!("no command in {transcript:?}"));
+    let content = command["content"].as_str().unwrap();
+    assert!(
+        content.contains("echo hi > f.txt") && content.contains("exit code: 0"),
+        "{content}"
+    );
+
+    let patched = turn(
+        &setup.gateway,
+        "s",
+        r#"/tool apply_patch {"input":"*** Begin Patch\n*** Add File: p.txt\n+hello\n*** End Patch\n"}"#,
+    )
+    .await;
+    assert_eq!(patched["status"], "completed", "{patched}");
+    assert_eq!(
+        std::fs::read_to_string(setup.harness.join("workspace/p.txt")).unwrap(),
+        "hello\n"
+    );
+
+    // A Gateway tool called by the model runs on the Gateway, and its result reaches the model.
+    let status = turn(&setup.gateway, "s", "/tool session_status {}").await;
+    assert_eq!(status["status"], "completed", "{status}");
+    let reply = status["reply"].as_str().unwrap();
+    assert!(
+        reply.starts_with("tool session_status -> ") && reply.contains("\"sessionKey\":\"s\""),
+        "{reply}"
+    );
+    let requests = setup.mock_requests().await;
+    let outputs: Vec<String> = requests.last().unwrap()["body"]["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["type"] == "function_call_output")
+        .map(|item| item["output"].to_string())
+        .collect();
+    assert!(
+        outputs.iter().any(|output| output.contains("sessionKey")),
+        "{outputs:?}"
+    );
+
+    let audit = setup.audit().await;
+    let approvals: Vec<(&str, &str)> = audit
+        .iter()
+        .filter(|event| event["action"] == "codex.approval")
+        .map(|event| {
+            (
+                event["details"]["kind"].as_str().unwrap(),
+                event["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        approvals,
+        vec![("command", "accepted"), ("fileChange", "accepted")]
+    );
+    let tool_call = audit
+        .iter()
+        .find(|event| event["action"] == "gateway.tool.call")
+        .unwrap();
+    assert_eq!(tool_call["outcome"], "succeeded");
+    assert!(
+        tool_call["actor"].as_str().unwrap().starts_with("codex:"),
+        "{tool_call}"
+    );
+    // Audit records carry no command text or output.
+    assert!(
+        !audit
+            .iter()
+            .any(|event| event.to_string().contains("echo hi"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_declined_command_does_not_run_and_the_decline_is_audited() {
+    let setup = Setup::start(&["--codex-command-approval", "decline"]).await;
+    let declined = turn(
+        &setup.gateway,
+        "s",
+        r#"/tool exec_command {"cmd":"echo hi > f.txt"}"#,
+    )
+    .await;
+    assert_eq!(declined["status"], "completed", "{declined}");
+    assert!(!setup.harness.join("workspace/f.txt").exists());
+    let transcript = setup.transcript("s").await;
+    let command = transcript
+        .iter()
+        .find(|m| m["toolName"] == "exec_command")
+        .unwrap_or_else(|| panic!("no command in {transcript:?}"));
+    assert!(
+        command["content"]
+            .as_str()
+            .unwrap()
+            .contains("status: declined"),
+        "{command}"
+    );
+    let audit = setup.audit().await;
+    let decline = audit
+        .iter()
+        .find(|event| event["action"] == "codex.approval")
+        .unwrap();
+    assert_eq!(
+        (decline["outcome"].as_str(), decline["reasonCode"].as_str()),
+        (Some("declined"), Some("POLICY_DECLINED"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_restart_continues_the_same_codex_thread() {
+    let setup = Setup::start(&[]).await;
+    let first = turn(&setup.gateway, "s", "/say remember the word heron").await;
+    assert_eq!(first["status"], "completed", "{first}");
+    let thread_of = |request: &serde_json::Value| {
+        request["headers"]["thread-id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no thread-id header in {request}"))
+            .to_owned()
+    };
+    let thread = thread_of(setup.mock_requests().await.last().unwrap());
+
+    let Setup {
+        dirs,
+        gateway,
+        node,
+        _mock,
+        mock_url,
+        harness,
+    } = setup;
+    let listen = gateway.url.trim_start_matches("http://").to_owned();
+    drop(gateway);
+    let gateway = Gateway::start_on(
+        &listen,
+        &dirs.base.join("gateway"),
+        &dirs.base.join("logs"),
+        &["--runtime", "codex"],
+    );
+    gateway.wait_ready().await;
+    let setup = Setup {
+        dirs,
+        gateway,
+        node,
+        _mock,
+        mock_url,
+        harness,
+    };
+    let second = turn(&setup.gateway, "s", "/say and again").await;
+    assert_eq!(
+        (second["status"].as_str(), second["reply"].as_str()),
+        (Some("completed"), Some("and again")),
+        "{second}"
+    );
+    let last = setup.mock_requests().await.last().unwrap().clone();
+    assert_eq!(
+        thread_of(&last),
+        thread,
+        "the second turn ran on another thread"
+    );
+    // The earlier exchange is in the context Codex sent the model.
+    let input = last["body"]["input"].to_string();
+    assert!(input.contains("remember the word heron"), "{input}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_codex_fails_its_turn_clearly_and_an_aborted_turn_leaves_codex_usable() {
+    let setup = Setup::start(&[]).await;
+    assert_eq!(
+        turn(&setup.gateway, "s", "/say warm").await["reply"],
+        "warm"
+    );
+    let before = setup.codex_pid().unwrap();
+    let hanging = post_message(&setup.gateway, "s", "/hang").await;
+    wait_for_model_call(&setup, "/hang").await;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(before as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let failed = wait_turn(&setup.gateway, &hanging).await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["error"]["code"].as_str()),
+        (Some("failed"), Some("DEPENDENCY_UNAVAILABLE")),
+        "{failed}"
+    );
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not replayed"),
+        "{failed}"
+    );
+    // The supervisor restarts Codex and the next turn works on the same thread.
+    let after = turn(&setup.gateway, "s", "/say back").await;
+    assert_eq!(
+        (after["status"].as_str(), after["reply"].as_str()),
+        (Some("completed"), Some("back")),
+        "{after}"
+    );
+    assert_ne!(setup.codex_pid(), Some(before));
+    assert!(
+        setup.node.stderr().contains("exited unexpectedly"),
+        "{}",
+        setup.node.stderr()
+    );
+
+    // Abort a hanging turn: it ends `aborted` and Codex carries on.
+    let hanging = post_message(&setup.gateway, "s", "/hang").await;
+    wait_for_model_call(&setup, "/hang").await;
+    let pid = setup.codex_pid();
+    let aborted = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/s/abort", setup.gateway.url))
+        .bearer_auth(&setup.gateway.token)
+        .send()
+        .await
+        .unwrap();
+    assert!(aborted.status().is_success(), "{}", aborted.status());
+    assert_eq!(
+        wait_turn(&setup.gateway, &hanging).await["status"],
+        "aborted"
+    );
+    let still = turn(&setup.gateway, "s", "/say still here").await;
+    assert_eq!(still["reply"], "still here", "{still}");
+    assert_eq!(setup.codex_pid(), pid, "an abort must not restart Codex");
+
+    // Kill the node host mid-turn: the Gateway's Codex client sees the relay end, the turn
+    // fails clearly, and Codex does not outlive its supervisor.
+    let mut setup = setup;
+    let hanging = post_message(&setup.gateway, "s", "/hang").await;
+    wait_for_model_call(&setup, "/hang").await;
+    setup.node.kill();
+    let lost = wait_turn(&setup.gateway, &hanging).await;
+    assert_eq!(
+        (lost["status"].as_str(), lost["error"]["code"].as_str()),
+        (Some("failed"), Some("DEPENDENCY_UNAVAILABLE")),
+        "{lost}"
+    );
+    let deadline = Instant::now() + WAIT;
+    while setup.codex_pid().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "codex app-server outlived its node host"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    setup.gateway.wait_not_ready().await;
+}
+
+/// Waits until the mock has received a model call whose last user text is `text`.
+async fn wait_for_model_call(setup: &Setup, text: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let seen = setup.mock_requests().await.iter().any(|request| {
+            request["body"]["input"]
+                .as_array()
+                .and_then(|input| input.last())
+                .is_some_and(|item| item.to_string().contains(text))
+        });
+        if seen {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the model never saw {text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reply_artifacts_are_fetched_through_the_workspace_service() {
+    let setup = Setup::start(&[]).await;
+    let workspace = setup.harness.join("workspace");
+    std::fs::write(workspace.join("report.txt"), "quarterly numbers").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", workspace.join("link.txt")).unwrap();
+    for (text, expected) in [
+        ("/say MEDIA:report.txt", "artifact.stored"),
+        ("/say MEDIA:link.txt", "artifact.refused"),
+        ("/say MEDIA:../gateway/operator-token", "artifact.refused"),
+    ] {
+        let done = turn(&setup.gateway, "s", text).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        let event = last_event(&setup, expected).await;
+        if expected == "artifact.stored" {
+            let media_id = event["mediaId"].as_str().unwrap();
+            let bytes = setup
+                .gateway
+                .get(&format!("/v1/media/{media_id}"))
+                .await
+                .bytes()
+                .await
+                .unwrap();
+            assert_eq!(&bytes[..], b"quarterly numbers");
+        } else {
+            let code = event["error"]["code"].as_str().unwrap();
+            assert!(
+                ["SYMLINK_REDIRECT", "PATH_TRAVERSAL"].contains(&code),
+                "{text}: {event}"
+            );
+        }
+    }
+}
+
+/// Reads the session's event stream from the start and returns the payload of the last event
+/// of `kind`.
+async fn last_event(setup: &Setup, kind: &str) -> serde_json::Value {
+    let response = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/sessions/s/events?after=0",
+            setup.gateway.url
+        ))
+        .bearer_auth(&setup.gateway.token)
+        .send()
+        .await
+        .unwrap();
+    let mut response = response;
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(500), response.chunk()).await {
+            Ok(Ok(Some(chunk))) => text.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => break,
+        }
+    }
+    let mut found = None;
+    let mut current_kind = String::new();
+    for line in text.lines() {
+        if let Some(event) = line.strip_prefix("event:") {
+            current_kind = event.trim().to_owned();
+        } else if let Some(data) = line.strip_prefix("data:")
+            && current_kind == kind
+        {
+            found = Some(serde_json::from_str::<serde_json::Value>(data.trim()).unwrap());
+        }
+    }
+    found.unwrap_or_else(|| panic!("no {kind} event in {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_steered_message_joins_the_running_codex_turn() {
+    let setup = Setup::start(&[]).await;
+    let running = post_message(&setup.gateway, "s", "/slow 400 one two three four five").await;
+    wait_for_model_call(&setup, "/slow 400").await;
+    let steered = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/s/messages", setup.gateway.url))
+        .bearer_auth(&setup.gateway.token)
+        .json(&serde_json::json!({"text": "/say steered", "queueMode": "steer"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(steered.status(), 202);
+    let steered: serde_json::Value = steered.json().await.unwrap();
+    assert_eq!(
+        steered["turnId"].as_str(),
+        Some(running.as_str()),
+        "{steered}"
+    );
+    let done = wait_turn(&setup.gateway, &running).await;
+    assert_eq!(
+        (done["status"].as_str(), done["reply"].as_str()),
+        (Some("completed"), Some("steered")),
+        "{done}"
+    );
+    // Codex called the model again with both user messages in the same turn.
+    let requests = setup.mock_requests().await;
+    let last = requests.last().unwrap()["body"]["input"].to_string();
+    assert!(
+        last.contains("/slow 400") && last.contains("/say steered"),
+        "{last}"
+    );
+    let mut users = setup.transcript("s").await;
+    users.retain(|m| m["role"] == "user");
+    let users = labelled(&users, "turnId");
+    assert_eq!(
+        users,
+        vec![
+            format!("{running}:/slow 400 one two three four five"),
+            format!("{running}:/say steered")
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_codex_that_cannot_start_keeps_the_gateway_not_ready_with_a_clear_code() {
+    let dirs = dirs();
+    let logs = dirs.base.join("logs");
+    let (_mock, mock_url) = mock_model(&logs);
+    let gateway = Gateway::start_with(&dirs.base.join("gateway"), &logs, &["--runtime", "codex"]);
+    let code = gateway.setup_code(600);
+    // An executable that exits at once stands for a broken Codex install.
+    let model = format!("openai-responses:{mock_url}/v1:gpt-5.5");
+    let node = start_node_runtime(
+        &gateway,
+        &dirs.base.join("harness"),
+        Some(&code),
+        &logs,
+        "codex",
+        &[
+            "--model",
+            &model,
+            "--model-key-env",
+            "CODEX_TEST_MODEL_KEY",
+            "--codex-bin",
+            "/bin/false",
+        ],
+        &[("CODEX_TEST_MODEL_KEY", MODEL_KEY)],
+    );
+    // The node connects and serves files, but the Gateway is not ready without an initialized
+    // app-server, and says why.
+    let deadline = Instant::now() + WAIT;
+    let body = loop {
+        let nodes = gateway.get_json("/v1/nodes").await;
+        if nodes["nodes"][0]["connected"] == true {
+            let response = reqwest::get(format!("{}/readyz", gateway.url))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 503);
+            break response.json::<serde_json::Value>().await.unwrap();
+        }
+        assert!(Instant::now() < deadline, "the node never connected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(body["error"]["code"], "CODEX_NOT_INITIALIZED", "{body}");
+    let deadline = Instant::now() + WAIT;
+    while !node.stderr().contains("exited unexpectedly") {
+        assert!(Instant::now() < deadline, "{}", node.stderr());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(node);
+
+    // A missing binary stops the node at start-up with the install instruction (exit code 2).
+    let start = |root: &str, extra: &[&str]| {
+        crate::suite::support::gatehouse()
+            .args([
+                "node",
+                "--runtime",
+                "codex",
+                "--gateway",
+                &gateway.url,
+                "--root",
+            ])
+            .arg(dirs.base.join(root))
+            .args(extra)
+            .env("CODEX_TEST_MODEL_KEY", MODEL_KEY)
+            .output()
+            .unwrap()
+    };
+    let output = start(
+        "harness2",
+        &[
+            "--model",
+            &model,
+            "--model-key-env",
+            "CODEX_TEST_MODEL_KEY",
+            "--codex-bin",
+            "/nonexistent/codex",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("npm install -g @openai/codex@0.171.0"),
+        "{stderr}"
+    );
+    // And the mock model is refused for a Codex node: Codex needs an HTTP Responses endpoint.
+    let output = start("harness3", &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("openai-responses:URL:MODEL"));
+}

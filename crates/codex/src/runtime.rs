@@ -1,0 +1,873 @@
+//! [`CodexRuntime`]: runs Gateway turns on the Harness's `codex app-server`, reached through the
+//! `codex.appserver` relay.
+//!
+//! - One app-server connection at a time, opened as soon as a codex node is connected and kept
+//!   open (`initialize` with the experimental API, then `initialized`); `/readyz` reports ready
+//!   only while it is initialized.
+//! - One Codex thread per session, started with the node's workspace as `cwd`, approval policy
+//!   `untrusted` (so the Gateway answers every approval), the `workspace-write` sandbox and the
+//!   Gateway tools as dynamic tools (without the Gateway-local ones). The binding is stored; on a
+//!   new connection (a Gateway or Codex restart) the thread is resumed, never replaced.
+//! - Notifications become deltas, tool events and committed transcript messages; approvals are
+//!   answered by the configured policy and audited; `item/tool/call` runs the Gateway tool after
+//!   the Gateway's own policy check.
+//! - An abort sends `turn/interrupt`; a lost connection fails the turn, which is not replayed.
+//! - `MEDIA:<path>` lines of the reply name reply artifacts: they are fetched through the
+//!   workspace service (no symlinks, nothing outside the workspace) into the media store.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::Weak;
+use std::time::Duration;
+
+use gatehouse_gateway::RuntimeParts;
+use gatehouse_gateway::link::registry::NodeConnection;
+use gatehouse_gateway::tools::CODEX_EXCLUDED_TOOLS;
+use gatehouse_gateway::tools::without_codex_excluded;
+use gatehouse_gateway::turns::runtime::TurnFailure;
+use gatehouse_gateway::turns::runtime::TurnInput;
+use gatehouse_gateway::turns::runtime::TurnRuntime;
+use gatehouse_gateway::turns::runtime::TurnSink;
+use gatehouse_protocol::codex::CODEX_APPSERVER;
+use gatehouse_protocol::worker::GatewayToolParams;
+
+use crate::rpc::DEFAULT_REQUEST_TIMEOUT;
+use crate::rpc::RpcClient;
+use crate::rpc::ThreadMessage;
+
+/// How long a turn waits for a codex node to connect before failing.
+pub const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(10);
+
+/// How often the runtime checks that its app-server connection is up.
+const MAINTAIN_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The most reply artifacts fetched per message.
+pub const MAX_ARTIFACTS: usize = 16;
+
+/// The most bytes of reply artifacts fetched per message: 64 MiB.
+pub const MAX_ARTIFACT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How long fetching the reply artifacts of one message may take.
+pub const ARTIFACT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How the Gateway answers one kind of Codex approval request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    /// Approve this request.
+    Accept,
+    /// Approve this and the same request again in this session (Codex remembers it).
+    AcceptForSession,
+    /// Refuse; the agent carries on without it.
+    Decline,
+}
+
+impl ApprovalDecision {
+    /// Parses `accept`, `accept-for-session` or `decline`.
+    ///
+    /// # Errors
+    /// A message listing the accepted values.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "accept" => Ok(Self::Accept),
+            "accept-for-session" => Ok(Self::AcceptForSession),
+            "decline" => Ok(Self::Decline),
+            other => Err(format!(
+                "invalid approval decision {other:?}: use accept, accept-for-session or decline"
+            )),
+        }
+    }
+
+    /// Returns the decision as Codex spells it.
+    pub fn wire(self) -> &'static str {
+        match self {
+            Self::Accept => "accept",
+            Self::AcceptForSession => "acceptForSession",
+            Self::Decline => "decline",
+        }
+    }
+}
+
+/// The Gateway's policy for Codex.
+#[derive(Debug, Clone)]
+pub struct CodexConfig {
+    /// How command-execution approvals are answered.
+    pub command_approval: ApprovalDecision,
+    /// How file-change approvals are answered.
+    pub file_change_approval: ApprovalDecision,
+    /// How long a turn waits for a codex node.
+    pub node_grace: Duration,
+}
+
+impl Default for CodexConfig {
+    /// Accepts commands and file changes (Codex runs them in its `workspace-write` sandbox on
+    /// the Harness) and waits [`DEFAULT_NODE_GRACE`] for a node.
+    fn default() -> Self {
+        Self {
+            command_approval: ApprovalDecision::Accept,
+            file_change_approval: ApprovalDecision::Accept,
+            node_grace: DEFAULT_NODE_GRACE,
+        }
+    }
+}
+
+/// One initialized app-server connection.
+struct Connection {
+    rpc: RpcClient,
+    node: Arc<NodeConnection>,
+    workspace_root: String,
+    loaded_threads: Mutex<HashSet<String>>,
+}
+
+/// Runs turns on the Harness's Codex.
+pub struct CodexRuntime {
+    parts: RuntimeParts,
+    config: CodexConfig,
+    connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+}
+
+impl CodexRuntime {
+    /// Returns the runtime, and starts keeping an app-server connection open whenever a codex
+    /// node is connected. Must be called inside a Tokio runtime.
+    pub fn new(parts: RuntimeParts, config: CodexConfig) -> Arc<Self> {
+        let runtime = Arc::new(Self {
+            parts,
+            config,
+            connection: tokio::sync::Mutex::new(None),
+        });
+        tokio::spawn(maintain(Arc::downgrade(&runtime)));
+        runtime
+    }
+
+    /// Returns the live connection, opening one (relay, `initialize`) when there is none.
+    async fn connection(&self, grace: Duration) -> Result<Arc<Connection>, TurnFailure> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref()
+            && !connection.rpc.is_closed()
+        {
+            return Ok(Arc::clone(connection));
+        }
+        *slot = None;
+        let registry = &self.parts.registry;
+        let Some(node) = registry.wait_serving(&[CODEX_APPSERVER], grace).await else {
+            return Err(TurnFailure::new(
+                "DEPENDENCY_UNAVAILABLE",
+                "no Harness node serving the codex runtime is connected; the turn is not run anywhere else",
+            ));
+        };
+        let Some(workspace_root) = node.workspace_root.clone() else {
+            return Err(TurnFailure::new(
+                "NODE_BAD_RESPONSE",
+                "the codex node did not declare its workspace root",
+            ));
+        };
+        let relay = crate::relay::open(registry, &node).await.map_err(|error| {
+            TurnFailure::new(
+                "DEPENDENCY_UNAVAILABLE",
+                format!("cannot open the codex app-server relay: {error}"),
+            )
+        })?;
+        let rpc = RpcClient::start(relay.transport);
+        let ended = relay.ended;
+        let answer = rpc.initialize("gatehouse").await;
+        let info = answer.map_err(|error| {
+            let reason = ended_reason(ended);
+            TurnFailure::new(
+                "CODEX_UNAVAILABLE",
+                format!("codex app-server did not initialize: {error}{reason}"),
+            )
+        })?;
+        tracing::info!(
+            node = %node.device_id,
+            user_agent = info["userAgent"].as_str().unwrap_or_default(),
+            "initialized codex app-server over the relay"
+        );
+        let connection = Arc::new(Connection {
+            rpc,
+            node,
+            workspace_root,
+            loaded_threads: Mutex::new(HashSet::new()),
+        });
+        *slot = Some(Arc::clone(&connection));
+        Ok(connection)
+    }
+
+    /// Returns the session's thread on `connection`: resumes the bound one, or starts and binds
+    /// a new one.
+    async fn thread_for(
+        &self,
+        connection: &Connection,
+        session_key: &str,
+    ) -> Result<String, TurnFailure> {
+        let bound = self
+            .parts
+            .store
+            .codex_thread(session_key)
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+        let settings = serde_json::json!({
+            "cwd": connection.workspace_root,
+            "approvalPolicy": "untrusted",
+            "sandbox": "workspace-write",
+        });
+        match bound {
+            Some(thread_id) if lock(&connection.loaded_threads).contains(&thread_id) => {
+                Ok(thread_id)
+            }
+            Some(thread_id) => {
+                let mut params = settings;
+                params["threadId"] = serde_json::json!(thread_id);
+                params["excludeTurns"] = serde_json::json!(true);
+                connection
+                    .rpc
+                    .request("thread/resume", params, DEFAULT_REQUEST_TIMEOUT)
+                    .await
+                    .map_err(|error| {
+                        TurnFailure::new(
+                            "CODEX_THREAD_UNAVAILABLE",
+                            format!("cannot resume the session's Codex thread {thread_id}: {error}; the session is not moved to a new thread"),
+                        )
+                    })?;
+                tracing::info!(session_key, thread_id = %thread_id, "resumed the session's Codex thread");
+                lock(&connection.loaded_threads).insert(thread_id.clone());
+                Ok(thread_id)
+            }
+            None => {
+                let tools: Vec<serde_json::Value> =
+                    without_codex_excluded(self.parts.tools.offered())
+                        .into_iter()
+                        .map(|spec| {
+                            serde_json::json!({
+                                "type": "function",
+                                "name": spec.name,
+                                "description": spec.description,
+                                "inputSchema": spec.parameters,
+                            })
+                        })
+                        .collect();
+                let mut params = settings;
+                params["dynamicTools"] = serde_json::json!(tools);
+                params["serviceName"] = serde_json::json!("gatehouse");
+                let result = connection
+                    .rpc
+                    .request("thread/start", params, DEFAULT_REQUEST_TIMEOUT)
+                    .await
+                    .map_err(|error| {
+                        TurnFailure::new(
+                            "CODEX_UNAVAILABLE",
+                            format!("cannot start a Codex thread: {error}"),
+                        )
+                    })?;
+                let Some(thread_id) = result["thread"]["id"].as_str().map(str::to_owned) else {
+                    return Err(TurnFailure::new(
+                        "CODEX_BAD_RESPONSE",
+                        "thread/start returned no thread id",
+                    ));
+                };
+                self.parts
+                    .store
+                    .bind_codex_thread(session_key, &thread_id, gatehouse_gateway::clock::now_ms())
+                    .await
+                    .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+                self.parts
+                    .audit
+                    .record(
+                        &actor(connection),
+                        "codex.thread.bind",
+                        "succeeded",
+                        None,
+                        serde_json::json!({"sessionKey": session_key, "threadId": thread_id}),
+                    )
+                    .await;
+                lock(&connection.loaded_threads).insert(thread_id.clone());
+                Ok(thread_id)
+            }
+        }
+    }
+
+    /// Answers one server request of the running turn.
+    async fn answer(
+        &self,
+        connection: &Connection,
+        input: &TurnInput,
+        id: &serde_json::Value,
+        method: &str,
+        params: &serde_json::Value,
+    ) {
+        let rpc = &connection.rpc;
+        let details = |kind: &str, decision: &str| {
+            serde_json::json!({"sessionKey": input.session_key, "turnId": input.turn_id, "kind": kind,
+                "itemId": params["itemId"], "decision": decision})
+        };
+        let sent = match method {
+            "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {
+                let (kind, decision) = if method.starts_with("item/command") {
+                    ("command", self.config.command_approval)
+                } else {
+                    ("fileChange", self.config.file_change_approval)
+                };
+                let outcome = if decision == ApprovalDecision::Decline {
+                    "declined"
+                } else {
+                    "accepted"
+                };
+                self.parts
+                    .audit
+                    .record(
+                        &actor(connection),
+                        "codex.approval",
+                        outcome,
+                        (decision == ApprovalDecision::Decline).then_some("POLICY_DECLINED"),
+                        details(kind, decision.wire()),
+                    )
+                    .await;
+                rpc.respond(id, serde_json::json!({"decision": decision.wire()}))
+                    .await
+            }
+            "item/tool/call" => {
+                let result = self.call_gateway_tool(connection, input, params).await;
+                rpc.respond(id, result).await
+            }
+            "item/permissions/requestApproval" => {
+                self.parts
+                    .audit
+                    .record(
+                        &actor(connection),
+                        "codex.approval",
+                        "declined",
+                        Some("POLICY_DECLINED"),
+                        details("permissions", "none"),
+                    )
+                    .await;
+                rpc.respond(id, serde_json::json!({"permissions": {}, "scope": "turn"}))
+                    .await
+            }
+            "mcpServer/elicitation/request" => {
+                rpc.respond(
+                    id,
+                    serde_json::json!({"action": "decline", "content": null}),
+                )
+                .await
+            }
+            other => {
+                tracing::warn!(
+                    method = other,
+                    "refusing a codex request the Gateway does not handle"
+                );
+                rpc.respond_error(id, -32601, "not supported by the Gatehouse Gateway")
+                    .await
+            }
+        };
+        if let Err(error) = sent {
+            tracing::warn!(error = %error, method, "cannot answer codex app-server");
+        }
+    }
+
+    /// Runs a dynamic tool call (`item/tool/call`) as a Gateway tool and returns the answer.
+    async fn call_gateway_tool(
+        &self,
+        connection: &Connection,
+        input: &TurnInput,
+        params: &serde_json::Value,
+    ) -> serde_json::Value {
+        let tool = params["tool"].as_str().unwrap_or_default().to_owned();
+        let outcome = if CODEX_EXCLUDED_TOOLS.contains(&tool.as_str()) {
+            Err(format!(
+                "POLICY_DENIED: {tool} is Gateway-local and never runs for a Codex agent"
+            ))
+        } else {
+            let call = GatewayToolParams {
+                session_key: input.session_key.clone(),
+                turn_id: input.turn_id.clone(),
+                tool: tool.clone(),
+                arguments: params["arguments"].clone(),
+            };
+            match self.parts.tools.call_as(&actor(connection), &call).await {
+                Ok(result) if result.ok => Ok(result.output),
+                Ok(result) => Err(result.output),
+                Err(error) => Err(format!("{}: {}", error.code, error.message)),
+            }
+        };
+        let (text, success) = match outcome {
+            Ok(text) => (text, true),
+            Err(text) => (text, false),
+        };
+        serde_json::json!({"contentItems": [{"type": "inputText", "text": text}], "success": success})
+    }
+
+    /// Fetches the reply's `MEDIA:` artifacts into the media store and records each outcome.
+    async fn store_artifacts(&self, connection: &Connection, reply: &str, sink: &TurnSink) {
+        let paths = artifact_paths(reply, &connection.workspace_root);
+        if paths.is_empty() {
+            return;
+        }
+        let fetch_all = async {
+            let mut total: u64 = 0;
+            for (index, path) in paths.iter().enumerate() {
+                if index >= MAX_ARTIFACTS {
+                    sink.artifact_refused(
+                        path,
+                        "TOO_MANY_ARTIFACTS",
+                        &format!("at most {MAX_ARTIFACTS} artifacts per message"),
+                    )
+                    .await;
+                    continue;
+                }
+                let file = match self.parts.workspace.fetch(path).await {
+                    Ok(file) => file,
+                    Err(error) => {
+                        sink.artifact_refused(path, error.code(), &error.to_string())
+                            .await;
+                        continue;
+                    }
+                };
+                total += file.bytes.len() as u64;
+                if total > MAX_ARTIFACT_BYTES {
+                    sink.artifact_refused(
+                        path,
+                        "ARTIFACTS_TOO_LARGE",
+                        "over 64 MiB of artifacts in one message",
+                    )
+                    .await;
+                    continue;
+                }
+                let size = file.bytes.len() as u64;
+                let name = path.rsplit('/').next();
+                match self
+                    .parts
+                    .media
+                    .put(file.bytes.into(), &file.mime_type, name)
+                    .await
+                {
+                    Ok(record) => sink.artifact_stored(path, &record.id, size).await,
+                    Err(error) => {
+                        sink.artifact_refused(path, error.code(), &error.to_string())
+                            .await
+                    }
+                }
+            }
+        };
+        if tokio::time::timeout(ARTIFACT_DEADLINE, fetch_all)
+            .await
+            .is_err()
+        {
+            sink.artifact_refused(
+                "*",
+                "TIMEOUT",
+                "fetching the reply artifacts took longer than 60 s",
+            )
+            .await;
+        }
+    }
+}
+
+/// Keeps an app-server connection open while the runtime lives.
+async fn maintain(runtime: Weak<CodexRuntime>) {
+    loop {
+        let Some(strong) = runtime.upgrade() else {
+            return;
+        };
+        if strong
+            .parts
+            .registry
+            .find_serving(&[CODEX_APPSERVER])
+            .is_some()
+            && let Err(failure) = strong.connection(Duration::ZERO).await
+        {
+            tracing::debug!(code = %failure.code, message = %failure.message, "codex app-server not connected yet");
+        }
+        drop(strong);
+        tokio::time::sleep(MAINTAIN_INTERVAL).await;
+    }
+}
+
+#[async_trait::async_trait]
+impl TurnRuntime for CodexRuntime {
+    fn name(&self) -> &str {
+        "codex"
+    }
+
+    fn supports_steer(&self) -> bool {
+        true
+    }
+
+    async fn readiness(&self) -> Result<(), TurnFailure> {
+        let not_ready = || {
+            TurnFailure::new(
+                "CODEX_NOT_INITIALIZED",
+                "the Harness's codex app-server is not initialized over the relay yet; check the node's log",
+            )
+        };
+        match self.connection.try_lock() {
+            Ok(slot) => match slot.as_ref() {
+                Some(connection) if !connection.rpc.is_closed() => Ok(()),
+                _ => Err(not_ready()),
+            },
+            Err(_) => Err(not_ready()),
+        }
+    }
+
+    async fn run_turn(&self, mut input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure> {
+        let connection = self.connection(self.config.node_grace).await?;
+        let thread_id = self.thread_for(&connection, &input.session_key).await?;
+        let mut messages = connection.rpc.subscribe(&thread_id);
+        let started = connection
+            .rpc
+            .request(
+                "turn/start",
+                serde_json::json!({"threadId": thread_id, "input": user_input(&input, &connection.workspace_root)}),
+                DEFAULT_REQUEST_TIMEOUT,
+            )
+            .await
+            .map_err(|error| connection_failure(&error))?;
+        let Some(codex_turn) = started["turn"]["id"].as_str().map(str::to_owned) else {
+            return Err(TurnFailure::new(
+                "CODEX_BAD_RESPONSE",
+                "turn/start returned no turn id",
+            ));
+        };
+        let mut interrupt = InterruptOnDrop {
+            rpc: connection.rpc.clone(),
+            thread_id: thread_id.clone(),
+            turn_id: codex_turn.clone(),
+            armed: true,
+        };
+        let mut state = TurnState::default();
+        let mut steer_open = true;
+        let outcome = loop {
+            tokio::select! {
+                steer = input.steer.recv(), if steer_open => match steer {
+                    Some(text) => {
+                        let params = serde_json::json!({"threadId": thread_id, "expectedTurnId": codex_turn,
+                            "input": [{"type": "text", "text": text}]});
+                        if let Err(error) = connection.rpc.request("turn/steer", params, DEFAULT_REQUEST_TIMEOUT).await {
+                            tracing::warn!(error = %error, "codex refused the steered input");
+                        }
+                    }
+                    None => steer_open = false,
+                },
+                message = messages.recv() => match message {
+                    None => break Err(TurnFailure::new(
+                        "DEPENDENCY_UNAVAILABLE",
+                        "the connection to codex app-server on the Harness ended during the turn; the turn is not replayed",
+                    )),
+                    Some(ThreadMessage::Request { id, method, params }) => {
+                        self.answer(&connection, &input, &id, &method, &params).await;
+                    }
+                    Some(ThreadMessage::Notification { method, params }) => {
+                        if let Some(end) = state.apply(&method, &params, &codex_turn, &sink).await? {
+                            break end;
+                        }
+                    }
+                },
+            }
+        };
+        interrupt.armed = false;
+        connection.rpc.unsubscribe(&thread_id);
+        let reply = outcome?;
+        self.store_artifacts(&connection, &reply, &sink).await;
+        Ok(reply)
+    }
+}
+
+/// What a turn has seen so far.
+#[derive(Default)]
+struct TurnState {
+    reply: Option<String>,
+    last_error: Option<(String, String)>,
+}
+
+impl TurnState {
+    /// Applies one notification; returns the turn's outcome once it has ended.
+    async fn apply(
+        &mut self,
+        method: &str,
+        params: &serde_json::Value,
+        codex_turn: &str,
+        sink: &TurnSink,
+    ) -> Result<Option<Result<String, TurnFailure>>, TurnFailure> {
+        let item = &params["item"];
+        match method {
+            "item/agentMessage/delta" => sink.delta(params["delta"].as_str().unwrap_or_default()),
+            "item/started" => match item["type"].as_str() {
+                Some("commandExecution") => {
+                    sink.tool_started(
+                        "exec_command",
+                        &serde_json::json!({"command": item["command"]}),
+                    )
+                    .await?;
+                }
+                Some("fileChange") => {
+                    sink.tool_started(
+                        "apply_patch",
+                        &serde_json::json!({"changes": change_list(item)}),
+                    )
+                    .await?;
+                }
+                Some("dynamicToolCall") => {
+                    sink.tool_started(
+                        item["tool"].as_str().unwrap_or_default(),
+                        &item["arguments"],
+                    )
+                    .await?;
+                }
+                _ => {}
+            },
+            "item/completed" => match item["type"].as_str() {
+                Some("agentMessage") => {
+                    let text = item["text"].as_str().unwrap_or_default();
+                    sink.commit("assistant", text, None).await?;
+                    self.reply = Some(text.to_owned());
+                }
+                Some("commandExecution") => {
+                    let status = item["status"].as_str().unwrap_or("unknown");
+                    let exit_code = item["exitCode"].as_i64();
+                    let content = format!(
+                        "$ {}\nstatus: {status}\nexit code: {}\n{}",
+                        item["command"].as_str().unwrap_or_default(),
+                        exit_code.map_or_else(|| String::from("none"), |code| code.to_string()),
+                        item["aggregatedOutput"].as_str().unwrap_or_default(),
+                    );
+                    sink.commit("tool", &content, Some("exec_command")).await?;
+                    sink.tool_completed(
+                        "exec_command",
+                        status == "completed" && exit_code == Some(0),
+                    )
+                    .await?;
+                }
+                Some("fileChange") => {
+                    let status = item["status"].as_str().unwrap_or("unknown");
+                    let content = format!("status: {status}\n{}", change_list(item).join("\n"));
+                    sink.commit("tool", &content, Some("apply_patch")).await?;
+                    sink.tool_completed("apply_patch", status == "completed")
+                        .await?;
+                }
+                Some("dynamicToolCall") => {
+                    sink.tool_completed(
+                        item["tool"].as_str().unwrap_or_default(),
+                        item["success"].as_bool().unwrap_or(false),
+                    )
+                    .await?;
+                }
+                _ => {}
+            },
+            "error" => {
+                self.last_error = Some((
+                    error_code(&params["error"]["codexErrorInfo"]).to_owned(),
+                    params["error"]["message"]
+                        .as_str()
+                        .unwrap_or("codex failed")
+                        .to_owned(),
+                ));
+            }
+            "warning" => {
+                tracing::warn!(
+                    message = params["message"].as_str().unwrap_or_default(),
+                    "codex warning"
+                );
+            }
+            "turn/completed" if params["turn"]["id"].as_str() == Some(codex_turn) => {
+                let turn = &params["turn"];
+                let outcome = match turn["status"].as_str() {
+                    Some("completed") => Ok(self.reply.take().unwrap_or_default()),
+                    Some("interrupted") => Err(TurnFailure::new(
+                        "ABORTED",
+                        "the Codex turn was interrupted",
+                    )),
+                    _ => {
+                        let (code, message) = self.last_error.take().unwrap_or_else(|| {
+                            (
+                                error_code(&turn["error"]["codexErrorInfo"]).to_owned(),
+                                turn["error"]["message"]
+                                    .as_str()
+                                    .unwrap_or("the Codex turn failed")
+                                    .to_owned(),
+                            )
+                        });
+                        Err(TurnFailure::new(&code, message))
+                    }
+                };
+                return Ok(Some(outcome));
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+}
+
+/// Sends `turn/interrupt` when a turn's future is dropped before the turn ended (an abort).
+struct InterruptOnDrop {
+    rpc: RpcClient,
+    thread_id: String,
+    turn_id: String,
+    armed: bool,
+}
+
+impl Drop for InterruptOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let rpc = self.rpc.clone();
+        let params = serde_json::json!({"threadId": self.thread_id, "turnId": self.turn_id});
+        rpc.unsubscribe(&self.thread_id);
+        tokio::spawn(async move {
+            if let Err(error) = rpc
+                .request("turn/interrupt", params, DEFAULT_REQUEST_TIMEOUT)
+                .await
+            {
+                tracing::warn!(error = %error, "cannot interrupt the Codex turn");
+            }
+        });
+    }
+}
+
+/// Builds the `turn/start` input: the user texts, with staged attachments as `localImage` items
+/// (images) or as path mentions.
+fn user_input(input: &TurnInput, workspace_root: &str) -> Vec<serde_json::Value> {
+    let mut text = input.user_texts.join("\n\n");
+    let mut items = Vec::new();
+    let mut mentioned = Vec::new();
+    for relative in &input.attachments {
+        let path = format!("{}/{}", workspace_root.trim_end_matches('/'), relative);
+        let lower = relative.to_ascii_lowercase();
+        if [".png", ".jpg", ".jpeg", ".gif", ".webp"]
+            .iter()
+            .any(|ext| lower.ends_with(ext))
+        {
+            items.push(serde_json::json!({"type": "localImage", "path": path}));
+        } else {
+            mentioned.push(path);
+        }
+    }
+    if !mentioned.is_empty() {
+        text.push_str("\n\nAttached files:\n");
+        for path in mentioned {
+            text.push_str(&format!("- {path}\n"));
+        }
+    }
+    items.insert(0, serde_json::json!({"type": "text", "text": text}));
+    items
+}
+
+/// Returns the workspace-relative paths named by `MEDIA:` lines of `reply`. Absolute paths
+/// under `workspace_root` are made relative; the workspace service refuses everything else.
+pub fn artifact_paths(reply: &str, workspace_root: &str) -> Vec<String> {
+    let root = format!("{}/", workspace_root.trim_end_matches('/'));
+    let mut seen = HashSet::new();
+    reply
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("MEDIA:"))
+        .map(|path| path.trim().trim_matches('`'))
+        .filter(|path| !path.is_empty())
+        .map(|path| path.strip_prefix(&root).unwrap_or(path).to_owned())
+        .filter(|path| seen.insert(path.clone()))
+        .collect()
+}
+
+fn change_list(item: &serde_json::Value) -> Vec<String> {
+    item["changes"]
+        .as_array()
+        .map(|changes| {
+            changes
+                .iter()
+                .map(|change| {
+                    format!(
+                        "{} {}",
+                        change["kind"]["type"].as_str().unwrap_or("change"),
+                        change["path"].as_str().unwrap_or_default()
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Maps Codex's `codexErrorInfo` onto our stable codes.
+pub fn error_code(info: &serde_json::Value) -> &'static str {
+    let name = match info {
+        serde_json::Value::String(name) => name.as_str(),
+        serde_json::Value::Object(map) => map.keys().next().map_or("other", String::as_str),
+        _ => "other",
+    };
+    match name {
+        "unauthorized" => "MODEL_AUTH_FAILED",
+        "rateLimitExceeded" | "usageLimitExceeded" => "MODEL_RATE_LIMITED",
+        "internalServerError"
+        | "serverOverloaded"
+        | "httpConnectionFailed"
+        | "responseStreamConnectionFailed"
+        | "responseStreamDisconnected"
+        | "responseTooManyFailedAttempts" => "MODEL_UNAVAILABLE",
+        "contextWindowExceeded" => "CONTEXT_WINDOW_EXCEEDED",
+        "sandboxError" => "SANDBOX_ERROR",
+        _ => "CODEX_TURN_FAILED",
+    }
+}
+
+fn connection_failure(error: &crate::rpc::RpcError) -> TurnFailure {
+    match error {
+        crate::rpc::RpcError::Closed => TurnFailure::new(
+            "DEPENDENCY_UNAVAILABLE",
+            "the connection to codex app-server on the Harness is closed; the turn is not run anywhere else",
+        ),
+        other => TurnFailure::new("CODEX_UNAVAILABLE", other.to_string()),
+    }
+}
+
+fn ended_reason(mut ended: tokio::sync::oneshot::Receiver<String>) -> String {
+    match ended.try_recv() {
+        Ok(reason) => format!(" ({reason})"),
+        Err(_) => String::new(),
+    }
+}
+
+fn actor(connection: &Connection) -> String {
+    format!("codex:{}", connection.node.device_id)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_lines_name_workspace_paths_once() {
+        let reply = "Done.\nMEDIA: out/report.txt\nMEDIA:/srv/ws/chart.png\nMEDIA:`out/report.txt`\nMEDIA: ../etc/passwd\nnot MEDIA: x";
+        assert_eq!(
+            artifact_paths(reply, "/srv/ws"),
+            vec!["out/report.txt", "chart.png", "../etc/passwd"]
+        );
+    }
+
+    #[test]
+    fn codex_errors_map_onto_stable_codes() {
+        assert_eq!(
+            error_code(&serde_json::json!("unauthorized")),
+            "MODEL_AUTH_FAILED"
+        );
+        assert_eq!(
+            error_code(&serde_json::json!({"httpConnectionFailed": {"httpStatusCode": 502}})),
+            "MODEL_UNAVAILABLE"
+        );
+        assert_eq!(
+            error_code(&serde_json::json!("somethingNew")),
+            "CODEX_TURN_FAILED"
+        );
+        assert_eq!(error_code(&serde_json::Value::Null), "CODEX_TURN_FAILED");
+    }
+
+    #[test]
+    fn approval_decisions_parse_and_use_codex_spelling() {
+        assert_eq!(
+            ApprovalDecision::parse("accept-for-session").map(ApprovalDecision::wire),
+            Ok("acceptForSession")
+        );
+        assert!(ApprovalDecision::parse("maybe").is_err());
+    }
+}
