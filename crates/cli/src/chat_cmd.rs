@@ -149,7 +149,7 @@ fn parse_block(block: &str) -> (String, String) {
     (kind, data.join("\n"))
 }
 
-fn operator_token(token_file: Option<&std::path::Path>) -> anyhow::Result<String> {
+pub(crate) fn operator_token(token_file: Option<&std::path::Path>) -> anyhow::Result<String> {
     let path = match token_file {
         Some(path) => path.to_path_buf(),
         None => {

@@ -68,11 +68,11 @@ pub(crate) fn approval(flag: &str, value: Option<&str>) -> anyhow::Result<Approv
 /// Returns the Gateway extensions that run turns on the Harness's Codex.
 pub(crate) fn gateway_extensions(config: CodexConfig) -> gatehouse_gateway::Extensions {
     gatehouse_gateway::Extensions {
-        runtime: None,
         runtime_factory: Some(Box::new(move |parts| {
             let runtime: Arc<dyn gatehouse_gateway::turns::runtime::TurnRuntime> =
                 CodexRuntime::new(parts, config);
             runtime
         })),
+        ..gatehouse_gateway::Extensions::default()
     }
 }

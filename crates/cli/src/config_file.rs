@@ -24,6 +24,8 @@ pub(crate) struct GatewayFile {
     pub(crate) runtime: Option<String>,
     pub(crate) codex_command_approval: Option<String>,
     pub(crate) codex_file_approval: Option<String>,
+    pub(crate) memory_embedder: Option<String>,
+    pub(crate) memory_model_dir: Option<PathBuf>,
 }
 
 /// `gatehouse node --config`.

@@ -35,9 +35,19 @@ pub(crate) struct GatewayArgs {
     /// or `decline`.
     #[arg(long)]
     codex_file_approval: Option<String>,
+    /// The memory embedder: `local` (all-MiniLM-L6-v2 in process), `openai-compatible`
+    /// (`GATEHOUSE_MEMORY_EMBEDDING_BASE_URL`, `_MODEL`, `_DIMENSIONS`, and the key in
+    /// `GATEHOUSE_MEMORY_EMBEDDING_API_KEY`) or `none`. Unset tries `local`, else keyword search.
+    #[arg(long, env = "GATEHOUSE_MEMORY_EMBEDDER")]
+    memory_embedder: Option<String>,
+    /// The directory of the local all-MiniLM-L6-v2 model (`config.json`, `tokenizer.json`,
+    /// `model.safetensors`).
+    #[arg(long, env = "GATEHOUSE_MEMORY_MODEL_DIR")]
+    memory_model_dir: Option<PathBuf>,
     /// A TOML file with the same settings in kebab-case (`state`, `listen`, `public-url`,
     /// `max-concurrent-turns`, `media-max-bytes`, `runtime`, `codex-command-approval`,
-    /// `codex-file-approval`); flags and their variables win over it.
+    /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`); flags and their variables
+    /// win over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The interval of keep-alive ticks on node links, in milliseconds.
@@ -65,7 +75,12 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     }
     config.tick_interval = Duration::from_millis(args.tick_interval_ms.max(100));
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
-    let extensions = match args.runtime.or(file.runtime).as_deref() {
+    let (memory_kind, memory_embedder) = crate::memory_setup::build(
+        args.memory_embedder.or(file.memory_embedder).as_deref(),
+        args.memory_model_dir.or(file.memory_model_dir).as_deref(),
+    )?;
+    config.memory_embedder = memory_kind;
+    let mut extensions = match args.runtime.or(file.runtime).as_deref() {
         None | Some("native") => gatehouse_gateway::Extensions::default(),
         Some("codex") => {
             let command = args.codex_command_approval.or(file.codex_command_approval);
@@ -88,6 +103,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
             );
         }
     };
+    extensions.memory_embedder = memory_embedder;
     let runtime = crate::signals::runtime()?;
     runtime.block_on(async move {
         let running = crate::embedded::start_gateway_with(config, extensions).await?;

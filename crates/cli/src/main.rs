@@ -9,6 +9,8 @@ mod deploy_cmd;
 mod embedded;
 mod exit;
 mod gateway_cmd;
+mod memory_cmd;
+mod memory_setup;
 mod mock_model_cmd;
 mod node_cmd;
 mod output;
@@ -57,6 +59,8 @@ enum Command {
     Worker(worker_cmd::WorkerArgs),
     /// Check an operator-owned scratch volume.
     Scratch(scratch_cmd::ScratchArgs),
+    /// Search, inspect or rebuild the Gateway's memory index.
+    Memory(memory_cmd::MemoryArgs),
 }
 
 fn main() -> ExitCode {
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::SetupCode(args) => setup_code_cmd::run(args),
         Command::MockModel(args) => mock_model_cmd::run(args),
         Command::Scratch(args) => scratch_cmd::run(args),
+        Command::Memory(args) => memory_cmd::run(args),
         Command::Worker(args) => worker_cmd::run(args),
     };
     match result {

@@ -58,6 +58,13 @@ pub(crate) struct UpArgs {
     /// `codex` on PATH).
     #[arg(long, value_name = "PATH")]
     codex_bin: Option<PathBuf>,
+    /// The memory embedder: `local`, `openai-compatible` or `none` (unset tries `local`, else
+    /// keyword search); see `gatehouse gateway --help`.
+    #[arg(long, env = "GATEHOUSE_MEMORY_EMBEDDER")]
+    memory_embedder: Option<String>,
+    /// The directory of the local all-MiniLM-L6-v2 model.
+    #[arg(long, env = "GATEHOUSE_MEMORY_MODEL_DIR")]
+    memory_model_dir: Option<PathBuf>,
 }
 
 /// The `--runtime` values.
@@ -114,9 +121,14 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
         RuntimeArg::Native => Runtime::Native,
         RuntimeArg::Codex => Runtime::Codex,
     };
+    let (memory_kind, memory_embedder) = crate::memory_setup::build(
+        args.memory_embedder.as_deref(),
+        args.memory_model_dir.as_deref(),
+    )?;
+    config.memory_embedder = memory_kind;
     crate::signals::runtime()?.block_on(async move {
         let send_key = !matches!(model, ModelSpec::Mock);
-        let (extensions, codex_model) = match runtime {
+        let (mut extensions, codex_model) = match runtime {
             Runtime::Native => (gatehouse_gateway::Extensions::default(), None),
             Runtime::Codex => {
                 let codex_model = codex_model(&model, &args.model_key_env).await?;
@@ -126,6 +138,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
                 (extensions, Some(codex_model))
             }
         };
+        extensions.memory_embedder = memory_embedder;
         let running = crate::embedded::start_gateway_with(config, extensions).await?;
         let workers = WorkerSettings {
             program: std::env::current_exe()?,

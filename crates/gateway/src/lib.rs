@@ -25,6 +25,7 @@ pub mod clock;
 pub mod documents;
 pub mod http;
 pub mod link;
+pub mod memory;
 pub mod secrets;
 pub mod setup_code;
 pub mod staging;
@@ -86,6 +87,9 @@ pub struct GatewayConfig {
     pub media_max_bytes: u64,
     /// The cap on turns running at once across all sessions.
     pub max_concurrent_turns: usize,
+    /// The memory embedder the operator configured; `None` when unset (keyword search with a
+    /// warning unless [`Extensions::memory_embedder`] provides one).
+    pub memory_embedder: Option<gatehouse_memory::embed::EmbedderKind>,
 }
 
 impl GatewayConfig {
@@ -101,6 +105,7 @@ impl GatewayConfig {
             file_policy: None,
             media_max_bytes: DEFAULT_MEDIA_MAX_BYTES,
             max_concurrent_turns: turns::DEFAULT_MAX_CONCURRENT_TURNS,
+            memory_embedder: None,
         }
     }
 }
@@ -127,6 +132,8 @@ pub struct GatewayState {
     pub hub: Arc<EventHub>,
     /// Admission and dispatch of turns.
     pub turns: Arc<TurnEngine>,
+    /// The memory index of the Harness's memory files.
+    pub memory: Arc<memory::MemoryService>,
 }
 
 /// What the embedding program plugs into the Gateway.
@@ -138,6 +145,9 @@ pub struct Extensions {
     /// Builds the runtime from the Gateway's parts, for runtimes that need them (Codex). Used
     /// when `runtime` is `None`.
     pub runtime_factory: Option<RuntimeFactory>,
+    /// The memory embedder (built by the embedding program, which holds its credential or model
+    /// files); `None` for keyword search only.
+    pub memory_embedder: Option<Arc<dyn gatehouse_memory::embed::Embedder>>,
 }
 
 /// Builds a [`TurnRuntime`] from the Gateway's parts.
@@ -181,6 +191,9 @@ pub enum GatewayError {
     /// The store cannot be opened.
     #[error("cannot open the gateway store")]
     Store(#[from] gatehouse_store::StoreError),
+    /// The memory index cannot be opened.
+    #[error("cannot open the memory index")]
+    Memory(#[from] memory::MemoryServiceError),
     /// The listen address cannot be bound.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -246,11 +259,17 @@ pub async fn start(
     )?);
     let registry = Arc::new(NodeRegistry::default());
     let audit = Audit::new(Arc::clone(&store));
-    let tools = Arc::new(tools::GatewayTools::new(
-        Arc::clone(&store),
-        audit.clone(),
-        Vec::new(),
-    ));
+    let memory = memory::MemoryService::open(
+        &config.state_dir,
+        extensions.memory_embedder.clone(),
+        config.memory_embedder,
+        Arc::clone(&registry),
+    )
+    .await?;
+    let tools = Arc::new(
+        tools::GatewayTools::new(Arc::clone(&store), audit.clone(), Vec::new())
+            .with_memory(Arc::clone(&memory)),
+    );
     let link = LinkContext {
         store: Arc::clone(&store),
         registry: Arc::clone(&registry),
@@ -317,8 +336,10 @@ pub async fn start(
         media,
         hub,
         turns,
+        memory,
     });
     let shutdown = CancellationToken::new();
+    tokio::spawn(Arc::clone(&state.memory).run(shutdown.child_token()));
     let router = http::app(Arc::clone(&state));
     let stop = shutdown.clone();
     let engine = Arc::clone(&state.turns);

@@ -20,6 +20,12 @@ use crate::audit::Audit;
 /// `session_status`: the state of the caller's session.
 pub const SESSION_STATUS: &str = "session_status";
 
+/// `memory_search`: search the memory index.
+pub const MEMORY_SEARCH: &str = "memory_search";
+
+/// `memory_get`: read lines of a memory file from the Harness.
+pub const MEMORY_GET: &str = "memory_get";
+
 /// Gateway-local tools that are never offered to a Codex agent as dynamic tools: they would act
 /// on the Gateway's own host (files, shells, processes, its configuration), while Codex's native
 /// tools already act in the Harness. The list of the original system, with our tool names.
@@ -52,6 +58,7 @@ pub struct GatewayTools {
     store: Arc<dyn Store>,
     audit: Audit,
     layers: Vec<ToolLayer>,
+    memory: Option<Arc<crate::memory::MemoryService>>,
 }
 
 impl GatewayTools {
@@ -61,7 +68,15 @@ impl GatewayTools {
             store,
             audit,
             layers,
+            memory: None,
         }
+    }
+
+    /// Adds the memory tools, backed by `memory`.
+    #[must_use]
+    pub fn with_memory(mut self, memory: Arc<crate::memory::MemoryService>) -> Self {
+        self.memory = Some(memory);
+        self
     }
 
     fn allowed(&self, tool: &str) -> bool {
@@ -70,13 +85,37 @@ impl GatewayTools {
 
     /// Returns the specs of the tools a turn may call.
     pub fn offered(&self) -> Vec<GatewayToolSpec> {
-        let all = [GatewayToolSpec {
+        let mut all = vec![GatewayToolSpec {
             name: String::from(SESSION_STATUS),
             description: String::from(
                 "Returns the state of this conversation: its session key, runtime, number of messages and turns, and the running turn.",
             ),
             parameters: serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false}),
         }];
+        if self.memory.is_some() {
+            all.push(GatewayToolSpec {
+                name: String::from(MEMORY_SEARCH),
+                description: String::from(
+                    "Searches the agent's memory notes (MEMORY.md, memory/*.md). Search first, then read only the lines you need with memory_get. Results cite path#Lstart-Lend.",
+                ),
+                parameters: serde_json::json!({"type": "object", "properties": {
+                    "query": {"type": "string"},
+                    "maxResults": {"type": "integer", "minimum": 1},
+                    "minScore": {"type": "number"}
+                }, "required": ["query"], "additionalProperties": false}),
+            });
+            all.push(GatewayToolSpec {
+                name: String::from(MEMORY_GET),
+                description: String::from(
+                    "Reads lines of a memory file: path as cited by memory_search, from (1-based line) and lines (default 120).",
+                ),
+                parameters: serde_json::json!({"type": "object", "properties": {
+                    "path": {"type": "string"},
+                    "from": {"type": "integer", "minimum": 1},
+                    "lines": {"type": "integer", "minimum": 1}
+                }, "required": ["path"], "additionalProperties": false}),
+            });
+        }
         all.into_iter()
             .filter(|spec| self.allowed(&spec.name))
             .collect()
@@ -107,7 +146,10 @@ impl GatewayTools {
     ) -> Result<GatewayToolResult, WireError> {
         let actor = actor.to_owned();
         let details = serde_json::json!({"tool": params.tool, "sessionKey": params.session_key, "turnId": params.turn_id});
-        if params.tool != SESSION_STATUS || !self.allowed(&params.tool) {
+        let known = params.tool == SESSION_STATUS
+            || (self.memory.is_some()
+                && [MEMORY_SEARCH, MEMORY_GET].contains(&params.tool.as_str()));
+        if !known || !self.allowed(&params.tool) {
             self.audit
                 .record(
                     &actor,
@@ -145,6 +187,31 @@ impl GatewayTools {
                 "the calling turn is not running in that session",
             ));
         }
+        let outcome = match params.tool.as_str() {
+            MEMORY_SEARCH | MEMORY_GET => self.memory_tool(params).await,
+            _ => self.session_status(params).await,
+        };
+        let (outcome_name, reason) = match &outcome {
+            Ok(result) if result.ok => ("succeeded", None),
+            Ok(_) => ("failed", None),
+            Err(error) => ("failed", Some(error.code.clone())),
+        };
+        self.audit
+            .record(
+                &actor,
+                "gateway.tool.call",
+                outcome_name,
+                reason.as_deref(),
+                details,
+            )
+            .await;
+        outcome
+    }
+
+    async fn session_status(
+        &self,
+        params: &GatewayToolParams,
+    ) -> Result<GatewayToolResult, WireError> {
         let transcript = self
             .store
             .transcript(&params.session_key)
@@ -166,12 +233,75 @@ impl GatewayTools {
             "turns": n_turns,
             "activeTurnId": session.and_then(|session| session.active_turn_id),
         });
-        self.audit
-            .record(&actor, "gateway.tool.call", "succeeded", None, details)
-            .await;
         Ok(GatewayToolResult {
             ok: true,
             output: status.to_string(),
+        })
+    }
+
+    /// Runs `memory_search` or `memory_get`. A failure the model can act on (nothing found, the
+    /// workspace unavailable) is a result with `ok: false` and the stable code in the text.
+    async fn memory_tool(
+        &self,
+        params: &GatewayToolParams,
+    ) -> Result<GatewayToolResult, WireError> {
+        let Some(memory) = &self.memory else {
+            return Err(WireError::new(
+                ErrorCode::PolicyDenied,
+                "memory is not configured",
+            ));
+        };
+        let arguments = &params.arguments;
+        let answer = if params.tool == MEMORY_SEARCH {
+            let Some(query) = arguments["query"].as_str() else {
+                return Err(WireError::new(
+                    ErrorCode::InvalidParams,
+                    "memory_search needs a query",
+                ));
+            };
+            let mut options = gatehouse_memory::search::SearchOptions::default();
+            if let Some(max) = arguments["maxResults"].as_u64() {
+                options.max_results = usize::try_from(max.clamp(1, 50)).unwrap_or(6);
+            }
+            if let Some(min) = arguments["minScore"].as_f64() {
+                options.min_score = min;
+            }
+            memory
+                .search(query, options)
+                .await
+                .map(|answer| serde_json::to_string(&answer).unwrap_or_default())
+        } else {
+            let Some(path) = arguments["path"].as_str() else {
+                return Err(WireError::new(
+                    ErrorCode::InvalidParams,
+                    "memory_get needs a path",
+                ));
+            };
+            let number = |name: &str| {
+                arguments[name]
+                    .as_u64()
+                    .and_then(|value| u32::try_from(value).ok())
+            };
+            memory
+                .get(path, number("from"), number("lines"))
+                .await
+                .map(|read| {
+                    let mut text = read.text;
+                    if read.more {
+                        text.push_str(&format!(
+                            "\n[More content available. Use from={} to continue.]",
+                            read.from + read.lines
+                        ));
+                    }
+                    text
+                })
+        };
+        Ok(match answer {
+            Ok(output) => GatewayToolResult { ok: true, output },
+            Err(error) => GatewayToolResult {
+                ok: false,
+                output: format!("{}: {error}", error.code()),
+            },
         })
     }
 }

@@ -263,6 +263,13 @@ impl NodeHost {
         });
         let mut commands = CommandSet::default();
         crate::file_commands::register(&mut commands, &workspace);
+        commands.insert(
+            gatehouse_protocol::memory::WORKSPACE_MEMORY,
+            Arc::new(crate::memory_commands::MemoryCommand {
+                workspace: Arc::clone(&workspace),
+                workspace_dir: workspace_root.clone(),
+            }),
+        );
         match (runtime, &runtime_config.workers) {
             (Runtime::Native, Some(settings)) => {
                 // Workers get absolute paths, whatever form `--root` took.

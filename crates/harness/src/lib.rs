@@ -54,6 +54,7 @@ pub mod host;
 pub mod identity;
 mod invoke;
 pub mod link;
+mod memory_commands;
 pub mod model;
 mod session;
 pub mod setup_code;

@@ -22,6 +22,7 @@
 //! - [`invoke`]: `node.invoke.request` / `result` / `progress` / `input` / `cancel`.
 //! - [`codex`]: the `codex.appserver` relay command.
 //! - [`commands`]: the workspace command names, parameters and results.
+//! - [`memory`]: `workspace.memory`, the node's memory file service.
 //! - [`error`]: stable error codes and the wire error shape.
 //! - [`worker`]: the native runtime: `agent.turn`, and the worker pipe protocol.
 //!
@@ -39,4 +40,5 @@ pub mod error;
 pub mod frame;
 pub mod handshake;
 pub mod invoke;
+pub mod memory;
 pub mod worker;

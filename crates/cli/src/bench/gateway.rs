@@ -66,7 +66,7 @@ async fn measure(args: &GatewayBenchArgs) -> anyhow::Result<Report> {
     config.operator_token_override = Some(String::from("bench-token"));
     let extensions = gatehouse_gateway::Extensions {
         runtime: Some(Arc::new(ParkedRuntime)),
-        runtime_factory: None,
+        ..gatehouse_gateway::Extensions::default()
     };
     let running = gatehouse_gateway::start(config, extensions).await?;
     let url = format!("http://{}", running.local_addr);

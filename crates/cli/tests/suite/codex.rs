@@ -258,7 +258,8 @@ async fn a_codex_turn_runs_on_the_harness_with_the_key_only_there() {
             "file.create",
             "file.fetch",
             "file.stat",
-            "file.write"
+            "file.write",
+            "workspace.memory"
         ]
     );
     // The workspace service still serves the Gateway outside model turns.

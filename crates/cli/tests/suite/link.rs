@@ -86,7 +86,8 @@ async fn a_node_enrolls_serves_the_workspace_and_reconnects_without_a_second_enr
             "file.create",
             "file.fetch",
             "file.stat",
-            "file.write"
+            "file.write",
+            "workspace.memory"
         ])
     );
 

@@ -5,6 +5,7 @@ mod codex;
 mod config_file;
 mod deploy;
 mod link;
+mod memory;
 mod mock_model;
 mod native;
 mod node_cli;

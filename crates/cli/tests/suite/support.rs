@@ -100,18 +100,34 @@ impl Gateway {
 
     /// Starts a Gateway listening on `listen` (for a restart on the same port).
     pub(crate) fn start_on(listen: &str, state_dir: &Path, logs: &Path, extra: &[&str]) -> Gateway {
+        let mut command = gatehouse();
+        command.args(gateway_args(listen, state_dir, extra));
+        Self::launch(command, state_dir, logs)
+    }
+
+    /// Starts a Gateway in its own mount namespace where `hidden` is covered by an empty
+    /// file system: the Gateway process cannot see that directory at all.
+    pub(crate) fn start_hiding(
+        hidden: &Path,
+        state_dir: &Path,
+        logs: &Path,
+        extra: &[&str],
+    ) -> Gateway {
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--", "sh", "-c"])
+            .arg(r#"mount -t tmpfs -o size=1m,mode=0700 tmpfs "$0" && exec "$@""#)
+            .arg(hidden)
+            .arg(env!("CARGO_BIN_EXE_gatehouse"))
+            .args(gateway_args("127.0.0.1:0", state_dir, extra))
+            .env_remove("GATEHOUSE_TOKEN")
+            .env("GATEHOUSE_LOG", "info");
+        Self::launch(command, state_dir, logs)
+    }
+
+    fn launch(mut command: Command, state_dir: &Path, logs: &Path) -> Gateway {
         let stderr_log = logs.join(format!("gateway-{}.log", unique()));
-        let mut child = gatehouse()
-            .args([
-                "gateway",
-                "--listen",
-                listen,
-                "--tick-interval-ms",
-                "500",
-                "--state",
-            ])
-            .arg(state_dir)
-            .args(extra)
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr_log).unwrap())
             .spawn()
@@ -282,6 +298,23 @@ pub(crate) fn start_node_runtime(
         child: command.spawn().unwrap(),
         stderr_log,
     }
+}
+
+fn gateway_args(listen: &str, state_dir: &Path, extra: &[&str]) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = [
+        "gateway",
+        "--listen",
+        listen,
+        "--tick-interval-ms",
+        "500",
+        "--state",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    args.push(state_dir.into());
+    args.extend(extra.iter().map(Into::into));
+    args
 }
 
 fn unique() -> u64 {

@@ -3,6 +3,7 @@
 mod documents;
 pub mod error;
 mod media;
+mod memory;
 mod routes;
 mod sessions;
 
@@ -44,6 +45,10 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route("/turns/{turn_id}", get(sessions::get_turn))
         .route("/media", post(media::upload_media))
         .route("/media/{media_id}", get(media::download_media))
+        .route("/memory/search", get(memory::search))
+        .route("/memory/get", get(memory::get))
+        .route("/memory/status", get(memory::status))
+        .route("/memory/reindex", post(memory::reindex))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             require_operator,

@@ -237,6 +237,14 @@ pub(crate) async fn gateway_with(
         max_concurrent_turns,
     );
     let workspace = Arc::new(workspace);
+    let memory = gatehouse_gateway::memory::MemoryService::open(
+        state_dir.path(),
+        None,
+        Some(gatehouse_memory::embed::EmbedderKind::None),
+        Arc::clone(&registry),
+    )
+    .await
+    .unwrap();
     let state = Arc::new(GatewayState {
         config,
         store,
@@ -248,6 +256,7 @@ pub(crate) async fn gateway_with(
         media,
         hub,
         turns,
+        memory,
     });
     TestGateway {
         router: gatehouse_gateway::http::app(state),

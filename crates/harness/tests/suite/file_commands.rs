@@ -120,7 +120,27 @@ async fn refusals_carry_their_stable_codes() {
             "INVALID_PARAMS",
         ),
         ("shell.exec", "{}".to_owned(), "UNKNOWN_COMMAND"),
-        ("workspace.memory", "{}".to_owned(), "UNKNOWN_COMMAND"),
+        ("workspace.memory", "{}".to_owned(), "INVALID_PARAMS"),
+        (
+            "workspace.memory",
+            json!({"op": "list", "workspaceDir": "/elsewhere"}).to_string(),
+            "POLICY_DENIED",
+        ),
+        (
+            "workspace.memory",
+            json!({"op": "read", "workspaceDir": ws.to_string(), "relPath": "memory/../AGENTS.md"}).to_string(),
+            "PATH_TRAVERSAL",
+        ),
+        (
+            "workspace.memory",
+            json!({"op": "read", "workspaceDir": ws.to_string(), "relPath": "AGENTS.md"}).to_string(),
+            "POLICY_DENIED",
+        ),
+        (
+            "workspace.memory",
+            json!({"op": "readForIndexing", "workspaceDir": ws.to_string(), "relPath": "./MEMORY.md"}).to_string(),
+            "INVALID_PATH",
+        ),
     ];
     for (idx, (command, params, expected)) in cases.iter().enumerate() {
         let id = format!("i{idx}");

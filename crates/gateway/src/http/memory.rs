@@ -1,0 +1,152 @@
+//! `/v1/memory/...`: search, status and reindex of the memory index.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::Query;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use serde::Deserialize;
+
+use crate::GatewayState;
+use crate::http::error::ApiError;
+use crate::memory::MemoryServiceError;
+
+/// The query of `GET /v1/memory/search`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SearchQuery {
+    q: String,
+    limit: Option<usize>,
+    min_score: Option<f64>,
+}
+
+fn api_error(error: &MemoryServiceError) -> ApiError {
+    let status = match error {
+        MemoryServiceError::WorkspaceUnavailable(_) | MemoryServiceError::SearchUnavailable(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        MemoryServiceError::Remote(_) => StatusCode::BAD_GATEWAY,
+        MemoryServiceError::Index(_) if error.code() == "STORAGE_FULL" => {
+            StatusCode::INSUFFICIENT_STORAGE
+        }
+        MemoryServiceError::Index(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, error.code(), error.to_string())
+}
+
+/// `GET /v1/memory/search?q=&limit=&minScore=`.
+pub(crate) async fn search(
+    State(state): State<Arc<GatewayState>>,
+    Query(query): Query<SearchQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if query.q.trim().is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            "q must not be empty",
+        ));
+    }
+    let mut options = gatehouse_memory::search::SearchOptions::default();
+    if let Some(limit) = query.limit {
+        options.max_results = limit.clamp(1, 100);
+    }
+    if let Some(min_score) = query.min_score {
+        options.min_score = min_score;
+    }
+    let answer = state
+        .memory
+        .search(&query.q, options)
+        .await
+        .map_err(|error| api_error(&error))?;
+    Ok(Json(serde_json::to_value(answer).unwrap_or_default()))
+}
+
+/// The query of `GET /v1/memory/get`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct GetQuery {
+    path: String,
+    from: Option<u32>,
+    lines: Option<u32>,
+}
+
+/// `GET /v1/memory/get?path=&from=&lines=`: lines of a memory file, read from the Harness now
+/// (never from the index).
+pub(crate) async fn get(
+    State(state): State<Arc<GatewayState>>,
+    Query(query): Query<GetQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let read = state
+        .memory
+        .get(&query.path, query.from, query.lines)
+        .await
+        .map_err(|error| match &error {
+            MemoryServiceError::Remote(remote) => {
+                ApiError::from(crate::workspace::WorkspaceError::Remote(remote.clone()))
+            }
+            _ => api_error(&error),
+        })?;
+    Ok(Json(serde_json::to_value(read).unwrap_or_default()))
+}
+
+/// `GET /v1/memory/status`.
+pub(crate) async fn status(
+    State(state): State<Arc<GatewayState>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let status = state
+        .memory
+        .status()
+        .await
+        .map_err(|error| api_error(&error))?;
+    Ok(Json(serde_json::to_value(status).unwrap_or_default()))
+}
+
+/// `POST /v1/memory/reindex`: rebuilds the index. The answer streams one JSON line per file
+/// (`{"done","total"}`) and ends with `{"status":…}` or `{"error":{"code","message"}}`.
+pub(crate) async fn reindex(State(state): State<Arc<GatewayState>>) -> Response {
+    let (progress, mut updates) = tokio::sync::mpsc::channel(64);
+    let (lines, body) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(64);
+    let memory = Arc::clone(&state.memory);
+    tokio::spawn(async move {
+        let work = memory.reindex(progress);
+        tokio::pin!(work);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                Some(update) = updates.recv() => {
+                    let _ = lines.send(Ok(format!("{}\n", serde_json::to_string(&update).unwrap_or_default()))).await;
+                }
+            }
+        };
+        while let Ok(update) = updates.try_recv() {
+            let _ = lines
+                .send(Ok(format!(
+                    "{}\n",
+                    serde_json::to_string(&update).unwrap_or_default()
+                )))
+                .await;
+        }
+        let last = match outcome {
+            Ok(status) => serde_json::json!({"status": status}),
+            Err(error) => {
+                serde_json::json!({"error": {"code": error.code(), "message": error.to_string()}})
+            }
+        };
+        let _ = lines.send(Ok(format!("{last}\n"))).await;
+    });
+    let stream = tokio_stream_from(body);
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+fn tokio_stream_from(
+    mut receiver: tokio::sync::mpsc::Receiver<Result<String, std::io::Error>>,
+) -> impl futures_util::Stream<Item = Result<String, std::io::Error>> {
+    futures_util::stream::poll_fn(move |context| receiver.poll_recv(context))
+}

@@ -1,0 +1,539 @@
+//! [`MemoryService`]: the Gateway's memory index of the Harness's memory files.
+//!
+//! The files stay on the Harness; the Gateway learns about them only through the node's
+//! `workspace.memory` command: a `watch` subscription says when something changed, and a sync
+//! then lists the files with their hashes and reads only those whose hash changed. The index, the
+//! embedder and its credential stay here.
+//!
+//! When no node serves the workspace, search answers from the retained index and says `stale`;
+//! `memory_get` fails with `DEPENDENCY_UNAVAILABLE`. Nothing is ever read from a local copy.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use gatehouse_memory::chunk::ChunkSettings;
+use gatehouse_memory::embed::Embedder;
+use gatehouse_memory::embed::EmbedderKind;
+use gatehouse_memory::index::IndexIdentity;
+use gatehouse_memory::index::IndexStats;
+use gatehouse_memory::index::MemoryIndex;
+use gatehouse_memory::index::VectorState;
+use gatehouse_memory::search::SearchHit;
+use gatehouse_memory::search::SearchOptions;
+use gatehouse_protocol::memory::DEFAULT_WATCH_DEBOUNCE_MS;
+use gatehouse_protocol::memory::MemoryIndexingResult;
+use gatehouse_protocol::memory::MemoryListResult;
+use gatehouse_protocol::memory::MemoryOp;
+use gatehouse_protocol::memory::MemoryReadResult;
+use gatehouse_protocol::memory::MemoryRequest;
+use gatehouse_protocol::memory::WATCH_CHANGE;
+use gatehouse_protocol::memory::WORKSPACE_MEMORY;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::link::registry::InvokeError;
+use crate::link::registry::NodeConnection;
+use crate::link::registry::NodeRegistry;
+
+/// The index file in the Gateway state directory.
+pub const MEMORY_INDEX_FILE: &str = "memory.db";
+
+/// How long one `workspace.memory` request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a watch subscription may stay open.
+const WATCH_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Why a memory call failed, with a stable code.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryServiceError {
+    /// No node serves the workspace (`DEPENDENCY_UNAVAILABLE`).
+    #[error("the Harness workspace is unavailable: {0}")]
+    WorkspaceUnavailable(String),
+    /// The explicitly configured remote embedder failed, so search fails closed
+    /// (`MEMORY_UNAVAILABLE`).
+    #[error("memory search is unavailable: {0}")]
+    SearchUnavailable(String),
+    /// The node refused the request with a stable code.
+    #[error("{0}")]
+    Remote(gatehouse_protocol::error::WireError),
+    /// The index failed.
+    #[error(transparent)]
+    Index(#[from] gatehouse_memory::MemoryError),
+}
+
+impl MemoryServiceError {
+    /// Returns the stable code.
+    pub fn code(&self) -> &str {
+        match self {
+            Self::WorkspaceUnavailable(_) => "DEPENDENCY_UNAVAILABLE",
+            Self::SearchUnavailable(_) => "MEMORY_UNAVAILABLE",
+            Self::Remote(error) => &error.code,
+            Self::Index(gatehouse_memory::MemoryError::Index(
+                gatehouse_memory::index::IndexError::DiskFull,
+            )) => "STORAGE_FULL",
+            Self::Index(_) => "MEMORY_INDEX_FAILED",
+        }
+    }
+}
+
+impl From<gatehouse_memory::index::IndexError> for MemoryServiceError {
+    fn from(error: gatehouse_memory::index::IndexError) -> Self {
+        Self::Index(error.into())
+    }
+}
+
+/// A search answer.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemorySearchAnswer {
+    /// The results, best first.
+    pub results: Vec<SearchHit>,
+    /// True when the workspace is not connected (or not yet synced) and the retained index
+    /// answered.
+    pub stale: bool,
+    /// `hybrid` or `keyword`.
+    pub mode: &'static str,
+    /// What the operator should know (a paused vector index, a missing embedder).
+    pub warnings: Vec<String>,
+}
+
+/// The state for `gatehouse memory status`.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryStatus {
+    /// Counts of the index.
+    #[serde(flatten)]
+    pub stats: IndexStats,
+    /// The identity of the running configuration.
+    pub configured: String,
+    /// `off`, `active` or `paused`.
+    pub vectors: &'static str,
+    /// True when the workspace is not connected or not yet synced.
+    pub stale: bool,
+    /// Warnings.
+    pub warnings: Vec<String>,
+}
+
+/// One step of a reindex, for the progress bar.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReindexProgress {
+    /// Files indexed so far.
+    pub done: usize,
+    /// Files to index.
+    pub total: usize,
+}
+
+/// The memory index and its link to the Harness.
+pub struct MemoryService {
+    index: tokio::sync::RwLock<Arc<MemoryIndex>>,
+    index_path: PathBuf,
+    chunking: ChunkSettings,
+    embedder: Option<Arc<dyn Embedder>>,
+    registry: Arc<NodeRegistry>,
+    stale: AtomicBool,
+    sync_lock: tokio::sync::Mutex<()>,
+    warnings: Mutex<Vec<String>>,
+    debounce_ms: u64,
+}
+
+impl MemoryService {
+    /// Opens the index under `state_dir` for `embedder`. `configured` is what the operator asked
+    /// for (`None` when unset): an unset or local embedder that is not available means keyword
+    /// search with a warning.
+    ///
+    /// # Errors
+    /// The index cannot be opened.
+    pub async fn open(
+        state_dir: &std::path::Path,
+        embedder: Option<Arc<dyn Embedder>>,
+        configured: Option<EmbedderKind>,
+        registry: Arc<NodeRegistry>,
+    ) -> Result<Arc<Self>, MemoryServiceError> {
+        let chunking = ChunkSettings::default();
+        let index_path = state_dir.join(MEMORY_INDEX_FILE);
+        let identity = IndexIdentity::of(embedder.as_deref(), chunking);
+        let index = MemoryIndex::open(&index_path, identity, chunking).await?;
+        let mut warnings = Vec::new();
+        match (configured, &embedder) {
+            (None, None) => warnings.push(String::from(
+                "no memory embedder is configured: keyword search only (set --memory-embedder local or openai-compatible)",
+            )),
+            (Some(EmbedderKind::Local), None) => warnings.push(String::from(
+                "the local embedder is not available (model files missing, or built without the local-embedder feature): keyword search only",
+            )),
+            _ => {}
+        }
+        for warning in &warnings {
+            tracing::warn!("{warning}");
+        }
+        Ok(Arc::new(Self {
+            index: tokio::sync::RwLock::new(Arc::new(index)),
+            index_path,
+            chunking,
+            embedder,
+            registry,
+            stale: AtomicBool::new(true),
+            sync_lock: tokio::sync::Mutex::new(()),
+            warnings: Mutex::new(warnings),
+            debounce_ms: DEFAULT_WATCH_DEBOUNCE_MS,
+        }))
+    }
+
+    /// Keeps a watch subscription on the node that serves the workspace, syncing after every
+    /// change, until `shutdown` fires.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let node = tokio::select! {
+                () = shutdown.cancelled() => return,
+                node = self.registry.wait_serving(&[WORKSPACE_MEMORY], Duration::from_secs(1)) => node,
+            };
+            let Some(node) = node else {
+                self.stale.store(true, Ordering::SeqCst);
+                continue;
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = self.watch(&node) => {}
+            }
+            self.stale.store(true, Ordering::SeqCst);
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    async fn watch(&self, node: &Arc<NodeConnection>) {
+        let (progress, mut lines) =
+            mpsc::channel::<String>(crate::link::registry::PROGRESS_CAPACITY);
+        let request = self.request(node, MemoryOp::Watch);
+        let Ok(params) = serde_json::to_value(&request) else {
+            return;
+        };
+        let pending = match self
+            .registry
+            .start_invoke(
+                node,
+                WORKSPACE_MEMORY,
+                &params,
+                WATCH_LIFETIME,
+                Some(progress),
+            )
+            .await
+        {
+            Ok(pending) => pending,
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot watch the memory files");
+                return;
+            }
+        };
+        let mut buffer = String::new();
+        let follow = async {
+            while let Some(chunk) = lines.recv().await {
+                buffer.push_str(&chunk);
+                while let Some(end) = buffer.find('\n') {
+                    let line: String = buffer.drain(..=end).collect();
+                    match serde_json::from_str::<String>(line.trim()) {
+                        Ok(event) if event == WATCH_CHANGE => match self.sync(node).await {
+                            Ok(()) => self.stale.store(false, Ordering::SeqCst),
+                            Err(error) => {
+                                tracing::warn!(code = error.code(), error = %error, "memory sync failed");
+                            }
+                        },
+                        Ok(_) => {
+                            tracing::warn!("the node says the memory files are unavailable");
+                            self.stale.store(true, Ordering::SeqCst);
+                        }
+                        Err(_) => tracing::warn!("the node sent a malformed watch line"),
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            () = follow => {}
+            outcome = pending.finish(WATCH_LIFETIME) => {
+                if let Err(error) = outcome {
+                    tracing::info!(error = %error, "the memory watch ended");
+                }
+            }
+        }
+    }
+
+    fn request(&self, node: &NodeConnection, op: MemoryOp) -> MemoryRequest {
+        MemoryRequest {
+            op,
+            workspace_dir: node.workspace_root.clone().unwrap_or_default(),
+            agent_id: Some(String::from("main")),
+            extra_paths: Vec::new(),
+            rel_path: None,
+            from: None,
+            lines: None,
+            debounce_ms: (op == MemoryOp::Watch).then_some(self.debounce_ms),
+        }
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        node: &Arc<NodeConnection>,
+        request: &MemoryRequest,
+    ) -> Result<T, MemoryServiceError> {
+        let params = serde_json::to_value(request)
+            .map_err(|error| MemoryServiceError::WorkspaceUnavailable(error.to_string()))?;
+        let value = self
+            .registry
+            .invoke(node, WORKSPACE_MEMORY, &params, REQUEST_TIMEOUT)
+            .await
+            .map_err(|error| match error {
+                InvokeError::Remote(error) => MemoryServiceError::Remote(error),
+                other => MemoryServiceError::WorkspaceUnavailable(other.to_string()),
+            })?;
+        serde_json::from_value(value)
+            .map_err(|_| MemoryServiceError::WorkspaceUnavailable(String::from("malformed answer")))
+    }
+
+    fn node(&self) -> Result<Arc<NodeConnection>, MemoryServiceError> {
+        self.registry
+            .find_serving(&[WORKSPACE_MEMORY])
+            .ok_or_else(|| {
+                MemoryServiceError::WorkspaceUnavailable(String::from(
+                    "no Harness node serving workspace.memory is connected",
+                ))
+            })
+    }
+
+    /// Brings the index up to date with the node's files: reads only files whose hash changed,
+    /// and forgets files that are gone.
+    ///
+    /// # Errors
+    /// [`MemoryServiceError`].
+    pub async fn sync(&self, node: &Arc<NodeConnection>) -> Result<(), MemoryServiceError> {
+        let _guard = self.sync_lock.lock().await;
+        let index = Arc::clone(&*self.index.read().await);
+        let listing: MemoryListResult =
+            self.call(node, &self.request(node, MemoryOp::List)).await?;
+        let known = index.file_hashes().await?;
+        let mut present = BTreeSet::new();
+        for file in &listing.files {
+            present.insert(file.path.clone());
+            if known.get(&file.path) == Some(&file.sha256) {
+                continue;
+            }
+            self.index_file(&index, node, &file.path).await?;
+        }
+        for path in known.keys().filter(|path| !present.contains(*path)) {
+            index.remove_file(path).await?;
+        }
+        for skipped in &listing.skipped {
+            tracing::debug!(path = %skipped.path, reason = %skipped.reason, "a memory file was skipped");
+        }
+        Ok(())
+    }
+
+    async fn index_file(
+        &self,
+        index: &MemoryIndex,
+        node: &Arc<NodeConnection>,
+        path: &str,
+    ) -> Result<(), MemoryServiceError> {
+        let mut request = self.request(node, MemoryOp::ReadForIndexing);
+        request.rel_path = Some(path.to_owned());
+        let file: MemoryIndexingResult = self.call(node, &request).await?;
+        let embedder = self.embedder.as_deref();
+        match index
+            .upsert_file(&file.path, &file.text, &file.sha256, embedder)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(gatehouse_memory::MemoryError::Embed(error))
+                if embedder.is_some_and(|embedder| !embedder.kind().fails_closed()) =>
+            {
+                self.warn(format!(
+                    "embedding failed ({error}); {path} is indexed for keyword search only"
+                ));
+                index
+                    .upsert_file(&file.path, &file.text, &file.sha256, None)
+                    .await?;
+                Ok(())
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn warn(&self, warning: String) {
+        tracing::warn!("{warning}");
+        let mut warnings = self
+            .warnings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether answers come from a retained index that may be out of date.
+    pub fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::SeqCst)
+            || self.registry.find_serving(&[WORKSPACE_MEMORY]).is_none()
+    }
+
+    /// Searches the index.
+    ///
+    /// # Errors
+    /// `MEMORY_UNAVAILABLE` when the explicitly configured remote embedder fails; index failures.
+    pub async fn search(
+        &self,
+        query: &str,
+        options: SearchOptions,
+    ) -> Result<MemorySearchAnswer, MemoryServiceError> {
+        let index = Arc::clone(&*self.index.read().await);
+        let mut warnings = self.warnings();
+        if let VectorState::Paused {
+            built_with,
+            configured,
+        } = index.vector_state()
+        {
+            warnings.push(format!(
+                "vector search is paused: the index was built with {built_with} and the Gateway runs {configured}; run `gatehouse memory reindex`"
+            ));
+        }
+        let vector = match (&self.embedder, index.vector_state()) {
+            (Some(embedder), VectorState::Active) => {
+                match embedder.embed(&[query.to_owned()]).await {
+                    Ok(mut vectors) => vectors.pop(),
+                    Err(error) if embedder.kind().fails_closed() => {
+                        return Err(MemoryServiceError::SearchUnavailable(error.to_string()));
+                    }
+                    Err(error) => {
+                        warnings.push(format!(
+                            "embedding the query failed ({error}): keyword search only"
+                        ));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let results =
+            gatehouse_memory::search::search(&index, query, vector.as_deref(), options, today())
+                .await?;
+        Ok(MemorySearchAnswer {
+            results,
+            stale: self.is_stale(),
+            mode: if vector.is_some() {
+                "hybrid"
+            } else {
+                "keyword"
+            },
+            warnings,
+        })
+    }
+
+    /// Reads lines of a memory file from the Harness (for `memory_get`).
+    ///
+    /// # Errors
+    /// `DEPENDENCY_UNAVAILABLE` when no node serves the workspace; the node's codes.
+    pub async fn get(
+        &self,
+        path: &str,
+        from: Option<u32>,
+        lines: Option<u32>,
+    ) -> Result<MemoryReadResult, MemoryServiceError> {
+        let node = self.node()?;
+        let mut request = self.request(&node, MemoryOp::Read);
+        request.rel_path = Some(path.to_owned());
+        request.from = from;
+        request.lines = lines;
+        self.call(&node, &request).await
+    }
+
+    /// Returns the index state.
+    ///
+    /// # Errors
+    /// Index failures.
+    pub async fn status(&self) -> Result<MemoryStatus, MemoryServiceError> {
+        let index = Arc::clone(&*self.index.read().await);
+        Ok(MemoryStatus {
+            stats: index.stats().await?,
+            configured: index.identity().key(),
+            vectors: match index.vector_state() {
+                VectorState::Off => "off",
+                VectorState::Active => "active",
+                VectorState::Paused { .. } => "paused",
+            },
+            stale: self.is_stale(),
+            warnings: self.warnings(),
+        })
+    }
+
+    /// Rebuilds the index from the Harness's files with the running configuration: into a
+    /// temporary file first, which then replaces the index at once. `progress` gets a report
+    /// after every file.
+    ///
+    /// # Errors
+    /// `DEPENDENCY_UNAVAILABLE` without a node; index and embedder failures. On failure the old
+    /// index stays in place.
+    pub async fn reindex(
+        &self,
+        progress: mpsc::Sender<ReindexProgress>,
+    ) -> Result<MemoryStatus, MemoryServiceError> {
+        let node = self.node()?;
+        let _guard = self.sync_lock.lock().await;
+        let rebuild_path = self.index_path.with_extension("db.rebuild");
+        let _ = std::fs::remove_file(&rebuild_path);
+        let identity = IndexIdentity::of(self.embedder.as_deref(), self.chunking);
+        let fresh = MemoryIndex::open(&rebuild_path, identity.clone(), self.chunking).await?;
+        let listing: MemoryListResult = self
+            .call(&node, &self.request(&node, MemoryOp::List))
+            .await?;
+        let total = listing.files.len();
+        let _ = progress.send(ReindexProgress { done: 0, total }).await;
+        for (done, file) in listing.files.iter().enumerate() {
+            if let Err(error) = self.index_file(&fresh, &node, &file.path).await {
+                fresh.close().await;
+                let _ = std::fs::remove_file(&rebuild_path);
+                return Err(error);
+            }
+            let _ = progress
+                .send(ReindexProgress {
+                    done: done + 1,
+                    total,
+                })
+                .await;
+        }
+        fresh.close().await;
+        let mut slot = self.index.write().await;
+        slot.close().await;
+        std::fs::rename(&rebuild_path, &self.index_path).map_err(|error| {
+            MemoryServiceError::Index(
+                gatehouse_memory::index::IndexError::Storage(error.to_string()).into(),
+            )
+        })?;
+        *slot = Arc::new(MemoryIndex::open(&self.index_path, identity, self.chunking).await?);
+        drop(slot);
+        self.stale.store(false, Ordering::SeqCst);
+        tracing::info!(files = total, "rebuilt the memory index");
+        self.status().await
+    }
+}
+
+/// Today as days since 1970-01-01 (UTC).
+fn today() -> i64 {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs());
+    i64::try_from(seconds / 86_400).unwrap_or(0)
+}
