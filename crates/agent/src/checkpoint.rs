@@ -24,10 +24,16 @@ const LIST_PAGE: usize = 1000;
 /// The most entries a checkpoint holds.
 pub const MAX_CHECKPOINT_ENTRIES: usize = 20_000;
 
-/// Returns true for paths a checkpoint leaves out.
+/// Returns true for paths a checkpoint leaves out: `.git`, staged inputs, and the turn's skill
+/// copies.
 pub fn is_excluded(path: &str) -> bool {
+    let skills = gatehouse_protocol::worker::SKILL_COPIES_DIR;
     path == ".git"
         || path.starts_with(".git/")
+        || path == skills
+        || path
+            .strip_prefix(skills)
+            .is_some_and(|rest| rest.starts_with('/'))
         || path
             .strip_prefix("media/inbound/")
             .is_some_and(|rest| rest.starts_with("gatehouse-staged-"))

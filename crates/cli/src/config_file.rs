@@ -26,6 +26,8 @@ pub(crate) struct GatewayFile {
     pub(crate) codex_file_approval: Option<String>,
     pub(crate) memory_embedder: Option<String>,
     pub(crate) memory_model_dir: Option<PathBuf>,
+    pub(crate) skills_dir: Option<PathBuf>,
+    pub(crate) bundled_skills_dir: Option<PathBuf>,
 }
 
 /// `gatehouse node --config`.

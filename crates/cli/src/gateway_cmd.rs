@@ -44,10 +44,16 @@ pub(crate) struct GatewayArgs {
     /// `model.safetensors`).
     #[arg(long, env = "GATEHOUSE_MEMORY_MODEL_DIR")]
     memory_model_dir: Option<PathBuf>,
+    /// The Gateway's managed skills directory (each skill a folder with a `SKILL.md`).
+    #[arg(long, env = "GATEHOUSE_SKILLS_DIR")]
+    skills_dir: Option<PathBuf>,
+    /// The Gateway's bundled skills directory (lowest precedence).
+    #[arg(long, env = "GATEHOUSE_BUNDLED_SKILLS_DIR")]
+    bundled_skills_dir: Option<PathBuf>,
     /// A TOML file with the same settings in kebab-case (`state`, `listen`, `public-url`,
     /// `max-concurrent-turns`, `media-max-bytes`, `runtime`, `codex-command-approval`,
-    /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`); flags and their variables
-    /// win over it.
+    /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`, `skills-dir`,
+    /// `bundled-skills-dir`); flags and their variables win over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The interval of keep-alive ticks on node links, in milliseconds.
@@ -80,6 +86,8 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         args.memory_model_dir.or(file.memory_model_dir).as_deref(),
     )?;
     config.memory_embedder = memory_kind;
+    config.skills_dir = args.skills_dir.or(file.skills_dir);
+    config.bundled_skills_dir = args.bundled_skills_dir.or(file.bundled_skills_dir);
     let mut extensions = match args.runtime.or(file.runtime).as_deref() {
         None | Some("native") => gatehouse_gateway::Extensions::default(),
         Some("codex") => {

@@ -18,6 +18,7 @@ mod paths;
 mod scratch_cmd;
 mod setup_code_cmd;
 mod signals;
+mod skills_cmd;
 mod up_cmd;
 mod worker_cmd;
 
@@ -61,6 +62,8 @@ enum Command {
     Scratch(scratch_cmd::ScratchArgs),
     /// Search, inspect or rebuild the Gateway's memory index.
     Memory(memory_cmd::MemoryArgs),
+    /// List the skills of both hosts.
+    Skills(skills_cmd::SkillsArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Command::MockModel(args) => mock_model_cmd::run(args),
         Command::Scratch(args) => scratch_cmd::run(args),
         Command::Memory(args) => memory_cmd::run(args),
+        Command::Skills(args) => skills_cmd::run(args),
         Command::Worker(args) => worker_cmd::run(args),
     };
     match result {

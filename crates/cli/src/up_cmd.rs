@@ -65,6 +65,12 @@ pub(crate) struct UpArgs {
     /// The directory of the local all-MiniLM-L6-v2 model.
     #[arg(long, env = "GATEHOUSE_MEMORY_MODEL_DIR")]
     memory_model_dir: Option<PathBuf>,
+    /// The Gateway's managed skills directory.
+    #[arg(long, env = "GATEHOUSE_SKILLS_DIR")]
+    skills_dir: Option<PathBuf>,
+    /// The Gateway's bundled skills directory.
+    #[arg(long, env = "GATEHOUSE_BUNDLED_SKILLS_DIR")]
+    bundled_skills_dir: Option<PathBuf>,
 }
 
 /// The `--runtime` values.
@@ -126,6 +132,8 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
         args.memory_model_dir.as_deref(),
     )?;
     config.memory_embedder = memory_kind;
+    config.skills_dir = args.skills_dir.clone();
+    config.bundled_skills_dir = args.bundled_skills_dir.clone();
     crate::signals::runtime()?.block_on(async move {
         let send_key = !matches!(model, ModelSpec::Mock);
         let (mut extensions, codex_model) = match runtime {

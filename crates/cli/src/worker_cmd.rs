@@ -186,13 +186,17 @@ async fn serve() -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        let system = match gatehouse_fsops::Root::open(Path::new(&launch.agent_workspace)) {
+        let mut system = match gatehouse_fsops::Root::open(Path::new(&launch.agent_workspace)) {
             Ok(agent_workspace) => gatehouse_agent::build_system_prompt(&agent_workspace).text,
             Err(error) => {
                 tracing::warn!(error = %error, "cannot read the bootstrap documents");
                 String::from(gatehouse_agent::prompt::PREAMBLE)
             }
         };
+        if let Some(skills) = &params.skills_prompt {
+            system.push_str("\n\n");
+            system.push_str(skills);
+        }
         let history = params
             .history
             .iter()

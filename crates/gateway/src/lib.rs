@@ -28,6 +28,7 @@ pub mod link;
 pub mod memory;
 pub mod secrets;
 pub mod setup_code;
+pub mod skills;
 pub mod staging;
 pub mod tools;
 pub mod turns;
@@ -90,6 +91,10 @@ pub struct GatewayConfig {
     /// The memory embedder the operator configured; `None` when unset (keyword search with a
     /// warning unless [`Extensions::memory_embedder`] provides one).
     pub memory_embedder: Option<gatehouse_memory::embed::EmbedderKind>,
+    /// The Gateway's managed skills directory.
+    pub skills_dir: Option<PathBuf>,
+    /// The Gateway's bundled skills directory.
+    pub bundled_skills_dir: Option<PathBuf>,
 }
 
 impl GatewayConfig {
@@ -106,6 +111,8 @@ impl GatewayConfig {
             media_max_bytes: DEFAULT_MEDIA_MAX_BYTES,
             max_concurrent_turns: turns::DEFAULT_MAX_CONCURRENT_TURNS,
             memory_embedder: None,
+            skills_dir: None,
+            bundled_skills_dir: None,
         }
     }
 }
@@ -134,6 +141,8 @@ pub struct GatewayState {
     pub turns: Arc<TurnEngine>,
     /// The memory index of the Harness's memory files.
     pub memory: Arc<memory::MemoryService>,
+    /// The skills catalog of both hosts.
+    pub skills: Arc<skills::SkillsService>,
 }
 
 /// What the embedding program plugs into the Gateway.
@@ -270,6 +279,11 @@ pub async fn start(
         tools::GatewayTools::new(Arc::clone(&store), audit.clone(), Vec::new())
             .with_memory(Arc::clone(&memory)),
     );
+    let skills = Arc::new(skills::SkillsService::new(
+        config.skills_dir.clone(),
+        config.bundled_skills_dir.clone(),
+        Arc::clone(&registry),
+    ));
     let link = LinkContext {
         store: Arc::clone(&store),
         registry: Arc::clone(&registry),
@@ -309,13 +323,16 @@ pub async fn start(
         .runtime
         .unwrap_or_else(|| match extensions.runtime_factory {
             Some(factory) => factory(parts),
-            None => Arc::new(turns::node_runtime::NodeRuntime::new(
-                Arc::clone(&registry),
-                Arc::clone(&store),
-                Arc::clone(&media),
-                Arc::clone(&tools),
-                turns::node_runtime::DEFAULT_TURN_TIMEOUT,
-            )),
+            None => Arc::new(
+                turns::node_runtime::NodeRuntime::new(
+                    Arc::clone(&registry),
+                    Arc::clone(&store),
+                    Arc::clone(&media),
+                    Arc::clone(&tools),
+                    turns::node_runtime::DEFAULT_TURN_TIMEOUT,
+                )
+                .with_skills(Arc::clone(&skills)),
+            ),
         });
     let turns = TurnEngine::new(
         Arc::clone(&store),
@@ -337,6 +354,7 @@ pub async fn start(
         hub,
         turns,
         memory,
+        skills,
     });
     let shutdown = CancellationToken::new();
     tokio::spawn(Arc::clone(&state.memory).run(shutdown.child_token()));

@@ -270,6 +270,13 @@ impl NodeHost {
                 workspace_dir: workspace_root.clone(),
             }),
         );
+        commands.insert(
+            gatehouse_protocol::skills::WORKSPACE_SKILLS,
+            Arc::new(crate::skills_commands::SkillsCommand {
+                workspace: Arc::clone(&workspace),
+                workspace_dir: workspace_root.clone(),
+            }),
+        );
         match (runtime, &runtime_config.workers) {
             (Runtime::Native, Some(settings)) => {
                 // Workers get absolute paths, whatever form `--root` took.

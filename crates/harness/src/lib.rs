@@ -58,6 +58,8 @@ mod memory_commands;
 pub mod model;
 mod session;
 pub mod setup_code;
+mod skill_copies;
+mod skills_commands;
 mod state;
 pub mod status;
 pub mod worker;

@@ -182,7 +182,7 @@ impl WorkerSupervisor {
     /// Runs one turn on the session's worker, streaming its events as progress lines.
     async fn run_turn(
         &self,
-        params: AgentTurnParams,
+        mut params: AgentTurnParams,
         context: &mut InvokeContext,
     ) -> Result<AgentTurnResult, WireError> {
         if params.checkpoint_id.is_some() && !self.session_workspace(&params.session_key).is_dir() {
@@ -196,6 +196,17 @@ impl WorkerSupervisor {
         }
         let slot = self.slot(&params.session_key).await?;
         let mut guard = slot.lock().await;
+        {
+            // Before anything else of this turn: the previous turn's skill copies go, this
+            // turn's come in. A failed cleanup stops here.
+            let session_workspace = self.session_workspace(&params.session_key);
+            let copies = std::mem::take(&mut params.skill_copies);
+            tokio::task::spawn_blocking(move || {
+                crate::skill_copies::prepare(&session_workspace, &copies)
+            })
+            .await
+            .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))??;
+        }
         if !params.attachments.is_empty() {
             let agent_workspace = self.root.join("workspace");
             let session_workspace = self.session_workspace(&params.session_key);

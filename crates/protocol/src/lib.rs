@@ -23,6 +23,7 @@
 //! - [`codex`]: the `codex.appserver` relay command.
 //! - [`commands`]: the workspace command names, parameters and results.
 //! - [`memory`]: `workspace.memory`, the node's memory file service.
+//! - [`skills`]: `workspace.skills`, the node's skills discovery.
 //! - [`error`]: stable error codes and the wire error shape.
 //! - [`worker`]: the native runtime: `agent.turn`, and the worker pipe protocol.
 //!
@@ -41,4 +42,5 @@ pub mod frame;
 pub mod handshake;
 pub mod invoke;
 pub mod memory;
+pub mod skills;
 pub mod worker;

@@ -105,6 +105,12 @@ pub struct AgentTurnParams {
     /// The Gateway-provided tools this turn may call (after the Gateway's tool policy).
     #[serde(default)]
     pub gateway_tools: Vec<GatewayToolSpec>,
+    /// The `<available_skills>` block for the system prompt, if any skills are available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills_prompt: Option<String>,
+    /// Gateway-provided skills to copy into the session workspace for this turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skill_copies: Vec<SkillCopy>,
 }
 
 /// One entry of a checkpoint: a regular file (with its content when it changed) or a link.
@@ -278,3 +284,27 @@ pub enum WorkerEvent {
         message: String,
     },
 }
+
+/// A Gateway-provided skill copied into the session workspace for one native turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillCopy {
+    /// The skill's directory name under [`SKILL_COPIES_DIR`].
+    pub name: String,
+    /// Its files, paths relative to the skill directory (`SKILL.md` first).
+    pub files: Vec<SkillCopyFile>,
+}
+
+/// One file of a [`SkillCopy`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillCopyFile {
+    /// The path relative to the skill directory, canonical.
+    pub path: String,
+    /// The content, standard base64.
+    pub content_base64: String,
+}
+
+/// The directory of the session workspace that holds a turn's skill copies. It is private and
+/// read-only, left out of checkpoints, and removed before the next turn is prepared.
+pub const SKILL_COPIES_DIR: &str = ".gatehouse-skills";

@@ -259,7 +259,8 @@ async fn a_codex_turn_runs_on_the_harness_with_the_key_only_there() {
             "file.fetch",
             "file.stat",
             "file.write",
-            "workspace.memory"
+            "workspace.memory",
+            "workspace.skills"
         ]
     );
     // The workspace service still serves the Gateway outside model turns.

@@ -87,7 +87,8 @@ async fn a_node_enrolls_serves_the_workspace_and_reconnects_without_a_second_enr
             "file.fetch",
             "file.stat",
             "file.write",
-            "workspace.memory"
+            "workspace.memory",
+            "workspace.skills"
         ])
     );
 

@@ -10,5 +10,6 @@ mod mock_model;
 mod native;
 mod node_cli;
 mod scratch;
+mod skills;
 mod support;
 mod up;

@@ -46,6 +46,7 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route("/media", post(media::upload_media))
         .route("/media/{media_id}", get(media::download_media))
         .route("/memory/search", get(memory::search))
+        .route("/skills", get(routes::list_skills))
         .route("/memory/get", get(memory::get))
         .route("/memory/status", get(memory::status))
         .route("/memory/reindex", post(memory::reindex))

@@ -14,6 +14,8 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use gatehouse_protocol::codex::CODEX_APPSERVER;
 use gatehouse_protocol::commands::FILE_COMMANDS;
+use gatehouse_protocol::commands::WORKSPACE_MEMORY;
+use gatehouse_protocol::commands::WORKSPACE_SKILLS;
 use gatehouse_protocol::worker::AGENT_SESSION_RESTORE;
 use gatehouse_protocol::worker::AGENT_SESSION_STOP;
 use gatehouse_protocol::worker::AGENT_TURN;
@@ -49,6 +51,12 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
             "the connected node hosts the native runtime but does not serve agent.turn; restart it with a current gatehouse",
         )
         .into_response(),
+        Some(node) if !node.serves_all(&[WORKSPACE_MEMORY, WORKSPACE_SKILLS]) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "NODE_RUNTIME_INCOMPLETE",
+            "the connected node does not serve workspace.memory and workspace.skills; restart it with a current gatehouse",
+        )
+        .into_response(),
         Some(node) if node.runtime == "codex" && !node.serves_all(&[CODEX_APPSERVER]) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "NODE_RUNTIME_INCOMPLETE",
@@ -73,6 +81,12 @@ async fn runtime_readiness(state: &GatewayState) -> Result<(), crate::turns::run
         Some(runtime) => runtime.readiness().await,
         None => Ok(()),
     }
+}
+
+/// `GET /v1/skills`: the catalog of both hosts, with each skill's host, tier and why it is gated
+/// out or shadowed.
+pub(crate) async fn list_skills(State(state): State<Arc<GatewayState>>) -> Response {
+    Json(state.skills.catalog().await).into_response()
 }
 
 pub(crate) async fn metrics(State(state): State<Arc<GatewayState>>) -> Response {

@@ -52,6 +52,7 @@ pub struct NodeRuntime {
     media: Arc<MediaStore>,
     tools: Arc<crate::tools::GatewayTools>,
     turn_timeout: Duration,
+    skills: Option<Arc<crate::skills::SkillsService>>,
 }
 
 impl NodeRuntime {
@@ -69,7 +70,15 @@ impl NodeRuntime {
             media,
             tools,
             turn_timeout,
+            skills: None,
         }
+    }
+
+    /// Gives native turns the skills prompt block and copies of the Gateway's skills.
+    #[must_use]
+    pub fn with_skills(mut self, skills: Arc<crate::skills::SkillsService>) -> Self {
+        self.skills = Some(skills);
+        self
     }
 
     /// Stores a worker's workspace report as an immutable checkpoint: changed contents go to the
@@ -241,6 +250,10 @@ impl TurnRuntime for NodeRuntime {
             .latest_checkpoint(&input.session_key)
             .await
             .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+        let (skills_prompt, skill_copies) = match &self.skills {
+            Some(skills) => skills.for_native_turn().await,
+            None => (None, Vec::new()),
+        };
         let params = AgentTurnParams {
             session_key: input.session_key.clone(),
             turn_id: input.turn_id.clone(),
@@ -249,6 +262,8 @@ impl TurnRuntime for NodeRuntime {
             attachments: input.attachments.clone(),
             checkpoint_id: checkpoint.as_ref().map(|(id, _)| id.clone()),
             gateway_tools: self.tools.offered(),
+            skills_prompt,
+            skill_copies,
         };
         match self.invoke_turn(&node, &params, &sink, &checkpoint).await {
             Err(failure) if failure.code == WORKSPACE_MISSING => {

@@ -237,6 +237,7 @@ pub(crate) async fn gateway_with(
         max_concurrent_turns,
     );
     let workspace = Arc::new(workspace);
+    let registry_for_skills = Arc::clone(&registry);
     let memory = gatehouse_gateway::memory::MemoryService::open(
         state_dir.path(),
         None,
@@ -257,6 +258,11 @@ pub(crate) async fn gateway_with(
         hub,
         turns,
         memory,
+        skills: Arc::new(gatehouse_gateway::skills::SkillsService::new(
+            None,
+            None,
+            Arc::clone(&registry_for_skills),
+        )),
     });
     TestGateway {
         router: gatehouse_gateway::http::app(state),

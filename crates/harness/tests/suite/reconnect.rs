@@ -44,6 +44,7 @@ async fn enrollment_saves_the_device_token_and_later_sessions_use_it() {
     assert_eq!(device.nonce, "nonce-1");
     let mut commands: Vec<&str> = FILE_COMMANDS.to_vec();
     commands.push(gatehouse_protocol::memory::WORKSPACE_MEMORY);
+    commands.push(gatehouse_protocol::skills::WORKSPACE_SKILLS);
     commands.sort_unstable();
     assert_eq!(params.commands, commands);
     assert_eq!((params.min_protocol, params.max_protocol), (3, 4));

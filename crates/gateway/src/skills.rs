@@ -1,0 +1,253 @@
+//! [`SkillsService`]: the skills catalog across both hosts. The Gateway's own roots (managed,
+//! bundled) are read here; the workspace roots are discovered by the node (`workspace.skills`),
+//! which gates them on the Harness. Native turns get the `<available_skills>` prompt block and
+//! private read-only copies of the selected Gateway skills in their session workspace.
+
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use gatehouse_protocol::skills::SkillsDiscovery;
+use gatehouse_protocol::skills::SkillsRequest;
+use gatehouse_protocol::skills::WORKSPACE_SKILLS;
+use gatehouse_protocol::worker::SKILL_COPIES_DIR;
+use gatehouse_protocol::worker::SkillCopy;
+use gatehouse_protocol::worker::SkillCopyFile;
+use gatehouse_skills::Catalog;
+use gatehouse_skills::CatalogEntry;
+use gatehouse_skills::Tier;
+
+use crate::link::registry::NodeRegistry;
+
+/// How long the node's discovery may take.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most bytes copied from one skill directory.
+const MAX_COPY_BYTES: u64 = 1024 * 1024;
+
+/// The most files copied from one skill directory.
+const MAX_COPY_FILES: usize = 64;
+
+/// The catalog as the API shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillsView {
+    /// Every skill with its host, tier, and why it is gated out or shadowed.
+    pub skills: Vec<CatalogEntry>,
+    /// Files that were not taken, and why.
+    pub skipped: Vec<serde_json::Value>,
+    /// Name clashes and unavailable sources.
+    pub warnings: Vec<String>,
+}
+
+/// The skills of both hosts.
+pub struct SkillsService {
+    managed_dir: Option<PathBuf>,
+    bundled_dir: Option<PathBuf>,
+    registry: Arc<NodeRegistry>,
+}
+
+impl SkillsService {
+    /// Returns the service over the Gateway's `managed_dir` and `bundled_dir` and the node of
+    /// `registry`.
+    pub fn new(
+        managed_dir: Option<PathBuf>,
+        bundled_dir: Option<PathBuf>,
+        registry: Arc<NodeRegistry>,
+    ) -> Self {
+        Self {
+            managed_dir,
+            bundled_dir,
+            registry,
+        }
+    }
+
+    /// Discovers every source and merges them.
+    pub async fn catalog(&self) -> SkillsView {
+        let mut entries = Vec::new();
+        let mut skipped = Vec::new();
+        let mut warnings = Vec::new();
+        let roots: Vec<(PathBuf, Tier)> = [
+            (self.managed_dir.clone(), Tier::Managed),
+            (self.bundled_dir.clone(), Tier::Bundled),
+        ]
+        .into_iter()
+        .filter_map(|(dir, tier)| dir.map(|dir| (dir, tier)))
+        .collect();
+        let local = tokio::task::spawn_blocking(move || {
+            roots
+                .iter()
+                .map(|(dir, tier)| {
+                    gatehouse_skills::local::discover(
+                        dir,
+                        *tier,
+                        &gatehouse_skills::parse::SystemProbe,
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (found, left_out) in local {
+            entries.extend(found);
+            skipped.extend(
+                left_out
+                    .into_iter()
+                    .map(|skip| serde_json::json!({"host": "gateway", "path": skip.path, "reason": skip.reason})),
+            );
+        }
+        match self.workspace_skills().await {
+            Ok(discovery) => {
+                for skill in discovery.skills {
+                    let tier = match skill.tier.as_str() {
+                        "workspace" => Tier::Workspace,
+                        "workspace-agents" => Tier::WorkspaceAgents,
+                        other => {
+                            warnings.push(format!("the node reported an unknown skill tier {other:?}"));
+                            continue;
+                        }
+                    };
+                    entries.push(CatalogEntry {
+                        name: skill.name,
+                        description: skill.description,
+                        tier,
+                        host: String::from("harness"),
+                        location: skill.location,
+                        gated_out: skill.gated_out,
+                        shadowed_by: None,
+                    });
+                }
+                skipped.extend(discovery.skipped.into_iter().map(
+                    |skip| serde_json::json!({"host": "harness", "path": skip.path, "reason": skip.reason}),
+                ));
+            }
+            Err(reason) => warnings.push(format!(
+                "the Harness workspace skills are unavailable ({reason}); only the Gateway's skills are listed"
+            )),
+        }
+        let catalog = Catalog::resolve(entries);
+        warnings.extend(catalog.warnings);
+        SkillsView {
+            skills: catalog.skills,
+            skipped,
+            warnings,
+        }
+    }
+
+    async fn workspace_skills(&self) -> Result<SkillsDiscovery, String> {
+        let Some(node) = self.registry.find_serving(&[WORKSPACE_SKILLS]) else {
+            return Err(String::from(
+                "no node serving workspace.skills is connected",
+            ));
+        };
+        let request = SkillsRequest {
+            op: String::from("discover"),
+            workspace_dir: node.workspace_root.clone().unwrap_or_default(),
+        };
+        let params = serde_json::to_value(&request).map_err(|error| error.to_string())?;
+        let value = self
+            .registry
+            .invoke(&node, WORKSPACE_SKILLS, &params, DISCOVERY_TIMEOUT)
+            .await
+            .map_err(|error| error.to_string())?;
+        serde_json::from_value(value).map_err(|error| error.to_string())
+    }
+
+    /// The prompt block and the skill copies of a native turn: every available skill is listed;
+    /// the Gateway's are copied into the session workspace under [`SKILL_COPIES_DIR`] and listed
+    /// there.
+    pub async fn for_native_turn(&self) -> (Option<String>, Vec<SkillCopy>) {
+        let view = self.catalog().await;
+        let available: Vec<CatalogEntry> = view
+            .skills
+            .into_iter()
+            .filter(CatalogEntry::available)
+            .collect();
+        let gateway_skills: Vec<CatalogEntry> = available
+            .iter()
+            .filter(|entry| entry.host == "gateway")
+            .cloned()
+            .collect();
+        let copies = tokio::task::spawn_blocking(move || {
+            gateway_skills
+                .iter()
+                .filter_map(|entry| copy_of(entry).ok())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let copied: std::collections::HashMap<String, String> = available
+            .iter()
+            .filter(|entry| entry.host == "gateway")
+            .map(|entry| (entry.location.clone(), copy_name(&entry.name)))
+            .filter(|(_, name)| copies.iter().any(|copy| &copy.name == name))
+            .collect();
+        let listed: Vec<&CatalogEntry> = available
+            .iter()
+            .filter(|entry| entry.host == "harness" || copied.contains_key(&entry.location))
+            .collect();
+        let location = |entry: &CatalogEntry| match copied.get(&entry.location) {
+            Some(name) => format!("{SKILL_COPIES_DIR}/{name}/SKILL.md"),
+            None => entry.location.clone(),
+        };
+        let prompt = gatehouse_skills::prompt::render(
+            &listed,
+            &location,
+            gatehouse_skills::prompt::MAX_PROMPT_CHARS,
+            gatehouse_skills::prompt::MAX_PROMPT_SKILLS,
+        );
+        ((!prompt.is_empty()).then_some(prompt), copies)
+    }
+}
+
+/// The directory name of a skill's copy: its name with anything but `[A-Za-z0-9._-]` replaced.
+fn copy_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    cleaned.trim_start_matches('.').to_owned()
+}
+
+/// Reads the regular files of the skill's directory (not below it, no links), `SKILL.md` first.
+fn copy_of(entry: &CatalogEntry) -> std::io::Result<SkillCopy> {
+    let skill_md = Path::new(&entry.location);
+    let dir = skill_md
+        .parent()
+        .ok_or_else(|| std::io::Error::other("a skill file has no directory"))?;
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter(|item| {
+            std::fs::symlink_metadata(item.path()).is_ok_and(|meta| meta.file_type().is_file())
+        })
+        .filter_map(|item| item.file_name().into_string().ok())
+        .filter(|name| !name.starts_with('.'))
+        .collect();
+    names.sort_by_key(|name| (name != "SKILL.md", name.clone()));
+    let mut files = Vec::new();
+    let mut total = 0;
+    for name in names.into_iter().take(MAX_COPY_FILES) {
+        let bytes = std::fs::read(dir.join(&name))?;
+        total += bytes.len() as u64;
+        if total > MAX_COPY_BYTES {
+            break;
+        }
+        files.push(SkillCopyFile {
+            path: name,
+            content_base64: base64::engine::general_purpose::STANDARD.encode(&bytes),
+        });
+    }
+    let name = copy_name(&entry.name);
+    if name.is_empty() || files.first().is_none_or(|file| file.path != "SKILL.md") {
+        return Err(std::io::Error::other("nothing to copy"));
+    }
+    Ok(SkillCopy { name, files })
+}
