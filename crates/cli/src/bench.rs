@@ -8,6 +8,7 @@ mod codex;
 mod fsops;
 mod gateway;
 mod link;
+mod memory;
 mod stats;
 mod turn;
 
@@ -36,6 +37,9 @@ enum BenchTarget {
     /// `/say hi` Codex turns through Gateway → relay → app-server, against the same app-server
     /// driven directly over stdio.
     Codex(codex::CodexArgs),
+    /// The memory index on 2,000 generated notes against brute-force scans, and an edit on the
+    /// Harness found by search end to end.
+    Memory(memory::MemoryBenchArgs),
 }
 
 /// Runs `gatehouse bench`.
@@ -46,6 +50,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchTarget::Gateway(gateway_args) => gateway::run(&gateway_args)?,
         BenchTarget::Turn(turn_args) => turn::run(&turn_args)?,
         BenchTarget::Codex(codex_args) => codex::run(&codex_args)?,
+        BenchTarget::Memory(memory_args) => memory::run(&memory_args)?,
     };
     match args.json {
         true => crate::output::json(&report.to_json()),

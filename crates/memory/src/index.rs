@@ -390,10 +390,19 @@ impl MemoryIndex {
     /// The vector leg: the `limit` chunks most similar to `query` (a normalised vector), as
     /// (chunk id, cosine similarity).
     pub fn vector_search(&self, query: &[f32], limit: usize) -> Vec<(i64, f64)> {
+        self.vector_hits(query, limit)
+            .into_iter()
+            .map(|(id, score, _)| (id, score))
+            .collect()
+    }
+
+    /// Like [`MemoryIndex::vector_search`], with each chunk's path.
+    pub fn vector_hits(&self, query: &[f32], limit: usize) -> Vec<(i64, f64, Arc<str>)> {
         let vectors = read(&self.vectors);
-        let mut scored: Vec<(i64, f32)> = vectors
+        let mut scored: Vec<(usize, f32)> = vectors
             .iter()
-            .map(|row| (row.id, crate::rank::dot(&row.vector, query)))
+            .enumerate()
+            .map(|(position, row)| (position, crate::rank::dot(&row.vector, query)))
             .collect();
         let limit = limit.min(scored.len());
         if limit == 0 {
@@ -404,7 +413,10 @@ impl MemoryIndex {
         scored.sort_by(|a, b| b.1.total_cmp(&a.1));
         scored
             .into_iter()
-            .map(|(id, score)| (id, f64::from(score)))
+            .map(|(position, score)| {
+                let row = &vectors[position];
+                (row.id, f64::from(score), Arc::clone(&row.path))
+            })
             .collect()
     }
 

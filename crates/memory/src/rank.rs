@@ -114,19 +114,17 @@ pub fn jaccard(left: &HashSet<String>, right: &HashSet<String>) -> f64 {
 }
 
 /// Picks up to `limit` of `scored` (score, text) by maximal marginal relevance and returns their
-/// indices in the order picked.
+/// indices in the order picked. Each candidate's redundancy (its highest similarity to a picked
+/// one) is updated once per pick, so the cost is O(candidates × picks).
 pub fn mmr(scored: &[(f64, &str)], limit: usize) -> Vec<usize> {
     let token_sets: Vec<HashSet<String>> = scored.iter().map(|(_, text)| tokens(text)).collect();
+    let mut redundancy = vec![0.0_f64; scored.len()];
     let mut picked: Vec<usize> = Vec::new();
     let mut left: Vec<usize> = (0..scored.len()).collect();
     while picked.len() < limit && !left.is_empty() {
         let mut best: Option<(usize, f64)> = None;
         for (position, &index) in left.iter().enumerate() {
-            let redundancy = picked
-                .iter()
-                .map(|&other| jaccard(&token_sets[index], &token_sets[other]))
-                .fold(0.0, f64::max);
-            let value = MMR_LAMBDA * scored[index].0 - (1.0 - MMR_LAMBDA) * redundancy;
+            let value = MMR_LAMBDA * scored[index].0 - (1.0 - MMR_LAMBDA) * redundancy[index];
             if best.is_none_or(|(_, best_value)| value > best_value) {
                 best = Some((position, value));
             }
@@ -134,7 +132,12 @@ pub fn mmr(scored: &[(f64, &str)], limit: usize) -> Vec<usize> {
         let Some((position, _)) = best else {
             break;
         };
-        picked.push(left.remove(position));
+        let chosen = left.remove(position);
+        picked.push(chosen);
+        for &index in &left {
+            let similarity = jaccard(&token_sets[index], &token_sets[chosen]);
+            redundancy[index] = redundancy[index].max(similarity);
+        }
     }
     picked
 }
@@ -149,9 +152,24 @@ pub fn snippet(text: &str) -> String {
     cut
 }
 
-/// The cosine similarity of two L2-normalised vectors (their dot product).
+/// The cosine similarity of two L2-normalised vectors (their dot product). Eight independent
+/// accumulators let the compiler use SIMD lanes.
 pub fn dot(left: &[f32], right: &[f32]) -> f32 {
-    left.iter().zip(right).map(|(a, b)| a * b).sum()
+    let mut lanes = [0.0_f32; 8];
+    let left_chunks = left.chunks_exact(8);
+    let right_chunks = right.chunks_exact(8);
+    let tail: f32 = left_chunks
+        .remainder()
+        .iter()
+        .zip(right_chunks.remainder())
+        .map(|(a, b)| a * b)
+        .sum();
+    for (a, b) in left_chunks.zip(right_chunks) {
+        for lane in 0..8 {
+            lanes[lane] += a[lane] * b[lane];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]
@@ -217,6 +235,14 @@ mod tests {
         assert_eq!(mmr(&scored, 2), vec![0, 2]);
         assert_eq!(mmr(&scored, 5), vec![0, 2, 1]);
         assert!(mmr(&[], 3).is_empty());
+    }
+
+    #[test]
+    fn dot_products_match_the_plain_sum() {
+        let left: Vec<f32> = (0..21).map(|i| i as f32 * 0.5).collect();
+        let right: Vec<f32> = (0..21).map(|i| 1.0 - i as f32 * 0.1).collect();
+        let plain: f32 = left.iter().zip(&right).map(|(a, b)| a * b).sum();
+        assert!((dot(&left, &right) - plain).abs() < 1e-3);
     }
 
     #[test]

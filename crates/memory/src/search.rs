@@ -70,19 +70,20 @@ pub async fn search(
         .collect();
     let hybrid = query_vector.is_some();
     if let Some(vector) = query_vector {
-        let nearest = index.vector_search(vector, CANDIDATES_PER_LEG);
-        let missing: Vec<i64> = nearest
-            .iter()
-            .map(|(id, _)| *id)
-            .filter(|id| !merged.contains_key(id))
-            .collect();
-        for candidate in index.chunks(&missing).await? {
-            merged.insert(candidate.id, candidate);
-        }
-        for (id, score) in nearest {
-            if let Some(candidate) = merged.get_mut(&id) {
-                candidate.vector = Some(score);
-            }
+        for (id, score, path) in index.vector_hits(vector, CANDIDATES_PER_LEG) {
+            merged
+                .entry(id)
+                .or_insert_with(|| Candidate {
+                    id,
+                    path: path.to_string(),
+                    start_line: 0,
+                    end_line: 0,
+                    // Loaded below, only for the candidates that survive the cut.
+                    text: String::new(),
+                    keyword: None,
+                    vector: None,
+                })
+                .vector = Some(score);
         }
     }
     let mut scored: Vec<(f64, Candidate)> = merged
@@ -95,31 +96,50 @@ pub async fn search(
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
     scored.truncate(max_results * CANDIDATE_MULTIPLIER);
-    let order: Vec<usize> = if hybrid {
-        let pairs: Vec<(f64, &str)> = scored
+    let missing: Vec<i64> = scored
+        .iter()
+        .filter(|(_, candidate)| candidate.keyword.is_none())
+        .map(|(_, candidate)| candidate.id)
+        .collect();
+    if !missing.is_empty() {
+        let loaded: HashMap<i64, Candidate> = index
+            .chunks(&missing)
+            .await?
+            .into_iter()
+            .map(|candidate| (candidate.id, candidate))
+            .collect();
+        for (_, candidate) in &mut scored {
+            if let Some(full) = loaded.get(&candidate.id) {
+                candidate.start_line = full.start_line;
+                candidate.end_line = full.end_line;
+                candidate.text.clone_from(&full.text);
+            }
+        }
+    }
+    // Only candidates that reach the minimum compete in MMR; when none does, keyword hits are
+    // still worth showing.
+    let mut eligible: Vec<&(f64, Candidate)> = scored
+        .iter()
+        .filter(|(score, _)| *score >= options.min_score)
+        .collect();
+    if eligible.is_empty() {
+        eligible = scored
+            .iter()
+            .filter(|(_, candidate)| candidate.keyword.is_some())
+            .collect();
+    }
+    let kept: Vec<&(f64, Candidate)> = if hybrid {
+        let pairs: Vec<(f64, &str)> = eligible
             .iter()
             .map(|(score, candidate)| (*score, candidate.text.as_str()))
             .collect();
-        crate::rank::mmr(&pairs, scored.len())
+        crate::rank::mmr(&pairs, max_results)
+            .into_iter()
+            .map(|index| eligible[index])
+            .collect()
     } else {
-        (0..scored.len()).collect()
+        eligible.into_iter().take(max_results).collect()
     };
-    let ranked: Vec<&(f64, Candidate)> = order.iter().map(|&index| &scored[index]).collect();
-    let mut kept: Vec<&(f64, Candidate)> = ranked
-        .iter()
-        .copied()
-        .filter(|(score, _)| *score >= options.min_score)
-        .take(max_results)
-        .collect();
-    if kept.is_empty() {
-        // Nothing reached the minimum: keyword hits are still worth showing.
-        kept = ranked
-            .iter()
-            .copied()
-            .filter(|(_, candidate)| candidate.keyword.is_some())
-            .take(max_results)
-            .collect();
-    }
     Ok(kept
         .into_iter()
         .map(|(score, candidate)| SearchHit {
