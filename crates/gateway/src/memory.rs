@@ -537,3 +537,58 @@ fn today() -> i64 {
         .map_or(0, |elapsed| elapsed.as_secs());
     i64::try_from(seconds / 86_400).unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        reason = "a test fails loudly on any unexpected error"
+    )]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failing_remote_embedder_fails_search_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        // Nothing listens on this port: the explicitly configured remote embedder fails.
+        let embedder: Arc<dyn Embedder> = Arc::new(gatehouse_memory::embed::OpenAiEmbedder::new(
+            "http://127.0.0.1:9/v1",
+            "text-embedding-3-small",
+            None,
+            1536,
+        ));
+        let service = MemoryService::open(
+            dir.path(),
+            Some(embedder),
+            Some(EmbedderKind::OpenAiCompatible),
+            Arc::new(NodeRegistry::default()),
+        )
+        .await
+        .unwrap();
+        let error = service
+            .search("anything", SearchOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), "MEMORY_UNAVAILABLE");
+        // Without a node, memory_get never reads anything locally.
+        let error = service.get("MEMORY.md", None, None).await.unwrap_err();
+        assert_eq!(error.code(), "DEPENDENCY_UNAVAILABLE");
+        // Keyword search with no node answers from the retained index and says it is stale.
+        let other = dir.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        let keyword_only = MemoryService::open(
+            &other,
+            None,
+            Some(EmbedderKind::None),
+            Arc::new(NodeRegistry::default()),
+        )
+        .await
+        .unwrap();
+        let answer = keyword_only
+            .search("anything", SearchOptions::default())
+            .await
+            .unwrap();
+        assert!(answer.stale && answer.results.is_empty());
+        assert_eq!(answer.mode, "keyword");
+    }
+}
