@@ -155,9 +155,10 @@ impl SkillsService {
         serde_json::from_value(value).map_err(|error| error.to_string())
     }
 
-    /// The prompt block and the skill copies of a native turn: every available skill is listed;
-    /// the Gateway's are copied into the session workspace under [`SKILL_COPIES_DIR`] and listed
-    /// there.
+    /// The prompt block and the skill copies of a native turn: every available skill is copied
+    /// into the session workspace under [`SKILL_COPIES_DIR`] (the Gateway's with their files,
+    /// the Harness workspace's by directory, which the node copies itself) and listed there, so
+    /// the model reads them with its own file tools.
     pub async fn for_native_turn(&self) -> (Option<String>, Vec<SkillCopy>) {
         let view = self.catalog().await;
         let available: Vec<CatalogEntry> = view
@@ -165,32 +166,47 @@ impl SkillsService {
             .into_iter()
             .filter(CatalogEntry::available)
             .collect();
-        let gateway_skills: Vec<CatalogEntry> = available
-            .iter()
-            .filter(|entry| entry.host == "gateway")
-            .cloned()
-            .collect();
-        let copies = tokio::task::spawn_blocking(move || {
-            gateway_skills
+        let wanted = available.clone();
+        let copies: Vec<(String, SkillCopy)> = tokio::task::spawn_blocking(move || {
+            let mut taken = std::collections::HashSet::new();
+            wanted
                 .iter()
-                .filter_map(|entry| copy_of(entry).ok())
-                .collect::<Vec<_>>()
+                .filter_map(|entry| {
+                    let copy = match entry.host.as_str() {
+                        "gateway" => copy_of(entry).ok()?,
+                        _ => SkillCopy {
+                            name: copy_name(&entry.name),
+                            files: Vec::new(),
+                            source: Some(
+                                Path::new(&entry.location)
+                                    .parent()?
+                                    .to_string_lossy()
+                                    .into_owned(),
+                            ),
+                        },
+                    };
+                    // Two names that clean up to the same directory: the first one keeps it.
+                    (!copy.name.is_empty() && taken.insert(copy.name.clone()))
+                        .then(|| (entry.location.clone(), copy))
+                })
+                .collect()
         })
         .await
         .unwrap_or_default();
-        let copied: std::collections::HashMap<String, String> = available
+        let copied: std::collections::HashMap<&str, &str> = copies
             .iter()
-            .filter(|entry| entry.host == "gateway")
-            .map(|entry| (entry.location.clone(), copy_name(&entry.name)))
-            .filter(|(_, name)| copies.iter().any(|copy| &copy.name == name))
+            .map(|(location, copy)| (location.as_str(), copy.name.as_str()))
             .collect();
         let listed: Vec<&CatalogEntry> = available
             .iter()
-            .filter(|entry| entry.host == "harness" || copied.contains_key(&entry.location))
+            .filter(|entry| copied.contains_key(entry.location.as_str()))
             .collect();
-        let location = |entry: &CatalogEntry| match copied.get(&entry.location) {
-            Some(name) => format!("{SKILL_COPIES_DIR}/{name}/SKILL.md"),
-            None => entry.location.clone(),
+        let location = |entry: &CatalogEntry| {
+            let name = copied
+                .get(entry.location.as_str())
+                .copied()
+                .unwrap_or_default();
+            format!("{SKILL_COPIES_DIR}/{name}/SKILL.md")
         };
         let prompt = gatehouse_skills::prompt::render(
             &listed,
@@ -198,6 +214,7 @@ impl SkillsService {
             gatehouse_skills::prompt::MAX_PROMPT_CHARS,
             gatehouse_skills::prompt::MAX_PROMPT_SKILLS,
         );
+        let copies = copies.into_iter().map(|(_, copy)| copy).collect();
         ((!prompt.is_empty()).then_some(prompt), copies)
     }
 }
@@ -249,5 +266,9 @@ fn copy_of(entry: &CatalogEntry) -> std::io::Result<SkillCopy> {
     if name.is_empty() || files.first().is_none_or(|file| file.path != "SKILL.md") {
         return Err(std::io::Error::other("nothing to copy"));
     }
-    Ok(SkillCopy { name, files })
+    Ok(SkillCopy {
+        name,
+        files,
+        source: None,
+    })
 }

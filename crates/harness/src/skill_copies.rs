@@ -18,12 +18,24 @@ use gatehouse_protocol::worker::SkillCopy;
 /// The code of a failed cleanup.
 pub(crate) const SKILL_CLEANUP_FAILED: &str = "SKILL_CLEANUP_FAILED";
 
-/// Removes the previous copies from `session_workspace` and writes `copies`.
+/// The most bytes copied from one workspace skill directory.
+const MAX_SOURCE_BYTES: u64 = 1024 * 1024;
+
+/// The most files copied from one workspace skill directory.
+const MAX_SOURCE_FILES: usize = 64;
+
+/// Removes the previous copies from `session_workspace` and writes `copies`; a copy with a
+/// `source` is read from the Agent workspace at `agent_workspace` through the no-follow root.
 ///
 /// # Errors
 /// `SKILL_CLEANUP_FAILED` when the old copies cannot be removed; `INVALID_PARAMS` for a name
-/// or path that is not a plain relative path; I/O failures.
-pub(crate) fn prepare(session_workspace: &Path, copies: &[SkillCopy]) -> Result<(), WireError> {
+/// or path that is not a plain relative path; `PATH_TRAVERSAL` for a source outside the Agent
+/// workspace; I/O failures.
+pub(crate) fn prepare(
+    session_workspace: &Path,
+    agent_workspace: &Path,
+    copies: &[SkillCopy],
+) -> Result<(), WireError> {
     let dir = session_workspace.join(SKILL_COPIES_DIR);
     remove(&dir).map_err(|error| {
         WireError::new(
@@ -57,16 +69,26 @@ pub(crate) fn prepare(session_workspace: &Path, copies: &[SkillCopy]) -> Result<
         }
         let skill_dir = dir.join(&copy.name);
         private_dir(&skill_dir).map_err(io)?;
-        for file in &copy.files {
-            if !file.path.split('/').all(is_plain_name) {
-                return Err(invalid(&file.path));
+        let files = match &copy.source {
+            Some(source) => read_source(agent_workspace, source)?,
+            None => copy
+                .files
+                .iter()
+                .map(|file| {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(&file.content_base64)
+                        .map(|bytes| (file.path.clone(), bytes))
+                        .map_err(|_| {
+                            WireError::new(ErrorCode::InvalidBase64, "a skill file is not base64")
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        for (path, bytes) in files {
+            if !path.split('/').all(is_plain_name) {
+                return Err(invalid(&path));
             }
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(&file.content_base64)
-                .map_err(|_| {
-                    WireError::new(ErrorCode::InvalidBase64, "a skill file is not base64")
-                })?;
-            let target = skill_dir.join(&file.path);
+            let target = skill_dir.join(&path);
             if let Some(parent) = target.parent() {
                 private_dir(parent).map_err(io)?;
             }
@@ -81,6 +103,52 @@ pub(crate) fn prepare(session_workspace: &Path, copies: &[SkillCopy]) -> Result<
         }
     }
     set_dirs_mode(&dir, 0o500).map_err(io)
+}
+
+/// Reads the regular files of the skill directory `source` (absolute, in the Agent workspace):
+/// no links, no subdirectories, `SKILL.md` required.
+fn read_source(agent_workspace: &Path, source: &str) -> Result<Vec<(String, Vec<u8>)>, WireError> {
+    use gatehouse_fsops::root::ContentMode;
+    use gatehouse_fsops::root::FetchLimits;
+    use gatehouse_fsops::root::Kind;
+    let root = gatehouse_fsops::Root::open(agent_workspace).map_err(|error| error.to_wire())?;
+    let rel = gatehouse_fsops::path::map_wire_path(root.logical_path(), source)
+        .map_err(|error| error.to_wire())?;
+    let listing = root
+        .list(&rel, MAX_SOURCE_FILES * 4, None)
+        .map_err(|error| error.to_wire())?;
+    let mut files = Vec::new();
+    let mut total = 0;
+    for entry in listing.entries {
+        if entry.kind != Kind::File
+            || entry.name.starts_with('.')
+            || files.len() >= MAX_SOURCE_FILES
+        {
+            continue;
+        }
+        total += entry.size;
+        if total > MAX_SOURCE_BYTES {
+            break;
+        }
+        let fetched = root
+            .fetch(
+                &rel.join(&entry.name),
+                FetchLimits {
+                    max_bytes: MAX_SOURCE_BYTES,
+                    content: ContentMode::Transfer,
+                },
+            )
+            .map_err(|error| error.to_wire())?;
+        files.push((entry.name, fetched.content.unwrap_or_default()));
+    }
+    if !files.iter().any(|(name, _)| name == "SKILL.md") {
+        return Err(WireError::new(
+            ErrorCode::NotFound,
+            format!("{source} has no SKILL.md"),
+        ));
+    }
+    files.sort_by_key(|(name, _)| (name != "SKILL.md", name.clone()));
+    Ok(files)
 }
 
 fn invalid(what: &str) -> WireError {
@@ -150,6 +218,7 @@ mod tests {
                 path: path.to_owned(),
                 content_base64: base64::engine::general_purpose::STANDARD.encode(text),
             }],
+            source: None,
         }
     }
 
@@ -165,23 +234,59 @@ mod tests {
     fn copies_are_private_read_only_and_replaced_each_turn() {
         let temp = tempfile::tempdir().unwrap();
         let ws = temp.path().join("ws");
-        prepare(&ws, &[copy("greeter", "SKILL.md", "hello")]).unwrap();
+        prepare(&ws, temp.path(), &[copy("greeter", "SKILL.md", "hello")]).unwrap();
         let file = ws.join(".gatehouse-skills/greeter/SKILL.md");
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello");
         assert_eq!(mode(&file), 0o400);
         assert_eq!(mode(&ws.join(".gatehouse-skills/greeter")), 0o500);
         assert_eq!(mode(&ws.join(".gatehouse-skills")), 0o500);
         // The next turn without skills removes them, read-only or not.
-        prepare(&ws, &[]).unwrap();
+        prepare(&ws, temp.path(), &[]).unwrap();
         assert!(!ws.join(".gatehouse-skills").exists());
         // A link planted in their place is removed, not followed.
         let outside = temp.path().join("outside");
         std::fs::create_dir(&outside).unwrap();
         std::fs::write(outside.join("keep"), "x").unwrap();
         std::os::unix::fs::symlink(&outside, ws.join(".gatehouse-skills")).unwrap();
-        prepare(&ws, &[copy("greeter", "SKILL.md", "again")]).unwrap();
+        prepare(&ws, temp.path(), &[copy("greeter", "SKILL.md", "again")]).unwrap();
         assert!(outside.join("keep").exists());
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "again");
+    }
+
+    #[test]
+    fn workspace_skills_are_copied_from_the_agent_workspace_without_links() {
+        let temp = tempfile::tempdir().unwrap();
+        let agent = temp.path().join("agent");
+        let skill = agent.join("skills/notes");
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(skill.join("SKILL.md"), "notes skill").unwrap();
+        std::fs::write(skill.join("template.txt"), "t").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", skill.join("leak.txt")).unwrap();
+        let agent = agent.canonicalize().unwrap();
+        let ws = temp.path().join("ws");
+        let source = SkillCopy {
+            name: String::from("notes"),
+            files: Vec::new(),
+            source: Some(format!("{}/skills/notes", agent.display())),
+        };
+        prepare(&ws, &agent, &[source]).unwrap();
+        let copied = ws.join(".gatehouse-skills/notes");
+        assert_eq!(
+            std::fs::read_to_string(copied.join("SKILL.md")).unwrap(),
+            "notes skill"
+        );
+        assert!(copied.join("template.txt").is_file());
+        assert!(!copied.join("leak.txt").exists(), "a link was followed");
+        // A source outside the Agent workspace is refused.
+        let outside = SkillCopy {
+            name: String::from("x"),
+            files: Vec::new(),
+            source: Some(String::from("/etc")),
+        };
+        assert_eq!(
+            prepare(&ws, &agent, &[outside]).unwrap_err().code,
+            "PATH_TRAVERSAL"
+        );
     }
 
     #[test]
@@ -193,7 +298,7 @@ mod tests {
             (".hidden", "SKILL.md"),
             ("ok", "/etc/passwd"),
         ] {
-            let error = prepare(temp.path(), &[copy(name, path, "x")]).unwrap_err();
+            let error = prepare(temp.path(), temp.path(), &[copy(name, path, "x")]).unwrap_err();
             assert_eq!(error.code, "INVALID_PARAMS", "{name} {path}");
         }
     }

@@ -200,9 +200,10 @@ impl WorkerSupervisor {
             // Before anything else of this turn: the previous turn's skill copies go, this
             // turn's come in. A failed cleanup stops here.
             let session_workspace = self.session_workspace(&params.session_key);
+            let agent_workspace = self.root.join("workspace");
             let copies = std::mem::take(&mut params.skill_copies);
             tokio::task::spawn_blocking(move || {
-                crate::skill_copies::prepare(&session_workspace, &copies)
+                crate::skill_copies::prepare(&session_workspace, &agent_workspace, &copies)
             })
             .await
             .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))??;

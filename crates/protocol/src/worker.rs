@@ -291,8 +291,14 @@ pub enum WorkerEvent {
 pub struct SkillCopy {
     /// The skill's directory name under [`SKILL_COPIES_DIR`].
     pub name: String,
-    /// Its files, paths relative to the skill directory (`SKILL.md` first).
+    /// Its files, paths relative to the skill directory (`SKILL.md` first). Empty for a skill
+    /// of the Harness workspace, which the node copies from `source` itself.
+    #[serde(default)]
     pub files: Vec<SkillCopyFile>,
+    /// For a skill of the Harness workspace: the absolute path of its directory in the Agent
+    /// workspace; the node copies its regular files (no links) without them crossing the link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// One file of a [`SkillCopy`].

@@ -217,18 +217,24 @@ async fn skill_copies_are_read_only_kept_out_of_checkpoints_and_gone_before_the_
         "Greets people warmly.",
         "",
     );
+    // A skill of the Harness workspace is copied by the node from the Agent workspace.
+    skill(
+        &setup.path("harness/workspace/.agents/skills"),
+        "notes",
+        "notes",
+        "Takes notes.",
+        "",
+    );
     let first = turn(
         &setup.gateway,
         "s",
-        "/tool write {\"path\":\"kept.txt\",\"content\":\"kept\"}\n/tool read {\"path\":\".gatehouse-skills/greeter/SKILL.md\"}",
+        "/tool write {\"path\":\"kept.txt\",\"content\":\"kept\"}\n/tool read {\"path\":\".gatehouse-skills/greeter/SKILL.md\"}\n/tool read {\"path\":\".gatehouse-skills/notes/SKILL.md\"}",
     )
     .await;
     assert_eq!(first["status"], "completed", "{first}");
+    let reply = first["reply"].as_str().unwrap();
     assert!(
-        first["reply"]
-            .as_str()
-            .unwrap()
-            .contains("Body of greeter."),
+        reply.contains("Body of greeter.") && reply.contains("Body of notes."),
         "{first}"
     );
     // The system prompt listed the copy where the model can read it.
@@ -242,7 +248,8 @@ async fn skill_copies_are_read_only_kept_out_of_checkpoints_and_gone_before_the_
         requests.as_array().unwrap().last().unwrap()["body"]["messages"][0]["content"].to_string();
     assert!(
         system.contains("<available_skills>")
-            && system.contains(".gatehouse-skills/greeter/SKILL.md"),
+            && system.contains(".gatehouse-skills/greeter/SKILL.md")
+            && system.contains(".gatehouse-skills/notes/SKILL.md"),
         "{system}"
     );
     let sessions = setup.path("harness/sessions");
@@ -255,8 +262,9 @@ async fn skill_copies_are_read_only_kept_out_of_checkpoints_and_gone_before_the_
     let session_workspace = copy.ancestors().nth(3).unwrap().to_path_buf();
     assert!(session_workspace.join("kept.txt").is_file());
 
-    // The Gateway no longer provides the skill: the copy is gone before the next turn runs.
+    // Neither host provides a skill any more: the copies are gone before the next turn runs.
     std::fs::remove_dir_all(setup.path("bundled/greeter")).unwrap();
+    std::fs::remove_dir_all(setup.path("harness/workspace/.agents/skills/notes")).unwrap();
     let second = turn(&setup.gateway, "s", "/tool ls {\"path\":\".\"}").await;
     assert_eq!(second["status"], "completed", "{second}");
     assert!(
