@@ -149,6 +149,32 @@ fn parse_block(block: &str) -> (String, String) {
     (kind, data.join("\n"))
 }
 
+/// How an operator command reaches the Gateway's API: `--url`, `--token-file`, `--json`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ApiArgs {
+    /// The Gateway's base URL.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:7420")]
+    pub(crate) url: String,
+    /// A file holding the operator token (default: GATEHOUSE_TOKEN, else the token file of the
+    /// default data directory).
+    #[arg(long, global = true)]
+    pub(crate) token_file: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+}
+
+impl ApiArgs {
+    /// Returns the base URL without a trailing `/`, and the operator token.
+    ///
+    /// # Errors
+    /// A usage error when the token cannot be read.
+    pub(crate) fn resolve(&self) -> anyhow::Result<(String, String)> {
+        let token = operator_token(self.token_file.as_deref())?;
+        Ok((self.url.trim_end_matches('/').to_owned(), token))
+    }
+}
+
 pub(crate) fn operator_token(token_file: Option<&std::path::Path>) -> anyhow::Result<String> {
     let path = match token_file {
         Some(path) => path.to_path_buf(),

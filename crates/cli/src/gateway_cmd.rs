@@ -35,21 +35,8 @@ pub(crate) struct GatewayArgs {
     /// or `decline`.
     #[arg(long)]
     codex_file_approval: Option<String>,
-    /// The memory embedder: `local` (all-MiniLM-L6-v2 in process), `openai-compatible`
-    /// (`GATEHOUSE_MEMORY_EMBEDDING_BASE_URL`, `_MODEL`, `_DIMENSIONS`, and the key in
-    /// `GATEHOUSE_MEMORY_EMBEDDING_API_KEY`) or `none`. Unset tries `local`, else keyword search.
-    #[arg(long, env = "GATEHOUSE_MEMORY_EMBEDDER")]
-    memory_embedder: Option<String>,
-    /// The directory of the local all-MiniLM-L6-v2 model (`config.json`, `tokenizer.json`,
-    /// `model.safetensors`).
-    #[arg(long, env = "GATEHOUSE_MEMORY_MODEL_DIR")]
-    memory_model_dir: Option<PathBuf>,
-    /// The Gateway's managed skills directory (each skill a folder with a `SKILL.md`).
-    #[arg(long, env = "GATEHOUSE_SKILLS_DIR")]
-    skills_dir: Option<PathBuf>,
-    /// The Gateway's bundled skills directory (lowest precedence).
-    #[arg(long, env = "GATEHOUSE_BUNDLED_SKILLS_DIR")]
-    bundled_skills_dir: Option<PathBuf>,
+    #[command(flatten)]
+    memory_skills: crate::memory_setup::MemorySkillsArgs,
     /// A TOML file with the same settings in kebab-case (`state`, `listen`, `public-url`,
     /// `max-concurrent-turns`, `media-max-bytes`, `runtime`, `codex-command-approval`,
     /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`, `skills-dir`,
@@ -64,6 +51,7 @@ pub(crate) struct GatewayArgs {
 /// Runs `gatehouse gateway` until SIGINT or SIGTERM.
 pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     let file: crate::config_file::GatewayFile = crate::config_file::load(args.config.as_deref())?;
+    let memory_skills = args.memory_skills.or_file(&file);
     let Some(state) = args.state.or(file.state) else {
         return Err(UsageError::new("pass --state DIR (or `state` in the config file)").into());
     };
@@ -81,13 +69,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     }
     config.tick_interval = Duration::from_millis(args.tick_interval_ms.max(100));
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
-    let (memory_kind, memory_embedder) = crate::memory_setup::build(
-        args.memory_embedder.or(file.memory_embedder).as_deref(),
-        args.memory_model_dir.or(file.memory_model_dir).as_deref(),
-    )?;
-    config.memory_embedder = memory_kind;
-    config.skills_dir = args.skills_dir.or(file.skills_dir);
-    config.bundled_skills_dir = args.bundled_skills_dir.or(file.bundled_skills_dir);
+    let memory_embedder = memory_skills.apply(&mut config)?;
     let mut extensions = match args.runtime.or(file.runtime).as_deref() {
         None | Some("native") => gatehouse_gateway::Extensions::default(),
         Some("codex") => {

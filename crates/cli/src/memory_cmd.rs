@@ -1,7 +1,6 @@
 //! `gatehouse memory search|status|reindex`: the memory index, through the Gateway's HTTP API.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use futures_util::StreamExt;
@@ -11,16 +10,8 @@ use futures_util::StreamExt;
 pub(crate) struct MemoryArgs {
     #[command(subcommand)]
     command: MemoryCommand,
-    /// The Gateway's base URL.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:7420")]
-    url: String,
-    /// A file holding the operator token (default: GATEHOUSE_TOKEN, else the token file of the
-    /// default data directory).
-    #[arg(long, global = true)]
-    token_file: Option<PathBuf>,
-    /// Print JSON instead of text.
-    #[arg(long, global = true)]
-    json: bool,
+    #[command(flatten)]
+    api: crate::chat_cmd::ApiArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -41,8 +32,7 @@ enum MemoryCommand {
 
 /// Runs `gatehouse memory`: exit 0 on success, 1 when the Gateway refuses.
 pub(crate) fn run(args: MemoryArgs) -> anyhow::Result<ExitCode> {
-    let token = crate::chat_cmd::operator_token(args.token_file.as_deref())?;
-    let base = args.url.trim_end_matches('/').to_owned();
+    let (base, token) = args.api.resolve()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -73,21 +63,26 @@ pub(crate) fn run(args: MemoryArgs) -> anyhow::Result<ExitCode> {
             return Err(anyhow::anyhow!("the gateway refused ({status})"));
         }
         match args.command {
-            MemoryCommand::Reindex => follow_reindex(response, args.json).await,
+            MemoryCommand::Reindex => follow_reindex(response, args.api.json).await,
             MemoryCommand::Search { .. } => {
                 let body: serde_json::Value = response.json().await?;
-                print_search(&body, args.json);
+                print_search(&body, args.api.json);
                 Ok(ExitCode::SUCCESS)
             }
             MemoryCommand::Status => {
                 let body: serde_json::Value = response.json().await?;
-                if args.json {
+                if args.api.json {
                     crate::output::json(&body);
                 } else {
                     crate::output::line(&format!(
-                        "files: {}  chunks: {}  vectors: {} ({})  stale: {}\nbuilt with: {}\nconfigured: {}",
-                        body["files"], body["chunks"], body["vectors"], body["vectors"].as_str().map_or_else(|| body["vectors"].to_string(), str::to_owned),
-                        body["stale"], body["identity"].as_str().unwrap_or_default(), body["configured"].as_str().unwrap_or_default()
+                        "files: {}  chunks: {}  vectors: {}  vector search: {}  stale: {}\nbuilt with: {}\nconfigured: {}",
+                        body["files"],
+                        body["chunks"],
+                        body["vectors"],
+                        body["vectorSearch"].as_str().unwrap_or_default(),
+                        body["stale"],
+                        body["identity"].as_str().unwrap_or_default(),
+                        body["configured"].as_str().unwrap_or_default()
                     ));
                     print_warnings(&body);
                 }

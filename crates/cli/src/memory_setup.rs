@@ -11,6 +11,64 @@ use gatehouse_memory::embed::EmbedderKind;
 
 use crate::exit::UsageError;
 
+/// The memory and skills flags of `gatehouse gateway` and `gatehouse up`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct MemorySkillsArgs {
+    /// The memory embedder: `local` (all-MiniLM-L6-v2 in process), `openai-compatible`
+    /// (`GATEHOUSE_MEMORY_EMBEDDING_BASE_URL`, `_MODEL`, `_DIMENSIONS`, and the key in
+    /// `GATEHOUSE_MEMORY_EMBEDDING_API_KEY`) or `none`. Unset tries `local`, else keyword search.
+    #[arg(long, env = "GATEHOUSE_MEMORY_EMBEDDER")]
+    pub(crate) memory_embedder: Option<String>,
+    /// The directory of the local all-MiniLM-L6-v2 model (`config.json`, `tokenizer.json`,
+    /// `model.safetensors`).
+    #[arg(long, env = "GATEHOUSE_MEMORY_MODEL_DIR")]
+    pub(crate) memory_model_dir: Option<std::path::PathBuf>,
+    /// The Gateway's managed skills directory (each skill a folder with a `SKILL.md`).
+    #[arg(long, env = "GATEHOUSE_SKILLS_DIR")]
+    pub(crate) skills_dir: Option<std::path::PathBuf>,
+    /// The Gateway's bundled skills directory (lowest precedence).
+    #[arg(long, env = "GATEHOUSE_BUNDLED_SKILLS_DIR")]
+    pub(crate) bundled_skills_dir: Option<std::path::PathBuf>,
+}
+
+impl MemorySkillsArgs {
+    /// Fills the unset flags from the config file's values.
+    pub(crate) fn or_file(self, file: &crate::config_file::GatewayFile) -> Self {
+        Self {
+            memory_embedder: self
+                .memory_embedder
+                .or_else(|| file.memory_embedder.clone()),
+            memory_model_dir: self
+                .memory_model_dir
+                .or_else(|| file.memory_model_dir.clone()),
+            skills_dir: self.skills_dir.or_else(|| file.skills_dir.clone()),
+            bundled_skills_dir: self
+                .bundled_skills_dir
+                .or_else(|| file.bundled_skills_dir.clone()),
+        }
+    }
+
+    /// Applies the flags to `config` and returns the embedder for the extensions.
+    ///
+    /// # Errors
+    /// As [`build`].
+    pub(crate) fn apply(
+        &self,
+        config: &mut gatehouse_gateway::GatewayConfig,
+    ) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
+        let (kind, embedder) = build(
+            self.memory_embedder.as_deref(),
+            self.memory_model_dir.as_deref(),
+        )?;
+        config.memory_embedder = kind;
+        config.skills_dir.clone_from(&self.skills_dir);
+        config
+            .bundled_skills_dir
+            .clone_from(&self.bundled_skills_dir);
+        Ok(embedder)
+    }
+}
+
 /// The variable holding the local model directory.
 pub(crate) const MODEL_DIR_ENV: &str = "GATEHOUSE_MEMORY_MODEL_DIR";
 

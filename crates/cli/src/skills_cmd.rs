@@ -1,6 +1,5 @@
 //! `gatehouse skills list`: the skills catalog of both hosts, through the Gateway's HTTP API.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Arguments of `gatehouse skills`.
@@ -8,16 +7,8 @@ use std::process::ExitCode;
 pub(crate) struct SkillsArgs {
     #[command(subcommand)]
     command: SkillsCommand,
-    /// The Gateway's base URL.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:7420")]
-    url: String,
-    /// A file holding the operator token (default: GATEHOUSE_TOKEN, else the token file of the
-    /// default data directory).
-    #[arg(long, global = true)]
-    token_file: Option<PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long, global = true)]
-    json: bool,
+    #[command(flatten)]
+    api: crate::chat_cmd::ApiArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -29,8 +20,7 @@ enum SkillsCommand {
 /// Runs `gatehouse skills list`.
 pub(crate) fn run(args: SkillsArgs) -> anyhow::Result<ExitCode> {
     let SkillsCommand::List = args.command;
-    let token = crate::chat_cmd::operator_token(args.token_file.as_deref())?;
-    let base = args.url.trim_end_matches('/').to_owned();
+    let (base, token) = args.api.resolve()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -50,7 +40,7 @@ pub(crate) fn run(args: SkillsArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(response.json().await?)
     })?;
-    if args.json {
+    if args.api.json {
         crate::output::json(&body);
         return Ok(ExitCode::SUCCESS);
     }

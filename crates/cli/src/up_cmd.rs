@@ -58,19 +58,8 @@ pub(crate) struct UpArgs {
     /// `codex` on PATH).
     #[arg(long, value_name = "PATH")]
     codex_bin: Option<PathBuf>,
-    /// The memory embedder: `local`, `openai-compatible` or `none` (unset tries `local`, else
-    /// keyword search); see `gatehouse gateway --help`.
-    #[arg(long, env = "GATEHOUSE_MEMORY_EMBEDDER")]
-    memory_embedder: Option<String>,
-    /// The directory of the local all-MiniLM-L6-v2 model.
-    #[arg(long, env = "GATEHOUSE_MEMORY_MODEL_DIR")]
-    memory_model_dir: Option<PathBuf>,
-    /// The Gateway's managed skills directory.
-    #[arg(long, env = "GATEHOUSE_SKILLS_DIR")]
-    skills_dir: Option<PathBuf>,
-    /// The Gateway's bundled skills directory.
-    #[arg(long, env = "GATEHOUSE_BUNDLED_SKILLS_DIR")]
-    bundled_skills_dir: Option<PathBuf>,
+    #[command(flatten)]
+    memory_skills: crate::memory_setup::MemorySkillsArgs,
 }
 
 /// The `--runtime` values.
@@ -127,13 +116,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
         RuntimeArg::Native => Runtime::Native,
         RuntimeArg::Codex => Runtime::Codex,
     };
-    let (memory_kind, memory_embedder) = crate::memory_setup::build(
-        args.memory_embedder.as_deref(),
-        args.memory_model_dir.as_deref(),
-    )?;
-    config.memory_embedder = memory_kind;
-    config.skills_dir = args.skills_dir.clone();
-    config.bundled_skills_dir = args.bundled_skills_dir.clone();
+    let memory_embedder = args.memory_skills.apply(&mut config)?;
     crate::signals::runtime()?.block_on(async move {
         let send_key = !matches!(model, ModelSpec::Mock);
         let (mut extensions, codex_model) = match runtime {

@@ -112,8 +112,8 @@ pub struct MemoryStatus {
     pub stats: IndexStats,
     /// The identity of the running configuration.
     pub configured: String,
-    /// `off`, `active` or `paused`.
-    pub vectors: &'static str,
+    /// The vector leg: `off`, `active` or `paused`.
+    pub vector_search: &'static str,
     /// True when the workspace is not connected or not yet synced.
     pub stale: bool,
     /// Warnings.
@@ -469,7 +469,7 @@ impl MemoryService {
         Ok(MemoryStatus {
             stats: index.stats().await?,
             configured: index.identity().key(),
-            vectors: match index.vector_state() {
+            vector_search: match index.vector_state() {
                 VectorState::Off => "off",
                 VectorState::Active => "active",
                 VectorState::Paused { .. } => "paused",

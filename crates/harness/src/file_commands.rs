@@ -53,6 +53,21 @@ pub(crate) struct Workspace {
     pub(crate) home: String,
 }
 
+/// Checks that a duplex workspace command names this node's workspace directory.
+///
+/// # Errors
+/// `POLICY_DENIED` ("Workspace does not belong to this node") for any other directory.
+pub(crate) fn check_workspace_dir(requested: &str, own: &str) -> Result<(), WireError> {
+    if requested.trim_end_matches('/') == own {
+        Ok(())
+    } else {
+        Err(WireError::new(
+            ErrorCode::PolicyDenied,
+            "Workspace does not belong to this node",
+        ))
+    }
+}
+
 /// Which file command a [`FileCommand`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FileCommandKind {

@@ -65,12 +65,7 @@ impl CommandHandler for MemoryCommand {
         let workspace_dir = self.workspace_dir.clone();
         Box::pin(async move {
             let request: MemoryRequest = context.params()?;
-            if request.workspace_dir.trim_end_matches('/') != workspace_dir {
-                return Err(WireError::new(
-                    ErrorCode::PolicyDenied,
-                    "Workspace does not belong to this node",
-                ));
-            }
+            crate::file_commands::check_workspace_dir(&request.workspace_dir, &workspace_dir)?;
             for extra in &request.extra_paths {
                 check_canonical(extra)?;
             }

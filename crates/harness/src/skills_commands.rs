@@ -43,12 +43,7 @@ impl CommandHandler for SkillsCommand {
         let workspace_dir = self.workspace_dir.clone();
         Box::pin(async move {
             let request: SkillsRequest = context.params()?;
-            if request.workspace_dir.trim_end_matches('/') != workspace_dir {
-                return Err(WireError::new(
-                    ErrorCode::PolicyDenied,
-                    "Workspace does not belong to this node",
-                ));
-            }
+            crate::file_commands::check_workspace_dir(&request.workspace_dir, &workspace_dir)?;
             if request.op != "discover" {
                 return Err(WireError::new(
                     ErrorCode::InvalidParams,

@@ -120,8 +120,19 @@ fn start_codex_node(
     logs: &std::path::Path,
     mock_url: &str,
 ) -> Process {
+    start_codex_node_with(gateway, harness, code, logs, mock_url, &codex_bin())
+}
+
+/// Starts a codex node running the Codex binary `bin`.
+fn start_codex_node_with(
+    gateway: &Gateway,
+    harness: &std::path::Path,
+    code: Option<&str>,
+    logs: &std::path::Path,
+    mock_url: &str,
+    bin: &str,
+) -> Process {
     let model = format!("openai-responses:{mock_url}/v1:gpt-5.5");
-    let bin = codex_bin();
     start_node_runtime(
         gateway,
         harness,
@@ -134,7 +145,7 @@ fn start_codex_node(
             "--model-key-env",
             "CODEX_TEST_MODEL_KEY",
             "--codex-bin",
-            &bin,
+            bin,
         ],
         &[("CODEX_TEST_MODEL_KEY", MODEL_KEY)],
     )
@@ -675,21 +686,13 @@ async fn a_codex_that_cannot_start_keeps_the_gateway_not_ready_with_a_clear_code
     let code = gateway.setup_code(600);
     // An executable that exits at once stands for a broken Codex install.
     let model = format!("openai-responses:{mock_url}/v1:gpt-5.5");
-    let node = start_node_runtime(
+    let node = start_codex_node_with(
         &gateway,
         &dirs.base.join("harness"),
         Some(&code),
         &logs,
-        "codex",
-        &[
-            "--model",
-            &model,
-            "--model-key-env",
-            "CODEX_TEST_MODEL_KEY",
-            "--codex-bin",
-            "/bin/false",
-        ],
-        &[("CODEX_TEST_MODEL_KEY", MODEL_KEY)],
+        &mock_url,
+        "/bin/false",
     );
     // The node connects and serves files, but the Gateway is not ready without an initialized
     // app-server, and says why.

@@ -13,7 +13,6 @@ use crate::suite::support::Gateway;
 use crate::suite::support::Process;
 use crate::suite::support::WAIT;
 use crate::suite::support::dirs;
-use crate::suite::support::gatehouse;
 use crate::suite::support::mock_model;
 use crate::suite::support::start_node_with;
 use crate::suite::support::turn;
@@ -131,7 +130,7 @@ fn start_native_node(
 async fn an_edit_on_the_harness_is_found_by_memory_search_from_a_native_turn() {
     let dir = model_dir();
     let setup = Setup::start(&["--memory-embedder", "local", "--memory-model-dir", &dir]).await;
-    assert_eq!(setup.status().await["vectors"], "active");
+    assert_eq!(setup.status().await["vectorSearch"], "active");
     // The Gateway process does not see the Harness workspace at all.
     let gateway_view = format!(
         "/proc/{}/root{}",
@@ -246,7 +245,7 @@ async fn an_embedder_change_pauses_vector_search_until_reindex() {
     )
     .unwrap();
     setup.wait_found("car blue", "MEMORY.md#L1-L1").await;
-    assert_eq!(setup.status().await["vectors"], "off");
+    assert_eq!(setup.status().await["vectorSearch"], "off");
 
     // Restart the Gateway with the local embedder: the index was built without vectors, so
     // vector search pauses with a warning, and keyword search goes on.
@@ -275,7 +274,7 @@ async fn an_embedder_change_pauses_vector_search_until_reindex() {
         mock_url,
     };
     setup.wait_fresh().await;
-    assert_eq!(setup.status().await["vectors"], "paused");
+    assert_eq!(setup.status().await["vectorSearch"], "paused");
     let paused = setup.search("what colour is my vehicle").await;
     assert_eq!(paused["mode"], "keyword", "{paused}");
     assert!(paused["results"].as_array().unwrap().is_empty(), "{paused}");
@@ -287,17 +286,7 @@ async fn an_embedder_change_pauses_vector_search_until_reindex() {
     );
 
     // `gatehouse memory reindex` rebuilds with a progress bar, and semantic search works.
-    let output = gatehouse()
-        .args([
-            "memory",
-            "reindex",
-            "--url",
-            &setup.gateway.url,
-            "--token-file",
-        ])
-        .arg(setup.gateway.state_dir.join("operator-token"))
-        .output()
-        .unwrap();
+    let output = setup.gateway.operator_cli(&["memory", "reindex"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(
@@ -309,7 +298,16 @@ async fn an_embedder_change_pauses_vector_search_until_reindex() {
         "{}",
         String::from_utf8_lossy(&output.stdout)
     );
-    assert_eq!(setup.status().await["vectors"], "active");
+    let status = setup.status().await;
+    assert_eq!(
+        (
+            status["vectorSearch"].as_str(),
+            status["vectors"].as_u64(),
+            status["chunks"].as_u64()
+        ),
+        (Some("active"), Some(1), Some(1)),
+        "{status}"
+    );
     let semantic = setup.search("what colour is my vehicle").await;
     assert_eq!(semantic["mode"], "hybrid", "{semantic}");
     assert_eq!(
@@ -318,18 +316,9 @@ async fn an_embedder_change_pauses_vector_search_until_reindex() {
     );
 
     // The CLI search prints the citation.
-    let output = gatehouse()
-        .args([
-            "memory",
-            "search",
-            "vehicle colour",
-            "--url",
-            &setup.gateway.url,
-            "--token-file",
-        ])
-        .arg(setup.gateway.state_dir.join("operator-token"))
-        .output()
-        .unwrap();
+    let output = setup
+        .gateway
+        .operator_cli(&["memory", "search", "vehicle colour"]);
     assert!(output.status.success());
     assert!(String::from_utf8_lossy(&output.stdout).contains("MEMORY.md#L1-L1"));
 }

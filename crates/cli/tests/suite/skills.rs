@@ -11,7 +11,6 @@ use crate::suite::support::Gateway;
 use crate::suite::support::Process;
 use crate::suite::support::dirs;
 use crate::suite::support::files_under;
-use crate::suite::support::gatehouse;
 use crate::suite::support::mock_model;
 use crate::suite::support::mode;
 use crate::suite::support::start_node_with;
@@ -183,17 +182,7 @@ async fn the_catalog_merges_both_hosts_by_precedence_and_explains_gating() {
         view["skipped"]
     );
 
-    let output = gatehouse()
-        .args([
-            "skills",
-            "list",
-            "--url",
-            &setup.gateway.url,
-            "--token-file",
-        ])
-        .arg(setup.gateway.state_dir.join("operator-token"))
-        .output()
-        .unwrap();
+    let output = setup.gateway.operator_cli(&["skills", "list"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

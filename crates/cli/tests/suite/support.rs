@@ -162,6 +162,16 @@ impl Gateway {
         }
     }
 
+    /// Runs `gatehouse ARGS --url <this gateway> --token-file <its token file>`, as an operator.
+    pub(crate) fn operator_cli(&self, args: &[&str]) -> std::process::Output {
+        gatehouse()
+            .args(args)
+            .args(["--url", &self.url, "--token-file"])
+            .arg(self.state_dir.join("operator-token"))
+            .output()
+            .unwrap()
+    }
+
     pub(crate) fn ws_url(&self) -> String {
         format!("{}/node", self.url.replacen("http://", "ws://", 1))
     }
