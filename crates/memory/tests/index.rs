@@ -88,6 +88,41 @@ async fn open(dir: &std::path::Path, embedder: Option<&dyn Embedder>) -> MemoryI
     .unwrap()
 }
 
+/// Opens a fresh index with `embedder` and indexes `files` (path, text).
+async fn indexed(
+    dir: &std::path::Path,
+    embedder: &BucketEmbedder,
+    files: &[(&str, &str)],
+) -> MemoryIndex {
+    let index = open(dir, Some(embedder)).await;
+    for (path, text) in files {
+        index
+            .upsert_file(path, text, path, Some(embedder))
+            .await
+            .unwrap();
+    }
+    index
+}
+
+/// Runs a hybrid search for `query`; returns the paths of the hits and the hits.
+async fn hybrid(
+    index: &MemoryIndex,
+    embedder: &BucketEmbedder,
+    query: &str,
+    options: SearchOptions,
+) -> (Vec<String>, Vec<gatehouse_memory::search::SearchHit>) {
+    let vector = embedder.embed(&[query.to_owned()]).await.unwrap().remove(0);
+    let hits = search(index, query, Some(&vector), options, today())
+        .await
+        .unwrap();
+    (hits.iter().map(|hit| hit.path.clone()).collect(), hits)
+}
+
+const EVERYTHING: SearchOptions = SearchOptions {
+    max_results: 3,
+    min_score: 0.0,
+};
+
 #[tokio::test]
 async fn keyword_hits_cite_their_lines_and_a_file_is_resynced_by_hash() {
     let dir = tempfile::tempdir().unwrap();
@@ -152,81 +187,42 @@ async fn a_vector_only_hit_is_found_and_ranked_with_the_keyword_leg() {
     let embedder = BucketEmbedder {
         model: "buckets-v1",
     };
-    let index = open(dir.path(), Some(&embedder)).await;
-    assert_eq!(index.vector_state(), &VectorState::Active);
-    for (path, text) in [
-        ("MEMORY.md", "My car is blue."),
-        (
-            "memory/projects.md",
-            "The garden project needs compost and seeds.",
-        ),
-    ] {
-        index
-            .upsert_file(path, text, "h", Some(&embedder))
-            .await
-            .unwrap();
-    }
-    let query = String::from("automobile");
-    let vector = embedder
-        .embed(std::slice::from_ref(&query))
-        .await
-        .unwrap()
-        .remove(0);
-    let hits = search(
-        &index,
-        &query,
-        Some(&vector),
-        SearchOptions::default(),
-        today(),
+    let index = indexed(
+        dir.path(),
+        &embedder,
+        &[
+            ("MEMORY.md", "My car is blue."),
+            (
+                "memory/projects.md",
+                "The garden project needs compost and seeds.",
+            ),
+        ],
     )
-    .await
-    .unwrap();
-    assert_eq!(
-        hits.first().map(|hit| hit.path.as_str()),
-        Some("MEMORY.md"),
-        "{hits:?}"
-    );
-    assert!(
-        hits.iter().all(|hit| hit.path != "memory/projects.md"),
-        "{hits:?}"
-    );
+    .await;
+    assert_eq!(index.vector_state(), &VectorState::Active);
+    let (paths, hits) = hybrid(&index, &embedder, "automobile", SearchOptions::default()).await;
+    assert_eq!(paths, vec!["MEMORY.md"], "{hits:?}");
 }
 
 #[tokio::test]
 async fn dated_notes_rank_by_recency_and_mmr_drops_near_duplicates() {
-    let dir = tempfile::tempdir().unwrap();
     let embedder = BucketEmbedder {
         model: "buckets-v1",
     };
-    let index = open(dir.path(), Some(&embedder)).await;
     let note = "Standup notes: the release train leaves on Thursday.";
-    for path in [
-        "memory/2026-06-01.md",
-        "memory/2026-11-28.md",
-        "memory/2026-09-15.md",
-    ] {
-        index
-            .upsert_file(path, note, path, Some(&embedder))
-            .await
-            .unwrap();
-    }
-    let query = String::from("release train");
-    let vector = embedder
-        .embed(std::slice::from_ref(&query))
-        .await
-        .unwrap()
-        .remove(0);
-    let options = SearchOptions {
-        max_results: 3,
-        min_score: 0.0,
-    };
-    let hits = search(&index, &query, Some(&vector), options, today())
-        .await
-        .unwrap();
-    let paths: Vec<&str> = hits.iter().map(|hit| hit.path.as_str()).collect();
-    // Identical text: the newest note wins, and the two older copies are near-duplicates that
-    // MMR ranks after it in recency order.
-    assert_eq!(paths[0], "memory/2026-11-28.md");
+    let dir = tempfile::tempdir().unwrap();
+    let index = indexed(
+        dir.path(),
+        &embedder,
+        &[
+            ("memory/2026-06-01.md", note),
+            ("memory/2026-11-28.md", note),
+            ("memory/2026-09-15.md", note),
+        ],
+    )
+    .await;
+    let (paths, hits) = hybrid(&index, &embedder, "release train", EVERYTHING).await;
+    // Identical text: the newest note wins, and the older copies follow in recency order.
     assert_eq!(
         paths,
         vec![
@@ -239,47 +235,32 @@ async fn dated_notes_rank_by_recency_and_mmr_drops_near_duplicates() {
 
     // MMR prefers a different chunk over a near-duplicate of the best one.
     let dir = tempfile::tempdir().unwrap();
-    let index = open(dir.path(), Some(&embedder)).await;
-    for (path, text) in [
-        (
-            "MEMORY.md",
-            "The backup server is named atlas and runs nightly backups.",
-        ),
-        (
-            "memory/copy.md",
-            "The backup server is named atlas and runs nightly backups too.",
-        ),
-        (
-            "memory/other.md",
-            "Backups of laptops go to the atlas server weekly on Friday.",
-        ),
-    ] {
-        index
-            .upsert_file(path, text, "h", Some(&embedder))
-            .await
-            .unwrap();
-    }
-    let query = String::from("atlas backup server");
-    let vector = embedder
-        .embed(std::slice::from_ref(&query))
-        .await
-        .unwrap()
-        .remove(0);
-    let hits = search(
-        &index,
-        &query,
-        Some(&vector),
-        SearchOptions {
-            max_results: 2,
-            min_score: 0.0,
-        },
-        today(),
+    let index = indexed(
+        dir.path(),
+        &embedder,
+        &[
+            (
+                "MEMORY.md",
+                "The backup server is named atlas and runs nightly backups.",
+            ),
+            (
+                "memory/copy.md",
+                "The backup server is named atlas and runs nightly backups too.",
+            ),
+            (
+                "memory/other.md",
+                "Backups of laptops go to the atlas server weekly on Friday.",
+            ),
+        ],
     )
-    .await
-    .unwrap();
-    let paths: Vec<&str> = hits.iter().map(|hit| hit.path.as_str()).collect();
+    .await;
+    let two = SearchOptions {
+        max_results: 2,
+        ..EVERYTHING
+    };
+    let (paths, _) = hybrid(&index, &embedder, "atlas backup server", two).await;
     assert!(
-        paths.contains(&"memory/other.md"),
+        paths.contains(&String::from("memory/other.md")),
         "MMR kept both duplicates: {paths:?}"
     );
 }
