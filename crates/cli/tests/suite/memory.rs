@@ -207,6 +207,10 @@ async fn a_stopped_node_leaves_stale_results_and_no_local_reads() {
         stale["results"][0]["citation"], "MEMORY.md#L1-L1",
         "{stale}"
     );
+    let missing = setup.gateway.get("/v1/memory/search").await;
+    assert_eq!(missing.status(), 400);
+    let body: serde_json::Value = missing.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "INVALID_REQUEST");
     let got = setup.gateway.get("/v1/memory/get?path=MEMORY.md").await;
     assert_eq!(got.status(), 503);
     let body: serde_json::Value = got.json().await.unwrap();

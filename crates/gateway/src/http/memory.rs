@@ -19,7 +19,7 @@ use crate::memory::MemoryServiceError;
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SearchQuery {
-    q: String,
+    q: Option<String>,
     limit: Option<usize>,
     min_score: Option<f64>,
 }
@@ -43,13 +43,13 @@ pub(crate) async fn search(
     State(state): State<Arc<GatewayState>>,
     Query(query): Query<SearchQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    if query.q.trim().is_empty() {
+    let Some(q) = query.q.filter(|q| !q.trim().is_empty()) else {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "INVALID_REQUEST",
-            "q must not be empty",
+            "pass the query as q=",
         ));
-    }
+    };
     let mut options = gatehouse_memory::search::SearchOptions::default();
     if let Some(limit) = query.limit {
         options.max_results = limit.clamp(1, 100);
@@ -59,7 +59,7 @@ pub(crate) async fn search(
     }
     let answer = state
         .memory
-        .search(&query.q, options)
+        .search(&q, options)
         .await
         .map_err(|error| api_error(&error))?;
     Ok(Json(serde_json::to_value(answer).unwrap_or_default()))
@@ -68,7 +68,7 @@ pub(crate) async fn search(
 /// The query of `GET /v1/memory/get`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct GetQuery {
-    path: String,
+    path: Option<String>,
     from: Option<u32>,
     lines: Option<u32>,
 }
@@ -79,9 +79,16 @@ pub(crate) async fn get(
     State(state): State<Arc<GatewayState>>,
     Query(query): Query<GetQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    let Some(path) = query.path else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            "pass the memory file as path=",
+        ));
+    };
     let read = state
         .memory
-        .get(&query.path, query.from, query.lines)
+        .get(&path, query.from, query.lines)
         .await
         .map_err(|error| match &error {
             MemoryServiceError::Remote(remote) => {
