@@ -94,7 +94,6 @@ pub(crate) fn run(args: MemoryArgs) -> anyhow::Result<ExitCode> {
 
 fn print_warnings(body: &serde_json::Value) {
     for warning in body["warnings"].as_array().into_iter().flatten() {
-        tracing::warn!("{}", warning.as_str().unwrap_or_default());
         eprintln_line(&format!(
             "warning: {}",
             warning.as_str().unwrap_or_default()
