@@ -205,17 +205,12 @@ impl CodexRuntime {
             .codex_thread(session_key)
             .await
             .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
-        let settings = serde_json::json!({
-            "cwd": connection.workspace_root,
-            "approvalPolicy": "untrusted",
-            "sandbox": "workspace-write",
-        });
         match bound {
             Some(thread_id) if lock(&connection.loaded_threads).contains(&thread_id) => {
                 Ok(thread_id)
             }
             Some(thread_id) => {
-                let mut params = settings;
+                let mut params = self.thread_settings(connection).await;
                 params["threadId"] = serde_json::json!(thread_id);
                 params["excludeTurns"] = serde_json::json!(true);
                 connection
@@ -245,7 +240,7 @@ impl CodexRuntime {
                             })
                         })
                         .collect();
-                let mut params = settings;
+                let mut params = self.thread_settings(connection).await;
                 params["dynamicTools"] = serde_json::json!(tools);
                 params["serviceName"] = serde_json::json!("gatehouse");
                 let result = connection
@@ -283,6 +278,21 @@ impl CodexRuntime {
                 Ok(thread_id)
             }
         }
+    }
+
+    /// The settings of `thread/start` and `thread/resume`: the node's workspace as cwd, every
+    /// approval asked of the Gateway, the `workspace-write` sandbox, and the workspace's skills
+    /// (as of this start or resume) as developer instructions.
+    async fn thread_settings(&self, connection: &Connection) -> serde_json::Value {
+        let mut settings = serde_json::json!({
+            "cwd": connection.workspace_root,
+            "approvalPolicy": "untrusted",
+            "sandbox": "workspace-write",
+        });
+        if let Some(skills) = self.parts.skills.for_codex_thread().await {
+            settings["developerInstructions"] = serde_json::json!(skills);
+        }
+        settings
     }
 
     /// Answers one server request of the running turn.

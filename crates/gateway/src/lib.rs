@@ -177,6 +177,8 @@ pub struct RuntimeParts {
     pub audit: Audit,
     /// The Harness workspace, through the enrolled node.
     pub workspace: Arc<dyn WorkspaceAccess>,
+    /// The skills catalog of both hosts.
+    pub skills: Arc<skills::SkillsService>,
 }
 
 /// A failure to start the Gateway.
@@ -318,6 +320,7 @@ pub async fn start(
         tools: Arc::clone(&tools),
         audit: audit.clone(),
         workspace: Arc::clone(&workspace),
+        skills: Arc::clone(&skills),
     };
     let runtime = extensions
         .runtime

@@ -219,6 +219,27 @@ impl SkillsService {
     }
 }
 
+impl SkillsService {
+    /// The prompt block for a Codex thread, whose working directory is the Agent workspace: the
+    /// available skills of the Harness workspace at their own locations. The Gateway's skills
+    /// are not listed, since Codex cannot read the Gateway's files.
+    pub async fn for_codex_thread(&self) -> Option<String> {
+        let view = self.catalog().await;
+        let listed: Vec<&CatalogEntry> = view
+            .skills
+            .iter()
+            .filter(|entry| entry.available() && entry.host == "harness")
+            .collect();
+        let prompt = gatehouse_skills::prompt::render(
+            &listed,
+            &|entry: &CatalogEntry| entry.location.clone(),
+            gatehouse_skills::prompt::MAX_PROMPT_CHARS,
+            gatehouse_skills::prompt::MAX_PROMPT_SKILLS,
+        );
+        (!prompt.is_empty()).then_some(prompt)
+    }
+}
+
 /// The directory name of a skill's copy: its name with anything but `[A-Za-z0-9._-]` replaced.
 fn copy_name(name: &str) -> String {
     let cleaned: String = name

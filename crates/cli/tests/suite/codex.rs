@@ -179,6 +179,13 @@ fn offered_functions(request: &serde_json::Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_codex_turn_runs_on_the_harness_with_the_key_only_there() {
     let setup = Setup::start(&[]).await;
+    let skill = setup.harness.join("workspace/skills/notes");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: notes\ndescription: Takes notes.\n---\nBody.\n",
+    )
+    .unwrap();
     let said = turn(&setup.gateway, "s1", "/say hi").await;
     assert_eq!(
         (said["status"].as_str(), said["reply"].as_str()),
@@ -195,6 +202,13 @@ async fn a_codex_turn_runs_on_the_harness_with_the_key_only_there() {
     assert_eq!(
         last["headers"]["authorization"].as_str(),
         Some(format!("Bearer {MODEL_KEY}").as_str())
+    );
+    // The workspace's skills reach Codex as developer instructions, at their own location.
+    let instructions = last["body"]["input"].to_string();
+    assert!(
+        instructions.contains("<available_skills>")
+            && instructions.contains(&skill.join("SKILL.md").display().to_string()),
+        "{instructions}"
     );
     // The Gateway tools are offered as dynamic tools, and no Gateway-local tool is.
     let functions = offered_functions(last);
