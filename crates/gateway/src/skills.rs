@@ -13,6 +13,8 @@ use gatehouse_protocol::skills::SkillsDiscovery;
 use gatehouse_protocol::skills::SkillsRequest;
 use gatehouse_protocol::skills::WORKSPACE_SKILLS;
 use gatehouse_protocol::worker::SKILL_COPIES_DIR;
+use gatehouse_protocol::worker::SKILL_COPY_MAX_BYTES;
+use gatehouse_protocol::worker::SKILL_COPY_MAX_FILES;
 use gatehouse_protocol::worker::SkillCopy;
 use gatehouse_protocol::worker::SkillCopyFile;
 use gatehouse_skills::Catalog;
@@ -23,12 +25,6 @@ use crate::link::registry::NodeRegistry;
 
 /// How long the node's discovery may take.
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The most bytes copied from one skill directory.
-const MAX_COPY_BYTES: u64 = 1024 * 1024;
-
-/// The most files copied from one skill directory.
-const MAX_COPY_FILES: usize = 64;
 
 /// The catalog as the API shows it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -143,7 +139,7 @@ impl SkillsService {
             ));
         };
         let request = SkillsRequest {
-            op: String::from("discover"),
+            op: gatehouse_protocol::skills::SkillsOp::Discover,
             workspace_dir: node.workspace_root.clone().unwrap_or_default(),
         };
         let params = serde_json::to_value(&request).map_err(|error| error.to_string())?;
@@ -272,10 +268,10 @@ fn copy_of(entry: &CatalogEntry) -> std::io::Result<SkillCopy> {
     names.sort_by_key(|name| (name != "SKILL.md", name.clone()));
     let mut files = Vec::new();
     let mut total = 0;
-    for name in names.into_iter().take(MAX_COPY_FILES) {
+    for name in names.into_iter().take(SKILL_COPY_MAX_FILES) {
         let bytes = std::fs::read(dir.join(&name))?;
         total += bytes.len() as u64;
-        if total > MAX_COPY_BYTES {
+        if total > SKILL_COPY_MAX_BYTES {
             break;
         }
         files.push(SkillCopyFile {

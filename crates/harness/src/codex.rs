@@ -409,7 +409,10 @@ impl CommandHandler for CodexRelayHandler {
                     },
                     message = input.recv() => {
                         let Some(message) = message else {
-                            return Ok(serde_json::json!({"reason": "input closed"}));
+                            let end = gatehouse_protocol::codex::CodexRelayEnd {
+                                reason: String::from("the gateway closed the relay input"),
+                            };
+                            return Ok(serde_json::to_value(end).unwrap_or_default());
                         };
                         let text = message.payload_json;
                         if text.contains('\n') {

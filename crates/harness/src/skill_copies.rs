@@ -13,16 +13,12 @@ use base64::Engine;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::worker::SKILL_COPIES_DIR;
+use gatehouse_protocol::worker::SKILL_COPY_MAX_BYTES;
+use gatehouse_protocol::worker::SKILL_COPY_MAX_FILES;
 use gatehouse_protocol::worker::SkillCopy;
 
 /// The code of a failed cleanup.
 pub(crate) const SKILL_CLEANUP_FAILED: &str = "SKILL_CLEANUP_FAILED";
-
-/// The most bytes copied from one workspace skill directory.
-const MAX_SOURCE_BYTES: u64 = 1024 * 1024;
-
-/// The most files copied from one workspace skill directory.
-const MAX_SOURCE_FILES: usize = 64;
 
 /// Removes the previous copies from `session_workspace` and writes `copies`; a copy with a
 /// `source` is read from the Agent workspace at `agent_workspace` through the no-follow root.
@@ -115,26 +111,26 @@ fn read_source(agent_workspace: &Path, source: &str) -> Result<Vec<(String, Vec<
     let rel = gatehouse_fsops::path::map_wire_path(root.logical_path(), source)
         .map_err(|error| error.to_wire())?;
     let listing = root
-        .list(&rel, MAX_SOURCE_FILES * 4, None)
+        .list(&rel, SKILL_COPY_MAX_FILES * 4, None)
         .map_err(|error| error.to_wire())?;
     let mut files = Vec::new();
     let mut total = 0;
     for entry in listing.entries {
         if entry.kind != Kind::File
             || entry.name.starts_with('.')
-            || files.len() >= MAX_SOURCE_FILES
+            || files.len() >= SKILL_COPY_MAX_FILES
         {
             continue;
         }
         total += entry.size;
-        if total > MAX_SOURCE_BYTES {
+        if total > SKILL_COPY_MAX_BYTES {
             break;
         }
         let fetched = root
             .fetch(
                 &rel.join(&entry.name),
                 FetchLimits {
-                    max_bytes: MAX_SOURCE_BYTES,
+                    max_bytes: SKILL_COPY_MAX_BYTES,
                     content: ContentMode::Transfer,
                 },
             )

@@ -42,14 +42,9 @@ impl CommandHandler for SkillsCommand {
         let workspace = Arc::clone(&self.workspace);
         let workspace_dir = self.workspace_dir.clone();
         Box::pin(async move {
+            // `op` has one value, `discover`; anything else fails to parse (`INVALID_PARAMS`).
             let request: SkillsRequest = context.params()?;
             crate::file_commands::check_workspace_dir(&request.workspace_dir, &workspace_dir)?;
-            if request.op != "discover" {
-                return Err(WireError::new(
-                    ErrorCode::InvalidParams,
-                    format!("unknown op {:?}: use discover", request.op),
-                ));
-            }
             let discovery =
                 tokio::task::spawn_blocking(move || discover(&workspace, &workspace_dir))
                     .await

@@ -7,12 +7,20 @@ use serde::Serialize;
 
 pub use crate::commands::WORKSPACE_SKILLS;
 
+/// What a `workspace.skills` request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SkillsOp {
+    /// Find, parse and gate the workspace's skills.
+    Discover,
+}
+
 /// Parameters of `workspace.skills`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SkillsRequest {
-    /// `discover`.
-    pub op: String,
+    /// The operation.
+    pub op: SkillsOp,
     /// The workspace directory; it must be this node's workspace.
     pub workspace_dir: String,
 }

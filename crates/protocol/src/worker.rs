@@ -311,6 +311,12 @@ pub struct SkillCopyFile {
     pub content_base64: String,
 }
 
+/// The most bytes copied from one skill directory, on either host.
+pub const SKILL_COPY_MAX_BYTES: u64 = 1024 * 1024;
+
+/// The most files copied from one skill directory, on either host.
+pub const SKILL_COPY_MAX_FILES: usize = 64;
+
 /// The directory of the session workspace that holds a turn's skill copies. It is private and
 /// read-only, left out of checkpoints, and removed before the next turn is prepared.
 pub const SKILL_COPIES_DIR: &str = ".gatehouse-skills";

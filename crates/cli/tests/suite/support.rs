@@ -464,3 +464,18 @@ pub(crate) fn processes() -> Vec<ProcessInfo> {
     }
     found
 }
+
+/// Returns the path in the variable `name`, which `scripts/test` sets after installing `what`.
+/// A missing variable or path fails the test: CI installs everything, nothing is skipped.
+pub(crate) fn installed(name: &str, what: &str) -> String {
+    let path = std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run scripts/test, which installs {what} and sets it")
+    });
+    assert!(Path::new(&path).exists(), "{name}={path} does not exist");
+    path
+}
+
+/// The Codex binary the test script installed.
+pub(crate) fn codex_bin() -> String {
+    installed("GATEHOUSE_CODEX_BIN", "@openai/codex@0.171.0")
+}

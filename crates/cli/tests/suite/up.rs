@@ -600,8 +600,7 @@ async fn an_attachment_is_staged_on_the_harness_and_read_by_the_turn() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn up_runs_the_codex_runtime_with_the_mock_model() {
-    let codex = std::env::var("GATEHOUSE_CODEX_BIN")
-        .expect("GATEHOUSE_CODEX_BIN is not set: run scripts/test, which installs Codex");
+    let codex = crate::suite::support::codex_bin();
     let (_temp, data) = data_dir();
     let mut command = gatehouse();
     command

@@ -114,46 +114,31 @@ pub(crate) async fn status(
 /// `POST /v1/memory/reindex`: rebuilds the index. The answer streams one JSON line per file
 /// (`{"done","total"}`) and ends with `{"status":…}` or `{"error":{"code","message"}}`.
 pub(crate) async fn reindex(State(state): State<Arc<GatewayState>>) -> Response {
-    let (progress, mut updates) = tokio::sync::mpsc::channel(64);
-    let (lines, body) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(64);
+    use futures_util::StreamExt;
+    let (progress, updates) = tokio::sync::mpsc::channel(64);
     let memory = Arc::clone(&state.memory);
-    tokio::spawn(async move {
-        let work = memory.reindex(progress);
-        tokio::pin!(work);
-        let outcome = loop {
-            tokio::select! {
-                outcome = &mut work => break outcome,
-                Some(update) = updates.recv() => {
-                    let _ = lines.send(Ok(format!("{}\n", serde_json::to_string(&update).unwrap_or_default()))).await;
-                }
-            }
-        };
-        while let Ok(update) = updates.try_recv() {
-            let _ = lines
-                .send(Ok(format!(
-                    "{}\n",
-                    serde_json::to_string(&update).unwrap_or_default()
-                )))
-                .await;
-        }
-        let last = match outcome {
-            Ok(status) => serde_json::json!({"status": status}),
-            Err(error) => {
+    // The rebuild runs on its own; its progress sender is dropped when it ends, which ends the
+    // progress lines, and then its outcome is the last line.
+    let outcome = tokio::spawn(async move { memory.reindex(progress).await });
+    let lines = futures_util::stream::unfold(updates, |mut updates| async move {
+        let update = updates.recv().await?;
+        Some((serde_json::to_value(update).unwrap_or_default(), updates))
+    })
+    .chain(futures_util::stream::once(async move {
+        match outcome.await {
+            Ok(Ok(status)) => serde_json::json!({"status": status}),
+            Ok(Err(error)) => {
                 serde_json::json!({"error": {"code": error.code(), "message": error.to_string()}})
             }
-        };
-        let _ = lines.send(Ok(format!("{last}\n"))).await;
-    });
-    let stream = tokio_stream_from(body);
+            Err(_) => {
+                serde_json::json!({"error": {"code": "INTERNAL", "message": "the rebuild stopped"}})
+            }
+        }
+    }))
+    .map(|line| Ok::<_, std::io::Error>(format!("{line}\n")));
     (
         [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(stream),
+        Body::from_stream(lines),
     )
         .into_response()
-}
-
-fn tokio_stream_from(
-    mut receiver: tokio::sync::mpsc::Receiver<Result<String, std::io::Error>>,
-) -> impl futures_util::Stream<Item = Result<String, std::io::Error>> {
-    futures_util::stream::poll_fn(move |context| receiver.poll_recv(context))
 }

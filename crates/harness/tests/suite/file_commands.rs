@@ -141,6 +141,16 @@ async fn refusals_carry_their_stable_codes() {
             json!({"op": "readForIndexing", "workspaceDir": ws.to_string(), "relPath": "./MEMORY.md"}).to_string(),
             "INVALID_PATH",
         ),
+        (
+            "workspace.skills",
+            json!({"op": "install", "workspaceDir": ws.to_string()}).to_string(),
+            "INVALID_PARAMS",
+        ),
+        (
+            "workspace.skills",
+            json!({"op": "discover", "workspaceDir": "/elsewhere"}).to_string(),
+            "POLICY_DENIED",
+        ),
     ];
     for (idx, (command, params, expected)) in cases.iter().enumerate() {
         let id = format!("i{idx}");
