@@ -60,15 +60,7 @@ impl Setup {
     }
 
     async fn mock_requests(&self) -> Vec<serde_json::Value> {
-        reqwest::get(format!("{}/_mock/requests", self.mock_url))
-            .await
-            .unwrap()
-            .json::<serde_json::Value>()
-            .await
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .clone()
+        crate::suite::support::mock_requests(&self.mock_url).await
     }
 
     async fn audit(&self) -> Vec<serde_json::Value> {

@@ -262,25 +262,13 @@ async fn model_errors_dead_workers_and_dead_nodes_fail_the_turn_and_the_next_one
     let lost = wait_turn(&setup.gateway, &hanging).await;
     assert_eq!(lost["error"]["code"], "DEPENDENCY_UNAVAILABLE", "{lost}");
     // No node: the next turn fails the same way and the Gateway does not run it itself.
-    let before = reqwest::get(format!("{}/_mock/requests", setup.mock_url))
+    let before = crate::suite::support::mock_requests(&setup.mock_url)
         .await
-        .unwrap()
-        .json::<serde_json::Value>()
-        .await
-        .unwrap()
-        .as_array()
-        .unwrap()
         .len();
     let offline = turn(&setup.gateway, "s", "/say offline").await;
     assert_eq!(offline["error"]["code"], "DEPENDENCY_UNAVAILABLE");
-    let after = reqwest::get(format!("{}/_mock/requests", setup.mock_url))
+    let after = crate::suite::support::mock_requests(&setup.mock_url)
         .await
-        .unwrap()
-        .json::<serde_json::Value>()
-        .await
-        .unwrap()
-        .as_array()
-        .unwrap()
         .len();
     assert_eq!(before, after, "a model call happened without a node");
     // The node comes back and the session works again.

@@ -227,14 +227,8 @@ async fn skill_copies_are_read_only_kept_out_of_checkpoints_and_gone_before_the_
         "{first}"
     );
     // The system prompt listed the copy where the model can read it.
-    let requests: serde_json::Value = reqwest::get(format!("{}/_mock/requests", setup.mock_url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let system =
-        requests.as_array().unwrap().last().unwrap()["body"]["messages"][0]["content"].to_string();
+    let requests = crate::suite::support::mock_requests(&setup.mock_url).await;
+    let system = requests.last().unwrap()["body"]["messages"][0]["content"].to_string();
     assert!(
         system.contains("<available_skills>")
             && system.contains(".gatehouse-skills/greeter/SKILL.md")

@@ -479,3 +479,13 @@ pub(crate) fn installed(name: &str, what: &str) -> String {
 pub(crate) fn codex_bin() -> String {
     installed("GATEHOUSE_CODEX_BIN", "@openai/codex@0.171.0")
 }
+
+/// Every request the mock model at `url` received, oldest first.
+pub(crate) async fn mock_requests(url: &str) -> Vec<serde_json::Value> {
+    reqwest::get(format!("{url}/_mock/requests"))
+        .await
+        .unwrap()
+        .json::<Vec<serde_json::Value>>()
+        .await
+        .unwrap()
+}
