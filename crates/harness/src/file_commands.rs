@@ -264,3 +264,7 @@ where
         )
     })
 }
+
+#[cfg(test)]
+#[path = "file_commands_tests.rs"]
+mod tests;

@@ -9,7 +9,9 @@
 //! 2. No policy, or no entry for the node id, the display name or `*`, gives
 //!    [`DenyCode::NoPolicy`], not askable.
 //! 3. A `denyPaths` match denies, not askable. It wins even over `ask: always`. A `denyPaths`
-//!    pattern that does not compile denies too (fail closed).
+//!    pattern that does not compile denies too (fail closed). A deny pattern that ends in `/**`
+//!    also denies the directory it names, so `**/.ssh/**` denies `~/.ssh` and `~/.ssh/`
+//!    themselves and a `dir.list` of a denied directory cannot reveal its names.
 //! 4. `ask: always` asks, whether or not an allow pattern matches.
 //! 5. An allow pattern for the requested [`AccessKind`] allows.
 //! 6. Otherwise the request is denied; it is askable only under `ask: on-miss`.
@@ -23,6 +25,10 @@
 //! backslash never escapes anything; write `[*]` to match a literal `*`. Blank patterns are
 //! ignored.
 //!
+//! An allow pattern `X/**` matches what is below `X`, never `X` itself; list `X` too to allow the
+//! directory. A deny pattern `X/**` matches `X` as well: a deny of everything below a directory
+//! must not leave the directory's own listing open.
+//!
 //! Before matching, the requested path is normalized lexically: backslashes become `/`, empty
 //! and `.` segments are dropped, and a trailing `/` is removed. Since `..` was refused in step 1,
 //! the normalized path names the same file as the raw one, so `/ws/./secret` cannot slip past a
@@ -35,6 +41,26 @@
 //! `allowReadPaths`, `allowWritePaths`, `denyPaths`, `maxBytes` and `followSymlinks`. Unknown
 //! keys are ignored; an unknown `ask` value is a deserialization error rather than a silent
 //! fallback. Absent optional fields are omitted when serializing.
+//!
+//! # Deliberate differences from the original policy
+//!
+//! The rules above follow the original file-transfer policy, whose own test vectors run as a
+//! table in this crate's tests. Where we differ, we do so on purpose:
+//!
+//! - Staged inputs are writable under `media/inbound/gatehouse-staged-*/**`, where the original
+//!   stages under `openclaw-staged-*`: the staging directory is named after the product that
+//!   creates it.
+//! - An invalid `ask` value (`"sometimes"`) makes the whole policy fail to load, where the
+//!   original treats it as `off` for that entry: a clear startup error beats a silent `off` that
+//!   the operator did not choose.
+//! - [`persist_allow_always`] always writes under the node id, starting from a copy of the entry
+//!   that applied. The original writes into the first existing entry (node id, then display
+//!   name), else creates an empty entry keyed by the display name. Display names are not unique,
+//!   so a grant under one would reach every node of that name, and a fresh empty entry would drop
+//!   the `denyPaths` of the wildcard entry it replaces for that node.
+//! - Persisted paths are stored as literals (glob metacharacters escaped), where the original
+//!   stores the raw path: approving a path that contains `*` must grant that one name, not every
+//!   name the glob matches.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -317,7 +343,7 @@ pub fn evaluate(
     let entry = resolved.policy;
     let target = normalize_path(path);
 
-    let deny_scan = scan_patterns(&entry.deny_paths, home, &target);
+    let deny_scan = scan_patterns(&entry.deny_paths, PatternRole::Deny, home, &target);
     if deny_scan.matched {
         return deny(DenyCode::PolicyDenied, DenyReason::DenyPattern);
     }
@@ -335,7 +361,7 @@ pub fn evaluate(
     }
 
     let allow_paths = entry.allow_paths(kind);
-    if scan_patterns(allow_paths, home, &target).matched {
+    if scan_patterns(allow_paths, PatternRole::Allow, home, &target).matched {
         return Decision::Allow {
             max_bytes,
             follow_symlinks,
@@ -610,6 +636,15 @@ pub fn apply_default_policy(
     Ok(outcome)
 }
 
+/// Which list a pattern scan serves; a deny list also covers the directories it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PatternRole {
+    /// `allowReadPaths` or `allowWritePaths`: `X/**` matches only what is below `X`.
+    Allow,
+    /// `denyPaths`: `X/**` matches `X` too.
+    Deny,
+}
+
 /// What matching a pattern list against one path found.
 struct PatternScan {
     /// Some valid pattern matches the path.
@@ -636,18 +671,27 @@ fn check_node_key(key: &str) -> Result<()> {
 }
 
 /// Matches the normalized `target` against `patterns`, skipping blank and invalid patterns.
-fn scan_patterns(patterns: &[String], home: &str, target: &str) -> PatternScan {
+///
+/// For [`PatternRole::Deny`], each pattern that ends in `/**` also matches the directory it
+/// names (see [`directory_of_recursive`]).
+fn scan_patterns(patterns: &[String], role: PatternRole, home: &str, target: &str) -> PatternScan {
     let mut builder = GlobSetBuilder::new();
     let mut saw_invalid = false;
     for pattern in patterns {
         let Some(expanded) = expand_pattern(pattern, home) else {
             continue;
         };
-        match compile_glob(&expanded) {
-            Ok(glob) => {
-                builder.add(glob);
+        let directory = match role {
+            PatternRole::Deny => directory_of_recursive(&expanded),
+            PatternRole::Allow => None,
+        };
+        for glob_text in std::iter::once(expanded).chain(directory) {
+            match compile_glob(&glob_text) {
+                Ok(glob) => {
+                    builder.add(glob);
+                }
+                Err(_) => saw_invalid = true,
             }
-            Err(_) => saw_invalid = true,
         }
     }
     match builder.build() {
@@ -662,6 +706,19 @@ fn scan_patterns(patterns: &[String], home: &str, target: &str) -> PatternScan {
             saw_invalid: true,
         },
     }
+}
+
+/// Returns the pattern of the directory that an expanded pattern `X/**` covers: `X`, or `/`
+/// for `/**`; `None` for any other shape.
+///
+/// The requested path is normalized without a trailing `/` before matching, so `X` covers both
+/// spellings of the directory. `**/**` gives `**`, which already matched everything.
+fn directory_of_recursive(expanded: &str) -> Option<String> {
+    let directory = expanded.strip_suffix("/**")?.trim_end_matches('/');
+    if directory.is_empty() {
+        return Some("/".to_owned());
+    }
+    Some(directory.to_owned())
 }
 
 /// Trims `pattern`, turns backslashes into `/` and expands a leading `~`; `None` if blank.
@@ -715,3 +772,7 @@ fn trim_trailing_slashes(path: &str) -> &str {
 #[cfg(test)]
 #[path = "path_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "parity_tests.rs"]
+mod parity_tests;

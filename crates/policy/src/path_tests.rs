@@ -1299,3 +1299,164 @@ fn persisted_approval_allows_exactly_that_path_on_that_node() {
     ];
     assert_eq!(expected, actual);
 }
+
+/// Issue 20: a deny pattern `X/**` denies the directory `X` itself, with and without a trailing
+/// separator, so that reading, writing or listing it is refused and cannot be approved.
+#[test]
+fn issue_20_a_denied_directory_is_denied_itself() {
+    let node = NodeRef {
+        id: "n1",
+        display_name: None,
+    };
+    // The issue's configuration, then the same with writes allowed and with on-miss asking: the
+    // deny pattern decides before any allow pattern or ask mode, so none of them reopens it.
+    let configs = [
+        entry(AskMode::Off, &["/**"], &[], &["**/.ssh/**"]),
+        entry(AskMode::Off, &["/**"], &["/**"], &["**/.ssh/**"]),
+        entry(AskMode::OnMiss, &["/**"], &["/**"], &["**/.ssh/**"]),
+    ];
+    let paths = [
+        "/home/node/.ssh",
+        "/home/node/.ssh/",
+        "/home/node/.ssh//",
+        "/home/node/./.ssh",
+        "/home/node/.ssh/id_rsa",
+    ];
+    // `dir.list` is checked as a read, on the node and on the Gateway.
+    let kinds = [AccessKind::Read, AccessKind::Write];
+    let mut expected = Vec::new();
+    let mut actual = Vec::new();
+    for (config_idx, node_policy) in configs.iter().enumerate() {
+        let policy = policy(&[("n1", node_policy.clone())]);
+        for path in paths {
+            for kind in kinds {
+                let decision = evaluate(Some(&policy), &node, path, kind, HOME);
+                let refused = match decision {
+                    Decision::Deny {
+                        code: DenyCode::PolicyDenied,
+                        askable: false,
+                        reason,
+                    } => Some(reason),
+                    Decision::Allow { .. } | Decision::Ask { .. } | Decision::Deny { .. } => None,
+                };
+                expected.push((config_idx, path, kind, Some(DenyReason::DenyPattern)));
+                actual.push((config_idx, path, kind, refused));
+            }
+        }
+    }
+    assert_eq!(expected, actual);
+}
+
+#[test]
+fn a_deny_pattern_covers_its_directory_for_every_shape_ending_in_globstar() {
+    use AccessKind::Read;
+    let deny_only = |pattern: &'static str| {
+        Some(policy(&[(
+            "n1",
+            entry(AskMode::Off, &["/**", "C:/**"], &[], &[pattern]),
+        )]))
+    };
+    let cases = vec![
+        case(
+            "absolute pattern: the directory",
+            deny_only("/home/node/.ssh/**"),
+            "/home/node/.ssh",
+            Read,
+            denied(DenyReason::DenyPattern),
+        ),
+        case(
+            "tilde pattern: the directory with a trailing slash",
+            deny_only("~/.ssh/**"),
+            "/home/node/.ssh/",
+            Read,
+            denied(DenyReason::DenyPattern),
+        ),
+        case(
+            "backslash pattern: the directory",
+            deny_only("~\\.ssh\\**"),
+            "/home/node/.ssh",
+            Read,
+            denied(DenyReason::DenyPattern),
+        ),
+        case(
+            "alternation: each named directory",
+            deny_only("**/.{ssh,aws}/**"),
+            "/home/node/.aws",
+            Read,
+            denied(DenyReason::DenyPattern),
+        ),
+        case(
+            "wildcard segment: each matching directory",
+            deny_only("/srv/*/secrets/**"),
+            "/srv/app/secrets",
+            Read,
+            denied(DenyReason::DenyPattern),
+        ),
+        case(
+            "windows path: the directory",
+            deny_only("C:/Users/*/.ssh/**"),
+            "C:\\Users\\me\\.ssh\\",
+            Read,
+            denied(DenyReason::DenyPattern),
+        ),
+        case(
+            "root: '/**' denies '/' itself",
+            deny_only("/**"),
+            "/",
+            Read,
+            denied(DenyReason::DenyPattern),
+        ),
+        case(
+            "a name that only starts like the directory is not covered",
+            deny_only("**/.ssh/**"),
+            "/home/node/.sshrc",
+            Read,
+            allowed(),
+        ),
+        case(
+            "a name that extends the directory's name is not covered",
+            deny_only("**/.ssh/**"),
+            "/home/node/.ssh.bak",
+            Read,
+            allowed(),
+        ),
+        case(
+            "the parent of the denied directory is not covered",
+            deny_only("/home/node/.ssh/**"),
+            "/home/node",
+            Read,
+            allowed(),
+        ),
+        case(
+            "a pattern not ending in '/**' keeps its meaning",
+            deny_only("/home/node/.ssh/*.pem"),
+            "/home/node/.ssh",
+            Read,
+            allowed(),
+        ),
+        case(
+            "allow patterns keep their meaning: 'X/**' does not allow X",
+            Some(policy(&[("n1", reads(AskMode::Off, &["/ws/**"]))])),
+            "/ws",
+            Read,
+            denied(DenyReason::NoAllowMatch),
+        ),
+    ];
+
+    let expected: Vec<_> = cases
+        .iter()
+        .map(|case| (case.name, case.expected))
+        .collect();
+    let actual: Vec<_> = cases
+        .iter()
+        .map(|case| {
+            let node = NodeRef {
+                id: case.node_id,
+                display_name: case.display_name,
+            };
+            let decision = evaluate(case.policy.as_ref(), &node, case.path, case.kind, HOME);
+            (case.name, decision)
+        })
+        .collect();
+    assert_eq!(expected, actual);
+}
