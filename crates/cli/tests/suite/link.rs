@@ -150,6 +150,36 @@ async fn a_node_enrolls_serves_the_workspace_and_reconnects_without_a_second_enr
     }
 }
 
+/// Issue 12, finding 8: HTML written by the Harness is served as an inert download (never as a
+/// page of the Gateway's origin), and `/readyz`, which needs no token, names no node.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_12_harness_html_is_an_inert_download_and_readyz_names_no_node() {
+    let dirs = dirs();
+    let gateway = Gateway::start(&dirs.gateway, &dirs.logs);
+    let code = gateway.setup_code(600);
+    let _node = start_node(&gateway, &dirs.harness, Some(&code), &dirs.logs);
+    gateway.wait_ready().await;
+    let page = "<script>alert(document.cookie)</script>";
+    std::fs::write(dirs.harness.join("workspace/x.html"), page).unwrap();
+    let response = gateway.get("/v1/agents/main/workspace/x.html").await;
+    assert_eq!(response.status(), 200);
+    let headers = response.headers();
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["content-disposition"], "attachment");
+    assert_eq!(
+        headers["content-security-policy"],
+        "default-src 'none'; sandbox"
+    );
+    assert_eq!(response.text().await.unwrap(), page);
+
+    let ready = reqwest::get(format!("{}/readyz", gateway.url))
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body, serde_json::json!({"status": "ready"}));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn traversal_and_symlinks_through_the_http_route_are_refused() {
     let dirs = dirs();

@@ -94,15 +94,32 @@ pub(crate) async fn download_media(
     };
     let disposition =
         HeaderValue::from_str(&disposition).unwrap_or(HeaderValue::from_static("attachment"));
-    let headers = [
+    Ok((untrusted_download_headers(content_type, disposition), bytes).into_response())
+}
+
+/// The `Content-Security-Policy` of every download whose bytes came from outside the Gateway:
+/// nothing loads, nothing runs, and the document is sandboxed even if a browser renders it.
+const UNTRUSTED_CONTENT_POLICY: &str = "default-src 'none'; sandbox";
+
+/// Returns the headers of a download of untrusted bytes (media, Harness workspace files): its
+/// type, a download disposition, `nosniff`, and [`UNTRUSTED_CONTENT_POLICY`], so that HTML
+/// written by the Harness is never rendered as a page of the Gateway's origin.
+pub(crate) fn untrusted_download_headers(
+    content_type: HeaderValue,
+    disposition: HeaderValue,
+) -> [(header::HeaderName, HeaderValue); 4] {
+    [
         (header::CONTENT_TYPE, content_type),
         (header::CONTENT_DISPOSITION, disposition),
         (
             header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),
         ),
-    ];
-    Ok((headers, bytes).into_response())
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(UNTRUSTED_CONTENT_POLICY),
+        ),
+    ]
 }
 
 /// Reads `body` into memory, refusing it as soon as it passes `max_bytes`: at most `max_bytes`

@@ -63,8 +63,9 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
             "the connected node hosts the codex runtime but does not serve codex.appserver; restart it with a current gatehouse",
         )
         .into_response(),
-        Some(node) => match runtime_readiness(&state).await {
-            Ok(()) => Json(serde_json::json!({"status": "ready", "nodeId": node.device_id})).into_response(),
+        Some(_) => match runtime_readiness(&state).await {
+            // No identifiers: `/readyz` needs no token.
+            Ok(()) => Json(serde_json::json!({"status": "ready"})).into_response(),
             Err(failure) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, &failure.code, failure.message).into_response(),
         },
         None => ApiError::new(
@@ -268,7 +269,14 @@ pub(crate) async fn read_workspace_file(
         )));
     }
     let file = state.workspace.fetch(&path).await?;
-    Ok(([(header::CONTENT_TYPE, file.mime_type)], file.bytes).into_response())
+    let content_type = axum::http::HeaderValue::from_str(&file.mime_type).unwrap_or(
+        axum::http::HeaderValue::from_static("application/octet-stream"),
+    );
+    let headers = crate::http::media::untrusted_download_headers(
+        content_type,
+        axum::http::HeaderValue::from_static("attachment"),
+    );
+    Ok((headers, file.bytes).into_response())
 }
 
 #[derive(Debug, Deserialize)]
