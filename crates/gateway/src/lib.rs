@@ -121,6 +121,9 @@ impl GatewayConfig {
 pub struct GatewayState {
     /// The configuration.
     pub config: GatewayConfig,
+    /// The address the Gateway listens on (the bound port when the configured one was 0); a
+    /// setup code names it when no public URL is configured.
+    pub local_addr: std::net::SocketAddr,
     /// The store.
     pub store: Arc<dyn Store>,
     /// Connected nodes.
@@ -347,6 +350,7 @@ pub async fn start(
     turns.recover().await?;
     let state = Arc::new(GatewayState {
         config,
+        local_addr,
         store,
         registry,
         audit,

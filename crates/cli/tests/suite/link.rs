@@ -180,6 +180,29 @@ async fn issue_12_harness_html_is_an_inert_download_and_readyz_names_no_node() {
     assert_eq!(body, serde_json::json!({"status": "ready"}));
 }
 
+/// Issue 12, finding 8: a setup code names the Gateway's own listen address (or its public URL),
+/// never the `Host` header of the request that asked for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_12_a_setup_code_never_takes_its_url_from_the_host_header() {
+    let dirs = dirs();
+    let gateway = Gateway::start(&dirs.gateway, &dirs.logs);
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/nodes/setup-codes", gateway.url))
+        .bearer_auth(&gateway.token)
+        .header("Host", "attacker.example:443")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: serde_json::Value = response.json().await.unwrap();
+    let code = body["setupCode"].as_str().unwrap();
+    let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(code)
+        .unwrap();
+    let decoded: serde_json::Value = serde_json::from_slice(&decoded).unwrap();
+    assert_eq!(decoded["url"], gateway.ws_url().as_str());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn traversal_and_symlinks_through_the_http_route_are_refused() {
     let dirs = dirs();

@@ -7,7 +7,6 @@ use axum::extract::Path;
 use axum::extract::Query;
 use axum::extract::State;
 use axum::extract::WebSocketUpgrade;
-use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -209,7 +208,6 @@ pub(crate) struct SetupCodeRequest {
 
 pub(crate) async fn create_setup_code(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let request = match body.is_empty() {
@@ -226,17 +224,17 @@ pub(crate) async fn create_setup_code(
             setup_code::MAX_TTL_SECONDS
         )));
     }
+    // The URL a node will connect to comes from the configuration, never from the request's
+    // `Host` header, which whoever sends the request chooses.
     let url = match &state.config.public_url {
         Some(url) => setup_code::node_url(url),
-        None => {
-            let host = headers
-                .get(header::HOST)
-                .and_then(|value| value.to_str().ok())
-                .ok_or_else(|| {
-                    ApiError::invalid_request("no Host header; configure --public-url")
-                })?;
-            format!("ws://{host}/node")
+        None if state.local_addr.ip().is_unspecified() => {
+            return Err(ApiError::invalid_request(format!(
+                "the gateway listens on all interfaces ({}), so a setup code cannot name an address nodes reach; configure --public-url",
+                state.local_addr
+            )));
         }
+        None => format!("ws://{}/node", state.local_addr),
     };
     let issued = setup_code::issue(state.store.as_ref(), &url, ttl_seconds, now_ms())
         .await

@@ -247,6 +247,7 @@ pub(crate) async fn gateway_with(
     .await
     .unwrap();
     let state = Arc::new(GatewayState {
+        local_addr: config.listen,
         config,
         store,
         registry,
