@@ -19,7 +19,7 @@ pub(crate) struct ChatArgs {
     #[arg(long, default_value = "main")]
     session: String,
     /// The Gateway's base URL.
-    #[arg(long, default_value = "http://127.0.0.1:7420")]
+    #[arg(long, env = "GATEHOUSE_URL", default_value = "http://127.0.0.1:7420")]
     url: String,
     /// A file holding the operator token (default: GATEHOUSE_TOKEN, else the token file of the
     /// default data directory).
@@ -153,7 +153,12 @@ fn parse_block(block: &str) -> (String, String) {
 #[derive(Debug, clap::Args)]
 pub(crate) struct ApiArgs {
     /// The Gateway's base URL.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:7420")]
+    #[arg(
+        long,
+        global = true,
+        env = "GATEHOUSE_URL",
+        default_value = "http://127.0.0.1:7420"
+    )]
     pub(crate) url: String,
     /// A file holding the operator token (default: GATEHOUSE_TOKEN, else the token file of the
     /// default data directory).

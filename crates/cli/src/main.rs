@@ -6,6 +6,7 @@ mod chat_cmd;
 mod codex_setup;
 mod config_file;
 mod deploy_cmd;
+mod doctor_cmd;
 mod embedded;
 mod exit;
 mod gateway_cmd;
@@ -58,6 +59,8 @@ enum Command {
     /// Run one native worker (started by the node host; reads its envelope on stdin).
     #[command(hide = true)]
     Worker(worker_cmd::WorkerArgs),
+    /// Check that this machine can run Gatehouse (kernel, sandbox, Codex, model, data, Gateway).
+    Doctor(doctor_cmd::DoctorArgs),
     /// Check an operator-owned scratch volume.
     Scratch(scratch_cmd::ScratchArgs),
     /// Search, inspect or rebuild the Gateway's memory index.
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
         Command::Node(args) => node_cmd::run(args),
         Command::SetupCode(args) => setup_code_cmd::run(args),
         Command::MockModel(args) => mock_model_cmd::run(args),
+        Command::Doctor(args) => doctor_cmd::run(args),
         Command::Scratch(args) => scratch_cmd::run(args),
         Command::Memory(args) => memory_cmd::run(args),
         Command::Skills(args) => skills_cmd::run(args),

@@ -25,7 +25,7 @@ pub(crate) struct UpArgs {
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
     /// The address to listen on.
-    #[arg(long, default_value = gatehouse_gateway::DEFAULT_LISTEN)]
+    #[arg(long, env = "GATEHOUSE_LISTEN", default_value = gatehouse_gateway::DEFAULT_LISTEN)]
     listen: SocketAddr,
     /// The Gateway state directory (default `DATA/gateway`).
     #[arg(long, value_name = "DIR")]
@@ -64,7 +64,7 @@ pub(crate) struct UpArgs {
 
 /// The `--runtime` values.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum RuntimeArg {
+pub(crate) enum RuntimeArg {
     /// The built-in agent runtime.
     Native,
     /// The Codex app-server runtime.
@@ -105,6 +105,23 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             "the gateway state and the harness root must not contain each other",
         )
         .into());
+    }
+    // The same machine checks as `gatehouse doctor`, one line per warning or failure.
+    let machine = crate::doctor_cmd::MachineChecks {
+        data,
+        codex_bin: args.codex_bin.clone(),
+        codex_required: matches!(args.runtime, RuntimeArg::Codex),
+        memory_model_dir: args.memory_skills.memory_model_dir.clone(),
+        // The Gateway loads the model itself below and says so when it cannot.
+        load_model: false,
+    };
+    for check in crate::doctor_cmd::machine_checks(&machine) {
+        if check.status != crate::doctor_cmd::Status::Pass {
+            crate::output::error_line(&format!(
+                "gatehouse up: {}",
+                crate::doctor_cmd::text_line(&check)
+            ));
+        }
     }
     // Everything either role writes is private to this user.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));

@@ -42,6 +42,7 @@ use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
 
 use crate::context::BwrapLocation;
+use crate::context::DEFAULT_COMMAND_PATH;
 use crate::context::SANDBOX_SCRATCH_PATH;
 use crate::context::SandboxPolicy;
 use crate::context::ToolContext;
@@ -248,6 +249,70 @@ pub(crate) fn bwrap_args(
     push(&[&"--chdir", &workspace]);
     push(&[&"--", &"/bin/sh", &"-c", &command]);
     args
+}
+
+/// What [`trial_sandbox`] found: the bubblewrap binary and the version it reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxTrial {
+    /// The bubblewrap binary found on `PATH`.
+    pub bwrap: PathBuf,
+    /// Its `--version` line.
+    pub version: String,
+}
+
+/// Why [`trial_sandbox`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxTrialError {
+    /// No executable `bwrap` in the directories of `PATH`.
+    #[error("bubblewrap (bwrap) was not found on PATH")]
+    NotFound,
+    /// `bwrap` was found but could not be started, or the sandboxed `true` did not succeed.
+    #[error("{bwrap} could not run a sandboxed command: {reason}")]
+    Failed {
+        /// The binary that was tried.
+        bwrap: String,
+        /// What went wrong, with bubblewrap's own message when it printed one.
+        reason: String,
+    },
+}
+
+/// Finds bubblewrap on `PATH` and runs `/bin/true` inside exactly the sandbox that `exec` uses,
+/// with `workspace` (an existing directory) as the session workspace, as the current user.
+/// `gatehouse doctor` uses it to prove that a sandbox really starts on this machine.
+///
+/// # Errors
+/// [`SandboxTrialError::NotFound`] without bubblewrap, [`SandboxTrialError::Failed`] when it
+/// cannot start the sandbox (for example when the kernel refuses its namespaces).
+pub fn trial_sandbox(workspace: &Path) -> Result<SandboxTrial, SandboxTrialError> {
+    let bwrap = find_bwrap(&BwrapLocation::SearchPath).ok_or(SandboxTrialError::NotFound)?;
+    let failed = |reason: String| SandboxTrialError::Failed {
+        bwrap: bwrap.display().to_string(),
+        reason,
+    };
+    let version = std::process::Command::new(&bwrap)
+        .arg("--version")
+        .output()
+        .map_err(|error| failed(error.to_string()))?;
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    let mut args = bwrap_args(workspace, None, &[], "true");
+    // The trial runs the binary directly rather than through a shell.
+    args.truncate(args.len() - 3);
+    args.push(OsString::from("/bin/true"));
+    let output = std::process::Command::new(&bwrap)
+        .args(args)
+        .env_clear()
+        .env("PATH", DEFAULT_COMMAND_PATH)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|error| failed(error.to_string()))?;
+    match output.status.success() {
+        true => Ok(SandboxTrial { bwrap, version }),
+        false => Err(failed(format!(
+            "{}: {}",
+            describe_exit(output.status),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))),
+    }
 }
 
 /// Returns the bubblewrap binary to use, if there is one.

@@ -18,16 +18,20 @@ use crate::suite::support::files_under;
 use crate::suite::support::gatehouse;
 
 /// A running `gatehouse up`.
-struct Up {
-    process: Process,
-    url: String,
+pub(crate) struct Up {
+    pub(crate) process: Process,
+    pub(crate) url: String,
     token: String,
-    lines: Vec<String>,
+    pub(crate) lines: Vec<String>,
 }
 
 impl Up {
-    fn start(data: &Path) -> Up {
-        let mut command = gatehouse();
+    pub(crate) fn start(data: &Path) -> Up {
+        Up::start_with(gatehouse(), data)
+    }
+
+    /// Starts `command` (a [`gatehouse`] command with its environment set) as `up` on `data`.
+    pub(crate) fn start_with(mut command: Command, data: &Path) -> Up {
         command
             .args(["up", "--listen", "127.0.0.1:0", "--data"])
             .arg(data);
@@ -35,7 +39,12 @@ impl Up {
     }
 
     /// Spawns `command`; the operator token is `token` when given, else read from the state.
-    fn spawn(mut command: Command, token: Option<&str>, gateway_state: &Path, logs: &Path) -> Up {
+    pub(crate) fn spawn(
+        mut command: Command,
+        token: Option<&str>,
+        gateway_state: &Path,
+        logs: &Path,
+    ) -> Up {
         std::fs::create_dir_all(logs).unwrap();
         let stderr_log = logs.join(format!("up-{}.log", std::process::id()));
         let mut child = command
@@ -108,7 +117,7 @@ impl Up {
         )
     }
 
-    async fn wait_ready(&self) {
+    pub(crate) async fn wait_ready(&self) {
         let deadline = Instant::now() + WAIT;
         while !reqwest::get(format!("{}/readyz", self.url))
             .await
