@@ -222,13 +222,21 @@ async fn collect_output(
     }
 }
 
-/// Returns the bubblewrap arguments that run `command` (see the module docs).
+/// Returns the bubblewrap arguments that run `command` under `/bin/sh -c` (see the module docs).
 pub(crate) fn bwrap_args(
     workspace: &Path,
     scratch: Option<&Path>,
     hidden: &[PathBuf],
     command: &str,
 ) -> Vec<OsString> {
+    let mut args = sandbox_args(workspace, scratch, hidden);
+    args.extend(["/bin/sh", "-c", command].map(OsString::from));
+    args
+}
+
+/// Returns the bubblewrap arguments that set up the sandbox, up to and including the `--` after
+/// which the program and its arguments follow.
+fn sandbox_args(workspace: &Path, scratch: Option<&Path>, hidden: &[PathBuf]) -> Vec<OsString> {
     let mut args: Vec<OsString> = Vec::new();
     let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
         args.extend(items.iter().map(|item| item.as_ref().to_owned()));
@@ -246,8 +254,7 @@ pub(crate) fn bwrap_args(
     }
     push(&[&"--dev", &"/dev", &"--proc", &"/proc"]);
     push(&[&"--unshare-all", &"--die-with-parent", &"--new-session"]);
-    push(&[&"--chdir", &workspace]);
-    push(&[&"--", &"/bin/sh", &"-c", &command]);
+    push(&[&"--chdir", &workspace, &"--"]);
     args
 }
 
@@ -294,9 +301,7 @@ pub fn trial_sandbox(workspace: &Path) -> Result<SandboxTrial, SandboxTrialError
         .output()
         .map_err(|error| failed(error.to_string()))?;
     let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
-    let mut args = bwrap_args(workspace, None, &[], "true");
-    // The trial runs the binary directly rather than through a shell.
-    args.truncate(args.len() - 3);
+    let mut args = sandbox_args(workspace, None, &[]);
     args.push(OsString::from("/bin/true"));
     let output = std::process::Command::new(&bwrap)
         .args(args)
