@@ -86,12 +86,11 @@ pub(crate) fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
 /// Prints the turn's deltas as they arrive, then its end.
 async fn follow(events: reqwest::Response, turn_id: &str) -> anyhow::Result<ExitCode> {
     let mut stream = events.bytes_stream();
-    let mut buffer = String::new();
+    let mut records = crate::records::Records::default();
     let mut streamed = false;
     while let Some(chunk) = stream.next().await {
-        buffer.push_str(&String::from_utf8_lossy(&chunk?));
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
+        records.push(&chunk?);
+        while let Some(block) = records.next_record(b"\n\n") {
             let (kind, data) = parse_block(&block);
             let Ok(data) = serde_json::from_str::<serde_json::Value>(&data) else {
                 continue;

@@ -130,12 +130,11 @@ fn eprintln_line(text: &str) {
 /// Renders the reindex progress as a bar on stderr and prints the final status.
 async fn follow_reindex(response: reqwest::Response, json: bool) -> anyhow::Result<ExitCode> {
     let mut stream = response.bytes_stream();
-    let mut buffer = String::new();
+    let mut records = crate::records::Records::default();
     let mut last: Option<serde_json::Value> = None;
     while let Some(chunk) = stream.next().await {
-        buffer.push_str(&String::from_utf8_lossy(&chunk?));
-        while let Some(end) = buffer.find('\n') {
-            let line: String = buffer.drain(..=end).collect();
+        records.push(&chunk?);
+        while let Some(line) = records.next_record(b"\n") {
             let Ok(value) = serde_json::from_str::<serde_json::Value>(line.trim()) else {
                 continue;
             };
