@@ -100,7 +100,35 @@ impl ProcessRegistry {
     fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Kills every running process group and waits (at most [`STOP_WAIT`] each) until its
+    /// leader is reaped; returns how many were running. A sandboxed command's processes end
+    /// with bubblewrap's PID namespace, an unsandboxed one's with its group.
+    pub(crate) async fn stop_all(&self) -> u64 {
+        let entries = std::mem::take(&mut self.lock().entries);
+        let mut n_stopped = 0;
+        for (number, mut entry) in entries {
+            let Some(pgid) = entry.pgid.filter(|_| entry.is_running()) else {
+                continue;
+            };
+            kill_group(pgid);
+            n_stopped += 1;
+            if tokio::time::timeout(STOP_WAIT, &mut entry.waiter)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    process = %process_id(number),
+                    "a killed background process was not reaped in time"
+                );
+            }
+        }
+        n_stopped
+    }
 }
+
+/// How long [`ProcessRegistry::stop_all`] waits for one killed process to be reaped.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn process_id(number: u64) -> String {
     format!("p{number}")
@@ -127,7 +155,9 @@ fn parse_process_id(id: Option<&Value>) -> Result<u64, ToolError> {
 /// its id (`p1`, ...). `poll` reports whether it runs or how it ended, followed by the output
 /// since the previous poll (capped, head and tail kept). `kill` kills its process group and
 /// forgets it. `list` shows every process. There is no timeout: a background process runs until
-/// it ends, is killed, or the [`ToolContext`] is dropped, which kills every process group.
+/// it ends, is killed, the turn ends (the node host stops every background process before it
+/// prepares the next turn: [`ToolContext::stop_background`]), or the [`ToolContext`] is
+/// dropped, which kills every process group.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProcessTool;
 
