@@ -189,3 +189,62 @@ pub fn hashes(entries: &[CheckpointEntry]) -> BTreeMap<String, String> {
         .filter_map(|entry| entry.sha256.clone().map(|sha| (entry.path.clone(), sha)))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use gatehouse_fsops::Root;
+    use gatehouse_protocol::checkpoint::validate_manifest;
+    use pretty_assertions::assert_eq;
+
+    use crate::checkpoint::scan;
+
+    /// Links planted by the sandbox (to a directory outside, to a file outside, absolute) are
+    /// captured as link entries with their targets; nothing behind them is read or listed.
+    #[test]
+    fn planted_links_are_captured_as_links_and_never_followed() {
+        let temp = tempfile::tempdir().unwrap();
+        let base = temp.path().canonicalize().unwrap();
+        let outside = base.join("outside");
+        std::fs::create_dir_all(outside.join("deep")).unwrap();
+        std::fs::write(outside.join("secret.txt"), "OUTSIDE-SECRET").unwrap();
+        std::fs::write(outside.join("deep/secret.txt"), "OUTSIDE-SECRET").unwrap();
+        let workspace = base.join("workspace");
+        std::fs::create_dir_all(workspace.join("dir")).unwrap();
+        std::fs::write(workspace.join("dir/a.txt"), "inside").unwrap();
+        std::os::unix::fs::symlink(&outside, workspace.join("to-outside")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret.txt"), workspace.join("dir/secret"))
+            .unwrap();
+        std::os::unix::fs::symlink("/etc", workspace.join("etc")).unwrap();
+        let root = Root::open(&workspace).unwrap();
+        let entries = scan(&root, &BTreeMap::new());
+        let summary: Vec<(&str, &str, Option<&str>)> = entries
+            .iter()
+            .map(|entry| {
+                (
+                    entry.path.as_str(),
+                    entry.kind.as_str(),
+                    entry.target.as_deref(),
+                )
+            })
+            .collect();
+        let outside_text = outside.to_str().unwrap().to_owned();
+        let secret_text = outside.join("secret.txt").to_str().unwrap().to_owned();
+        assert_eq!(
+            summary,
+            vec![
+                ("dir/a.txt", "file", None),
+                ("dir/secret", "symlink", Some(secret_text.as_str())),
+                ("etc", "symlink", Some("/etc")),
+                ("to-outside", "symlink", Some(outside_text.as_str())),
+            ]
+        );
+        let serialized = serde_json::to_string(&entries).unwrap();
+        assert!(
+            !serialized.contains("T1VUU0lERS1TRUNSRVQ"),
+            "outside content was read"
+        );
+        assert_eq!(validate_manifest(&entries), Ok(()));
+    }
+}

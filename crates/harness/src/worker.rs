@@ -726,3 +726,7 @@ impl CommandHandler for SessionStopHandler {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod tests;
