@@ -88,14 +88,11 @@ impl Dir {
             });
         }
         let logical = logical.trim_end_matches('/').to_owned();
-        let (parent, name) = match path.parent().zip(path.file_name()) {
-            Some(pair) => pair,
-            // `/` itself: nothing to follow.
-            None => {
-                let fd = rustix::fs::open(path, DIR_FLAGS, Mode::empty())
-                    .map_err(|errno| map_open_errno(errno, &logical, Access::Read))?;
-                return Ok(Dir { fd, path: logical });
-            }
+        // `/` itself has no parent and no link to follow.
+        let Some((parent, name)) = path.parent().zip(path.file_name()) else {
+            let fd = rustix::fs::open(path, DIR_FLAGS, Mode::empty())
+                .map_err(|errno| map_open_errno(errno, &logical, Access::Read))?;
+            return Ok(Dir { fd, path: logical });
         };
         let parent_fd = rustix::fs::open(
             parent,

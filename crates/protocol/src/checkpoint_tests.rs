@@ -117,7 +117,7 @@ fn manifests_are_judged_by_the_table() {
         ),
         (
             "long path",
-            vec![file(&"a/".repeat(2100).trim_end_matches('/').to_owned())],
+            vec![file("a/".repeat(2100).trim_end_matches('/'))],
             Some("invalid_path"),
         ),
         ("duplicate", vec![file("a"), file("a")], Some("duplicate")),
