@@ -6,6 +6,11 @@
 //! Eligible: everything under the workspace except `.git/` and staged inputs
 //! (`media/inbound/gatehouse-staged-*`), up to [`MAX_CHECKPOINT_BYTES`] of file content in
 //! total; files past the bound are left out and logged. Empty directories are not kept.
+//!
+//! The scan never follows a link: directories are listed and files read through the no-follow
+//! [`Root`], a link's target is read with `readlinkat` on its directory's handle and reported as
+//! a link, and a link to a directory is never descended into. Every reported entry passes
+//! [`gatehouse_protocol::checkpoint::validate_entry`], so the Gateway accepts the manifest.
 
 use std::collections::BTreeMap;
 
@@ -15,14 +20,18 @@ use gatehouse_fsops::Root;
 use gatehouse_fsops::root::ContentMode;
 use gatehouse_fsops::root::FetchLimits;
 use gatehouse_fsops::root::Kind;
+use gatehouse_protocol::checkpoint::KIND_FILE;
+use gatehouse_protocol::checkpoint::KIND_SYMLINK;
+use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
+use gatehouse_protocol::checkpoint::truncated;
+use gatehouse_protocol::checkpoint::validate_entry;
 use gatehouse_protocol::worker::CheckpointEntry;
 pub use gatehouse_protocol::worker::MAX_CHECKPOINT_BYTES;
 
 /// The page size of directory walks.
 const LIST_PAGE: usize = 1000;
 
-/// The most entries a checkpoint holds.
-pub const MAX_CHECKPOINT_ENTRIES: usize = 20_000;
+pub use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_ENTRIES;
 
 /// Returns true for paths a checkpoint leaves out: `.git`, staged inputs, and the turn's skill
 /// copies.
@@ -62,17 +71,9 @@ pub fn scan(root: &Root, previous: &BTreeMap<String, String>) -> Vec<CheckpointE
                 match entry.kind {
                     Kind::Directory => pending.push(path),
                     Kind::Symlink => {
-                        // The target is read as a string; the link is never followed.
-                        let target = std::fs::read_link(root_path(root, &path)).ok();
-                        entries.push(CheckpointEntry {
-                            path,
-                            kind: String::from("symlink"),
-                            executable: false,
-                            sha256: None,
-                            size: 0,
-                            target: target.map(|target| target.to_string_lossy().into_owned()),
-                            content_base64: None,
-                        });
+                        if let Some(link) = link_entry(root, path) {
+                            entries.push(link);
+                        }
                     }
                     Kind::File => {
                         if entry.size > budget {
@@ -83,7 +84,11 @@ pub fn scan(root: &Root, previous: &BTreeMap<String, String>) -> Vec<CheckpointE
                             );
                             continue;
                         }
-                        if let Some(file) = file_entry(root, &path, previous) {
+                        // The file may have grown since the listing: the bound holds on what
+                        // was read.
+                        if let Some(file) =
+                            file_entry(root, &path, previous).filter(|file| file.size <= budget)
+                        {
                             budget -= file.size;
                             entries.push(file);
                         }
@@ -99,6 +104,52 @@ pub fn scan(root: &Root, previous: &BTreeMap<String, String>) -> Vec<CheckpointE
     }
     entries.sort_by(|left, right| left.path.cmp(&right.path));
     entries
+}
+
+/// Returns the entry of the link at `path`: its target is read on the handle of its directory
+/// (`readlinkat`), never followed. A link that cannot be read, or whose target is not UTF-8 or
+/// not a valid manifest target, is left out and logged.
+fn link_entry(root: &Root, path: String) -> Option<CheckpointEntry> {
+    let rel = RelPath::parse(&path).ok()?;
+    let target = match root.read_link(&rel) {
+        Ok(target) => target,
+        Err(error) => {
+            tracing::warn!(path, error = %error, "left out of the checkpoint: the link cannot be read");
+            return None;
+        }
+    };
+    let Ok(target) = target.into_string() else {
+        tracing::warn!(
+            path,
+            "left out of the checkpoint: the link target is not UTF-8"
+        );
+        return None;
+    };
+    reportable(CheckpointEntry {
+        path,
+        kind: String::from(KIND_SYMLINK),
+        executable: false,
+        sha256: None,
+        size: 0,
+        target: Some(target),
+        content_base64: None,
+    })
+}
+
+/// Returns `entry` when the manifest rules accept it on its own, and leaves it out (logged)
+/// otherwise, so one odd name (too long, `a\..`) cannot make the whole checkpoint refused.
+fn reportable(entry: CheckpointEntry) -> Option<CheckpointEntry> {
+    match validate_entry(&entry) {
+        Ok(()) => Some(entry),
+        Err(violation) => {
+            tracing::warn!(
+                path = truncated(&entry.path, MAX_REPORTED_PATH_BYTES),
+                reason = violation.reason(),
+                "left out of the checkpoint: the manifest rules refuse the entry"
+            );
+            None
+        }
+    }
 }
 
 fn file_entry(
@@ -120,9 +171,9 @@ fn file_entry(
     let content = fetched.content?;
     let sha256 = gatehouse_fsops::commands::sha256_hex(&content);
     let changed = previous.get(path) != Some(&sha256);
-    Some(CheckpointEntry {
+    reportable(CheckpointEntry {
         path: path.to_owned(),
-        kind: String::from("file"),
+        kind: String::from(KIND_FILE),
         executable: metadata.mode & 0o111 != 0,
         size: content.len() as u64,
         content_base64: changed.then(|| base64::engine::general_purpose::STANDARD.encode(&content)),
@@ -131,14 +182,69 @@ fn file_entry(
     })
 }
 
-fn root_path(root: &Root, path: &str) -> std::path::PathBuf {
-    std::path::Path::new(root.logical_path()).join(path)
-}
-
 /// Returns path → sha256 of the files in `entries`, the `previous` of the next scan.
 pub fn hashes(entries: &[CheckpointEntry]) -> BTreeMap<String, String> {
     entries
         .iter()
         .filter_map(|entry| entry.sha256.clone().map(|sha| (entry.path.clone(), sha)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use gatehouse_fsops::Root;
+    use gatehouse_protocol::checkpoint::validate_manifest;
+    use pretty_assertions::assert_eq;
+
+    use crate::checkpoint::scan;
+
+    /// Links planted by the sandbox (to a directory outside, to a file outside, absolute) are
+    /// captured as link entries with their targets; nothing behind them is read or listed.
+    #[test]
+    fn planted_links_are_captured_as_links_and_never_followed() {
+        let temp = tempfile::tempdir().unwrap();
+        let base = temp.path().canonicalize().unwrap();
+        let outside = base.join("outside");
+        std::fs::create_dir_all(outside.join("deep")).unwrap();
+        std::fs::write(outside.join("secret.txt"), "OUTSIDE-SECRET").unwrap();
+        std::fs::write(outside.join("deep/secret.txt"), "OUTSIDE-SECRET").unwrap();
+        let workspace = base.join("workspace");
+        std::fs::create_dir_all(workspace.join("dir")).unwrap();
+        std::fs::write(workspace.join("dir/a.txt"), "inside").unwrap();
+        std::os::unix::fs::symlink(&outside, workspace.join("to-outside")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret.txt"), workspace.join("dir/secret"))
+            .unwrap();
+        std::os::unix::fs::symlink("/etc", workspace.join("etc")).unwrap();
+        let root = Root::open(&workspace).unwrap();
+        let entries = scan(&root, &BTreeMap::new());
+        let summary: Vec<(&str, &str, Option<&str>)> = entries
+            .iter()
+            .map(|entry| {
+                (
+                    entry.path.as_str(),
+                    entry.kind.as_str(),
+                    entry.target.as_deref(),
+                )
+            })
+            .collect();
+        let outside_text = outside.to_str().unwrap().to_owned();
+        let secret_text = outside.join("secret.txt").to_str().unwrap().to_owned();
+        assert_eq!(
+            summary,
+            vec![
+                ("dir/a.txt", "file", None),
+                ("dir/secret", "symlink", Some(secret_text.as_str())),
+                ("etc", "symlink", Some("/etc")),
+                ("to-outside", "symlink", Some(outside_text.as_str())),
+            ]
+        );
+        let serialized = serde_json::to_string(&entries).unwrap();
+        assert!(
+            !serialized.contains("T1VUU0lERS1TRUNSRVQ"),
+            "outside content was read"
+        );
+        assert_eq!(validate_manifest(&entries), Ok(()));
+    }
 }

@@ -129,6 +129,13 @@ impl ToolContext {
         &self.config
     }
 
+    /// Kills every background process started by `process` (each whole process group, and so
+    /// the sandbox it runs in) and waits until each is reaped; returns how many were still
+    /// running. The registry is empty afterwards, so the next turn starts with none.
+    pub async fn stop_background(&self) -> u64 {
+        self.processes.stop_all().await
+    }
+
     pub(crate) fn shared_workspace(&self) -> Arc<Root> {
         Arc::clone(&self.workspace)
     }

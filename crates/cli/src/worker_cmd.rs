@@ -150,7 +150,13 @@ async fn serve() -> anyhow::Result<ExitCode> {
         while let Ok(Some(line)) = lines.next_line().await {
             match serde_json::from_str::<WorkerRequest>(&line) {
                 Ok(WorkerRequest::Turn(params)) => {
-                    if turns.send(params).await.is_err() {
+                    if turns.send(Some(params)).await.is_err() {
+                        return;
+                    }
+                }
+                // Handled in order with the turns, so it never overlaps one.
+                Ok(WorkerRequest::StopBackground) => {
+                    if turns.send(None).await.is_err() {
                         return;
                     }
                 }
@@ -167,7 +173,13 @@ async fn serve() -> anyhow::Result<ExitCode> {
             }
         }
     });
-    while let Some(params) = turn_requests.recv().await {
+    while let Some(request) = turn_requests.recv().await {
+        // `None` is a stop request from the node host, sent between turns.
+        let Some(params) = request else {
+            let stopped = context.stop_background().await;
+            emit(&WorkerEvent::BackgroundStopped { stopped });
+            continue;
+        };
         let mut tool_list = gatehouse_agent::tools::native_tools();
         for spec in &params.gateway_tools {
             tool_list.push(Box::new(GatewayToolProxy {

@@ -19,20 +19,28 @@
 //!
 //! # Modules
 //! - [`root`]: [`Root`] and its operations on checked relative paths (bytes in, bytes out).
+//! - [`dir`]: [`Dir`], an open directory handle whose operations name one entry each (create,
+//!   open, `fchmod`, write, link, read a link, remove a tree), for the node host's own work in
+//!   session workspaces.
 //! - [`commands`]: the five wire commands (`file.fetch`, `file.stat`, `file.write`,
 //!   `file.create`, `dir.list`) from protocol parameters to protocol results.
 //! - [`path`]: mapping absolute wire paths to checked relative paths.
 //! - [`error`]: [`FsError`] and its stable codes.
 //! - [`mime`]: MIME types from file names.
+//! - `test_support`: snapshots of trees, for tests that prove nothing outside was touched.
 
 #![deny(missing_docs)]
 
 pub mod commands;
+pub mod dir;
 pub mod error;
 pub mod mime;
 pub mod path;
 pub mod root;
+#[doc(hidden)]
+pub mod test_support;
 
+pub use crate::dir::Dir;
 pub use crate::error::FsError;
 pub use crate::error::Result;
 pub use crate::path::RelPath;

@@ -15,6 +15,7 @@ use rustix::fs::RenameFlags;
 use rustix::fs::ResolveFlags;
 use rustix::io::Errno;
 
+use crate::dir::Dir;
 use crate::error::FsError;
 use crate::error::Result;
 use crate::path::RelPath;
@@ -508,6 +509,39 @@ impl Root {
         })
     }
 
+    /// Opens the directory at `rel` as a [`Dir`] handle, for operations on its entries.
+    ///
+    /// # Errors
+    /// [`FsError::SymlinkRedirect`] (a component or the directory itself is a link),
+    /// [`FsError::NotFound`], [`FsError::NotDirectory`], [`FsError::PermissionDenied`],
+    /// [`FsError::Read`].
+    pub fn dir(&self, rel: &RelPath) -> Result<Dir> {
+        let path = self.canonical(rel);
+        // No `O_NOFOLLOW` here: with `O_DIRECTORY` it turns a final link into `ENOTDIR`, where
+        // `RESOLVE_NO_SYMLINKS` (and the walk) report `ELOOP`, a link.
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+        let fd = self
+            .open_beneath(rel, flags, Mode::empty())
+            .map_err(|errno| map_open_errno(errno, &path, Access::Read))?;
+        Ok(Dir::from_fd(fd, path))
+    }
+
+    /// Returns the target of the symbolic link at `rel` as stored (`readlinkat` on the handle of
+    /// its parent); the link is never followed.
+    ///
+    /// # Errors
+    /// [`FsError::InvalidPath`] for the root or an entry that is not a link, and the errors of
+    /// [`Root::dir`] for the parent.
+    pub fn read_link(&self, rel: &RelPath) -> Result<std::ffi::OsString> {
+        let Some((parent, name)) = rel.split_last() else {
+            return Err(FsError::InvalidPath {
+                path: self.canonical(rel),
+                reason: "is not a symbolic link",
+            });
+        };
+        self.dir(&parent)?.read_link(name)
+    }
+
     /// Opens `rel` beneath the root with `flags`, never following a link.
     fn open_beneath(
         &self,
@@ -570,8 +604,10 @@ impl Root {
 
 /// Whether the failing operation reads or writes, to pick the error variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Access {
+pub(crate) enum Access {
+    /// The operation reads.
     Read,
+    /// The operation writes.
     Write,
 }
 
@@ -596,9 +632,9 @@ fn openat2_confined<Fd: AsFd>(
 /// `O_PATH` it would open the link, and with `O_DIRECTORY` it answers `ENOTDIR`; so those opens go
 /// through an `O_PATH` handle whose type is checked on the handle itself (a second lookup by name
 /// could be raced by a concurrent rename), and a directory is then reopened through that handle.
-fn open_no_follow(
+pub(crate) fn open_no_follow<Name: rustix::path::Arg + Copy>(
     dir: std::os::fd::BorrowedFd<'_>,
-    name: &str,
+    name: Name,
     flags: OFlags,
     mode: Mode,
 ) -> rustix::io::Result<OwnedFd> {
@@ -640,7 +676,7 @@ fn mtime_ms(stat: &rustix::fs::Stat) -> i64 {
         .saturating_add(millis_of_second)
 }
 
-fn kind_of(mode: u32) -> Kind {
+pub(crate) fn kind_of(mode: u32) -> Kind {
     match FileType::from_raw_mode(mode) {
         FileType::RegularFile => Kind::File,
         FileType::Directory => Kind::Directory,
@@ -653,7 +689,7 @@ fn kind_of(mode: u32) -> Kind {
     }
 }
 
-fn map_open_errno(errno: Errno, path: &str, access: Access) -> FsError {
+pub(crate) fn map_open_errno(errno: Errno, path: &str, access: Access) -> FsError {
     let path = path.to_owned();
     match errno {
         Errno::LOOP => FsError::SymlinkRedirect { path },
@@ -679,14 +715,14 @@ fn map_open_errno(errno: Errno, path: &str, access: Access) -> FsError {
     }
 }
 
-fn read_error(path: &str, errno: Errno) -> FsError {
+pub(crate) fn read_error(path: &str, errno: Errno) -> FsError {
     FsError::Read {
         path: path.to_owned(),
         source: errno.into(),
     }
 }
 
-fn write_error(path: &str, errno: Errno) -> FsError {
+pub(crate) fn write_error(path: &str, errno: Errno) -> FsError {
     FsError::Write {
         path: path.to_owned(),
         source: errno.into(),
@@ -694,7 +730,7 @@ fn write_error(path: &str, errno: Errno) -> FsError {
 }
 
 /// Creates, fills and flushes a new temporary file next to `name`, and returns its name.
-fn write_temp_file(
+pub(crate) fn write_temp_file(
     parent: &OwnedFd,
     name: &str,
     content: &[u8],

@@ -13,13 +13,18 @@
 //!   the session starts a new worker.
 
 use std::collections::HashMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use gatehouse_fsops::Dir;
+use gatehouse_fsops::root::Kind;
+use gatehouse_fsops::root::Overwrite;
+use gatehouse_protocol::checkpoint::KIND_FILE;
+use gatehouse_protocol::checkpoint::KIND_SYMLINK;
+use gatehouse_protocol::checkpoint::validate_manifest;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
@@ -45,6 +50,9 @@ use tokio::process::ChildStdout;
 
 use crate::invoke::CommandHandler;
 use crate::invoke::InvokeContext;
+
+/// How long a worker may take to stop its background processes before it is replaced.
+const STOP_BACKGROUND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// How long a Gateway tool call may take.
 const GATEWAY_TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
@@ -87,6 +95,38 @@ struct Worker {
 }
 
 impl Worker {
+    /// Asks the worker to kill every background process of its session
+    /// ([`WorkerRequest::StopBackground`]) and waits, at most [`STOP_BACKGROUND_TIMEOUT`], for
+    /// its answer; returns how many were running.
+    ///
+    /// # Errors
+    /// Why no answer came: the pipe closed, the worker exited or did not answer in time. The
+    /// caller then replaces the worker.
+    async fn stop_background(&mut self) -> Result<u64, &'static str> {
+        let line = serde_json::to_string(&WorkerRequest::StopBackground)
+            .map_err(|_| "the request cannot be encoded")?;
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .map_err(|_| "the worker's input is closed")?;
+        let stdout = &mut self.stdout;
+        let answer = tokio::time::timeout(STOP_BACKGROUND_TIMEOUT, async move {
+            loop {
+                let Ok(Some(line)) = stdout.next_line().await else {
+                    return Err("the worker exited");
+                };
+                // Anything else is a late line of an ended turn.
+                if let Ok(WorkerEvent::BackgroundStopped { stopped }) =
+                    serde_json::from_str::<WorkerEvent>(&line)
+                {
+                    return Ok(stopped);
+                }
+            }
+        })
+        .await;
+        answer.unwrap_or(Err("the worker did not answer in time"))
+    }
+
     fn kill_group(&mut self) {
         if let Some(pid) = self
             .child
@@ -144,6 +184,8 @@ impl WorkerSupervisor {
         match slot {
             Some(slot) => {
                 if let Some(mut worker) = slot.lock().await.take() {
+                    // Unsandboxed jobs run in groups of their own: end them before the worker.
+                    let _ = worker.stop_background().await;
                     worker.kill_group();
                     let _ = worker.child.wait().await;
                 }
@@ -153,24 +195,62 @@ impl WorkerSupervisor {
         }
     }
 
-    /// Returns the execution workspace of a session.
-    fn session_workspace(&self, session_key: &str) -> PathBuf {
-        self.root
+    /// Returns true when the session's execution workspace exists (as a directory, not a link).
+    fn has_session_workspace(&self, session_key: &str) -> bool {
+        let session_dir = self
+            .root
             .join("sessions")
-            .join(session_dir_name(session_key))
-            .join("workspace")
+            .join(session_dir_name(session_key));
+        Dir::open(&session_dir)
+            .and_then(|dir| dir.kind(SESSION_WORKSPACE))
+            .is_ok_and(|kind| kind == Some(Kind::Directory))
+    }
+
+    /// Stops every background process of the session's worker before the node host works in
+    /// the session workspace; a worker that does not answer is killed and replaced.
+    async fn stop_background(&self, session_key: &str, slot: &mut Option<Worker>) {
+        let Some(worker) = slot.as_mut() else {
+            return;
+        };
+        if !matches!(worker.child.try_wait(), Ok(None)) {
+            return;
+        }
+        match worker.stop_background().await {
+            Ok(0) => {}
+            Ok(stopped) => {
+                tracing::info!(
+                    session_key,
+                    stopped,
+                    "stopped the background processes of the previous turn"
+                );
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    session_key,
+                    reason,
+                    "cannot stop the background processes; replacing the worker"
+                );
+                worker.kill_group();
+                let _ = worker.child.wait().await;
+                *slot = None;
+            }
+        }
     }
 
     /// Rebuilds a missing session workspace from a checkpoint's entries.
     async fn restore(&self, params: AgentSessionRestoreParams) -> Result<usize, WireError> {
-        let workspace = self.session_workspace(&params.session_key);
+        let root = self.root.clone();
+        let id = session_dir_name(&params.session_key);
         let session_key = params.session_key.clone();
-        // A worker holding the old (deleted) directory must not serve the restored one.
+        // A worker holding the old (deleted) directory must not serve the restored one, and no
+        // background process may run while the workspace is rebuilt.
         self.stop(&session_key).await;
-        let restored =
-            tokio::task::spawn_blocking(move || restore_entries(&workspace, &params.entries))
-                .await
-                .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))??;
+        let restored = tokio::task::spawn_blocking(move || {
+            let session_dir = open_session_dir(&root, &id).map_err(|error| error.to_wire())?;
+            restore_entries(&session_dir, &params.entries)
+        })
+        .await
+        .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))??;
         tracing::info!(
             session_key,
             restored,
@@ -185,7 +265,7 @@ impl WorkerSupervisor {
         mut params: AgentTurnParams,
         context: &mut InvokeContext,
     ) -> Result<AgentTurnResult, WireError> {
-        if params.checkpoint_id.is_some() && !self.session_workspace(&params.session_key).is_dir() {
+        if params.checkpoint_id.is_some() && !self.has_session_workspace(&params.session_key) {
             // The workspace was lost (node replaced, disk wiped): the Gateway restores it first.
             self.stop(&params.session_key).await;
             return Err(WireError::new(
@@ -196,24 +276,27 @@ impl WorkerSupervisor {
         }
         let slot = self.slot(&params.session_key).await?;
         let mut guard = slot.lock().await;
+        // Before the node host touches the session workspace, no process of an earlier turn
+        // runs there any more.
+        self.stop_background(&params.session_key, &mut guard).await;
         {
-            // Before anything else of this turn: the previous turn's skill copies go, this
-            // turn's come in. A failed cleanup stops here.
-            let session_workspace = self.session_workspace(&params.session_key);
-            let agent_workspace = self.root.join("workspace");
+            // Then, before anything else of this turn: the previous turn's skill copies go,
+            // this turn's come in, and the staged inputs are copied. A failed cleanup stops
+            // here. Every step goes through directory handles that never follow a link.
+            let root = self.root.clone();
+            let id = session_dir_name(&params.session_key);
             let copies = std::mem::take(&mut params.skill_copies);
-            tokio::task::spawn_blocking(move || {
-                crate::skill_copies::prepare(&session_workspace, &agent_workspace, &copies)
-            })
-            .await
-            .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))??;
-        }
-        if !params.attachments.is_empty() {
-            let agent_workspace = self.root.join("workspace");
-            let session_workspace = self.session_workspace(&params.session_key);
             let attachments = params.attachments.clone();
             tokio::task::spawn_blocking(move || {
-                copy_attachments(&agent_workspace, &session_workspace, &attachments)
+                let session_workspace = open_session_dir(&root, &id)
+                    .and_then(|dir| dir.ensure_dir(SESSION_WORKSPACE, PRIVATE_DIR_MODE))
+                    .map_err(|error| error.to_wire())?;
+                let agent_workspace = root.join("workspace");
+                crate::skill_copies::prepare(&session_workspace, &agent_workspace, &copies)?;
+                match attachments.is_empty() {
+                    true => Ok(()),
+                    false => copy_attachments(&agent_workspace, &session_workspace, &attachments),
+                }
             })
             .await
             .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))??;
@@ -309,6 +392,8 @@ impl WorkerSupervisor {
                         return Err(crashed(&session_key));
                     }
                 }
+                // Only the answer to a stop request; never forwarded.
+                WorkerEvent::BackgroundStopped { .. } => {}
                 WorkerEvent::Delta { .. }
                 | WorkerEvent::Checkpoint { .. }
                 | WorkerEvent::ToolStarted { .. }
@@ -328,9 +413,9 @@ impl WorkerSupervisor {
     async fn spawn(&self, session_key: &str) -> Result<Worker, WireError> {
         let id = session_dir_name(session_key);
         let session_dir = self.root.join("sessions").join(&id);
-        let workspace = session_dir.join("workspace");
+        let workspace = session_dir.join(SESSION_WORKSPACE);
         let tmp = self.root.join("tmp").join(format!("worker-{id}"));
-        prepare_dirs(&workspace, &tmp).map_err(|error| {
+        prepare_dirs(&self.root, &id).map_err(|error| {
             WireError::new(
                 ErrorCode::Internal,
                 format!("cannot prepare the session workspace: {error}"),
@@ -431,19 +516,28 @@ fn session_dir_name(session_key: &str) -> String {
     hex::encode(&sha2::Sha256::digest(session_key.as_bytes())[..16])
 }
 
-fn prepare_dirs(workspace: &Path, tmp: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(workspace)?;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(tmp)?;
-    // mkdir does not change an existing directory's mode: set it again.
-    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o700))?;
-    Ok(())
+/// The name of a session's execution workspace in its session directory.
+const SESSION_WORKSPACE: &str = "workspace";
+
+/// The mode of the node host's private directories.
+const PRIVATE_DIR_MODE: u32 = 0o700;
+
+/// Opens `<root>/sessions/<id>`, creating the missing directories 0700, one handle at a time.
+fn open_session_dir(root: &Path, id: &str) -> gatehouse_fsops::Result<Dir> {
+    Dir::open(root)?
+        .ensure_dir("sessions", PRIVATE_DIR_MODE)?
+        .ensure_dir(id, PRIVATE_DIR_MODE)
+}
+
+/// Creates, when missing, the session's execution workspace `<root>/sessions/<id>/workspace`
+/// and the worker's private `TMPDIR` `<root>/tmp/worker-<id>`, whose mode is set to 0700 on
+/// its handle even when it existed (an unsandboxed command can write there).
+fn prepare_dirs(root: &Path, id: &str) -> gatehouse_fsops::Result<()> {
+    open_session_dir(root, id)?.ensure_dir(SESSION_WORKSPACE, PRIVATE_DIR_MODE)?;
+    Dir::open(root)?
+        .ensure_dir("tmp", PRIVATE_DIR_MODE)?
+        .ensure_dir(&format!("worker-{id}"), PRIVATE_DIR_MODE)?
+        .set_mode(PRIVATE_DIR_MODE)
 }
 
 /// `agent.turn`.
@@ -471,22 +565,10 @@ impl CommandHandler for AgentTurnHandler {
 /// same relative paths. Both sides go through fsops: no link is followed on either.
 fn copy_attachments(
     agent_workspace: &Path,
-    session_workspace: &Path,
+    session_workspace: &Dir,
     paths: &[String],
 ) -> Result<(), WireError> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(session_workspace)
-        .map_err(|error| {
-            WireError::new(
-                ErrorCode::WriteError,
-                format!("cannot create the session workspace: {error}"),
-            )
-        })?;
     let source = gatehouse_fsops::Root::open(agent_workspace).map_err(|error| error.to_wire())?;
-    let target = gatehouse_fsops::Root::open(session_workspace).map_err(|error| error.to_wire())?;
     for path in paths {
         if !path.starts_with("media/inbound/gatehouse-staged-") {
             return Err(WireError::new(
@@ -504,78 +586,101 @@ fn copy_attachments(
                 },
             )
             .map_err(|error| error.to_wire())?;
-        let options = gatehouse_fsops::root::WriteOptions {
-            overwrite: gatehouse_fsops::root::Overwrite::Allow,
-            parents: gatehouse_fsops::root::Parents::Create,
-            content: gatehouse_fsops::root::ContentMode::Transfer,
+        let Some((parent, name)) = rel.split_last() else {
+            return Err(WireError::new(
+                ErrorCode::InvalidPath,
+                "a staged input names no file",
+            ));
         };
-        target
-            .write(&rel, &fetched.content.unwrap_or_default(), options)
+        session_workspace
+            .ensure_dirs(&parent, STAGED_DIR_MODE)
+            .and_then(|dir| {
+                dir.write_file(
+                    name,
+                    &fetched.content.unwrap_or_default(),
+                    STAGED_FILE_MODE,
+                    Overwrite::Allow,
+                )
+            })
             .map_err(|error| error.to_wire())?;
     }
     Ok(())
 }
 
+/// The mode of the directories of staged inputs and restored files in a session workspace.
+const STAGED_DIR_MODE: u32 = 0o755;
+
+/// The mode of a staged input.
+const STAGED_FILE_MODE: u32 = 0o644;
+
 /// The error code of a turn whose session workspace is gone and must be restored first.
 pub const WORKSPACE_MISSING: &str = "WORKSPACE_MISSING";
 
-/// Writes checkpoint entries into a new workspace directory.
-fn restore_entries(workspace: &Path, entries: &[CheckpointEntry]) -> Result<usize, WireError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let failed = |message: String| WireError::new(ErrorCode::WriteError, message);
-    if workspace.exists() {
-        return Err(WireError::new(
-            ErrorCode::ExistsNoOverwrite,
-            "the session workspace exists; it is not overwritten",
-        ));
-    }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(workspace)
-        .map_err(|error| failed(format!("cannot create the workspace: {error}")))?;
-    let root = gatehouse_fsops::Root::open(workspace).map_err(|error| error.to_wire())?;
+/// Creates the session workspace `workspace` in `session_dir` (it must not exist) and writes
+/// the checkpoint entries into it.
+///
+/// The manifest is checked first ([`validate_manifest`]: canonical paths, nothing below a link,
+/// known kinds, the bounds), then every entry is created through directory handles: parents
+/// with `mkdirat` and `O_NOFOLLOW` opens, files as temporary files renamed into place with their
+/// mode, links with `symlinkat`. A link is never followed, so even an entry below a link that
+/// the check missed could not be written through it.
+///
+/// # Errors
+/// `CHECKPOINT_INVALID` for a manifest the rules refuse; `EXISTS_NO_OVERWRITE` when the
+/// workspace exists; `INVALID_PARAMS` for a file without content; `INTEGRITY_FAILURE` for
+/// content that does not match its hash; fsops codes for I/O failures.
+fn restore_entries(session_dir: &Dir, entries: &[CheckpointEntry]) -> Result<usize, WireError> {
+    validate_manifest(entries).map_err(|error| error.to_wire())?;
+    let workspace = match session_dir.create_dir(SESSION_WORKSPACE, PRIVATE_DIR_MODE) {
+        Ok(workspace) => workspace,
+        Err(gatehouse_fsops::FsError::ExistsNoOverwrite { .. }) => {
+            return Err(WireError::new(
+                ErrorCode::ExistsNoOverwrite,
+                "the session workspace exists; it is not overwritten",
+            ));
+        }
+        Err(error) => return Err(error.to_wire()),
+    };
     let mut restored = 0;
     for entry in entries {
         let rel = gatehouse_fsops::RelPath::parse(&entry.path).map_err(|error| error.to_wire())?;
-        let Some((parent, _)) = rel.split_last() else {
+        let Some((parent, name)) = rel.split_last() else {
             return Err(WireError::new(
                 ErrorCode::InvalidPath,
                 "an entry names the workspace itself",
             ));
         };
+        let parent_dir = workspace
+            .ensure_dirs(&parent, STAGED_DIR_MODE)
+            .map_err(|error| error.to_wire())?;
         match (entry.kind.as_str(), &entry.content_base64, &entry.target) {
-            ("file", Some(content), _) => {
+            (KIND_FILE, Some(content), _) => {
                 let bytes = gatehouse_fsops::commands::decode_base64_strict(content)
                     .map_err(|error| error.to_wire())?;
-                let options = gatehouse_fsops::root::WriteOptions {
-                    overwrite: gatehouse_fsops::root::Overwrite::Deny,
-                    parents: gatehouse_fsops::root::Parents::Create,
-                    content: gatehouse_fsops::root::ContentMode::Transfer,
-                };
-                root.write(&rel, &bytes, options)
-                    .map_err(|error| error.to_wire())?;
-                if entry.executable {
-                    use std::os::unix::fs::PermissionsExt;
-                    std::fs::set_permissions(
-                        workspace.join(&entry.path),
-                        std::fs::Permissions::from_mode(0o755),
-                    )
-                    .map_err(|error| failed(format!("cannot set the exec bit: {error}")))?;
+                let sha256 = gatehouse_fsops::commands::sha256_hex(&bytes);
+                if entry.sha256.as_deref() != Some(sha256.as_str()) {
+                    return Err(WireError::new(
+                        ErrorCode::IntegrityFailure,
+                        format!("the content of entry {restored} does not match its sha256"),
+                    ));
                 }
+                let mode = match entry.executable {
+                    true => 0o755,
+                    false => STAGED_FILE_MODE,
+                };
+                parent_dir
+                    .write_file(name, &bytes, mode, Overwrite::Deny)
+                    .map_err(|error| error.to_wire())?;
             }
-            ("symlink", _, Some(target)) => {
-                // The workspace is new and private, so creating the parents by path is safe; the
-                // link is created, never followed.
-                std::fs::create_dir_all(workspace.join(parent.to_os_path()))
-                    .map_err(|error| failed(format!("cannot create a directory: {error}")))?;
-                std::os::unix::fs::symlink(target, workspace.join(&entry.path))
-                    .map_err(|error| failed(format!("cannot create a link: {error}")))?;
+            (KIND_SYMLINK, _, Some(target)) => {
+                parent_dir
+                    .symlink(name, target)
+                    .map_err(|error| error.to_wire())?;
             }
             _ => {
                 return Err(WireError::new(
                     ErrorCode::InvalidParams,
-                    format!("entry {} is incomplete", entry.path),
+                    format!("entry {restored} is incomplete"),
                 ));
             }
         }
@@ -621,3 +726,7 @@ impl CommandHandler for SessionStopHandler {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod tests;

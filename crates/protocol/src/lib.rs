@@ -2,7 +2,8 @@
 //!
 //! This crate holds data only: the JSON frames that travel over the link, the handshake messages,
 //! the node-invoke envelope, the parameters and results of the workspace node commands, and the
-//! stable error codes. It does no I/O and has no business logic; every other crate uses these
+//! stable error codes. It does no I/O and has no business logic beyond one pure validator (of
+//! checkpoint manifests, which both sides must judge identically); every other crate uses these
 //! types on the wire and nothing else.
 //!
 //! The link is shaped after the OpenClaw gateway protocol: `req`/`res`/`event` frames, a
@@ -20,6 +21,7 @@
 //! - [`frame`]: the three frame kinds and the size limits.
 //! - [`handshake`]: challenge, connect parameters, device signature payload and `hello-ok`.
 //! - [`invoke`]: `node.invoke.request` / `result` / `progress` / `input` / `cancel`.
+//! - [`checkpoint`]: the validation of checkpoint manifests, applied alike by both sides.
 //! - [`codex`]: the `codex.appserver` relay command.
 //! - [`commands`]: the workspace command names, parameters and results.
 //! - [`memory`]: `workspace.memory`, the node's memory file service.
@@ -35,6 +37,7 @@
 
 #![deny(missing_docs)]
 
+pub mod checkpoint;
 pub mod codex;
 pub mod commands;
 pub mod error;

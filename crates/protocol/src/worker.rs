@@ -71,6 +71,12 @@ pub const WORKER_CAPACITY_EXHAUSTED: &str = "WORKER_CAPACITY_EXHAUSTED";
 /// The error code of a worker that exited during a turn.
 pub const WORKER_CRASHED: &str = "WORKER_CRASHED";
 
+/// The error code of a checkpoint manifest that breaks the rules of
+/// [`crate::checkpoint::validate_manifest`] (a path that is not canonical, an entry below a
+/// link, an unknown kind, a bound exceeded): the Gateway refuses to store it or to send it for
+/// a restore, and the node refuses to restore it. The details carry the stable `reason`.
+pub const CHECKPOINT_INVALID: &str = "CHECKPOINT_INVALID";
+
 /// A prior message of the session, for context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -220,6 +226,11 @@ pub enum WorkerRequest {
         /// The Gateway's answer.
         result: GatewayToolResult,
     },
+    /// Kill every background process of the session (its `process` jobs, each with its whole
+    /// process group or sandbox) and answer [`WorkerEvent::BackgroundStopped`] once they are
+    /// reaped. The node host sends it between turns, before it prepares the next one, so no
+    /// job of an earlier turn runs while the node host works in the session workspace.
+    StopBackground,
 }
 
 /// A line a worker writes.
@@ -282,6 +293,12 @@ pub enum WorkerEvent {
         code: String,
         /// What happened.
         message: String,
+    },
+    /// The answer to [`WorkerRequest::StopBackground`]: every background process is gone.
+    /// Only the node host reads it; it never reaches the Gateway.
+    BackgroundStopped {
+        /// How many were still running and were killed.
+        stopped: u64,
     },
 }
 

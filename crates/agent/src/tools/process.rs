@@ -100,7 +100,98 @@ impl ProcessRegistry {
     fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Kills every running background process with all its descendants and waits (at most
+    /// [`STOP_WAIT`] each) until they are gone; returns how many were running.
+    ///
+    /// The descendants are found through `/proc` before anything is killed: a sandboxed
+    /// command runs in a session and PID namespace of its own below bubblewrap, so killing
+    /// bubblewrap's group alone would leave it dying asynchronously. Each descendant is killed
+    /// directly, and the wait lasts until none of them runs any more (a process that is only
+    /// a zombie runs nothing); a namespace's init ends only after every process in it.
+    pub(crate) async fn stop_all(&self) -> u64 {
+        let entries = std::mem::take(&mut self.lock().entries);
+        let mut n_stopped = 0;
+        for (number, mut entry) in entries {
+            let Some(pgid) = entry.pgid.filter(|_| entry.is_running()) else {
+                continue;
+            };
+            let tree = descendants(pgid.as_raw_nonzero().get());
+            kill_group(pgid);
+            for pid in &tree {
+                if let Some(pid) = Pid::from_raw(*pid) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+            n_stopped += 1;
+            let gone = tokio::time::timeout(STOP_WAIT, async {
+                let _ = (&mut entry.waiter).await;
+                while tree.iter().any(|pid| is_running(*pid)) {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+            if gone.is_err() {
+                tracing::warn!(
+                    process = %process_id(number),
+                    "a killed background process did not end in time"
+                );
+            }
+        }
+        n_stopped
+    }
 }
+
+/// Returns the pids of every descendant of `root` (children, their children, ...), read from
+/// `/proc`; empty where `/proc` cannot be read.
+fn descendants(root: i32) -> Vec<i32> {
+    let mut parents = Vec::new();
+    if let Ok(listing) = std::fs::read_dir("/proc") {
+        for entry in listing.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if let Some((_, ppid)) = proc_state(pid) {
+                parents.push((pid, ppid));
+            }
+        }
+    }
+    let mut found = vec![root];
+    let mut next_idx = 0;
+    while let Some(&parent) = found.get(next_idx) {
+        next_idx += 1;
+        for (pid, ppid) in &parents {
+            if *ppid == parent && !found.contains(pid) {
+                found.push(*pid);
+            }
+        }
+    }
+    found.remove(0);
+    found
+}
+
+/// Returns true while `pid` exists and is not a zombie.
+fn is_running(pid: i32) -> bool {
+    proc_state(pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'))
+}
+
+/// Returns the state letter and the parent pid of `pid` from `/proc/<pid>/stat`.
+fn proc_state(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`; the command may itself contain `)`.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// How long [`ProcessRegistry::stop_all`] waits for one killed process to be reaped.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn process_id(number: u64) -> String {
     format!("p{number}")
@@ -127,7 +218,9 @@ fn parse_process_id(id: Option<&Value>) -> Result<u64, ToolError> {
 /// its id (`p1`, ...). `poll` reports whether it runs or how it ended, followed by the output
 /// since the previous poll (capped, head and tail kept). `kill` kills its process group and
 /// forgets it. `list` shows every process. There is no timeout: a background process runs until
-/// it ends, is killed, or the [`ToolContext`] is dropped, which kills every process group.
+/// it ends, is killed, the turn ends (the node host stops every background process before it
+/// prepares the next turn: [`ToolContext::stop_background`]), or the [`ToolContext`] is
+/// dropped, which kills every process group.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProcessTool;
 

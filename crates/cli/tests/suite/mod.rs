@@ -10,6 +10,7 @@ mod memory;
 mod mock_model;
 mod native;
 mod node_cli;
+mod node_host_files;
 mod quick_start;
 mod scratch;
 mod skills;

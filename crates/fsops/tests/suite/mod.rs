@@ -2,6 +2,7 @@
 
 mod atomic;
 mod commands;
+mod dir;
 mod escapes;
 mod property;
 mod race;

@@ -9,11 +9,16 @@ use std::collections::HashMap;
 
 use base64::Engine;
 use gatehouse_media::MediaStore;
+use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
+use gatehouse_protocol::checkpoint::ManifestError;
+use gatehouse_protocol::checkpoint::truncated;
+use gatehouse_protocol::checkpoint::validate_manifest;
 use gatehouse_protocol::worker::AGENT_SESSION_RESTORE;
 use gatehouse_protocol::worker::AGENT_TURN;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
 use gatehouse_protocol::worker::AgentTurnParams;
 use gatehouse_protocol::worker::AgentTurnResult;
+use gatehouse_protocol::worker::CHECKPOINT_INVALID;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
 use gatehouse_protocol::worker::WorkerEvent;
@@ -53,6 +58,7 @@ pub struct NodeRuntime {
     tools: Arc<crate::tools::GatewayTools>,
     turn_timeout: Duration,
     skills: Option<Arc<crate::skills::SkillsService>>,
+    audit: crate::audit::Audit,
 }
 
 impl NodeRuntime {
@@ -65,6 +71,7 @@ impl NodeRuntime {
         turn_timeout: Duration,
     ) -> Self {
         Self {
+            audit: crate::audit::Audit::new(Arc::clone(&store)),
             registry,
             store,
             media,
@@ -84,12 +91,21 @@ impl NodeRuntime {
     /// Stores a worker's workspace report as an immutable checkpoint: changed contents go to the
     /// media store, unchanged ones keep the media ids of `previous`, and the manifest's blake3 is
     /// the checkpoint id. It becomes the session's latest accepted checkpoint.
+    ///
+    /// A manifest that breaks the rules of [`validate_manifest`] is refused whole
+    /// (`CHECKPOINT_INVALID`, audited); the session keeps its last accepted checkpoint.
     async fn accept_checkpoint(
         &self,
+        node: &NodeConnection,
         session_key: &str,
         entries: Vec<CheckpointEntry>,
         previous: &Option<(String, serde_json::Value)>,
     ) -> Result<(), TurnFailure> {
+        if let Err(error) = validate_manifest(&entries) {
+            return Err(self
+                .refuse_checkpoint(node, session_key, CheckpointStage::Report, &error)
+                .await);
+        }
         let known: HashMap<(String, String), String> = previous
             .iter()
             .flat_map(|(_, manifest)| manifest["entries"].as_array().cloned().unwrap_or_default())
@@ -160,18 +176,9 @@ impl NodeRuntime {
     ) -> Result<(), TurnFailure> {
         let (checkpoint_id, manifest) = checkpoint;
         let mut entries = Vec::new();
+        let mut media_ids = Vec::new();
         for entry in manifest["entries"].as_array().cloned().unwrap_or_default() {
-            let content_base64 = match entry["mediaId"].as_str() {
-                Some(media_id) => {
-                    let (_, bytes) = self
-                        .media
-                        .get(media_id)
-                        .await
-                        .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
-                    Some(base64::engine::general_purpose::STANDARD.encode(&bytes))
-                }
-                None => None,
-            };
+            media_ids.push(entry["mediaId"].as_str().map(str::to_owned));
             entries.push(CheckpointEntry {
                 path: entry["path"].as_str().unwrap_or_default().to_owned(),
                 kind: entry["kind"].as_str().unwrap_or_default().to_owned(),
@@ -179,8 +186,26 @@ impl NodeRuntime {
                 sha256: entry["sha256"].as_str().map(str::to_owned),
                 size: entry["size"].as_u64().unwrap_or(0),
                 target: entry["target"].as_str().map(str::to_owned),
-                content_base64,
+                content_base64: None,
             });
+        }
+        // A checkpoint stored before these rules existed is judged again before anything of it
+        // is read or sent.
+        if let Err(error) = validate_manifest(&entries) {
+            return Err(self
+                .refuse_checkpoint(node, session_key, CheckpointStage::Restore, &error)
+                .await);
+        }
+        for (entry, media_id) in entries.iter_mut().zip(media_ids) {
+            let Some(media_id) = media_id else {
+                continue;
+            };
+            let (_, bytes) = self
+                .media
+                .get(&media_id)
+                .await
+                .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+            entry.content_base64 = Some(base64::engine::general_purpose::STANDARD.encode(&bytes));
         }
         let params = AgentSessionRestoreParams {
             session_key: session_key.to_owned(),
@@ -200,6 +225,40 @@ impl NodeRuntime {
             })?;
         tracing::info!(session_key, checkpoint_id = %checkpoint_id, "rebuilt a lost session workspace from its checkpoint");
         Ok(())
+    }
+
+    /// Audits and logs a refused manifest (`checkpoint.refused`, every field bounded) and
+    /// returns the turn's failure.
+    async fn refuse_checkpoint(
+        &self,
+        node: &NodeConnection,
+        session_key: &str,
+        stage: CheckpointStage,
+        error: &ManifestError,
+    ) -> TurnFailure {
+        let session_key = truncated(session_key, MAX_REPORTED_PATH_BYTES);
+        let stage = match stage {
+            CheckpointStage::Report => "report",
+            CheckpointStage::Restore => "restore",
+        };
+        let reason = error.violation.reason();
+        tracing::warn!(device_id = %node.device_id, session_key, stage, reason, "refused a checkpoint manifest");
+        self.audit
+            .record(
+                &format!("node:{}", node.device_id),
+                "checkpoint.refused",
+                "denied",
+                Some(CHECKPOINT_INVALID),
+                serde_json::json!({
+                    "sessionKey": session_key,
+                    "stage": stage,
+                    "reason": reason,
+                    "index": error.index,
+                    "path": error.path,
+                }),
+            )
+            .await;
+        TurnFailure::new(CHECKPOINT_INVALID, error.to_string())
     }
 
     /// Returns the session's earlier user and assistant messages, without those of this turn.
@@ -306,7 +365,7 @@ impl NodeRuntime {
                     let line: String = buffer.drain(..=end).collect();
                     match serde_json::from_str::<WorkerEvent>(line.trim_end()) {
                         Ok(WorkerEvent::Checkpoint { entries }) => {
-                            self.accept_checkpoint(&params.session_key, entries, previous)
+                            self.accept_checkpoint(node, &params.session_key, entries, previous)
                                 .await?;
                         }
                         Ok(event) => relay_event(sink, event).await?,
@@ -345,6 +404,15 @@ impl NodeRuntime {
     }
 }
 
+/// Where a checkpoint manifest was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckpointStage {
+    /// Reported by the node after a turn.
+    Report,
+    /// Stored, about to be sent to the node for a restore.
+    Restore,
+}
+
 /// Passes one worker event on to the Gateway's record of the turn.
 async fn relay_event(sink: &TurnSink, event: WorkerEvent) -> Result<(), TurnFailure> {
     match event {
@@ -365,6 +433,7 @@ async fn relay_event(sink: &TurnSink, event: WorkerEvent) -> Result<(), TurnFail
         // The node turns these into the invoke's result; checkpoints are handled by the caller.
         WorkerEvent::Done { .. }
         | WorkerEvent::Failed { .. }
+        | WorkerEvent::BackgroundStopped { .. }
         | WorkerEvent::Checkpoint { .. }
         | WorkerEvent::GatewayTool { .. } => Ok(()),
     }

@@ -11,8 +11,6 @@ use gatehouse_harness::host::NodeHost;
 use gatehouse_policy::path::FileTransferPolicy;
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use tokio::io::AsyncReadExt;
-use tokio::io::AsyncWriteExt;
 
 use crate::suite::fake_gateway::config;
 
@@ -21,23 +19,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// Sends `GET path` with the operator token and returns the status and the body.
 async fn get(running: &RunningGateway, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(running.local_addr)
-        .await
-        .unwrap();
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n",
-        running.local_addr
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    tokio::time::timeout(WAIT, stream.read_to_end(&mut response))
-        .await
-        .unwrap()
-        .unwrap();
-    let response = String::from_utf8(response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, body.to_owned())
+    crate::suite::http::request(running.local_addr, TOKEN, "GET", path, None).await
 }
 
 /// Returns the error code of a JSON error body, or the body itself when it is not one.

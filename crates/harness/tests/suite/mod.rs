@@ -1,6 +1,8 @@
 mod fake_gateway;
 mod file_commands;
 mod gateway_policy;
+mod hostile_checkpoint;
+mod http;
 mod reconnect;
 mod startup;
 mod status;

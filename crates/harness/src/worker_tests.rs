@@ -1,0 +1,144 @@
+use std::os::unix::fs::PermissionsExt;
+
+use gatehouse_fsops::Dir;
+use gatehouse_fsops::test_support::tree;
+use gatehouse_protocol::worker::CheckpointEntry;
+use pretty_assertions::assert_eq;
+
+use crate::worker::restore_entries;
+
+fn file(path: &str, content: &[u8], executable: bool) -> CheckpointEntry {
+    use base64::Engine;
+    CheckpointEntry {
+        path: path.to_owned(),
+        kind: String::from("file"),
+        executable,
+        sha256: Some(gatehouse_fsops::commands::sha256_hex(content)),
+        size: content.len() as u64,
+        target: None,
+        content_base64: Some(base64::engine::general_purpose::STANDARD.encode(content)),
+    }
+}
+
+fn link(path: &str, target: &str) -> CheckpointEntry {
+    CheckpointEntry {
+        path: path.to_owned(),
+        kind: String::from("symlink"),
+        executable: false,
+        sha256: None,
+        size: 0,
+        target: Some(target.to_owned()),
+        content_base64: None,
+    }
+}
+
+/// A Harness root with a node identity directory and one session directory.
+struct Harness {
+    _temp: tempfile::TempDir,
+    root: std::path::PathBuf,
+    session_dir: std::path::PathBuf,
+}
+
+fn harness() -> Harness {
+    let temp = tempfile::tempdir().unwrap();
+    let root = temp.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join("node")).unwrap();
+    std::fs::write(root.join("node/device.json"), "identity").unwrap();
+    std::fs::set_permissions(root.join("node"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let session_dir = root.join("sessions/s1");
+    std::fs::create_dir_all(&session_dir).unwrap();
+    Harness {
+        _temp: temp,
+        root,
+        session_dir,
+    }
+}
+
+/// Issue 12, finding 3: the crafted manifest `a -> <harness>/node`, `a/planted` is refused
+/// before anything is created, and nothing appears in the node's identity directory.
+#[test]
+fn finding_3_a_crafted_manifest_plants_nothing_through_a_restored_link() {
+    let harness = harness();
+    let node_dir = harness.root.join("node");
+    let before = tree(&node_dir);
+    let node_target = node_dir.to_str().unwrap();
+    let session = Dir::open(&harness.session_dir).unwrap();
+    for manifest in [
+        vec![link("a", node_target), file("a/planted", b"owned", false)],
+        vec![file("a/b/planted", b"owned", false), link("a", node_target)],
+        vec![link("a", node_target), link("a/planted", "/etc/passwd")],
+    ] {
+        let error = restore_entries(&session, &manifest).unwrap_err();
+        assert_eq!(error.code, "CHECKPOINT_INVALID", "{error:?}");
+        assert_eq!(
+            error.details.as_ref().unwrap()["reason"],
+            "below_symlink",
+            "{error:?}"
+        );
+        assert!(
+            !harness.session_dir.join("workspace").exists(),
+            "a refused manifest created the workspace"
+        );
+    }
+    assert_eq!(tree(&node_dir), before, "the node directory changed");
+}
+
+/// Links the sandbox planted (to outside, absolute, escaping) come back as links, created with
+/// `symlinkat` and never followed; files keep their content and exec bit.
+#[test]
+fn a_restore_recreates_planted_links_as_links_and_never_follows_them() {
+    let harness = harness();
+    let node_dir = harness.root.join("node");
+    let before = tree(&node_dir);
+    let session = Dir::open(&harness.session_dir).unwrap();
+    let manifest = vec![
+        file("dir/keep.txt", b"kept", false),
+        file("run.sh", b"#!/bin/sh\necho ran\n", true),
+        link("to-node", node_dir.to_str().unwrap()),
+        link("up", "../../node/device.json"),
+        link("dir/etc", "/etc"),
+    ];
+    assert_eq!(restore_entries(&session, &manifest).unwrap(), 5);
+    let workspace = harness.session_dir.join("workspace");
+    assert_eq!(
+        std::fs::read(workspace.join("dir/keep.txt")).unwrap(),
+        b"kept"
+    );
+    let mode = |path: &str| {
+        std::fs::symlink_metadata(workspace.join(path))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!((mode("run.sh"), mode("dir/keep.txt")), (0o755, 0o644));
+    for (path, target) in [
+        ("to-node", node_dir.to_str().unwrap()),
+        ("up", "../../node/device.json"),
+        ("dir/etc", "/etc"),
+    ] {
+        assert_eq!(
+            std::fs::read_link(workspace.join(path)).unwrap(),
+            std::path::PathBuf::from(target)
+        );
+    }
+    assert_eq!(tree(&node_dir), before, "the node directory changed");
+    // A second restore over the existing workspace is refused, not merged.
+    assert_eq!(
+        restore_entries(&session, &manifest).unwrap_err().code,
+        "EXISTS_NO_OVERWRITE"
+    );
+}
+
+#[test]
+fn a_restore_refuses_content_that_does_not_match_its_hash() {
+    let harness = harness();
+    let session = Dir::open(&harness.session_dir).unwrap();
+    let mut forged = file("a.txt", b"original", false);
+    forged.sha256 = Some(gatehouse_fsops::commands::sha256_hex(b"other"));
+    forged.size = b"original".len() as u64;
+    assert_eq!(
+        restore_entries(&session, &[forged]).unwrap_err().code,
+        "INTEGRITY_FAILURE"
+    );
+}

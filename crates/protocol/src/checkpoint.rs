@@ -1,0 +1,329 @@
+//! Validation of checkpoint manifests: the one rule set that the Gateway applies when a node
+//! reports a manifest and before it sends one for a restore, and that the node applies before
+//! it restores one. It is a pure function of the entries (no I/O, no clock), so both sides
+//! refuse exactly the same manifests.
+//!
+//! A valid manifest:
+//! - has at most [`MAX_CHECKPOINT_ENTRIES`] entries and at most [`MAX_CHECKPOINT_BYTES`] of file
+//!   content in total (the sum of the `size` fields);
+//! - names each entry by a canonical relative path: not empty, no leading `/`, no empty, `.` or
+//!   `..` segment (with either slash), no NUL, at most [`MAX_CHECKPOINT_PATH_BYTES`] bytes and
+//!   255 bytes per segment;
+//! - names no path twice, and no entry below another entry: every ancestor of an entry is an
+//!   implicit directory, so an entry below a `symlink` (or a `file`) entry is refused; this is
+//!   what keeps a restore from writing through a link it has just created;
+//! - has only the known kinds, each complete and consistent: a `file` has a 64-digit lowercase
+//!   hex `sha256`, no `target`, and content (when present) whose base64 length matches `size`;
+//!   a `symlink` has a `target` of 1 to [`MAX_CHECKPOINT_LINK_TARGET_BYTES`] bytes without NUL,
+//!   and no content, hash or size.
+//!
+//! Link targets may be absolute or point outside the workspace: a restore creates the link with
+//! `symlinkat` and never resolves it, and the node host never follows a link in a session
+//! workspace, so a target is only text to it; inside the sandbox a link to `/etc` reaches what
+//! the sandbox already shows.
+
+use crate::error::ErrorCode;
+use crate::error::WireError;
+use crate::worker::CHECKPOINT_INVALID;
+use crate::worker::CheckpointEntry;
+pub use crate::worker::MAX_CHECKPOINT_BYTES;
+
+/// The most entries a checkpoint manifest holds.
+pub const MAX_CHECKPOINT_ENTRIES: usize = 20_000;
+
+/// The longest entry path, in bytes (the Linux `PATH_MAX`).
+pub const MAX_CHECKPOINT_PATH_BYTES: usize = 4096;
+
+/// The longest link target, in bytes (the Linux `PATH_MAX`).
+pub const MAX_CHECKPOINT_LINK_TARGET_BYTES: usize = 4096;
+
+/// The longest segment of an entry path, in bytes (the Linux `NAME_MAX`).
+const MAX_SEGMENT_BYTES: usize = 255;
+
+/// How much of an offending path a [`ManifestError`] keeps, in bytes, so an error, a log line
+/// or an audit row about a hostile manifest stays small.
+pub const MAX_REPORTED_PATH_BYTES: usize = 128;
+
+/// The kind of a regular file entry.
+pub const KIND_FILE: &str = "file";
+
+/// The kind of a symbolic link entry.
+pub const KIND_SYMLINK: &str = "symlink";
+
+/// Why a manifest is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ManifestViolation {
+    /// More than [`MAX_CHECKPOINT_ENTRIES`] entries.
+    TooManyEntries,
+    /// More than [`MAX_CHECKPOINT_BYTES`] of file content.
+    TooLarge,
+    /// A path that is not canonical and relative.
+    InvalidPath(&'static str),
+    /// A path named twice.
+    Duplicate,
+    /// An entry below a `symlink` entry.
+    BelowSymlink,
+    /// An entry below a `file` entry.
+    BelowFile,
+    /// A kind other than `file` and `symlink`.
+    UnknownKind,
+    /// A `symlink` without a usable target.
+    InvalidTarget(&'static str),
+    /// A `file` whose fields contradict each other, or a `symlink` with file fields.
+    Inconsistent(&'static str),
+}
+
+impl ManifestViolation {
+    /// Returns the stable, machine-readable reason, for example `below_symlink`.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            ManifestViolation::TooManyEntries => "too_many_entries",
+            ManifestViolation::TooLarge => "too_large",
+            ManifestViolation::InvalidPath(_) => "invalid_path",
+            ManifestViolation::Duplicate => "duplicate",
+            ManifestViolation::BelowSymlink => "below_symlink",
+            ManifestViolation::BelowFile => "below_file",
+            ManifestViolation::UnknownKind => "unknown_kind",
+            ManifestViolation::InvalidTarget(_) => "invalid_target",
+            ManifestViolation::Inconsistent(_) => "inconsistent",
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            ManifestViolation::TooManyEntries => {
+                format!("more than {MAX_CHECKPOINT_ENTRIES} entries")
+            }
+            ManifestViolation::TooLarge => {
+                format!("more than {MAX_CHECKPOINT_BYTES} bytes of file content")
+            }
+            ManifestViolation::InvalidPath(why)
+            | ManifestViolation::InvalidTarget(why)
+            | ManifestViolation::Inconsistent(why) => why.to_owned(),
+            ManifestViolation::Duplicate => String::from("the path is named twice"),
+            ManifestViolation::BelowSymlink => {
+                String::from("the entry is below a symbolic link entry")
+            }
+            ManifestViolation::BelowFile => String::from("the entry is below a file entry"),
+            ManifestViolation::UnknownKind => {
+                format!("the kind is neither {KIND_FILE:?} nor {KIND_SYMLINK:?}")
+            }
+        }
+    }
+}
+
+/// A refused manifest: what is wrong and, when one entry is to blame, which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestError {
+    /// What is wrong.
+    pub violation: ManifestViolation,
+    /// The index of the offending entry, when one is to blame.
+    pub index: Option<usize>,
+    /// The start of the offending entry's path (at most [`MAX_REPORTED_PATH_BYTES`], cut at a
+    /// character boundary), when one is to blame.
+    pub path: Option<String>,
+}
+
+impl ManifestError {
+    fn at(index: usize, entry: &CheckpointEntry, violation: ManifestViolation) -> ManifestError {
+        ManifestError {
+            violation,
+            index: Some(index),
+            path: Some(truncated(&entry.path, MAX_REPORTED_PATH_BYTES).to_owned()),
+        }
+    }
+
+    /// Returns the wire form: code [`CHECKPOINT_INVALID`], a message, and the reason, index and
+    /// (truncated) path in the details.
+    pub fn to_wire(&self) -> WireError {
+        let details = serde_json::json!({
+            "reason": self.violation.reason(),
+            "index": self.index,
+            "path": self.path,
+        });
+        WireError::new(ErrorCode::InvalidParams, self.to_string())
+            .with_code(CHECKPOINT_INVALID)
+            .with_details(details)
+    }
+}
+
+impl std::fmt::Display for ManifestError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let description = self.violation.describe();
+        match (&self.index, &self.path) {
+            (Some(index), Some(path)) => write!(
+                formatter,
+                "the checkpoint manifest is refused: entry {index} ({path:?}): {description}"
+            ),
+            _ => write!(
+                formatter,
+                "the checkpoint manifest is refused: {description}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+/// Checks a checkpoint manifest against every rule of this module.
+///
+/// # Errors
+/// The first violation found, in entry order after the whole-manifest bounds.
+pub fn validate_manifest(entries: &[CheckpointEntry]) -> Result<(), ManifestError> {
+    let whole = |violation| ManifestError {
+        violation,
+        index: None,
+        path: None,
+    };
+    if entries.len() > MAX_CHECKPOINT_ENTRIES {
+        return Err(whole(ManifestViolation::TooManyEntries));
+    }
+    let mut total: u64 = 0;
+    let mut kinds = std::collections::HashMap::with_capacity(entries.len());
+    for (index, entry) in entries.iter().enumerate() {
+        let refuse = |violation| ManifestError::at(index, entry, violation);
+        validate_entry(entry).map_err(refuse)?;
+        let is_symlink = entry.kind == KIND_SYMLINK;
+        total = total.saturating_add(entry.size);
+        if total > MAX_CHECKPOINT_BYTES {
+            return Err(whole(ManifestViolation::TooLarge));
+        }
+        if kinds.insert(entry.path.as_str(), is_symlink).is_some() {
+            return Err(refuse(ManifestViolation::Duplicate));
+        }
+    }
+    // Every ancestor of an entry is a directory: none may be an entry itself.
+    for (index, entry) in entries.iter().enumerate() {
+        let ancestors = entry
+            .path
+            .match_indices('/')
+            .map(|(end, _)| &entry.path[..end]);
+        for ancestor in ancestors {
+            match kinds.get(ancestor) {
+                None => {}
+                Some(true) => {
+                    return Err(ManifestError::at(
+                        index,
+                        entry,
+                        ManifestViolation::BelowSymlink,
+                    ));
+                }
+                Some(false) => {
+                    return Err(ManifestError::at(
+                        index,
+                        entry,
+                        ManifestViolation::BelowFile,
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks one entry on its own: its path, its kind and the consistency of its fields. The rules
+/// between entries (duplicates, entries below others) and the bounds of the whole manifest are
+/// left to [`validate_manifest`]; a node uses this to leave out an entry it cannot report.
+///
+/// # Errors
+/// The first violation of the entry.
+pub fn validate_entry(entry: &CheckpointEntry) -> Result<(), ManifestViolation> {
+    check_path(&entry.path)?;
+    match entry.kind.as_str() {
+        KIND_FILE => check_file(entry),
+        KIND_SYMLINK => check_symlink(entry),
+        _ => Err(ManifestViolation::UnknownKind),
+    }
+}
+
+fn check_path(path: &str) -> Result<(), ManifestViolation> {
+    let invalid = |why| Err(ManifestViolation::InvalidPath(why));
+    if path.is_empty() {
+        return invalid("the path is empty");
+    }
+    if path.len() > MAX_CHECKPOINT_PATH_BYTES {
+        return invalid("the path is too long");
+    }
+    if path.contains('\0') {
+        return invalid("the path contains NUL");
+    }
+    if path.starts_with('/') {
+        return invalid("the path is absolute");
+    }
+    for segment in path.split('/') {
+        if segment.is_empty() {
+            return invalid("the path has an empty segment");
+        }
+        if segment.len() > MAX_SEGMENT_BYTES {
+            return invalid("a path segment is too long");
+        }
+        if segment.split('\\').any(|part| part == "." || part == "..") {
+            return invalid("the path has a . or .. segment");
+        }
+    }
+    Ok(())
+}
+
+fn check_file(entry: &CheckpointEntry) -> Result<(), ManifestViolation> {
+    let inconsistent = |why| Err(ManifestViolation::Inconsistent(why));
+    if entry.target.is_some() {
+        return inconsistent("a file has a link target");
+    }
+    let Some(sha256) = &entry.sha256 else {
+        return inconsistent("a file has no sha256");
+    };
+    let is_hex = sha256.len() == 64
+        && sha256
+            .bytes()
+            .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte));
+    if !is_hex {
+        return inconsistent("a file's sha256 is not 64 lowercase hex digits");
+    }
+    if let Some(content) = &entry.content_base64
+        && Some(content.len() as u64) != base64_len(entry.size)
+    {
+        return inconsistent("a file's content does not have its size");
+    }
+    Ok(())
+}
+
+fn check_symlink(entry: &CheckpointEntry) -> Result<(), ManifestViolation> {
+    if entry.sha256.is_some() || entry.content_base64.is_some() || entry.size != 0 {
+        return Err(ManifestViolation::Inconsistent(
+            "a symbolic link has file content, a hash or a size",
+        ));
+    }
+    let invalid = |why| Err(ManifestViolation::InvalidTarget(why));
+    match &entry.target {
+        None => invalid("a symbolic link has no target"),
+        Some(target) if target.is_empty() => invalid("a symbolic link target is empty"),
+        Some(target) if target.len() > MAX_CHECKPOINT_LINK_TARGET_BYTES => {
+            invalid("a symbolic link target is too long")
+        }
+        Some(target) if target.contains('\0') => invalid("a symbolic link target contains NUL"),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Returns the length of the padded standard base64 of `size` bytes, or `None` past `u64`.
+fn base64_len(size: u64) -> Option<u64> {
+    size.div_ceil(3).checked_mul(4)
+}
+
+/// Returns the longest prefix of `text` of at most `max` bytes that ends at a character
+/// boundary.
+pub fn truncated(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+#[path = "checkpoint_tests.rs"]
+mod tests;
