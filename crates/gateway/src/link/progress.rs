@@ -25,6 +25,15 @@ pub const MAX_CONNECTION_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
 /// How many progress chunks may wait for a slow caller before the invoke is failed.
 pub const PROGRESS_CAPACITY: usize = 1024;
 
+/// The most one node connection can grow the Gateway's memory, by construction: the frame being
+/// read and the frame being handled (each at most [`crate::link::ws::MAX_WS_MESSAGE_BYTES`];
+/// frames are handled one at a time), the connection's progress budget
+/// ([`MAX_CONNECTION_BUFFERED_BYTES`]), and one complete line being decoded (about twice
+/// [`MAX_PROGRESS_LINE_BYTES`]). A node that sends more than this is refused, not buffered.
+pub const MAX_NODE_RSS_GROWTH_BYTES: usize = 2 * crate::link::ws::MAX_WS_MESSAGE_BYTES
+    + MAX_CONNECTION_BUFFERED_BYTES
+    + 2 * MAX_PROGRESS_LINE_BYTES;
+
 /// A count of bytes held, with a ceiling.
 #[derive(Debug)]
 pub struct ByteBudget {
