@@ -286,6 +286,28 @@ impl HostileNode {
         self.call("node.invoke.progress", params).await
     }
 
+    /// Sends one progress chunk of `bytes` copies of `letter` for `invoke_id`, building the
+    /// frame text directly (a letter needs no JSON escaping), and returns the Gateway's answer.
+    pub(crate) async fn progress_of(
+        &mut self,
+        invoke_id: &str,
+        seq: u64,
+        letter: char,
+        bytes: usize,
+    ) -> ResponseFrame {
+        assert!(letter.is_ascii_alphanumeric());
+        self.next_id += 1;
+        let id = format!("h{}", self.next_id);
+        let mut text = format!(
+            r#"{{"type":"req","id":"{id}","method":"node.invoke.progress","params":{{"invokeId":"{invoke_id}","nodeId":"{}","seq":{seq},"chunk":""#,
+            self.device.id
+        );
+        text.extend(std::iter::repeat_n(letter, bytes));
+        text.push_str(r#""}}"#);
+        self.send_text(text).await;
+        self.response(&id).await
+    }
+
     /// Streams `lines` (each a JSON value) for `invoke_id` as progress, in chunks of at most
     /// 16 KiB, and returns the answers that were not `ok`.
     pub(crate) async fn stream_lines(

@@ -334,13 +334,13 @@ async fn finding_5_huge_progress_chunks_and_endless_lines_are_refused_within_the
     // 40 chunks of 20 MiB without a newline: the first fails the invoke, every one is refused.
     let turn_id = post_message(&gateway, "big", "hello").await;
     let invoke = node.next_invoke("agent.turn").await;
-    let chunk = "x".repeat(20 * 1024 * 1024);
     for seq in 0..40 {
-        let answer = node.progress(&invoke.id, seq, &chunk).await;
+        let answer = node
+            .progress_of(&invoke.id, seq, 'x', 20 * 1024 * 1024)
+            .await;
         assert_eq!(answer.error.unwrap().code, "PROGRESS_CHUNK_TOO_LARGE");
         peak = peak.max(rss_bytes(pid));
     }
-    drop(chunk);
     let failed = wait_turn(&gateway, &turn_id).await;
     assert_eq!(
         failed["error"]["code"], "PROGRESS_CHUNK_TOO_LARGE",
@@ -351,10 +351,9 @@ async fn finding_5_huge_progress_chunks_and_endless_lines_are_refused_within_the
     // told to stop.
     let turn_id = post_message(&gateway, "long", "hello").await;
     let invoke = node.next_invoke("agent.turn").await;
-    let piece = "y".repeat(16 * 1024);
     let mut seq = 0;
     loop {
-        let answer = node.progress(&invoke.id, seq, &piece).await;
+        let answer = node.progress_of(&invoke.id, seq, 'y', 16 * 1024).await;
         assert!(answer.ok, "{answer:?}");
         seq += 1;
         if seq % 256 == 0 {
