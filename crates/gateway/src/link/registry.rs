@@ -323,23 +323,11 @@ impl NodeRegistry {
         commands: &[&str],
         grace: Duration,
     ) -> Option<Arc<NodeConnection>> {
-        let deadline = tokio::time::Instant::now() + grace;
-        loop {
-            let notified = self.connected.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let found = self
-                .get(device_id)
-                .filter(|connection| connection.serves_all(commands));
-            if found.is_some() {
-                return found;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self
-                    .get(device_id)
-                    .filter(|connection| connection.serves_all(commands));
-            }
-        }
+        self.wait_for(grace, || {
+            self.get(device_id)
+                .filter(|connection| connection.serves_all(commands))
+        })
+        .await
     }
 
     /// Returns a node serving every command in `commands`, waiting up to `grace` for one to
@@ -349,6 +337,15 @@ impl NodeRegistry {
         commands: &[&str],
         grace: Duration,
     ) -> Option<Arc<NodeConnection>> {
+        self.wait_for(grace, || self.find_serving(commands)).await
+    }
+
+    /// Returns what `find` finds, looking again whenever a node connects, for up to `grace`.
+    async fn wait_for(
+        &self,
+        grace: Duration,
+        find: impl Fn() -> Option<Arc<NodeConnection>>,
+    ) -> Option<Arc<NodeConnection>> {
         let deadline = tokio::time::Instant::now() + grace;
         loop {
             // Register for the wake-up before looking, so a node that connects in between is
@@ -356,11 +353,11 @@ impl NodeRegistry {
             let notified = self.connected.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(connection) = self.find_serving(commands) {
+            if let Some(connection) = find() {
                 return Some(connection);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.find_serving(commands);
+                return find();
             }
         }
     }
