@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use gatehouse_gateway::link::progress::MAX_PROGRESS_LINE_BYTES;
+use gatehouse_gateway::link::progress::PROGRESS_CAPACITY;
 use gatehouse_gateway::link::registry::InvokeError;
 use gatehouse_gateway::link::registry::NodeConnection;
 use gatehouse_gateway::link::registry::NodeRegistry;
-use gatehouse_gateway::link::registry::PROGRESS_CAPACITY;
 use gatehouse_protocol::codex::CODEX_APPSERVER;
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
@@ -40,7 +41,8 @@ pub async fn open(
     registry: &NodeRegistry,
     node: &Arc<NodeConnection>,
 ) -> Result<Relay, InvokeError> {
-    let (progress_tx, mut progress_rx) = mpsc::channel::<String>(PROGRESS_CAPACITY);
+    // Lines are bounded and every buffered byte is charged to the node's connection.
+    let (progress_tx, mut lines) = node.progress_lines(MAX_PROGRESS_LINE_BYTES);
     let pending = registry
         .start_invoke(
             node,
@@ -55,12 +57,18 @@ pub async fn open(
     let (from_node, incoming) = mpsc::channel::<String>(PROGRESS_CAPACITY);
     let (ended_tx, ended) = oneshot::channel();
     tokio::spawn(async move {
-        let mut buffer = String::new();
-        while let Some(chunk) = progress_rx.recv().await {
-            buffer.push_str(&chunk);
-            while let Some(end) = buffer.find('\n') {
-                let line: String = buffer.drain(..=end).collect();
-                if from_node.send(line.trim_end().to_owned()).await.is_err() {
+        loop {
+            match lines.next_line().await {
+                Ok(Some(line)) => {
+                    if from_node.send(line).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                // Ending the incoming side closes the client, which drops the transport and so
+                // cancels the relay.
+                Err(error) => {
+                    tracing::warn!(error = %error, "the codex node sent an overlong line; closing the relay");
                     return;
                 }
             }

@@ -1,26 +1,104 @@
-//! [`Audit`]: records every mutation and denial, without content or secrets.
+//! [`Audit`]: records every mutation and denial, without content or secrets, with every field
+//! bounded.
+//!
+//! This is the one place where audit rows are shaped:
+//! - every string (the actor, the action, the outcome, the reason code, and every string and key
+//!   inside `details`) is cut to [`MAX_AUDIT_FIELD_BYTES`] with [`TRUNCATION_MARKER`];
+//! - `details` keeps at most [`MAX_AUDIT_ITEMS`] members per array or object and
+//!   [`MAX_AUDIT_DEPTH`] levels, and a row whose details still exceed [`MAX_AUDIT_DETAILS_BYTES`]
+//!   keeps only their size;
+//! - rows caused by a node or by an unauthenticated peer go through [`Audit::record_limited`]:
+//!   at most [`LIMITED_ROWS_PER_WINDOW`] such rows per key (a node id or a peer address) per
+//!   [`LIMIT_WINDOW`], the rest counted and written as one summary row (and one log line) per
+//!   key and window.
+//!
+//! So a hostile node or peer adds at most `LIMITED_ROWS_PER_WINDOW + 1` rows per minute, each at
+//! most about `5 × 256 + 4096` bytes.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+use std::time::Instant;
 
 use gatehouse_store::Store;
 use gatehouse_store::model::NewAuditEvent;
 
 use crate::clock::now_ms;
 
+/// The longest string kept in an audit field (identifiers, codes, names), in bytes.
+pub const MAX_AUDIT_FIELD_BYTES: usize = 256;
+
+/// The members kept per array or object of `details`.
+pub const MAX_AUDIT_ITEMS: usize = 32;
+
+/// The nesting levels kept in `details`.
+pub const MAX_AUDIT_DEPTH: usize = 4;
+
+/// The largest `details` kept, serialized, in bytes; larger ones are replaced by their size.
+pub const MAX_AUDIT_DETAILS_BYTES: usize = 4096;
+
+/// Appended to every string that was cut.
+pub const TRUNCATION_MARKER: &str = "…[truncated]";
+
+/// How many rows one node or one peer address may add through [`Audit::record_limited`] per
+/// [`LIMIT_WINDOW`] before further rows are only counted.
+pub const LIMITED_ROWS_PER_WINDOW: u32 = 30;
+
+/// The window of [`LIMITED_ROWS_PER_WINDOW`].
+pub const LIMIT_WINDOW: Duration = Duration::from_secs(60);
+
+/// The most keys the limiter tracks; past it, new keys share one window, so a flood from many
+/// addresses cannot grow the table.
+pub const MAX_LIMITED_KEYS: usize = 4096;
+
+/// The key shared by every key past [`MAX_LIMITED_KEYS`].
+const OVERFLOW_KEY: &str = "*";
+
+/// One audit row, before it is bounded.
+#[derive(Debug, Clone)]
+pub struct AuditRow<'a> {
+    /// Who acted: `operator`, `node:<id>`, `node:unauthenticated`, ...
+    pub actor: &'a str,
+    /// What: for example `node.connect` or `gateway.tool.call`.
+    pub action: &'a str,
+    /// `allowed`, `denied`, `succeeded`, `failed`, ...
+    pub outcome: &'a str,
+    /// The stable code of a refusal or failure.
+    pub reason_code: Option<&'a str>,
+    /// Context; never file content or secrets.
+    pub details: serde_json::Value,
+}
+
+/// Whether a limited row was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limited {
+    /// The row was written; log it too.
+    Recorded,
+    /// The key is over its budget: the row was only counted, and must not be logged either.
+    Suppressed,
+}
+
 /// Appends events to the audit trail in the store. A failure to record is logged, never hidden
 /// and never fatal to the request that caused it.
 #[derive(Clone)]
 pub struct Audit {
     store: Arc<dyn Store>,
+    limiter: Arc<Limiter>,
 }
 
 impl Audit {
     /// Returns an audit trail backed by `store`.
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+        Self {
+            store,
+            limiter: Arc::new(Limiter::default()),
+        }
     }
 
-    /// Records one event. `details` must not contain file content or secrets.
+    /// Records one event, every field bounded. `details` must not contain file content or
+    /// secrets.
     pub async fn record(
         &self,
         actor: &str,
@@ -29,16 +107,319 @@ impl Audit {
         reason_code: Option<&str>,
         details: serde_json::Value,
     ) {
+        self.write(AuditRow {
+            actor,
+            action,
+            outcome,
+            reason_code,
+            details,
+        })
+        .await;
+    }
+
+    /// Records `row` unless `key` (a node id or a peer address) already added
+    /// [`LIMITED_ROWS_PER_WINDOW`] rows in this window; a suppressed row is counted and
+    /// summarised once the window ends. Before the row, writes the summary of the key's
+    /// previous window if it suppressed anything.
+    ///
+    /// # Returns
+    /// Whether the row was written, so the caller logs only written rows.
+    pub async fn record_limited(&self, key: &str, row: AuditRow<'_>) -> Limited {
+        let decision = self.limiter.admit(key, Instant::now());
+        if let Some(summary) = decision.summary {
+            self.write_summary(&summary).await;
+        }
+        match decision.limited {
+            Limited::Recorded => self.write(row).await,
+            Limited::Suppressed => {}
+        }
+        decision.limited
+    }
+
+    /// Writes the summaries of every window that ended with suppressed rows; called
+    /// periodically so a key that went quiet is still summarised.
+    pub async fn flush_summaries(&self) {
+        for summary in self.limiter.take_ended(Instant::now()) {
+            self.write_summary(&summary).await;
+        }
+    }
+
+    async fn write_summary(&self, summary: &Summary) {
+        tracing::warn!(key = %bounded_str(&summary.key), suppressed = summary.suppressed, "audit rows suppressed by the rate limit");
+        self.write(AuditRow {
+            actor: "gateway",
+            action: "audit.suppressed",
+            outcome: "summarised",
+            reason_code: None,
+            details: serde_json::json!({
+                "key": summary.key,
+                "suppressed": summary.suppressed,
+                "windowSeconds": LIMIT_WINDOW.as_secs(),
+            }),
+        })
+        .await;
+    }
+
+    async fn write(&self, row: AuditRow<'_>) {
         let event = NewAuditEvent {
             at_ms: now_ms(),
-            actor: actor.to_owned(),
-            action: action.to_owned(),
-            outcome: outcome.to_owned(),
-            reason_code: reason_code.map(str::to_owned),
-            details,
+            actor: bounded_str(row.actor).into_owned(),
+            action: bounded_str(row.action).into_owned(),
+            outcome: bounded_str(row.outcome).into_owned(),
+            reason_code: row.reason_code.map(|code| bounded_str(code).into_owned()),
+            details: bounded_details(&row.details),
         };
         if let Err(error) = self.store.append_audit(&event).await {
-            tracing::error!(error = %error, action, outcome, "cannot record an audit event");
+            tracing::error!(error = %error, action = %event.action, outcome = %event.outcome, "cannot record an audit event");
         }
+    }
+}
+
+/// Returns `text` cut to at most [`MAX_AUDIT_FIELD_BYTES`] (on a character boundary) followed by
+/// [`TRUNCATION_MARKER`], or `text` itself when it is short enough.
+pub fn bounded_str(text: &str) -> Cow<'_, str> {
+    if text.len() <= MAX_AUDIT_FIELD_BYTES {
+        return Cow::Borrowed(text);
+    }
+    let mut end = MAX_AUDIT_FIELD_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}{TRUNCATION_MARKER}", &text[..end]))
+}
+
+/// Returns `details` with every bound of this module applied.
+pub fn bounded_details(details: &serde_json::Value) -> serde_json::Value {
+    let bounded = bounded_value(details, 0);
+    let size = bounded.to_string().len();
+    match size <= MAX_AUDIT_DETAILS_BYTES {
+        true => bounded,
+        false => serde_json::json!({"truncated": true, "bytes": size}),
+    }
+}
+
+fn bounded_value(value: &serde_json::Value, depth: usize) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
+        Value::String(text) => Value::String(bounded_str(text).into_owned()),
+        Value::Array(_) | Value::Object(_) if depth >= MAX_AUDIT_DEPTH => {
+            Value::String(format!("{TRUNCATION_MARKER} nested"))
+        }
+        Value::Array(items) => {
+            let mut kept: Vec<Value> = items
+                .iter()
+                .take(MAX_AUDIT_ITEMS)
+                .map(|item| bounded_value(item, depth + 1))
+                .collect();
+            if items.len() > MAX_AUDIT_ITEMS {
+                kept.push(Value::String(format!(
+                    "{TRUNCATION_MARKER} {} more",
+                    items.len() - MAX_AUDIT_ITEMS
+                )));
+            }
+            Value::Array(kept)
+        }
+        Value::Object(members) => {
+            let mut kept = serde_json::Map::new();
+            for (key, member) in members.iter().take(MAX_AUDIT_ITEMS) {
+                kept.insert(
+                    bounded_str(key).into_owned(),
+                    bounded_value(member, depth + 1),
+                );
+            }
+            if members.len() > MAX_AUDIT_ITEMS {
+                kept.insert(
+                    String::from(TRUNCATION_MARKER),
+                    Value::from(members.len() - MAX_AUDIT_ITEMS),
+                );
+            }
+            Value::Object(kept)
+        }
+    }
+}
+
+/// The suppressed rows of one key's ended window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Summary {
+    key: String,
+    suppressed: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Decision {
+    limited: Limited,
+    summary: Option<Summary>,
+}
+
+#[derive(Debug)]
+struct Window {
+    started: Instant,
+    recorded: u32,
+    suppressed: u64,
+}
+
+/// Fixed windows per key: [`LIMITED_ROWS_PER_WINDOW`] rows, then only counting.
+#[derive(Debug, Default)]
+struct Limiter {
+    windows: Mutex<HashMap<String, Window>>,
+}
+
+impl Limiter {
+    fn admit(&self, key: &str, now: Instant) -> Decision {
+        let mut windows = lock(&self.windows);
+        let key = match windows.contains_key(key) || windows.len() < MAX_LIMITED_KEYS {
+            true => key,
+            false => OVERFLOW_KEY,
+        };
+        let window = windows.entry(key.to_owned()).or_insert(Window {
+            started: now,
+            recorded: 0,
+            suppressed: 0,
+        });
+        let mut summary = None;
+        if now.duration_since(window.started) >= LIMIT_WINDOW {
+            if window.suppressed > 0 {
+                summary = Some(Summary {
+                    key: key.to_owned(),
+                    suppressed: window.suppressed,
+                });
+            }
+            *window = Window {
+                started: now,
+                recorded: 0,
+                suppressed: 0,
+            };
+        }
+        let limited = match window.recorded < LIMITED_ROWS_PER_WINDOW {
+            true => {
+                window.recorded += 1;
+                Limited::Recorded
+            }
+            false => {
+                window.suppressed += 1;
+                Limited::Suppressed
+            }
+        };
+        Decision { limited, summary }
+    }
+
+    /// Removes every ended window and returns the summaries of those that suppressed rows.
+    fn take_ended(&self, now: Instant) -> Vec<Summary> {
+        let mut windows = lock(&self.windows);
+        let mut summaries = Vec::new();
+        windows.retain(|key, window| {
+            let ended = now.duration_since(window.started) >= LIMIT_WINDOW;
+            if ended && window.suppressed > 0 {
+                summaries.push(Summary {
+                    key: key.clone(),
+                    suppressed: window.suppressed,
+                });
+            }
+            !ended
+        });
+        summaries
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The table stays consistent whatever panicked while holding it.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    #[test]
+    fn finding_5_every_audit_string_is_cut_with_a_marker() {
+        let long = "é".repeat(1000);
+        let cut = bounded_str(&long);
+        assert!(cut.ends_with(TRUNCATION_MARKER));
+        assert!(cut.len() <= MAX_AUDIT_FIELD_BYTES + TRUNCATION_MARKER.len());
+        assert_eq!(bounded_str("short"), "short");
+
+        let details = serde_json::json!({
+            "sessionKey": "s".repeat(10_000),
+            "list": (0..100).collect::<Vec<u32>>(),
+            "deep": {"a": {"b": {"c": {"d": {"e": 1}}}}},
+        });
+        let bounded = bounded_details(&details);
+        assert!(
+            bounded["sessionKey"]
+                .as_str()
+                .unwrap()
+                .ends_with(TRUNCATION_MARKER)
+        );
+        assert_eq!(
+            bounded["list"].as_array().unwrap().len(),
+            MAX_AUDIT_ITEMS + 1
+        );
+        assert_eq!(
+            bounded["deep"]["a"]["b"]["c"],
+            serde_json::json!(format!("{TRUNCATION_MARKER} nested"))
+        );
+        assert!(bounded.to_string().len() <= MAX_AUDIT_DETAILS_BYTES);
+
+        let wide: serde_json::Map<String, serde_json::Value> = (0..MAX_AUDIT_ITEMS)
+            .map(|index| (format!("k{index}"), serde_json::json!("v".repeat(300))))
+            .collect();
+        let bounded = bounded_details(&serde_json::Value::Object(wide));
+        assert_eq!(bounded["truncated"], true);
+    }
+
+    #[test]
+    fn finding_5_a_key_gets_its_budget_then_one_summary_per_window() {
+        let limiter = Limiter::default();
+        let start = Instant::now();
+        let mut recorded = 0;
+        for _ in 0..1000 {
+            let decision = limiter.admit("peer:a", start);
+            assert_eq!(decision.summary, None);
+            if decision.limited == Limited::Recorded {
+                recorded += 1;
+            }
+        }
+        assert_eq!(recorded, LIMITED_ROWS_PER_WINDOW);
+        // Another key has its own budget.
+        assert_eq!(limiter.admit("peer:b", start).limited, Limited::Recorded);
+        // The next window starts with the summary of the previous one.
+        let later = start + LIMIT_WINDOW;
+        let decision = limiter.admit("peer:a", later);
+        assert_eq!(decision.limited, Limited::Recorded);
+        assert_eq!(
+            decision.summary,
+            Some(Summary {
+                key: "peer:a".into(),
+                suppressed: 1000 - u64::from(LIMITED_ROWS_PER_WINDOW),
+            })
+        );
+        // A quiet key is summarised by the periodic flush, and its window forgotten.
+        for _ in 0..LIMITED_ROWS_PER_WINDOW + 5 {
+            limiter.admit("peer:c", later);
+        }
+        let summaries = limiter.take_ended(later + LIMIT_WINDOW);
+        assert_eq!(
+            summaries,
+            vec![Summary {
+                key: "peer:c".into(),
+                suppressed: 5
+            }]
+        );
+        assert!(lock(&limiter.windows).is_empty());
+    }
+
+    #[test]
+    fn finding_5_the_limiter_table_is_bounded() {
+        let limiter = Limiter::default();
+        let now = Instant::now();
+        for index in 0..MAX_LIMITED_KEYS + 100 {
+            limiter.admit(&format!("peer:{index}"), now);
+        }
+        assert_eq!(lock(&limiter.windows).len(), MAX_LIMITED_KEYS + 1);
     }
 }

@@ -335,6 +335,7 @@ pub async fn start(
                     Arc::clone(&store),
                     Arc::clone(&media),
                     Arc::clone(&tools),
+                    audit.clone(),
                     turns::node_runtime::DEFAULT_TURN_TIMEOUT,
                 )
                 .with_skills(Arc::clone(&skills)),
@@ -365,6 +366,10 @@ pub async fn start(
     });
     let shutdown = CancellationToken::new();
     tokio::spawn(Arc::clone(&state.memory).run(shutdown.child_token()));
+    tokio::spawn(flush_audit_summaries(
+        state.audit.clone(),
+        shutdown.child_token(),
+    ));
     let router = http::app(Arc::clone(&state));
     let stop = shutdown.clone();
     let engine = Arc::clone(&state.turns);
@@ -376,12 +381,15 @@ pub async fn start(
             }
         });
     let server = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                stop.cancelled().await;
-                engine.shut_down();
-            })
-            .await
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            stop.cancelled().await;
+            engine.shut_down();
+        })
+        .await
     });
     Ok(RunningGateway {
         local_addr,
@@ -389,6 +397,19 @@ pub async fn start(
         shutdown,
         server,
     })
+}
+
+/// Writes the audit trail's suppression summaries once per window, so a peer that flooded and
+/// went quiet is still summarised.
+async fn flush_audit_summaries(audit: Audit, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(audit::LIMIT_WINDOW);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticker.tick() => audit.flush_summaries().await,
+        }
+    }
 }
 
 fn prepare_state_dir(path: &std::path::Path) -> Result<(), GatewayError> {

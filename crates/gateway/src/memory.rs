@@ -49,6 +49,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a watch subscription may stay open.
 const WATCH_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The longest line of a memory watch: each is one short JSON string.
+const MAX_WATCH_LINE_BYTES: usize = 4096;
+
 /// Why a memory call failed, with a stable code.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryServiceError {
@@ -211,8 +214,7 @@ impl MemoryService {
     }
 
     async fn watch(&self, node: &Arc<NodeConnection>) {
-        let (progress, mut lines) =
-            mpsc::channel::<String>(crate::link::registry::PROGRESS_CAPACITY);
+        let (progress, mut lines) = node.progress_lines(MAX_WATCH_LINE_BYTES);
         let request = self.request(node, MemoryOp::Watch);
         let Ok(params) = serde_json::to_value(&request) else {
             return;
@@ -234,25 +236,28 @@ impl MemoryService {
                 return;
             }
         };
-        let mut buffer = String::new();
         let follow = async {
-            while let Some(chunk) = lines.recv().await {
-                buffer.push_str(&chunk);
-                while let Some(end) = buffer.find('\n') {
-                    let line: String = buffer.drain(..=end).collect();
-                    match serde_json::from_str::<String>(line.trim()) {
-                        Ok(event) if event == WATCH_CHANGE => match self.sync(node).await {
-                            Ok(()) => self.stale.store(false, Ordering::SeqCst),
-                            Err(error) => {
-                                tracing::warn!(code = error.code(), error = %error, "memory sync failed");
-                            }
-                        },
-                        Ok(_) => {
-                            tracing::warn!("the node says the memory files are unavailable");
-                            self.stale.store(true, Ordering::SeqCst);
-                        }
-                        Err(_) => tracing::warn!("the node sent a malformed watch line"),
+            loop {
+                let line = match lines.next_line().await {
+                    Ok(Some(line)) => line,
+                    Ok(None) => return,
+                    Err(error) => {
+                        tracing::warn!(error = %error, "the node sent an overlong watch line; restarting the watch");
+                        return;
                     }
+                };
+                match serde_json::from_str::<String>(line.trim()) {
+                    Ok(event) if event == WATCH_CHANGE => match self.sync(node).await {
+                        Ok(()) => self.stale.store(false, Ordering::SeqCst),
+                        Err(error) => {
+                            tracing::warn!(code = error.code(), error = %error, "memory sync failed");
+                        }
+                    },
+                    Ok(_) => {
+                        tracing::warn!("the node says the memory files are unavailable");
+                        self.stale.store(true, Ordering::SeqCst);
+                    }
+                    Err(_) => tracing::warn!("the node sent a malformed watch line"),
                 }
             }
         };

@@ -1,7 +1,10 @@
 //! Gateway-provided tools: tools a turn calls that run on the Gateway, not on the Harness
 //! (today `session_status`). The Gateway offers only what its tool policy allows, and checks a
-//! call again when it arrives: the tool must be allowed and the calling turn must be running.
-//! Every call and every refusal is audited, without arguments or output.
+//! call again when it arrives: the tool must be allowed and the calling turn must be running,
+//! and a call from a node must come for a turn whose `agent.turn` invoke runs on that node's own
+//! connection (`TURN_NOT_OWNED` otherwise).
+//! Every call and every refusal is audited, without arguments or output, with bounded fields and
+//! at most [`crate::audit::LIMITED_ROWS_PER_WINDOW`] rows per caller and minute.
 
 use std::sync::Arc;
 
@@ -16,6 +19,9 @@ use gatehouse_store::Store;
 use gatehouse_store::model::TurnStatus;
 
 use crate::audit::Audit;
+use crate::audit::AuditRow;
+use crate::audit::Limited;
+use crate::link::registry::NodeConnection;
 
 /// `session_status`: the state of the caller's session.
 pub const SESSION_STATUS: &str = "session_status";
@@ -121,17 +127,40 @@ impl GatewayTools {
             .collect()
     }
 
-    /// Runs a call from node `device_id`.
+    /// Runs a call that arrived on the link from `connection`.
     ///
     /// # Errors
-    /// `POLICY_DENIED` for a tool the policy refuses (or one that does not exist), `INVALID_REQUEST`
-    /// for a call from a turn that is not running in that session, and store failures.
+    /// `TURN_NOT_OWNED` when the turn's `agent.turn` invoke does not run on this connection
+    /// (another node's turn, or one that ended), then as [`GatewayTools::call_as`].
     pub async fn call(
         &self,
-        device_id: &str,
+        connection: &NodeConnection,
         params: &GatewayToolParams,
     ) -> Result<GatewayToolResult, WireError> {
-        self.call_as(&format!("node:{device_id}"), params).await
+        let actor = format!("node:{}", connection.device_id);
+        if !connection.runs_turn(&params.session_key, &params.turn_id) {
+            self.deny(&actor, ErrorCode::TurnNotOwned.as_str(), params)
+                .await;
+            return Err(WireError::new(
+                ErrorCode::TurnNotOwned,
+                "this node does not run that turn; a node calls Gateway tools only for its own running turn",
+            ));
+        }
+        self.call_as(&actor, params).await
+    }
+
+    /// Audits (rate-limited per caller) and logs a refused call.
+    async fn deny(&self, actor: &str, code: &str, params: &GatewayToolParams) {
+        let row = AuditRow {
+            actor,
+            action: "gateway.tool.call",
+            outcome: "denied",
+            reason_code: Some(code),
+            details: call_details(params),
+        };
+        if self.audit.record_limited(actor, row).await == Limited::Recorded {
+            tracing::warn!(actor = %crate::audit::bounded_str(actor), code, "gateway tool call refused");
+        }
     }
 
     /// Runs a call on behalf of `actor` (recorded in the audit trail), with the checks of
@@ -144,24 +173,18 @@ impl GatewayTools {
         actor: &str,
         params: &GatewayToolParams,
     ) -> Result<GatewayToolResult, WireError> {
-        let actor = actor.to_owned();
-        let details = serde_json::json!({"tool": params.tool, "sessionKey": params.session_key, "turnId": params.turn_id});
         let known = params.tool == SESSION_STATUS
             || (self.memory.is_some()
                 && [MEMORY_SEARCH, MEMORY_GET].contains(&params.tool.as_str()));
         if !known || !self.allowed(&params.tool) {
-            self.audit
-                .record(
-                    &actor,
-                    "gateway.tool.call",
-                    "denied",
-                    Some("POLICY_DENIED"),
-                    details,
-                )
+            self.deny(actor, ErrorCode::PolicyDenied.as_str(), params)
                 .await;
             return Err(WireError::new(
                 ErrorCode::PolicyDenied,
-                format!("the tool {} is not offered to this turn", params.tool),
+                format!(
+                    "the tool {} is not offered to this turn",
+                    crate::audit::bounded_str(&params.tool)
+                ),
             ));
         }
         let turn = self
@@ -173,15 +196,7 @@ impl GatewayTools {
             turn.session_key == params.session_key && turn.status == TurnStatus::Running
         });
         if !running {
-            self.audit
-                .record(
-                    &actor,
-                    "gateway.tool.call",
-                    "denied",
-                    Some("TURN_NOT_RUNNING"),
-                    details,
-                )
-                .await;
+            self.deny(actor, "TURN_NOT_RUNNING", params).await;
             return Err(WireError::new(
                 ErrorCode::InvalidRequest,
                 "the calling turn is not running in that session",
@@ -196,15 +211,14 @@ impl GatewayTools {
             Ok(_) => ("failed", None),
             Err(error) => ("failed", Some(error.code.clone())),
         };
-        self.audit
-            .record(
-                &actor,
-                "gateway.tool.call",
-                outcome_name,
-                reason.as_deref(),
-                details,
-            )
-            .await;
+        let row = AuditRow {
+            actor,
+            action: "gateway.tool.call",
+            outcome: outcome_name,
+            reason_code: reason.as_deref(),
+            details: call_details(params),
+        };
+        self.audit.record_limited(actor, row).await;
         outcome
     }
 
@@ -304,6 +318,12 @@ impl GatewayTools {
             },
         })
     }
+}
+
+/// The audit details of a call: which tool, for which session and turn (bounded by the audit
+/// trail), never its arguments or output.
+fn call_details(params: &GatewayToolParams) -> serde_json::Value {
+    serde_json::json!({"tool": params.tool, "sessionKey": params.session_key, "turnId": params.turn_id})
 }
 
 fn store_error(error: gatehouse_store::StoreError) -> WireError {

@@ -190,12 +190,17 @@ impl WorkspaceClient {
                     WorkspaceError::Unavailable
                 }
                 (
-                    InvokeError::Disconnected | InvokeError::Timeout(_) | InvokeError::Malformed,
+                    InvokeError::Disconnected
+                    | InvokeError::Timeout(_)
+                    | InvokeError::Malformed
+                    | InvokeError::Overrun { .. },
                     Effect::Write,
                 ) => WorkspaceError::UnknownOutcome,
                 (InvokeError::Disconnected, Effect::Read) => WorkspaceError::Unavailable,
                 (InvokeError::Timeout(_), Effect::Read) => WorkspaceError::Timeout,
-                (InvokeError::Malformed, Effect::Read) => WorkspaceError::Corrupt,
+                (InvokeError::Malformed | InvokeError::Overrun { .. }, Effect::Read) => {
+                    WorkspaceError::Corrupt
+                }
                 (InvokeError::Remote(error), _) => WorkspaceError::Remote(error),
             })
     }

@@ -59,6 +59,29 @@ pub enum ErrorCode {
     SetupCodeInvalid,
     /// A frame is larger than the limit for the connection state.
     FrameTooLarge,
+    /// A `node.invoke.progress` chunk is larger than
+    /// [`crate::invoke::MAX_PROGRESS_CHUNK_BYTES`]; the Gateway fails that invoke.
+    ProgressChunkTooLarge,
+    /// A line streamed through progress chunks grew past its bound without a newline; the
+    /// Gateway fails that invoke.
+    ProgressLineTooLong,
+    /// A node sent progress faster than its caller took it, past the bytes the Gateway buffers
+    /// for one connection; the Gateway fails that invoke. Retrying later may succeed.
+    NodeBufferExhausted,
+    /// The session is bound to a node that is not connected; the turn fails rather than run on
+    /// another node. Reconnect that node, or move the session explicitly.
+    SessionNodeUnavailable,
+    /// A node acted for a turn whose invoke does not run on its own connection (another node's
+    /// turn, or one that ended); refused and audited.
+    TurnNotOwned,
+    /// A node tried to commit a message with a role other than `assistant` or `tool`; the turn
+    /// fails.
+    RoleNotAllowed,
+    /// The session has a running turn, so it cannot be moved now; retry after the turn ends.
+    SessionBusy,
+    /// An event-stream subscriber fell further behind than the Gateway buffers for it; the
+    /// stream ends and the client resumes from the durable log with `after=`.
+    SlowConsumer,
     /// The command is not declared by the node or not known to it.
     UnknownCommand,
     /// The peer that would serve the request is not connected.
@@ -100,6 +123,14 @@ impl ErrorCode {
         ErrorCode::DeviceAuthFailed,
         ErrorCode::SetupCodeInvalid,
         ErrorCode::FrameTooLarge,
+        ErrorCode::ProgressChunkTooLarge,
+        ErrorCode::ProgressLineTooLong,
+        ErrorCode::NodeBufferExhausted,
+        ErrorCode::SessionNodeUnavailable,
+        ErrorCode::TurnNotOwned,
+        ErrorCode::RoleNotAllowed,
+        ErrorCode::SessionBusy,
+        ErrorCode::SlowConsumer,
         ErrorCode::UnknownCommand,
         ErrorCode::Unavailable,
         ErrorCode::DependencyUnavailable,
@@ -135,6 +166,14 @@ impl ErrorCode {
             ErrorCode::DeviceAuthFailed => "DEVICE_AUTH_FAILED",
             ErrorCode::SetupCodeInvalid => "SETUP_CODE_INVALID",
             ErrorCode::FrameTooLarge => "FRAME_TOO_LARGE",
+            ErrorCode::ProgressChunkTooLarge => "PROGRESS_CHUNK_TOO_LARGE",
+            ErrorCode::ProgressLineTooLong => "PROGRESS_LINE_TOO_LONG",
+            ErrorCode::NodeBufferExhausted => "NODE_BUFFER_EXHAUSTED",
+            ErrorCode::SessionNodeUnavailable => "SESSION_NODE_UNAVAILABLE",
+            ErrorCode::TurnNotOwned => "TURN_NOT_OWNED",
+            ErrorCode::RoleNotAllowed => "ROLE_NOT_ALLOWED",
+            ErrorCode::SessionBusy => "SESSION_BUSY",
+            ErrorCode::SlowConsumer => "SLOW_CONSUMER",
             ErrorCode::UnknownCommand => "UNKNOWN_COMMAND",
             ErrorCode::Unavailable => "UNAVAILABLE",
             ErrorCode::DependencyUnavailable => "DEPENDENCY_UNAVAILABLE",

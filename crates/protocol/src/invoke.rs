@@ -16,6 +16,12 @@ use crate::error::WireError;
 /// The largest `chunk` of one progress message, in bytes of UTF-8.
 pub const MAX_PROGRESS_CHUNK_BYTES: usize = 16 * 1024;
 
+/// The longest line a streaming command may send through progress chunks (one worker event or
+/// one app-server message), newline excluded: room for a checkpoint of
+/// [`crate::worker::MAX_CHECKPOINT_BYTES`] in base64 with its manifest. A longer line fails the
+/// invoke with `PROGRESS_LINE_TOO_LONG`.
+pub const MAX_PROGRESS_LINE_BYTES: usize = 24 * 1024 * 1024;
+
 /// Payload of the `node.invoke.request` event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -37,6 +37,7 @@ use crate::model::NewTurnMessage;
 use crate::model::NewUserMessage;
 use crate::model::NodeRecord;
 use crate::model::NodeSeen;
+use crate::model::SessionMove;
 use crate::model::SessionRecord;
 use crate::model::TurnEnd;
 use crate::model::TurnRecord;
@@ -223,4 +224,35 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// Storage failures.
     async fn codex_thread(&self, session_key: &str) -> Result<Option<String>>;
+
+    /// Returns the node `session_key` is bound to; `None` when it is unbound or does not exist.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn session_node(&self, session_key: &str) -> Result<Option<String>>;
+
+    /// Binds `session_key` to `node_id` unless it is bound already, and returns the node it is
+    /// bound to afterwards: an existing binding always wins, so two dispatchers racing cannot
+    /// bind one session to two nodes.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when the session does not exist; storage failures.
+    async fn bind_session_node(
+        &self,
+        session_key: &str,
+        node_id: &str,
+        now_ms: i64,
+    ) -> Result<String>;
+
+    /// Binds `session_key` to `to` (`None`: unbound, so the next dispatch binds it afresh), in
+    /// one transaction that first checks no turn of the session is running.
+    ///
+    /// # Errors
+    /// Storage failures; every refusal is a [`SessionMove`].
+    async fn move_session_node(
+        &self,
+        session_key: &str,
+        to: Option<&str>,
+        now_ms: i64,
+    ) -> Result<SessionMove>;
 }

@@ -291,6 +291,8 @@ pub struct SessionRecord {
     pub runtime: String,
     /// The running turn, if any.
     pub active_turn_id: Option<String>,
+    /// The node the session is bound to, once its first turn was dispatched.
+    pub node_id: Option<String>,
     /// When it was created.
     pub created_at_ms: i64,
     /// When it last changed.
@@ -340,4 +342,23 @@ pub struct EventRecord {
     pub payload: Value,
     /// When it happened.
     pub created_at_ms: i64,
+}
+
+/// The outcome of [`crate::Store::move_session_node`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionMove {
+    /// The binding changed; `from` is the node it was bound to before (if any).
+    Moved {
+        /// The earlier binding.
+        from: Option<String>,
+    },
+    /// The session was already bound as asked; nothing changed.
+    Unchanged,
+    /// A turn of the session is running, so nothing changed.
+    Busy {
+        /// The running turn.
+        turn_id: String,
+    },
+    /// No such session.
+    NotFound,
 }

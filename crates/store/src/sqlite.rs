@@ -28,6 +28,7 @@ use crate::model::NewUserMessage;
 use crate::model::NodeRecord;
 use crate::model::NodeSeen;
 use crate::model::QueueMode;
+use crate::model::SessionMove;
 use crate::model::SessionRecord;
 use crate::model::TurnEnd;
 use crate::model::TurnRecord;
@@ -581,7 +582,7 @@ impl Store for SqliteStore {
 
     async fn sessions(&self) -> Result<Vec<SessionRecord>> {
         let rows = sqlx::query(
-            "SELECT s.session_key, s.runtime, s.created_at_ms, s.updated_at_ms, \
+            "SELECT s.session_key, s.runtime, s.node_id, s.created_at_ms, s.updated_at_ms, \
              (SELECT turn_id FROM turns t WHERE t.session_key = s.session_key AND t.status = 'running' LIMIT 1) AS active_turn_id \
              FROM sessions s ORDER BY s.session_key",
         )
@@ -594,6 +595,7 @@ impl Store for SqliteStore {
                 session_key: get(row, "session_key")?,
                 runtime: get(row, "runtime")?,
                 active_turn_id: get(row, "active_turn_id")?,
+                node_id: get(row, "node_id")?,
                 created_at_ms: get(row, "created_at_ms")?,
                 updated_at_ms: get(row, "updated_at_ms")?,
             });
@@ -727,6 +729,96 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| map_error(e, "codex thread"))?;
         row.map(|row| get(&row, "thread_id")).transpose()
+    }
+
+    async fn session_node(&self, session_key: &str) -> Result<Option<String>> {
+        let node: Option<Option<String>> =
+            sqlx::query_scalar("SELECT node_id FROM sessions WHERE session_key = ?")
+                .bind(session_key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| map_error(e, "session"))?;
+        Ok(node.flatten())
+    }
+
+    async fn bind_session_node(
+        &self,
+        session_key: &str,
+        node_id: &str,
+        now_ms: i64,
+    ) -> Result<String> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "session node"))?;
+        sqlx::query(
+            "UPDATE sessions SET node_id = ?, node_bound_at_ms = ? \
+             WHERE session_key = ? AND node_id IS NULL",
+        )
+        .bind(node_id)
+        .bind(now_ms)
+        .bind(session_key)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "session node"))?;
+        let bound: Option<Option<String>> =
+            sqlx::query_scalar("SELECT node_id FROM sessions WHERE session_key = ?")
+                .bind(session_key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "session node"))?;
+        let Some(Some(bound)) = bound else {
+            return Err(StoreError::NotFound { what: "session" });
+        };
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "session node"))?;
+        Ok(bound)
+    }
+
+    async fn move_session_node(
+        &self,
+        session_key: &str,
+        to: Option<&str>,
+        now_ms: i64,
+    ) -> Result<SessionMove> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "session node"))?;
+        let current: Option<Option<String>> =
+            sqlx::query_scalar("SELECT node_id FROM sessions WHERE session_key = ?")
+                .bind(session_key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "session node"))?;
+        let Some(from) = current else {
+            return Ok(SessionMove::NotFound);
+        };
+        let running: Option<String> = sqlx::query_scalar(
+            "SELECT turn_id FROM turns WHERE session_key = ? AND status = 'running' LIMIT 1",
+        )
+        .bind(session_key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        if let Some(turn_id) = running {
+            return Ok(SessionMove::Busy { turn_id });
+        }
+        if from.as_deref() == to {
+            return Ok(SessionMove::Unchanged);
+        }
+        sqlx::query("UPDATE sessions SET node_id = ?, node_bound_at_ms = ? WHERE session_key = ?")
+            .bind(to)
+            .bind(to.map(|_| now_ms))
+            .bind(session_key)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "session node"))?;
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "session node"))?;
+        Ok(SessionMove::Moved { from })
     }
 }
 

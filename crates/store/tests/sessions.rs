@@ -304,3 +304,80 @@ async fn a_codex_thread_binding_is_kept_and_replaced_per_session() {
     );
     assert_eq!(store.codex_thread("nope").await.unwrap(), None);
 }
+
+#[tokio::test]
+async fn finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle() {
+    use gatehouse_store::model::SessionMove;
+    let (_dir, store) = open().await;
+    store
+        .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    assert_eq!(store.session_node("s").await.unwrap(), None);
+    // The first binding wins; a second dispatcher learns the owner instead of rebinding.
+    assert_eq!(
+        store.bind_session_node("s", "node-a", 1).await.unwrap(),
+        "node-a"
+    );
+    assert_eq!(
+        store.bind_session_node("s", "node-b", 2).await.unwrap(),
+        "node-a"
+    );
+    assert!(store.bind_session_node("nope", "node-a", 3).await.is_err());
+    assert_eq!(
+        store.sessions().await.unwrap()[0].node_id.as_deref(),
+        Some("node-a")
+    );
+
+    // A running turn blocks a move.
+    let claimed = store.claim_next_turn("s", 4).await.unwrap().unwrap();
+    assert_eq!(
+        store
+            .move_session_node("s", Some("node-b"), 5)
+            .await
+            .unwrap(),
+        SessionMove::Busy {
+            turn_id: claimed.turn_id.clone()
+        }
+    );
+    store
+        .finish_turn(
+            &claimed.turn_id,
+            &TurnEnd {
+                status: TurnStatus::Completed,
+                reply: Some("ok".into()),
+                error_code: None,
+                error_message: None,
+                now_ms: 6,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .move_session_node("s", Some("node-b"), 7)
+            .await
+            .unwrap(),
+        SessionMove::Moved {
+            from: Some("node-a".into())
+        }
+    );
+    assert_eq!(
+        store
+            .move_session_node("s", Some("node-b"), 8)
+            .await
+            .unwrap(),
+        SessionMove::Unchanged
+    );
+    assert_eq!(
+        store.move_session_node("s", None, 9).await.unwrap(),
+        SessionMove::Moved {
+            from: Some("node-b".into())
+        }
+    );
+    assert_eq!(store.session_node("s").await.unwrap(), None);
+    assert_eq!(
+        store.move_session_node("nope", None, 10).await.unwrap(),
+        SessionMove::NotFound
+    );
+}

@@ -6,22 +6,19 @@ use std::time::Duration;
 use std::time::Instant;
 
 use base64::Engine;
-use ed25519_dalek::Signer;
-use ed25519_dalek::SigningKey;
 use futures_util::SinkExt;
 use futures_util::StreamExt;
 use gatehouse_protocol::frame::Frame;
-use gatehouse_protocol::handshake::ClientInfo;
 use gatehouse_protocol::handshake::ConnectAuth;
 use gatehouse_protocol::handshake::ConnectChallenge;
-use gatehouse_protocol::handshake::ConnectParams;
-use gatehouse_protocol::handshake::DeviceProof;
-use gatehouse_protocol::handshake::SignatureFields;
-use gatehouse_protocol::handshake::device_signature_payload_v3;
 use pretty_assertions::assert_eq;
-use sha2::Digest;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::suite::hostile::Device;
+use crate::suite::hostile::Spoil;
+use crate::suite::hostile::bootstrap_token;
+use crate::suite::hostile::connect_frame;
+use crate::suite::hostile::read_challenge;
 use crate::suite::support::Gateway;
 use crate::suite::support::WAIT;
 use crate::suite::support::files_under;
@@ -351,95 +348,6 @@ async fn v1_routes_require_the_operator_token() {
     );
 }
 
-/// A device key for crafted handshakes.
-struct Device {
-    key: SigningKey,
-    public_key: String,
-    id: String,
-}
-
-impl Device {
-    fn new(seed: u8) -> Self {
-        let key = SigningKey::from_bytes(&[seed; 32]);
-        let raw = key.verifying_key().to_bytes();
-        Self {
-            public_key: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw),
-            id: hex::encode(sha2::Sha256::digest(raw)),
-            key,
-        }
-    }
-}
-
-/// How to spoil a correct handshake.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Spoil {
-    Nothing,
-    Signature,
-    SignedAt(i64),
-    DeviceId,
-}
-
-fn connect_frame(
-    challenge: &ConnectChallenge,
-    device: &Device,
-    auth: ConnectAuth,
-    spoil: Spoil,
-) -> String {
-    let signed_at = match spoil {
-        Spoil::SignedAt(offset) => challenge.ts + offset,
-        Spoil::Nothing | Spoil::Signature | Spoil::DeviceId => challenge.ts,
-    };
-    let id = match spoil {
-        Spoil::DeviceId => "0".repeat(64),
-        Spoil::Nothing | Spoil::Signature | Spoil::SignedAt(_) => device.id.clone(),
-    };
-    let payload = device_signature_payload_v3(&SignatureFields {
-        device_id: &id,
-        client_id: "node-host",
-        client_mode: "node",
-        role: "node",
-        scopes: &[],
-        signed_at_ms: signed_at,
-        token: auth.signed_token(),
-        nonce: &challenge.nonce,
-        platform: "linux",
-        device_family: "server",
-    });
-    let signed = match spoil {
-        Spoil::Signature => format!("{payload}tampered"),
-        Spoil::Nothing | Spoil::SignedAt(_) | Spoil::DeviceId => payload,
-    };
-    let signature = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(device.key.sign(signed.as_bytes()).to_bytes());
-    let params = ConnectParams {
-        min_protocol: 3,
-        max_protocol: 4,
-        client: ClientInfo {
-            id: "node-host".into(),
-            display_name: Some("crafted".into()),
-            version: "test".into(),
-            platform: "linux".into(),
-            device_family: Some("server".into()),
-            mode: "node".into(),
-        },
-        role: "node".into(),
-        scopes: vec![],
-        commands: vec![],
-        device: Some(DeviceProof {
-            id,
-            public_key: device.public_key.clone(),
-            signature,
-            signed_at,
-            nonce: challenge.nonce.clone(),
-        }),
-        auth: Some(auth),
-        runtime: Some("native".into()),
-        workspace_root: None,
-    };
-    serde_json::json!({"type": "req", "id": "c1", "method": "connect", "params": params})
-        .to_string()
-}
-
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
     Hello,
@@ -459,21 +367,7 @@ async fn handshake(gateway: &Gateway, frame: impl FnOnce(&ConnectChallenge) -> S
     let (mut socket, _) = tokio_tungstenite::connect_async(gateway.ws_url())
         .await
         .unwrap();
-    let challenge = match tokio::time::timeout(WAIT, socket.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap()
-    {
-        Message::Text(text) => match serde_json::from_str::<Frame>(&text).unwrap() {
-            Frame::Event(event) => {
-                assert_eq!(event.event, "connect.challenge");
-                serde_json::from_value::<ConnectChallenge>(event.payload.unwrap()).unwrap()
-            }
-            other => panic!("expected the challenge, got {other:?}"),
-        },
-        other => panic!("expected text, got {other:?}"),
-    };
+    let challenge = read_challenge(&mut socket).await;
     socket
         .send(Message::Text(frame(&challenge).into()))
         .await
@@ -512,15 +406,6 @@ async fn handshake(gateway: &Gateway, frame: impl FnOnce(&ConnectChallenge) -> S
             None => Outcome::Closed { close_reason },
         };
     }
-}
-
-fn bootstrap_token(setup_code: &str) -> String {
-    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(setup_code)
-        .unwrap();
-    let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
-    assert_eq!(value["v"], 1);
-    value["bootstrapToken"].as_str().unwrap().to_owned()
 }
 
 fn refused(code: &str, reason: &str) -> Outcome {

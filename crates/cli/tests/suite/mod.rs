@@ -5,6 +5,8 @@ mod codex;
 mod config_file;
 mod deploy;
 mod doctor;
+mod hostile;
+mod hostile_node;
 mod link;
 mod memory;
 mod mock_model;

@@ -261,12 +261,13 @@ async fn model_errors_dead_workers_and_dead_nodes_fail_the_turn_and_the_next_one
     setup.node.kill();
     let lost = wait_turn(&setup.gateway, &hanging).await;
     assert_eq!(lost["error"]["code"], "DEPENDENCY_UNAVAILABLE", "{lost}");
-    // No node: the next turn fails the same way and the Gateway does not run it itself.
+    // No node: the next turn fails, because the session's own node is gone (it is bound to
+    // it), and the Gateway does not run it itself.
     let before = crate::suite::support::mock_requests(&setup.mock_url)
         .await
         .len();
     let offline = turn(&setup.gateway, "s", "/say offline").await;
-    assert_eq!(offline["error"]["code"], "DEPENDENCY_UNAVAILABLE");
+    assert_eq!(offline["error"]["code"], "SESSION_NODE_UNAVAILABLE");
     let after = crate::suite::support::mock_requests(&setup.mock_url)
         .await
         .len();

@@ -42,6 +42,7 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route("/sessions/{key}/events", get(sessions::session_events))
         .route("/sessions/{key}/abort", post(sessions::abort_session))
         .route("/sessions/{key}/stop", post(sessions::stop_session))
+        .route("/sessions/{key}/move", post(sessions::move_session))
         .route("/turns/{turn_id}", get(sessions::get_turn))
         .route("/media", post(media::upload_media))
         .route("/media/{media_id}", get(media::download_media))

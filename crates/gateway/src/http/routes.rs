@@ -6,7 +6,6 @@ use axum::Json;
 use axum::extract::Path;
 use axum::extract::Query;
 use axum::extract::State;
-use axum::extract::WebSocketUpgrade;
 use axum::http::StatusCode;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -26,7 +25,6 @@ use serde::Deserialize;
 use crate::GatewayState;
 use crate::clock::now_ms;
 use crate::http::error::ApiError;
-use crate::link::ws::MAX_WS_MESSAGE_BYTES;
 use crate::setup_code;
 
 pub(crate) async fn healthz() -> Json<serde_json::Value> {
@@ -160,13 +158,9 @@ pub(crate) async fn metrics(State(state): State<Arc<GatewayState>>) -> Response 
 
 pub(crate) async fn node_socket(
     State(state): State<Arc<GatewayState>>,
-    upgrade: WebSocketUpgrade,
+    request: axum::extract::Request,
 ) -> Response {
-    let context = state.link.clone();
-    upgrade
-        .max_message_size(MAX_WS_MESSAGE_BYTES)
-        .max_frame_size(MAX_WS_MESSAGE_BYTES)
-        .on_upgrade(move |socket| crate::link::ws::serve_socket(context, socket))
+    crate::link::ws::upgrade(state.link.clone(), request)
 }
 
 pub(crate) async fn not_found() -> ApiError {

@@ -19,12 +19,13 @@ use gatehouse_store::StoreError;
 use gatehouse_store::model::QueueMode;
 use gatehouse_store::model::TurnRecord;
 use serde::Deserialize;
-use tokio::sync::broadcast::error::RecvError;
 
 use crate::GatewayState;
 use crate::http::error::ApiError;
 use crate::turns::IncomingMessage;
+use crate::turns::events::Lagged;
 use crate::turns::events::SessionEvent;
+use crate::turns::events::Subscription;
 
 /// The longest user text accepted, in bytes.
 pub(crate) const MAX_TEXT_BYTES: usize = 256 * 1024;
@@ -141,8 +142,9 @@ pub(crate) async fn get_turn(
         }
         match tokio::time::timeout_at(deadline, events.recv()).await {
             Err(_elapsed) => return Ok(Json(turn_json(&turn))),
-            Ok(Ok(_) | Err(RecvError::Lagged(_))) => {}
-            Ok(Err(RecvError::Closed)) => return Ok(Json(turn_json(&turn))),
+            Ok(Ok(_)) => {}
+            // Dropped for falling behind: subscribe afresh, then look at the turn again.
+            Ok(Err(Lagged)) => events = state.hub.subscribe(&turn.session_key),
         }
     }
 }
@@ -166,6 +168,9 @@ pub(crate) async fn list_sessions(
             });
             if let Some(active) = session.active_turn_id {
                 row["activeTurnId"] = active.into();
+            }
+            if let Some(node_id) = session.node_id {
+                row["nodeId"] = node_id.into();
             }
             row
         })
@@ -226,6 +231,105 @@ pub(crate) struct EventsQuery {
     after: Option<i64>,
 }
 
+/// How many durable events the stream reads from the store at a time when it replays `after=`.
+const REPLAY_PAGE: u32 = 100;
+
+/// Where an event stream is: replaying the durable log, following live events, or done.
+enum StreamPhase {
+    Replay(std::collections::VecDeque<SessionEvent>),
+    Live,
+    Done,
+}
+
+struct EventStream {
+    state: Arc<GatewayState>,
+    session_key: String,
+    live: Subscription,
+    /// The seq of the last durable event sent.
+    last: i64,
+    /// The last durable event published before the subscription; later ones arrive live.
+    replay_until: i64,
+    phase: StreamPhase,
+}
+
+impl EventStream {
+    /// Returns the next SSE event, or `None` when the stream ends.
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            match &mut self.phase {
+                StreamPhase::Replay(page) => {
+                    if let Some(event) = page.pop_front() {
+                        self.last = event.seq;
+                        return Some(sse_event(&event));
+                    }
+                    match self.next_page().await {
+                        Ok(Some(page)) => self.phase = StreamPhase::Replay(page),
+                        Ok(None) => self.phase = StreamPhase::Live,
+                        Err(()) => {
+                            self.phase = StreamPhase::Done;
+                            return None;
+                        }
+                    }
+                }
+                StreamPhase::Live => match self.live.recv().await {
+                    Ok(event) if event.durable && event.seq <= self.last => {}
+                    Ok(event) => {
+                        if event.durable {
+                            self.last = event.seq;
+                        }
+                        return Some(sse_event(&event));
+                    }
+                    Err(Lagged) => {
+                        // The client is too slow: it is dropped with a clear last event and
+                        // resumes from the durable log with `after`.
+                        self.phase = StreamPhase::Done;
+                        let code = gatehouse_protocol::error::ErrorCode::SlowConsumer;
+                        return Some(Event::default().event("stream.dropped").data(
+                            serde_json::json!({"code": code.as_str(), "message": "the client fell too far behind; reconnect with after=resumeAfter", "resumeAfter": self.last}).to_string(),
+                        ));
+                    }
+                },
+                StreamPhase::Done => return None,
+            }
+        }
+    }
+
+    /// Reads the next page of durable events after the last one sent, up to `replay_until`;
+    /// `None` when there is none left.
+    async fn next_page(&self) -> Result<Option<std::collections::VecDeque<SessionEvent>>, ()> {
+        let stored = match self
+            .state
+            .store
+            .events_after(&self.session_key, self.last, REPLAY_PAGE)
+            .await
+        {
+            Ok(stored) => stored,
+            Err(error) => {
+                tracing::error!(error = %error, session_key = %self.session_key, "cannot replay session events");
+                return Err(());
+            }
+        };
+        let page: std::collections::VecDeque<SessionEvent> = stored
+            .into_iter()
+            .filter(|event| event.seq <= self.replay_until)
+            .map(|event| SessionEvent {
+                seq: event.seq,
+                kind: event.kind,
+                payload: event.payload,
+                durable: true,
+            })
+            .collect();
+        match page.is_empty() {
+            true => Ok(None),
+            false => Ok(Some(page)),
+        }
+    }
+}
+
+/// `GET /v1/sessions/{key}/events`: the durable log after `after=`, then live events. Nothing
+/// is buffered for the client beyond its subscription's bounds (see
+/// [`crate::turns::events`]): the stream pulls the next event only when the connection takes
+/// it, and a client that falls behind ends with `stream.dropped` (`SLOW_CONSUMER`).
 pub(crate) async fn session_events(
     State(state): State<Arc<GatewayState>>,
     Path(session_key): Path<String>,
@@ -233,52 +337,33 @@ pub(crate) async fn session_events(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     check_session_key(&session_key)?;
     // Subscribe before reading the log, so nothing falls between the two.
-    let mut live = state.hub.subscribe(&session_key);
+    let (live, replay_until) = state.hub.subscribe_from(&session_key);
     let after = query.after.unwrap_or(0);
-    let stored = state
-        .store
-        .events_after(&session_key, after, 10_000)
-        .await
-        .map_err(|error| store_error(&error))?;
-    let stream = async_stream(move |sender| async move {
-        let mut last = after;
-        for event in stored {
-            last = event.seq;
-            let event = SessionEvent {
-                seq: event.seq,
-                kind: event.kind,
-                payload: event.payload,
-                durable: true,
-            };
-            if sender.send(sse_event(&event)).await.is_err() {
-                return;
-            }
+    let mut stream = EventStream {
+        state: Arc::clone(&state),
+        session_key,
+        live,
+        last: after,
+        replay_until,
+        phase: StreamPhase::Replay(std::collections::VecDeque::new()),
+    };
+    // The first page is read now, so a store failure is an error answer, not an empty stream.
+    match stream.next_page().await {
+        Ok(Some(page)) => stream.phase = StreamPhase::Replay(page),
+        Ok(None) => stream.phase = StreamPhase::Live,
+        Err(()) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "STORE_UNAVAILABLE",
+                "the gateway store failed; retry later",
+            ));
         }
-        loop {
-            match live.recv().await {
-                Ok(event) if event.durable && event.seq <= last => {}
-                Ok(event) => {
-                    if event.durable {
-                        last = event.seq;
-                    }
-                    if sender.send(sse_event(&event)).await.is_err() {
-                        return;
-                    }
-                }
-                Err(RecvError::Lagged(_)) => {
-                    // The client is too slow: it is dropped with a clear last event and resumes
-                    // from the durable log with `after`.
-                    let dropped = Event::default().event("stream.dropped").data(
-                        serde_json::json!({"code": "SLOW_CONSUMER", "message": "the client fell too far behind; reconnect with after=resumeAfter", "resumeAfter": last}).to_string(),
-                    );
-                    let _ = sender.send(dropped).await;
-                    return;
-                }
-                Err(RecvError::Closed) => return,
-            }
-        }
+    }
+    let events = futures_util::stream::unfold(stream, |mut stream| async move {
+        let event = stream.next().await?;
+        Some((Ok(event), stream))
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
 fn sse_event(event: &SessionEvent) -> Event {
@@ -292,19 +377,6 @@ fn sse_event(event: &SessionEvent) -> Event {
         true => built.id(event.seq.to_string()),
         false => built,
     }
-}
-
-/// Turns a producer that sends events into a stream, with a small bounded buffer.
-fn async_stream<F, Fut>(producer: F) -> impl Stream<Item = Result<Event, Infallible>>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);
-    tokio::spawn(producer(sender));
-    futures_util::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|event| (Ok(event), receiver))
-    })
 }
 
 async fn load_turn(state: &GatewayState, turn_id: &str) -> Result<TurnRecord, ApiError> {
@@ -367,20 +439,55 @@ fn store_error(error: &StoreError) -> ApiError {
     }
 }
 
-/// `POST /v1/sessions/{key}/stop`: stops the session's native worker on the node and frees its
-/// slot. The transcript stays; the next message starts a new worker.
+/// `POST /v1/sessions/{key}/stop`: stops the session's native worker on the session's own node
+/// and frees its slot. The transcript stays; the next message starts a new worker. A session
+/// that is bound to no node has no worker: nothing is sent anywhere.
 pub(crate) async fn stop_session(
     State(state): State<Arc<GatewayState>>,
     Path(session_key): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    use gatehouse_protocol::worker::AGENT_SESSION_STOP;
     check_session_key(&session_key)?;
     let aborted = state.turns.abort(&session_key);
-    let Some(node) = state.registry.find_serving(&[AGENT_SESSION_STOP]) else {
+    let owner = state
+        .store
+        .session_node(&session_key)
+        .await
+        .map_err(|error| store_error(&error))?;
+    let stopped = match owner {
+        Some(owner) => stop_worker(&state, &owner, &session_key).await?,
+        None => false,
+    };
+    state
+        .audit
+        .record(
+            "operator",
+            "session.stop",
+            "succeeded",
+            None,
+            serde_json::json!({"sessionKey": session_key, "stopped": stopped}),
+        )
+        .await;
+    Ok(Json(
+        serde_json::json!({"stopped": stopped, "aborted": aborted}),
+    ))
+}
+
+/// Stops the worker of `session_key` on node `node_id`; returns whether one was running.
+async fn stop_worker(
+    state: &GatewayState,
+    node_id: &str,
+    session_key: &str,
+) -> Result<bool, ApiError> {
+    use gatehouse_protocol::worker::AGENT_SESSION_STOP;
+    let Some(node) = state
+        .registry
+        .get(node_id)
+        .filter(|node| node.serves_all(&[AGENT_SESSION_STOP]))
+    else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "DEPENDENCY_UNAVAILABLE",
-            "no Harness node hosting native workers is connected",
+            "the session's Harness node is not connected",
         ));
     };
     let params = serde_json::json!({"sessionKey": session_key});
@@ -395,18 +502,98 @@ pub(crate) async fn stop_session(
                 format!("the node did not stop the session: {error}"),
             )
         })?;
-    let stopped = answer["stopped"].as_bool().unwrap_or(false);
+    Ok(answer["stopped"].as_bool().unwrap_or(false))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MoveBody {
+    node: Option<String>,
+}
+
+/// `POST /v1/sessions/{key}/move` with `{"node"?: ID}`: binds the session to node `ID` (an
+/// enrolled node), or with no node unbinds it so that its next turn binds it to whichever node
+/// serves the native runtime. Refused with `409 SESSION_BUSY` while a turn runs. The worker on
+/// the old node is stopped when that node is connected; the next turn rebuilds the session
+/// workspace on the new node from the latest checkpoint. Audited as `session.moved`.
+pub(crate) async fn move_session(
+    State(state): State<Arc<GatewayState>>,
+    Path(session_key): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    use gatehouse_store::model::SessionMove;
+    check_session_key(&session_key)?;
+    let body: MoveBody = match body.is_empty() {
+        true => MoveBody::default(),
+        false => serde_json::from_slice(&body)
+            .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))?,
+    };
+    if let Some(node) = &body.node {
+        let enrolled = state
+            .store
+            .node(node)
+            .await
+            .map_err(|error| store_error(&error))?;
+        if enrolled.is_none() {
+            return Err(ApiError::not_found("no enrolled node has that id"));
+        }
+    }
+    let to = body.node.as_deref();
+    let outcome = state
+        .store
+        .move_session_node(&session_key, to, crate::clock::now_ms())
+        .await
+        .map_err(|error| store_error(&error))?;
+    let from = match outcome {
+        SessionMove::Moved { from } => from,
+        SessionMove::Unchanged => return Ok(Json(serde_json::json!({"moved": false}))),
+        SessionMove::NotFound => {
+            return Err(ApiError::not_found(format!("no session {session_key}")));
+        }
+        SessionMove::Busy { turn_id } => {
+            let code = gatehouse_protocol::error::ErrorCode::SessionBusy;
+            state
+                .audit
+                .record(
+                    "operator",
+                    "session.moved",
+                    "denied",
+                    Some(code.as_str()),
+                    serde_json::json!({"sessionKey": session_key, "to": to, "turnId": turn_id}),
+                )
+                .await;
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                code.as_str(),
+                format!(
+                    "turn {turn_id} of this session is running; move it after the turn ends (or abort it)"
+                ),
+            ));
+        }
+    };
+    // The old node keeps no worker for a session it no longer owns. It may be gone: the move
+    // stands either way, and it never receives the session again unless moved back.
+    let stopped = match &from {
+        Some(old) if Some(old.as_str()) != to => match stop_worker(&state, old, &session_key).await
+        {
+            Ok(stopped) => stopped,
+            Err(_) => {
+                tracing::info!(session_key, device_id = %old, "the session's old node is not connected; its worker was not stopped");
+                false
+            }
+        },
+        Some(_) | None => false,
+    };
     state
         .audit
         .record(
             "operator",
-            "session.stop",
+            "session.moved",
             "succeeded",
             None,
-            serde_json::json!({"sessionKey": session_key, "stopped": stopped}),
+            serde_json::json!({"sessionKey": session_key, "from": from, "to": to, "workerStopped": stopped}),
         )
         .await;
-    Ok(Json(
-        serde_json::json!({"stopped": stopped, "aborted": aborted}),
-    ))
+    tracing::info!(session_key, from = ?from, to = ?to, "session moved");
+    Ok(Json(serde_json::json!({"moved": true})))
 }

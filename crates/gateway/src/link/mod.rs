@@ -6,6 +6,7 @@
 //! mode can use in-process channels carrying the same frames.
 
 pub mod handshake;
+pub mod progress;
 pub mod registry;
 pub mod session;
 pub mod ws;

@@ -1,12 +1,14 @@
 //! [`NodeRegistry`]: the connected nodes, and invoking a command on one of them.
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::frame::EventFrame;
 use gatehouse_protocol::frame::Frame;
@@ -17,6 +19,11 @@ use gatehouse_protocol::invoke::InvokeResult;
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
+use crate::link::progress::ByteBudget;
+use crate::link::progress::ChunkRefusal;
+use crate::link::progress::MAX_CONNECTION_BUFFERED_BYTES;
+use crate::link::progress::ProgressLines;
+use crate::link::progress::ProgressSink;
 use crate::link::session::Outbound;
 
 /// Why an invoke did not produce a result.
@@ -46,6 +53,13 @@ pub enum InvokeError {
     /// The node's answer is not valid JSON of the expected shape.
     #[error("the node sent a malformed result")]
     Malformed,
+    /// The node sent more than the Gateway holds for an invoke (a progress chunk over 16 KiB,
+    /// or progress past the connection's buffer); the invoke was failed with `code`.
+    #[error("the node overran the gateway's progress bounds ({code})")]
+    Overrun {
+        /// `PROGRESS_CHUNK_TOO_LARGE` or `NODE_BUFFER_EXHAUSTED`.
+        code: ErrorCode,
+    },
 }
 
 /// A node's answer to one invoke.
@@ -70,17 +84,18 @@ pub struct NodeConnection {
     pub connected_at_ms: i64,
     outbound: mpsc::Sender<Outbound>,
     pending: Mutex<HashMap<String, Pending>>,
+    /// Every progress byte held for this connection, across its invokes.
+    budget: Arc<ByteBudget>,
+    /// The turns (session key, turn id) whose `agent.turn` invoke runs on this connection now.
+    turns: Mutex<HashSet<(String, String)>>,
 }
 
 /// A caller waiting for an invoke's result, and where its progress chunks go.
 #[derive(Debug)]
 struct Pending {
     result: oneshot::Sender<InvokeOutcome>,
-    progress: Option<mpsc::Sender<String>>,
+    progress: Option<ProgressSink>,
 }
-
-/// How many progress chunks may wait for a slow caller before the invoke is failed.
-pub const PROGRESS_CAPACITY: usize = 1024;
 
 impl NodeConnection {
     /// Returns a connection record; the session owns the other end of `outbound`.
@@ -100,7 +115,37 @@ impl NodeConnection {
             connected_at_ms,
             outbound,
             pending: Mutex::new(HashMap::new()),
+            budget: Arc::new(ByteBudget::new(MAX_CONNECTION_BUFFERED_BYTES)),
+            turns: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Returns a progress channel for an invoke on this connection: the sink to pass to
+    /// [`NodeRegistry::start_invoke`], and its lines, each at most `max_line` bytes. Both ends
+    /// charge this connection's budget.
+    pub fn progress_lines(&self, max_line: usize) -> (ProgressSink, ProgressLines) {
+        ProgressLines::new(Arc::clone(&self.budget), max_line)
+    }
+
+    /// Returns the progress bytes held for this connection now.
+    pub fn buffered_bytes(&self) -> usize {
+        self.budget.used()
+    }
+
+    /// Records that the turn `turn_id` of `session_key` runs on this connection until the
+    /// returned guard is dropped; only such a turn may call Gateway tools from this node.
+    pub fn hold_turn(self: &Arc<Self>, session_key: &str, turn_id: &str) -> TurnHold {
+        let key = (session_key.to_owned(), turn_id.to_owned());
+        lock(&self.turns).insert(key.clone());
+        TurnHold {
+            connection: Arc::clone(self),
+            key,
+        }
+    }
+
+    /// Returns true when the turn `turn_id` of `session_key` runs on this connection.
+    pub fn runs_turn(&self, session_key: &str, turn_id: &str) -> bool {
+        lock(&self.turns).contains(&(session_key.to_owned(), turn_id.to_owned()))
     }
 
     /// Returns true when the node declared every command in `commands`.
@@ -120,20 +165,40 @@ impl NodeConnection {
         }
     }
 
-    /// Delivers a progress chunk of `invoke_id` to its caller, in order. A caller that falls
-    /// [`PROGRESS_CAPACITY`] chunks behind is failed rather than allowed to stall the link.
-    pub(crate) fn progress(&self, invoke_id: &str, chunk: String) {
+    /// Delivers a progress chunk of `invoke_id` to its caller, in order. A chunk over
+    /// [`crate::link::progress::MAX_PROGRESS_CHUNK_BYTES`], or one that does not fit the
+    /// connection's budget or the invoke's queue, fails that invoke rather than grow the
+    /// Gateway or stall the link. A chunk for an invoke nobody waits for is dropped.
+    ///
+    /// # Errors
+    /// The [`ChunkRefusal`] that failed the invoke, for the caller to audit.
+    pub(crate) fn progress(&self, invoke_id: &str, chunk: String) -> Result<(), ChunkRefusal> {
         let mut pending = lock(&self.pending);
         let Some(entry) = pending.get(invoke_id) else {
-            return;
+            return Ok(());
         };
-        let Some(sender) = &entry.progress else {
-            return;
+        let Some(sink) = &entry.progress else {
+            return Ok(());
         };
-        if sender.try_send(chunk).is_err()
-            && let Some(entry) = pending.remove(invoke_id)
-        {
-            let _ = entry.result.send(Err(InvokeError::Malformed));
+        let refusal = match crate::link::progress::deliver(&self.budget, sink, chunk) {
+            Ok(()) => return Ok(()),
+            Err(refusal) => refusal,
+        };
+        if let Some(entry) = pending.remove(invoke_id) {
+            let _ = entry.result.send(Err(InvokeError::Overrun {
+                code: refusal.code(),
+            }));
+        }
+        Err(refusal)
+    }
+
+    /// Fails the invoke `invoke_id` (if anyone waits for it) because of `refusal`.
+    pub(crate) fn fail_invoke(&self, invoke_id: &str, refusal: ChunkRefusal) {
+        let waiter = lock(&self.pending).remove(invoke_id);
+        if let Some(pending) = waiter {
+            let _ = pending.result.send(Err(InvokeError::Overrun {
+                code: refusal.code(),
+            }));
         }
     }
 
@@ -157,7 +222,7 @@ impl NodeConnection {
     fn register(
         &self,
         id: String,
-        progress: Option<mpsc::Sender<String>>,
+        progress: Option<ProgressSink>,
     ) -> oneshot::Receiver<InvokeOutcome> {
         let (sender, receiver) = oneshot::channel();
         lock(&self.pending).insert(
@@ -172,6 +237,19 @@ impl NodeConnection {
 
     fn forget(&self, id: &str) -> bool {
         lock(&self.pending).remove(id).is_some()
+    }
+}
+
+/// Keeps a turn recorded on its connection; see [`NodeConnection::hold_turn`].
+#[derive(Debug)]
+pub struct TurnHold {
+    connection: Arc<NodeConnection>,
+    key: (String, String),
+}
+
+impl Drop for TurnHold {
+    fn drop(&mut self) {
+        lock(&self.connection.turns).remove(&self.key);
     }
 }
 
@@ -237,12 +315,36 @@ impl NodeRegistry {
             .max_by_key(|connection| (connection.connected_at_ms, connection.conn_id))
     }
 
+    /// Returns the connection of `device_id` once it serves every command in `commands`,
+    /// waiting up to `grace` for it to connect (a session's own node reconnecting).
+    pub async fn wait_node(
+        &self,
+        device_id: &str,
+        commands: &[&str],
+        grace: Duration,
+    ) -> Option<Arc<NodeConnection>> {
+        self.wait_for(grace, || {
+            self.get(device_id)
+                .filter(|connection| connection.serves_all(commands))
+        })
+        .await
+    }
+
     /// Returns a node serving every command in `commands`, waiting up to `grace` for one to
     /// connect (a node reconnecting after a restart of either side).
     pub async fn wait_serving(
         &self,
         commands: &[&str],
         grace: Duration,
+    ) -> Option<Arc<NodeConnection>> {
+        self.wait_for(grace, || self.find_serving(commands)).await
+    }
+
+    /// Returns what `find` finds, looking again whenever a node connects, for up to `grace`.
+    async fn wait_for(
+        &self,
+        grace: Duration,
+        find: impl Fn() -> Option<Arc<NodeConnection>>,
     ) -> Option<Arc<NodeConnection>> {
         let deadline = tokio::time::Instant::now() + grace;
         loop {
@@ -251,11 +353,11 @@ impl NodeRegistry {
             let notified = self.connected.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(connection) = self.find_serving(commands) {
+            if let Some(connection) = find() {
                 return Some(connection);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.find_serving(commands);
+                return find();
             }
         }
     }
@@ -291,7 +393,7 @@ impl NodeRegistry {
         command: &str,
         params: &serde_json::Value,
         timeout: Duration,
-        progress: Option<mpsc::Sender<String>>,
+        progress: Option<ProgressSink>,
     ) -> Result<serde_json::Value, InvokeError> {
         self.start_invoke(connection, command, params, timeout, progress)
             .await?
@@ -313,7 +415,7 @@ impl NodeRegistry {
         command: &str,
         params: &serde_json::Value,
         timeout: Duration,
-        progress: Option<mpsc::Sender<String>>,
+        progress: Option<ProgressSink>,
     ) -> Result<PendingInvoke, InvokeError> {
         if !connection.serves_all(&[command]) {
             return Err(InvokeError::CommandNotDeclared {

@@ -18,19 +18,22 @@ use gatehouse_protocol::handshake::HelloOk;
 use gatehouse_protocol::handshake::HelloPolicy;
 use gatehouse_protocol::handshake::PROTOCOL_VERSION;
 use gatehouse_protocol::handshake::ServerInfo;
-use gatehouse_protocol::invoke::InvokeProgress;
 use gatehouse_protocol::invoke::InvokeResult;
+use gatehouse_protocol::invoke::MAX_PROGRESS_CHUNK_BYTES;
 use gatehouse_store::Store;
 use gatehouse_store::model::NodeSeen;
 use tokio::sync::mpsc;
 
 use crate::audit::Audit;
+use crate::audit::AuditRow;
+use crate::audit::Limited;
 use crate::clock::now_ms;
 use crate::link::handshake::Admission;
 use crate::link::handshake::Refusal;
 use crate::link::handshake::admit;
 use crate::link::handshake::declared_runtime;
 use crate::link::handshake::listed_name;
+use crate::link::progress::ChunkRefusal;
 use crate::link::registry::ConnectionIdentity;
 use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
@@ -91,12 +94,30 @@ pub struct LinkContext {
     pub tools: Arc<crate::tools::GatewayTools>,
 }
 
-/// Runs one node connection: challenge, admission, then serving until either side closes.
-///
-/// Every refusal sends the node a `res` with the stable code (when the request could be read),
-/// closes the transport with the code as the reason, and is logged and audited.
+/// The peer name of in-process connections (embedded mode), which have no address.
+pub const IN_PROCESS_PEER: &str = "in-process";
+
+/// Runs one in-process node connection; see [`serve_from`].
 pub async fn serve(
     context: LinkContext,
+    inbound: mpsc::Receiver<Inbound>,
+    outbound: mpsc::Sender<Outbound>,
+) {
+    serve_from(context, IN_PROCESS_PEER, || {}, inbound, outbound).await;
+}
+
+/// Runs one node connection from `peer` (its address): challenge, admission, then serving
+/// until either side closes. `admitted` runs once the node is admitted, before `hello-ok` is
+/// sent, so the transport can lift its pre-auth limits.
+///
+/// Every refusal sends the node a `res` with the stable code (when the request could be read)
+/// and closes the transport with the code as the reason. It is logged and audited while the
+/// peer is within [`crate::audit::LIMITED_ROWS_PER_WINDOW`] per minute, and only counted (then
+/// summarised) past it, so a flood of bad connects adds a bounded number of rows and lines.
+pub async fn serve_from(
+    context: LinkContext,
+    peer: &str,
+    admitted: impl FnOnce(),
     mut inbound: mpsc::Receiver<Inbound>,
     outbound: mpsc::Sender<Outbound>,
 ) {
@@ -123,6 +144,7 @@ pub async fn serve(
         Err(_elapsed) => {
             refuse(
                 &context,
+                peer,
                 &outbound,
                 None,
                 &plain_refusal(
@@ -136,12 +158,13 @@ pub async fn serve(
         }
         Ok(None | Some(Inbound::Closed)) => return,
         Ok(Some(Inbound::TooLarge)) => {
-            refuse(&context, &outbound, None, &too_large()).await;
+            refuse(&context, peer, &outbound, None, &too_large()).await;
             return;
         }
         Ok(Some(Inbound::Binary | Inbound::Pong)) => {
             refuse(
                 &context,
+                peer,
                 &outbound,
                 None,
                 &plain_refusal(
@@ -156,7 +179,7 @@ pub async fn serve(
         Ok(Some(Inbound::Text(text))) => text,
     };
     if text.len() > MAX_PREAUTH_FRAME_BYTES {
-        refuse(&context, &outbound, None, &too_large()).await;
+        refuse(&context, peer, &outbound, None, &too_large()).await;
         return;
     }
     let request = match serde_json::from_str::<Frame>(&text) {
@@ -164,6 +187,7 @@ pub async fn serve(
         Ok(_) => {
             refuse(
                 &context,
+                peer,
                 &outbound,
                 None,
                 &plain_refusal(
@@ -178,6 +202,7 @@ pub async fn serve(
         Err(_) => {
             refuse(
                 &context,
+                peer,
                 &outbound,
                 None,
                 &plain_refusal(
@@ -197,6 +222,7 @@ pub async fn serve(
     else {
         refuse(
             &context,
+            peer,
             &outbound,
             Some(&request.id),
             &plain_refusal(
@@ -211,7 +237,7 @@ pub async fn serve(
     let admission = match admit(context.store.as_ref(), &challenge, &params, now_ms()).await {
         Ok(admission) => admission,
         Err(refusal) => {
-            refuse(&context, &outbound, Some(&request.id), &refusal).await;
+            refuse(&context, peer, &outbound, Some(&request.id), &refusal).await;
             return;
         }
     };
@@ -261,6 +287,7 @@ pub async fn serve(
             tick_interval_ms: u64::try_from(context.tick_interval.as_millis()).unwrap_or(u64::MAX),
         },
     };
+    admitted();
     let hello_frame = Frame::Res(ResponseFrame::success(
         request.id.clone(),
         serde_json::to_value(&hello).unwrap_or_default(),
@@ -274,17 +301,17 @@ pub async fn serve(
     {
         return;
     }
-    context
-        .audit
-        .record(
-            &format!("node:{}", identity.device_id),
-            "node.connect",
-            "allowed",
-            None,
-            serde_json::json!({"method": method, "runtime": identity.runtime, "commands": identity.commands}),
-        )
-        .await;
-    tracing::info!(device_id = %identity.device_id, method, runtime = %identity.runtime, "node connected");
+    let actor = format!("node:{}", identity.device_id);
+    let row = AuditRow {
+        actor: &actor,
+        action: "node.connect",
+        outcome: "allowed",
+        reason_code: None,
+        details: serde_json::json!({"method": method, "runtime": identity.runtime, "commands": identity.commands, "peer": peer}),
+    };
+    if context.audit.record_limited(&actor, row).await == Limited::Recorded {
+        tracing::info!(device_id = %identity.device_id, method, runtime = %crate::audit::bounded_str(&identity.runtime), "node connected");
+    }
     let connection = Arc::new(NodeConnection::new(
         identity,
         conn_id,
@@ -363,7 +390,7 @@ struct IncomingFrame<'a> {
 
 async fn handle_frame(
     context: &LinkContext,
-    connection: &NodeConnection,
+    connection: &Arc<NodeConnection>,
     outbound: &mpsc::Sender<Outbound>,
     text: &str,
 ) {
@@ -386,12 +413,12 @@ async fn handle_frame(
             serde_json::from_str::<gatehouse_protocol::worker::GatewayToolParams>(raw.get())
         });
         let tools = Arc::clone(&context.tools);
-        let device_id = connection.device_id.clone();
+        let connection = Arc::clone(connection);
         let outbound = outbound.clone();
         let id = request.id;
         tokio::spawn(async move {
             let response = match params {
-                Some(Ok(params)) => match tools.call(&device_id, &params).await {
+                Some(Ok(params)) => match tools.call(&connection, &params).await {
                     Ok(result) => {
                         ResponseFrame::success(id, serde_json::to_value(result).unwrap_or_default())
                     }
@@ -425,21 +452,41 @@ async fn handle_frame(
                 ),
             }
         }
-        names::NODE_INVOKE_PROGRESS => {
-            match request
-                .params
-                .map(|raw| serde_json::from_str::<InvokeProgress>(raw.get()))
-            {
-                Some(Ok(progress)) => {
-                    connection.progress(&progress.invoke_id, progress.chunk);
-                    ResponseFrame::success(request.id, serde_json::json!({"ok": true}))
+        names::NODE_INVOKE_PROGRESS => match request.params.map(progress_chunk) {
+            Some(Ok((invoke_id, chunk))) => {
+                let refusal = match chunk {
+                    Some(chunk) => connection.progress(&invoke_id, chunk).err(),
+                    None => {
+                        connection.fail_invoke(&invoke_id, ChunkRefusal::TooLarge);
+                        Some(ChunkRefusal::TooLarge)
+                    }
+                };
+                match refusal {
+                    None => ResponseFrame::success(request.id, serde_json::json!({"ok": true})),
+                    Some(refusal) => {
+                        audit_node_refusal(
+                            context,
+                            connection,
+                            "node.invoke.progress",
+                            refusal.code(),
+                            serde_json::json!({"invokeId": invoke_id}),
+                        )
+                        .await;
+                        ResponseFrame::failure(
+                            request.id,
+                            WireError::new(
+                                refusal.code(),
+                                "the progress chunk was refused and the invoke failed",
+                            ),
+                        )
+                    }
                 }
-                Some(Err(_)) | None => ResponseFrame::failure(
-                    request.id,
-                    WireError::new(ErrorCode::InvalidParams, "malformed node.invoke.progress"),
-                ),
             }
-        }
+            Some(Err(_)) | None => ResponseFrame::failure(
+                request.id,
+                WireError::new(ErrorCode::InvalidParams, "malformed node.invoke.progress"),
+            ),
+        },
         other => ResponseFrame::failure(
             request.id,
             WireError::new(ErrorCode::InvalidRequest, format!("unknown method {other}")),
@@ -447,6 +494,60 @@ async fn handle_frame(
     };
     let text = serde_json::to_string(&Frame::Res(response)).unwrap_or_default();
     let _ = outbound.send(Outbound::Text(text)).await;
+}
+
+/// The largest `chunk` of a progress message as JSON text: a chunk of
+/// [`MAX_PROGRESS_CHUNK_BYTES`] escaped at worst (six bytes per `\u00XX`), with its quotes.
+const MAX_PROGRESS_CHUNK_JSON_BYTES: usize = MAX_PROGRESS_CHUNK_BYTES * 6 + 2;
+
+/// The `node.invoke.progress` parameters, with the chunk left as raw JSON until its size is
+/// known, so an oversized chunk is refused without being decoded.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProgressParams<'a> {
+    #[serde(borrow)]
+    invoke_id: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    chunk: &'a serde_json::value::RawValue,
+}
+
+/// Returns the invoke id and the decoded chunk of a progress message, or `None` for a chunk
+/// over [`MAX_PROGRESS_CHUNK_BYTES`].
+fn progress_chunk(
+    raw: &serde_json::value::RawValue,
+) -> Result<(String, Option<String>), serde_json::Error> {
+    let params = serde_json::from_str::<ProgressParams<'_>>(raw.get())?;
+    let invoke_id = crate::audit::bounded_str(&params.invoke_id).into_owned();
+    if params.chunk.get().len() > MAX_PROGRESS_CHUNK_JSON_BYTES {
+        return Ok((invoke_id, None));
+    }
+    let chunk = serde_json::from_str::<String>(params.chunk.get())?;
+    match chunk.len() > MAX_PROGRESS_CHUNK_BYTES {
+        true => Ok((invoke_id, None)),
+        false => Ok((invoke_id, Some(chunk))),
+    }
+}
+
+/// Audits (at most [`crate::audit::LIMITED_ROWS_PER_WINDOW`] rows per node and minute) and logs
+/// a refusal of something an admitted node sent.
+async fn audit_node_refusal(
+    context: &LinkContext,
+    connection: &NodeConnection,
+    action: &str,
+    code: ErrorCode,
+    details: serde_json::Value,
+) {
+    let actor = format!("node:{}", connection.device_id);
+    let row = AuditRow {
+        actor: &actor,
+        action,
+        outcome: "denied",
+        reason_code: Some(code.as_str()),
+        details,
+    };
+    if context.audit.record_limited(&actor, row).await == Limited::Recorded {
+        tracing::warn!(device_id = %connection.device_id, code = %code, action, "refused what a node sent");
+    }
 }
 
 struct ParsedRequest<'a> {
@@ -457,21 +558,26 @@ struct ParsedRequest<'a> {
 
 async fn refuse(
     context: &LinkContext,
+    peer: &str,
     outbound: &mpsc::Sender<Outbound>,
     request_id: Option<&str>,
     refusal: &Refusal,
 ) {
-    tracing::warn!(code = %refusal.code, reason = refusal.reason, "node connection refused");
-    context
+    let row = AuditRow {
+        actor: "node:unauthenticated",
+        action: "node.connect",
+        outcome: "denied",
+        reason_code: Some(refusal.code.as_str()),
+        details: serde_json::json!({"reason": refusal.reason, "peer": peer}),
+    };
+    if context
         .audit
-        .record(
-            "node:unauthenticated",
-            "node.connect",
-            "denied",
-            Some(refusal.code.as_str()),
-            serde_json::json!({"reason": refusal.reason}),
-        )
-        .await;
+        .record_limited(&format!("peer:{peer}"), row)
+        .await
+        == Limited::Recorded
+    {
+        tracing::warn!(code = %refusal.code, reason = refusal.reason, peer, "node connection refused");
+    }
     if let Some(id) = request_id {
         let error = WireError::new(refusal.code, refusal.message.clone())
             .with_details(serde_json::json!({"reason": refusal.reason}));
@@ -486,17 +592,14 @@ async fn refuse(
 }
 
 async fn audit_drop(context: &LinkContext, connection: &NodeConnection, code: ErrorCode) {
-    tracing::warn!(device_id = %connection.device_id, code = %code, "node connection dropped");
-    context
-        .audit
-        .record(
-            &format!("node:{}", connection.device_id),
-            "node.frame",
-            "denied",
-            Some(code.as_str()),
-            serde_json::json!({}),
-        )
-        .await;
+    audit_node_refusal(
+        context,
+        connection,
+        "node.frame",
+        code,
+        serde_json::json!({}),
+    )
+    .await;
 }
 
 fn close(code: ErrorCode) -> Outbound {

@@ -1,14 +1,27 @@
 //! [`EventHub`]: live session events for subscribers, in the order of the durable log.
+//!
+//! Each subscriber has its own queue, bounded by [`SUBSCRIBER_BUFFER`] events and
+//! [`SUBSCRIBER_MAX_BYTES`] bytes. Publishing never waits: a subscriber whose queue would pass
+//! either bound is dropped at once (its queue freed), and its next [`Subscription::recv`] says it
+//! lagged, so the event stream ends with `SLOW_CONSUMER` and the client resumes from the durable
+//! log with `after=`. Memory held for live events is therefore at most
+//! `SUBSCRIBER_MAX_BYTES` per subscriber, whatever a node streams and however slow a client is.
 
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::Weak;
 
 use gatehouse_store::Store;
-use tokio::sync::broadcast;
+use tokio::sync::Notify;
 
 /// How many events a subscriber may fall behind before it is dropped.
 pub const SUBSCRIBER_BUFFER: usize = 1024;
+
+/// How many bytes of events (their JSON size, roughly) a subscriber may fall behind before it
+/// is dropped.
+pub const SUBSCRIBER_MAX_BYTES: usize = 4 * 1024 * 1024;
 
 /// One event of a session.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,17 +36,104 @@ pub struct SessionEvent {
     pub durable: bool,
 }
 
+/// The subscriber fell behind by more than its bounds and was dropped; resume from the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lagged;
+
+#[derive(Debug, Default)]
+struct Queue {
+    events: VecDeque<Arc<SessionEvent>>,
+    bytes: usize,
+    lagged: bool,
+}
+
+#[derive(Debug, Default)]
+struct Subscriber {
+    queue: Mutex<Queue>,
+    ready: Notify,
+}
+
+impl Subscriber {
+    /// Queues `event` of `bytes`, or drops the subscriber's backlog and marks it lagged when
+    /// that would pass a bound. Returns false once the subscriber has lagged.
+    fn offer(&self, event: &Arc<SessionEvent>, bytes: usize) -> bool {
+        let mut queue = lock(&self.queue);
+        if queue.lagged {
+            return false;
+        }
+        let fits = queue.events.len() < SUBSCRIBER_BUFFER
+            && queue.bytes.saturating_add(bytes) <= SUBSCRIBER_MAX_BYTES;
+        if fits {
+            queue.events.push_back(Arc::clone(event));
+            queue.bytes += bytes;
+        } else {
+            queue.events = VecDeque::new();
+            queue.bytes = 0;
+            queue.lagged = true;
+        }
+        drop(queue);
+        self.ready.notify_one();
+        fits
+    }
+}
+
+/// The live events of one session for one subscriber; dropping it unsubscribes.
 #[derive(Debug)]
+pub struct Subscription {
+    subscriber: Arc<Subscriber>,
+}
+
+impl Subscription {
+    /// Waits for the next event.
+    ///
+    /// # Errors
+    /// [`Lagged`] once the subscriber fell too far behind; it stays lagged, so subscribe again
+    /// (after reading the durable log) to go on.
+    pub async fn recv(&mut self) -> Result<Arc<SessionEvent>, Lagged> {
+        loop {
+            let notified = self.subscriber.ready.notified();
+            {
+                let mut queue = lock(&self.subscriber.queue);
+                if queue.lagged {
+                    return Err(Lagged);
+                }
+                if let Some(event) = queue.events.pop_front() {
+                    queue.bytes = queue.bytes.saturating_sub(event_bytes(&event));
+                    return Ok(event);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Returns the bytes queued for this subscriber now.
+    pub fn queued_bytes(&self) -> usize {
+        lock(&self.subscriber.queue).bytes
+    }
+}
+
+#[derive(Debug, Default)]
 struct Channel {
-    sender: broadcast::Sender<SessionEvent>,
+    subscribers: Vec<Weak<Subscriber>>,
     last_published: i64,
+}
+
+impl Channel {
+    fn publish(&mut self, event: SessionEvent) {
+        let event = Arc::new(event);
+        let bytes = event_bytes(&event);
+        self.subscribers.retain(|weak| match weak.upgrade() {
+            Some(subscriber) => subscriber.offer(&event, bytes),
+            None => false,
+        });
+    }
 }
 
 /// Publishes each session's durable events (read back from the store, so subscribers see
 /// exactly the stored order) and its ephemeral deltas.
 ///
-/// Publishing never waits for a subscriber: a subscriber that falls more than
-/// [`SUBSCRIBER_BUFFER`] events behind is told it lagged and must resume from the store.
+/// Publishing never waits for a subscriber: one that falls more than [`SUBSCRIBER_BUFFER`]
+/// events or [`SUBSCRIBER_MAX_BYTES`] bytes behind is dropped and must resume from the store.
 pub struct EventHub {
     store: Arc<dyn Store>,
     channels: Mutex<HashMap<String, Channel>>,
@@ -51,13 +151,20 @@ impl EventHub {
     }
 
     /// Subscribes to the live events of `session_key`.
-    pub fn subscribe(&self, session_key: &str) -> broadcast::Receiver<SessionEvent> {
+    pub fn subscribe(&self, session_key: &str) -> Subscription {
+        self.subscribe_from(session_key).0
+    }
+
+    /// Subscribes to the live events of `session_key` and returns, with the subscription, the
+    /// seq of the last durable event published before it: every later durable event reaches
+    /// the subscription, every earlier one is only in the store.
+    pub fn subscribe_from(&self, session_key: &str) -> (Subscription, i64) {
+        let subscriber = Arc::new(Subscriber::default());
         let mut channels = lock(&self.channels);
-        channels
-            .entry(session_key.to_owned())
-            .or_insert_with(new_channel)
-            .sender
-            .subscribe()
+        let channel = channels.entry(session_key.to_owned()).or_default();
+        channel.subscribers.retain(|weak| weak.strong_count() > 0);
+        channel.subscribers.push(Arc::downgrade(&subscriber));
+        (Subscription { subscriber }, channel.last_published)
     }
 
     /// Publishes every durable event of `session_key` stored since the last call.
@@ -74,12 +181,10 @@ impl EventHub {
             }
         };
         let mut channels = lock(&self.channels);
-        let channel = channels
-            .entry(session_key.to_owned())
-            .or_insert_with(new_channel);
+        let channel = channels.entry(session_key.to_owned()).or_default();
         for event in events {
             channel.last_published = event.seq;
-            let _ = channel.sender.send(SessionEvent {
+            channel.publish(SessionEvent {
                 seq: event.seq,
                 kind: event.kind,
                 payload: event.payload,
@@ -91,11 +196,10 @@ impl EventHub {
     /// Publishes an ephemeral event (a delta) that is not stored.
     pub fn publish_ephemeral(&self, session_key: &str, kind: &str, payload: serde_json::Value) {
         let mut channels = lock(&self.channels);
-        let channel = channels
-            .entry(session_key.to_owned())
-            .or_insert_with(new_channel);
-        let _ = channel.sender.send(SessionEvent {
-            seq: channel.last_published,
+        let channel = channels.entry(session_key.to_owned()).or_default();
+        let seq = channel.last_published;
+        channel.publish(SessionEvent {
+            seq,
             kind: kind.to_owned(),
             payload,
             durable: false,
@@ -103,11 +207,27 @@ impl EventHub {
     }
 }
 
-fn new_channel() -> Channel {
-    let (sender, _) = broadcast::channel(SUBSCRIBER_BUFFER);
-    Channel {
-        sender,
-        last_published: 0,
+/// Returns about how many bytes `event` takes as an SSE event: its JSON size plus the framing.
+fn event_bytes(event: &SessionEvent) -> usize {
+    const FRAMING: usize = 64;
+    FRAMING + event.kind.len() + json_bytes(&event.payload)
+}
+
+/// Returns about how many bytes `value` takes as JSON text, without serializing it.
+fn json_bytes(value: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match value {
+        Value::Null => 4,
+        Value::Bool(_) => 5,
+        Value::Number(_) => 20,
+        Value::String(text) => text.len() + 2,
+        Value::Array(items) => 2 + items.iter().map(|item| json_bytes(item) + 1).sum::<usize>(),
+        Value::Object(members) => {
+            2 + members
+                .iter()
+                .map(|(key, member)| key.len() + 4 + json_bytes(member))
+                .sum::<usize>()
+        }
     }
 }
 
@@ -115,4 +235,49 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    fn delta(text: String) -> SessionEvent {
+        SessionEvent {
+            seq: 0,
+            kind: String::from("message.delta"),
+            payload: serde_json::json!({"text": text}),
+            durable: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn finding_5_a_subscriber_that_falls_behind_in_bytes_is_dropped_and_freed() {
+        let mut channel = Channel::default();
+        let subscriber = Arc::new(Subscriber::default());
+        channel.subscribers.push(Arc::downgrade(&subscriber));
+        let mut subscription = Subscription {
+            subscriber: Arc::clone(&subscriber),
+        };
+        channel.publish(delta(String::from("small")));
+        assert_eq!(subscription.recv().await.unwrap().payload["text"], "small");
+        assert_eq!(subscription.queued_bytes(), 0);
+        // Three 2 MiB deltas do not fit a 4 MiB backlog: the subscriber is dropped at the third.
+        for _ in 0..3 {
+            channel.publish(delta("x".repeat(2 * 1024 * 1024)));
+        }
+        assert_eq!(subscription.queued_bytes(), 0);
+        assert_eq!(subscription.recv().await, Err(Lagged));
+        assert!(
+            channel.subscribers.is_empty(),
+            "a dropped subscriber stays listed"
+        );
+        // A dropped subscription disappears from the channel.
+        let other = Arc::new(Subscriber::default());
+        channel.subscribers.push(Arc::downgrade(&other));
+        drop(other);
+        channel.publish(delta(String::from("after")));
+        assert!(channel.subscribers.is_empty());
+    }
 }

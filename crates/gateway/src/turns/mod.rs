@@ -279,7 +279,7 @@ impl TurnEngine {
             message.session_key.clone(),
             turn_id.clone(),
         );
-        if sink.commit("user", &message.text, None).await.is_err() {
+        if sink.commit_user(&message.text).await.is_err() {
             return Ok(None);
         }
         permit.send(message.text.clone());

@@ -1,6 +1,13 @@
 //! [`NodeRuntime`]: runs turns on the enrolled Harness node (`agent.turn`), where native workers
 //! call the model with the Harness's credential and run the native tools. The Gateway never calls
 //! a model itself: without a node serving `agent.turn`, the turn fails.
+//!
+//! Ownership: a session is bound to the node that runs its first turn (stored on the session).
+//! Its later turns, and so its history and checkpoints, go only to that node: when it is not
+//! connected within [`DEFAULT_NODE_GRACE`], the turn fails with `SESSION_NODE_UNAVAILABLE` and
+//! is never sent to another node. Only `POST /v1/sessions/{key}/move` changes the binding.
+//! A node may commit only `assistant` and `tool` messages, only for the turn its own
+//! `agent.turn` invoke runs, and its lines are bounded (see [`crate::link::progress`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +20,8 @@ use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
 use gatehouse_protocol::checkpoint::ManifestError;
 use gatehouse_protocol::checkpoint::truncated;
 use gatehouse_protocol::checkpoint::validate_manifest;
+use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::invoke::MAX_PROGRESS_LINE_BYTES;
 use gatehouse_protocol::worker::AGENT_SESSION_RESTORE;
 use gatehouse_protocol::worker::AGENT_TURN;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
@@ -23,12 +32,13 @@ use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_store::Store;
-use tokio::sync::mpsc;
 
+use crate::audit::Audit;
+use crate::audit::AuditRow;
+use crate::audit::Limited;
 use crate::link::registry::InvokeError;
 use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
-use crate::link::registry::PROGRESS_CAPACITY;
 use crate::turns::runtime::TurnFailure;
 use crate::turns::runtime::TurnInput;
 use crate::turns::runtime::TurnRuntime;
@@ -37,8 +47,8 @@ use crate::turns::runtime::TurnSink;
 /// The longest a native turn may run before the Gateway gives up on it.
 pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(3600);
 
-/// How long a turn waits for a node to connect before failing (a node reconnects within its
-/// backoff after either side restarts).
+/// How long a turn waits for a node (the session's own node, once it has one) to connect before
+/// failing (a node reconnects within its backoff after either side restarts).
 pub const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(10);
 
 /// How long rebuilding a lost session workspace may take.
@@ -56,10 +66,13 @@ pub struct NodeRuntime {
     store: Arc<dyn Store>,
     media: Arc<MediaStore>,
     tools: Arc<crate::tools::GatewayTools>,
+    audit: Audit,
     turn_timeout: Duration,
     skills: Option<Arc<crate::skills::SkillsService>>,
-    audit: crate::audit::Audit,
 }
+
+/// The roles a node may commit to a transcript.
+pub const NODE_ROLES: &[&str] = &["assistant", "tool"];
 
 impl NodeRuntime {
     /// Returns a runtime over the connected nodes of `registry`.
@@ -68,14 +81,15 @@ impl NodeRuntime {
         store: Arc<dyn Store>,
         media: Arc<MediaStore>,
         tools: Arc<crate::tools::GatewayTools>,
+        audit: Audit,
         turn_timeout: Duration,
     ) -> Self {
         Self {
-            audit: crate::audit::Audit::new(Arc::clone(&store)),
             registry,
             store,
             media,
             tools,
+            audit,
             turn_timeout,
             skills: None,
         }
@@ -294,16 +308,7 @@ impl TurnRuntime for NodeRuntime {
     }
 
     async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure> {
-        let Some(node) = self
-            .registry
-            .wait_serving(&[AGENT_TURN], DEFAULT_NODE_GRACE)
-            .await
-        else {
-            return Err(TurnFailure::new(
-                "DEPENDENCY_UNAVAILABLE",
-                "no Harness node serving the native runtime is connected; the turn is not run anywhere else",
-            ));
-        };
+        let node = self.owner_node(&input.session_key).await?;
         let checkpoint = self
             .store
             .latest_checkpoint(&input.session_key)
@@ -339,6 +344,144 @@ impl TurnRuntime for NodeRuntime {
 }
 
 impl NodeRuntime {
+    /// Returns the connection of the session's own node, binding an unbound session to a node
+    /// serving `agent.turn` first.
+    ///
+    /// # Errors
+    /// `DEPENDENCY_UNAVAILABLE` when no node serves the native runtime, and
+    /// `SESSION_NODE_UNAVAILABLE` when the session's node is not connected: the turn is never
+    /// sent to another node.
+    async fn owner_node(&self, session_key: &str) -> Result<Arc<NodeConnection>, TurnFailure> {
+        let store_failure =
+            |error: gatehouse_store::StoreError| TurnFailure::new(error.code(), error.to_string());
+        let bound = self
+            .store
+            .session_node(session_key)
+            .await
+            .map_err(store_failure)?;
+        let owner = match bound {
+            Some(owner) => owner,
+            None => {
+                let Some(node) = self
+                    .registry
+                    .wait_serving(&[AGENT_TURN], DEFAULT_NODE_GRACE)
+                    .await
+                else {
+                    return Err(TurnFailure::new(
+                        "DEPENDENCY_UNAVAILABLE",
+                        "no Harness node serving the native runtime is connected; the turn is not run anywhere else",
+                    ));
+                };
+                let owner = self
+                    .store
+                    .bind_session_node(session_key, &node.device_id, crate::clock::now_ms())
+                    .await
+                    .map_err(store_failure)?;
+                if owner == node.device_id {
+                    tracing::info!(session_key, device_id = %owner, "session bound to its node");
+                    return Ok(node);
+                }
+                owner
+            }
+        };
+        if let Some(node) = self
+            .registry
+            .wait_node(&owner, &[AGENT_TURN], DEFAULT_NODE_GRACE)
+            .await
+        {
+            return Ok(node);
+        }
+        let code = ErrorCode::SessionNodeUnavailable;
+        let row = AuditRow {
+            actor: "gateway",
+            action: "session.dispatch",
+            outcome: "denied",
+            reason_code: Some(code.as_str()),
+            details: serde_json::json!({"sessionKey": session_key, "nodeId": owner}),
+        };
+        if self
+            .audit
+            .record_limited(&format!("node:{owner}"), row)
+            .await
+            == Limited::Recorded
+        {
+            tracing::warn!(session_key, device_id = %owner, "the session's node is not connected; the turn is not sent to another node");
+        }
+        Err(TurnFailure::new(
+            code.as_str(),
+            format!(
+                "the session is bound to node {owner}, which is not connected; reconnect it, or move the session with POST /v1/sessions/{session_key}/move"
+            ),
+        ))
+    }
+
+    /// Audits (rate-limited per node) and logs a refusal of what `node` sent for a turn, and
+    /// returns the failure that ends the turn.
+    async fn refuse(
+        &self,
+        node: &NodeConnection,
+        params: &AgentTurnParams,
+        code: ErrorCode,
+        message: String,
+    ) -> TurnFailure {
+        let actor = format!("node:{}", node.device_id);
+        let row = AuditRow {
+            actor: &actor,
+            action: "node.turn",
+            outcome: "denied",
+            reason_code: Some(code.as_str()),
+            details: serde_json::json!({"sessionKey": params.session_key, "turnId": params.turn_id}),
+        };
+        if self.audit.record_limited(&actor, row).await == Limited::Recorded {
+            tracing::warn!(device_id = %node.device_id, code = %code, session_key = %params.session_key, "refused what a node sent for its turn");
+        }
+        TurnFailure::new(code.as_str(), message)
+    }
+
+    /// Passes one worker event on to the Gateway's record of the turn.
+    async fn relay_event(
+        &self,
+        node: &NodeConnection,
+        params: &AgentTurnParams,
+        sink: &TurnSink,
+        event: WorkerEvent,
+    ) -> Result<(), TurnFailure> {
+        match event {
+            WorkerEvent::Delta { text } => {
+                sink.delta(&text);
+                Ok(())
+            }
+            WorkerEvent::ToolStarted { tool, arguments } => {
+                sink.tool_started(&tool, &arguments).await
+            }
+            WorkerEvent::ToolCompleted { tool, ok } => sink.tool_completed(&tool, ok).await,
+            WorkerEvent::Message { role, .. } if !NODE_ROLES.contains(&role.as_str()) => Err(self
+                .refuse(
+                    node,
+                    params,
+                    ErrorCode::RoleNotAllowed,
+                    String::from(
+                        "the node tried to commit a message that is neither assistant nor tool",
+                    ),
+                )
+                .await),
+            WorkerEvent::Message {
+                role,
+                content,
+                tool_name,
+            } => sink
+                .commit(&role, &content, tool_name.as_deref())
+                .await
+                .map(|_| ()),
+            // The node turns these into the invoke's result; checkpoints are handled by the caller.
+            WorkerEvent::Done { .. }
+            | WorkerEvent::Failed { .. }
+            | WorkerEvent::BackgroundStopped { .. }
+            | WorkerEvent::Checkpoint { .. }
+            | WorkerEvent::GatewayTool { .. } => Ok(()),
+        }
+    }
+
     /// Invokes `agent.turn` once and relays its streamed events.
     async fn invoke_turn(
         &self,
@@ -349,7 +492,9 @@ impl NodeRuntime {
     ) -> Result<String, TurnFailure> {
         let params_json = serde_json::to_value(params)
             .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
-        let (progress, mut chunks) = mpsc::channel::<String>(PROGRESS_CAPACITY);
+        let (progress, mut lines) = node.progress_lines(MAX_PROGRESS_LINE_BYTES);
+        // Only while this invoke runs may the node call Gateway tools for the turn.
+        let _hold = node.hold_turn(&params.session_key, &params.turn_id);
         let invoke = self.registry.invoke_streaming(
             node,
             AGENT_TURN,
@@ -358,27 +503,46 @@ impl NodeRuntime {
             Some(progress),
         );
         let relay = async {
-            let mut buffer = String::new();
-            while let Some(chunk) = chunks.recv().await {
-                buffer.push_str(&chunk);
-                while let Some(end) = buffer.find('\n') {
-                    let line: String = buffer.drain(..=end).collect();
-                    match serde_json::from_str::<WorkerEvent>(line.trim_end()) {
-                        Ok(WorkerEvent::Checkpoint { entries }) => {
-                            self.accept_checkpoint(node, &params.session_key, entries, previous)
-                                .await?;
-                        }
-                        Ok(event) => relay_event(sink, event).await?,
-                        Err(_) => {
-                            tracing::warn!("the node streamed a malformed event line; ignoring it")
-                        }
+            loop {
+                let line = match lines.next_line().await {
+                    Ok(Some(line)) => line,
+                    Ok(None) => return Ok::<(), TurnFailure>(()),
+                    Err(error) => {
+                        return Err(self
+                            .refuse(
+                                node,
+                                params,
+                                ErrorCode::ProgressLineTooLong,
+                                error.to_string(),
+                            )
+                            .await);
+                    }
+                };
+                match serde_json::from_str::<WorkerEvent>(&line) {
+                    Ok(WorkerEvent::Checkpoint { entries }) => {
+                        self.accept_checkpoint(node, &params.session_key, entries, previous)
+                            .await?;
+                    }
+                    Ok(event) => self.relay_event(node, params, sink, event).await?,
+                    Err(_) => {
+                        tracing::warn!("the node streamed a malformed event line; ignoring it")
                     }
                 }
             }
-            Ok::<(), TurnFailure>(())
         };
-        let (result, relayed) = tokio::join!(invoke, relay);
-        relayed?;
+        let mut invoke = std::pin::pin!(invoke);
+        let mut relay = std::pin::pin!(relay);
+        // A refused line ends the turn at once: dropping the invoke cancels it on the node.
+        let result = tokio::select! {
+            relayed = &mut relay => {
+                relayed?;
+                invoke.await
+            }
+            result = &mut invoke => {
+                relay.await?;
+                result
+            }
+        };
         let value = result.map_err(|error| match error {
             InvokeError::Unavailable | InvokeError::CommandNotDeclared { .. } => TurnFailure::new(
                 "DEPENDENCY_UNAVAILABLE",
@@ -396,6 +560,10 @@ impl NodeRuntime {
             InvokeError::Malformed => {
                 TurnFailure::new("NODE_BAD_RESPONSE", "the node sent a malformed turn result")
             }
+            InvokeError::Overrun { code } => TurnFailure::new(
+                code.as_str(),
+                "the node sent more than the gateway buffers for a turn; it was stopped",
+            ),
         })?;
         let result: AgentTurnResult = serde_json::from_value(value).map_err(|_| {
             TurnFailure::new("NODE_BAD_RESPONSE", "the node sent a malformed turn result")
@@ -411,30 +579,4 @@ enum CheckpointStage {
     Report,
     /// Stored, about to be sent to the node for a restore.
     Restore,
-}
-
-/// Passes one worker event on to the Gateway's record of the turn.
-async fn relay_event(sink: &TurnSink, event: WorkerEvent) -> Result<(), TurnFailure> {
-    match event {
-        WorkerEvent::Delta { text } => {
-            sink.delta(&text);
-            Ok(())
-        }
-        WorkerEvent::ToolStarted { tool, arguments } => sink.tool_started(&tool, &arguments).await,
-        WorkerEvent::ToolCompleted { tool, ok } => sink.tool_completed(&tool, ok).await,
-        WorkerEvent::Message {
-            role,
-            content,
-            tool_name,
-        } => sink
-            .commit(&role, &content, tool_name.as_deref())
-            .await
-            .map(|_| ()),
-        // The node turns these into the invoke's result; checkpoints are handled by the caller.
-        WorkerEvent::Done { .. }
-        | WorkerEvent::Failed { .. }
-        | WorkerEvent::BackgroundStopped { .. }
-        | WorkerEvent::Checkpoint { .. }
-        | WorkerEvent::GatewayTool { .. } => Ok(()),
-    }
 }

@@ -153,11 +153,33 @@ impl TurnSink {
         }
     }
 
-    /// Commits a complete `assistant` or `tool` message and returns its transcript seq.
+    /// Commits a complete `assistant` or `tool` message and returns its transcript seq. A
+    /// runtime never commits any other role: `user` messages come only from the API.
     ///
     /// # Errors
-    /// `TURN_FENCED` when the turn is no longer running; `STORE_FAILURE` otherwise.
+    /// `ROLE_NOT_ALLOWED` for any other role; `TURN_FENCED` when the turn is no longer running;
+    /// `STORE_FAILURE` otherwise.
     pub async fn commit(
+        &self,
+        role: &str,
+        content: &str,
+        tool_name: Option<&str>,
+    ) -> Result<i64, TurnFailure> {
+        if !crate::turns::node_runtime::NODE_ROLES.contains(&role) {
+            return Err(TurnFailure::new(
+                gatehouse_protocol::error::ErrorCode::RoleNotAllowed.as_str(),
+                "a runtime commits only assistant and tool messages",
+            ));
+        }
+        self.commit_as(role, content, tool_name).await
+    }
+
+    /// Commits a `user` message steered into the running turn by the API.
+    pub(crate) async fn commit_user(&self, content: &str) -> Result<i64, TurnFailure> {
+        self.commit_as("user", content, None).await
+    }
+
+    async fn commit_as(
         &self,
         role: &str,
         content: &str,

@@ -46,11 +46,11 @@ fn call(tool: &str, session: &str, turn: &str) -> GatewayToolParams {
     }
 }
 
-/// Calls `tool` from node `dev` for `session`/`turn` and returns the refusal's code; panics if
+/// Calls `tool` as node `dev` (past the link's ownership check) for `session`/`turn` and returns the refusal's code; panics if
 /// the call succeeds.
 async fn refusal(tools: &GatewayTools, tool: &str, session: &str, turn: &str) -> String {
     tools
-        .call("dev", &call(tool, session, turn))
+        .call_as("node:dev", &call(tool, session, turn))
         .await
         .unwrap_err()
         .code
@@ -68,7 +68,7 @@ async fn session_status_runs_for_a_running_turn_only() {
     );
     store.claim_next_turn("s", 2).await.unwrap().unwrap();
     let result = tools
-        .call("dev", &call("session_status", "s", "t1"))
+        .call_as("node:dev", &call("session_status", "s", "t1"))
         .await
         .unwrap();
     let status: serde_json::Value = serde_json::from_str(&result.output).unwrap();
