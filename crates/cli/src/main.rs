@@ -16,6 +16,7 @@ mod mock_model_cmd;
 mod node_cmd;
 mod output;
 mod paths;
+mod quota_args;
 mod scratch_cmd;
 mod setup_code_cmd;
 mod signals;

@@ -341,3 +341,12 @@ pub struct EventRecord {
     /// When it happened.
     pub created_at_ms: i64,
 }
+
+/// A media blob stored for a checkpoint: a candidate of garbage collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointBlob {
+    /// The media id (validated by the media store, not here).
+    pub media_id: String,
+    /// The blob's size in bytes.
+    pub size_bytes: u64,
+}

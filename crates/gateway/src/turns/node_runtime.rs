@@ -8,6 +8,7 @@ use std::time::Duration;
 use std::collections::HashMap;
 
 use base64::Engine;
+use bytes::Bytes;
 use gatehouse_media::MediaStore;
 use gatehouse_protocol::worker::AGENT_SESSION_RESTORE;
 use gatehouse_protocol::worker::AGENT_TURN;
@@ -24,6 +25,8 @@ use crate::link::registry::InvokeError;
 use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
 use crate::link::registry::PROGRESS_CAPACITY;
+use crate::retention::MediaRetention;
+use crate::retention::NewBlob;
 use crate::turns::runtime::TurnFailure;
 use crate::turns::runtime::TurnInput;
 use crate::turns::runtime::TurnRuntime;
@@ -51,17 +54,20 @@ pub struct NodeRuntime {
     store: Arc<dyn Store>,
     media: Arc<MediaStore>,
     tools: Arc<crate::tools::GatewayTools>,
+    retention: Arc<MediaRetention>,
     turn_timeout: Duration,
     skills: Option<Arc<crate::skills::SkillsService>>,
 }
 
 impl NodeRuntime {
-    /// Returns a runtime over the connected nodes of `registry`.
+    /// Returns a runtime over the connected nodes of `registry`, whose checkpoints are bounded
+    /// and collected by `retention`.
     pub fn new(
         registry: Arc<NodeRegistry>,
         store: Arc<dyn Store>,
         media: Arc<MediaStore>,
         tools: Arc<crate::tools::GatewayTools>,
+        retention: Arc<MediaRetention>,
         turn_timeout: Duration,
     ) -> Self {
         Self {
@@ -69,6 +75,7 @@ impl NodeRuntime {
             store,
             media,
             tools,
+            retention,
             turn_timeout,
             skills: None,
         }
@@ -82,43 +89,53 @@ impl NodeRuntime {
     }
 
     /// Stores a worker's workspace report as an immutable checkpoint: changed contents go to the
-    /// media store, unchanged ones keep the media ids of `previous`, and the manifest's blake3 is
-    /// the checkpoint id. It becomes the session's latest accepted checkpoint.
+    /// media store, unchanged ones keep the media ids of the session's latest checkpoint, and
+    /// the manifest's blake3 is the checkpoint id. Nothing is written before the checkpoint
+    /// quota is checked; on success it becomes the session's latest accepted checkpoint, and on
+    /// any failure the latest stays what it was (see [`crate::retention`]).
     async fn accept_checkpoint(
         &self,
         session_key: &str,
+        turn_id: &str,
         entries: Vec<CheckpointEntry>,
-        previous: &Option<(String, serde_json::Value)>,
     ) -> Result<(), TurnFailure> {
-        let known: HashMap<(String, String), String> = previous
+        let latest = self
+            .store
+            .latest_checkpoint(session_key)
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+        // (path, sha256) → (media id, size), as the Gateway recorded them.
+        let mut known: HashMap<(String, String), (String, u64)> = HashMap::new();
+        for entry in latest
             .iter()
             .flat_map(|(_, manifest)| manifest["entries"].as_array().cloned().unwrap_or_default())
-            .filter_map(|entry| {
-                let key = (
-                    entry["path"].as_str()?.to_owned(),
-                    entry["sha256"].as_str()?.to_owned(),
+        {
+            if let (Some(path), Some(sha256), Some(media_id)) = (
+                entry["path"].as_str(),
+                entry["sha256"].as_str(),
+                entry["mediaId"].as_str(),
+            ) {
+                let size = entry["size"].as_u64().unwrap_or(0);
+                known.insert(
+                    (path.to_owned(), sha256.to_owned()),
+                    (media_id.to_owned(), size),
                 );
-                Some((key, entry["mediaId"].as_str()?.to_owned()))
-            })
-            .collect();
+            }
+        }
         let mut stored = Vec::with_capacity(entries.len());
+        let mut new_blobs: HashMap<String, Bytes> = HashMap::new();
+        let mut referenced: HashMap<String, u64> = HashMap::new();
         for entry in entries {
-            let media_id = match (&entry.content_base64, &entry.sha256) {
+            let blob = match (&entry.content_base64, &entry.sha256) {
                 (Some(content), _) => {
-                    let bytes = base64::engine::general_purpose::STANDARD
-                        .decode(content)
-                        .map_err(|_| {
-                            TurnFailure::new("NODE_BAD_RESPONSE", "a checkpoint file is not base64")
-                        })?;
-                    let record = self
-                        .media
-                        .put(bytes.into(), "application/octet-stream", None)
-                        .await
-                        .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
-                    Some(record.id)
+                    let bytes = decode_content(content.clone()).await?;
+                    let size = bytes.len() as u64;
+                    let media_id = media_id_of(bytes.clone()).await?;
+                    new_blobs.insert(media_id.clone(), bytes);
+                    Some((media_id, size))
                 }
                 (None, Some(sha256)) => match known.get(&(entry.path.clone(), sha256.clone())) {
-                    Some(media_id) => Some(media_id.clone()),
+                    Some(known) => Some(known.clone()),
                     None => {
                         tracing::warn!(session_key, path = %entry.path, "a checkpoint file has no stored content; leaving it out");
                         continue;
@@ -126,12 +143,19 @@ impl NodeRuntime {
                 },
                 (None, None) => None,
             };
+            let (media_id, size) = match blob {
+                Some((media_id, size)) => {
+                    referenced.insert(media_id.clone(), size);
+                    (Some(media_id), size)
+                }
+                None => (None, entry.size),
+            };
             stored.push(serde_json::json!({
                 "path": entry.path,
                 "kind": entry.kind,
                 "executable": entry.executable,
                 "sha256": entry.sha256,
-                "size": entry.size,
+                "size": size,
                 "target": entry.target,
                 "mediaId": media_id,
             }));
@@ -140,15 +164,16 @@ impl NodeRuntime {
         let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
             .to_hex()
             .to_string();
-        self.store
-            .save_checkpoint(
-                session_key,
-                &checkpoint_id,
-                &manifest,
-                crate::clock::now_ms(),
-            )
+        self.retention
+            .check_checkpoint_quota(session_key, turn_id, &checkpoint_id, &referenced)
+            .await?;
+        let new_blobs = new_blobs
+            .into_iter()
+            .map(|(media_id, bytes)| NewBlob { media_id, bytes })
+            .collect();
+        self.retention
+            .commit_checkpoint(session_key, turn_id, &checkpoint_id, &manifest, new_blobs)
             .await
-            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))
     }
 
     /// Rebuilds the session's lost workspace on `node` from `checkpoint`.
@@ -265,14 +290,13 @@ impl TurnRuntime for NodeRuntime {
             skills_prompt,
             skill_copies,
         };
-        match self.invoke_turn(&node, &params, &sink, &checkpoint).await {
+        match self.invoke_turn(&node, &params, &sink).await {
             Err(failure) if failure.code == WORKSPACE_MISSING => {
                 let Some(checkpoint) = &checkpoint else {
                     return Err(failure);
                 };
                 self.restore(&node, &input.session_key, checkpoint).await?;
-                self.invoke_turn(&node, &params, &sink, &Some(checkpoint.clone()))
-                    .await
+                self.invoke_turn(&node, &params, &sink).await
             }
             outcome => outcome,
         }
@@ -286,7 +310,6 @@ impl NodeRuntime {
         node: &Arc<NodeConnection>,
         params: &AgentTurnParams,
         sink: &TurnSink,
-        previous: &Option<(String, serde_json::Value)>,
     ) -> Result<String, TurnFailure> {
         let params_json = serde_json::to_value(params)
             .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
@@ -306,7 +329,7 @@ impl NodeRuntime {
                     let line: String = buffer.drain(..=end).collect();
                     match serde_json::from_str::<WorkerEvent>(line.trim_end()) {
                         Ok(WorkerEvent::Checkpoint { entries }) => {
-                            self.accept_checkpoint(&params.session_key, entries, previous)
+                            self.accept_checkpoint(&params.session_key, &params.turn_id, entries)
                                 .await?;
                         }
                         Ok(event) => relay_event(sink, event).await?,
@@ -343,6 +366,29 @@ impl NodeRuntime {
         })?;
         Ok(result.reply)
     }
+}
+
+/// Decodes a checkpoint file's base64 content off the async threads.
+async fn decode_content(content: String) -> Result<Bytes, TurnFailure> {
+    let decoded = tokio::task::spawn_blocking(move || {
+        base64::engine::general_purpose::STANDARD.decode(content)
+    })
+    .await
+    .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
+    match decoded {
+        Ok(bytes) => Ok(Bytes::from(bytes)),
+        Err(_) => Err(TurnFailure::new(
+            "NODE_BAD_RESPONSE",
+            "a checkpoint file is not base64",
+        )),
+    }
+}
+
+/// Returns the media id of a checkpoint file, hashed off the async threads.
+async fn media_id_of(bytes: Bytes) -> Result<String, TurnFailure> {
+    tokio::task::spawn_blocking(move || gatehouse_media::media_id(&bytes))
+        .await
+        .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))
 }
 
 /// Passes one worker event on to the Gateway's record of the turn.
