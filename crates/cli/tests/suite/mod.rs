@@ -11,6 +11,7 @@ mod mock_model;
 mod native;
 mod node_cli;
 mod quick_start;
+mod quotas;
 mod scratch;
 mod skills;
 mod support;
