@@ -28,12 +28,20 @@ struct Setup {
     harness: PathBuf,
 }
 
+/// Link ticks slow enough that a multi-megabyte checkpoint frame, parsed by a debug build on a
+/// busy machine, never starves the keep-alive (the node gives up after two silent ticks).
+const TICK_INTERVAL_MS: &str = "3000";
+
 /// Starts a Gateway with `gateway_args`, a native node and the mock model.
 async fn setup(gateway_args: &[&str]) -> Setup {
     let dirs = dirs();
     let logs = dirs.base.join("logs");
     let (mock, mock_url) = mock_model(&logs);
-    let gateway = Gateway::start_with(&dirs.base.join("gateway"), &logs, gateway_args);
+    let gateway = Gateway::start_with(
+        &dirs.base.join("gateway"),
+        &logs,
+        &[gateway_args, &["--tick-interval-ms", TICK_INTERVAL_MS]].concat(),
+    );
     let code = gateway.setup_code(600);
     let harness = dirs.base.join("harness");
     let model = format!("openai-chat:{mock_url}/v1:mock-model");
@@ -127,14 +135,26 @@ async fn finding_6_checkpoint_quota_fails_the_turn_and_keeps_the_last_good_check
         "echo kept > keep.txt && head -c 1000000 /dev/urandom > medium",
     )
     .await;
-    assert_eq!(first["status"], "completed", "{first}");
+    assert_eq!(
+        first["status"],
+        "completed",
+        "{first}\nNODE {}\nGATEWAY {}",
+        setup._node.stderr(),
+        gateway.process.stderr()
+    );
     let good_blobs = media_blobs(gateway);
     assert_eq!(good_blobs.len(), 2, "keep.txt and medium");
 
     // 15 MB more than the 10 MB quota allows: the turn fails with the quota's code.
     let over = exec(gateway, "q", "head -c 15000000 /dev/urandom > big").await;
     assert_eq!(over["status"], "failed", "{over}");
-    assert_eq!(over["error"]["code"], "CHECKPOINT_QUOTA_EXCEEDED", "{over}");
+    assert_eq!(
+        over["error"]["code"],
+        "CHECKPOINT_QUOTA_EXCEEDED",
+        "{over}\nNODE {}\nGATEWAY {}",
+        setup._node.stderr(),
+        gateway.process.stderr()
+    );
     let events = wait_event(gateway, "q", "turn.failed").await;
     assert!(events.contains("CHECKPOINT_QUOTA_EXCEEDED"), "{events}");
     let refused = audit(gateway, "checkpoint.store").await;
@@ -275,6 +295,23 @@ async fn finding_6_media_quota_refuses_uploads_over_http() {
     // The same bytes again need no room; nothing of the refused upload was written.
     assert_eq!(upload(vec![1; 600_000]).await.unwrap().status(), 200);
     assert_eq!(media_blobs(&gateway).len(), 1);
+
+    // The config file's key sets the same quota.
+    let config = dirs.base.join("gateway.toml");
+    std::fs::write(&config, "media-quota-bytes = 1000\n").unwrap();
+    let configured = Gateway::start_with(
+        &dirs.base.join("configured"),
+        &dirs.base.join("logs"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let refused = reqwest::Client::new()
+        .post(format!("{}/v1/media", configured.url))
+        .bearer_auth(&configured.token)
+        .body(vec![3u8; 2000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 507);
 }
 
 /// Sends `request` and returns its status, its `Content-Type` and its JSON error code, checking

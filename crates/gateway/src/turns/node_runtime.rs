@@ -125,10 +125,10 @@ impl NodeRuntime {
         let mut stored = Vec::with_capacity(entries.len());
         let mut new_blobs: HashMap<String, Bytes> = HashMap::new();
         let mut referenced: HashMap<String, u64> = HashMap::new();
-        for entry in entries {
-            let blob = match (&entry.content_base64, &entry.sha256) {
+        for mut entry in entries {
+            let blob = match (entry.content_base64.take(), &entry.sha256) {
                 (Some(content), _) => {
-                    let bytes = decode_content(content.clone()).await?;
+                    let bytes = decode_content(content).await?;
                     let size = bytes.len() as u64;
                     let media_id = media_id_of(bytes.clone()).await?;
                     new_blobs.insert(media_id.clone(), bytes);
