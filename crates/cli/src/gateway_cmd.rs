@@ -37,8 +37,11 @@ pub(crate) struct GatewayArgs {
     codex_file_approval: Option<String>,
     #[command(flatten)]
     memory_skills: crate::memory_setup::MemorySkillsArgs,
+    #[command(flatten)]
+    quotas: crate::quota_args::QuotaArgs,
     /// A TOML file with the same settings in kebab-case (`state`, `listen`, `public-url`,
-    /// `max-concurrent-turns`, `media-max-bytes`, `runtime`, `codex-command-approval`,
+    /// `max-concurrent-turns`, `media-max-bytes`, `media-quota-bytes`,
+    /// `checkpoint-quota-bytes`, `checkpoints-kept`, `runtime`, `codex-command-approval`,
     /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`, `skills-dir`,
     /// `bundled-skills-dir`); flags and their variables win over it.
     #[arg(long)]
@@ -52,6 +55,7 @@ pub(crate) struct GatewayArgs {
 pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     let file: crate::config_file::GatewayFile = crate::config_file::load(args.config.as_deref())?;
     let memory_skills = args.memory_skills.or_file(&file);
+    let quotas = args.quotas.or_file(&file);
     let Some(state) = args.state.or(file.state) else {
         return Err(UsageError::new("pass --state DIR (or `state` in the config file)").into());
     };
@@ -67,6 +71,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     if let Some(max) = file.media_max_bytes {
         config.media_max_bytes = max;
     }
+    quotas.apply(&mut config);
     config.tick_interval = Duration::from_millis(args.tick_interval_ms.max(100));
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     let memory_embedder = memory_skills.apply(&mut config)?;

@@ -17,6 +17,7 @@ mod node_cmd;
 mod output;
 mod paths;
 mod records;
+mod quota_args;
 mod scratch_cmd;
 mod setup_code_cmd;
 mod signals;

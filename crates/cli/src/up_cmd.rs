@@ -60,6 +60,8 @@ pub(crate) struct UpArgs {
     codex_bin: Option<PathBuf>,
     #[command(flatten)]
     memory_skills: crate::memory_setup::MemorySkillsArgs,
+    #[command(flatten)]
+    quotas: crate::quota_args::QuotaArgs,
 }
 
 /// The `--runtime` values.
@@ -129,6 +131,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     let gateway_state_dir = gateway_state.clone();
     let mut config = GatewayConfig::with_defaults(gateway_state, args.listen);
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
+    args.quotas.apply(&mut config);
     let runtime = match args.runtime {
         RuntimeArg::Native => Runtime::Native,
         RuntimeArg::Codex => Runtime::Codex,

@@ -17,6 +17,7 @@
 //! - [`staging`]: copying a turn's attachments to the Harness before dispatch.
 //! - [`secrets`]: tokens, hashes and the operator token file.
 //! - [`audit`]: the audit trail.
+//! - [`retention`]: the checkpoint quota and the garbage collection of checkpoint blobs.
 
 #![deny(missing_docs)]
 
@@ -26,6 +27,7 @@ pub mod documents;
 pub mod http;
 pub mod link;
 pub mod memory;
+pub mod retention;
 pub mod secrets;
 pub mod setup_code;
 pub mod skills;
@@ -88,6 +90,11 @@ pub struct GatewayConfig {
     pub media_max_bytes: u64,
     /// The cap on turns running at once across all sessions.
     pub max_concurrent_turns: usize,
+    /// The most bytes of blobs the media store may hold (uploads, artifacts and checkpoints);
+    /// new bytes past it are refused with `MEDIA_QUOTA_EXCEEDED`.
+    pub media_quota_bytes: u64,
+    /// The checkpoint quota per session and how many checkpoints a session keeps.
+    pub retention: retention::RetentionConfig,
     /// The memory embedder the operator configured; `None` when unset (keyword search with a
     /// warning unless [`Extensions::memory_embedder`] provides one).
     pub memory_embedder: Option<gatehouse_memory::embed::EmbedderKind>,
@@ -110,6 +117,11 @@ impl GatewayConfig {
             file_policy: None,
             media_max_bytes: DEFAULT_MEDIA_MAX_BYTES,
             max_concurrent_turns: turns::DEFAULT_MAX_CONCURRENT_TURNS,
+            media_quota_bytes: retention::DEFAULT_MEDIA_QUOTA_BYTES,
+            retention: retention::RetentionConfig {
+                checkpoint_quota_bytes: retention::DEFAULT_CHECKPOINT_QUOTA_BYTES,
+                checkpoints_kept: retention::DEFAULT_CHECKPOINTS_KEPT,
+            },
             memory_embedder: None,
             skills_dir: None,
             bundled_skills_dir: None,
@@ -138,6 +150,8 @@ pub struct GatewayState {
     pub link: LinkContext,
     /// The content-addressed media store under `<state>/media/`.
     pub media: Arc<gatehouse_media::MediaStore>,
+    /// The checkpoint quota and the collection of checkpoint blobs; uploads hold its guard.
+    pub retention: Arc<retention::MediaRetention>,
     /// Live session events.
     pub hub: Arc<EventHub>,
     /// Admission and dispatch of turns.
@@ -268,11 +282,22 @@ pub async fn start(
             .map_err(GatewayError::OperatorToken)?;
     let store: Arc<dyn Store> =
         Arc::new(SqliteStore::open(&config.state_dir.join(DATABASE_FILE)).await?);
-    let media = Arc::new(gatehouse_media::MediaStore::open(
-        &config.state_dir.join(MEDIA_DIR),
-    )?);
+    let media = Arc::new(
+        gatehouse_media::MediaStore::open(&config.state_dir.join(MEDIA_DIR))?
+            .with_quota(config.media_quota_bytes),
+    );
     let registry = Arc::new(NodeRegistry::default());
     let audit = Audit::new(Arc::clone(&store));
+    let retention = Arc::new(retention::MediaRetention::new(
+        Arc::clone(&store),
+        Arc::clone(&media),
+        audit.clone(),
+        config.retention,
+    ));
+    // Collect what a crash or an older version left behind, before anything is dispatched.
+    if let Err(error) = retention.collect_all().await {
+        tracing::error!(error = %error, "cannot collect checkpoint blobs at start");
+    }
     let memory = memory::MemoryService::open(
         &config.state_dir,
         extensions.memory_embedder.clone(),
@@ -336,6 +361,7 @@ pub async fn start(
                     Arc::clone(&media),
                     Arc::clone(&tools),
                     audit.clone(),
+                    Arc::clone(&retention),
                     turns::node_runtime::DEFAULT_TURN_TIMEOUT,
                 )
                 .with_skills(Arc::clone(&skills)),
@@ -359,6 +385,7 @@ pub async fn start(
         workspace,
         link,
         media,
+        retention,
         hub,
         turns,
         memory,

@@ -2,6 +2,11 @@
 
 use std::error::Error as StdError;
 
+/// The code of [`MediaError::QuotaExceeded`]: the Gateway's media quota (`--media-quota-bytes`)
+/// is used up. Over HTTP it is `507 Insufficient Storage`; a native turn whose checkpoint needs
+/// more room fails with it and keeps the session's last good checkpoint.
+pub const MEDIA_QUOTA_EXCEEDED: &str = "MEDIA_QUOTA_EXCEEDED";
+
 /// The result of a media store call.
 pub type Result<T, E = MediaError> = std::result::Result<T, E>;
 
@@ -32,6 +37,20 @@ pub enum MediaError {
     Corrupt {
         /// The id whose objects are damaged.
         id: String,
+    },
+    /// Storing new bytes would take the store past its configured quota. Returned by
+    /// [`crate::MediaStore::put`] before anything is written; retryable once media is removed
+    /// or the quota raised.
+    #[error(
+        "the media store quota of {quota_bytes} bytes is used up ({used_bytes} bytes stored, {size} more needed)"
+    )]
+    QuotaExceeded {
+        /// The configured quota.
+        quota_bytes: u64,
+        /// The bytes stored when the put was refused.
+        used_bytes: u64,
+        /// The size of the refused blob.
+        size: u64,
     },
     /// The disk (or quota) is full. Retryable once space is freed; nothing partial is left.
     #[error("the media store is out of space")]
@@ -66,6 +85,7 @@ impl MediaError {
             MediaError::InvalidMimeType => "INVALID_MIME_TYPE",
             MediaError::NotFound { .. } => "MEDIA_NOT_FOUND",
             MediaError::Corrupt { .. } => "MEDIA_CORRUPT",
+            MediaError::QuotaExceeded { .. } => MEDIA_QUOTA_EXCEEDED,
             MediaError::StorageFull { .. } => "STORAGE_FULL",
             MediaError::Open(_)
             | MediaError::Store { .. }
@@ -82,6 +102,7 @@ impl MediaError {
                 true
             }
             MediaError::Corrupt { .. }
+            | MediaError::QuotaExceeded { .. }
             | MediaError::StorageFull { .. }
             | MediaError::Open(_)
             | MediaError::Store { .. }

@@ -23,6 +23,16 @@
 //! # }
 //! ```
 //!
+//! # Quota and deletion
+//! A store opened with a quota ([`MediaStore::with_quota`]) refuses a `put` that would create
+//! a blob past the quota with [`MediaError::QuotaExceeded`], before anything is written; storing
+//! bytes that are already stored needs no room and is never refused. The quota counts the bytes
+//! of the blobs (not of their small metadata records); the count is taken by listing the store
+//! on first use and kept up to date by `put` and [`MediaStore::delete`] of this process.
+//! [`MediaStore::delete`] exists for the Gateway's garbage collection of checkpoint blobs; it
+//! removes the metadata record first and then the blob, so a crash in between leaves a blob
+//! without a record, which a later `put` of the same bytes completes again.
+//!
 //! # Modules
 //! - [`error`]: [`MediaError`] and its stable codes.
 //! - [`filename`]: [`sanitize_filename`], shared with attachment staging.
@@ -37,7 +47,11 @@ use std::sync::Arc;
 use std::time::SystemTime;
 use std::time::UNIX_EPOCH;
 
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+
 use bytes::Bytes;
+use futures_util::StreamExt;
 use object_store::ObjectStore;
 use object_store::ObjectStoreExt;
 use object_store::PutMode;
@@ -79,13 +93,33 @@ pub struct MediaRecord {
     pub created_at: i64,
 }
 
+/// How much the store holds: the number of blobs and their total size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MediaUsage {
+    /// The number of stored blobs.
+    pub n_blobs: u64,
+    /// Their total size in bytes.
+    pub bytes: u64,
+}
+
 /// A content-addressed blob store.
 ///
 /// Concurrent `put`s of the same bytes are safe: both return the same record. The store never
-/// deletes or replaces an object.
+/// replaces an object; it deletes one only when [`MediaStore::delete`] is called.
 #[derive(Debug, Clone)]
 pub struct MediaStore {
     objects: Arc<dyn ObjectStore>,
+    /// The most bytes of blobs the store may hold; `None` for no quota.
+    quota_bytes: Option<u64>,
+    /// The bytes of blobs stored (and reserved by `put`s in flight), shared by the clones.
+    used: Arc<UsedBytes>,
+}
+
+/// The running count behind the quota, taken by listing the store once.
+#[derive(Debug, Default)]
+struct UsedBytes {
+    measured: tokio::sync::OnceCell<()>,
+    bytes: AtomicU64,
 }
 
 /// The metadata object, as stored. Kept apart from [`MediaRecord`] so the stored shape is a
@@ -123,7 +157,24 @@ impl MediaStore {
 
     /// Returns a store over any object store backend.
     pub fn with_object_store(objects: Arc<dyn ObjectStore>) -> Self {
-        Self { objects }
+        Self {
+            objects,
+            quota_bytes: None,
+            used: Arc::default(),
+        }
+    }
+
+    /// Returns this store with a quota: `put` refuses to create a blob that would take the total
+    /// size of the stored blobs past `quota_bytes`.
+    #[must_use]
+    pub fn with_quota(mut self, quota_bytes: u64) -> Self {
+        self.quota_bytes = Some(quota_bytes);
+        self
+    }
+
+    /// Returns the quota in bytes, when the store has one.
+    pub fn quota_bytes(&self) -> Option<u64> {
+        self.quota_bytes
     }
 
     /// Stores `bytes` and returns their record. Storing the same bytes again is not an error:
@@ -133,6 +184,8 @@ impl MediaStore {
     ///
     /// # Errors
     /// - [`MediaError::InvalidMimeType`] before anything is written;
+    /// - [`MediaError::QuotaExceeded`] before anything is written, when new bytes would take the
+    ///   store past its quota;
     /// - [`MediaError::StorageFull`] when the disk or quota is full;
     /// - [`MediaError::Corrupt`] when an existing metadata object for these bytes is unreadable;
     /// - [`MediaError::Store`], [`MediaError::Encode`], [`MediaError::Join`] otherwise.
@@ -149,13 +202,14 @@ impl MediaStore {
         let hashed = bytes.clone();
         let (id, sha256) = tokio::task::spawn_blocking(move || {
             (
-                blake3::hash(&hashed).to_hex().to_string(),
+                media_id(&hashed),
                 hex::encode(sha2::Sha256::digest(&hashed)),
             )
         })
         .await?;
         let size = bytes.len() as u64;
         let blob_key = blob_key(&id);
+        let reserved = self.reserve(&blob_key, size).await?;
         match self
             .objects
             .put_opts(&blob_key, PutPayload::from(bytes), create())
@@ -167,9 +221,13 @@ impl MediaStore {
                 object_store::Error::AlreadyExists { .. }
                 | object_store::Error::Precondition { .. },
             ) => {
+                self.release(reserved);
                 tracing::debug!(media_id = %id, "media blob already stored");
             }
-            Err(error) => return Err(MediaError::from_write(error)),
+            Err(error) => {
+                self.release(reserved);
+                return Err(MediaError::from_write(error));
+            }
         }
         let meta = MetaFile {
             version: META_VERSION,
@@ -229,6 +287,100 @@ impl MediaStore {
         Ok((record, bytes))
     }
 
+    /// Deletes the blob and the record of `id` and returns the size of the deleted blob, or
+    /// `None` when no blob was stored under the id (deleting twice is not an error). The
+    /// record goes first, so a crash in between leaves a blob without a record, which a later
+    /// `put` of the same bytes completes; a blob is never served without its record.
+    ///
+    /// The caller decides that nothing refers to the id any more; the store does not know.
+    ///
+    /// # Errors
+    /// - [`MediaError::InvalidId`] before any storage access;
+    /// - [`MediaError::Store`] when the backend cannot delete.
+    pub async fn delete(&self, id: &str) -> Result<Option<u64>> {
+        check_id(id)?;
+        let blob_key = blob_key(id);
+        let size = match self.objects.head(&blob_key).await {
+            Ok(meta) => Some(meta.size),
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(source) => return Err(MediaError::Store { source }),
+        };
+        for key in [meta_key(id), blob_key] {
+            match self.objects.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(source) => return Err(MediaError::Store { source }),
+            }
+        }
+        if let Some(size) = size {
+            self.release(size);
+        }
+        Ok(size)
+    }
+
+    /// Returns how many blobs the store holds and their total size, by listing it.
+    ///
+    /// # Errors
+    /// [`MediaError::Store`] when the backend cannot list.
+    pub async fn usage(&self) -> Result<MediaUsage> {
+        let prefix = ObjectPath::from("blobs");
+        let mut listing = self.objects.list(Some(&prefix));
+        let mut usage = MediaUsage::default();
+        while let Some(meta) = listing.next().await {
+            let meta = meta.map_err(|source| MediaError::Store { source })?;
+            usage.n_blobs += 1;
+            usage.bytes = usage.bytes.saturating_add(meta.size);
+        }
+        Ok(usage)
+    }
+
+    /// Reserves `size` bytes under the quota for a new blob at `blob_key` and returns the bytes
+    /// reserved: `size`, or 0 when the store has no quota or the blob is already stored (it
+    /// needs no room).
+    async fn reserve(&self, blob_key: &ObjectPath, size: u64) -> Result<u64> {
+        let Some(quota_bytes) = self.quota_bytes else {
+            return Ok(0);
+        };
+        self.used
+            .measured
+            .get_or_try_init(|| async {
+                let usage = self.usage().await?;
+                self.used.bytes.fetch_add(usage.bytes, Ordering::SeqCst);
+                Ok::<(), MediaError>(())
+            })
+            .await?;
+        let reserved = self
+            .used
+            .bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                used.checked_add(size).filter(|total| *total <= quota_bytes)
+            });
+        match reserved {
+            Ok(_) => Ok(size),
+            Err(used_bytes) => match self.objects.head(blob_key).await {
+                Ok(_) => Ok(0),
+                Err(object_store::Error::NotFound { .. }) => Err(MediaError::QuotaExceeded {
+                    quota_bytes,
+                    used_bytes,
+                    size,
+                }),
+                Err(source) => Err(MediaError::Store { source }),
+            },
+        }
+    }
+
+    /// Gives back `size` bytes of the quota count (a failed or deduplicated put, a delete).
+    fn release(&self, size: u64) {
+        if self.quota_bytes.is_none() || size == 0 {
+            return;
+        }
+        let _ = self
+            .used
+            .bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                Some(used.saturating_sub(size))
+            });
+    }
+
     /// Returns the record of `id` without reading its bytes.
     ///
     /// # Errors
@@ -266,6 +418,12 @@ impl MediaStore {
         }
         Ok(into_record(meta))
     }
+}
+
+/// Returns the media id of `bytes` (the lowercase hex BLAKE3), the id [`MediaStore::put`] stores
+/// them under. Hashing takes about a millisecond per megabyte: call it off the async threads.
+pub fn media_id(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
 }
 
 /// Refuses anything but exactly 64 lowercase hex characters.

@@ -77,6 +77,11 @@ pub const WORKER_CRASHED: &str = "WORKER_CRASHED";
 /// a restore, and the node refuses to restore it. The details carry the stable `reason`.
 pub const CHECKPOINT_INVALID: &str = "CHECKPOINT_INVALID";
 
+/// The error code of a turn whose checkpoint the Gateway refused because the session's retained
+/// checkpoints would hold more file content than the checkpoint quota allows
+/// (`--checkpoint-quota-bytes`). The session keeps its last good checkpoint; the turn fails.
+pub const CHECKPOINT_QUOTA_EXCEEDED: &str = "CHECKPOINT_QUOTA_EXCEEDED";
+
 /// A prior message of the session, for context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

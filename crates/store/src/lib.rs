@@ -27,6 +27,7 @@ pub use crate::error::Result;
 pub use crate::error::StoreError;
 use crate::model::Admitted;
 use crate::model::AuditEvent;
+use crate::model::CheckpointBlob;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventRecord;
@@ -186,8 +187,9 @@ pub trait Store: Send + Sync + 'static {
     /// Storage failures.
     async fn sessions_with_queued_turns(&self) -> Result<Vec<String>>;
 
-    /// Records an immutable checkpoint of a session workspace (kept if it exists already) and
-    /// makes it the session's latest accepted checkpoint, in one transaction.
+    /// Records an immutable checkpoint of a session workspace (kept if it exists already, with
+    /// its save time moved forward so retention counts it as new) and makes it the session's
+    /// latest accepted checkpoint, in one transaction.
     ///
     /// # Errors
     /// Storage failures.
@@ -207,6 +209,52 @@ pub trait Store: Send + Sync + 'static {
         &self,
         session_key: &str,
     ) -> Result<Option<(String, serde_json::Value)>>;
+
+    /// Returns up to `limit` of the session's checkpoints other than `except`, newest first (by
+    /// the time they were last saved).
+    ///
+    /// # Errors
+    /// Storage failures; [`StoreError::Corrupt`] for an unreadable manifest.
+    async fn recent_checkpoints(
+        &self,
+        session_key: &str,
+        except: &str,
+        limit: u32,
+    ) -> Result<Vec<(String, serde_json::Value)>>;
+
+    /// Deletes the session's checkpoints beyond the `keep` newest and returns how many were
+    /// deleted. A checkpoint that is any session's latest is never deleted. Blobs are not
+    /// touched: they stay listed by [`Store::register_checkpoint_blobs`] until collected.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn prune_checkpoints(&self, session_key: &str, keep: u32) -> Result<u64>;
+
+    /// Records that the blobs may be stored for a checkpoint (a blob already listed is kept).
+    /// Called before the blobs are written, so no crash can leave a checkpoint blob unlisted.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn register_checkpoint_blobs(&self, blobs: &[CheckpointBlob], now_ms: i64) -> Result<()>;
+
+    /// Returns the listed checkpoint blobs that nothing refers to: no retained checkpoint
+    /// entry, no turn attachment, no `artifact.stored` event and no pin.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn checkpoint_blob_garbage(&self) -> Result<Vec<CheckpointBlob>>;
+
+    /// Removes `media_id` from the checkpoint blob list, once its blob is deleted.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn forget_checkpoint_blob(&self, media_id: &str) -> Result<()>;
+
+    /// Pins `media_id` (for example an upload) so garbage collection never deletes it.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn pin_media(&self, media_id: &str, reason: &str, now_ms: i64) -> Result<()>;
 
     /// Binds `session_key` to the Codex thread `thread_id`, replacing an earlier binding.
     ///

@@ -362,3 +362,12 @@ pub enum SessionMove {
     /// No such session.
     NotFound,
 }
+
+/// A media blob stored for a checkpoint: a candidate of garbage collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointBlob {
+    /// The media id (validated by the media store, not here).
+    pub media_id: String,
+    /// The blob's size in bytes.
+    pub size_bytes: u64,
+}

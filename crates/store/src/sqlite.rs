@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::error::StoreError;
 use crate::model::Admitted;
 use crate::model::AuditEvent;
+use crate::model::CheckpointBlob;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventRecord;
@@ -656,7 +657,8 @@ impl Store for SqliteStore {
             .map_err(|e| map_error(e, "checkpoint"))?;
         sqlx::query(
             "INSERT INTO checkpoints (checkpoint_id, session_key, manifest_json, created_at_ms) \
-             VALUES (?, ?, ?, ?) ON CONFLICT (checkpoint_id) DO NOTHING",
+             VALUES (?, ?, ?, ?) \
+             ON CONFLICT (checkpoint_id) DO UPDATE SET created_at_ms = max(created_at_ms, excluded.created_at_ms)",
         )
         .bind(checkpoint_id)
         .bind(session_key)
@@ -694,6 +696,113 @@ impl Store for SqliteStore {
         let manifest = serde_json::from_str(&manifest)
             .map_err(|_| StoreError::Corrupt { what: "checkpoint" })?;
         Ok(Some((get(&row, "checkpoint_id")?, manifest)))
+    }
+
+    async fn recent_checkpoints(
+        &self,
+        session_key: &str,
+        except: &str,
+        limit: u32,
+    ) -> Result<Vec<(String, serde_json::Value)>> {
+        let rows = sqlx::query(
+            "SELECT checkpoint_id, manifest_json FROM checkpoints \
+             WHERE session_key = ? AND checkpoint_id != ? \
+             ORDER BY created_at_ms DESC, rowid DESC LIMIT ?",
+        )
+        .bind(session_key)
+        .bind(except)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "checkpoint"))?;
+        let mut checkpoints = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let manifest: String = get(row, "manifest_json")?;
+            let manifest = serde_json::from_str(&manifest)
+                .map_err(|_| StoreError::Corrupt { what: "checkpoint" })?;
+            checkpoints.push((get(row, "checkpoint_id")?, manifest));
+        }
+        Ok(checkpoints)
+    }
+
+    async fn prune_checkpoints(&self, session_key: &str, keep: u32) -> Result<u64> {
+        let pruned = sqlx::query(
+            "DELETE FROM checkpoints WHERE session_key = ?1 \
+             AND checkpoint_id NOT IN \
+                 (SELECT latest_checkpoint_id FROM sessions WHERE latest_checkpoint_id IS NOT NULL) \
+             AND checkpoint_id NOT IN (SELECT checkpoint_id FROM checkpoints WHERE session_key = ?1 \
+                 ORDER BY created_at_ms DESC, rowid DESC LIMIT ?2)",
+        )
+        .bind(session_key)
+        .bind(i64::from(keep))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "checkpoint"))?;
+        Ok(pruned.rows_affected())
+    }
+
+    async fn register_checkpoint_blobs(&self, blobs: &[CheckpointBlob], now_ms: i64) -> Result<()> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "checkpoint blob"))?;
+        for blob in blobs {
+            sqlx::query(
+                "INSERT INTO checkpoint_blobs (media_id, size_bytes, registered_at_ms) \
+                 VALUES (?, ?, ?) ON CONFLICT (media_id) DO NOTHING",
+            )
+            .bind(&blob.media_id)
+            .bind(i64::try_from(blob.size_bytes).unwrap_or(i64::MAX))
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "checkpoint blob"))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "checkpoint blob"))?;
+        Ok(())
+    }
+
+    async fn checkpoint_blob_garbage(&self) -> Result<Vec<CheckpointBlob>> {
+        let rows = sqlx::query(include_str!(
+            "../queries/sqlite/checkpoint_blob_garbage.sql"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "checkpoint blob"))?;
+        let mut blobs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let size_bytes: i64 = get(row, "size_bytes")?;
+            blobs.push(CheckpointBlob {
+                media_id: get(row, "media_id")?,
+                size_bytes: u64::try_from(size_bytes).unwrap_or(0),
+            });
+        }
+        Ok(blobs)
+    }
+
+    async fn forget_checkpoint_blob(&self, media_id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM checkpoint_blobs WHERE media_id = ?")
+            .bind(media_id)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_error(e, "checkpoint blob"))?;
+        Ok(())
+    }
+
+    async fn pin_media(&self, media_id: &str, reason: &str, now_ms: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO media_pins (media_id, reason, pinned_at_ms) VALUES (?, ?, ?) \
+             ON CONFLICT (media_id) DO NOTHING",
+        )
+        .bind(media_id)
+        .bind(reason)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "media pin"))?;
+        Ok(())
     }
 
     async fn bind_codex_thread(

@@ -14,6 +14,7 @@ mod native;
 mod node_cli;
 mod node_host_files;
 mod quick_start;
+mod quotas;
 mod scratch;
 mod skills;
 mod support;

@@ -310,18 +310,16 @@ pub(crate) fn start_node_runtime(
     }
 }
 
+/// The arguments of a test Gateway: fast 500 ms link ticks unless `extra` sets its own.
 fn gateway_args(listen: &str, state_dir: &Path, extra: &[&str]) -> Vec<std::ffi::OsString> {
-    let mut args: Vec<std::ffi::OsString> = [
-        "gateway",
-        "--listen",
-        listen,
-        "--tick-interval-ms",
-        "500",
-        "--state",
-    ]
-    .iter()
-    .map(Into::into)
-    .collect();
+    let mut args: Vec<std::ffi::OsString> = ["gateway", "--listen", listen]
+        .iter()
+        .map(Into::into)
+        .collect();
+    if !extra.contains(&"--tick-interval-ms") {
+        args.extend(["--tick-interval-ms", "500"].iter().map(Into::into));
+    }
+    args.push("--state".into());
     args.push(state_dir.into());
     args.extend(extra.iter().map(Into::into));
     args

@@ -2,7 +2,8 @@
 //!
 //! Uploads are read as a raw body, capped at `media_max_bytes` while they stream in (a declared
 //! `Content-Length` over the cap is refused before reading), and stored in the content-addressed
-//! media store. [`media_error`] is the one place where media store errors become HTTP errors.
+//! media store (under the Gateway's media quota: `507 MEDIA_QUOTA_EXCEEDED`), and pinned so
+//! checkpoint garbage collection never deletes them. [`media_error`] is the one place where media store errors become HTTP errors.
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use futures_util::StreamExt;
 use gatehouse_media::MediaError;
 
 use crate::GatewayState;
+use crate::clock::now_ms;
 use crate::http::error::ApiError;
 
 /// The MIME type of an upload without `Content-Type`.
@@ -53,11 +55,21 @@ pub(crate) async fn upload_media(
         .get(FILENAME_HEADER)
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     let bytes = read_capped(body, max_bytes).await?;
-    let record = state
-        .media
-        .put(bytes, mime_type, filename.as_deref())
-        .await
-        .map_err(media_error)?;
+    // The pin keeps garbage collection from ever deleting an upload, even when a checkpoint
+    // stored the same bytes; the guard keeps a collection from running between put and pin.
+    let record = {
+        let _writing = state.retention.hold().await;
+        let record = state
+            .media
+            .put(bytes, mime_type, filename.as_deref())
+            .await
+            .map_err(media_error)?;
+        if let Err(error) = state.store.pin_media(&record.id, "upload", now_ms()).await {
+            tracing::error!(error = %error, media_id = %record.id, "cannot pin an upload");
+            return Err(ApiError::internal(error.code()));
+        }
+        record
+    };
     state
         .audit
         .record(
@@ -198,6 +210,14 @@ fn media_error(error: MediaError) -> ApiError {
             error.to_string(),
         ),
         MediaError::NotFound { .. } => ApiError::not_found(error.to_string()),
+        MediaError::QuotaExceeded { .. } => {
+            tracing::warn!(error = %error, "refused an upload over the media quota");
+            ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                error.code(),
+                format!("{error}; raise --media-quota-bytes or remove media"),
+            )
+        }
         MediaError::StorageFull { .. } => {
             tracing::error!(error = ?error, "the media store is full");
             ApiError::new(

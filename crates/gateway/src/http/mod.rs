@@ -22,11 +22,16 @@ use crate::GatewayState;
 use crate::http::error::ApiError;
 
 /// Returns the router: `/healthz`, `/readyz`, `/metrics`, `/node`, and `/v1/...` behind the
-/// operator bearer token.
+/// operator bearer token. Every error it answers, its own rejections included, has the API's
+/// JSON shape ([`error::json_error_shape`]).
 pub fn app(state: Arc<GatewayState>) -> Router {
     let v1 = Router::new()
         .route("/nodes", get(routes::list_nodes))
-        .route("/nodes/setup-codes", post(routes::create_setup_code))
+        .route(
+            "/nodes/setup-codes",
+            post(routes::create_setup_code)
+                .route_layer(axum::middleware::from_fn(require_json_content_type)),
+        )
         .route(
             "/agents/{agent}/workspace/{*path}",
             get(routes::read_workspace_file),
@@ -34,10 +39,16 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route("/audit", get(routes::list_audit))
         .route(
             "/agents/{agent}/files/{name}",
-            get(documents::get_document).put(documents::put_document),
+            get(documents::get_document)
+                .put(documents::put_document)
+                .route_layer(axum::middleware::from_fn(require_json_content_type)),
         )
         .route("/sessions", get(sessions::list_sessions))
-        .route("/sessions/{key}/messages", post(sessions::post_message))
+        .route(
+            "/sessions/{key}/messages",
+            post(sessions::post_message)
+                .route_layer(axum::middleware::from_fn(require_json_content_type)),
+        )
         .route("/sessions/{key}/transcript", get(sessions::get_transcript))
         .route("/sessions/{key}/events", get(sessions::session_events))
         .route("/sessions/{key}/abort", post(sessions::abort_session))
@@ -63,6 +74,30 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .nest("/v1", v1)
         .fallback(routes::not_found)
         .with_state(state)
+        .layer(axum::middleware::map_response(error::json_error_shape))
+}
+
+/// Refuses a request body sent with a `Content-Type` other than JSON (`415
+/// UNSUPPORTED_MEDIA_TYPE`), so a form or text body is never parsed as JSON by accident. A body
+/// without `Content-Type` is accepted, as before.
+async fn require_json_content_type(request: Request, next: Next) -> Response {
+    let content_type = request
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .map(|value| value.to_str().unwrap_or_default().to_ascii_lowercase());
+    let is_json = |value: &str| {
+        let essence = value.split(';').next().unwrap_or_default().trim();
+        essence == "application/json" || essence.ends_with("+json")
+    };
+    match content_type {
+        Some(value) if !is_json(&value) => ApiError::new(
+            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            error::codes::UNSUPPORTED_MEDIA_TYPE,
+            "send the body with Content-Type: application/json",
+        )
+        .into_response(),
+        Some(_) | None => next.run(request).await,
+    }
 }
 
 /// Refuses `/v1` requests without `Authorization: Bearer <operator token>`.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use std::collections::HashMap;
 
 use base64::Engine;
+use bytes::Bytes;
 use gatehouse_media::MediaStore;
 use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
 use gatehouse_protocol::checkpoint::ManifestError;
@@ -39,6 +40,8 @@ use crate::audit::Limited;
 use crate::link::registry::InvokeError;
 use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
+use crate::retention::MediaRetention;
+use crate::retention::NewBlob;
 use crate::turns::runtime::TurnFailure;
 use crate::turns::runtime::TurnInput;
 use crate::turns::runtime::TurnRuntime;
@@ -67,6 +70,7 @@ pub struct NodeRuntime {
     media: Arc<MediaStore>,
     tools: Arc<crate::tools::GatewayTools>,
     audit: Audit,
+    retention: Arc<MediaRetention>,
     turn_timeout: Duration,
     skills: Option<Arc<crate::skills::SkillsService>>,
 }
@@ -75,13 +79,15 @@ pub struct NodeRuntime {
 pub const NODE_ROLES: &[&str] = &["assistant", "tool"];
 
 impl NodeRuntime {
-    /// Returns a runtime over the connected nodes of `registry`.
+    /// Returns a runtime over the connected nodes of `registry`, whose checkpoints are bounded
+    /// and collected by `retention`.
     pub fn new(
         registry: Arc<NodeRegistry>,
         store: Arc<dyn Store>,
         media: Arc<MediaStore>,
         tools: Arc<crate::tools::GatewayTools>,
         audit: Audit,
+        retention: Arc<MediaRetention>,
         turn_timeout: Duration,
     ) -> Self {
         Self {
@@ -90,6 +96,7 @@ impl NodeRuntime {
             media,
             tools,
             audit,
+            retention,
             turn_timeout,
             skills: None,
         }
@@ -103,52 +110,61 @@ impl NodeRuntime {
     }
 
     /// Stores a worker's workspace report as an immutable checkpoint: changed contents go to the
-    /// media store, unchanged ones keep the media ids of `previous`, and the manifest's blake3 is
-    /// the checkpoint id. It becomes the session's latest accepted checkpoint.
-    ///
+    /// media store, unchanged ones keep the media ids of the session's latest checkpoint, and
+    /// the manifest's blake3 is the checkpoint id. Nothing is written before the checkpoint
+    /// quota is checked; on success it becomes the session's latest accepted checkpoint, and on
+    /// any failure the latest stays what it was (see [`crate::retention`]).    ///
     /// A manifest that breaks the rules of [`validate_manifest`] is refused whole
-    /// (`CHECKPOINT_INVALID`, audited); the session keeps its last accepted checkpoint.
+    /// (`CHECKPOINT_INVALID`, audited) before anything is decoded or written.
     async fn accept_checkpoint(
         &self,
         node: &NodeConnection,
         session_key: &str,
+        turn_id: &str,
         entries: Vec<CheckpointEntry>,
-        previous: &Option<(String, serde_json::Value)>,
     ) -> Result<(), TurnFailure> {
         if let Err(error) = validate_manifest(&entries) {
             return Err(self
                 .refuse_checkpoint(node, session_key, CheckpointStage::Report, &error)
                 .await);
         }
-        let known: HashMap<(String, String), String> = previous
+        let latest = self
+            .store
+            .latest_checkpoint(session_key)
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+        // (path, sha256) → (media id, size), as the Gateway recorded them.
+        let mut known: HashMap<(String, String), (String, u64)> = HashMap::new();
+        for entry in latest
             .iter()
             .flat_map(|(_, manifest)| manifest["entries"].as_array().cloned().unwrap_or_default())
-            .filter_map(|entry| {
-                let key = (
-                    entry["path"].as_str()?.to_owned(),
-                    entry["sha256"].as_str()?.to_owned(),
+        {
+            if let (Some(path), Some(sha256), Some(media_id)) = (
+                entry["path"].as_str(),
+                entry["sha256"].as_str(),
+                entry["mediaId"].as_str(),
+            ) {
+                let size = entry["size"].as_u64().unwrap_or(0);
+                known.insert(
+                    (path.to_owned(), sha256.to_owned()),
+                    (media_id.to_owned(), size),
                 );
-                Some((key, entry["mediaId"].as_str()?.to_owned()))
-            })
-            .collect();
+            }
+        }
         let mut stored = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let media_id = match (&entry.content_base64, &entry.sha256) {
+        let mut new_blobs: HashMap<String, Bytes> = HashMap::new();
+        let mut referenced: HashMap<String, u64> = HashMap::new();
+        for mut entry in entries {
+            let blob = match (entry.content_base64.take(), &entry.sha256) {
                 (Some(content), _) => {
-                    let bytes = base64::engine::general_purpose::STANDARD
-                        .decode(content)
-                        .map_err(|_| {
-                            TurnFailure::new("NODE_BAD_RESPONSE", "a checkpoint file is not base64")
-                        })?;
-                    let record = self
-                        .media
-                        .put(bytes.into(), "application/octet-stream", None)
-                        .await
-                        .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
-                    Some(record.id)
+                    let bytes = decode_content(content).await?;
+                    let size = bytes.len() as u64;
+                    let media_id = media_id_of(bytes.clone()).await?;
+                    new_blobs.insert(media_id.clone(), bytes);
+                    Some((media_id, size))
                 }
                 (None, Some(sha256)) => match known.get(&(entry.path.clone(), sha256.clone())) {
-                    Some(media_id) => Some(media_id.clone()),
+                    Some(known) => Some(known.clone()),
                     None => {
                         tracing::warn!(session_key, path = %entry.path, "a checkpoint file has no stored content; leaving it out");
                         continue;
@@ -156,12 +172,19 @@ impl NodeRuntime {
                 },
                 (None, None) => None,
             };
+            let (media_id, size) = match blob {
+                Some((media_id, size)) => {
+                    referenced.insert(media_id.clone(), size);
+                    (Some(media_id), size)
+                }
+                None => (None, entry.size),
+            };
             stored.push(serde_json::json!({
                 "path": entry.path,
                 "kind": entry.kind,
                 "executable": entry.executable,
                 "sha256": entry.sha256,
-                "size": entry.size,
+                "size": size,
                 "target": entry.target,
                 "mediaId": media_id,
             }));
@@ -170,15 +193,16 @@ impl NodeRuntime {
         let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
             .to_hex()
             .to_string();
-        self.store
-            .save_checkpoint(
-                session_key,
-                &checkpoint_id,
-                &manifest,
-                crate::clock::now_ms(),
-            )
+        self.retention
+            .check_checkpoint_quota(session_key, turn_id, &checkpoint_id, &referenced)
+            .await?;
+        let new_blobs = new_blobs
+            .into_iter()
+            .map(|(media_id, bytes)| NewBlob { media_id, bytes })
+            .collect();
+        self.retention
+            .commit_checkpoint(session_key, turn_id, &checkpoint_id, &manifest, new_blobs)
             .await
-            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))
     }
 
     /// Rebuilds the session's lost workspace on `node` from `checkpoint`.
@@ -329,14 +353,13 @@ impl TurnRuntime for NodeRuntime {
             skills_prompt,
             skill_copies,
         };
-        match self.invoke_turn(&node, &params, &sink, &checkpoint).await {
+        match self.invoke_turn(&node, &params, &sink).await {
             Err(failure) if failure.code == WORKSPACE_MISSING => {
                 let Some(checkpoint) = &checkpoint else {
                     return Err(failure);
                 };
                 self.restore(&node, &input.session_key, checkpoint).await?;
-                self.invoke_turn(&node, &params, &sink, &Some(checkpoint.clone()))
-                    .await
+                self.invoke_turn(&node, &params, &sink).await
             }
             outcome => outcome,
         }
@@ -488,7 +511,6 @@ impl NodeRuntime {
         node: &Arc<NodeConnection>,
         params: &AgentTurnParams,
         sink: &TurnSink,
-        previous: &Option<(String, serde_json::Value)>,
     ) -> Result<String, TurnFailure> {
         let params_json = serde_json::to_value(params)
             .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
@@ -520,7 +542,7 @@ impl NodeRuntime {
                 };
                 match serde_json::from_str::<WorkerEvent>(&line) {
                     Ok(WorkerEvent::Checkpoint { entries }) => {
-                        self.accept_checkpoint(node, &params.session_key, entries, previous)
+                        self.accept_checkpoint(node, &params.session_key, &params.turn_id, entries)
                             .await?;
                     }
                     Ok(event) => self.relay_event(node, params, sink, event).await?,
@@ -570,6 +592,29 @@ impl NodeRuntime {
         })?;
         Ok(result.reply)
     }
+}
+
+/// Decodes a checkpoint file's base64 content off the async threads.
+async fn decode_content(content: String) -> Result<Bytes, TurnFailure> {
+    let decoded = tokio::task::spawn_blocking(move || {
+        base64::engine::general_purpose::STANDARD.decode(content)
+    })
+    .await
+    .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
+    match decoded {
+        Ok(bytes) => Ok(Bytes::from(bytes)),
+        Err(_) => Err(TurnFailure::new(
+            "NODE_BAD_RESPONSE",
+            "a checkpoint file is not base64",
+        )),
+    }
+}
+
+/// Returns the media id of a checkpoint file, hashed off the async threads.
+async fn media_id_of(bytes: Bytes) -> Result<String, TurnFailure> {
+    tokio::task::spawn_blocking(move || gatehouse_media::media_id(&bytes))
+        .await
+        .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))
 }
 
 /// Where a checkpoint manifest was refused.

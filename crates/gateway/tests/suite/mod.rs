@@ -1,5 +1,6 @@
 mod documents;
 mod media;
+mod retention;
 mod sessions;
 mod staging;
 mod support;

@@ -246,6 +246,12 @@ pub(crate) async fn gateway_with(
     )
     .await
     .unwrap();
+    let retention = Arc::new(gatehouse_gateway::retention::MediaRetention::new(
+        Arc::clone(&store),
+        Arc::clone(&media),
+        audit.clone(),
+        config.retention,
+    ));
     let state = Arc::new(GatewayState {
         local_addr: config.listen,
         config,
@@ -256,6 +262,7 @@ pub(crate) async fn gateway_with(
         workspace: Arc::clone(&workspace) as Arc<dyn WorkspaceAccess>,
         link,
         media,
+        retention,
         hub,
         turns,
         memory,

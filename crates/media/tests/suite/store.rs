@@ -238,3 +238,72 @@ async fn works_over_any_object_store() {
     assert_eq!(again, record);
     assert_eq!(&store.get(&record.id).await.unwrap().1[..], b"in memory");
 }
+
+#[tokio::test]
+async fn finding_6_the_quota_refuses_new_bytes_before_writing_and_counts_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let media_dir = dir.path().join("media");
+    // Bytes stored before the quota applies are counted when the store is first used.
+    let first = MediaStore::open(&media_dir)
+        .unwrap()
+        .put(
+            Bytes::from(vec![1u8; 600]),
+            "application/octet-stream",
+            None,
+        )
+        .await
+        .unwrap();
+    let store = MediaStore::open(&media_dir).unwrap().with_quota(1000);
+    let second = Bytes::from(vec![2u8; 600]);
+    let refused = store
+        .put(second.clone(), "application/octet-stream", None)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), "MEDIA_QUOTA_EXCEEDED");
+    assert!(
+        matches!(
+            refused,
+            MediaError::QuotaExceeded {
+                quota_bytes: 1000,
+                used_bytes: 600,
+                size: 600
+            }
+        ),
+        "{refused:?}"
+    );
+    // Nothing of the refused put was written.
+    assert_eq!(
+        store.usage().await.unwrap(),
+        gatehouse_media::MediaUsage {
+            n_blobs: 1,
+            bytes: 600
+        }
+    );
+    // Bytes already stored need no room.
+    let again = store
+        .put(
+            Bytes::from(vec![1u8; 600]),
+            "application/octet-stream",
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.id, first.id);
+    // A delete gives the room back, and deleting twice is not an error.
+    assert_eq!(store.delete(&first.id).await.unwrap(), Some(600));
+    assert_eq!(store.delete(&first.id).await.unwrap(), None);
+    assert!(matches!(
+        store.get(&first.id).await,
+        Err(MediaError::NotFound { .. })
+    ));
+    let stored = store
+        .put(second, "application/octet-stream", None)
+        .await
+        .unwrap();
+    assert_eq!(stored.size, 600);
+    assert_eq!(store.usage().await.unwrap().bytes, 600);
+    assert!(matches!(
+        store.delete("../x").await,
+        Err(MediaError::InvalidId)
+    ));
+}

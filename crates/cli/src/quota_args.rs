@@ -1,0 +1,48 @@
+//! The quota and retention flags of `gatehouse gateway` and `gatehouse up`.
+
+use gatehouse_gateway::GatewayConfig;
+use gatehouse_gateway::retention::DEFAULT_CHECKPOINT_QUOTA_BYTES;
+use gatehouse_gateway::retention::DEFAULT_CHECKPOINTS_KEPT;
+use gatehouse_gateway::retention::DEFAULT_MEDIA_QUOTA_BYTES;
+
+/// How much the Gateway's media store and each session's checkpoints may hold.
+#[derive(Debug, clap::Args)]
+pub(crate) struct QuotaArgs {
+    /// The most bytes of file content one session's retained checkpoints may refer to (default
+    /// 64 MiB). A turn whose checkpoint would pass it fails with CHECKPOINT_QUOTA_EXCEEDED and
+    /// the session keeps its last good checkpoint.
+    #[arg(long, env = "GATEHOUSE_CHECKPOINT_QUOTA_BYTES", value_name = "BYTES")]
+    checkpoint_quota_bytes: Option<u64>,
+    /// How many of its newest checkpoints each session keeps (default 1, at least 1); blobs
+    /// only older checkpoints referred to are deleted.
+    #[arg(long, env = "GATEHOUSE_CHECKPOINTS_KEPT", value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..))]
+    checkpoints_kept: Option<u32>,
+    /// The most bytes of blobs the media store may hold: uploads, reply artifacts and
+    /// checkpoints (default 10 GiB). New bytes past it are refused with MEDIA_QUOTA_EXCEEDED.
+    #[arg(long, env = "GATEHOUSE_MEDIA_QUOTA_BYTES", value_name = "BYTES")]
+    media_quota_bytes: Option<u64>,
+}
+
+impl QuotaArgs {
+    /// Fills the unset flags from the config file's values.
+    pub(crate) fn or_file(self, file: &crate::config_file::GatewayFile) -> Self {
+        Self {
+            checkpoint_quota_bytes: self.checkpoint_quota_bytes.or(file.checkpoint_quota_bytes),
+            checkpoints_kept: self.checkpoints_kept.or(file.checkpoints_kept),
+            media_quota_bytes: self.media_quota_bytes.or(file.media_quota_bytes),
+        }
+    }
+
+    /// Applies the flags, or the documented defaults, to `config`.
+    pub(crate) fn apply(&self, config: &mut GatewayConfig) {
+        config.retention.checkpoint_quota_bytes = self
+            .checkpoint_quota_bytes
+            .unwrap_or(DEFAULT_CHECKPOINT_QUOTA_BYTES);
+        config.retention.checkpoints_kept = self
+            .checkpoints_kept
+            .unwrap_or(DEFAULT_CHECKPOINTS_KEPT)
+            .max(1);
+        config.media_quota_bytes = self.media_quota_bytes.unwrap_or(DEFAULT_MEDIA_QUOTA_BYTES);
+    }
+}

@@ -1,0 +1,432 @@
+//! [`MediaRetention`]: the checkpoint quota and the garbage collection of checkpoint blobs.
+//!
+//! Native checkpoints keep file contents in the media store. Three rules bound what they take:
+//! - **Retention:** a session keeps its newest [`RetentionConfig::checkpoints_kept`] checkpoints
+//!   (default [`DEFAULT_CHECKPOINTS_KEPT`]); older ones are deleted after each commit. Only the
+//!   latest is ever restored.
+//! - **Checkpoint quota:** the file content one session's retained checkpoints refer to (each
+//!   distinct blob counted once, the new checkpoint included) is at most
+//!   [`RetentionConfig::checkpoint_quota_bytes`] (default [`DEFAULT_CHECKPOINT_QUOTA_BYTES`]). A
+//!   checkpoint over it is refused with [`CHECKPOINT_QUOTA_EXCEEDED`] before any blob is
+//!   written; the session keeps its last good checkpoint.
+//! - **Media quota:** the media store itself refuses new blobs past the Gateway's media quota
+//!   (`MEDIA_QUOTA_EXCEEDED`); blobs a refused checkpoint had already written are collected at
+//!   once.
+//!
+//! # Garbage collection
+//! Only blobs listed as checkpoint blobs are ever deleted, and only when no retained
+//! checkpoint, turn attachment, reply artifact or upload pin refers to them. The order makes a
+//! crash at any point safe:
+//! 1. a checkpoint's blobs are listed in the store *before* they are written;
+//! 2. the blobs are written, then the checkpoint row is committed;
+//! 3. older checkpoint rows are deleted (retention);
+//! 4. for each listed blob nothing refers to, the blob is deleted, *then* its list row.
+//!
+//! A crash after 1 or 2 leaves listed, unreferenced blobs, which the next collection deletes; a
+//! crash inside 4 leaves a list row whose blob is gone, which the next collection forgets.
+//! Nothing that a row refers to is ever deleted, because steps 1–2 (and uploads with their pin)
+//! run under the shared side of [`MediaRetention::hold`] and step 4 under its exclusive side,
+//! so a blob cannot be re-referenced between the reference check and its deletion.
+//!
+//! Collection runs after every checkpoint commit (for that session's retention) and at Gateway
+//! start (for every session), and is idempotent. Each run that deletes anything, or fails, is
+//! audited once as `media.gc` with its counts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use gatehouse_media::MediaError;
+use gatehouse_media::MediaStore;
+use gatehouse_protocol::worker::CHECKPOINT_QUOTA_EXCEEDED;
+use gatehouse_store::Store;
+use gatehouse_store::StoreError;
+use gatehouse_store::model::CheckpointBlob;
+use tokio::sync::RwLock;
+use tokio::sync::RwLockReadGuard;
+
+use crate::audit::Audit;
+use crate::clock::now_ms;
+use crate::turns::runtime::TurnFailure;
+
+/// The default checkpoint quota per session: 64 MiB of file content. A worker reports at most
+/// 16 MiB per checkpoint, so the default never refuses an honest session that keeps up to four
+/// checkpoints; it bounds what a hostile node can make the Gateway store.
+pub const DEFAULT_CHECKPOINT_QUOTA_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The default number of checkpoints a session keeps: only the latest (the one a lost session
+/// workspace is rebuilt from).
+pub const DEFAULT_CHECKPOINTS_KEPT: u32 = 1;
+
+/// The default media quota of a Gateway: 10 GiB of blobs (uploads, artifacts and checkpoints).
+pub const DEFAULT_MEDIA_QUOTA_BYTES: u64 = 10 * 1024 * 1024 * 1024;
+
+/// How checkpoints are retained and bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// The most bytes of file content one session's retained checkpoints may refer to.
+    pub checkpoint_quota_bytes: u64,
+    /// How many of its newest checkpoints a session keeps (at least 1).
+    pub checkpoints_kept: u32,
+}
+
+/// A blob of a new checkpoint, not yet written.
+#[derive(Debug, Clone)]
+pub struct NewBlob {
+    /// Its media id (the BLAKE3 of `bytes`).
+    pub media_id: String,
+    /// The content.
+    pub bytes: Bytes,
+}
+
+/// What one collection did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GcSummary {
+    /// Checkpoint rows deleted by retention.
+    pub pruned_checkpoints: u64,
+    /// Blobs deleted.
+    pub deleted_blobs: u64,
+    /// Their bytes.
+    pub deleted_bytes: u64,
+    /// Blobs that could not be deleted (kept listed, tried again next time).
+    pub failed_blobs: u64,
+}
+
+/// Why a collection ran; recorded in its audit event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GcTrigger {
+    /// After a session's checkpoint was committed.
+    Checkpoint,
+    /// After a checkpoint was refused part way (its written blobs are collected).
+    RefusedCheckpoint,
+    /// At Gateway start.
+    Start,
+}
+
+impl GcTrigger {
+    fn as_str(self) -> &'static str {
+        match self {
+            GcTrigger::Checkpoint => "checkpoint",
+            GcTrigger::RefusedCheckpoint => "refused-checkpoint",
+            GcTrigger::Start => "start",
+        }
+    }
+}
+
+/// Enforces the checkpoint quota and collects checkpoint blobs nothing refers to.
+pub struct MediaRetention {
+    store: Arc<dyn Store>,
+    media: Arc<MediaStore>,
+    audit: Audit,
+    config: RetentionConfig,
+    /// Shared by writers of referenced media (checkpoints, uploads), exclusive for deletion.
+    lock: RwLock<()>,
+}
+
+impl MediaRetention {
+    /// Returns the retention of `media`, whose references live in `store`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        media: Arc<MediaStore>,
+        audit: Audit,
+        config: RetentionConfig,
+    ) -> Self {
+        Self {
+            store,
+            media,
+            audit,
+            config: RetentionConfig {
+                checkpoints_kept: config.checkpoints_kept.max(1),
+                ..config
+            },
+            lock: RwLock::new(()),
+        }
+    }
+
+    /// Returns the configuration in force.
+    pub fn config(&self) -> RetentionConfig {
+        self.config
+    }
+
+    /// Returns a guard to hold while storing media and recording its reference (an upload and
+    /// its pin): no collection deletes a blob while any guard is held.
+    pub async fn hold(&self) -> RwLockReadGuard<'_, ()> {
+        self.lock.read().await
+    }
+
+    /// Refuses a checkpoint of `session_key` whose file content, together with the session's
+    /// other retained checkpoints, is over the checkpoint quota. `referenced` maps each media id
+    /// the new checkpoint refers to to its size. Writes nothing; a refusal is audited.
+    ///
+    /// # Errors
+    /// [`CHECKPOINT_QUOTA_EXCEEDED`] over the quota; the store's code when it fails.
+    pub async fn check_checkpoint_quota(
+        &self,
+        session_key: &str,
+        turn_id: &str,
+        checkpoint_id: &str,
+        referenced: &HashMap<String, u64>,
+    ) -> Result<(), TurnFailure> {
+        let mut sizes = referenced.clone();
+        let others = self
+            .store
+            .recent_checkpoints(session_key, checkpoint_id, self.config.checkpoints_kept - 1)
+            .await
+            .map_err(store_failure)?;
+        for (_, manifest) in &others {
+            for (media_id, size) in manifest_blobs(manifest) {
+                sizes.insert(media_id, size);
+            }
+        }
+        let total_bytes: u64 = sizes.values().sum();
+        let quota_bytes = self.config.checkpoint_quota_bytes;
+        if total_bytes <= quota_bytes {
+            return Ok(());
+        }
+        tracing::warn!(
+            session_key,
+            total_bytes,
+            quota_bytes,
+            "refused a checkpoint over the checkpoint quota"
+        );
+        self.audit_refusal(
+            session_key,
+            turn_id,
+            CHECKPOINT_QUOTA_EXCEEDED,
+            serde_json::json!({"checkpointBytes": total_bytes, "quotaBytes": quota_bytes}),
+        )
+        .await;
+        Err(TurnFailure::new(
+            CHECKPOINT_QUOTA_EXCEEDED,
+            format!(
+                "the session workspace holds {total_bytes} bytes of files, over the checkpoint quota of {quota_bytes} bytes; \
+                 the last good checkpoint is kept: remove large files from the session workspace, or raise --checkpoint-quota-bytes"
+            ),
+        ))
+    }
+
+    /// Stores a checkpoint: lists `new_blobs` as checkpoint blobs, writes them, commits the
+    /// checkpoint as the session's latest, then applies retention and collects. On failure
+    /// nothing is committed, the blobs already written are collected, and the session keeps
+    /// its last good checkpoint; a media quota refusal is audited.
+    ///
+    /// # Errors
+    /// `MEDIA_QUOTA_EXCEEDED` when the media store is full; the store's or media store's code
+    /// otherwise.
+    pub async fn commit_checkpoint(
+        &self,
+        session_key: &str,
+        turn_id: &str,
+        checkpoint_id: &str,
+        manifest: &serde_json::Value,
+        new_blobs: Vec<NewBlob>,
+    ) -> Result<(), TurnFailure> {
+        let written = {
+            let _writing = self.lock.read().await;
+            self.write_checkpoint(session_key, checkpoint_id, manifest, new_blobs)
+                .await
+        };
+        match written {
+            Ok(()) => {
+                self.collect_session(session_key, GcTrigger::Checkpoint)
+                    .await;
+                Ok(())
+            }
+            Err(error) => {
+                let failure = match error {
+                    WriteError::Media(error @ MediaError::QuotaExceeded { .. }) => {
+                        tracing::warn!(session_key, error = %error, "refused a checkpoint over the media quota");
+                        let failure = TurnFailure::new(
+                            error.code(),
+                            format!(
+                                "{error}; the last good checkpoint is kept: raise --media-quota-bytes or remove media"
+                            ),
+                        );
+                        self.audit_refusal(
+                            session_key,
+                            turn_id,
+                            error.code(),
+                            serde_json::json!({"quotaBytes": self.media.quota_bytes()}),
+                        )
+                        .await;
+                        failure
+                    }
+                    WriteError::Media(error) => {
+                        tracing::error!(session_key, error = ?error, "cannot store a checkpoint blob");
+                        TurnFailure::new(error.code(), error.to_string())
+                    }
+                    WriteError::Store(error) => store_failure(error),
+                };
+                self.collect_session(session_key, GcTrigger::RefusedCheckpoint)
+                    .await;
+                Err(failure)
+            }
+        }
+    }
+
+    /// Applies retention to every session and collects; run once at Gateway start, before any
+    /// turn is dispatched.
+    ///
+    /// # Errors
+    /// The store's error when the sessions cannot be listed.
+    pub async fn collect_all(&self) -> Result<GcSummary, StoreError> {
+        let sessions = self.store.sessions().await?;
+        let _deleting = self.lock.write().await;
+        let mut summary = GcSummary::default();
+        for session in &sessions {
+            summary.pruned_checkpoints += self
+                .store
+                .prune_checkpoints(&session.session_key, self.config.checkpoints_kept)
+                .await?;
+        }
+        self.sweep(&mut summary).await?;
+        self.audit_summary(GcTrigger::Start, None, &summary).await;
+        Ok(summary)
+    }
+
+    /// Applies retention to `session_key` and collects; failures are logged and audited, never
+    /// returned (the checkpoint is already committed, and the next collection tries again).
+    pub async fn collect_session(&self, session_key: &str, trigger: GcTrigger) -> GcSummary {
+        let _deleting = self.lock.write().await;
+        let mut summary = GcSummary::default();
+        let outcome = async {
+            summary.pruned_checkpoints = self
+                .store
+                .prune_checkpoints(session_key, self.config.checkpoints_kept)
+                .await?;
+            self.sweep(&mut summary).await
+        }
+        .await;
+        if let Err(error) = outcome {
+            tracing::error!(session_key, error = %error, "cannot collect checkpoint blobs");
+            summary.failed_blobs += 1;
+        }
+        self.audit_summary(trigger, Some(session_key), &summary)
+            .await;
+        summary
+    }
+
+    async fn write_checkpoint(
+        &self,
+        session_key: &str,
+        checkpoint_id: &str,
+        manifest: &serde_json::Value,
+        new_blobs: Vec<NewBlob>,
+    ) -> Result<(), WriteError> {
+        let listed: Vec<CheckpointBlob> = new_blobs
+            .iter()
+            .map(|blob| CheckpointBlob {
+                media_id: blob.media_id.clone(),
+                size_bytes: blob.bytes.len() as u64,
+            })
+            .collect();
+        self.store
+            .register_checkpoint_blobs(&listed, now_ms())
+            .await
+            .map_err(WriteError::Store)?;
+        for blob in new_blobs {
+            let record = self
+                .media
+                .put(blob.bytes, "application/octet-stream", None)
+                .await
+                .map_err(WriteError::Media)?;
+            debug_assert_eq!(record.id, blob.media_id, "a blob is stored under its id");
+        }
+        self.store
+            .save_checkpoint(session_key, checkpoint_id, manifest, now_ms())
+            .await
+            .map_err(WriteError::Store)
+    }
+
+    /// Deletes every listed blob nothing refers to: the blob first, then its list row. Must run
+    /// under the exclusive side of the lock.
+    async fn sweep(&self, summary: &mut GcSummary) -> Result<(), StoreError> {
+        for blob in self.store.checkpoint_blob_garbage().await? {
+            match self.media.delete(&blob.media_id).await {
+                Ok(deleted) => {
+                    self.store.forget_checkpoint_blob(&blob.media_id).await?;
+                    if let Some(size) = deleted {
+                        summary.deleted_blobs += 1;
+                        summary.deleted_bytes += size;
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(media_id = %blob.media_id, error = ?error, "cannot delete a checkpoint blob");
+                    summary.failed_blobs += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn audit_summary(
+        &self,
+        trigger: GcTrigger,
+        session_key: Option<&str>,
+        summary: &GcSummary,
+    ) {
+        if *summary == GcSummary::default() {
+            return;
+        }
+        let outcome = match summary.failed_blobs {
+            0 => "succeeded",
+            _ => "failed",
+        };
+        let mut details = serde_json::json!({
+            "trigger": trigger.as_str(),
+            "prunedCheckpoints": summary.pruned_checkpoints,
+            "deletedBlobs": summary.deleted_blobs,
+            "deletedBytes": summary.deleted_bytes,
+            "failedBlobs": summary.failed_blobs,
+        });
+        if let Some(session_key) = session_key {
+            details["sessionKey"] = serde_json::Value::from(session_key);
+        }
+        tracing::info!(
+            trigger = trigger.as_str(),
+            pruned_checkpoints = summary.pruned_checkpoints,
+            deleted_blobs = summary.deleted_blobs,
+            deleted_bytes = summary.deleted_bytes,
+            failed_blobs = summary.failed_blobs,
+            "collected checkpoint blobs"
+        );
+        self.audit
+            .record("gateway", "media.gc", outcome, None, details)
+            .await;
+    }
+
+    async fn audit_refusal(
+        &self,
+        session_key: &str,
+        turn_id: &str,
+        code: &str,
+        mut details: serde_json::Value,
+    ) {
+        details["sessionKey"] = serde_json::Value::from(session_key);
+        details["turnId"] = serde_json::Value::from(turn_id);
+        self.audit
+            .record("gateway", "checkpoint.store", "denied", Some(code), details)
+            .await;
+    }
+}
+
+/// Returns media id → size of every entry of a stored manifest that refers to a blob.
+pub fn manifest_blobs(manifest: &serde_json::Value) -> HashMap<String, u64> {
+    let mut blobs = HashMap::new();
+    for entry in manifest["entries"].as_array().into_iter().flatten() {
+        if let Some(media_id) = entry["mediaId"].as_str() {
+            blobs.insert(media_id.to_owned(), entry["size"].as_u64().unwrap_or(0));
+        }
+    }
+    blobs
+}
+
+/// Why writing a checkpoint failed.
+enum WriteError {
+    Media(MediaError),
+    Store(StoreError),
+}
+
+fn store_failure(error: StoreError) -> TurnFailure {
+    TurnFailure::new(error.code(), error.to_string())
+}
