@@ -384,9 +384,11 @@ async fn kill_9_loses_no_acknowledged_message_and_leaves_no_turn_running() {
     // Fire messages from several sessions and kill the process while they are being admitted
     // and dispatched.
     let mut senders = Vec::new();
+    let acks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for session in 0..8 {
         let url = up_url.clone();
         let token = token.clone();
+        let acks = std::sync::Arc::clone(&acks);
         senders.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
             let mut acknowledged = Vec::new();
@@ -403,6 +405,7 @@ async fn kill_9_loses_no_acknowledged_message_and_leaves_no_turn_running() {
                     Ok(response) if response.status().as_u16() == 202 => {
                         let body: serde_json::Value = response.json().await.unwrap();
                         acknowledged.push((text, body["turnId"].as_str().unwrap().to_owned()));
+                        acks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     _ => break,
                 }
@@ -410,7 +413,13 @@ async fn kill_9_loses_no_acknowledged_message_and_leaves_no_turn_running() {
             (session, acknowledged)
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Kill once admissions are flowing (several acknowledged, more in flight), however long a
+    // loaded machine takes to get there.
+    let deadline = Instant::now() + WAIT;
+    while acks.load(std::sync::atomic::Ordering::Relaxed) < 16 {
+        assert!(Instant::now() < deadline, "no message was acknowledged");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     up.process.kill();
     let mut acknowledged = Vec::new();
     for sender in senders {
