@@ -77,6 +77,10 @@ pub enum ErrorCode {
     /// A node tried to commit a message with a role other than `assistant` or `tool`; the turn
     /// fails.
     RoleNotAllowed,
+    /// A turn's runtime tried to store more than the Gateway keeps for one turn (messages and
+    /// tool events together, `MAX_TURN_STORED_BYTES` in the Gateway); the turn fails and what it
+    /// stored before stays.
+    TurnStorageExceeded,
     /// The session has a running turn, so it cannot be moved now; retry after the turn ends.
     SessionBusy,
     /// An event-stream subscriber fell further behind than the Gateway buffers for it; the
@@ -129,6 +133,7 @@ impl ErrorCode {
         ErrorCode::SessionNodeUnavailable,
         ErrorCode::TurnNotOwned,
         ErrorCode::RoleNotAllowed,
+        ErrorCode::TurnStorageExceeded,
         ErrorCode::SessionBusy,
         ErrorCode::SlowConsumer,
         ErrorCode::UnknownCommand,
@@ -172,6 +177,7 @@ impl ErrorCode {
             ErrorCode::SessionNodeUnavailable => "SESSION_NODE_UNAVAILABLE",
             ErrorCode::TurnNotOwned => "TURN_NOT_OWNED",
             ErrorCode::RoleNotAllowed => "ROLE_NOT_ALLOWED",
+            ErrorCode::TurnStorageExceeded => "TURN_STORAGE_EXCEEDED",
             ErrorCode::SessionBusy => "SESSION_BUSY",
             ErrorCode::SlowConsumer => "SLOW_CONSUMER",
             ErrorCode::UnknownCommand => "UNKNOWN_COMMAND",

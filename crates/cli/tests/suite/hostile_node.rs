@@ -600,3 +600,81 @@ async fn finding_5_a_24_mib_preauth_frame_is_refused_before_it_is_read_whole() {
         vec![("denied".to_owned(), Some("FRAME_TOO_LARGE".to_owned()))]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn finding_5_a_node_stores_at_most_the_turn_budget_in_the_transcript() {
+    use gatehouse_gateway::turns::runtime::MAX_MESSAGE_BYTES;
+    use gatehouse_gateway::turns::runtime::MAX_TOOL_ARGUMENTS_BYTES;
+    use gatehouse_gateway::turns::runtime::MAX_TURN_STORED_BYTES;
+    let (_dirs, gateway, mut node) = hostile_setup().await;
+    let turn_id = post_message(&gateway, "flood", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    // One message twice the per-message bound and huge tool arguments: both are cut.
+    let big = "m".repeat(2 * MAX_MESSAGE_BYTES);
+    let arguments = serde_json::json!({"command": "a".repeat(4 * MAX_TOOL_ARGUMENTS_BYTES)});
+    let refused = node
+        .stream_lines(
+            &invoke.id,
+            &[
+                serde_json::json!({"type": "toolStarted", "tool": "exec", "arguments": arguments}),
+                serde_json::json!({"type": "message", "role": "assistant", "content": big}),
+            ],
+        )
+        .await;
+    assert!(refused.is_empty(), "{refused:?}");
+    // Then messages until the turn's budget is spent: the turn fails with its code.
+    let line = serde_json::json!({"type": "message", "role": "assistant", "content": "f".repeat(MAX_MESSAGE_BYTES)});
+    let most = MAX_TURN_STORED_BYTES / MAX_MESSAGE_BYTES as u64 + 2;
+    let mut sent = 0;
+    loop {
+        node.stream_lines(&invoke.id, std::slice::from_ref(&line))
+            .await;
+        sent += 1;
+        let status = gateway.get_json(&format!("/v1/turns/{turn_id}")).await;
+        if status["status"] != "running" {
+            break;
+        }
+        assert!(sent <= most, "{sent} messages of 1 MiB were all stored");
+    }
+    let failed = wait_turn(&gateway, &turn_id).await;
+    assert_eq!(failed["error"]["code"], "TURN_STORAGE_EXCEEDED", "{failed}");
+    let transcript = gateway.get_json("/v1/sessions/flood/transcript").await;
+    let messages = transcript["messages"].as_array().unwrap();
+    let stored: usize = messages
+        .iter()
+        .map(|message| message["content"].as_str().unwrap_or_default().len())
+        .sum();
+    assert!(
+        stored as u64 <= MAX_TURN_STORED_BYTES + 64,
+        "the turn stored {stored} bytes, over the budget {MAX_TURN_STORED_BYTES}"
+    );
+    let first = messages
+        .iter()
+        .find(|message| message["role"] == "assistant")
+        .unwrap();
+    let first = first["content"].as_str().unwrap();
+    assert!(first.len() < MAX_MESSAGE_BYTES + 64, "{}", first.len());
+    assert!(first.ends_with(&format!("…[truncated {MAX_MESSAGE_BYTES} bytes]")));
+    let events = reqwest::Client::new()
+        .get(format!("{}/v1/sessions/flood/events", gateway.url))
+        .bearer_auth(&gateway.token)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .unwrap();
+    let mut body = events.bytes_stream();
+    let mut text = Vec::new();
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_secs(1), body.next()).await
+    {
+        text.extend_from_slice(&chunk);
+        if String::from_utf8_lossy(&text).contains("tool.started") && text.len() > 1024 {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&text);
+    assert!(
+        text.contains(r#""truncated":true"#),
+        "the huge tool arguments were stored whole: {}",
+        &text[..text.len().min(2048)]
+    );
+}

@@ -2,7 +2,10 @@
 //! workers or Codex, on the Harness) produces the reply. The Gateway itself never calls a model.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 
+use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::Store;
 use gatehouse_store::model::NewTurnMessage;
 use tokio::sync::mpsc;
@@ -73,6 +76,39 @@ pub trait TurnRuntime: Send + Sync + 'static {
     }
 }
 
+/// The most bytes of one committed message's content; the rest is cut at a character boundary
+/// and replaced by a marker naming how much was left out.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// The most bytes of one `tool.started` event's arguments as JSON; larger arguments are stored
+/// as `{"truncated": true, "bytes": N}`.
+pub const MAX_TOOL_ARGUMENTS_BYTES: usize = 64 * 1024;
+
+/// The most bytes a tool name may have in a stored message or event; longer names are cut.
+pub const MAX_TOOL_NAME_BYTES: usize = 256;
+
+/// The most bytes one turn may store in the transcript and the event log together (message
+/// contents and tool arguments, after the cuts above); past it the turn fails with
+/// `TURN_STORAGE_EXCEEDED`. A runtime, or a hostile node, can so add at most this much durable
+/// state per turn.
+pub const MAX_TURN_STORED_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Returns `text` cut to at most `max` bytes at a character boundary, with a marker when cut.
+fn bounded_text(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}…[truncated {} bytes]",
+        &text[..end],
+        text.len() - end
+    ))
+}
+
 /// A runtime's channel back to the Gateway for one turn: deltas are streamed, complete messages
 /// and tool events are committed. Every commit is fenced: once the turn has ended (aborted,
 /// interrupted), commits are refused.
@@ -82,6 +118,8 @@ pub struct TurnSink {
     hub: Arc<EventHub>,
     session_key: String,
     turn_id: String,
+    /// Bytes this turn has stored so far, against [`MAX_TURN_STORED_BYTES`].
+    stored: Arc<AtomicU64>,
 }
 
 impl TurnSink {
@@ -96,7 +134,26 @@ impl TurnSink {
             hub,
             session_key,
             turn_id,
+            stored: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Counts `bytes` against the turn's storage budget.
+    fn charge(&self, bytes: usize) -> Result<(), TurnFailure> {
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        let total = self
+            .stored
+            .fetch_add(bytes, Ordering::Relaxed)
+            .saturating_add(bytes);
+        if total > MAX_TURN_STORED_BYTES {
+            return Err(TurnFailure::new(
+                ErrorCode::TurnStorageExceeded.as_str(),
+                format!(
+                    "the turn stored more than {MAX_TURN_STORED_BYTES} bytes of messages and tool events; it was stopped"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Streams a piece of assistant text. Not stored.
@@ -117,6 +174,13 @@ impl TurnSink {
         tool: &str,
         arguments: &serde_json::Value,
     ) -> Result<(), TurnFailure> {
+        let tool = bounded_text(tool, MAX_TOOL_NAME_BYTES);
+        let size = serde_json::to_string(arguments).map_or(0, |text| text.len());
+        let arguments = match size > MAX_TOOL_ARGUMENTS_BYTES {
+            true => &serde_json::json!({"truncated": true, "bytes": size}),
+            false => arguments,
+        };
+        self.charge(tool.len() + size.min(MAX_TOOL_ARGUMENTS_BYTES))?;
         self.event(
             "tool.started",
             serde_json::json!({"turnId": self.turn_id, "tool": tool, "arguments": arguments}),
@@ -129,6 +193,8 @@ impl TurnSink {
     /// # Errors
     /// A [`TurnFailure`] when the event cannot be stored.
     pub async fn tool_completed(&self, tool: &str, ok: bool) -> Result<(), TurnFailure> {
+        let tool = bounded_text(tool, MAX_TOOL_NAME_BYTES);
+        self.charge(tool.len())?;
         self.event(
             "tool.completed",
             serde_json::json!({"turnId": self.turn_id, "tool": tool, "ok": ok}),
@@ -154,10 +220,12 @@ impl TurnSink {
     }
 
     /// Commits a complete `assistant` or `tool` message and returns its transcript seq. A
-    /// runtime never commits any other role: `user` messages come only from the API.
+    /// runtime never commits any other role: `user` messages come only from the API. Content
+    /// past [`MAX_MESSAGE_BYTES`] is cut with a marker.
     ///
     /// # Errors
-    /// `ROLE_NOT_ALLOWED` for any other role; `TURN_FENCED` when the turn is no longer running;
+    /// `ROLE_NOT_ALLOWED` for any other role; `TURN_STORAGE_EXCEEDED` past
+    /// [`MAX_TURN_STORED_BYTES`]; `TURN_FENCED` when the turn is no longer running;
     /// `STORE_FAILURE` otherwise.
     pub async fn commit(
         &self,
@@ -185,10 +253,14 @@ impl TurnSink {
         content: &str,
         tool_name: Option<&str>,
     ) -> Result<i64, TurnFailure> {
+        let content = bounded_text(content, MAX_MESSAGE_BYTES);
+        let tool_name = tool_name.map(|name| bounded_text(name, MAX_TOOL_NAME_BYTES));
+        self.charge(content.len() + tool_name.as_ref().map_or(0, |name| name.len()))?;
+        let tool_name = tool_name.as_deref();
         let message = NewTurnMessage {
             turn_id: self.turn_id.clone(),
             role: role.to_owned(),
-            content: content.to_owned(),
+            content: content.into_owned(),
             tool_name: tool_name.map(str::to_owned),
             now_ms: now_ms(),
         };
