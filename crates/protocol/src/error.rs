@@ -81,6 +81,9 @@ pub enum ErrorCode {
     /// tool events together, `MAX_TURN_STORED_BYTES` in the Gateway); the turn fails and what it
     /// stored before stays.
     TurnStorageExceeded,
+    /// A node had more `node.gateway.tool` calls in flight on one connection than the Gateway
+    /// answers at once; the call is refused without running and may be retried.
+    TooManyToolCalls,
     /// The session has a running turn, so it cannot be moved now; retry after the turn ends.
     SessionBusy,
     /// An event-stream subscriber fell further behind than the Gateway buffers for it; the
@@ -134,6 +137,7 @@ impl ErrorCode {
         ErrorCode::TurnNotOwned,
         ErrorCode::RoleNotAllowed,
         ErrorCode::TurnStorageExceeded,
+        ErrorCode::TooManyToolCalls,
         ErrorCode::SessionBusy,
         ErrorCode::SlowConsumer,
         ErrorCode::UnknownCommand,
@@ -178,6 +182,7 @@ impl ErrorCode {
             ErrorCode::TurnNotOwned => "TURN_NOT_OWNED",
             ErrorCode::RoleNotAllowed => "ROLE_NOT_ALLOWED",
             ErrorCode::TurnStorageExceeded => "TURN_STORAGE_EXCEEDED",
+            ErrorCode::TooManyToolCalls => "TOO_MANY_TOOL_CALLS",
             ErrorCode::SessionBusy => "SESSION_BUSY",
             ErrorCode::SlowConsumer => "SLOW_CONSUMER",
             ErrorCode::UnknownCommand => "UNKNOWN_COMMAND",

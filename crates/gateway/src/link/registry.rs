@@ -16,6 +16,8 @@ use gatehouse_protocol::frame::names;
 use gatehouse_protocol::invoke::InvokeCancel;
 use gatehouse_protocol::invoke::InvokeRequest;
 use gatehouse_protocol::invoke::InvokeResult;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
@@ -88,7 +90,15 @@ pub struct NodeConnection {
     budget: Arc<ByteBudget>,
     /// The turns (session key, turn id) whose `agent.turn` invoke runs on this connection now.
     turns: Mutex<HashSet<(String, String)>>,
+    /// Slots for `node.gateway.tool` calls answered at once on this connection.
+    tool_calls: Arc<Semaphore>,
 }
+
+/// The most `node.gateway.tool` calls one connection may have in flight. Each holds a task and
+/// its reply until the node reads it, so a node that sends calls and stops reading could
+/// otherwise make the Gateway hold replies without bound; past it a call is refused at once
+/// with `TOO_MANY_TOOL_CALLS`.
+pub const MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT: usize = 8;
 
 /// A caller waiting for an invoke's result, and where its progress chunks go.
 #[derive(Debug)]
@@ -98,6 +108,12 @@ struct Pending {
 }
 
 impl NodeConnection {
+    /// Takes one of the connection's [`MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT`] tool-call slots, or
+    /// `None` when all are in use; the slot is given back when the permit is dropped.
+    pub(crate) fn try_tool_slot(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.tool_calls).try_acquire_owned().ok()
+    }
+
     /// Returns a connection record; the session owns the other end of `outbound`.
     pub(crate) fn new(
         identity: ConnectionIdentity,
@@ -117,6 +133,7 @@ impl NodeConnection {
             pending: Mutex::new(HashMap::new()),
             budget: Arc::new(ByteBudget::new(MAX_CONNECTION_BUFFERED_BYTES)),
             turns: Mutex::new(HashSet::new()),
+            tool_calls: Arc::new(Semaphore::new(MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT)),
         }
     }
 
@@ -575,4 +592,30 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConnectionIdentity;
+    use super::MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT;
+    use super::NodeConnection;
+
+    #[test]
+    fn finding_5_a_connection_has_a_bounded_number_of_gateway_tool_slots() {
+        let (outbound, _receiver) = tokio::sync::mpsc::channel(1);
+        let identity = ConnectionIdentity {
+            device_id: String::from("n"),
+            display_name: String::from("n"),
+            runtime: String::from("native"),
+            commands: Vec::new(),
+            workspace_root: None,
+        };
+        let connection = NodeConnection::new(identity, 1, 0, outbound);
+        let mut held: Vec<_> = (0..MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT)
+            .map(|_| connection.try_tool_slot().expect("a free slot"))
+            .collect();
+        assert!(connection.try_tool_slot().is_none());
+        held.pop();
+        assert!(connection.try_tool_slot().is_some());
+    }
 }

@@ -412,11 +412,25 @@ async fn handle_frame(
         let params = request.params.map(|raw| {
             serde_json::from_str::<gatehouse_protocol::worker::GatewayToolParams>(raw.get())
         });
+        let Some(slot) = connection.try_tool_slot() else {
+            let response = ResponseFrame::failure(
+                request.id,
+                WireError::new(
+                    ErrorCode::TooManyToolCalls,
+                    "too many node.gateway.tool calls in flight on this connection; retry when one has been answered",
+                ),
+            );
+            let text = serde_json::to_string(&Frame::Res(response)).unwrap_or_default();
+            let _ = outbound.send(Outbound::Text(text)).await;
+            return;
+        };
         let tools = Arc::clone(&context.tools);
         let connection = Arc::clone(connection);
         let outbound = outbound.clone();
         let id = request.id;
         tokio::spawn(async move {
+            // Held until the reply has been handed to the connection's writer.
+            let _slot = slot;
             let response = match params {
                 Some(Ok(params)) => match tools.call(&connection, &params).await {
                     Ok(result) => {
