@@ -92,6 +92,14 @@ pub struct NodeConnection {
     turns: Mutex<HashSet<(String, String)>>,
     /// Slots for `node.gateway.tool` calls answered at once on this connection.
     tool_calls: Arc<Semaphore>,
+    /// Malformed frames this connection sent, for sparse logging.
+    malformed_frames: AtomicU64,
+}
+
+/// Whether the `count`-th occurrence of something a peer repeats at will is logged: the 1st,
+/// 2nd, 4th, 8th, ..., so a flood writes a logarithmic number of lines, each with its count.
+pub(crate) fn log_sparsely(count: u64) -> bool {
+    count.is_power_of_two()
 }
 
 /// The most `node.gateway.tool` calls one connection may have in flight. Each holds a task and
@@ -108,6 +116,13 @@ struct Pending {
 }
 
 impl NodeConnection {
+    /// Counts a malformed frame and returns the count when it should be logged
+    /// ([`log_sparsely`]).
+    pub(crate) fn note_malformed_frame(&self) -> Option<u64> {
+        let count = self.malformed_frames.fetch_add(1, Ordering::Relaxed) + 1;
+        log_sparsely(count).then_some(count)
+    }
+
     /// Takes one of the connection's [`MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT`] tool-call slots, or
     /// `None` when all are in use; the slot is given back when the permit is dropped.
     pub(crate) fn try_tool_slot(&self) -> Option<OwnedSemaphorePermit> {
@@ -134,6 +149,7 @@ impl NodeConnection {
             budget: Arc::new(ByteBudget::new(MAX_CONNECTION_BUFFERED_BYTES)),
             turns: Mutex::new(HashSet::new()),
             tool_calls: Arc::new(Semaphore::new(MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT)),
+            malformed_frames: AtomicU64::new(0),
         }
     }
 
@@ -617,5 +633,13 @@ mod tests {
         assert!(connection.try_tool_slot().is_none());
         held.pop();
         assert!(connection.try_tool_slot().is_some());
+    }
+
+    #[test]
+    fn finding_5_malformed_frames_are_logged_sparsely() {
+        let logged: Vec<u64> = (1..=1000)
+            .filter(|count| super::log_sparsely(*count))
+            .collect();
+        assert_eq!(logged, vec![1, 2, 4, 8, 16, 32, 64, 128, 256, 512]);
     }
 }

@@ -395,7 +395,9 @@ async fn handle_frame(
     text: &str,
 ) {
     let Ok(frame) = serde_json::from_str::<IncomingFrame<'_>>(text) else {
-        tracing::warn!(device_id = %connection.device_id, "malformed frame from node");
+        if let Some(count) = connection.note_malformed_frame() {
+            tracing::warn!(device_id = %connection.device_id, count, "malformed frame from node (logged at the 1st, 2nd, 4th, ... occurrence)");
+        }
         return;
     };
     // Responses to our events do not exist in this protocol; events from the node are ignored.

@@ -525,6 +525,7 @@ impl NodeRuntime {
             Some(progress),
         );
         let relay = async {
+            let mut malformed: u64 = 0;
             loop {
                 let line = match lines.next_line().await {
                     Ok(Some(line)) => line,
@@ -547,7 +548,13 @@ impl NodeRuntime {
                     }
                     Ok(event) => self.relay_event(node, params, sink, event).await?,
                     Err(_) => {
-                        tracing::warn!("the node streamed a malformed event line; ignoring it")
+                        malformed += 1;
+                        if crate::link::registry::log_sparsely(malformed) {
+                            tracing::warn!(
+                                count = malformed,
+                                "the node streamed a malformed event line; ignoring it (logged at the 1st, 2nd, 4th, ... occurrence)"
+                            );
+                        }
                     }
                 }
             }
