@@ -512,8 +512,22 @@ fn crashed(session_key: &str) -> WireError {
 
 /// Returns the directory name of a session: 32 hex digits of the sha256 of its key, so any key
 /// maps to a safe, fixed-length name.
-fn session_dir_name(session_key: &str) -> String {
+pub(crate) fn session_dir_name(session_key: &str) -> String {
     hex::encode(&sha2::Sha256::digest(session_key.as_bytes())[..16])
+}
+
+/// Deletes the session's directory `<root>/sessions/<id>` (its execution workspace) through
+/// directory handles, never following a link the sandbox planted; returns whether it existed.
+/// The session's worker must be stopped first.
+pub(crate) fn discard_session_dir(root: &Path, session_key: &str) -> Result<bool, WireError> {
+    let sessions = match Dir::open(root).and_then(|root| root.open_dir("sessions")) {
+        Ok(sessions) => sessions,
+        Err(error) if error.code() == ErrorCode::NotFound => return Ok(false),
+        Err(error) => return Err(error.to_wire()),
+    };
+    sessions
+        .remove(&session_dir_name(session_key))
+        .map_err(|error| error.to_wire())
 }
 
 /// The name of a session's execution workspace in its session directory.
@@ -722,7 +736,11 @@ impl CommandHandler for SessionStopHandler {
         Box::pin(async move {
             let params: AgentSessionStopParams = context.params()?;
             let stopped = supervisor.stop(&params.session_key).await;
-            Ok(serde_json::json!({"stopped": stopped}))
+            let discarded = match params.discard {
+                true => discard_session_dir(&supervisor.root, &params.session_key)?,
+                false => false,
+            };
+            Ok(serde_json::json!({"stopped": stopped, "discarded": discarded}))
         })
     }
 }

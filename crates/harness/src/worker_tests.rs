@@ -142,3 +142,23 @@ fn a_restore_refuses_content_that_does_not_match_its_hash() {
         "INTEGRITY_FAILURE"
     );
 }
+
+/// Issue 12: a session moved away is deleted from its old node, through handles: a link the
+/// sandbox planted in the workspace is removed, never followed.
+#[test]
+fn finding_4_a_moved_session_is_discarded_without_following_planted_links() {
+    let harness = harness();
+    let id = crate::worker::session_dir_name("moved");
+    let workspace = harness.root.join("sessions").join(&id).join("workspace");
+    std::fs::create_dir_all(workspace.join("deep")).unwrap();
+    std::fs::write(workspace.join("deep/file"), "work").unwrap();
+    std::os::unix::fs::symlink(harness.root.join("node"), workspace.join("escape")).unwrap();
+    std::os::unix::fs::symlink(harness.root.join("node"), workspace.join("deep/escape")).unwrap();
+    let before = tree(&harness.root.join("node"));
+    assert!(crate::worker::discard_session_dir(&harness.root, "moved").unwrap());
+    assert!(!harness.root.join("sessions").join(&id).exists());
+    assert_eq!(tree(&harness.root.join("node")), before);
+    assert!(harness.session_dir.exists(), "another session was touched");
+    // Discarding what is not there is not an error.
+    assert!(!crate::worker::discard_session_dir(&harness.root, "moved").unwrap());
+}

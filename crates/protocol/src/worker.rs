@@ -175,6 +175,11 @@ pub struct AgentTurnResult {
 pub struct AgentSessionStopParams {
     /// The session whose worker stops.
     pub session_key: String,
+    /// Also delete the session's directory on this node (its execution workspace): sent when
+    /// the session moves to another node, so this node keeps no copy of a session it no longer
+    /// owns and a later move back rebuilds it from the latest checkpoint.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub discard: bool,
 }
 
 /// The first line a worker reads on stdin: everything it needs to start. Secrets are not in it;

@@ -454,7 +454,7 @@ pub(crate) async fn stop_session(
         .await
         .map_err(|error| store_error(&error))?;
     let stopped = match owner {
-        Some(owner) => stop_worker(&state, &owner, &session_key).await?,
+        Some(owner) => stop_worker(&state, &owner, &session_key, false).await?,
         None => false,
     };
     state
@@ -472,11 +472,13 @@ pub(crate) async fn stop_session(
     ))
 }
 
-/// Stops the worker of `session_key` on node `node_id`; returns whether one was running.
+/// Stops the worker of `session_key` on node `node_id` (and with `discard` deletes the
+/// session's directory there); returns whether a worker was running.
 async fn stop_worker(
     state: &GatewayState,
     node_id: &str,
     session_key: &str,
+    discard: bool,
 ) -> Result<bool, ApiError> {
     use gatehouse_protocol::worker::AGENT_SESSION_STOP;
     let Some(node) = state
@@ -490,7 +492,11 @@ async fn stop_worker(
             "the session's Harness node is not connected",
         ));
     };
-    let params = serde_json::json!({"sessionKey": session_key});
+    let params = gatehouse_protocol::worker::AgentSessionStopParams {
+        session_key: session_key.to_owned(),
+        discard,
+    };
+    let params = serde_json::to_value(&params).unwrap_or_default();
     let answer = state
         .registry
         .invoke(&node, AGENT_SESSION_STOP, &params, Duration::from_secs(30))
@@ -574,14 +580,15 @@ pub(crate) async fn move_session(
     // The old node keeps no worker for a session it no longer owns. It may be gone: the move
     // stands either way, and it never receives the session again unless moved back.
     let stopped = match &from {
-        Some(old) if Some(old.as_str()) != to => match stop_worker(&state, old, &session_key).await
-        {
-            Ok(stopped) => stopped,
-            Err(_) => {
-                tracing::info!(session_key, device_id = %old, "the session's old node is not connected; its worker was not stopped");
-                false
+        Some(old) if Some(old.as_str()) != to => {
+            match stop_worker(&state, old, &session_key, true).await {
+                Ok(stopped) => stopped,
+                Err(_) => {
+                    tracing::info!(session_key, device_id = %old, "the session's old node is not connected; its worker was not stopped");
+                    false
+                }
             }
-        },
+        }
         Some(_) | None => false,
     };
     state
