@@ -16,6 +16,8 @@ mod mock_model_cmd;
 mod node_cmd;
 mod output;
 mod paths;
+mod sandbox_exec_cmd;
+mod sandbox_setup;
 mod scratch_cmd;
 mod setup_code_cmd;
 mod signals;
@@ -59,6 +61,9 @@ enum Command {
     /// Run one native worker (started by the node host; reads its envelope on stdin).
     #[command(hide = true)]
     Worker(worker_cmd::WorkerArgs),
+    /// Apply the in-sandbox layers and execute a command (run by bubblewrap inside the sandbox).
+    #[command(hide = true, name = "sandbox-exec")]
+    SandboxExec(sandbox_exec_cmd::SandboxExecArgs),
     /// Check that this machine can run Gatehouse (kernel, sandbox, Codex, model, data, Gateway).
     Doctor(doctor_cmd::DoctorArgs),
     /// Check an operator-owned scratch volume.
@@ -96,6 +101,7 @@ fn main() -> ExitCode {
         Command::Memory(args) => memory_cmd::run(args),
         Command::Skills(args) => skills_cmd::run(args),
         Command::Worker(args) => worker_cmd::run(args),
+        Command::SandboxExec(args) => Ok(sandbox_exec_cmd::run(args)),
     };
     match result {
         Ok(code) => code,

@@ -11,6 +11,7 @@ mod mock_model;
 mod native;
 mod node_cli;
 mod quick_start;
+mod sandbox;
 mod scratch;
 mod skills;
 mod support;

@@ -1,0 +1,502 @@
+//! The hardened sandbox of `exec` and `process`: the bubblewrap arguments that build it, and the
+//! helper that runs inside it before the command.
+//!
+//! A sandboxed command never runs with privileges and sees only what it needs:
+//!
+//! - **User namespace.** bubblewrap runs the command as [`SandboxSettings::uid`] and
+//!   [`SandboxSettings::gid`] (never 0) in a new user namespace, with every capability dropped
+//!   (`--cap-drop ALL`), further user namespaces disabled (`--disable-userns`), every other
+//!   namespace new (`--unshare-all`: no network, a private PID space), a new session and
+//!   `--die-with-parent`.
+//! - **Deny-by-default mounts.** The root is an empty file system. Mounted on it are only the
+//!   system directories of [`SYSTEM_DIRS`] read-only (symbolic links such as a merged-usr `/bin`
+//!   are recreated as links), `/etc` less the secrets of [`ETC_SECRETS`], the operator's extra
+//!   read-only paths, a private `/tmp` (a tmpfs of [`SandboxLimits::tmp_size_bytes`]), the session
+//!   workspace read-write, the scratch directory at [`SANDBOX_SCRATCH_PATH`], a fresh `/dev` and
+//!   `/proc`, and the helper at [`SANDBOX_HELPER_PATH`]. The Gateway's state, the Harness root,
+//!   other sessions, `/root` and `/home` are simply absent. `/tmp` is mounted before the
+//!   workspace, so a workspace under `/tmp` stays visible.
+//! - **The helper** ([`run_helper`], the hidden `gatehouse sandbox-exec`) then closes every file
+//!   descriptor above 2, sets the resource limits of [`SandboxLimits`], sets `no_new_privs`,
+//!   applies a Landlock ruleset (read and execute on the system directories and the extra paths,
+//!   read-write on the workspace, `/tmp` and the scratch mount), installs a seccomp filter that
+//!   refuses the system calls of [`DENIED_SYSCALLS`] with `EPERM`, and only then executes the
+//!   command. Each step that fails stops the command; none is skipped unless the node host
+//!   decided at startup, on the operator's explicit flag, that the kernel lacks it.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::ffi::OsStr;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::path::PathBuf;
+
+use gatehouse_protocol::worker::SandboxLimits;
+use gatehouse_protocol::worker::SandboxSettings;
+use serde::Deserialize;
+use serde::Serialize;
+
+use crate::context::SANDBOX_SCRATCH_PATH;
+use crate::error::codes;
+
+/// Where the helper (the node's own `gatehouse` executable) is bound inside the sandbox.
+pub const SANDBOX_HELPER_PATH: &str = "/sandbox/gatehouse";
+
+/// The hidden `gatehouse` subcommand the sandbox runs first.
+pub const HELPER_SUBCOMMAND: &str = "sandbox-exec";
+
+/// The host directories a sandboxed command sees read-only, when they exist. A directory that is
+/// a symbolic link on the host (`/bin -> usr/bin` with merged-usr) is recreated as the same link.
+pub const SYSTEM_DIRS: [&str; 8] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+];
+
+/// The entries of `/etc` a sandboxed command does not see: password hashes, sudo rules, SSH host
+/// keys, TLS and VPN private keys, Kerberos keytabs, container-runtime and cluster credentials,
+/// and Gatehouse's own configuration. Directories are covered by an empty file system and files
+/// by `/dev/null`.
+pub const ETC_SECRETS: [&str; 20] = [
+    "shadow",
+    "shadow-",
+    "gshadow",
+    "gshadow-",
+    "security/opasswd",
+    "sudoers",
+    "sudoers.d",
+    "ssh",
+    "ssl/private",
+    "krb5.keytab",
+    "ipsec.secrets",
+    "ipsec.d",
+    "wireguard",
+    "NetworkManager/system-connections",
+    "letsencrypt",
+    "docker",
+    "containerd",
+    "kubernetes",
+    "rancher",
+    "gatehouse",
+];
+
+/// The system calls the seccomp filter refuses with `EPERM`: mounting and namespaces (`mount`,
+/// `umount2`, `pivot_root`, `chroot`, `unshare`, `setns` and the new mount API), debugging and
+/// reading other processes (`ptrace`, `process_vm_readv`, `process_vm_writev`), the kernel
+/// keyring (`keyctl`, `add_key`, `request_key`), `bpf`, `perf_event_open`, `userfaultfd`,
+/// io_uring (which bypasses the filter for the operations it runs), kernel images and modules
+/// (`kexec_load`, `kexec_file_load`, `init_module`, `finit_module`, `delete_module`), file
+/// handles (`open_by_handle_at`, `name_to_handle_at`), and `swapon`, `swapoff`, `reboot`,
+/// `acct`, `quotactl` and `syslog`.
+pub const DENIED_SYSCALLS: [(&str, i64); 38] = [
+    ("mount", libc::SYS_mount),
+    ("umount2", libc::SYS_umount2),
+    ("pivot_root", libc::SYS_pivot_root),
+    ("chroot", libc::SYS_chroot),
+    ("unshare", libc::SYS_unshare),
+    ("setns", libc::SYS_setns),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fsmount", libc::SYS_fsmount),
+    ("fspick", libc::SYS_fspick),
+    ("move_mount", libc::SYS_move_mount),
+    ("open_tree", libc::SYS_open_tree),
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("ptrace", libc::SYS_ptrace),
+    ("process_vm_readv", libc::SYS_process_vm_readv),
+    ("process_vm_writev", libc::SYS_process_vm_writev),
+    ("keyctl", libc::SYS_keyctl),
+    ("add_key", libc::SYS_add_key),
+    ("request_key", libc::SYS_request_key),
+    ("bpf", libc::SYS_bpf),
+    ("perf_event_open", libc::SYS_perf_event_open),
+    ("userfaultfd", libc::SYS_userfaultfd),
+    ("io_uring_setup", libc::SYS_io_uring_setup),
+    ("io_uring_enter", libc::SYS_io_uring_enter),
+    ("io_uring_register", libc::SYS_io_uring_register),
+    ("kexec_load", libc::SYS_kexec_load),
+    ("kexec_file_load", libc::SYS_kexec_file_load),
+    ("init_module", libc::SYS_init_module),
+    ("finit_module", libc::SYS_finit_module),
+    ("delete_module", libc::SYS_delete_module),
+    ("open_by_handle_at", libc::SYS_open_by_handle_at),
+    ("name_to_handle_at", libc::SYS_name_to_handle_at),
+    ("swapon", libc::SYS_swapon),
+    ("swapoff", libc::SYS_swapoff),
+    ("reboot", libc::SYS_reboot),
+    ("acct", libc::SYS_acct),
+    ("quotactl", libc::SYS_quotactl),
+    ("syslog", libc::SYS_syslog),
+];
+
+/// What one sandboxed launch needs besides the command.
+#[derive(Debug, Clone, Copy)]
+pub struct SandboxLaunch<'a> {
+    /// The session workspace (absolute), bound read-write at the same path.
+    pub workspace: &'a Path,
+    /// The operator scratch directory, bound read-write at [`SANDBOX_SCRATCH_PATH`].
+    pub scratch: Option<&'a Path>,
+    /// Host directories to cover with an empty file system where they would otherwise be
+    /// visible (inside a system directory or an extra read-only path).
+    pub hidden: &'a [PathBuf],
+    /// The settings the node host decided on.
+    pub settings: &'a SandboxSettings,
+    /// The `gatehouse` executable that runs as the helper. Without one, the command runs
+    /// directly under bubblewrap: the namespace, capability and mount layers hold, but no
+    /// Landlock, seccomp, limits or descriptor cleanup; only tests of this crate do that.
+    pub helper: Option<&'a Path>,
+}
+
+/// What the helper applies inside the sandbox before it executes the command; it travels as one
+/// JSON argument.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HelperSpec {
+    /// Paths that get read and execute rights under Landlock.
+    read_only: Vec<PathBuf>,
+    /// Paths that get every right under Landlock.
+    read_write: Vec<PathBuf>,
+    /// The resource limits.
+    limits: SandboxLimits,
+    /// The Landlock ABI to enforce, if any.
+    landlock_abi: Option<u8>,
+    /// Whether to install the seccomp filter.
+    seccomp: bool,
+}
+
+/// Returns the bubblewrap arguments that run `program` with `args` in the sandbox of `launch`
+/// (through the helper when there is one).
+pub fn bwrap_command_args(
+    launch: &SandboxLaunch<'_>,
+    program: &OsStr,
+    args: &[&OsStr],
+) -> Vec<OsString> {
+    let mut out: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&dyn AsRef<OsStr>]| {
+        out.extend(items.iter().map(|item| item.as_ref().to_owned()));
+    };
+    let settings = launch.settings;
+    let uid = settings.uid.to_string();
+    let gid = settings.gid.to_string();
+    push(&[&"--unshare-all", &"--unshare-user", &"--disable-userns"]);
+    push(&[&"--uid", &uid, &"--gid", &gid, &"--cap-drop", &"ALL"]);
+    push(&[&"--die-with-parent", &"--new-session"]);
+    let tmp_size = settings.limits.tmp_size_bytes.to_string();
+    push(&[
+        &"--perms", &"1777", &"--size", &tmp_size, &"--tmpfs", &"/tmp",
+    ]);
+    let mut read_only = Vec::new();
+    for dir in SYSTEM_DIRS {
+        let path = Path::new(dir);
+        match std::fs::symlink_metadata(path) {
+            Ok(metadata) if metadata.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(path) {
+                    push(&[&"--symlink", &target, &path]);
+                }
+            }
+            Ok(metadata) if metadata.is_dir() => {
+                push(&[&"--ro-bind", &path, &path]);
+                read_only.push(path.to_path_buf());
+            }
+            Ok(_) | Err(_) => {}
+        }
+    }
+    for secret in ETC_SECRETS {
+        let path = Path::new("/etc").join(secret);
+        match std::fs::metadata(&path) {
+            Ok(metadata) if metadata.is_dir() => push(&[&"--tmpfs", &path]),
+            Ok(_) => push(&[&"--ro-bind", &"/dev/null", &path]),
+            Err(_) => {}
+        }
+    }
+    for extra in &settings.read_only_paths {
+        push(&[&"--ro-bind", &extra, &extra]);
+        read_only.push(PathBuf::from(extra));
+    }
+    for hidden in launch.hidden {
+        if read_only.iter().any(|mounted| hidden.starts_with(mounted)) {
+            push(&[&"--tmpfs", hidden]);
+        }
+    }
+    push(&[&"--bind", &launch.workspace, &launch.workspace]);
+    let mut read_write = vec![PathBuf::from("/tmp"), launch.workspace.to_path_buf()];
+    if let Some(scratch) = launch.scratch {
+        push(&[&"--bind", &scratch, &SANDBOX_SCRATCH_PATH]);
+        read_write.push(PathBuf::from(SANDBOX_SCRATCH_PATH));
+    }
+    push(&[&"--dev", &"/dev", &"--proc", &"/proc"]);
+    push(&[&"--chdir", &launch.workspace]);
+    if let Some(helper) = launch.helper {
+        push(&[&"--ro-bind", &helper, &SANDBOX_HELPER_PATH]);
+        let spec = HelperSpec {
+            read_only,
+            read_write,
+            limits: settings.limits,
+            landlock_abi: settings.landlock_abi,
+            seccomp: settings.seccomp,
+        };
+        // Serialising plain strings, numbers and UTF-8 paths cannot fail.
+        let spec = serde_json::to_string(&spec).unwrap_or_default();
+        push(&[
+            &"--",
+            &SANDBOX_HELPER_PATH,
+            &HELPER_SUBCOMMAND,
+            &"--spec",
+            &spec,
+        ]);
+    }
+    push(&[&"--", &program]);
+    out.extend(args.iter().map(|arg| arg.to_os_string()));
+    out
+}
+
+/// Why the helper could not run the command. Every variant has a stable [`HelperError::code`].
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    /// The `--spec` argument is not what the node host writes.
+    #[error("the sandbox spec is malformed: {0}")]
+    Spec(String),
+    /// A file descriptor above 2 could not be listed or closed.
+    #[error("cannot close the inherited file descriptors: {0}")]
+    Descriptors(String),
+    /// A resource limit could not be set.
+    #[error("cannot set {limit}: {reason}")]
+    Limit {
+        /// The limit, for example `RLIMIT_NPROC`.
+        limit: &'static str,
+        /// The kernel's answer.
+        reason: String,
+    },
+    /// `no_new_privs` could not be set.
+    #[error("cannot set no_new_privs: {0}")]
+    NoNewPrivs(String),
+    /// The Landlock ruleset could not be enforced in full.
+    #[error("cannot enforce the Landlock ruleset: {0}")]
+    Landlock(String),
+    /// The seccomp filter could not be built or installed.
+    #[error("cannot install the seccomp filter: {0}")]
+    Seccomp(String),
+    /// The command could not be executed.
+    #[error("cannot execute the command: {0}")]
+    Exec(String),
+}
+
+impl HelperError {
+    /// Returns the stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            HelperError::Spec(_) => codes::SANDBOX_SPEC_INVALID,
+            HelperError::Descriptors(_)
+            | HelperError::Limit { .. }
+            | HelperError::NoNewPrivs(_)
+            | HelperError::Landlock(_)
+            | HelperError::Seccomp(_) => codes::SANDBOX_LAYER_FAILED,
+            HelperError::Exec(_) => codes::EXEC_FAILED,
+        }
+    }
+}
+
+/// The helper's body (`gatehouse sandbox-exec --spec JSON -- PROGRAM ARGS...`): applies the
+/// layers of `spec` in order (descriptors, limits, `no_new_privs`, Landlock, seccomp) and then
+/// replaces this process with `command`. It returns only on failure, before the command ran.
+///
+/// # Errors
+/// The first layer that could not be applied, or the failed `execve`.
+pub fn run_helper(spec: &str, command: &[OsString]) -> Result<Infallible, HelperError> {
+    let spec: HelperSpec =
+        serde_json::from_str(spec).map_err(|error| HelperError::Spec(error.to_string()))?;
+    let Some((program, args)) = command.split_first() else {
+        return Err(HelperError::Spec(String::from("no command after --")));
+    };
+    close_inherited_descriptors()?;
+    set_limits(&spec.limits)?;
+    rustix::thread::set_no_new_privs(true)
+        .map_err(|error| HelperError::NoNewPrivs(error.to_string()))?;
+    if let Some(abi) = spec.landlock_abi {
+        restrict_with_landlock(abi, &spec.read_only, &spec.read_write)?;
+    }
+    if spec.seccomp {
+        install_seccomp_filter()?;
+    }
+    let error = std::process::Command::new(program).args(args).exec();
+    Err(HelperError::Exec(format!(
+        "{}: {error}",
+        Path::new(program).display()
+    )))
+}
+
+/// Closes every descriptor above 2, so the command inherits only stdin, stdout and stderr.
+fn close_inherited_descriptors() -> Result<(), HelperError> {
+    let fail = |error: std::io::Error| HelperError::Descriptors(error.to_string());
+    // Collect first: the listing holds a descriptor of its own while it is open.
+    let numbers: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map_err(fail)?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|number| *number > 2)
+        .collect();
+    for number in numbers {
+        match nix::unistd::close(number) {
+            // The listing's own descriptor is already closed.
+            Ok(()) | Err(nix::errno::Errno::EBADF) => {}
+            Err(errno) => return Err(HelperError::Descriptors(format!("fd {number}: {errno}"))),
+        }
+    }
+    Ok(())
+}
+
+/// Sets each limit of `limits` as both soft and hard limit (never above the inherited hard one).
+fn set_limits(limits: &SandboxLimits) -> Result<(), HelperError> {
+    use rustix::process::Resource;
+    let wanted = [
+        (Resource::As, "RLIMIT_AS", limits.address_space_bytes),
+        (Resource::Nproc, "RLIMIT_NPROC", limits.processes),
+        (Resource::Nofile, "RLIMIT_NOFILE", limits.open_files),
+        (Resource::Fsize, "RLIMIT_FSIZE", limits.file_size_bytes),
+        (Resource::Cpu, "RLIMIT_CPU", limits.cpu_seconds),
+    ];
+    for (resource, limit, value) in wanted {
+        let value = match rustix::process::getrlimit(resource).maximum {
+            Some(hard) => value.min(hard),
+            None => value,
+        };
+        let new = rustix::process::Rlimit {
+            current: Some(value),
+            maximum: Some(value),
+        };
+        rustix::process::setrlimit(resource, new).map_err(|error| HelperError::Limit {
+            limit,
+            reason: error.to_string(),
+        })?;
+    }
+    Ok(())
+}
+
+/// Restricts this process (and so the command) to read and execute under `read_only` and every
+/// right under `read_write`, plus reading `/proc`, reading and writing the devices of `/dev`,
+/// and listing any directory.
+fn restrict_with_landlock(
+    abi: u8,
+    read_only: &[PathBuf],
+    read_write: &[PathBuf],
+) -> Result<(), HelperError> {
+    use landlock::Access;
+    use landlock::AccessFs;
+    use landlock::CompatLevel;
+    use landlock::Compatible;
+    use landlock::RulesetAttr;
+    use landlock::RulesetCreatedAttr;
+    use landlock::RulesetStatus;
+    let abi = landlock::ABI::from(i32::from(abi));
+    let fail = |error: landlock::RulesetError| HelperError::Landlock(error.to_string());
+    for path in read_only.iter().chain(read_write) {
+        if !path.exists() {
+            return Err(HelperError::Landlock(format!(
+                "{} is not in the sandbox",
+                path.display()
+            )));
+        }
+    }
+    let devices = AccessFs::from_read(abi) | AccessFs::WriteFile;
+    // Listing directories anywhere is harmless: the mounts hold nothing else.
+    let list_root = landlock::path_beneath_rules(["/"], AccessFs::ReadDir);
+    let status = landlock::Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(fail)?
+        .create()
+        .map_err(fail)?
+        .add_rules(landlock::path_beneath_rules(
+            read_only
+                .iter()
+                .map(PathBuf::as_path)
+                .chain([Path::new("/proc")]),
+            AccessFs::from_read(abi),
+        ))
+        .map_err(fail)?
+        .add_rules(landlock::path_beneath_rules(["/dev"], devices))
+        .map_err(fail)?
+        .add_rules(list_root)
+        .map_err(fail)?
+        .add_rules(landlock::path_beneath_rules(
+            read_write,
+            AccessFs::from_all(abi),
+        ))
+        .map_err(fail)?
+        .restrict_self()
+        .map_err(fail)?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(()),
+        other => Err(HelperError::Landlock(format!(
+            "the kernel enforced the ruleset only as {other:?}"
+        ))),
+    }
+}
+
+/// Installs the filter that refuses [`DENIED_SYSCALLS`] with `EPERM` and allows the rest.
+fn install_seccomp_filter() -> Result<(), HelperError> {
+    let fail = |error: seccompiler::Error| HelperError::Seccomp(error.to_string());
+    let program = seccomp_program().map_err(fail)?;
+    seccompiler::apply_filter(&program).map_err(fail)
+}
+
+fn seccomp_program() -> Result<seccompiler::BpfProgram, seccompiler::Error> {
+    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = DENIED_SYSCALLS
+        .iter()
+        .map(|(_, number)| (*number, Vec::new()))
+        .collect();
+    let arch = seccompiler::TargetArch::try_from(std::env::consts::ARCH)?;
+    let filter = seccompiler::SeccompFilter::new(
+        rules,
+        seccompiler::SeccompAction::Allow,
+        seccompiler::SeccompAction::Errno(libc::EPERM.unsigned_abs()),
+        arch,
+    )?;
+    filter.try_into().map_err(seccompiler::Error::Backend)
+}
+
+/// Returns the names of the system calls the seccomp filter refuses, for the startup report.
+pub fn denied_syscall_names() -> impl Iterator<Item = &'static str> {
+    DENIED_SYSCALLS.iter().map(|(name, _)| *name)
+}
+
+/// Checks that the seccomp filter builds for this machine's architecture.
+///
+/// # Errors
+/// seccompiler's reason, for example an unsupported architecture.
+pub fn check_seccomp_filter() -> Result<(), String> {
+    seccomp_program()
+        .map(drop)
+        .map_err(|error| error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seccomp_filter_builds() {
+        assert_eq!(check_seccomp_filter(), Ok(()));
+    }
+
+    #[test]
+    fn the_helper_spec_round_trips_through_the_arguments() {
+        let settings = SandboxSettings::default();
+        let launch = SandboxLaunch {
+            workspace: Path::new("/w"),
+            scratch: Some(Path::new("/s")),
+            hidden: &[],
+            settings: &settings,
+            helper: Some(Path::new("/g")),
+        };
+        let args = bwrap_command_args(&launch, OsStr::new("/bin/sh"), &[OsStr::new("-c")]);
+        let position = args.iter().position(|arg| arg == "--spec").unwrap();
+        let spec: HelperSpec = serde_json::from_str(args[position + 1].to_str().unwrap()).unwrap();
+        assert!(spec.read_write.contains(&PathBuf::from("/w")));
+        assert!(
+            spec.read_write
+                .contains(&PathBuf::from(SANDBOX_SCRATCH_PATH))
+        );
+        assert_eq!(spec.limits, settings.limits);
+        assert!(!args.iter().any(|arg| arg == "/"), "{args:?}");
+        assert_eq!(&args[args.len() - 3..], ["--", "/bin/sh", "-c"]);
+    }
+}
