@@ -292,6 +292,23 @@ async fn hostile_commands_fail(target: &Target) {
         Some(FILE_SIZE_LIMIT.to_string().as_str()),
         "{size}"
     );
+    // The seccomp filter refuses what the host allows: io_uring_setup (425 on every Linux
+    // architecture) with no parameters fails with EFAULT on the host, EPERM in the sandbox.
+    let io_uring = "syscall(425, 1, 0); print qq($!\\n)";
+    let host = Command::new("perl")
+        .args(["-e", io_uring])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&host.stdout).trim(), "Bad address");
+    let sandboxed = target
+        .exec("seccomp", &format!("perl -e '{io_uring}'"))
+        .await;
+    assert!(
+        sandboxed
+            .lines()
+            .any(|line| line == "Operation not permitted"),
+        "{sandboxed}"
+    );
     // The command is unprivileged and filtered, and sees only the system directories.
     let status = target
         .exec(
@@ -337,6 +354,19 @@ async fn hostile_commands_fail(target: &Target) {
         );
     }
     assert!(!root_entries.contains(&"root") && !root_entries.contains(&"home"));
+}
+
+#[test]
+fn the_sandbox_helper_is_hidden_and_refuses_a_spec_it_cannot_read() {
+    let help = gatehouse().arg("--help").output().unwrap();
+    assert!(!String::from_utf8_lossy(&help.stdout).contains("sandbox-exec"));
+    let refused = gatehouse()
+        .args(["sandbox-exec", "--spec", "{}", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(126));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("SANDBOX_SPEC_INVALID"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
