@@ -4,6 +4,7 @@
 //! interleaved in the same run.
 
 use std::ffi::OsStr;
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::Stdio;
 
@@ -44,13 +45,7 @@ pub(crate) fn run(args: &SandboxBenchArgs) -> anyhow::Result<Report> {
     let (baseline, candidate) = compare(
         args.iterations,
         || spawn(&bwrap, bare.iter().map(OsStr::new), &workspace),
-        || {
-            spawn(
-                &bwrap,
-                hardened.iter().map(|arg| arg.as_os_str()),
-                &workspace,
-            )
-        },
+        || spawn(&bwrap, hardened.iter().map(OsString::as_os_str), &workspace),
     )?;
     let layers = format!(
         "hardened: uid {} in a user namespace, no capabilities, deny-by-default mounts, limits, seccomp {}, Landlock {}",

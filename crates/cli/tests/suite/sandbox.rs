@@ -634,3 +634,47 @@ async fn finding_7_an_operator_listed_path_is_read_only_and_nothing_else_appears
     }
     assert!(listing.lines().any(|line| line == "harness"), "{listing}");
 }
+
+#[test]
+fn finding_7_the_node_config_file_lists_read_only_paths_and_accepted_layers() {
+    let temp = base_dir();
+    let extra = temp.path().canonicalize().unwrap().join("toolchain");
+    std::fs::create_dir(&extra).unwrap();
+    let config = temp.path().join("node.toml");
+    let write_config = |read_only: &Path| {
+        std::fs::write(
+            &config,
+            format!(
+                "root = {:?}\nruntime = \"native\"\nsandbox-read-only = [{:?}]\nsandbox-allow-missing = [\"process-limit\"]\n",
+                temp.path().join("harness").display().to_string(),
+                read_only.display().to_string(),
+            ),
+        )
+        .unwrap();
+    };
+    let node = || {
+        gatehouse()
+            .env_remove("GATEHOUSE_SANDBOX_ALLOW_MISSING")
+            .args(["node", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    write_config(&extra);
+    let output = node();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("extra read-only: {}", extra.display())),
+        "{stderr}"
+    );
+    // The file's accepted layer counts like the flag (as root it is needed, as non-root unused).
+    assert!(
+        !stderr.contains("SANDBOX_PROCESS_LIMIT_UNENFORCED"),
+        "{stderr}"
+    );
+    write_config(&temp.path().join("missing"));
+    let output = node();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--sandbox-read-only"), "{stderr}");
+}
