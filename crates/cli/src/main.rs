@@ -61,9 +61,6 @@ enum Command {
     /// Run one native worker (started by the node host; reads its envelope on stdin).
     #[command(hide = true)]
     Worker(worker_cmd::WorkerArgs),
-    /// Apply the in-sandbox layers and execute a command (run by bubblewrap inside the sandbox).
-    #[command(hide = true, name = "sandbox-exec")]
-    SandboxExec(sandbox_exec_cmd::SandboxExecArgs),
     /// Check that this machine can run Gatehouse (kernel, sandbox, Codex, model, data, Gateway).
     Doctor(doctor_cmd::DoctorArgs),
     /// Check an operator-owned scratch volume.
@@ -75,6 +72,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The sandbox helper (`gatehouse sandbox-exec`, hidden from `--help`) runs before every
+    // command in the sandbox, so it is dispatched before the whole command line and the log
+    // subscriber are built.
+    if let Some(code) = sandbox_exec_cmd::run_if_invoked() {
+        return code;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -101,7 +104,6 @@ fn main() -> ExitCode {
         Command::Memory(args) => memory_cmd::run(args),
         Command::Skills(args) => skills_cmd::run(args),
         Command::Worker(args) => worker_cmd::run(args),
-        Command::SandboxExec(args) => Ok(sandbox_exec_cmd::run(args)),
     };
     match result {
         Ok(code) => code,

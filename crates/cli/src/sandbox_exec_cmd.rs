@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 /// Arguments of `gatehouse sandbox-exec`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct SandboxExecArgs {
+struct SandboxExecArgs {
     /// What to apply, as the node host wrote it.
     #[arg(long, value_name = "JSON")]
     spec: String,
@@ -17,12 +17,39 @@ pub(crate) struct SandboxExecArgs {
     command: Vec<OsString>,
 }
 
+/// `gatehouse sandbox-exec` parsed on its own, without the rest of the command line.
+#[derive(Debug, clap::Parser)]
+#[command(name = "gatehouse sandbox-exec")]
+struct HelperCli {
+    #[command(flatten)]
+    args: SandboxExecArgs,
+}
+
+/// Runs the helper when this process was started as `gatehouse sandbox-exec ...`, else returns
+/// `None`. A usage error exits 126 like any other helper failure.
+pub(crate) fn run_if_invoked() -> Option<ExitCode> {
+    let mut argv = std::env::args_os().skip(1).peekable();
+    if argv.peek().is_none_or(|first| first != HELPER_NAME) {
+        return None;
+    }
+    match <HelperCli as clap::Parser>::try_parse_from(argv) {
+        Ok(cli) => Some(run(cli.args)),
+        Err(error) => {
+            let _ = error.print();
+            Some(ExitCode::from(HELPER_FAILED))
+        }
+    }
+}
+
+/// The subcommand's name, as bubblewrap runs it.
+const HELPER_NAME: &str = gatehouse_agent::sandbox::HELPER_SUBCOMMAND;
+
 /// Exit code of a helper that could not run the command (as a shell's "cannot execute").
 const HELPER_FAILED: u8 = 126;
 
 /// Runs the helper; it returns only when a layer or the `execve` failed, with the reason on
 /// stderr (which is the command's output, so the model reads it).
-pub(crate) fn run(args: SandboxExecArgs) -> ExitCode {
+fn run(args: SandboxExecArgs) -> ExitCode {
     match gatehouse_agent::sandbox::run_helper(&args.spec, &args.command) {
         Ok(never) => match never {},
         Err(error) => {

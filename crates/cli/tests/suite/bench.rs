@@ -20,7 +20,9 @@ fn bench_sandbox_reports_the_hardened_and_the_bare_spawn_side_by_side() {
         "{report}"
     );
     let rows = report["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 1, "{report}");
+    assert_eq!(rows.len(), 2, "{report}");
+    assert_eq!(rows[1]["case"], "namespaces and mounts only", "{report}");
+    assert_eq!(rows[1]["samples"], 3, "{report}");
     let row = &rows[0];
     assert_eq!(row["baseline"], "bwrap --ro-bind / / true", "{row}");
     assert_eq!(row["samples"], 3, "{row}");
