@@ -142,7 +142,8 @@ pub struct SandboxLaunch<'a> {
     pub settings: &'a SandboxSettings,
     /// The `gatehouse` executable that runs as the helper. Without one, the command runs
     /// directly under bubblewrap: the namespace, capability and mount layers hold, but no
-    /// Landlock, seccomp, limits or descriptor cleanup; only tests of this crate do that.
+    /// Landlock, seccomp, limits or descriptor cleanup. Workers always have one; only this
+    /// crate's tests and the benchmark's namespaces-only row go without.
     pub helper: Option<&'a Path>,
 }
 

@@ -217,6 +217,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
             let sandbox = sandbox.with_file(file.sandbox_read_only, file.sandbox_allow_missing);
             crate::sandbox_setup::startup(
                 &sandbox,
+                std::slice::from_ref(&config.root),
                 &program,
                 allow_unsandboxed_exec,
                 "gatehouse node:",

@@ -100,11 +100,17 @@ impl SandboxArgs {
         self
     }
 
-    /// Returns the settings the flags ask for, before the kernel is asked.
+    /// Returns the settings the flags ask for, before the kernel is asked. `private` are the
+    /// directories commands must never see (the Harness root, an embedded Gateway's state).
     ///
     /// # Errors
-    /// A usage error for an extra path that is relative, `/`, missing or not UTF-8.
-    pub(crate) fn requested(&self) -> anyhow::Result<SandboxSettings> {
+    /// A usage error for an extra path that is relative, `/`, missing, not UTF-8, or inside a
+    /// private directory.
+    pub(crate) fn requested(&self, private: &[PathBuf]) -> anyhow::Result<SandboxSettings> {
+        let private: Vec<PathBuf> = private
+            .iter()
+            .map(|dir| std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()))
+            .collect();
         let defaults = SandboxLimits::default();
         let uid = self.sandbox_uid.unwrap_or(DEFAULT_SANDBOX_ID);
         let mut read_only_paths = Vec::new();
@@ -119,6 +125,12 @@ impl SandboxArgs {
                 std::fs::canonicalize(path).map_err(|error| usage(&error.to_string()))?;
             if canonical == Path::new("/") {
                 return Err(usage("resolves to /").into());
+            }
+            if private.iter().any(|dir| canonical.starts_with(dir)) {
+                return Err(usage(
+                    "lies inside the node's private state, which commands must never see",
+                )
+                .into());
             }
             let Some(text) = canonical.to_str() else {
                 return Err(usage("is not UTF-8").into());
@@ -189,8 +201,12 @@ pub(crate) struct Decision {
 /// `CODE: message` for a layer the machine refuses that the operator did not allow missing:
 /// `SANDBOX_LANDLOCK_UNAVAILABLE`, `SANDBOX_SECCOMP_UNAVAILABLE` or
 /// `SANDBOX_PROCESS_LIMIT_UNENFORCED`; a usage error for a bad flag.
-pub(crate) fn decide(args: &SandboxArgs, probes: &Probes) -> anyhow::Result<Decision> {
-    let mut settings = args.requested()?;
+pub(crate) fn decide(
+    args: &SandboxArgs,
+    private: &[PathBuf],
+    probes: &Probes,
+) -> anyhow::Result<Decision> {
+    let mut settings = args.requested(private)?;
     let mut lines = Vec::new();
     let allow = |layer: Layer| format!("--sandbox-allow-missing {}", layer.name());
     lines.push(format!(
@@ -277,7 +293,7 @@ pub(crate) fn best_available() -> SandboxSettings {
         sandbox_allow_missing: vec![Layer::Landlock, Layer::Seccomp, Layer::ProcessLimit],
         ..SandboxArgs::default()
     };
-    decide(&args, &Probes::run())
+    decide(&args, &[], &Probes::run())
         .map(|decision| decision.settings)
         .unwrap_or_default()
 }
@@ -312,7 +328,8 @@ fn mounts_line(settings: &SandboxSettings) -> String {
     )
 }
 
-/// Runs the startup decision for a node host whose workers run `helper`, prints one line per
+/// Runs the startup decision for a node host whose workers run `helper` and whose private
+/// directories are `private`, prints one line per
 /// layer on stderr (prefixed with `prefix`), and proves the sandbox with a trial command. Without
 /// bubblewrap it says so and returns the settings, since `exec` then refuses (or, with
 /// `allow_unsandboxed`, runs unsandboxed and says so).
@@ -321,11 +338,12 @@ fn mounts_line(settings: &SandboxSettings) -> String {
 /// As [`decide`]; `SANDBOX_TRIAL_FAILED` when the sandbox does not start.
 pub(crate) fn startup(
     args: &SandboxArgs,
+    private: &[PathBuf],
     helper: &Path,
     allow_unsandboxed: bool,
     prefix: &str,
 ) -> anyhow::Result<SandboxSettings> {
-    let decision = decide(args, &Probes::run())?;
+    let decision = decide(args, private, &Probes::run())?;
     let trial_dir = tempfile::Builder::new()
         .prefix("gatehouse-sandbox-trial-")
         .tempdir()?;
@@ -358,6 +376,20 @@ pub(crate) fn startup(
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_extra_path_inside_the_private_state_is_refused() {
+        let private = tempfile::tempdir().unwrap();
+        let inside = private.path().join("sessions");
+        std::fs::create_dir(&inside).unwrap();
+        let args = SandboxArgs {
+            sandbox_read_only: vec![inside],
+            ..SandboxArgs::default()
+        };
+        let error = args.requested(&[private.path().to_path_buf()]).unwrap_err();
+        assert!(error.to_string().contains("private state"), "{error}");
+        assert!(args.requested(&[]).is_ok());
+    }
+
     fn probes(root: bool) -> Probes {
         Probes {
             landlock: Ok(6),
@@ -368,7 +400,7 @@ mod tests {
 
     #[test]
     fn every_layer_is_on_when_the_machine_gives_it() {
-        let decision = decide(&SandboxArgs::default(), &probes(false)).unwrap();
+        let decision = decide(&SandboxArgs::default(), &[], &probes(false)).unwrap();
         assert_eq!(decision.settings.landlock_abi, Some(6));
         assert!(decision.settings.seccomp);
         assert_eq!((decision.settings.uid, decision.settings.gid), (1000, 1000));
@@ -385,7 +417,7 @@ mod tests {
             landlock: Err(String::from("no landlock")),
             ..probes(false)
         };
-        let error = decide(&SandboxArgs::default(), &missing).unwrap_err();
+        let error = decide(&SandboxArgs::default(), &[], &missing).unwrap_err();
         assert!(
             error
                 .to_string()
@@ -396,7 +428,7 @@ mod tests {
             sandbox_allow_missing: vec![Layer::Landlock],
             ..SandboxArgs::default()
         };
-        let decision = decide(&args, &missing).unwrap();
+        let decision = decide(&args, &[], &missing).unwrap();
         assert_eq!(decision.settings.landlock_abi, None);
         assert!(
             decision
@@ -408,7 +440,7 @@ mod tests {
 
     #[test]
     fn as_root_the_process_limit_must_be_acknowledged() {
-        let error = decide(&SandboxArgs::default(), &probes(true)).unwrap_err();
+        let error = decide(&SandboxArgs::default(), &[], &probes(true)).unwrap_err();
         assert!(
             error
                 .to_string()
@@ -419,7 +451,7 @@ mod tests {
             sandbox_allow_missing: vec![Layer::ProcessLimit],
             ..SandboxArgs::default()
         };
-        let decision = decide(&args, &probes(true)).unwrap();
+        let decision = decide(&args, &[], &probes(true)).unwrap();
         assert!(
             decision
                 .lines

@@ -128,6 +128,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     let sandbox = match args.runtime {
         RuntimeArg::Native => crate::sandbox_setup::startup(
             &args.sandbox,
+            &[harness_root.clone(), gateway_state.clone()],
             &std::env::current_exe()?,
             args.allow_unsandboxed_exec,
             "gatehouse up:",
