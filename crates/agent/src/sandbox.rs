@@ -471,7 +471,17 @@ pub fn check_seccomp_filter() -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::ffi::OsStr;
+    use std::path::Path;
+    use std::path::PathBuf;
+
+    use gatehouse_protocol::worker::SandboxSettings;
+
+    use crate::context::SANDBOX_SCRATCH_PATH;
+    use crate::sandbox::HelperSpec;
+    use crate::sandbox::SandboxLaunch;
+    use crate::sandbox::bwrap_command_args;
+    use crate::sandbox::check_seccomp_filter;
 
     #[test]
     fn the_seccomp_filter_builds() {

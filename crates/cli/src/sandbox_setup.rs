@@ -374,7 +374,10 @@ pub(crate) fn startup(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::sandbox_setup::Layer;
+    use crate::sandbox_setup::Probes;
+    use crate::sandbox_setup::SandboxArgs;
+    use crate::sandbox_setup::decide;
 
     #[test]
     fn an_extra_path_inside_the_private_state_is_refused() {

@@ -28,15 +28,14 @@ pub(crate) struct SandboxBenchArgs {
 
 /// Runs the benchmark with a fresh workspace and returns its report.
 pub(crate) fn run(args: &SandboxBenchArgs) -> anyhow::Result<Report> {
-    let Some(bwrap) = find_bwrap() else {
-        anyhow::bail!("bubblewrap (bwrap) is not on PATH; the benchmark needs it");
-    };
     let temp = tempfile::Builder::new()
         .prefix("gatehouse-bench-sandbox-")
         .tempdir()?;
     let workspace = temp.path().canonicalize()?;
     let settings = crate::sandbox_setup::best_available();
     let helper = std::env::current_exe()?;
+    // The trial finds bubblewrap and proves the hardened sandbox starts before it is timed.
+    let bwrap = gatehouse_agent::trial_sandbox(&workspace, &settings, Some(&helper))?.bwrap;
     let launch = SandboxLaunch {
         workspace: &workspace,
         scratch: None,
@@ -125,11 +124,4 @@ fn spawn<'a>(
         .status()?;
     anyhow::ensure!(status.success(), "a sandboxed true failed: {status}");
     Ok(())
-}
-
-fn find_bwrap() -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("bwrap"))
-        .find(|candidate| candidate.is_file())
 }
