@@ -20,9 +20,10 @@ pub mod codes {
     /// Startup: the kernel gives no seccomp filters and `--sandbox-allow-missing seccomp` was
     /// not passed.
     pub const SANDBOX_SECCOMP_UNAVAILABLE: &str = "SANDBOX_SECCOMP_UNAVAILABLE";
-    /// Startup: the node runs as root, so the kernel does not enforce the process limit, and
-    /// `--sandbox-allow-missing process-limit` was not passed.
-    pub const SANDBOX_PROCESS_LIMIT_UNENFORCED: &str = "SANDBOX_PROCESS_LIMIT_UNENFORCED";
+    /// A sandboxed command held more processes than the sandbox's process limit, so the
+    /// supervisor inside the sandbox killed every process of the command (the command's output
+    /// ends with a line naming the limit and this code).
+    pub const SANDBOX_PROCESS_LIMIT: &str = "SANDBOX_PROCESS_LIMIT";
     /// Startup: bubblewrap is there but the hardened sandbox does not start (for example user
     /// namespaces are refused); the message carries bubblewrap's own.
     pub const SANDBOX_TRIAL_FAILED: &str = "SANDBOX_TRIAL_FAILED";

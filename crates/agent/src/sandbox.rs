@@ -20,9 +20,13 @@
 //!   descriptor above 2, sets the resource limits of [`SandboxLimits`], sets `no_new_privs`,
 //!   applies a Landlock ruleset (read and execute on the system directories and the extra paths,
 //!   read-write on the workspace, `/tmp` and the scratch mount), installs a seccomp filter that
-//!   refuses the system calls of [`DENIED_SYSCALLS`] with `EPERM`, and only then executes the
-//!   command. Each step that fails stops the command; none is skipped unless the node host
-//!   decided at startup, on the operator's explicit flag, that the kernel lacks it.
+//!   refuses the system calls of [`DENIED_SYSCALLS`] with `EPERM`, and only then starts the
+//!   command as its child, at nice [`COMMAND_NICE`]. Each step that fails stops the command; none
+//!   is skipped unless the node host decided at startup, on the operator's explicit flag, that
+//!   the kernel lacks it.
+//! - **The process limit** holds twice: `RLIMIT_NPROC`, which the kernel does not enforce when
+//!   the node runs as root, and the helper's own count of the sandbox's processes every
+//!   [`PROCESS_POLL_INTERVAL`], past which it kills all of them (see `supervise`).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -279,6 +283,9 @@ pub enum HelperError {
     /// The command could not be executed.
     #[error("cannot execute the command: {0}")]
     Exec(String),
+    /// The supervisor could not watch the command's processes, so it killed them.
+    #[error("cannot supervise the command's processes: {0}")]
+    Supervise(String),
 }
 
 impl HelperError {
@@ -290,24 +297,43 @@ impl HelperError {
             | HelperError::Limit { .. }
             | HelperError::NoNewPrivs(_)
             | HelperError::Landlock(_)
-            | HelperError::Seccomp(_) => codes::SANDBOX_LAYER_FAILED,
+            | HelperError::Seccomp(_)
+            | HelperError::Supervise(_) => codes::SANDBOX_LAYER_FAILED,
             HelperError::Exec(_) => codes::EXEC_FAILED,
         }
     }
 }
 
+/// How the supervised command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HelperOutcome {
+    /// The command exited with this status (128 + N when signal N ended it, as a shell reports).
+    Exited(u8),
+    /// The sandbox held more than this many processes, so the supervisor killed all of them.
+    ProcessLimitExceeded(u64),
+}
+
+/// How often the supervisor counts the processes of the sandbox while the command runs. A fork
+/// bomb can outgrow [`SandboxLimits::processes`] by what it forks in one interval (plus the time
+/// the supervisor waits for a core on a loaded machine) before it is killed; each count reads
+/// the sandbox's `/proc`, a few microseconds with few processes.
+pub const PROCESS_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// The helper's body (`gatehouse sandbox-exec --spec JSON -- PROGRAM ARGS...`): applies the
-/// layers of `spec` in order (descriptors, limits, `no_new_privs`, Landlock, seccomp) and then
-/// replaces this process with `command`. It returns only on failure, before the command ran.
+/// layers of `spec` to itself in order (descriptors, limits, `no_new_privs`, Landlock, seccomp;
+/// children inherit each of them), starts `command` as its child with the same stdin, stdout and
+/// stderr, and supervises it until it exits (see `supervise`).
 ///
 /// # Errors
-/// The first layer that could not be applied, or the failed `execve`.
-pub fn run_helper(spec: &str, command: &[OsString]) -> Result<Infallible, HelperError> {
+/// The first layer that could not be applied, a command that could not be started, or a
+/// supervision that could not count the sandbox's processes (the command is then killed).
+pub fn run_helper(spec: &str, command: &[OsString]) -> Result<HelperOutcome, HelperError> {
     let spec: HelperSpec =
         serde_json::from_str(spec).map_err(|error| HelperError::Spec(error.to_string()))?;
     let Some((program, args)) = command.split_first() else {
         return Err(HelperError::Spec(String::from("no command after --")));
     };
+    check_fresh_pid_namespace()?;
     close_inherited_descriptors()?;
     set_limits(&spec.limits)?;
     rustix::thread::set_no_new_privs(true)
@@ -318,11 +344,161 @@ pub fn run_helper(spec: &str, command: &[OsString]) -> Result<Infallible, Helper
     if spec.seccomp {
         install_seccomp_filter()?;
     }
+    // The command starts through the helper's own [`LOWER_PRIORITY_FLAG`] step, which lowers its
+    // priority before it executes the program, so no process of the command ever runs at the
+    // supervisor's priority.
+    let child = std::process::Command::new(SANDBOX_HELPER_PATH)
+        .args([HELPER_SUBCOMMAND, LOWER_PRIORITY_FLAG, "--"])
+        .arg(program)
+        .args(args)
+        .spawn()
+        .map_err(|error| HelperError::Exec(format!("{}: {error}", Path::new(program).display())))?;
+    supervise(child, spec.limits.processes)
+}
+
+/// The flag of `gatehouse sandbox-exec` that runs the step between the supervisor and the
+/// command: [`exec_with_lower_priority`].
+pub const LOWER_PRIORITY_FLAG: &str = "--lower-priority";
+
+/// The nice value of every process of a sandboxed command. The supervisor keeps nice 0: a fork
+/// bomb's processes then weigh about a tenth of it each for the scheduler, so the supervisor
+/// still gets a core within its polling interval while thousands of them are runnable (at the
+/// same priority it was starved for tens of milliseconds, long enough for tens of thousands of
+/// processes). Commands run a little behind the host's own work, as model-generated code should.
+pub const COMMAND_NICE: i32 = 10;
+
+/// The step between the supervisor and the command (`gatehouse sandbox-exec --lower-priority --
+/// PROGRAM ARGS...`): sets this process's nice value to [`COMMAND_NICE`] (raising it needs no
+/// privilege, and no process of the command can lower it again) and replaces itself with the
+/// program. It returns only on failure.
+///
+/// # Errors
+/// The nice value could not be set, or the `execve` failed.
+pub fn exec_with_lower_priority(command: &[OsString]) -> Result<Infallible, HelperError> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(HelperError::Spec(String::from("no command after --")));
+    };
+    rustix::process::setpriority_process(None, COMMAND_NICE)
+        .map_err(|errno| HelperError::Supervise(format!("cannot lower the priority: {errno}")))?;
     let error = std::process::Command::new(program).args(args).exec();
     Err(HelperError::Exec(format!(
         "{}: {error}",
         Path::new(program).display()
     )))
+}
+
+/// The helper's process id in the sandbox: bubblewrap's init is 1 and starts the helper first.
+const HELPER_PID: u32 = 2;
+
+/// Refuses to supervise outside a fresh PID namespace: the supervisor's `kill(-1, SIGKILL)` must
+/// reach only the sandbox. There the helper is the first child of bubblewrap's init, so its pid
+/// is 2; outside one, pid 2 is the kernel's `kthreadd`.
+fn check_fresh_pid_namespace() -> Result<(), HelperError> {
+    let pid = std::process::id();
+    match pid == HELPER_PID {
+        true => Ok(()),
+        false => Err(HelperError::Supervise(format!(
+            "the helper runs as pid {pid}, not as the first process of a fresh PID namespace"
+        ))),
+    }
+}
+
+/// Waits for `child` while counting the processes of the sandbox every
+/// [`PROCESS_POLL_INTERVAL`]. The sandbox has its own PID namespace and `/proc`, so its processes
+/// are the numeric entries of `/proc` less bubblewrap's init and the supervisor. When they are
+/// more than `limit`, `kill(-1, SIGKILL)` kills every one of them (in a PID namespace it reaches
+/// exactly the namespace's processes but its init and the caller), the supervisor waits until
+/// none is left and reports [`HelperOutcome::ProcessLimitExceeded`]. This bounds a fork bomb
+/// where the kernel does not enforce `RLIMIT_NPROC` (a node running as root). The child's exit is
+/// seen at once through a pidfd, so a command's status and timing stay as without supervision.
+fn supervise(mut child: std::process::Child, limit: u64) -> Result<HelperOutcome, HelperError> {
+    let fail = |error: std::io::Error| HelperError::Supervise(error.to_string());
+    let pid = rustix::process::Pid::from_child(&child);
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+        .map_err(|errno| fail(errno.into()));
+    let pidfd = match pidfd {
+        Ok(pidfd) => pidfd,
+        Err(error) => {
+            kill_sandbox(&mut child);
+            return Err(error);
+        }
+    };
+    let interval = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: i64::try_from(PROCESS_POLL_INTERVAL.as_nanos()).unwrap_or(i64::MAX),
+    };
+    loop {
+        let mut fds = [rustix::event::PollFd::new(
+            &pidfd,
+            rustix::event::PollFlags::IN,
+        )];
+        match rustix::event::poll(&mut fds, Some(&interval)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(errno) => {
+                kill_sandbox(&mut child);
+                return Err(fail(errno.into()));
+            }
+        }
+        if let Some(status) = child.try_wait().map_err(fail)? {
+            return Ok(HelperOutcome::Exited(exit_code(status)));
+        }
+        match count_sandbox_processes(limit) {
+            Ok(count) if count <= limit => {}
+            Ok(_) => {
+                kill_sandbox(&mut child);
+                return Ok(HelperOutcome::ProcessLimitExceeded(limit));
+            }
+            Err(error) => {
+                kill_sandbox(&mut child);
+                return Err(fail(error));
+            }
+        }
+    }
+}
+
+/// Counts the processes of the sandbox's PID namespace but bubblewrap's init and the supervisor
+/// (zombies not yet reaped included), stopping as soon as there are more than `most`: the cost
+/// of a count is bounded by the limit, not by the size of a fork bomb.
+fn count_sandbox_processes(most: u64) -> std::io::Result<u64> {
+    let mut count = 0;
+    for entry in std::fs::read_dir("/proc")? {
+        let name = entry?.file_name();
+        match name.to_str().and_then(|name| name.parse::<u32>().ok()) {
+            Some(1 | HELPER_PID) | None => {}
+            Some(_) => count += 1,
+        }
+        if count > most {
+            break;
+        }
+    }
+    Ok(count)
+}
+
+/// Kills every process of the sandbox but its init and the supervisor, reaps `child`, and
+/// returns once `/proc` shows none of them (bubblewrap's init reaps the rest); it gives up after
+/// a second, when the supervisor's exit ends the namespace and so every process left in it.
+fn kill_sandbox(child: &mut std::process::Child) {
+    let everyone = nix::unistd::Pid::from_raw(-1);
+    let _ = nix::sys::signal::kill(everyone, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    for _ in 0..1000 {
+        let _ = nix::sys::signal::kill(everyone, nix::sys::signal::Signal::SIGKILL);
+        if count_sandbox_processes(0).is_ok_and(|count| count == 0) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// The status a shell reports for `status`: the exit code, or 128 + N after signal N.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    let code = match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => 1,
+    };
+    u8::try_from(code & 0xff).unwrap_or(1)
 }
 
 /// Closes every descriptor above 2, so the command inherits only stdin, stdout and stderr.
@@ -409,7 +585,7 @@ fn restrict_with_landlock(
             read_only
                 .iter()
                 .map(PathBuf::as_path)
-                .chain([Path::new("/proc")]),
+                .chain([Path::new("/proc"), Path::new(SANDBOX_HELPER_PATH)]),
             AccessFs::from_read(abi),
         ))
         .map_err(fail)?

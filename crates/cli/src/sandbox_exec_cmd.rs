@@ -1,7 +1,7 @@
 //! `gatehouse sandbox-exec --spec JSON -- PROGRAM ARGS...`: the hidden helper that bubblewrap
 //! runs inside the `exec` sandbox. It applies the layers of the spec (descriptors, limits,
-//! `no_new_privs`, Landlock, seccomp) and replaces itself with the program; see
-//! `gatehouse_agent::sandbox`. The program and its arguments are taken as raw bytes.
+//! `no_new_privs`, Landlock, seccomp), starts the program as its child and supervises its
+//! process count; see `gatehouse_agent::sandbox`. The program and its arguments are taken as raw bytes.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -10,8 +10,12 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 struct SandboxExecArgs {
     /// What to apply, as the node host wrote it.
-    #[arg(long, value_name = "JSON")]
-    spec: String,
+    #[arg(long, value_name = "JSON", required_unless_present = "lower_priority")]
+    spec: Option<String>,
+    /// Only lower this process's priority and execute the command: the step the supervisor
+    /// starts the command through.
+    #[arg(long, conflicts_with = "spec")]
+    lower_priority: bool,
     /// The program and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -47,11 +51,28 @@ const HELPER_NAME: &str = gatehouse_agent::sandbox::HELPER_SUBCOMMAND;
 /// Exit code of a helper that could not run the command (as a shell's "cannot execute").
 const HELPER_FAILED: u8 = 126;
 
-/// Runs the helper; it returns only when a layer or the `execve` failed, with the reason on
-/// stderr (which is the command's output, so the model reads it).
+/// Exit code of a command whose sandbox outgrew its process limit and was killed whole.
+const PROCESS_LIMIT_EXCEEDED: u8 = 125;
+
+/// Runs the helper: the command's own exit status when it ends, [`PROCESS_LIMIT_EXCEEDED`] when
+/// the supervisor killed it for its process count, [`HELPER_FAILED`] when a layer failed; the
+/// reason of the last two goes to stderr (which is the command's output, so the model reads it).
 fn run(args: SandboxExecArgs) -> ExitCode {
-    match gatehouse_agent::sandbox::run_helper(&args.spec, &args.command) {
-        Ok(never) => match never {},
+    use gatehouse_agent::sandbox::HelperOutcome;
+    let outcome = match &args.spec {
+        Some(spec) => gatehouse_agent::sandbox::run_helper(spec, &args.command),
+        None => gatehouse_agent::sandbox::exec_with_lower_priority(&args.command)
+            .map(|never| match never {}),
+    };
+    match outcome {
+        Ok(HelperOutcome::Exited(code)) => ExitCode::from(code),
+        Ok(HelperOutcome::ProcessLimitExceeded(limit)) => {
+            crate::output::error_line(&format!(
+                "gatehouse sandbox: process limit of {limit} exceeded; every process of the command was killed ({})",
+                gatehouse_agent::error::codes::SANDBOX_PROCESS_LIMIT
+            ));
+            ExitCode::from(PROCESS_LIMIT_EXCEEDED)
+        }
         Err(error) => {
             crate::output::error_line(&format!(
                 "gatehouse sandbox-exec: {}: {error}",

@@ -23,8 +23,6 @@ pub(crate) enum Layer {
     Landlock,
     /// The seccomp filter (kernels without seccomp filters).
     Seccomp,
-    /// The process limit, which the kernel does not enforce when the node runs as root.
-    ProcessLimit,
 }
 
 impl Layer {
@@ -32,7 +30,6 @@ impl Layer {
         match self {
             Layer::Landlock => "landlock",
             Layer::Seccomp => "seccomp",
-            Layer::ProcessLimit => "process-limit",
         }
     }
 }
@@ -54,8 +51,9 @@ pub(crate) struct SandboxArgs {
     /// RLIMIT_AS of each command process, in bytes (default 8 GiB).
     #[arg(long, value_name = "BYTES")]
     sandbox_address_space_bytes: Option<u64>,
-    /// RLIMIT_NPROC of commands: processes and threads of the sandbox user (default 256). Not
-    /// enforced by the kernel when the node runs as root.
+    /// The most processes a command may have (default 256): RLIMIT_NPROC (processes and threads
+    /// of the sandbox user, which the kernel does not enforce when the node runs as root), and
+    /// the helper inside the sandbox kills every process of the command when it counts more.
     #[arg(long, value_name = "N")]
     sandbox_processes: Option<u64>,
     /// RLIMIT_NOFILE of each command process (default 1024).
@@ -71,8 +69,7 @@ pub(crate) struct SandboxArgs {
     #[arg(long, value_name = "BYTES")]
     sandbox_tmp_bytes: Option<u64>,
     /// Sandbox layers to run without when this machine cannot give them, comma-separated:
-    /// landlock, seccomp, process-limit (not enforced when the node runs as root). Without it, a
-    /// missing layer is a startup error.
+    /// landlock, seccomp. Without it, a missing layer is a startup error.
     #[arg(
         long,
         value_enum,
@@ -170,7 +167,8 @@ pub(crate) struct Probes {
     pub(crate) landlock: Result<i32, String>,
     /// Whether seccomp filters with the errno action are available, or why not.
     pub(crate) seccomp: Result<(), String>,
-    /// Whether the node runs as root (the kernel then ignores RLIMIT_NPROC).
+    /// Whether the node runs as root (the kernel then ignores RLIMIT_NPROC, and only the
+    /// helper's count bounds the processes).
     pub(crate) root: bool,
 }
 
@@ -199,8 +197,8 @@ pub(crate) struct Decision {
 ///
 /// # Errors
 /// `CODE: message` for a layer the machine refuses that the operator did not allow missing:
-/// `SANDBOX_LANDLOCK_UNAVAILABLE`, `SANDBOX_SECCOMP_UNAVAILABLE` or
-/// `SANDBOX_PROCESS_LIMIT_UNENFORCED`; a usage error for a bad flag.
+/// `SANDBOX_LANDLOCK_UNAVAILABLE` or `SANDBOX_SECCOMP_UNAVAILABLE`; a usage error for a bad
+/// flag.
 pub(crate) fn decide(
     args: &SandboxArgs,
     private: &[PathBuf],
@@ -263,23 +261,16 @@ pub(crate) fn decide(
         "rlimits: active: address space {} bytes, open files {}, file size {} bytes, CPU {} s",
         limits.address_space_bytes, limits.open_files, limits.file_size_bytes, limits.cpu_seconds
     ));
-    match (probes.root, args.allows(Layer::ProcessLimit)) {
-        (false, _) => lines.push(format!(
-            "process-limit: active: {} processes",
+    lines.push(match probes.root {
+        false => format!(
+            "process-limit: active: {} processes (RLIMIT_NPROC, and counted by the sandbox helper)",
             limits.processes
-        )),
-        (true, true) => lines.push(format!(
-            "process-limit: NOT ENFORCED, accepted by {}: the node runs as root and the kernel exempts root's processes from RLIMIT_NPROC; a fork bomb runs until the exec timeout kills its group; run the node as an unprivileged user",
-            allow(Layer::ProcessLimit)
-        )),
-        (true, false) => {
-            return Err(anyhow::anyhow!(
-                "{}: the node runs as root, and the kernel does not enforce the sandbox's process limit (RLIMIT_NPROC) for processes of root; run the node as an unprivileged user, or accept it with {}",
-                codes::SANDBOX_PROCESS_LIMIT_UNENFORCED,
-                allow(Layer::ProcessLimit)
-            ));
-        }
-    }
+        ),
+        true => format!(
+            "process-limit: active: {} processes (counted by the sandbox helper, which kills the command past it; the kernel does not enforce RLIMIT_NPROC for a node running as root)",
+            limits.processes
+        ),
+    });
     lines.push(String::from(
         "fds: active: only stdin, stdout and stderr reach the command",
     ));
@@ -290,7 +281,7 @@ pub(crate) fn decide(
 /// `gatehouse doctor`'s trial and the benchmark.
 pub(crate) fn best_available() -> SandboxSettings {
     let args = SandboxArgs {
-        sandbox_allow_missing: vec![Layer::Landlock, Layer::Seccomp, Layer::ProcessLimit],
+        sandbox_allow_missing: vec![Layer::Landlock, Layer::Seccomp],
         ..SandboxArgs::default()
     };
     decide(&args, &[], &Probes::run())
@@ -442,24 +433,16 @@ mod tests {
     }
 
     #[test]
-    fn as_root_the_process_limit_must_be_acknowledged() {
-        let error = decide(&SandboxArgs::default(), &[], &probes(true)).unwrap_err();
+    fn as_root_the_process_limit_is_active_without_a_flag() {
+        let decision = decide(&SandboxArgs::default(), &[], &probes(true)).unwrap();
+        let line = decision
+            .lines
+            .iter()
+            .find(|line| line.starts_with("process-limit: "))
+            .unwrap();
         assert!(
-            error
-                .to_string()
-                .starts_with("SANDBOX_PROCESS_LIMIT_UNENFORCED: "),
-            "{error}"
-        );
-        let args = SandboxArgs {
-            sandbox_allow_missing: vec![Layer::ProcessLimit],
-            ..SandboxArgs::default()
-        };
-        let decision = decide(&args, &[], &probes(true)).unwrap();
-        assert!(
-            decision
-                .lines
-                .iter()
-                .any(|line| line.starts_with("process-limit: NOT ENFORCED"))
+            line.starts_with("process-limit: active: 256 processes (counted by the sandbox helper"),
+            "{line}"
         );
     }
 }

@@ -381,11 +381,11 @@ async fn finding_1_and_7_hostile_commands_fail_as_an_unprivileged_node() {
     let target = Target::start(As::Nobody, &[]);
     target.up.wait_ready().await;
     assert!(
-        !target
+        target
             .up
             .process
             .stderr()
-            .contains("process-limit: NOT ENFORCED"),
+            .contains("process-limit: active: 256 processes (RLIMIT_NPROC, and counted"),
         "{}",
         target.up.process.stderr()
     );
@@ -421,7 +421,7 @@ async fn finding_7_only_stdin_stdout_and_stderr_reach_the_command() {
     }
 }
 
-/// Counts the processes of `outer_uid` whose command line is the bomb's shell.
+/// Counts the processes of `outer_uid` whose command line holds the bomb's shell function.
 fn bomb_processes(outer_uid: u32) -> usize {
     let mut count = 0;
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -433,7 +433,8 @@ fn bomb_processes(outer_uid: u32) -> usize {
         let Ok(mut file) = std::fs::File::open(path.join("cmdline")) else {
             continue;
         };
-        if file.read_to_string(&mut cmdline).is_err() || !cmdline.contains("bomb") {
+        // The bomb's own text, not just its name: test runners' command lines name the tests.
+        if file.read_to_string(&mut cmdline).is_err() || !cmdline.contains("bomb() {") {
             continue;
         }
         let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
@@ -466,7 +467,7 @@ async fn run_sampled(
             let mut most = 0;
             while sampling.load(std::sync::atomic::Ordering::Relaxed) {
                 most = most.max(bomb_processes(outer_uid));
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(Duration::from_millis(1));
             }
             most
         })
@@ -498,7 +499,12 @@ async fn finding_6_a_fork_bomb_is_bounded_by_the_process_limit_as_an_unprivilege
     target.up.wait_ready().await;
     let bomb = serde_json::json!({ "command": FORK_BOMB });
     let (output, most) = run_sampled(&target, bomb, NOBODY).await;
-    assert!(output.contains("timed out after"), "{output}");
+    // RLIMIT_NPROC refuses the forks; the bomb then ends at the exec timeout, or earlier when
+    // the sandbox helper counts more than the limit (its count includes zombies not yet reaped).
+    assert!(
+        output.contains("timed out after") || output.contains("(SANDBOX_PROCESS_LIMIT)"),
+        "{output}"
+    );
     assert!(
         output.contains("Cannot fork") || output.contains("fork"),
         "{output}"
@@ -515,41 +521,55 @@ async fn finding_6_a_fork_bomb_is_bounded_by_the_process_limit_as_an_unprivilege
     assert!(after.contains("alive"), "{after}");
 }
 
-/// A bomb with a bounded fan-out: 2^8 sleeping leaves, about 510 shells in all, far above
-/// [`PROCESS_LIMIT`]. As root it shows the real outcome without flooding a shared machine.
-const BOUNDED_BOMB: &str = "bomb() { if [ $1 -gt 0 ]; then bomb $(($1-1)) & bomb $(($1-1)); wait; else sleep 600; fi; }; bomb 8";
+/// How far above [`PROCESS_LIMIT`] the bomb's processes may be seen on the host as root: what
+/// the bomb forks within one polling interval of the sandbox helper and until its kill lands, on
+/// a loaded machine, plus bubblewrap's two processes and the helper (whose command lines name
+/// the bomb). Runs of this test on a loaded two-core machine never saw more than the limit.
+const ROOT_SLACK: usize = 64;
 
 #[tokio::test(flavor = "multi_thread")]
-async fn finding_6_as_root_the_process_limit_is_not_enforced_and_the_exec_timeout_kills_the_group()
-{
-    // The kernel exempts root's processes from RLIMIT_NPROC, even inside the user namespace; the
-    // startup report says so, and the exec timeout is what bounds the command.
+async fn finding_6_a_fork_bomb_is_bounded_as_root_too() {
+    // The kernel exempts root's processes from RLIMIT_NPROC even inside the user namespace; the
+    // sandbox helper counts the sandbox's processes and kills all of them past the limit.
     let limit = PROCESS_LIMIT.to_string();
-    let target = Target::start(As::Root, &["--sandbox-processes", &limit]);
-    target.up.wait_ready().await;
-    assert!(
-        target
-            .up
-            .process
-            .stderr()
-            .contains("sandbox: process-limit: NOT ENFORCED"),
-        "{}",
-        target.up.process.stderr()
+    let target = Target::start(
+        As::Root,
+        &[
+            "--sandbox-processes",
+            &limit,
+            "--exec-timeout-seconds",
+            "30",
+        ],
     );
-    let arguments = serde_json::json!({ "command": BOUNDED_BOMB, "timeout_ms": 3000 });
-    let (output, most) = run_sampled(&target, arguments, 0).await;
-    assert!(output.contains("timed out after 3000 ms"), "{output}");
+    target.up.wait_ready().await;
+    let stderr = target.up.process.stderr();
     assert!(
-        most > PROCESS_LIMIT as usize + 2,
-        "as root only {most} bomb processes ran; the limit of {PROCESS_LIMIT} looks enforced, so the startup report is wrong"
+        stderr.contains(&format!(
+            "sandbox: process-limit: active: {PROCESS_LIMIT} processes (counted by the sandbox helper"
+        )),
+        "{stderr}"
+    );
+    let bomb = serde_json::json!({ "command": FORK_BOMB });
+    let (output, most) = run_sampled(&target, bomb, 0).await;
+    assert!(
+        output.contains(&format!(
+            "gatehouse sandbox: process limit of {PROCESS_LIMIT} exceeded; every process of the command was killed (SANDBOX_PROCESS_LIMIT)"
+        )),
+        "{output}"
+    );
+    assert!(!output.contains("timed out after"), "{output}");
+    assert!(most > 0, "the sampler never saw the bomb");
+    assert!(
+        most <= PROCESS_LIMIT as usize + ROOT_SLACK,
+        "{most} bomb processes ran under a limit of {PROCESS_LIMIT}"
     );
     assert_bomb_gone(0).await;
-    let after = target.exec("after", "echo alive").await;
+    let after = target.exec("after", "echo alive; echo \"rc=$?.\"").await;
     assert!(after.contains("alive"), "{after}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn finding_1_every_sandbox_layer_is_reported_at_startup_and_a_missing_one_stops_it() {
+async fn finding_1_every_sandbox_layer_is_reported_at_startup_as_root_and_as_non_root() {
     let target = Target::start(As::Nobody, &[]);
     target.up.wait_ready().await;
     let stderr = target.up.process.stderr();
@@ -567,22 +587,17 @@ async fn finding_1_every_sandbox_layer_is_reported_at_startup_and_a_missing_one_
         assert!(stderr.contains(layer), "{layer:?} not in {stderr}");
     }
     drop(target);
-    // As root, the process limit is a layer the kernel refuses: without the flag that names it,
-    // the node does not start.
-    let base = base_dir();
-    let output = gatehouse()
-        .env_remove("GATEHOUSE_SANDBOX_ALLOW_MISSING")
-        .args(["up", "--listen", "127.0.0.1:0", "--data"])
-        .arg(base.path().join("data"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
+    // As root every layer is active too, and the node starts without any flag.
+    let target = Target::start(As::Root, &[]);
+    target.up.wait_ready().await;
+    let stderr = target.up.process.stderr();
     assert!(
-        stderr.contains("SANDBOX_PROCESS_LIMIT_UNENFORCED")
-            && stderr.contains("--sandbox-allow-missing process-limit"),
+        stderr.contains(
+            "sandbox: process-limit: active: 256 processes (counted by the sandbox helper"
+        ),
         "{stderr}"
     );
+    assert!(!stderr.contains("MISSING"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -645,7 +660,7 @@ fn finding_7_the_node_config_file_lists_read_only_paths_and_accepted_layers() {
         std::fs::write(
             &config,
             format!(
-                "root = {:?}\nruntime = \"native\"\nsandbox-read-only = [{:?}]\nsandbox-allow-missing = [\"process-limit\"]\n",
+                "root = {:?}\nruntime = \"native\"\nsandbox-read-only = [{:?}]\nsandbox-allow-missing = [\"seccomp\"]\n",
                 temp.path().join("harness").display().to_string(),
                 read_only.display().to_string(),
             ),
@@ -667,11 +682,8 @@ fn finding_7_the_node_config_file_lists_read_only_paths_and_accepted_layers() {
         stderr.contains(&format!("extra read-only: {}", extra.display())),
         "{stderr}"
     );
-    // The file's accepted layer counts like the flag (as root it is needed, as non-root unused).
-    assert!(
-        !stderr.contains("SANDBOX_PROCESS_LIMIT_UNENFORCED"),
-        "{stderr}"
-    );
+    // The file's accepted layer is read like the flag (unused here: the kernel gives seccomp).
+    assert!(stderr.contains("sandbox: seccomp: active"), "{stderr}");
     write_config(&temp.path().join("missing"));
     let output = node();
     let stderr = String::from_utf8_lossy(&output.stderr);

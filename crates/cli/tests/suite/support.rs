@@ -39,17 +39,7 @@ pub(crate) fn gatehouse() -> Command {
     command
         .env_remove("GATEHOUSE_TOKEN")
         .env("GATEHOUSE_LOG", "info");
-    accept_root_process_limit(&mut command);
     command
-}
-
-/// As root the kernel does not enforce the sandbox's process limit, and a node refuses to start
-/// until the operator accepts that: this accepts it for `command` when the tests run as root.
-/// Tests that need the refusal remove `GATEHOUSE_SANDBOX_ALLOW_MISSING` again.
-pub(crate) fn accept_root_process_limit(command: &mut Command) {
-    if rustix::process::geteuid().is_root() {
-        command.env("GATEHOUSE_SANDBOX_ALLOW_MISSING", "process-limit");
-    }
 }
 
 /// A child process that is killed (SIGKILL) and reaped when dropped.

@@ -495,7 +495,6 @@ async fn a_full_gateway_disk_gives_clear_errors_and_keeps_acknowledged_messages(
         .arg(data.join("harness"))
         // The state is only visible inside the namespace, so the token is passed in.
         .env("GATEHOUSE_TOKEN", "disk-full-test-token");
-    crate::suite::support::accept_root_process_limit(&mut command);
     let mut up = Up::spawn(
         command,
         Some("disk-full-test-token"),
