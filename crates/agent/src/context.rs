@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gatehouse_fsops::Root;
+use gatehouse_protocol::worker::SandboxSettings;
 
 use crate::error::AgentError;
 use crate::error::Result;
@@ -63,15 +64,25 @@ pub struct ToolConfig {
     /// The `TMPDIR` of unsandboxed commands (sandboxed ones get a private `/tmp`).
     pub unsandboxed_tmpdir: PathBuf,
     /// Directories hidden from sandboxed commands (covered by an empty file system): the node's
-    /// identity and other sessions, and in embedded mode the Gateway's state. The session
-    /// workspace is bound back on top when it lies inside one.
+    /// identity and other sessions, and in embedded mode the Gateway's state. Mounts are deny by
+    /// default, so only those inside a mounted system directory or extra read-only path need the
+    /// cover; the session workspace is bound back on top when it lies inside one.
     pub hidden_paths: Vec<PathBuf>,
+    /// The sandbox the node host decided on (user, extra read-only paths, limits, Landlock,
+    /// seccomp); see [`crate::sandbox`].
+    pub sandbox_settings: SandboxSettings,
+    /// The `gatehouse` executable that runs inside the sandbox as the helper that applies
+    /// Landlock, seccomp, the limits and the descriptor cleanup before the command. `None`, as
+    /// in [`ToolConfig::new`], runs the command directly under bubblewrap with only the
+    /// namespace, capability and mount layers; workers always set it.
+    pub sandbox_helper: Option<PathBuf>,
 }
 
 impl ToolConfig {
     /// Returns the default settings with the given sandbox policy: bubblewrap from `PATH`, no
     /// scratch directory, [`DEFAULT_EXEC_TIMEOUT`], [`DEFAULT_OUTPUT_CAP_BYTES`],
-    /// [`DEFAULT_COMMAND_PATH`], and this process's temporary directory for unsandboxed commands.
+    /// [`DEFAULT_COMMAND_PATH`], this process's temporary directory for unsandboxed commands, the
+    /// default [`SandboxSettings`] and no sandbox helper.
     pub fn new(sandbox: SandboxPolicy) -> ToolConfig {
         ToolConfig {
             sandbox,
@@ -82,6 +93,8 @@ impl ToolConfig {
             command_path: String::from(DEFAULT_COMMAND_PATH),
             hidden_paths: Vec::new(),
             unsandboxed_tmpdir: std::env::temp_dir(),
+            sandbox_settings: SandboxSettings::default(),
+            sandbox_helper: None,
         }
     }
 }

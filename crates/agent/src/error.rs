@@ -11,6 +11,24 @@ pub mod codes {
     pub const AGENT_CANCELLED: &str = "AGENT_CANCELLED";
     /// No sandbox is available and the sandbox policy requires one.
     pub const SANDBOX_UNAVAILABLE: &str = "SANDBOX_UNAVAILABLE";
+    /// The sandbox helper could not apply one of its layers (descriptors, resource limits,
+    /// `no_new_privs`, Landlock or seccomp), so the command was not run; the message names it.
+    pub const SANDBOX_LAYER_FAILED: &str = "SANDBOX_LAYER_FAILED";
+    /// Startup: the kernel gives no Landlock and `--sandbox-allow-missing landlock` was not
+    /// passed.
+    pub const SANDBOX_LANDLOCK_UNAVAILABLE: &str = "SANDBOX_LANDLOCK_UNAVAILABLE";
+    /// Startup: the kernel gives no seccomp filters and `--sandbox-allow-missing seccomp` was
+    /// not passed.
+    pub const SANDBOX_SECCOMP_UNAVAILABLE: &str = "SANDBOX_SECCOMP_UNAVAILABLE";
+    /// A sandboxed command held more processes than the sandbox's process limit, so the
+    /// supervisor inside the sandbox killed every process of the command (the command's output
+    /// ends with a line naming the limit and this code).
+    pub const SANDBOX_PROCESS_LIMIT: &str = "SANDBOX_PROCESS_LIMIT";
+    /// Startup: bubblewrap is there but the hardened sandbox does not start (for example user
+    /// namespaces are refused); the message carries bubblewrap's own.
+    pub const SANDBOX_TRIAL_FAILED: &str = "SANDBOX_TRIAL_FAILED";
+    /// The sandbox helper got a spec it cannot read (a node and helper of different builds).
+    pub const SANDBOX_SPEC_INVALID: &str = "SANDBOX_SPEC_INVALID";
     /// A tool was called that is not offered in this session.
     pub const TOOL_NOT_ALLOWED: &str = "TOOL_NOT_ALLOWED";
     /// `edit` found no occurrence of `old_string`.

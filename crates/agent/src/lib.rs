@@ -59,6 +59,7 @@ pub mod context;
 pub mod error;
 mod output;
 pub mod prompt;
+pub mod sandbox;
 pub mod tool;
 pub mod tools;
 pub mod turn;

@@ -9,6 +9,7 @@ mod fsops;
 mod gateway;
 mod link;
 mod memory;
+mod sandbox;
 mod stats;
 mod turn;
 
@@ -40,6 +41,9 @@ enum BenchTarget {
     /// The memory index on 2,000 generated notes against brute-force scans, and an edit on the
     /// Harness found by search end to end.
     Memory(memory::MemoryBenchArgs),
+    /// Spawning `true` through the full hardened exec sandbox against a bare
+    /// `bwrap --ro-bind / / true`.
+    Sandbox(sandbox::SandboxBenchArgs),
 }
 
 /// Runs `gatehouse bench`.
@@ -51,6 +55,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchTarget::Turn(turn_args) => turn::run(&turn_args)?,
         BenchTarget::Codex(codex_args) => codex::run(&codex_args)?,
         BenchTarget::Memory(memory_args) => memory::run(&memory_args)?,
+        BenchTarget::Sandbox(sandbox_args) => sandbox::run(&sandbox_args)?,
     };
     match args.json {
         true => crate::output::json(&report.to_json()),

@@ -50,6 +50,8 @@ pub(crate) struct NodeFile {
     pub(crate) deny_tools: Option<Vec<String>>,
     pub(crate) exec_timeout_seconds: Option<u64>,
     pub(crate) codex_bin: Option<PathBuf>,
+    pub(crate) sandbox_read_only: Option<Vec<PathBuf>>,
+    pub(crate) sandbox_allow_missing: Option<Vec<crate::sandbox_setup::Layer>>,
 }
 
 /// Reads `path` as `T`; `None` reads nothing and gives the defaults.

@@ -301,10 +301,12 @@ fn userns_privileged_check() -> Check {
     }
 }
 
-fn landlock_check() -> Check {
-    const NAME: &str = "kernel.landlock";
-    // Landlock restricts the calling thread only: a throwaway thread applies an empty ruleset
-    // and ends, so this process stays unrestricted.
+/// Applies an empty Landlock ruleset on a throwaway thread (Landlock restricts the calling
+/// thread only, so this process stays unrestricted) and returns the kernel's Landlock ABI.
+///
+/// # Errors
+/// Why there is no Landlock, as a sentence.
+pub(crate) fn probe_landlock() -> Result<i32, String> {
     let probe = std::thread::spawn(|| {
         use landlock::Access;
         use landlock::RulesetAttr;
@@ -321,35 +323,37 @@ fn landlock_check() -> Check {
         Ok(Ok(landlock::LandlockStatus::Available {
             effective_abi,
             kernel_abi,
-        })) => {
-            let abi = kernel_abi.unwrap_or(effective_abi as i32);
-            Check::pass(NAME, format!("Landlock ABI {abi}"))
-        }
-        Ok(Ok(landlock::LandlockStatus::NotEnabled)) => Check::warn(
-            NAME,
+        })) => Ok(kernel_abi.unwrap_or(effective_abi as i32)),
+        Ok(Ok(landlock::LandlockStatus::NotEnabled)) => Err(String::from(
             "the kernel has Landlock but it is not enabled",
-            "add landlock to the kernel's lsm= boot parameter",
-        ),
-        Ok(Ok(landlock::LandlockStatus::NotImplemented)) => Check::warn(
-            NAME,
+        )),
+        Ok(Ok(landlock::LandlockStatus::NotImplemented)) => Err(String::from(
             "the kernel has no Landlock (Linux 5.13 or later with CONFIG_SECURITY_LANDLOCK)",
-            "run a kernel with Landlock enabled",
-        ),
-        Ok(Err(reason)) => Check::warn(
-            NAME,
-            format!("cannot apply a Landlock ruleset: {reason}"),
-            "run a kernel with Landlock enabled",
-        ),
-        Err(_) => Check::fail(
-            NAME,
-            "the Landlock probe thread panicked",
-            "report this as a bug",
-        ),
+        )),
+        Ok(Err(reason)) => Err(format!("cannot apply a Landlock ruleset: {reason}")),
+        Err(_) => Err(String::from("the Landlock probe thread panicked")),
     }
 }
 
-fn seccomp_check() -> Check {
-    const NAME: &str = "kernel.seccomp";
+fn landlock_check() -> Check {
+    const NAME: &str = "kernel.landlock";
+    match probe_landlock() {
+        Ok(abi) => Check::pass(NAME, format!("Landlock ABI {abi}")),
+        Err(reason) if reason.contains("not enabled") => Check::warn(
+            NAME,
+            reason,
+            "add landlock to the kernel's lsm= boot parameter",
+        ),
+        Err(reason) => Check::warn(NAME, reason, "run a kernel with Landlock enabled"),
+    }
+}
+
+/// Returns the seccomp actions the kernel offers when it has seccomp filters with the `errno`
+/// action, and whether this process already runs under a filter.
+///
+/// # Errors
+/// Why seccomp filters are unavailable.
+pub(crate) fn probe_seccomp() -> Result<(String, bool), String> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
         status
@@ -365,22 +369,27 @@ fn seccomp_check() -> Check {
         field("Seccomp_filters:"),
         actions.split(' ').any(|action| action == "errno"),
     ) {
-        (Some(_), true) => {
-            let mode = field("Seccomp:").unwrap_or_default();
-            let under = match mode.as_str() {
-                "2" => " (this process already runs under a filter, as in a container)",
-                _ => "",
+        (Some(_), true) => Ok((actions, field("Seccomp:").as_deref() == Some("2"))),
+        _ => Err(String::from(
+            "the kernel reports no seccomp filter support (CONFIG_SECCOMP_FILTER)",
+        )),
+    }
+}
+
+fn seccomp_check() -> Check {
+    const NAME: &str = "kernel.seccomp";
+    match probe_seccomp() {
+        Ok((actions, filtered)) => {
+            let under = match filtered {
+                true => " (this process already runs under a filter, as in a container)",
+                false => "",
             };
             Check::pass(
                 NAME,
                 format!("seccomp filters are available, actions: {actions}{under}"),
             )
         }
-        _ => Check::warn(
-            NAME,
-            "the kernel reports no seccomp filter support (CONFIG_SECCOMP_FILTER)",
-            "run a kernel with seccomp filters",
-        ),
+        Err(reason) => Check::warn(NAME, reason, "run a kernel with seccomp filters"),
     }
 }
 
@@ -400,7 +409,10 @@ fn bubblewrap_checks() -> Vec<Check> {
             )];
         }
     };
-    match gatehouse_agent::trial_sandbox(workspace.path()) {
+    // The full sandbox with every layer this kernel gives, run through this binary as the helper.
+    let settings = crate::sandbox_setup::best_available();
+    let helper = std::env::current_exe().ok();
+    match gatehouse_agent::trial_sandbox(workspace.path(), &settings, helper.as_deref()) {
         Ok(trial) => vec![
             Check::pass(
                 NAME,

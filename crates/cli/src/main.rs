@@ -18,6 +18,8 @@ mod output;
 mod paths;
 mod quota_args;
 mod records;
+mod sandbox_exec_cmd;
+mod sandbox_setup;
 mod scratch_cmd;
 mod setup_code_cmd;
 mod signals;
@@ -72,6 +74,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The sandbox helper (`gatehouse sandbox-exec`, hidden from `--help`) runs before every
+    // command in the sandbox, so it is dispatched before the whole command line and the log
+    // subscriber are built.
+    if let Some(code) = sandbox_exec_cmd::run_if_invoked() {
+        return code;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

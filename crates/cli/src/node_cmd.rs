@@ -88,6 +88,8 @@ pub(crate) struct NodeArgs {
     /// `codex` on PATH). Tested with @openai/codex 0.171.0.
     #[arg(long, value_name = "PATH")]
     codex_bin: Option<PathBuf>,
+    #[command(flatten)]
+    sandbox: crate::sandbox_setup::SandboxArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -137,6 +139,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         deny_tools,
         exec_timeout_seconds,
         codex_bin,
+        sandbox,
     } = args;
     if let Some(NodeCommand::Health(health_args)) = command {
         return Ok(run_health(&health_args));
@@ -209,6 +212,20 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     };
     let program =
         std::env::current_exe().context("cannot find the gatehouse executable for workers")?;
+    let sandbox = match runtime {
+        Runtime::Native => {
+            let sandbox = sandbox.with_file(file.sandbox_read_only, file.sandbox_allow_missing);
+            crate::sandbox_setup::startup(
+                &sandbox,
+                std::slice::from_ref(&config.root),
+                &program,
+                allow_unsandboxed_exec,
+                "gatehouse node:",
+            )?
+        }
+        // Codex runs its own sandbox; these flags apply to native workers.
+        Runtime::Codex => gatehouse_protocol::worker::SandboxSettings::default(),
+    };
     let workers = gatehouse_harness::worker::WorkerSettings {
         program,
         capacity: capacity as usize,
@@ -221,6 +238,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         hidden_paths: Vec::new(),
         denied_tools: deny_tools,
         exec_timeout_seconds,
+        sandbox,
     };
     let codex_bin = codex_bin.or(file.codex_bin);
     let runtime_config = match runtime {

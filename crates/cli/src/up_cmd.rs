@@ -62,6 +62,8 @@ pub(crate) struct UpArgs {
     memory_skills: crate::memory_setup::MemorySkillsArgs,
     #[command(flatten)]
     quotas: crate::quota_args::QuotaArgs,
+    #[command(flatten)]
+    sandbox: crate::sandbox_setup::SandboxArgs,
 }
 
 /// The `--runtime` values.
@@ -125,6 +127,17 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             ));
         }
     }
+    let sandbox = match args.runtime {
+        RuntimeArg::Native => crate::sandbox_setup::startup(
+            &args.sandbox,
+            &[harness_root.clone(), gateway_state.clone()],
+            &std::env::current_exe()?,
+            args.allow_unsandboxed_exec,
+            "gatehouse up:",
+        )?,
+        // Codex runs its own sandbox; these flags apply to native workers.
+        RuntimeArg::Codex => gatehouse_protocol::worker::SandboxSettings::default(),
+    };
     // Everything either role writes is private to this user.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     create_default_documents(&harness_root.join("workspace"))?;
@@ -162,6 +175,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             hidden_paths: vec![std::fs::canonicalize(&gateway_state_dir)?],
             denied_tools: args.deny_tools.clone(),
             exec_timeout_seconds: args.exec_timeout_seconds,
+            sandbox,
         };
         let shutdown = CancellationToken::new();
         let runtime_config = match codex_model {

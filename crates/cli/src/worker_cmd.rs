@@ -134,6 +134,10 @@ async fn serve() -> anyhow::Result<ExitCode> {
         .map(std::path::PathBuf::from)
         .collect();
     config.exec_timeout = std::time::Duration::from_secs(launch.exec_timeout_seconds.max(1));
+    // Exactly the sandbox the node host decided on at startup, applied by this same executable
+    // as the in-sandbox helper.
+    config.sandbox_settings = launch.sandbox.clone();
+    config.sandbox_helper = Some(std::env::current_exe()?);
     // The operator's denials; the Gateway already filtered the Gateway tools it offers.
     let layers = vec![gatehouse_policy::tool::ToolLayer {
         source: gatehouse_policy::tool::LayerSource::Global,

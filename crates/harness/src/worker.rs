@@ -85,6 +85,8 @@ pub struct WorkerSettings {
     pub denied_tools: Vec<String>,
     /// The longest an `exec` may run, in seconds.
     pub exec_timeout_seconds: u64,
+    /// The sandbox decided at startup; every worker gets exactly this in its launch envelope.
+    pub sandbox: gatehouse_protocol::worker::SandboxSettings,
 }
 
 /// One running worker.
@@ -435,6 +437,7 @@ impl WorkerSupervisor {
                 .map(|dir| dir.to_string_lossy().into_owned()),
             denied_tools: self.settings.denied_tools.clone(),
             exec_timeout_seconds: self.settings.exec_timeout_seconds,
+            sandbox: self.settings.sandbox.clone(),
             hidden_paths: std::iter::once(&self.root)
                 .chain(self.settings.hidden_paths.iter())
                 .map(|path| path.to_string_lossy().into_owned())

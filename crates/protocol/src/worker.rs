@@ -214,6 +214,82 @@ pub struct WorkerLaunch {
     /// An operator scratch directory bound read-write at `/sandbox/scratch` for `exec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scratch: Option<String>,
+    /// The sandbox the node host decided on at startup; the worker applies exactly this and
+    /// never probes the kernel again.
+    pub sandbox: SandboxSettings,
+}
+
+/// The default uid and gid of a sandboxed command inside its user namespace.
+pub const DEFAULT_SANDBOX_ID: u32 = 1000;
+
+/// How every sandboxed command runs, decided once by the node host at startup and passed to its
+/// workers in [`WorkerLaunch`], so that no worker decides differently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxSettings {
+    /// The uid of the command inside its user namespace; never 0.
+    pub uid: u32,
+    /// The gid of the command inside its user namespace; never 0.
+    pub gid: u32,
+    /// Extra host paths the operator mounts read-only (and, with Landlock, read and execute)
+    /// besides the system directories.
+    #[serde(default)]
+    pub read_only_paths: Vec<String>,
+    /// The resource limits of each command.
+    pub limits: SandboxLimits,
+    /// The Landlock ABI to enforce, or `None` when the operator accepted a kernel without
+    /// Landlock (`--sandbox-allow-missing landlock`).
+    pub landlock_abi: Option<u8>,
+    /// Whether the seccomp filter is installed; `false` only when the operator accepted a
+    /// kernel without seccomp filters (`--sandbox-allow-missing seccomp`).
+    pub seccomp: bool,
+}
+
+impl Default for SandboxSettings {
+    /// Every layer on: uid and gid [`DEFAULT_SANDBOX_ID`], no extra paths, the default limits,
+    /// Landlock ABI 1 (the floor every Landlock kernel has) and seccomp.
+    fn default() -> SandboxSettings {
+        SandboxSettings {
+            uid: DEFAULT_SANDBOX_ID,
+            gid: DEFAULT_SANDBOX_ID,
+            read_only_paths: Vec::new(),
+            limits: SandboxLimits::default(),
+            landlock_abi: Some(1),
+            seccomp: true,
+        }
+    }
+}
+
+/// The resource limits of one sandboxed command (soft and hard limit alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxLimits {
+    /// `RLIMIT_AS`: the address space of each process, in bytes (default 8 GiB).
+    pub address_space_bytes: u64,
+    /// `RLIMIT_NPROC`: the processes (and threads) of the command's user (default 256). The
+    /// kernel does not enforce it when the node host runs as root.
+    pub processes: u64,
+    /// `RLIMIT_NOFILE`: open files per process (default 1024).
+    pub open_files: u64,
+    /// `RLIMIT_FSIZE`: the largest file a process may write, in bytes (default 1 GiB).
+    pub file_size_bytes: u64,
+    /// `RLIMIT_CPU`: CPU seconds per process (default 1800).
+    pub cpu_seconds: u64,
+    /// The size of the private `/tmp` (a tmpfs), in bytes (default 512 MiB).
+    pub tmp_size_bytes: u64,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> SandboxLimits {
+        SandboxLimits {
+            address_space_bytes: 8 << 30,
+            processes: 256,
+            open_files: 1024,
+            file_size_bytes: 1 << 30,
+            cpu_seconds: 1800,
+            tmp_size_bytes: 512 << 20,
+        }
+    }
 }
 
 /// The default `exec` timeout: 1800 s.

@@ -2,21 +2,16 @@
 //!
 //! A command runs as `/bin/sh -c COMMAND` in the session workspace, in a new process group, with
 //! stdout and stderr merged into one pipe and an environment of only `PATH`, `HOME` (the
-//! workspace), `LANG` and `TMPDIR`. When bubblewrap is found it runs as
-//!
-//! ```text
-//! bwrap --ro-bind / / --tmpfs /tmp [--tmpfs HIDDEN]... --bind WS WS [--bind SCRATCH /sandbox/scratch]
-//!       --dev /dev --proc /proc --unshare-all --die-with-parent --new-session --chdir WS
-//!       -- /bin/sh -c COMMAND
-//! ```
-//!
-//! so the rest of the filesystem is read-only, `/tmp` is private and there is no network. The
-//! private `/tmp` is mounted before the workspace so that a workspace under `/tmp` stays visible.
+//! workspace), `LANG` and `TMPDIR`. When bubblewrap is found it runs in the hardened sandbox of
+//! [`crate::sandbox`]: a user namespace with a non-zero uid and no capabilities, deny-by-default
+//! mounts (the system directories read-only, the workspace read-write, a private `/tmp`), no
+//! network, and the helper that applies the limits, Landlock and seccomp before the shell starts.
 //! Without bubblewrap, [`SandboxPolicy`] decides between refusing (`SANDBOX_UNAVAILABLE`) and
 //! running directly. Killing the process group kills everything: unsandboxed, the shell and its
 //! children share the group; sandboxed, bubblewrap is the group, and `--die-with-parent` plus the
 //! private PID namespace take the sandboxed processes with it.
 
+use std::ffi::OsStr;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
@@ -34,6 +29,7 @@ use std::time::Duration;
 use gatehouse_model::ToolInput;
 use gatehouse_model::ToolKind;
 use gatehouse_model::ToolSpec;
+use gatehouse_protocol::worker::SandboxSettings;
 use rustix::process::Pid;
 use rustix::process::Signal;
 use serde::Deserialize;
@@ -43,11 +39,12 @@ use tokio::task::JoinHandle;
 
 use crate::context::BwrapLocation;
 use crate::context::DEFAULT_COMMAND_PATH;
-use crate::context::SANDBOX_SCRATCH_PATH;
 use crate::context::SandboxPolicy;
+use crate::context::ToolConfig;
 use crate::context::ToolContext;
 use crate::error::codes;
 use crate::output::HeadTail;
+use crate::sandbox::SandboxLaunch;
 use crate::tool::Tool;
 use crate::tool::ToolError;
 use crate::tool::ToolOutcome;
@@ -137,12 +134,7 @@ pub(crate) fn spawn_command(ctx: &ToolContext, command: &str) -> Result<Spawned,
     let (mut cmd, launch) = match (find_bwrap(&config.bwrap), config.sandbox) {
         (Some(bwrap), _) => {
             let mut cmd = std::process::Command::new(bwrap);
-            cmd.args(bwrap_args(
-                workspace,
-                config.scratch_dir.as_deref(),
-                &config.hidden_paths,
-                command,
-            ));
+            cmd.args(bwrap_args(config, workspace, command));
             (cmd, Launch::Sandboxed)
         }
         (None, SandboxPolicy::Require) => {
@@ -222,40 +214,21 @@ async fn collect_output(
     }
 }
 
-/// Returns the bubblewrap arguments that run `command` under `/bin/sh -c` (see the module docs).
-pub(crate) fn bwrap_args(
-    workspace: &Path,
-    scratch: Option<&Path>,
-    hidden: &[PathBuf],
-    command: &str,
-) -> Vec<OsString> {
-    let mut args = sandbox_args(workspace, scratch, hidden);
-    args.extend(["/bin/sh", "-c", command].map(OsString::from));
-    args
-}
-
-/// Returns the bubblewrap arguments that set up the sandbox, up to and including the `--` after
-/// which the program and its arguments follow.
-fn sandbox_args(workspace: &Path, scratch: Option<&Path>, hidden: &[PathBuf]) -> Vec<OsString> {
-    let mut args: Vec<OsString> = Vec::new();
-    let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
-        args.extend(items.iter().map(|item| item.as_ref().to_owned()));
+/// Returns the bubblewrap arguments that run `command` under `/bin/sh -c` in the sandbox of
+/// `config` (see [`crate::sandbox`]).
+pub(crate) fn bwrap_args(config: &ToolConfig, workspace: &Path, command: &str) -> Vec<OsString> {
+    let launch = SandboxLaunch {
+        workspace,
+        scratch: config.scratch_dir.as_deref(),
+        hidden: &config.hidden_paths,
+        settings: &config.sandbox_settings,
+        helper: config.sandbox_helper.as_deref(),
     };
-    push(&[&"--ro-bind", &"/", &"/"]);
-    push(&[&"--tmpfs", &"/tmp"]);
-    // Private state next to the workspace (the node identity, other sessions, an embedded
-    // Gateway's state) is covered by empty file systems; the workspace is bound back on top.
-    for path in hidden {
-        push(&[&"--tmpfs", path]);
-    }
-    push(&[&"--bind", &workspace, &workspace]);
-    if let Some(scratch) = scratch {
-        push(&[&"--bind", &scratch, &SANDBOX_SCRATCH_PATH]);
-    }
-    push(&[&"--dev", &"/dev", &"--proc", &"/proc"]);
-    push(&[&"--unshare-all", &"--die-with-parent", &"--new-session"]);
-    push(&[&"--chdir", &workspace, &"--"]);
-    args
+    crate::sandbox::bwrap_command_args(
+        &launch,
+        OsStr::new("/bin/sh"),
+        &[OsStr::new("-c"), OsStr::new(command)],
+    )
 }
 
 /// What [`trial_sandbox`] found: the bubblewrap binary and the version it reports.
@@ -283,14 +256,19 @@ pub enum SandboxTrialError {
     },
 }
 
-/// Finds bubblewrap on `PATH` and runs `/bin/true` inside exactly the sandbox that `exec` uses,
-/// with `workspace` (an existing directory) as the session workspace, as the current user.
-/// `gatehouse doctor` uses it to prove that a sandbox really starts on this machine.
+/// Finds bubblewrap on `PATH` and runs `/bin/true` inside exactly the sandbox that `exec` uses
+/// with `settings` and `helper`, with `workspace` (an existing directory) as the session
+/// workspace, as the current user. `gatehouse doctor` and the startup of `gatehouse node` and
+/// `gatehouse up` use it to prove that the sandbox really starts on this machine.
 ///
 /// # Errors
 /// [`SandboxTrialError::NotFound`] without bubblewrap, [`SandboxTrialError::Failed`] when it
 /// cannot start the sandbox (for example when the kernel refuses its namespaces).
-pub fn trial_sandbox(workspace: &Path) -> Result<SandboxTrial, SandboxTrialError> {
+pub fn trial_sandbox(
+    workspace: &Path,
+    settings: &SandboxSettings,
+    helper: Option<&Path>,
+) -> Result<SandboxTrial, SandboxTrialError> {
     let bwrap = find_bwrap(&BwrapLocation::SearchPath).ok_or(SandboxTrialError::NotFound)?;
     let failed = |reason: String| SandboxTrialError::Failed {
         bwrap: bwrap.display().to_string(),
@@ -301,8 +279,14 @@ pub fn trial_sandbox(workspace: &Path) -> Result<SandboxTrial, SandboxTrialError
         .output()
         .map_err(|error| failed(error.to_string()))?;
     let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
-    let mut args = sandbox_args(workspace, None, &[]);
-    args.push(OsString::from("/bin/true"));
+    let launch = SandboxLaunch {
+        workspace,
+        scratch: None,
+        hidden: &[],
+        settings,
+        helper,
+    };
+    let args = crate::sandbox::bwrap_command_args(&launch, OsStr::new("/bin/true"), &[]);
     let output = std::process::Command::new(&bwrap)
         .args(args)
         .env_clear()
@@ -461,49 +445,43 @@ mod tests {
     use std::path::Path;
     use std::path::PathBuf;
 
-    use pretty_assertions::assert_eq;
-
+    use crate::context::SandboxPolicy;
+    use crate::context::ToolConfig;
     use crate::tools::exec::bwrap_args;
+
+    fn position(args: &[&str], window: &[&str]) -> usize {
+        args.windows(window.len())
+            .position(|candidate| candidate == window)
+            .unwrap_or_else(|| panic!("{window:?} not in {args:?}"))
+    }
 
     #[test]
     fn builds_bwrap_arguments() {
-        let args = bwrap_args(
-            Path::new("/w"),
-            Some(Path::new("/s")),
-            &[PathBuf::from("/h")],
-            "echo hi",
-        );
+        let mut config = ToolConfig::new(SandboxPolicy::Require);
+        config.scratch_dir = Some(PathBuf::from("/s"));
+        config.hidden_paths = vec![PathBuf::from("/usr/h"), PathBuf::from("/srv/h")];
+        config.sandbox_helper = Some(PathBuf::from("/g"));
+        let args = bwrap_args(&config, Path::new("/tmp/w"), "echo hi");
         let args: Vec<&str> = args.iter().map(|arg| arg.to_str().unwrap()).collect();
-        assert_eq!(
-            args,
-            vec![
-                "--ro-bind",
-                "/",
-                "/",
-                "--tmpfs",
-                "/tmp",
-                "--tmpfs",
-                "/h",
-                "--bind",
-                "/w",
-                "/w",
-                "--bind",
-                "/s",
-                "/sandbox/scratch",
-                "--dev",
-                "/dev",
-                "--proc",
-                "/proc",
-                "--unshare-all",
-                "--die-with-parent",
-                "--new-session",
-                "--chdir",
-                "/w",
-                "--",
-                "/bin/sh",
-                "-c",
-                "echo hi",
-            ]
-        );
+        for window in [
+            &["--unshare-all", "--unshare-user", "--disable-userns"][..],
+            &["--uid", "1000", "--gid", "1000", "--cap-drop", "ALL"],
+            &["--die-with-parent", "--new-session"],
+            &["--ro-bind", "/etc", "/etc"],
+            &["--bind", "/s", "/sandbox/scratch"],
+            &["--dev", "/dev", "--proc", "/proc"],
+            &["--ro-bind", "/g", "/sandbox/gatehouse"],
+            &["--", "/bin/sh", "-c", "echo hi"],
+        ] {
+            position(&args, window);
+        }
+        // Nothing binds the host's root; a hidden path is covered only where it is mounted.
+        assert!(!args.contains(&"/"), "{args:?}");
+        position(&args, &["--tmpfs", "/usr/h"]);
+        assert!(!args.contains(&"/srv/h"), "{args:?}");
+        // The private /tmp comes before the workspace, so a workspace under /tmp stays visible.
+        assert!(position(&args, &["--tmpfs", "/tmp"]) < position(&args, &["--bind", "/tmp/w"]));
+        let helper = position(&args, &["/sandbox/gatehouse", "sandbox-exec", "--spec"]);
+        assert!(helper < position(&args, &["--", "/bin/sh"]));
     }
 }

@@ -52,6 +52,8 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
         hidden_paths: Vec::new(),
         denied_tools: Vec::new(),
         exec_timeout_seconds: gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS,
+        // The tool turn runs through the same hardened sandbox as a node's.
+        sandbox: crate::sandbox_setup::best_available(),
     };
     let runtime_config = RuntimeConfig {
         model: ModelSpec::Mock,

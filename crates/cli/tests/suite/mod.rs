@@ -1,5 +1,6 @@
 //! The end-to-end test modules.
 
+mod bench;
 mod cli_basics;
 mod codex;
 mod config_file;
@@ -15,6 +16,7 @@ mod node_cli;
 mod node_host_files;
 mod quick_start;
 mod quotas;
+mod sandbox;
 mod scratch;
 mod skills;
 mod support;

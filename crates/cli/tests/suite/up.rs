@@ -95,7 +95,7 @@ impl Up {
         }
     }
 
-    async fn request(
+    pub(crate) async fn request(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -132,7 +132,11 @@ impl Up {
         }
     }
 
-    async fn post(&self, session: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    pub(crate) async fn post(
+        &self,
+        session: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
         self.request(
             reqwest::Method::POST,
             &format!("/v1/sessions/{session}/messages"),
@@ -141,7 +145,7 @@ impl Up {
         .await
     }
 
-    async fn transcript(&self, session: &str) -> Vec<serde_json::Value> {
+    pub(crate) async fn transcript(&self, session: &str) -> Vec<serde_json::Value> {
         let (status, body) = self
             .request(
                 reqwest::Method::GET,
@@ -153,7 +157,7 @@ impl Up {
         body["messages"].as_array().unwrap().clone()
     }
 
-    async fn turn_status(&self, turn: &str, wait: u64) -> serde_json::Value {
+    pub(crate) async fn turn_status(&self, turn: &str, wait: u64) -> serde_json::Value {
         let (status, body) = self
             .request(
                 reqwest::Method::GET,

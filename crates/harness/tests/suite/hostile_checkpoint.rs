@@ -79,6 +79,8 @@ async fn start(checkpoint: &serde_json::Value) -> Hostile {
         hidden_paths: Vec::new(),
         denied_tools: Vec::new(),
         exec_timeout_seconds: 10,
+        // The hostile worker is a script that runs no command.
+        sandbox: gatehouse_protocol::worker::SandboxSettings::default(),
     };
     let runtime = RuntimeConfig {
         workers: Some(workers),
