@@ -10,7 +10,7 @@
 //!   `--die-with-parent`.
 //! - **Deny-by-default mounts.** The root is an empty file system. Mounted on it are only the
 //!   system directories of [`SYSTEM_DIRS`] read-only (symbolic links such as a merged-usr `/bin`
-//!   are recreated as links), `/etc` less the secrets of [`ETC_SECRETS`], the operator's extra
+//!   are recreated as links), `/etc` only with the entries of [`ETC_ALLOWED`], the operator's extra
 //!   read-only paths, a private `/tmp` (a tmpfs of [`SandboxLimits::tmp_size_bytes`]), the session
 //!   workspace read-write, the scratch directory at [`SANDBOX_SCRATCH_PATH`], a fresh `/dev` and
 //!   `/proc`, and the helper at [`SANDBOX_HELPER_PATH`]. The Gateway's state, the Harness root,
@@ -52,35 +52,42 @@ pub const HELPER_SUBCOMMAND: &str = "sandbox-exec";
 
 /// The host directories a sandboxed command sees read-only, when they exist. A directory that is
 /// a symbolic link on the host (`/bin -> usr/bin` with merged-usr) is recreated as the same link.
-pub const SYSTEM_DIRS: [&str; 8] = [
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+pub const SYSTEM_DIRS: [&str; 7] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
-/// The entries of `/etc` a sandboxed command does not see: password hashes, sudo rules, SSH host
-/// keys, TLS and VPN private keys, Kerberos keytabs, container-runtime and cluster credentials,
-/// and Gatehouse's own configuration. Directories are covered by an empty file system and files
-/// by `/dev/null`.
-pub const ETC_SECRETS: [&str; 20] = [
-    "shadow",
-    "shadow-",
-    "gshadow",
-    "gshadow-",
-    "security/opasswd",
-    "sudoers",
-    "sudoers.d",
-    "ssh",
-    "ssl/private",
-    "krb5.keytab",
-    "ipsec.secrets",
-    "ipsec.d",
-    "wireguard",
-    "NetworkManager/system-connections",
-    "letsencrypt",
-    "docker",
-    "containerd",
-    "kubernetes",
-    "rancher",
-    "gatehouse",
+/// The entries of `/etc` a sandboxed command sees, read-only, when they exist: the names and
+/// addresses the C library resolves, the dynamic linker's configuration, certificates, time
+/// zone, shell start-up files and the Debian alternatives. Everything else in `/etc` (password
+/// hashes, sudo rules, SSH host keys, TLS, VPN and cloud credentials, service configuration that
+/// may hold passwords) is simply absent: an allow-list, because no deny-list can name every
+/// secret a host keeps there. A root node's sandbox uid is uid 0 on the host, so it could read
+/// any root-only file that were mounted.
+pub const ETC_ALLOWED: [&str; 24] = [
+    "passwd",
+    "group",
+    "hosts",
+    "hostname",
+    "host.conf",
+    "resolv.conf",
+    "nsswitch.conf",
+    "gai.conf",
+    "protocols",
+    "services",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "ca-certificates",
+    "localtime",
+    "timezone",
+    "alternatives",
+    "mime.types",
+    "os-release",
+    "debian_version",
+    "bash.bashrc",
+    "profile",
 ];
 
 /// The system calls the seccomp filter refuses with `EPERM`: mounting and namespaces (`mount`,
@@ -205,14 +212,20 @@ pub fn bwrap_command_args(
             Ok(_) | Err(_) => {}
         }
     }
-    for secret in ETC_SECRETS {
-        let path = Path::new("/etc").join(secret);
-        match std::fs::metadata(&path) {
-            Ok(metadata) if metadata.is_dir() => push(&[&"--tmpfs", &path]),
-            Ok(_) => push(&[&"--ro-bind", &"/dev/null", &path]),
+    push(&[&"--dir", &"/etc"]);
+    for entry in ETC_ALLOWED {
+        let path = Path::new("/etc").join(entry);
+        match std::fs::symlink_metadata(&path) {
+            Ok(metadata) if metadata.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(&path) {
+                    push(&[&"--symlink", &target, &path]);
+                }
+            }
+            Ok(_) => push(&[&"--ro-bind", &path, &path]),
             Err(_) => {}
         }
     }
+    read_only.push(PathBuf::from("/etc"));
     for extra in &settings.read_only_paths {
         push(&[&"--ro-bind", &extra, &extra]);
         read_only.push(PathBuf::from(extra));
@@ -380,11 +393,34 @@ pub fn exec_with_lower_priority(command: &[OsString]) -> Result<Infallible, Help
     };
     rustix::process::setpriority_process(None, COMMAND_NICE)
         .map_err(|errno| HelperError::Supervise(format!("cannot lower the priority: {errno}")))?;
+    scope_signals()?;
     let error = std::process::Command::new(program).args(args).exec();
     Err(HelperError::Exec(format!(
         "{}: {error}",
         Path::new(program).display()
     )))
+}
+
+/// Puts the command in a Landlock domain of its own that may not signal processes outside it
+/// (`LANDLOCK_SCOPE_SIGNAL`, Landlock ABI 6), so no process of the command can stop or kill the
+/// supervisor that bounds it. On a kernel without ABI 6 the scope is not available and this does
+/// nothing; the startup report names the Landlock ABI.
+fn scope_signals() -> Result<(), HelperError> {
+    use landlock::CompatLevel;
+    use landlock::Compatible;
+    use landlock::RulesetAttr;
+    use landlock::RulesetCreatedAttr;
+    let fail = |error: landlock::RulesetError| HelperError::Landlock(error.to_string());
+    let ruleset = landlock::Ruleset::default().set_compatibility(CompatLevel::BestEffort);
+    match ruleset.scope(landlock::Scope::Signal) {
+        Ok(ruleset) => ruleset
+            .create()
+            .map_err(fail)?
+            .restrict_self()
+            .map(drop)
+            .map_err(fail),
+        Err(_) => Ok(()),
+    }
 }
 
 /// The helper's process id in the sandbox: bubblewrap's init is 1 and starts the helper first.
@@ -627,7 +663,38 @@ fn seccomp_program() -> Result<seccompiler::BpfProgram, seccompiler::Error> {
         seccompiler::SeccompAction::Errno(libc::EPERM.unsigned_abs()),
         arch,
     )?;
-    filter.try_into().map_err(seccompiler::Error::Backend)
+    let program: seccompiler::BpfProgram =
+        filter.try_into().map_err(seccompiler::Error::Backend)?;
+    Ok(with_x32_refused(program))
+}
+
+/// Puts three instructions before `program` that refuse every x32 system call (number with bit
+/// 30 set, same `AUDIT_ARCH_X86_64`) with `EPERM`: the deny list names x86-64 numbers, and an
+/// x32 alias of a denied call would otherwise pass it. Jumps in `program` are relative, so a
+/// prologue leaves them intact.
+fn with_x32_refused(program: seccompiler::BpfProgram) -> seccompiler::BpfProgram {
+    if std::env::consts::ARCH != "x86_64" {
+        return program;
+    }
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JGE_K: u16 = 0x35;
+    const BPF_RET_K: u16 = 0x06;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let instruction = |code, jt, jf, k| seccompiler::sock_filter { code, jt, jf, k };
+    let mut out = vec![
+        // Load seccomp_data.nr (offset 0).
+        instruction(BPF_LD_W_ABS, 0, 0, 0),
+        instruction(BPF_JMP_JGE_K, 0, 1, X32_SYSCALL_BIT),
+        instruction(
+            BPF_RET_K,
+            0,
+            0,
+            SECCOMP_RET_ERRNO | libc::EPERM.unsigned_abs(),
+        ),
+    ];
+    out.extend(program);
+    out
 }
 
 /// Returns the names of the system calls the seccomp filter refuses, for the startup report.
@@ -662,6 +729,41 @@ mod tests {
     #[test]
     fn the_seccomp_filter_builds() {
         assert_eq!(check_seccomp_filter(), Ok(()));
+    }
+
+    #[test]
+    fn the_seccomp_filter_refuses_x32_calls_first() {
+        let program = crate::sandbox::seccomp_program().unwrap();
+        if std::env::consts::ARCH == "x86_64" {
+            assert_eq!((program[0].code, program[0].k), (0x20, 0));
+            assert_eq!((program[1].code, program[1].k), (0x35, 0x4000_0000));
+            assert_eq!(program[2].k, 0x0005_0000 | 1);
+        }
+    }
+
+    #[test]
+    fn only_allowed_etc_entries_are_mounted() {
+        let settings = SandboxSettings::default();
+        let launch = SandboxLaunch {
+            workspace: Path::new("/w"),
+            scratch: None,
+            hidden: &[],
+            settings: &settings,
+            helper: None,
+        };
+        let args = bwrap_command_args(&launch, OsStr::new("/bin/sh"), &[]);
+        let mounted: Vec<&OsStr> = args
+            .windows(3)
+            .filter(|window| window[0] == "--ro-bind" || window[0] == "--symlink")
+            .map(|window| window[2].as_os_str())
+            .collect();
+        assert!(!mounted.contains(&OsStr::new("/etc")), "{args:?}");
+        for secret in ["/etc/shadow", "/etc/gshadow", "/etc/ssh", "/etc/sudoers"] {
+            assert!(!mounted.contains(&OsStr::new(secret)), "{secret}: {args:?}");
+        }
+        if Path::new("/etc/passwd").exists() {
+            assert!(mounted.contains(&OsStr::new("/etc/passwd")), "{args:?}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::path::PathBuf;
 
 use gatehouse_agent::error::codes;
-use gatehouse_agent::sandbox::ETC_SECRETS;
+use gatehouse_agent::sandbox::ETC_ALLOWED;
 use gatehouse_agent::sandbox::SYSTEM_DIRS;
 use gatehouse_protocol::worker::DEFAULT_SANDBOX_ID;
 use gatehouse_protocol::worker::SandboxLimits;
@@ -123,9 +123,12 @@ impl SandboxArgs {
             if canonical == Path::new("/") {
                 return Err(usage("resolves to /").into());
             }
-            if private.iter().any(|dir| canonical.starts_with(dir)) {
+            if private
+                .iter()
+                .any(|dir| canonical.starts_with(dir) || dir.starts_with(&canonical))
+            {
                 return Err(usage(
-                    "lies inside the node's private state, which commands must never see",
+                    "lies inside or contains the node's private state, which commands must never see",
                 )
                 .into());
             }
@@ -312,9 +315,9 @@ fn mounts_line(settings: &SandboxSettings) -> String {
         false => settings.read_only_paths.join(", "),
     };
     format!(
-        "mounts: active: deny by default; read-only {} (/etc without {} secret entries); extra read-only: {extra}; workspace read-write; private /tmp of {} bytes; fresh /dev and /proc",
+        "mounts: active: deny by default; read-only {} (/etc with only {} allowed entries); extra read-only: {extra}; workspace read-write; private /tmp of {} bytes; fresh /dev and /proc",
         system.join(", "),
-        ETC_SECRETS.len(),
+        ETC_ALLOWED.len(),
         settings.limits.tmp_size_bytes
     )
 }
@@ -382,6 +385,20 @@ mod tests {
         let error = args.requested(&[private.path().to_path_buf()]).unwrap_err();
         assert!(error.to_string().contains("private state"), "{error}");
         assert!(args.requested(&[]).is_ok());
+    }
+
+    #[test]
+    fn an_extra_path_containing_the_private_state_is_refused() {
+        let outer = tempfile::tempdir().unwrap();
+        let outer_path = outer.path().canonicalize().unwrap();
+        let private = outer_path.join("srv/gatehouse/gateway");
+        std::fs::create_dir_all(&private).unwrap();
+        let args = SandboxArgs {
+            sandbox_read_only: vec![outer_path.join("srv")],
+            ..SandboxArgs::default()
+        };
+        let error = args.requested(&[private]).unwrap_err();
+        assert!(error.to_string().contains("contains"), "{error}");
     }
 
     fn probes(root: bool) -> Probes {

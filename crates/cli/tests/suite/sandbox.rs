@@ -258,6 +258,10 @@ fn escape_probes(target: &Target) -> Vec<(String, String)> {
             "write into the data directory",
             format!("echo x > {data}/escape"),
         ),
+        ("stop the supervisor", String::from("kill -STOP 2")),
+        ("kill the supervisor", String::from("kill -KILL 2")),
+        ("list the host's SSH keys", String::from("ls /etc/ssh")),
+        ("read /etc/gshadow", String::from("cat /etc/gshadow")),
         ("connect to a host UNIX socket", connect),
         ("read /etc/shadow", String::from("grep -c : /etc/shadow")),
         (
