@@ -409,7 +409,6 @@ fn scope_signals() -> Result<(), HelperError> {
     use landlock::CompatLevel;
     use landlock::Compatible;
     use landlock::RulesetAttr;
-    use landlock::RulesetCreatedAttr;
     let fail = |error: landlock::RulesetError| HelperError::Landlock(error.to_string());
     let ruleset = landlock::Ruleset::default().set_compatibility(CompatLevel::BestEffort);
     match ruleset.scope(landlock::Scope::Signal) {
