@@ -1073,8 +1073,9 @@ fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
         match code.as_deref() {
             // SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY
             Some("2067" | "1555") => return StoreError::AlreadyExists { what },
-            // SQLITE_FULL
-            Some("13") => return StoreError::DiskFull,
+            // SQLITE_FULL, and SQLITE_IOERR_SHMSIZE: SQLite grows the WAL index (`-shm`) by
+            // writing to each new page, and reports a full disk there as this I/O error.
+            Some("13" | "4874") => return StoreError::DiskFull,
             _ => {}
         }
         if database.message().contains("disk is full") {
@@ -1082,7 +1083,7 @@ fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
         }
     }
     if let sqlx::Error::Io(io) = &error
-        && io.raw_os_error() == Some(28)
+        && (io.raw_os_error() == Some(28) || io.kind() == std::io::ErrorKind::StorageFull)
     {
         return StoreError::DiskFull;
     }
