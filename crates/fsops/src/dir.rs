@@ -75,19 +75,7 @@ impl Dir {
     /// [`FsError::NotFound`], [`FsError::NotDirectory`], [`FsError::PermissionDenied`],
     /// [`FsError::Read`].
     pub fn open(path: &Path) -> Result<Dir> {
-        let Some(logical) = path.to_str() else {
-            return Err(FsError::InvalidPath {
-                path: path.to_string_lossy().into_owned(),
-                reason: "is not valid UTF-8",
-            });
-        };
-        if !path.is_absolute() {
-            return Err(FsError::InvalidPath {
-                path: logical.to_owned(),
-                reason: "must be absolute",
-            });
-        }
-        let logical = logical.trim_end_matches('/').to_owned();
+        let logical = crate::path::logical_root(path)?;
         // `/` itself has no parent and no link to follow.
         let Some((parent, name)) = path.parent().zip(path.file_name()) else {
             let fd = rustix::fs::open(path, DIR_FLAGS, Mode::empty())

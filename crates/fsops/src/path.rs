@@ -139,3 +139,24 @@ pub fn map_wire_path(root: &str, path: &str) -> Result<RelPath> {
         components: remaining.map(str::to_owned).collect(),
     })
 }
+
+/// Returns the logical name of an operator-chosen absolute directory path (without trailing
+/// slashes), as the opened root or handle reports it.
+///
+/// # Errors
+/// [`FsError::InvalidPath`] for a relative or non-UTF-8 path.
+pub(crate) fn logical_root(path: &std::path::Path) -> Result<String> {
+    let Some(logical) = path.to_str() else {
+        return Err(FsError::InvalidPath {
+            path: path.to_string_lossy().into_owned(),
+            reason: "is not valid UTF-8",
+        });
+    };
+    if !path.is_absolute() {
+        return Err(FsError::InvalidPath {
+            path: logical.to_owned(),
+            reason: "must be absolute",
+        });
+    }
+    Ok(logical.trim_end_matches('/').to_owned())
+}

@@ -212,19 +212,7 @@ impl Root {
     /// # Errors
     /// As [`Root::open`].
     pub fn open_with(path: &Path, resolver: Resolver) -> Result<Self> {
-        let Some(logical) = path.to_str() else {
-            return Err(FsError::InvalidPath {
-                path: path.to_string_lossy().into_owned(),
-                reason: "is not valid UTF-8",
-            });
-        };
-        if !path.is_absolute() {
-            return Err(FsError::InvalidPath {
-                path: logical.to_owned(),
-                reason: "must be absolute",
-            });
-        }
-        let logical = logical.trim_end_matches('/').to_owned();
+        let logical = crate::path::logical_root(path)?;
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let dir = rustix::fs::open(path, flags, Mode::empty()).map_err(|errno| {
             let is_link = std::fs::symlink_metadata(path)
