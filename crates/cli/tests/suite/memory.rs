@@ -14,7 +14,7 @@ use crate::suite::support::Process;
 use crate::suite::support::WAIT;
 use crate::suite::support::dirs;
 use crate::suite::support::mock_model;
-use crate::suite::support::start_node_with;
+use crate::suite::support::start_mock_model_node;
 use crate::suite::support::turn;
 
 /// The local model the test script installed. A missing model fails the test: CI installs it.
@@ -44,7 +44,7 @@ impl Setup {
         let gateway =
             Gateway::start_hiding(&harness, &dirs.base.join("gateway"), &logs, gateway_args);
         let code = gateway.setup_code(600);
-        let node = start_native_node(&gateway, &harness, Some(&code), &logs, &mock_url);
+        let node = start_mock_model_node(&gateway, &harness, Some(&code), &logs, &mock_url);
         gateway.wait_ready().await;
         let setup = Setup {
             dirs,
@@ -104,24 +104,6 @@ impl Setup {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-fn start_native_node(
-    gateway: &Gateway,
-    harness: &std::path::Path,
-    code: Option<&str>,
-    logs: &std::path::Path,
-    mock_url: &str,
-) -> Process {
-    let model = format!("openai-chat:{mock_url}/v1:mock-model");
-    start_node_with(
-        gateway,
-        harness,
-        code,
-        logs,
-        &["--model", &model, "--model-key-env", "MEMORY_TEST_KEY"],
-        &[("MEMORY_TEST_KEY", "memory-test-key")],
-    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -216,7 +198,7 @@ async fn a_stopped_node_leaves_stale_results_and_no_local_reads() {
 
     // The node comes back: the index is fresh again and follows new edits.
     let logs = setup.dirs.base.join("logs");
-    setup.node = start_native_node(
+    setup.node = start_mock_model_node(
         &setup.gateway,
         &setup.harness(),
         None,
@@ -267,7 +249,7 @@ async fn an_embedder_change_pauses_vector_search_until_reindex() {
         &["--memory-embedder", "local", "--memory-model-dir", &dir],
     );
     drop(node);
-    let node = start_native_node(&gateway, &harness, None, &dirs.base.join("logs"), &mock_url);
+    let node = start_mock_model_node(&gateway, &harness, None, &dirs.base.join("logs"), &mock_url);
     let setup = Setup {
         dirs,
         gateway,

@@ -20,7 +20,7 @@ use crate::suite::support::files_under;
 use crate::suite::support::mock_model;
 use crate::suite::support::mode;
 use crate::suite::support::processes;
-use crate::suite::support::start_node_with;
+use crate::suite::support::start_mock_model_node;
 use crate::suite::support::turn;
 
 struct Setup {
@@ -53,14 +53,12 @@ async fn start() -> Setup {
         ],
     );
     let code = gateway.setup_code(600);
-    let model = format!("openai-chat:{mock_url}/v1:mock-model");
-    let node = start_node_with(
+    let node = start_mock_model_node(
         &gateway,
         &base.join("harness"),
         Some(&code),
         &logs,
-        &["--model", &model, "--model-key-env", "NODE_FILES_TEST_KEY"],
-        &[("NODE_FILES_TEST_KEY", "node-files-test-key")],
+        &mock_url,
     );
     gateway.wait_ready().await;
     Setup {

@@ -16,7 +16,7 @@ use crate::suite::support::Process;
 use crate::suite::support::dirs;
 use crate::suite::support::files_under;
 use crate::suite::support::mock_model;
-use crate::suite::support::start_node_with;
+use crate::suite::support::start_mock_model_node;
 use crate::suite::support::turn;
 use crate::suite::support::wait_turn;
 
@@ -44,15 +44,7 @@ async fn setup(gateway_args: &[&str]) -> Setup {
     );
     let code = gateway.setup_code(600);
     let harness = dirs.base.join("harness");
-    let model = format!("openai-chat:{mock_url}/v1:mock-model");
-    let node = start_node_with(
-        &gateway,
-        &harness,
-        Some(&code),
-        &logs,
-        &["--model", &model, "--model-key-env", "MOCK_MODEL_KEY"],
-        &[("MOCK_MODEL_KEY", "model-key-9c2")],
-    );
+    let node = start_mock_model_node(&gateway, &harness, Some(&code), &logs, &mock_url);
     gateway.wait_ready().await;
     Setup {
         _dirs: dirs,

@@ -13,7 +13,7 @@ use crate::suite::support::dirs;
 use crate::suite::support::files_under;
 use crate::suite::support::mock_model;
 use crate::suite::support::mode;
-use crate::suite::support::start_node_with;
+use crate::suite::support::start_mock_model_node;
 use crate::suite::support::turn;
 
 fn skill(root: &Path, dir: &str, name: &str, description: &str, extra: &str) {
@@ -56,14 +56,12 @@ impl Setup {
             ],
         );
         let code = gateway.setup_code(600);
-        let model = format!("openai-chat:{mock_url}/v1:mock-model");
-        let node = start_node_with(
+        let node = start_mock_model_node(
             &gateway,
             &base.join("harness"),
             Some(&code),
             &logs,
-            &["--model", &model, "--model-key-env", "SKILLS_TEST_KEY"],
-            &[("SKILLS_TEST_KEY", "skills-test-key")],
+            &mock_url,
         );
         gateway.wait_ready().await;
         Setup {

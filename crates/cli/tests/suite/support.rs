@@ -271,6 +271,26 @@ pub(crate) fn start_node_with(
     start_node_runtime(gateway, root, setup_code, logs, "native", args, envs)
 }
 
+/// Starts a native node whose model is the mock at `mock_url`, with its key in a variable of
+/// the node's environment (never argv).
+pub(crate) fn start_mock_model_node(
+    gateway: &Gateway,
+    root: &Path,
+    setup_code: Option<&str>,
+    logs: &Path,
+    mock_url: &str,
+) -> Process {
+    let model = format!("openai-chat:{mock_url}/v1:mock-model");
+    start_node_with(
+        gateway,
+        root,
+        setup_code,
+        logs,
+        &["--model", &model, "--model-key-env", "MOCK_MODEL_KEY"],
+        &[("MOCK_MODEL_KEY", "mock-model-test-key")],
+    )
+}
+
 /// Starts `gatehouse node --runtime RUNTIME` like [`start_node_with`].
 pub(crate) fn start_node_runtime(
     gateway: &Gateway,
