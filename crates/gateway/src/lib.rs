@@ -18,6 +18,7 @@
 //! - [`secrets`]: tokens, hashes and the operator token file.
 //! - [`audit`]: the audit trail.
 //! - [`retention`]: the checkpoint quota and the garbage collection of checkpoint blobs.
+//! - [`metrics`]: every `/metrics` family, in one registry.
 
 #![deny(missing_docs)]
 
@@ -27,6 +28,7 @@ pub mod documents;
 pub mod http;
 pub mod link;
 pub mod memory;
+pub mod metrics;
 pub mod retention;
 pub mod secrets;
 pub mod setup_code;
@@ -160,6 +162,8 @@ pub struct GatewayState {
     pub memory: Arc<memory::MemoryService>,
     /// The skills catalog of both hosts.
     pub skills: Arc<skills::SkillsService>,
+    /// Every `/metrics` family.
+    pub metrics: metrics::GatewayMetrics,
 }
 
 /// What the embedding program plugs into the Gateway.
@@ -375,6 +379,7 @@ pub async fn start(
         config.max_concurrent_turns,
     );
     turns.recover().await?;
+    let metrics = metrics::GatewayMetrics::new(&turns.metrics, &registry);
     let state = Arc::new(GatewayState {
         config,
         local_addr,
@@ -390,6 +395,7 @@ pub async fn start(
         turns,
         memory,
         skills,
+        metrics,
     });
     let shutdown = CancellationToken::new();
     tokio::spawn(Arc::clone(&state.memory).run(shutdown.child_token()));

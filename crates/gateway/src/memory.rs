@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use std::time::Instant;
 
 use gatehouse_memory::chunk::ChunkSettings;
 use gatehouse_memory::embed::Embedder;
@@ -144,6 +145,9 @@ pub struct MemoryService {
     sync_lock: tokio::sync::Mutex<()>,
     warnings: Mutex<Vec<String>>,
     debounce_ms: u64,
+    /// Since when the index has been behind the node's files: from a change the node reported
+    /// or from losing the node, until the next sync completes; `None` while in sync.
+    behind_since: Mutex<Option<Instant>>,
 }
 
 impl MemoryService {
@@ -186,6 +190,7 @@ impl MemoryService {
             sync_lock: tokio::sync::Mutex::new(()),
             warnings: Mutex::new(warnings),
             debounce_ms: DEFAULT_WATCH_DEBOUNCE_MS,
+            behind_since: Mutex::new(Some(Instant::now())),
         }))
     }
 
@@ -198,14 +203,14 @@ impl MemoryService {
                 node = self.registry.wait_serving(&[WORKSPACE_MEMORY], Duration::from_secs(1)) => node,
             };
             let Some(node) = node else {
-                self.stale.store(true, Ordering::SeqCst);
+                self.mark_stale();
                 continue;
             };
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = self.watch(&node) => {}
             }
-            self.stale.store(true, Ordering::SeqCst);
+            self.mark_stale();
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -247,15 +252,15 @@ impl MemoryService {
                     }
                 };
                 match serde_json::from_str::<String>(line.trim()) {
-                    Ok(event) if event == WATCH_CHANGE => match self.sync(node).await {
-                        Ok(()) => self.stale.store(false, Ordering::SeqCst),
+                    Ok(event) if event == WATCH_CHANGE => match self.sync_change(node).await {
+                        Ok(()) => self.mark_synced(),
                         Err(error) => {
                             tracing::warn!(code = error.code(), error = %error, "memory sync failed");
                         }
                     },
                     Ok(_) => {
                         tracing::warn!("the node says the memory files are unavailable");
-                        self.stale.store(true, Ordering::SeqCst);
+                        self.mark_stale();
                     }
                     Err(_) => tracing::warn!("the node sent a malformed watch line"),
                 }
@@ -387,6 +392,30 @@ impl MemoryService {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Returns how long the index has been behind the node's files: since the oldest change
+    /// (or loss of the node) that no completed sync has caught up with; zero while in sync.
+    pub fn sync_lag(&self) -> Duration {
+        lock(&self.behind_since).map_or(Duration::ZERO, |since| since.elapsed())
+    }
+
+    /// Marks the index as stale: the node is away or says its files are unavailable.
+    fn mark_stale(&self) {
+        self.stale.store(true, Ordering::SeqCst);
+        lock(&self.behind_since).get_or_insert_with(Instant::now);
+    }
+
+    /// Marks the index as in sync with the node's files.
+    fn mark_synced(&self) {
+        self.stale.store(false, Ordering::SeqCst);
+        *lock(&self.behind_since) = None;
+    }
+
+    /// Syncs after the node reported a change, counting the lag from the report.
+    async fn sync_change(&self, node: &Arc<NodeConnection>) -> Result<(), MemoryServiceError> {
+        lock(&self.behind_since).get_or_insert_with(Instant::now);
+        self.sync(node).await
     }
 
     /// Whether answers come from a retained index that may be out of date.
@@ -529,10 +558,16 @@ impl MemoryService {
         })?;
         *slot = Arc::new(MemoryIndex::open(&self.index_path, identity, self.chunking).await?);
         drop(slot);
-        self.stale.store(false, Ordering::SeqCst);
+        self.mark_synced();
         tracing::info!(files = total, "rebuilt the memory index");
         self.status().await
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Today as days since 1970-01-01 (UTC).

@@ -157,6 +157,8 @@ pub struct NodeHost {
     status: Arc<StatusFile>,
     runtime_config: RuntimeConfig,
     codex: Option<Arc<crate::codex::CodexSupervisor>>,
+    /// The figures each session reports to the Gateway (`node.report`).
+    figures: tokio::sync::watch::Receiver<gatehouse_protocol::report::NodeReport>,
 }
 
 /// What the node presents in `connect`.
@@ -277,6 +279,9 @@ impl NodeHost {
                 workspace_dir: workspace_root.clone(),
             }),
         );
+        // A node without workers reports zero slots of zero.
+        let mut figures =
+            tokio::sync::watch::channel(gatehouse_protocol::report::NodeReport::default()).1;
         match (runtime, &runtime_config.workers) {
             (Runtime::Native, Some(settings)) => {
                 // Workers get absolute paths, whatever form `--root` took.
@@ -285,6 +290,7 @@ impl NodeHost {
                     settings.clone(),
                     absolute_root,
                 ));
+                figures = supervisor.figures();
                 commands.insert(
                     gatehouse_protocol::worker::AGENT_TURN,
                     Arc::new(crate::worker::AgentTurnHandler {
@@ -339,6 +345,7 @@ impl NodeHost {
             status,
             runtime_config,
             codex,
+            figures,
         })
     }
 
@@ -554,6 +561,7 @@ impl NodeHost {
         // The heartbeat lives exactly as long as this session: the guard aborts it on every way
         // out of this function, including the caller dropping the future.
         let heartbeat = self.status.start_heartbeat(reconnect.status_heartbeat);
+        let reporter = crate::report::start(outbound.clone(), self.figures.clone());
         let serve = crate::session::serve(
             link,
             &hello,
@@ -566,6 +574,7 @@ impl NodeHost {
             reason = serve => SessionEnd::Disconnected { reason },
         };
         drop(heartbeat);
+        drop(reporter);
         let update = match &end {
             SessionEnd::Shutdown => StatusUpdate::Stopped,
             SessionEnd::Disconnected { reason } => StatusUpdate::Failed {

@@ -42,6 +42,7 @@
 //! - [`status`]: the status file and the health probes that read it.
 //! - [`model`]: the `--model` spec, recorded for the runtime.
 //! - [`codex`]: the supervised `codex app-server` and its relay (runtime `codex`).
+//! - `report`: the `node.report` the node sends the Gateway, since it listens on no port.
 //! - [`error`]: the one error type, [`NodeHostError`].
 
 #![deny(missing_docs)]
@@ -56,6 +57,7 @@ mod invoke;
 pub mod link;
 mod memory_commands;
 pub mod model;
+mod report;
 mod session;
 pub mod setup_code;
 mod skill_copies;

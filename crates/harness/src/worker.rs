@@ -27,6 +27,7 @@ use gatehouse_protocol::checkpoint::KIND_SYMLINK;
 use gatehouse_protocol::checkpoint::validate_manifest;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
+use gatehouse_protocol::report::NodeReport;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
 use gatehouse_protocol::worker::AgentSessionStopParams;
 use gatehouse_protocol::worker::AgentTurnParams;
@@ -146,15 +147,39 @@ pub(crate) struct WorkerSupervisor {
     settings: WorkerSettings,
     root: PathBuf,
     workers: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Worker>>>>>,
+    /// The slots in use and the capacity, for the node's `node.report`; updated whenever a
+    /// session takes or gives back a slot.
+    figures: tokio::sync::watch::Sender<NodeReport>,
 }
 
 impl WorkerSupervisor {
     pub(crate) fn new(settings: WorkerSettings, root: PathBuf) -> Self {
+        let figures = tokio::sync::watch::Sender::new(NodeReport {
+            worker_slots_in_use: 0,
+            worker_capacity: u32::try_from(settings.capacity).unwrap_or(u32::MAX),
+        });
         Self {
             settings,
             root,
             workers: tokio::sync::Mutex::new(HashMap::new()),
+            figures,
         }
+    }
+
+    /// Returns the supervisor's figures (slots in use, capacity), which change as sessions
+    /// take and give back slots.
+    pub(crate) fn figures(&self) -> tokio::sync::watch::Receiver<NodeReport> {
+        self.figures.subscribe()
+    }
+
+    /// Publishes `n_slots_in_use` in the figures, when it changed.
+    fn publish_slots_in_use(&self, n_slots_in_use: usize) {
+        let in_use = u32::try_from(n_slots_in_use).unwrap_or(u32::MAX);
+        self.figures.send_if_modified(|report| {
+            let changed = report.worker_slots_in_use != in_use;
+            report.worker_slots_in_use = in_use;
+            changed
+        });
     }
 
     /// Returns the session's worker slot, claiming a new one when the session has none.
@@ -178,11 +203,17 @@ impl WorkerSupervisor {
         }
         let slot = Arc::new(tokio::sync::Mutex::new(None));
         workers.insert(session_key.to_owned(), Arc::clone(&slot));
+        self.publish_slots_in_use(workers.len());
         Ok(slot)
     }
 
     async fn stop(&self, session_key: &str) -> bool {
-        let slot = self.workers.lock().await.remove(session_key);
+        let slot = {
+            let mut workers = self.workers.lock().await;
+            let slot = workers.remove(session_key);
+            self.publish_slots_in_use(workers.len());
+            slot
+        };
         match slot {
             Some(slot) => {
                 if let Some(mut worker) = slot.lock().await.take() {

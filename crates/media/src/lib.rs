@@ -333,13 +333,24 @@ impl MediaStore {
         Ok(usage)
     }
 
-    /// Reserves `size` bytes under the quota for a new blob at `blob_key` and returns the bytes
-    /// reserved: `size`, or 0 when the store has no quota or the blob is already stored (it
-    /// needs no room).
-    async fn reserve(&self, blob_key: &ObjectPath, size: u64) -> Result<u64> {
-        let Some(quota_bytes) = self.quota_bytes else {
-            return Ok(0);
-        };
+    /// Returns the total size of the stored blobs: for a store with a quota, the running count
+    /// behind it (taken by listing once, then kept by `put` and `delete` of this process, so a
+    /// `put` in flight is included); without a quota, a fresh listing.
+    ///
+    /// # Errors
+    /// [`MediaError::Store`] when the backend cannot list.
+    pub async fn stored_bytes(&self) -> Result<u64> {
+        match self.quota_bytes {
+            Some(_) => {
+                self.measure().await?;
+                Ok(self.used.bytes.load(Ordering::SeqCst))
+            }
+            None => Ok(self.usage().await?.bytes),
+        }
+    }
+
+    /// Takes the count behind the quota by listing the store, once.
+    async fn measure(&self) -> Result<()> {
         self.used
             .measured
             .get_or_try_init(|| async {
@@ -348,6 +359,17 @@ impl MediaStore {
                 Ok::<(), MediaError>(())
             })
             .await?;
+        Ok(())
+    }
+
+    /// Reserves `size` bytes under the quota for a new blob at `blob_key` and returns the bytes
+    /// reserved: `size`, or 0 when the store has no quota or the blob is already stored (it
+    /// needs no room).
+    async fn reserve(&self, blob_key: &ObjectPath, size: u64) -> Result<u64> {
+        let Some(quota_bytes) = self.quota_bytes else {
+            return Ok(0);
+        };
+        self.measure().await?;
         let reserved = self
             .used
             .bytes

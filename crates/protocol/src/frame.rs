@@ -116,4 +116,6 @@ pub mod names {
     pub const NODE_INVOKE_CANCEL: &str = "node.invoke.cancel";
     /// Event: the Gateway's keep-alive.
     pub const TICK: &str = "tick";
+    /// Event: the node's own figures ([`crate::report::NodeReport`]), sent by the node.
+    pub const NODE_REPORT: &str = "node.report";
 }

@@ -25,6 +25,7 @@
 //! - [`codex`]: the `codex.appserver` relay command.
 //! - [`commands`]: the workspace command names, parameters and results.
 //! - [`memory`]: `workspace.memory`, the node's memory file service.
+//! - [`report`]: `node.report`, the figures a node reports of itself.
 //! - [`skills`]: `workspace.skills`, the node's skills discovery.
 //! - [`error`]: stable error codes and the wire error shape.
 //! - [`worker`]: the native runtime: `agent.turn`, and the worker pipe protocol.
@@ -45,5 +46,6 @@ pub mod frame;
 pub mod handshake;
 pub mod invoke;
 pub mod memory;
+pub mod report;
 pub mod skills;
 pub mod worker;

@@ -40,6 +40,7 @@ use crate::model::NodeRecord;
 use crate::model::NodeSeen;
 use crate::model::SessionMove;
 use crate::model::SessionRecord;
+use crate::model::StoreFigures;
 use crate::model::TurnEnd;
 use crate::model::TurnRecord;
 
@@ -180,6 +181,12 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// Storage failures.
     async fn interrupt_running_turns(&self, now_ms: i64) -> Result<Vec<TurnRecord>>;
+
+    /// Returns the queued turns and the listed checkpoint bytes, for `/metrics`.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn figures(&self) -> Result<StoreFigures>;
 
     /// Returns the sessions that have queued turns.
     ///

@@ -228,6 +228,15 @@ pub struct NewUserMessage {
     pub now_ms: i64,
 }
 
+/// Counts the Gateway exports in `/metrics`, read in one go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreFigures {
+    /// Turns admitted and not yet claimed (status `queued`).
+    pub n_queued_turns: u64,
+    /// The total size of the blobs listed as checkpoint contents.
+    pub checkpoint_bytes: u64,
+}
+
 /// The outcome of admitting a message.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Admitted {

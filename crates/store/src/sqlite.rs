@@ -31,6 +31,7 @@ use crate::model::NodeSeen;
 use crate::model::QueueMode;
 use crate::model::SessionMove;
 use crate::model::SessionRecord;
+use crate::model::StoreFigures;
 use crate::model::TurnEnd;
 use crate::model::TurnRecord;
 use crate::model::TurnStatus;
@@ -633,6 +634,20 @@ impl Store for SqliteStore {
         }
         tx.commit().await.map_err(|e| map_error(e, "turn"))?;
         Ok(interrupted)
+    }
+
+    async fn figures(&self) -> Result<StoreFigures> {
+        let (n_queued_turns, checkpoint_bytes): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM turns WHERE status = 'queued'), \
+                    (SELECT coalesce(sum(size_bytes), 0) FROM checkpoint_blobs)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "figures"))?;
+        Ok(StoreFigures {
+            n_queued_turns: u64::try_from(n_queued_turns).unwrap_or(0),
+            checkpoint_bytes: u64::try_from(checkpoint_bytes).unwrap_or(0),
+        })
     }
 
     async fn sessions_with_queued_turns(&self) -> Result<Vec<String>> {

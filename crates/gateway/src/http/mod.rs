@@ -66,6 +66,7 @@ pub fn app(state: Arc<GatewayState>) -> Router {
             Arc::clone(&state),
             require_operator,
         ));
+    let metrics_state = Arc::clone(&state);
     Router::new()
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
@@ -75,6 +76,10 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .fallback(routes::not_found)
         .with_state(state)
         .layer(axum::middleware::map_response(error::json_error_shape))
+        .layer(axum::middleware::from_fn_with_state(
+            metrics_state,
+            crate::metrics::track_http,
+        ))
 }
 
 /// Refuses a request body sent with a `Content-Type` other than JSON (`415

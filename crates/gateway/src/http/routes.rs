@@ -87,73 +87,11 @@ pub(crate) async fn list_skills(State(state): State<Arc<GatewayState>>) -> Respo
     Json(state.skills.catalog().await).into_response()
 }
 
+/// `GET /metrics`: every family of [`crate::metrics::GatewayMetrics`] in the Prometheus text
+/// format.
 pub(crate) async fn metrics(State(state): State<Arc<GatewayState>>) -> Response {
-    use std::fmt::Write;
-    use std::sync::atomic::Ordering;
-    let metrics = &state.turns.metrics;
-    let mut body = String::new();
-    let _ = writeln!(
-        body,
-        "# HELP gatehouse_turns_total Turns that ended, by outcome."
-    );
-    let _ = writeln!(body, "# TYPE gatehouse_turns_total counter");
-    for (outcome, counter) in [
-        ("completed", &metrics.completed),
-        ("failed", &metrics.failed),
-        ("aborted", &metrics.aborted),
-        ("interrupted", &metrics.interrupted),
-    ] {
-        let _ = writeln!(
-            body,
-            "gatehouse_turns_total{{outcome=\"{outcome}\"}} {}",
-            counter.load(Ordering::Relaxed)
-        );
-    }
-    let _ = writeln!(
-        body,
-        "# HELP gatehouse_turn_duration_seconds Time from dispatch to the end of a turn."
-    );
-    let _ = writeln!(body, "# TYPE gatehouse_turn_duration_seconds histogram");
-    let mut cumulative = 0;
-    for (bound, bucket) in crate::turns::LATENCY_BUCKETS
-        .iter()
-        .zip(metrics.latency_buckets.iter())
-    {
-        cumulative += bucket.load(Ordering::Relaxed);
-        let _ = writeln!(
-            body,
-            "gatehouse_turn_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
-        );
-    }
-    let count = metrics.latency_count.load(Ordering::Relaxed);
-    let _ = writeln!(
-        body,
-        "gatehouse_turn_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
-    );
-    let sum_seconds = metrics.latency_sum_ms.load(Ordering::Relaxed) as f64 / 1000.0;
-    let _ = writeln!(body, "gatehouse_turn_duration_seconds_sum {sum_seconds}");
-    let _ = writeln!(body, "gatehouse_turn_duration_seconds_count {count}");
-    let _ = writeln!(
-        body,
-        "# HELP gatehouse_active_sessions Sessions with a running turn."
-    );
-    let _ = writeln!(body, "# TYPE gatehouse_active_sessions gauge");
-    let _ = writeln!(
-        body,
-        "gatehouse_active_sessions {}",
-        state.turns.active_sessions()
-    );
-    let _ = writeln!(
-        body,
-        "# HELP gatehouse_node_connections Harness nodes connected now."
-    );
-    let _ = writeln!(body, "# TYPE gatehouse_node_connections gauge");
-    let _ = writeln!(
-        body,
-        "gatehouse_node_connections {}",
-        state.registry.all().len()
-    );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+    let body = state.metrics.render(&state).await;
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response()
 }
 
 pub(crate) async fn node_socket(

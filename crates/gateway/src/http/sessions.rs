@@ -245,6 +245,8 @@ struct EventStream {
     state: Arc<GatewayState>,
     session_key: String,
     live: Subscription,
+    /// Counts this stream in `/metrics` while it is open.
+    _subscriber: crate::metrics::SseSubscriber,
     /// The seq of the last durable event sent.
     last: i64,
     /// The last durable event published before the subscription; later ones arrive live.
@@ -284,6 +286,7 @@ impl EventStream {
                         // resumes from the durable log with `after`.
                         self.phase = StreamPhase::Done;
                         let code = gatehouse_protocol::error::ErrorCode::SlowConsumer;
+                        self.state.metrics.record_sse_dropped(code);
                         return Some(Event::default().event("stream.dropped").data(
                             serde_json::json!({"code": code.as_str(), "message": "the client fell too far behind; reconnect with after=resumeAfter", "resumeAfter": self.last}).to_string(),
                         ));
@@ -340,6 +343,7 @@ pub(crate) async fn session_events(
     let (live, replay_until) = state.hub.subscribe_from(&session_key);
     let after = query.after.unwrap_or(0);
     let mut stream = EventStream {
+        _subscriber: state.metrics.sse_subscriber(),
         state: Arc::clone(&state),
         session_key,
         live,

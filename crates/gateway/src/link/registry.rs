@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use std::time::Instant;
 
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
@@ -16,6 +17,7 @@ use gatehouse_protocol::frame::names;
 use gatehouse_protocol::invoke::InvokeCancel;
 use gatehouse_protocol::invoke::InvokeRequest;
 use gatehouse_protocol::invoke::InvokeResult;
+use gatehouse_protocol::report::NodeReport;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
@@ -27,6 +29,8 @@ use crate::link::progress::MAX_CONNECTION_BUFFERED_BYTES;
 use crate::link::progress::ProgressLines;
 use crate::link::progress::ProgressSink;
 use crate::link::session::Outbound;
+use crate::metrics::INVOKE_CANCELLED;
+use crate::metrics::LinkMetrics;
 
 /// Why an invoke did not produce a result.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +98,8 @@ pub struct NodeConnection {
     tool_calls: Arc<Semaphore>,
     /// Malformed frames this connection sent, for sparse logging.
     malformed_frames: AtomicU64,
+    /// The node's last `node.report`, exported by `/metrics` while the connection lives.
+    report: Mutex<Option<NodeReport>>,
 }
 
 /// Whether the `count`-th occurrence of something a peer repeats at will is logged: the 1st,
@@ -150,7 +156,18 @@ impl NodeConnection {
             turns: Mutex::new(HashSet::new()),
             tool_calls: Arc::new(Semaphore::new(MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT)),
             malformed_frames: AtomicU64::new(0),
+            report: Mutex::new(None),
         }
+    }
+
+    /// Keeps `report` as the node's figures, replacing the previous report.
+    pub(crate) fn set_report(&self, report: NodeReport) {
+        *lock(&self.report) = Some(report);
+    }
+
+    /// Returns the node's last `node.report`, or `None` before its first.
+    pub fn report(&self) -> Option<NodeReport> {
+        *lock(&self.report)
     }
 
     /// Returns a progress channel for an invoke on this connection: the sink to pass to
@@ -302,9 +319,15 @@ pub struct NodeRegistry {
     connections: Mutex<HashMap<String, Arc<NodeConnection>>>,
     next_id: AtomicU64,
     connected: tokio::sync::Notify,
+    metrics: LinkMetrics,
 }
 
 impl NodeRegistry {
+    /// Returns the link's `/metrics` instruments: invokes and refused handshakes.
+    pub fn metrics(&self) -> &LinkMetrics {
+        &self.metrics
+    }
+
     /// Returns a fresh id for a connection or an invoke.
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
@@ -450,10 +473,14 @@ impl NodeRegistry {
         timeout: Duration,
         progress: Option<ProgressSink>,
     ) -> Result<PendingInvoke, InvokeError> {
+        let started = Instant::now();
         if !connection.serves_all(&[command]) {
-            return Err(InvokeError::CommandNotDeclared {
+            let error = InvokeError::CommandNotDeclared {
                 command: command.to_owned(),
-            });
+            };
+            self.metrics
+                .record_invoke(command, Some(&error), started.elapsed());
+            return Err(error);
         }
         let id = format!("inv-{}", self.next_id());
         let request = InvokeRequest {
@@ -464,11 +491,15 @@ impl NodeRegistry {
             timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
         };
         let receiver = connection.register(id.clone(), progress);
-        let pending = PendingInvoke {
+        let mut pending = PendingInvoke {
             connection: Arc::clone(connection),
             id,
             receiver: Some(receiver),
             next_input_seq: Arc::new(AtomicU64::new(0)),
+            command: command.to_owned(),
+            started,
+            metrics: self.metrics.clone(),
+            recorded: false,
         };
         let frame = event_frame(names::NODE_INVOKE_REQUEST, &request);
         if connection
@@ -477,7 +508,9 @@ impl NodeRegistry {
             .await
             .is_err()
         {
-            return Err(InvokeError::Unavailable);
+            let error = InvokeError::Unavailable;
+            pending.note_end(Some(&error));
+            return Err(error);
         }
         Ok(pending)
     }
@@ -491,6 +524,12 @@ pub struct PendingInvoke {
     id: String,
     receiver: Option<oneshot::Receiver<InvokeOutcome>>,
     next_input_seq: Arc<AtomicU64>,
+    /// The command, its start and where its end is counted for `/metrics`.
+    command: String,
+    started: Instant,
+    metrics: LinkMetrics,
+    /// Whether the end was counted; an invoke dropped before that was cancelled by its caller.
+    recorded: bool,
 }
 
 impl PendingInvoke {
@@ -522,6 +561,21 @@ impl PendingInvoke {
     /// # Errors
     /// Every [`InvokeError`]; on a timeout the node is sent a cancel.
     pub async fn finish(mut self, timeout: Duration) -> Result<serde_json::Value, InvokeError> {
+        let outcome = self.wait(timeout).await;
+        self.note_end(outcome.as_ref().err());
+        outcome
+    }
+
+    /// Counts the invoke's end, once, with `error` (`None` for a result).
+    fn note_end(&mut self, error: Option<&InvokeError>) {
+        if !self.recorded {
+            self.recorded = true;
+            self.metrics
+                .record_invoke(&self.command, error, self.started.elapsed());
+        }
+    }
+
+    async fn wait(&mut self, timeout: Duration) -> Result<serde_json::Value, InvokeError> {
         let Some(receiver) = self.receiver.as_mut() else {
             return Err(InvokeError::Malformed);
         };
@@ -579,8 +633,16 @@ impl InvokeInputs {
 }
 
 impl Drop for PendingInvoke {
-    /// Sends `node.invoke.cancel` if the invoke ends without a result (timeout or caller gone).
+    /// Counts an invoke whose caller stopped waiting before its end as cancelled, and sends
+    /// `node.invoke.cancel` if the invoke ends without a result (timeout or caller gone).
     fn drop(&mut self) {
+        if !self.recorded {
+            self.metrics.record_invoke_outcome(
+                &self.command,
+                INVOKE_CANCELLED,
+                self.started.elapsed(),
+            );
+        }
         if self.receiver.is_some() && self.connection.forget(&self.id) {
             let cancel = InvokeCancel {
                 id: self.id.clone(),

@@ -20,6 +20,7 @@ use gatehouse_protocol::handshake::PROTOCOL_VERSION;
 use gatehouse_protocol::handshake::ServerInfo;
 use gatehouse_protocol::invoke::InvokeResult;
 use gatehouse_protocol::invoke::MAX_PROGRESS_CHUNK_BYTES;
+use gatehouse_protocol::report::NodeReport;
 use gatehouse_store::Store;
 use gatehouse_store::model::NodeSeen;
 use tokio::sync::mpsc;
@@ -386,6 +387,10 @@ struct IncomingFrame<'a> {
     method: Option<String>,
     #[serde(borrow, default)]
     params: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
+    event: Option<String>,
+    #[serde(borrow, default)]
+    payload: Option<&'a serde_json::value::RawValue>,
 }
 
 async fn handle_frame(
@@ -400,7 +405,12 @@ async fn handle_frame(
         }
         return;
     };
-    // Responses to our events do not exist in this protocol; events from the node are ignored.
+    if frame.kind == "event" && frame.event.as_deref() == Some(names::NODE_REPORT) {
+        keep_report(connection, frame.payload);
+        return;
+    }
+    // Responses to our events do not exist in this protocol; other events from the node are
+    // ignored.
     let (true, Some(id), Some(method)) = (frame.kind == "req", frame.id, frame.method) else {
         return;
     };
@@ -512,6 +522,19 @@ async fn handle_frame(
     let _ = outbound.send(Outbound::Text(text)).await;
 }
 
+/// Keeps a node's `node.report` for `/metrics`; a malformed one is counted with the malformed
+/// frames and leaves the previous report in place.
+fn keep_report(connection: &NodeConnection, payload: Option<&serde_json::value::RawValue>) {
+    match payload.map(|raw| serde_json::from_str::<NodeReport>(raw.get())) {
+        Some(Ok(report)) => connection.set_report(report),
+        Some(Err(_)) | None => {
+            if let Some(count) = connection.note_malformed_frame() {
+                tracing::warn!(device_id = %connection.device_id, count, "malformed node.report from node (logged at the 1st, 2nd, 4th, ... occurrence)");
+            }
+        }
+    }
+}
+
 /// The largest `chunk` of a progress message as JSON text: a chunk of
 /// [`MAX_PROGRESS_CHUNK_BYTES`] escaped at worst (six bytes per `\u00XX`), with its quotes.
 const MAX_PROGRESS_CHUNK_JSON_BYTES: usize = MAX_PROGRESS_CHUNK_BYTES * 6 + 2;
@@ -579,6 +602,10 @@ async fn refuse(
     request_id: Option<&str>,
     refusal: &Refusal,
 ) {
+    context
+        .registry
+        .metrics()
+        .record_refusal(refusal.code, refusal.reason);
     let row = AuditRow {
         actor: "node:unauthenticated",
         action: "node.connect",

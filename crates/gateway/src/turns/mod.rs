@@ -13,8 +13,6 @@ pub mod runtime;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use gatehouse_store::Store;
@@ -30,6 +28,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
+use crate::metrics::TurnMetrics;
 use crate::turns::events::EventHub;
 use crate::turns::runtime::TurnFailure;
 use crate::turns::runtime::TurnInput;
@@ -73,28 +72,6 @@ pub struct IncomingMessage {
     pub queue_mode: QueueMode,
 }
 
-/// Counters for `/metrics`.
-#[derive(Debug, Default)]
-pub struct TurnMetrics {
-    /// Turns that ended, by status.
-    pub completed: AtomicU64,
-    /// Turns that failed.
-    pub failed: AtomicU64,
-    /// Turns that were aborted.
-    pub aborted: AtomicU64,
-    /// Turns marked interrupted at start.
-    pub interrupted: AtomicU64,
-    /// Turn latency histogram: counts per bucket of [`LATENCY_BUCKETS`], then the sum in ms.
-    pub latency_buckets: [AtomicU64; 10],
-    /// The sum of turn latencies in milliseconds.
-    pub latency_sum_ms: AtomicU64,
-    /// The number of observed latencies.
-    pub latency_count: AtomicU64,
-}
-
-/// Upper bounds, in seconds, of the turn latency histogram buckets.
-pub const LATENCY_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
-
 struct RunningTurn {
     turn_id: String,
     cancel: CancellationToken,
@@ -117,7 +94,7 @@ pub struct TurnEngine {
     slots: Arc<Semaphore>,
     drivers: Mutex<Drivers>,
     shutdown: CancellationToken,
-    /// Counters for `/metrics`.
+    /// The turn families of `/metrics`.
     pub metrics: TurnMetrics,
 }
 
@@ -172,7 +149,7 @@ impl TurnEngine {
         let interrupted = self.store.interrupt_running_turns(now_ms()).await?;
         for turn in &interrupted {
             tracing::warn!(turn_id = %turn.turn_id, session_key = %turn.session_key, "turn interrupted by a restart; it is not replayed");
-            self.metrics.interrupted.fetch_add(1, Ordering::Relaxed);
+            self.metrics.count(self.runtime_name(), "interrupted");
             self.hub.sync(&turn.session_key).await;
         }
         for session_key in self.store.sessions_with_queued_turns().await? {
@@ -455,21 +432,14 @@ impl TurnEngine {
     }
 
     async fn record_end(&self, turn: &TurnRecord, end: &TurnEnd, started: Instant) {
-        let counter = match end.status {
-            TurnStatus::Completed => &self.metrics.completed,
-            TurnStatus::Aborted => &self.metrics.aborted,
-            TurnStatus::Interrupted => &self.metrics.interrupted,
-            TurnStatus::Failed | TurnStatus::Queued | TurnStatus::Running => &self.metrics.failed,
+        let outcome = match end.status {
+            TurnStatus::Completed => "completed",
+            TurnStatus::Aborted => "aborted",
+            TurnStatus::Interrupted => "interrupted",
+            TurnStatus::Failed | TurnStatus::Queued | TurnStatus::Running => "failed",
         };
-        counter.fetch_add(1, Ordering::Relaxed);
-        let seconds = started.elapsed().as_secs_f64();
-        if let Some(bucket) = LATENCY_BUCKETS.iter().position(|bound| seconds <= *bound) {
-            self.metrics.latency_buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        }
         self.metrics
-            .latency_sum_ms
-            .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-        self.metrics.latency_count.fetch_add(1, Ordering::Relaxed);
+            .record_end(self.runtime_name(), outcome, started.elapsed());
         match self.store.finish_turn(&turn.turn_id, end).await {
             Ok(true) => {}
             Ok(false) => return,

@@ -252,6 +252,7 @@ pub(crate) async fn gateway_with(
         audit.clone(),
         config.retention,
     ));
+    let metrics = gatehouse_gateway::metrics::GatewayMetrics::new(&turns.metrics, &registry);
     let state = Arc::new(GatewayState {
         local_addr: config.listen,
         config,
@@ -271,6 +272,7 @@ pub(crate) async fn gateway_with(
             None,
             Arc::clone(&registry_for_skills),
         )),
+        metrics,
     });
     TestGateway {
         router: gatehouse_gateway::http::app(state),

@@ -168,12 +168,18 @@ impl GatewayConn {
         self.link.outbound.send(frame.to_string()).await.unwrap();
     }
 
-    /// Returns the next frame, or `None` when the node closed the link.
+    /// Returns the next frame, or `None` when the node closed the link. The node's own
+    /// `node.report` events, which it sends at will, are skipped.
     pub(crate) async fn try_recv(&mut self) -> Option<Frame> {
-        let text = tokio::time::timeout(WAIT, self.link.inbound.recv())
-            .await
-            .expect("timed out waiting for a frame")?;
-        Some(serde_json::from_str(&text).unwrap())
+        loop {
+            let text = tokio::time::timeout(WAIT, self.link.inbound.recv())
+                .await
+                .expect("timed out waiting for a frame")?;
+            match serde_json::from_str(&text).unwrap() {
+                Frame::Event(event) if event.event == names::NODE_REPORT => {}
+                frame => return Some(frame),
+            }
+        }
     }
 
     pub(crate) async fn recv_request(&mut self) -> RequestFrame {

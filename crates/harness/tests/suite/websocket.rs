@@ -4,6 +4,7 @@ use futures_util::SinkExt;
 use futures_util::StreamExt;
 use gatehouse_harness::host::run_node_host;
 use gatehouse_protocol::frame::Frame;
+use gatehouse_protocol::frame::names;
 use gatehouse_protocol::invoke::InvokeResult;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
@@ -13,17 +14,21 @@ use crate::suite::fake_gateway::WAIT;
 use crate::suite::fake_gateway::config;
 use crate::suite::fake_gateway::setup_code_text;
 
+/// Returns the node's next request, skipping its `node.report` events.
 async fn recv_request(
     socket: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
 ) -> gatehouse_protocol::frame::RequestFrame {
-    let message = tokio::time::timeout(WAIT, socket.next())
-        .await
-        .expect("timed out waiting for the node")
-        .unwrap()
-        .unwrap();
-    match serde_json::from_str::<Frame>(message.to_text().unwrap()).unwrap() {
-        Frame::Req(request) => request,
-        other => panic!("expected a request, got {other:?}"),
+    loop {
+        let message = tokio::time::timeout(WAIT, socket.next())
+            .await
+            .expect("timed out waiting for the node")
+            .unwrap()
+            .unwrap();
+        match serde_json::from_str::<Frame>(message.to_text().unwrap()).unwrap() {
+            Frame::Req(request) => return request,
+            Frame::Event(event) if event.event == names::NODE_REPORT => {}
+            other => panic!("expected a request, got {other:?}"),
+        }
     }
 }
 

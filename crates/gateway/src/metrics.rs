@@ -1,0 +1,557 @@
+//! `/metrics`: every metric family of the Gateway, named once (with its help text) in
+//! [`GatewayMetrics::new`], in one `prometheus-client` registry owned by the Gateway state.
+//!
+//! Instruments are recorded where things happen: the turn engine owns its [`TurnMetrics`], the
+//! node registry its [`LinkMetrics`] (invokes and handshake refusals), and [`GatewayMetrics`]
+//! the HTTP, event-stream and sampled families. The registry holds clones of them (each
+//! instrument is a shared handle), so recording never goes through the registry.
+//! Figures that are a state rather than an event (connected nodes, queued turns, the memory
+//! index, stored bytes) are sampled when `/metrics` is read; the worker figures of each node are
+//! the last `node.report` it sent ([`NodeFigures`]), so a node that disconnects drops its series.
+//!
+//! Every label value comes from a bounded set: route templates (never raw paths), the Gateway's
+//! own command names and error codes, outcome classes, and the device ids of connected nodes.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+use std::time::Instant;
+
+use axum::extract::MatchedPath;
+use axum::extract::Request;
+use axum::extract::State;
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::Response;
+use gatehouse_protocol::error::ErrorCode;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::EncodeMetric;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::GatewayState;
+use crate::link::registry::InvokeError;
+use crate::link::registry::NodeRegistry;
+
+/// The `Content-Type` of the answer: the Prometheus text format, version 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Upper bounds, in seconds, of every latency histogram's buckets.
+pub const LATENCY_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
+
+/// The `route` label of a request that matched no route (the fallback's `404`).
+pub const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// A family of latency histograms with [`LATENCY_BUCKETS`].
+type LatencyFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+fn latency_family<L: Clone + std::hash::Hash + Eq>() -> LatencyFamily<L> {
+    Family::new_with_constructor(latency_histogram)
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuntimeOutcomeLabels {
+    runtime: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    method: &'static str,
+    route: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InvokeLabels {
+    command: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    code: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
+/// The `outcome` values of the turn families, one per way a turn ends.
+pub const TURN_OUTCOMES: [&str; 4] = ["completed", "failed", "aborted", "interrupted"];
+
+/// The turn engine's instruments: turns that ended, by outcome (and by runtime), and their
+/// latency from dispatch to the end.
+#[derive(Debug, Clone)]
+pub struct TurnMetrics {
+    turns: Family<OutcomeLabels, Counter>,
+    duration: Histogram,
+    runtime_turns: Family<RuntimeOutcomeLabels, Counter>,
+    runtime_duration: LatencyFamily<RuntimeOutcomeLabels>,
+}
+
+impl Default for TurnMetrics {
+    /// Returns zeroed instruments with a series for every outcome, so a scrape shows each
+    /// outcome from the start.
+    fn default() -> Self {
+        let turns = Family::default();
+        for outcome in TURN_OUTCOMES {
+            drop(turns.get_or_create(&OutcomeLabels { outcome }));
+        }
+        Self {
+            turns,
+            duration: latency_histogram(),
+            runtime_turns: Family::default(),
+            runtime_duration: latency_family(),
+        }
+    }
+}
+
+impl TurnMetrics {
+    /// Records a turn of `runtime` that ended with `outcome` (one of [`TURN_OUTCOMES`]) after
+    /// `elapsed`.
+    pub(crate) fn record_end(&self, runtime: &str, outcome: &'static str, elapsed: Duration) {
+        self.count(runtime, outcome);
+        let labels = RuntimeOutcomeLabels {
+            runtime: runtime.to_owned(),
+            outcome,
+        };
+        self.duration.observe(elapsed.as_secs_f64());
+        self.runtime_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a turn of `runtime` that ended with `outcome` without a latency (one a restart
+    /// interrupted, whose start this process did not see).
+    pub(crate) fn count(&self, runtime: &str, outcome: &'static str) {
+        self.turns.get_or_create(&OutcomeLabels { outcome }).inc();
+        let labels = RuntimeOutcomeLabels {
+            runtime: runtime.to_owned(),
+            outcome,
+        };
+        self.runtime_turns.get_or_create(&labels).inc();
+    }
+}
+
+/// The node link's instruments: invokes by command and outcome with their latency, and
+/// refused handshakes by code.
+#[derive(Debug, Clone)]
+pub struct LinkMetrics {
+    invokes: Family<InvokeLabels, Counter>,
+    invoke_duration: LatencyFamily<InvokeLabels>,
+    handshake_refusals: Family<RefusalLabels, Counter>,
+}
+
+impl Default for LinkMetrics {
+    fn default() -> Self {
+        Self {
+            invokes: Family::default(),
+            invoke_duration: latency_family(),
+            handshake_refusals: Family::default(),
+        }
+    }
+}
+
+/// The `outcome` of an invoke that ended without a result because its caller gave up.
+pub const INVOKE_CANCELLED: &str = "cancelled";
+
+impl LinkMetrics {
+    /// Records an invoke of `command` that ended with `error` (`None`: the node's result
+    /// arrived) after `elapsed`.
+    pub(crate) fn record_invoke(
+        &self,
+        command: &str,
+        error: Option<&InvokeError>,
+        elapsed: Duration,
+    ) {
+        let outcome = match error {
+            None => "ok",
+            Some(error) => invoke_outcome(error),
+        };
+        self.record_invoke_outcome(command, outcome, elapsed);
+    }
+
+    /// Records an invoke of `command` that ended with `outcome` after `elapsed`.
+    pub(crate) fn record_invoke_outcome(
+        &self,
+        command: &str,
+        outcome: &'static str,
+        elapsed: Duration,
+    ) {
+        let labels = InvokeLabels {
+            command: command.to_owned(),
+            outcome,
+        };
+        self.invokes.get_or_create(&labels).inc();
+        self.invoke_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a refused handshake with its stable `code` and the Gateway's `reason`.
+    pub(crate) fn record_refusal(&self, code: ErrorCode, reason: &'static str) {
+        let labels = RefusalLabels {
+            code: code.as_str(),
+            reason,
+        };
+        self.handshake_refusals.get_or_create(&labels).inc();
+    }
+}
+
+/// Returns the `outcome` label of an invoke that failed with `error`: a class, never the
+/// node's own code, which a node could choose without bound.
+fn invoke_outcome(error: &InvokeError) -> &'static str {
+    match error {
+        InvokeError::Unavailable => "unavailable",
+        InvokeError::Disconnected => "disconnected",
+        InvokeError::Timeout(_) => "timeout",
+        InvokeError::CommandNotDeclared { .. } => "not_declared",
+        InvokeError::Remote(_) => "error",
+        InvokeError::Malformed => "malformed",
+        InvokeError::Overrun { .. } => "overrun",
+    }
+}
+
+/// Every metric family of the Gateway, in one registry.
+#[derive(Debug)]
+pub struct GatewayMetrics {
+    registry: Registry,
+    http_requests: Family<HttpLabels, Counter>,
+    http_duration: LatencyFamily<HttpLabels>,
+    sse_subscribers: Gauge,
+    sse_dropped: Family<CodeLabels, Counter>,
+    active_sessions: Gauge,
+    queued_turns: Gauge,
+    max_concurrent_turns: Gauge,
+    node_connections: Gauge,
+    memory_files: Gauge,
+    memory_chunks: Gauge,
+    memory_sync_lag: Gauge<f64, AtomicU64>,
+    media_bytes: Gauge,
+    checkpoint_bytes: Gauge,
+}
+
+impl GatewayMetrics {
+    /// Returns the registry with every family: the instruments of `turns` and of `nodes`,
+    /// the worker figures `nodes` keeps from each node's reports, and the Gateway's own.
+    pub fn new(turns: &TurnMetrics, nodes: &Arc<NodeRegistry>) -> Self {
+        let metrics = Self {
+            registry: Registry::default(),
+            http_requests: Family::default(),
+            http_duration: latency_family(),
+            sse_subscribers: Gauge::default(),
+            sse_dropped: Family::default(),
+            active_sessions: Gauge::default(),
+            queued_turns: Gauge::default(),
+            max_concurrent_turns: Gauge::default(),
+            node_connections: Gauge::default(),
+            memory_files: Gauge::default(),
+            memory_chunks: Gauge::default(),
+            memory_sync_lag: Gauge::default(),
+            media_bytes: Gauge::default(),
+            checkpoint_bytes: Gauge::default(),
+        };
+        let mut registry = metrics.registry;
+        let link = nodes.metrics();
+        registry.register(
+            "gatehouse_http_requests",
+            "HTTP requests answered, by method, route template and status",
+            metrics.http_requests.clone(),
+        );
+        registry.register(
+            "gatehouse_http_request_duration_seconds",
+            "Time from a request's arrival to its response head, by method, route template and status",
+            metrics.http_duration.clone(),
+        );
+        registry.register(
+            "gatehouse_turns",
+            "Turns that ended, by outcome",
+            turns.turns.clone(),
+        );
+        registry.register(
+            "gatehouse_turn_duration_seconds",
+            "Time from dispatch to the end of a turn",
+            turns.duration.clone(),
+        );
+        registry.register(
+            "gatehouse_runtime_turns",
+            "Turns that ended, by runtime and outcome",
+            turns.runtime_turns.clone(),
+        );
+        registry.register(
+            "gatehouse_runtime_turn_duration_seconds",
+            "Time from dispatch to the end of a turn, by runtime and outcome",
+            turns.runtime_duration.clone(),
+        );
+        registry.register(
+            "gatehouse_active_sessions",
+            "Sessions with a running turn (each session runs at most one)",
+            metrics.active_sessions.clone(),
+        );
+        registry.register(
+            "gatehouse_turns_queued",
+            "Turns admitted and waiting to run",
+            metrics.queued_turns.clone(),
+        );
+        registry.register(
+            "gatehouse_turns_max_concurrent",
+            "The cap on turns running at once (--max-concurrent-turns)",
+            metrics.max_concurrent_turns.clone(),
+        );
+        registry.register(
+            "gatehouse_node_connections",
+            "Harness nodes connected now",
+            metrics.node_connections.clone(),
+        );
+        registry.register(
+            "gatehouse_node_invokes",
+            "Commands invoked on nodes, by command and outcome",
+            link.invokes.clone(),
+        );
+        registry.register(
+            "gatehouse_node_invoke_duration_seconds",
+            "Time from sending an invoke to its end, by command and outcome",
+            link.invoke_duration.clone(),
+        );
+        registry.register(
+            "gatehouse_handshake_refusals",
+            "Node connections refused before admission, by code and reason",
+            link.handshake_refusals.clone(),
+        );
+        registry.register(
+            "gatehouse_sse_subscribers",
+            "Open session event streams",
+            metrics.sse_subscribers.clone(),
+        );
+        registry.register(
+            "gatehouse_sse_dropped",
+            "Session event streams the Gateway ended, by code (SLOW_CONSUMER)",
+            metrics.sse_dropped.clone(),
+        );
+        registry.register(
+            "gatehouse_memory_index_files",
+            "Files in the memory index",
+            metrics.memory_files.clone(),
+        );
+        registry.register(
+            "gatehouse_memory_index_chunks",
+            "Chunks in the memory index",
+            metrics.memory_chunks.clone(),
+        );
+        registry.register(
+            "gatehouse_memory_sync_lag_seconds",
+            "How long the memory index has been behind the node's files (0 when in sync)",
+            metrics.memory_sync_lag.clone(),
+        );
+        registry.register(
+            "gatehouse_media_stored_bytes",
+            "Bytes of blobs in the media store (uploads, artifacts and checkpoint contents)",
+            metrics.media_bytes.clone(),
+        );
+        registry.register(
+            "gatehouse_checkpoint_stored_bytes",
+            "Bytes of the media blobs listed as checkpoint contents",
+            metrics.checkpoint_bytes.clone(),
+        );
+        registry.register_collector(Box::new(NodeFigures {
+            nodes: Arc::clone(nodes),
+        }));
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// Returns a guard that counts one open event stream until it is dropped.
+    pub(crate) fn sse_subscriber(&self) -> SseSubscriber {
+        self.sse_subscribers.inc();
+        SseSubscriber {
+            gauge: self.sse_subscribers.clone(),
+        }
+    }
+
+    /// Counts an event stream the Gateway ended with `code`.
+    pub(crate) fn record_sse_dropped(&self, code: ErrorCode) {
+        let labels = CodeLabels {
+            code: code.as_str(),
+        };
+        self.sse_dropped.get_or_create(&labels).inc();
+    }
+
+    fn record_http(&self, labels: HttpLabels, elapsed: Duration) {
+        self.http_requests.get_or_create(&labels).inc();
+        self.http_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Samples the figures that are a state, then returns the text of every family.
+    ///
+    /// A figure whose source fails (the store, the memory index, the media store) keeps its
+    /// last value, and the failure is logged: a scrape never fails.
+    pub(crate) async fn render(&self, state: &GatewayState) -> String {
+        self.sample(state).await;
+        let mut text = String::new();
+        if let Err(error) =
+            prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)
+        {
+            tracing::error!(error = %error, "cannot encode the metrics");
+        }
+        text
+    }
+
+    async fn sample(&self, state: &GatewayState) {
+        self.active_sessions
+            .set(saturating_i64(state.turns.active_sessions() as u64));
+        self.max_concurrent_turns
+            .set(saturating_i64(state.config.max_concurrent_turns as u64));
+        self.node_connections
+            .set(saturating_i64(state.registry.all().len() as u64));
+        match state.store.figures().await {
+            Ok(figures) => {
+                self.queued_turns
+                    .set(saturating_i64(figures.n_queued_turns));
+                self.checkpoint_bytes
+                    .set(saturating_i64(figures.checkpoint_bytes));
+            }
+            Err(error) => tracing::warn!(error = %error, "cannot read the store's figures"),
+        }
+        match state.memory.status().await {
+            Ok(status) => {
+                self.memory_files.set(saturating_i64(status.stats.files));
+                self.memory_chunks.set(saturating_i64(status.stats.chunks));
+            }
+            Err(error) => tracing::warn!(error = %error, "cannot read the memory index figures"),
+        }
+        self.memory_sync_lag
+            .set(state.memory.sync_lag().as_secs_f64());
+        match state.media.stored_bytes().await {
+            Ok(bytes) => {
+                self.media_bytes.set(saturating_i64(bytes));
+            }
+            Err(error) => tracing::warn!(error = %error, "cannot measure the media store"),
+        }
+    }
+}
+
+/// Counts one open event stream while it lives; see [`GatewayMetrics::sse_subscriber`].
+#[derive(Debug)]
+pub(crate) struct SseSubscriber {
+    gauge: Gauge,
+}
+
+impl Drop for SseSubscriber {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// The worker figures of every connected node, from the last `node.report` each sent; a node
+/// that has not reported, or has disconnected, has no series.
+#[derive(Debug)]
+struct NodeFigures {
+    nodes: Arc<NodeRegistry>,
+}
+
+impl Collector for NodeFigures {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let in_use = Family::<NodeLabels, Gauge>::default();
+        let capacity = Family::<NodeLabels, Gauge>::default();
+        for connection in self.nodes.all() {
+            let Some(report) = connection.report() else {
+                continue;
+            };
+            let labels = NodeLabels {
+                node: connection.device_id.clone(),
+            };
+            in_use
+                .get_or_create(&labels)
+                .set(i64::from(report.worker_slots_in_use));
+            capacity
+                .get_or_create(&labels)
+                .set(i64::from(report.worker_capacity));
+        }
+        let family = encoder.encode_descriptor(
+            "gatehouse_node_worker_slots_in_use",
+            "Worker slots held by sessions on a node, as the node last reported, by node id.",
+            None,
+            in_use.metric_type(),
+        )?;
+        in_use.encode(family)?;
+        let family = encoder.encode_descriptor(
+            "gatehouse_node_worker_capacity",
+            "A node's worker capacity, as the node last reported, by node id.",
+            None,
+            capacity.metric_type(),
+        )?;
+        capacity.encode(family)
+    }
+}
+
+/// Counts every HTTP request by method, route template (`/v1/sessions/{key}/events`, never the
+/// raw path) and status, and observes its latency up to the response head (for an event
+/// stream, until the stream starts).
+pub(crate) async fn track_http(
+    State(state): State<Arc<GatewayState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or(UNMATCHED_ROUTE, MatchedPath::as_str)
+        .to_owned();
+    let method = method_label(request.method());
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let labels = HttpLabels {
+        method,
+        route,
+        status: response.status().as_u16(),
+    };
+    state.metrics.record_http(labels, started.elapsed());
+    response
+}
+
+/// Returns the `method` label: a standard method's name, or `other` for an extension method,
+/// which a client could choose without bound.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
+}
+
+fn saturating_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
