@@ -273,6 +273,11 @@ impl GatewayMetrics {
             media_bytes: Gauge::default(),
             checkpoint_bytes: Gauge::default(),
         };
+        // A stream is only ever dropped as a slow consumer; its series shows from the start.
+        let slow_consumer = CodeLabels {
+            code: ErrorCode::SlowConsumer.as_str(),
+        };
+        drop(metrics.sse_dropped.get_or_create(&slow_consumer));
         let mut registry = metrics.registry;
         let link = nodes.metrics();
         registry.register(
@@ -317,7 +322,7 @@ impl GatewayMetrics {
         );
         registry.register(
             "gatehouse_turns_max_concurrent",
-            "The cap on turns running at once (--max-concurrent-turns)",
+            "The cap on turns running at once (the max-concurrent-turns setting)",
             metrics.max_concurrent_turns.clone(),
         );
         registry.register(

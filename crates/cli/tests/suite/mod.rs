@@ -10,6 +10,7 @@ mod hostile;
 mod hostile_node;
 mod link;
 mod memory;
+mod metrics;
 mod mock_model;
 mod native;
 mod node_cli;
