@@ -431,7 +431,7 @@ impl GatewayMetrics {
         self.active_sessions
             .set(saturating_i64(state.turns.active_sessions() as u64));
         self.max_concurrent_turns
-            .set(saturating_i64(state.config.max_concurrent_turns as u64));
+            .set(saturating_i64(state.turns.max_concurrent_turns() as u64));
         self.node_connections
             .set(saturating_i64(state.registry.all().len() as u64));
         match state.store.figures().await {
@@ -559,4 +559,78 @@ fn method_label(method: &Method) -> &'static str {
 
 fn saturating_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use pretty_assertions::assert_eq;
+
+    use crate::link::registry::ConnectionIdentity;
+    use crate::link::registry::NodeConnection;
+    use crate::link::registry::NodeRegistry;
+    use crate::metrics::GatewayMetrics;
+    use crate::metrics::TurnMetrics;
+
+    /// Returns the lines of `gatehouse_node_invokes_total` in the registry's text, sorted.
+    fn invoke_lines(metrics: &GatewayMetrics) -> Vec<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics.registry).unwrap();
+        let mut lines: Vec<String> = text
+            .lines()
+            .filter(|line| line.starts_with("gatehouse_node_invokes_total{"))
+            .map(str::to_owned)
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    #[tokio::test]
+    async fn an_invoke_is_counted_once_with_the_class_of_its_end() {
+        let registry = Arc::new(NodeRegistry::default());
+        let metrics = GatewayMetrics::new(&TurnMetrics::default(), &registry);
+        let (outbound, mut node_side) = tokio::sync::mpsc::channel(16);
+        let identity = ConnectionIdentity {
+            device_id: String::from("n"),
+            display_name: String::from("n"),
+            runtime: String::from("native"),
+            commands: vec![String::from("file.stat")],
+            workspace_root: None,
+        };
+        let connection = Arc::new(NodeConnection::new(identity, 1, 0, outbound));
+        let params = serde_json::json!({});
+        // The node never answers: the caller times out, once.
+        let timed_out = registry
+            .invoke(&connection, "file.stat", &params, Duration::from_millis(10))
+            .await;
+        assert!(timed_out.is_err());
+        // The caller gives up before the end.
+        let pending = registry
+            .start_invoke(
+                &connection,
+                "file.stat",
+                &params,
+                Duration::from_secs(5),
+                None,
+            )
+            .await
+            .unwrap();
+        drop(pending);
+        // A command the node did not declare is never sent.
+        let undeclared = registry
+            .invoke(&connection, "file.fetch", &params, Duration::from_secs(5))
+            .await;
+        assert!(undeclared.is_err());
+        assert_eq!(
+            invoke_lines(&metrics),
+            vec![
+                "gatehouse_node_invokes_total{command=\"file.fetch\",outcome=\"not_declared\"} 1",
+                "gatehouse_node_invokes_total{command=\"file.stat\",outcome=\"cancelled\"} 1",
+                "gatehouse_node_invokes_total{command=\"file.stat\",outcome=\"timeout\"} 1",
+            ]
+        );
+        node_side.close();
+    }
 }

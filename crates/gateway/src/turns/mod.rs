@@ -92,6 +92,7 @@ pub struct TurnEngine {
     runtime: Option<Arc<dyn TurnRuntime>>,
     stager: Option<Arc<dyn AttachmentStager>>,
     slots: Arc<Semaphore>,
+    max_concurrent_turns: usize,
     drivers: Mutex<Drivers>,
     shutdown: CancellationToken,
     /// The turn families of `/metrics`.
@@ -122,6 +123,7 @@ impl TurnEngine {
             runtime,
             stager,
             slots: Arc::new(Semaphore::new(max_concurrent_turns.max(1))),
+            max_concurrent_turns: max_concurrent_turns.max(1),
             drivers: Mutex::new(Drivers::default()),
             shutdown: CancellationToken::new(),
             metrics: TurnMetrics::default(),
@@ -211,6 +213,11 @@ impl TurnEngine {
             .running
             .get(session_key)
             .map(|running| running.turn_id.clone())
+    }
+
+    /// Returns the cap on turns running at once.
+    pub fn max_concurrent_turns(&self) -> usize {
+        self.max_concurrent_turns
     }
 
     /// Returns the number of sessions with a running turn.

@@ -626,3 +626,87 @@ async fn metrics_count_turns_by_outcome_and_their_latency() {
     runtime.release(1);
     wait_turn(&gateway, &running).await;
 }
+
+/// Returns the value of the sample `series` (its name and labels, exactly as exported) in the
+/// `/metrics` text, or `None` when no line exports it.
+async fn metric(gateway: &TestGateway, series: &str) -> Option<f64> {
+    let response = gateway
+        .router
+        .clone()
+        .oneshot(
+            axum::http::Request::get("/metrics")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().unwrap())
+        })
+}
+
+#[tokio::test]
+async fn metrics_show_the_turns_queued_behind_the_cap() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 1).await;
+    let running = say(&gateway, "a", "one").await;
+    runtime.wait_started(1).await;
+    let waiting = [
+        say(&gateway, "b", "two").await,
+        say(&gateway, "c", "three").await,
+    ];
+    assert_eq!(
+        metric(&gateway, "gatehouse_turns_max_concurrent").await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&gateway, "gatehouse_active_sessions").await,
+        Some(1.0)
+    );
+    assert_eq!(metric(&gateway, "gatehouse_turns_queued").await, Some(2.0));
+    runtime.release(3);
+    for turn in [running].iter().chain(&waiting) {
+        assert_eq!(wait_turn(&gateway, turn).await["status"], "completed");
+    }
+    assert_eq!(metric(&gateway, "gatehouse_turns_queued").await, Some(0.0));
+    assert_eq!(
+        metric(
+            &gateway,
+            "gatehouse_runtime_turns_total{runtime=\"scripted\",outcome=\"completed\"}"
+        )
+        .await,
+        Some(3.0)
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_a_slow_event_client_that_is_dropped() {
+    let gateway = gateway(workspace()).await;
+    let dropped = "gatehouse_sse_dropped_total{code=\"SLOW_CONSUMER\"}";
+    assert_eq!(metric(&gateway, dropped).await, Some(0.0));
+    say(&gateway, "s", "warm up").await;
+    let stream = open_events(&gateway, "/v1/sessions/s/events").await;
+    assert_eq!(
+        metric(&gateway, "gatehouse_sse_subscribers").await,
+        Some(1.0)
+    );
+    let mut last_turn = String::new();
+    for index in 0..500 {
+        last_turn = say(&gateway, "s", &format!("message {index}")).await;
+    }
+    wait_turn(&gateway, &last_turn).await;
+    let events = read_events(stream.into_body(), usize::MAX).await;
+    assert_eq!(events.last().unwrap().0, "stream.dropped");
+    assert_eq!(metric(&gateway, dropped).await, Some(1.0));
+    assert_eq!(
+        metric(&gateway, "gatehouse_sse_subscribers").await,
+        Some(0.0)
+    );
+}
