@@ -257,7 +257,7 @@ impl GatewayMetrics {
     /// Returns the registry with every family: the instruments of `turns` and of `nodes`,
     /// the worker figures `nodes` keeps from each node's reports, and the Gateway's own.
     pub fn new(turns: &TurnMetrics, nodes: &Arc<NodeRegistry>) -> Self {
-        let metrics = Self {
+        let mut metrics = Self {
             registry: Registry::default(),
             http_requests: Family::default(),
             http_duration: latency_family(),
@@ -278,7 +278,7 @@ impl GatewayMetrics {
             code: ErrorCode::SlowConsumer.as_str(),
         };
         drop(metrics.sse_dropped.get_or_create(&slow_consumer));
-        let mut registry = metrics.registry;
+        let registry = &mut metrics.registry;
         let link = nodes.metrics();
         registry.register(
             "gatehouse_http_requests",
@@ -383,10 +383,7 @@ impl GatewayMetrics {
         registry.register_collector(Box::new(NodeFigures {
             nodes: Arc::clone(nodes),
         }));
-        Self {
-            registry,
-            ..metrics
-        }
+        metrics
     }
 
     /// Returns a guard that counts one open event stream until it is dropped.
