@@ -7,7 +7,8 @@
 //! instrument is a shared handle), so recording never goes through the registry.
 //! Figures that are a state rather than an event (connected nodes, queued turns, the memory
 //! index, stored bytes) are sampled when `/metrics` is read; the worker figures of each node are
-//! the last `node.report` it sent ([`NodeFigures`]), so a node that disconnects drops its series.
+//! the last `node.report` it sent, collected from the connected nodes at each scrape, so a node
+//! that disconnects drops its series.
 //!
 //! Every label value comes from a bounded set: route templates (never raw paths), the Gateway's
 //! own command names and error codes, outcome classes, and the device ids of connected nodes.
