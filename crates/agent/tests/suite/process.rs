@@ -35,8 +35,22 @@ async fn start_poll_and_kill() {
         processes_with_argv(&["sleep", "4244"]).len() == 1
     })
     .await;
-    let poll = call(&ctx, "process", &json!({"action": "poll", "id": "p1"})).await;
-    assert_eq!(poll.output, "process p1: running\nstarted\n");
+    // The echo's output reaches the process table through a reader task, which may lag behind
+    // the sleep starting: poll until it arrives, checking every answer on the way.
+    let mut seen = String::new();
+    let start = Instant::now();
+    while seen != "started\n" {
+        assert!(start.elapsed() < WAIT_LIMIT, "no output after {seen:?}");
+        let poll = call(&ctx, "process", &json!({"action": "poll", "id": "p1"})).await;
+        let new_output = poll
+            .output
+            .strip_prefix("process p1: running\n")
+            .unwrap_or_else(|| panic!("unexpected poll answer {:?}", poll.output));
+        if new_output != "(no new output)" {
+            seen.push_str(new_output);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let again = call(&ctx, "process", &json!({"action": "poll", "id": "p1"})).await;
     assert_eq!(again.output, "process p1: running\n(no new output)");
     let list = call(&ctx, "process", &json!({"action": "list"})).await;
