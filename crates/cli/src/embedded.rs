@@ -8,10 +8,7 @@ use std::path::PathBuf;
 
 use gatehouse_gateway::GatewayConfig;
 use gatehouse_gateway::RunningGateway;
-use gatehouse_gateway::link::session::Inbound;
 use gatehouse_gateway::link::session::LinkContext;
-use gatehouse_gateway::link::session::OUTBOUND_CAPACITY;
-use gatehouse_gateway::link::session::Outbound;
 use gatehouse_gateway::secrets::TokenSource;
 use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::NodeHost;
@@ -20,9 +17,7 @@ use gatehouse_harness::host::ReconnectPolicy;
 use gatehouse_harness::host::Runtime;
 use gatehouse_harness::host::RuntimeConfig;
 use gatehouse_harness::link::Connector;
-use gatehouse_harness::link::LINK_CHANNEL_CAPACITY;
 use gatehouse_harness::link::Link;
-use tokio::sync::mpsc;
 
 use crate::exit::UsageError;
 
@@ -146,45 +141,7 @@ impl InProcessConnector {
 
 impl Connector for InProcessConnector {
     async fn connect(&mut self, _gateway_url: Option<&str>) -> gatehouse_harness::Result<Link> {
-        let (node_side, gateway_side) = Link::pair(LINK_CHANNEL_CAPACITY);
-        let Link {
-            inbound: mut from_node,
-            outbound: to_node,
-            ..
-        } = gateway_side;
-        let (inbound_sender, inbound) = mpsc::channel::<Inbound>(OUTBOUND_CAPACITY);
-        let (outbound, mut outbound_receiver) = mpsc::channel::<Outbound>(OUTBOUND_CAPACITY);
-        let keepalive = inbound_sender.clone();
-        tokio::spawn(async move {
-            while let Some(text) = from_node.recv().await {
-                if inbound_sender.send(Inbound::Text(text)).await.is_err() {
-                    return;
-                }
-            }
-            let _ = inbound_sender.send(Inbound::Closed).await;
-        });
-        tokio::spawn(async move {
-            while let Some(frame) = outbound_receiver.recv().await {
-                match frame {
-                    Outbound::Text(text) => {
-                        if to_node.send(text).await.is_err() {
-                            break;
-                        }
-                    }
-                    // The in-process peer is alive as long as its channel is: answer the probe.
-                    Outbound::Ping => {
-                        let _ = keepalive.send(Inbound::Pong).await;
-                    }
-                    Outbound::Close { .. } => break,
-                }
-            }
-            // Dropping `to_node` ends the node's session.
-        });
-        tokio::spawn(gatehouse_gateway::link::session::serve(
-            self.context.clone(),
-            inbound,
-            outbound,
-        ));
-        Ok(node_side)
+        let link = gatehouse_gateway::link::in_process::connect_in_process(self.context.clone());
+        Ok(Link::new(link.from_gateway, link.to_gateway))
     }
 }

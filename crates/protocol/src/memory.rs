@@ -137,6 +137,21 @@ pub struct MemoryIndexingResult {
     pub sha256: String,
 }
 
+/// Result of `workspace.memory`: its shape follows the request's [`MemoryOp`]. On the wire it
+/// is the bare result of the operation (no tag); a reader tells them apart by their fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MemoryAnswer {
+    /// The answer to `list`.
+    List(MemoryListResult),
+    /// The answer to `read`.
+    Read(MemoryReadResult),
+    /// The answer to `readForIndexing`.
+    Indexing(MemoryIndexingResult),
+    /// The end of a `watch`: `null`.
+    WatchEnded,
+}
+
 /// A `watch` line: the node saw memory files change.
 pub const WATCH_CHANGE: &str = "change";
 

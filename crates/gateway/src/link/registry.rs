@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use gatehouse_protocol::command::NodeCommand;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::frame::EventFrame;
@@ -52,9 +53,25 @@ pub enum InvokeError {
     /// The node ran the command and it failed with a stable code.
     #[error("{0}")]
     Remote(WireError),
-    /// The node's answer is not valid JSON of the expected shape.
+    /// The node's `node.invoke.result` is not a well-formed result envelope.
     #[error("the node sent a malformed result")]
     Malformed,
+    /// The node answered with a payload that is not the command's result type.
+    #[error("the node's answer to {command} is not its result: {reason}")]
+    UndecodableResult {
+        /// The command.
+        command: &'static str,
+        /// What the decoder found wrong.
+        reason: String,
+    },
+    /// The parameters could not be encoded, so nothing was sent.
+    #[error("cannot encode the parameters of {command}: {reason}")]
+    UnencodableParams {
+        /// The command.
+        command: &'static str,
+        /// What the encoder found wrong.
+        reason: String,
+    },
     /// The node sent more than the Gateway holds for an invoke (a progress chunk over 16 KiB,
     /// or progress past the connection's buffer); the invoke was failed with `code`.
     #[error("the node overran the gateway's progress bounds ({code})")]
@@ -395,46 +412,46 @@ impl NodeRegistry {
         }
     }
 
-    /// Runs `command` with `params` on `connection` and waits at most `timeout` for the result.
+    /// Runs the command `C` with `params` on `connection` and waits at most `timeout` for its
+    /// result.
     ///
     /// When the caller's future is dropped, or the timeout passes, the node is sent a
     /// `node.invoke.cancel`. When the connection ends, the call fails at once with
     /// [`InvokeError::Unavailable`].
     ///
     /// # Errors
-    /// Every [`InvokeError`].
-    pub async fn invoke(
+    /// Every [`InvokeError`]; an answer that is not a `C::Result` is
+    /// [`InvokeError::UndecodableResult`].
+    pub async fn invoke<C: NodeCommand>(
         &self,
         connection: &Arc<NodeConnection>,
-        command: &str,
-        params: &serde_json::Value,
+        params: &C::Params,
         timeout: Duration,
-    ) -> Result<serde_json::Value, InvokeError> {
-        self.invoke_streaming(connection, command, params, timeout, None)
+    ) -> Result<C::Result, InvokeError> {
+        self.invoke_streaming::<C>(connection, params, timeout, None)
             .await
     }
 
-    /// Runs `command` like [`NodeRegistry::invoke`], and delivers its `node.invoke.progress`
-    /// chunks, in order, to `progress`; the sender is dropped when the invoke ends, after the
-    /// last chunk.
+    /// Runs the command `C` like [`NodeRegistry::invoke`], and delivers its
+    /// `node.invoke.progress` chunks, in order, to `progress`; the sender is dropped when the
+    /// invoke ends, after the last chunk.
     ///
     /// # Errors
     /// Every [`InvokeError`].
-    pub async fn invoke_streaming(
+    pub async fn invoke_streaming<C: NodeCommand>(
         &self,
         connection: &Arc<NodeConnection>,
-        command: &str,
-        params: &serde_json::Value,
+        params: &C::Params,
         timeout: Duration,
         progress: Option<ProgressSink>,
-    ) -> Result<serde_json::Value, InvokeError> {
-        self.start_invoke(connection, command, params, timeout, progress)
+    ) -> Result<C::Result, InvokeError> {
+        self.start_invoke::<C>(connection, params, timeout, progress)
             .await?
             .finish(timeout)
             .await
     }
 
-    /// Sends `node.invoke.request` for `command` and returns the invoke in flight, whose
+    /// Sends `node.invoke.request` for the command `C` and returns the invoke in flight, whose
     /// `node.invoke.progress` chunks go to `progress`. A duplex command takes input through
     /// [`PendingInvoke::input`]; [`PendingInvoke::finish`] waits for the result. Dropping the
     /// invoke before its result sends `node.invoke.cancel`.
@@ -442,14 +459,39 @@ impl NodeRegistry {
     /// # Errors
     /// [`InvokeError::CommandNotDeclared`], and [`InvokeError::Unavailable`] when the
     /// connection is gone.
-    pub async fn start_invoke(
+    pub async fn start_invoke<C: NodeCommand>(
         &self,
         connection: &Arc<NodeConnection>,
-        command: &str,
-        params: &serde_json::Value,
+        params: &C::Params,
         timeout: Duration,
         progress: Option<ProgressSink>,
-    ) -> Result<PendingInvoke, InvokeError> {
+    ) -> Result<PendingInvoke<C>, InvokeError> {
+        let params_json =
+            gatehouse_protocol::command::encode_params::<C>(params).map_err(|error| {
+                InvokeError::UnencodableParams {
+                    command: C::NAME,
+                    reason: error.to_string(),
+                }
+            })?;
+        let raw = self
+            .start_raw(connection, C::NAME, params_json, timeout, progress)
+            .await?;
+        Ok(PendingInvoke {
+            raw,
+            command: std::marker::PhantomData,
+        })
+    }
+
+    /// Sends `node.invoke.request` for `command` with the JSON text `params_json`; the typed
+    /// [`NodeRegistry::start_invoke`] is the only caller.
+    async fn start_raw(
+        &self,
+        connection: &Arc<NodeConnection>,
+        command: &'static str,
+        params_json: String,
+        timeout: Duration,
+        progress: Option<ProgressSink>,
+    ) -> Result<RawInvoke, InvokeError> {
         if !connection.serves_all(&[command]) {
             return Err(InvokeError::CommandNotDeclared {
                 command: command.to_owned(),
@@ -460,11 +502,11 @@ impl NodeRegistry {
             id: id.clone(),
             node_id: connection.device_id.clone(),
             command: command.to_owned(),
-            params_json: Some(params.to_string()),
+            params_json: Some(params_json),
             timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
         };
         let receiver = connection.register(id.clone(), progress);
-        let pending = PendingInvoke {
+        let pending = RawInvoke {
             connection: Arc::clone(connection),
             id,
             receiver: Some(receiver),
@@ -483,29 +525,27 @@ impl NodeRegistry {
     }
 }
 
-/// An invoke that was sent and has no result yet. Dropping it before
+/// An invoke of the command `C` that was sent and has no result yet. Dropping it before
 /// [`PendingInvoke::finish`] returns sends `node.invoke.cancel` (the caller gave up).
 #[derive(Debug)]
-pub struct PendingInvoke {
-    connection: Arc<NodeConnection>,
-    id: String,
-    receiver: Option<oneshot::Receiver<InvokeOutcome>>,
-    next_input_seq: Arc<AtomicU64>,
+pub struct PendingInvoke<C: NodeCommand> {
+    raw: RawInvoke,
+    command: std::marker::PhantomData<fn() -> C>,
 }
 
-impl PendingInvoke {
+impl<C: NodeCommand> PendingInvoke<C> {
     /// Returns the invoke id.
     pub fn id(&self) -> &str {
-        &self.id
+        &self.raw.id
     }
 
     /// Returns a handle that sends `node.invoke.input` to this invoke, usable while another task
     /// waits in [`PendingInvoke::finish`].
     pub fn inputs(&self) -> InvokeInputs {
         InvokeInputs {
-            connection: Arc::clone(&self.connection),
-            id: self.id.clone(),
-            next_seq: Arc::clone(&self.next_input_seq),
+            connection: Arc::clone(&self.raw.connection),
+            id: self.raw.id.clone(),
+            next_seq: Arc::clone(&self.raw.next_input_seq),
         }
     }
 
@@ -517,11 +557,34 @@ impl PendingInvoke {
         self.inputs().send(payload_json).await
     }
 
-    /// Waits at most `timeout` for the result.
+    /// Waits at most `timeout` for the result and decodes it as a `C::Result`.
     ///
     /// # Errors
     /// Every [`InvokeError`]; on a timeout the node is sent a cancel.
-    pub async fn finish(mut self, timeout: Duration) -> Result<serde_json::Value, InvokeError> {
+    pub async fn finish(self, timeout: Duration) -> Result<C::Result, InvokeError> {
+        let payload = self.raw.finish(timeout).await?;
+        gatehouse_protocol::command::decode_result::<C>(payload).map_err(|error| {
+            InvokeError::UndecodableResult {
+                command: C::NAME,
+                reason: error.to_string(),
+            }
+        })
+    }
+}
+
+/// The untyped part of an invoke in flight: the waiting caller's receiver and the cancel on
+/// drop.
+#[derive(Debug)]
+struct RawInvoke {
+    connection: Arc<NodeConnection>,
+    id: String,
+    receiver: Option<oneshot::Receiver<InvokeOutcome>>,
+    next_input_seq: Arc<AtomicU64>,
+}
+
+impl RawInvoke {
+    /// Waits at most `timeout` for the result payload (`null` when the node sent none).
+    async fn finish(mut self, timeout: Duration) -> Result<serde_json::Value, InvokeError> {
         let Some(receiver) = self.receiver.as_mut() else {
             return Err(InvokeError::Malformed);
         };
@@ -578,7 +641,7 @@ impl InvokeInputs {
     }
 }
 
-impl Drop for PendingInvoke {
+impl Drop for RawInvoke {
     /// Sends `node.invoke.cancel` if the invoke ends without a result (timeout or caller gone).
     fn drop(&mut self) {
         if self.receiver.is_some() && self.connection.forget(&self.id) {
