@@ -322,6 +322,14 @@ impl GatewayTools {
 
 /// The audit details of a call: which tool, for which session and turn (bounded by the audit
 /// trail), never its arguments or output.
+fn call_details(params: &GatewayToolParams) -> serde_json::Value {
+    serde_json::json!({"tool": params.tool, "sessionKey": params.session_key, "turnId": params.turn_id})
+}
+
+fn store_error(error: gatehouse_store::StoreError) -> WireError {
+    WireError::new(ErrorCode::Unavailable, error.to_string())
+}
+
 #[async_trait::async_trait]
 impl crate::link::session::NodeRequestHandler for GatewayTools {
     async fn gateway_tool(
@@ -331,14 +339,6 @@ impl crate::link::session::NodeRequestHandler for GatewayTools {
     ) -> Result<GatewayToolResult, WireError> {
         self.call(connection, params).await
     }
-}
-
-fn call_details(params: &GatewayToolParams) -> serde_json::Value {
-    serde_json::json!({"tool": params.tool, "sessionKey": params.session_key, "turnId": params.turn_id})
-}
-
-fn store_error(error: gatehouse_store::StoreError) -> WireError {
-    WireError::new(ErrorCode::Unavailable, error.to_string())
 }
 
 #[cfg(test)]

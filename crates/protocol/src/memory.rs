@@ -209,6 +209,32 @@ mod tests {
     }
 
     #[test]
+    fn each_memory_answer_reads_back_as_its_own_operation() {
+        let answers = [
+            serde_json::json!({"files": [], "skipped": []}),
+            serde_json::json!({"path": "MEMORY.md", "text": "a", "from": 1, "lines": 1, "totalLines": 1, "more": false}),
+            serde_json::json!({"path": "MEMORY.md", "text": "a", "sha256": "00"}),
+            serde_json::Value::Null,
+        ];
+        let kinds: Vec<&str> = answers
+            .into_iter()
+            .map(
+                |answer| match serde_json::from_value::<MemoryAnswer>(answer) {
+                    Ok(MemoryAnswer::List(_)) => "list",
+                    Ok(MemoryAnswer::Read(_)) => "read",
+                    Ok(MemoryAnswer::Indexing(_)) => "indexing",
+                    Ok(MemoryAnswer::WatchEnded) => "watch",
+                    Err(_) => "error",
+                },
+            )
+            .collect();
+        assert_eq!(kinds, ["list", "read", "indexing", "watch"]);
+        let encoded = serde_json::to_value(MemoryAnswer::WatchEnded).unwrap_or_default();
+        assert_eq!(encoded, serde_json::Value::Null);
+        assert!(serde_json::from_value::<MemoryAnswer>(serde_json::json!({"path": "x"})).is_err());
+    }
+
+    #[test]
     fn requests_use_camel_case_and_omit_defaults() {
         let request = MemoryRequest {
             op: MemoryOp::ReadForIndexing,

@@ -698,6 +698,91 @@ mod tests {
         assert!(connection.try_tool_slot().is_some());
     }
 
+    /// Invokes `agent.turn` on a connection whose node answers `payload`, and returns the
+    /// params the node was sent and the typed outcome.
+    async fn turn_answered_with(
+        payload: serde_json::Value,
+    ) -> (
+        serde_json::Value,
+        Result<gatehouse_protocol::worker::AgentTurnResult, super::InvokeError>,
+    ) {
+        use gatehouse_protocol::command::AgentTurn;
+        use gatehouse_protocol::command::Command;
+        let (outbound, mut sent) = tokio::sync::mpsc::channel(4);
+        let identity = ConnectionIdentity {
+            device_id: String::from("n"),
+            display_name: String::from("n"),
+            runtime: String::from("native"),
+            commands: vec![AgentTurn::NAME.to_owned()],
+            workspace_root: None,
+        };
+        let connection = std::sync::Arc::new(NodeConnection::new(identity, 1, 0, outbound));
+        let registry = super::NodeRegistry::default();
+        let params = gatehouse_protocol::worker::AgentTurnParams {
+            session_key: String::from("s"),
+            turn_id: String::from("t"),
+            history: Vec::new(),
+            user_texts: vec![String::from("hello")],
+            attachments: Vec::new(),
+            checkpoint_id: None,
+            gateway_tools: Vec::new(),
+            skills_prompt: None,
+            skill_copies: Vec::new(),
+        };
+        let pending = registry
+            .start_invoke::<AgentTurn>(
+                &connection,
+                &params,
+                std::time::Duration::from_secs(5),
+                None,
+            )
+            .await
+            .expect("the invoke is sent");
+        let Some(super::Outbound::Text(frame)) = sent.recv().await else {
+            panic!("no request frame");
+        };
+        let frame: serde_json::Value = serde_json::from_str(&frame).expect("a JSON frame");
+        let request: gatehouse_protocol::invoke::InvokeRequest =
+            serde_json::from_value(frame["payload"].clone()).expect("an invoke request");
+        assert_eq!(request.command, "agent.turn");
+        let sent_params: serde_json::Value =
+            serde_json::from_str(request.params_json.as_deref().unwrap_or("null"))
+                .expect("JSON params");
+        let answered = connection.complete(gatehouse_protocol::invoke::InvokeResult {
+            id: request.id,
+            node_id: String::from("n"),
+            ok: true,
+            payload: Some(payload),
+            payload_json: None,
+            error: None,
+        });
+        assert!(answered);
+        (
+            sent_params,
+            pending.finish(std::time::Duration::from_secs(5)).await,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_typed_invoke_sends_its_params_and_decodes_its_result() {
+        let (params, outcome) = turn_answered_with(serde_json::json!({"reply": "hi"})).await;
+        assert_eq!(params["sessionKey"], "s");
+        assert_eq!(params["userTexts"], serde_json::json!(["hello"]));
+        assert_eq!(outcome.expect("a turn result").reply, "hi");
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_another_shape_is_an_undecodable_result() {
+        let (_, outcome) = turn_answered_with(serde_json::json!({"stopped": true})).await;
+        match outcome {
+            Err(super::InvokeError::UndecodableResult { command, reason }) => {
+                assert_eq!(command, "agent.turn");
+                assert!(reason.contains("reply"), "{reason}");
+            }
+            other => panic!("expected an undecodable result, got {other:?}"),
+        }
+    }
+
     #[test]
     fn finding_5_malformed_frames_are_logged_sparsely() {
         let logged: Vec<u64> = (1..=1000)
