@@ -1,5 +1,6 @@
-//! Embedded mode's in-process link: the node host's connector hands one end of a channel pair to
-//! the Gateway's session, so the two roles exchange the same frames as over `/node`, without a
+//! Embedded mode's wiring: the Gateway and a node host in one process, linked by the Gateway's
+//! in-process connection (`gatehouse_gateway::link::in_process`) behind the Harness's
+//! `ChannelConnector`, so the two roles exchange the same frames as over `/node`, without a
 //! socket.
 
 use std::os::unix::fs::OpenOptionsExt;
@@ -8,7 +9,6 @@ use std::path::PathBuf;
 
 use gatehouse_gateway::GatewayConfig;
 use gatehouse_gateway::RunningGateway;
-use gatehouse_gateway::link::session::LinkContext;
 use gatehouse_gateway::secrets::TokenSource;
 use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::NodeHost;
@@ -16,8 +16,7 @@ use gatehouse_harness::host::NodeHostConfig;
 use gatehouse_harness::host::ReconnectPolicy;
 use gatehouse_harness::host::Runtime;
 use gatehouse_harness::host::RuntimeConfig;
-use gatehouse_harness::link::Connector;
-use gatehouse_harness::link::Link;
+use gatehouse_harness::link::ChannelConnector;
 
 use crate::exit::UsageError;
 
@@ -85,7 +84,11 @@ pub(crate) async fn start_node(
         },
         runtime_config,
     )?;
-    let connector = InProcessConnector::new(running.state.link.clone());
+    let context = running.state.link.clone();
+    let connector = ChannelConnector::new(move || {
+        let link = gatehouse_gateway::link::in_process::connect_in_process(context.clone());
+        (link.from_gateway, link.to_gateway)
+    });
     let task = tokio::spawn(async move {
         host.run_with_connector(connector, ReconnectPolicy::default(), shutdown)
             .await
@@ -125,23 +128,4 @@ pub(crate) async fn enrollment_code(
         .open(&path)?;
     std::io::Write::write_all(&mut file, issued.code.as_bytes())?;
     Ok(Some(path))
-}
-
-/// Connects the in-process node host to the in-process Gateway.
-pub(crate) struct InProcessConnector {
-    context: LinkContext,
-}
-
-impl InProcessConnector {
-    /// Returns a connector whose links end in Gateway sessions with `context`.
-    pub(crate) fn new(context: LinkContext) -> Self {
-        Self { context }
-    }
-}
-
-impl Connector for InProcessConnector {
-    async fn connect(&mut self, _gateway_url: Option<&str>) -> gatehouse_harness::Result<Link> {
-        let link = gatehouse_gateway::link::in_process::connect_in_process(self.context.clone());
-        Ok(Link::new(link.from_gateway, link.to_gateway))
-    }
 }
