@@ -549,7 +549,7 @@ impl FromMemoryAnswer for MemoryListResult {
     fn from_answer(answer: MemoryAnswer) -> Option<Self> {
         match answer {
             MemoryAnswer::List(list) => Some(list),
-            _ => None,
+            MemoryAnswer::Read(_) | MemoryAnswer::Indexing(_) | MemoryAnswer::WatchEnded => None,
         }
     }
 }
@@ -558,7 +558,7 @@ impl FromMemoryAnswer for MemoryReadResult {
     fn from_answer(answer: MemoryAnswer) -> Option<Self> {
         match answer {
             MemoryAnswer::Read(read) => Some(read),
-            _ => None,
+            MemoryAnswer::List(_) | MemoryAnswer::Indexing(_) | MemoryAnswer::WatchEnded => None,
         }
     }
 }
@@ -567,7 +567,7 @@ impl FromMemoryAnswer for MemoryIndexingResult {
     fn from_answer(answer: MemoryAnswer) -> Option<Self> {
         match answer {
             MemoryAnswer::Indexing(file) => Some(file),
-            _ => None,
+            MemoryAnswer::List(_) | MemoryAnswer::Read(_) | MemoryAnswer::WatchEnded => None,
         }
     }
 }

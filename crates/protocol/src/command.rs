@@ -83,42 +83,6 @@ pub trait Serve<C: Command, Context>: Send + Sync + 'static {
     fn serve(&self, params: C::Params, context: Context) -> Served<C::Result>;
 }
 
-/// Encodes the parameters of `C` as the JSON text of a request.
-///
-/// # Errors
-/// When the parameters do not serialize (a map with non-string keys; none of ours).
-pub fn encode_params<C: Command>(params: &C::Params) -> Result<String, serde_json::Error> {
-    serde_json::to_string(params)
-}
-
-/// Decodes the parameters of `C` from a request's JSON text; absent parameters read as `{}`.
-///
-/// # Errors
-/// When the text is not JSON of the expected shape; the serving side answers `INVALID_PARAMS`.
-pub fn decode_params<C: Command>(text: Option<&str>) -> Result<C::Params, serde_json::Error> {
-    serde_json::from_str(text.unwrap_or("{}"))
-}
-
-/// Encodes the result of `C` as the JSON payload of an answer.
-///
-/// # Errors
-/// When the result does not serialize (none of ours).
-pub fn encode_result<C: Command>(
-    result: &C::Result,
-) -> Result<serde_json::Value, serde_json::Error> {
-    serde_json::to_value(result)
-}
-
-/// Decodes the result of `C` from the JSON payload of an answer.
-///
-/// # Errors
-/// When the payload is not JSON of the expected shape.
-pub fn decode_result<C: Command>(
-    payload: serde_json::Value,
-) -> Result<C::Result, serde_json::Error> {
-    serde_json::from_value(payload)
-}
-
 /// Defines one marker type per command and the list of the node commands' names.
 macro_rules! command_definitions {
     (
@@ -210,6 +174,42 @@ pub const FILE_COMMANDS: &[&str] = &[
     FileCreate::NAME,
     DirList::NAME,
 ];
+
+/// Encodes the parameters of `C` as the JSON text of a request.
+///
+/// # Errors
+/// When the parameters do not serialize (a map with non-string keys; none of ours).
+pub fn encode_params<C: Command>(params: &C::Params) -> Result<String, serde_json::Error> {
+    serde_json::to_string(params)
+}
+
+/// Decodes the parameters of `C` from a request's JSON text; absent parameters read as `{}`.
+///
+/// # Errors
+/// When the text is not JSON of the expected shape; the serving side answers `INVALID_PARAMS`.
+pub fn decode_params<C: Command>(text: Option<&str>) -> Result<C::Params, serde_json::Error> {
+    serde_json::from_str(text.unwrap_or("{}"))
+}
+
+/// Encodes the result of `C` as the JSON payload of an answer.
+///
+/// # Errors
+/// When the result does not serialize (none of ours).
+pub fn encode_result<C: Command>(
+    result: &C::Result,
+) -> Result<serde_json::Value, serde_json::Error> {
+    serde_json::to_value(result)
+}
+
+/// Decodes the result of `C` from the JSON payload of an answer.
+///
+/// # Errors
+/// When the payload is not JSON of the expected shape.
+pub fn decode_result<C: Command>(
+    payload: serde_json::Value,
+) -> Result<C::Result, serde_json::Error> {
+    serde_json::from_value(payload)
+}
 
 #[cfg(test)]
 mod tests {
