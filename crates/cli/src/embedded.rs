@@ -1,5 +1,6 @@
-//! Embedded mode's in-process link: the node host's connector hands one end of a channel pair to
-//! the Gateway's session, so the two roles exchange the same frames as over `/node`, without a
+//! Embedded mode's wiring: the Gateway and a node host in one process, linked by the Gateway's
+//! in-process connection (`gatehouse_gateway::link::in_process`) behind the Harness's
+//! `ChannelConnector`, so the two roles exchange the same frames as over `/node`, without a
 //! socket.
 
 use std::os::unix::fs::OpenOptionsExt;
@@ -8,10 +9,6 @@ use std::path::PathBuf;
 
 use gatehouse_gateway::GatewayConfig;
 use gatehouse_gateway::RunningGateway;
-use gatehouse_gateway::link::session::Inbound;
-use gatehouse_gateway::link::session::LinkContext;
-use gatehouse_gateway::link::session::OUTBOUND_CAPACITY;
-use gatehouse_gateway::link::session::Outbound;
 use gatehouse_gateway::secrets::TokenSource;
 use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::NodeHost;
@@ -19,10 +16,7 @@ use gatehouse_harness::host::NodeHostConfig;
 use gatehouse_harness::host::ReconnectPolicy;
 use gatehouse_harness::host::Runtime;
 use gatehouse_harness::host::RuntimeConfig;
-use gatehouse_harness::link::Connector;
-use gatehouse_harness::link::LINK_CHANNEL_CAPACITY;
-use gatehouse_harness::link::Link;
-use tokio::sync::mpsc;
+use gatehouse_harness::link::ChannelConnector;
 
 use crate::exit::UsageError;
 
@@ -90,7 +84,11 @@ pub(crate) async fn start_node(
         },
         runtime_config,
     )?;
-    let connector = InProcessConnector::new(running.state.link.clone());
+    let context = running.state.link.clone();
+    let connector = ChannelConnector::new(move || {
+        let link = gatehouse_gateway::link::in_process::connect_in_process(context.clone());
+        (link.from_gateway, link.to_gateway)
+    });
     let task = tokio::spawn(async move {
         host.run_with_connector(connector, ReconnectPolicy::default(), shutdown)
             .await
@@ -130,61 +128,4 @@ pub(crate) async fn enrollment_code(
         .open(&path)?;
     std::io::Write::write_all(&mut file, issued.code.as_bytes())?;
     Ok(Some(path))
-}
-
-/// Connects the in-process node host to the in-process Gateway.
-pub(crate) struct InProcessConnector {
-    context: LinkContext,
-}
-
-impl InProcessConnector {
-    /// Returns a connector whose links end in Gateway sessions with `context`.
-    pub(crate) fn new(context: LinkContext) -> Self {
-        Self { context }
-    }
-}
-
-impl Connector for InProcessConnector {
-    async fn connect(&mut self, _gateway_url: Option<&str>) -> gatehouse_harness::Result<Link> {
-        let (node_side, gateway_side) = Link::pair(LINK_CHANNEL_CAPACITY);
-        let Link {
-            inbound: mut from_node,
-            outbound: to_node,
-            ..
-        } = gateway_side;
-        let (inbound_sender, inbound) = mpsc::channel::<Inbound>(OUTBOUND_CAPACITY);
-        let (outbound, mut outbound_receiver) = mpsc::channel::<Outbound>(OUTBOUND_CAPACITY);
-        let keepalive = inbound_sender.clone();
-        tokio::spawn(async move {
-            while let Some(text) = from_node.recv().await {
-                if inbound_sender.send(Inbound::Text(text)).await.is_err() {
-                    return;
-                }
-            }
-            let _ = inbound_sender.send(Inbound::Closed).await;
-        });
-        tokio::spawn(async move {
-            while let Some(frame) = outbound_receiver.recv().await {
-                match frame {
-                    Outbound::Text(text) => {
-                        if to_node.send(text).await.is_err() {
-                            break;
-                        }
-                    }
-                    // The in-process peer is alive as long as its channel is: answer the probe.
-                    Outbound::Ping => {
-                        let _ = keepalive.send(Inbound::Pong).await;
-                    }
-                    Outbound::Close { .. } => break,
-                }
-            }
-            // Dropping `to_node` ends the node's session.
-        });
-        tokio::spawn(gatehouse_gateway::link::session::serve(
-            self.context.clone(),
-            inbound,
-            outbound,
-        ));
-        Ok(node_side)
-    }
 }

@@ -10,7 +10,8 @@ use gatehouse_gateway::link::progress::PROGRESS_CAPACITY;
 use gatehouse_gateway::link::registry::InvokeError;
 use gatehouse_gateway::link::registry::NodeConnection;
 use gatehouse_gateway::link::registry::NodeRegistry;
-use gatehouse_protocol::codex::CODEX_APPSERVER;
+use gatehouse_protocol::codex::CodexAttachParams;
+use gatehouse_protocol::command::CodexAppServer;
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
@@ -44,10 +45,9 @@ pub async fn open(
     // Lines are bounded and every buffered byte is charged to the node's connection.
     let (progress_tx, mut lines) = node.progress_lines(MAX_PROGRESS_LINE_BYTES);
     let pending = registry
-        .start_invoke(
+        .start_invoke::<CodexAppServer>(
             node,
-            CODEX_APPSERVER,
-            &serde_json::json!({}),
+            &CodexAttachParams::default(),
             RELAY_LIFETIME,
             Some(progress_tx),
         )

@@ -323,7 +323,7 @@ pub async fn start(
         registry: Arc::clone(&registry),
         audit: audit.clone(),
         tick_interval: config.tick_interval,
-        tools: Arc::clone(&tools),
+        requests: Arc::clone(&tools) as Arc<dyn crate::link::session::NodeRequestHandler>,
     };
     let workspace: Arc<dyn WorkspaceAccess> = Arc::new(WorkspaceClient::new(
         Arc::clone(&registry),

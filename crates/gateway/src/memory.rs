@@ -26,7 +26,9 @@ use gatehouse_memory::index::MemoryIndex;
 use gatehouse_memory::index::VectorState;
 use gatehouse_memory::search::SearchHit;
 use gatehouse_memory::search::SearchOptions;
+use gatehouse_protocol::command::WorkspaceMemory;
 use gatehouse_protocol::memory::DEFAULT_WATCH_DEBOUNCE_MS;
+use gatehouse_protocol::memory::MemoryAnswer;
 use gatehouse_protocol::memory::MemoryIndexingResult;
 use gatehouse_protocol::memory::MemoryListResult;
 use gatehouse_protocol::memory::MemoryOp;
@@ -221,18 +223,9 @@ impl MemoryService {
     async fn watch(&self, node: &Arc<NodeConnection>) {
         let (progress, mut lines) = node.progress_lines(MAX_WATCH_LINE_BYTES);
         let request = self.request(node, MemoryOp::Watch);
-        let Ok(params) = serde_json::to_value(&request) else {
-            return;
-        };
         let pending = match self
             .registry
-            .start_invoke(
-                node,
-                WORKSPACE_MEMORY,
-                &params,
-                WATCH_LIFETIME,
-                Some(progress),
-            )
+            .start_invoke::<WorkspaceMemory>(node, &request, WATCH_LIFETIME, Some(progress))
             .await
         {
             Ok(pending) => pending,
@@ -289,23 +282,26 @@ impl MemoryService {
         }
     }
 
-    async fn call<T: serde::de::DeserializeOwned>(
+    /// Runs one `workspace.memory` request and returns the answer of its operation.
+    async fn call<T: FromMemoryAnswer>(
         &self,
         node: &Arc<NodeConnection>,
         request: &MemoryRequest,
     ) -> Result<T, MemoryServiceError> {
-        let params = serde_json::to_value(request)
-            .map_err(|error| MemoryServiceError::WorkspaceUnavailable(error.to_string()))?;
-        let value = self
+        let answer = self
             .registry
-            .invoke(node, WORKSPACE_MEMORY, &params, REQUEST_TIMEOUT)
+            .invoke::<WorkspaceMemory>(node, request, REQUEST_TIMEOUT)
             .await
             .map_err(|error| match error {
                 InvokeError::Remote(error) => MemoryServiceError::Remote(error),
                 other => MemoryServiceError::WorkspaceUnavailable(other.to_string()),
             })?;
-        serde_json::from_value(value)
-            .map_err(|_| MemoryServiceError::WorkspaceUnavailable(String::from("malformed answer")))
+        T::from_answer(answer).ok_or_else(|| {
+            MemoryServiceError::WorkspaceUnavailable(format!(
+                "the node's answer is not the result of {:?}",
+                request.op
+            ))
+        })
     }
 
     fn node(&self) -> Result<Arc<NodeConnection>, MemoryServiceError> {
@@ -576,6 +572,39 @@ fn today() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs());
     i64::try_from(seconds / 86_400).unwrap_or(0)
+}
+
+/// The result of one `workspace.memory` operation, taken out of the command's answer.
+trait FromMemoryAnswer: Sized {
+    /// Returns the result when `answer` is of this operation.
+    fn from_answer(answer: MemoryAnswer) -> Option<Self>;
+}
+
+impl FromMemoryAnswer for MemoryListResult {
+    fn from_answer(answer: MemoryAnswer) -> Option<Self> {
+        match answer {
+            MemoryAnswer::List(list) => Some(list),
+            MemoryAnswer::Read(_) | MemoryAnswer::Indexing(_) | MemoryAnswer::WatchEnded => None,
+        }
+    }
+}
+
+impl FromMemoryAnswer for MemoryReadResult {
+    fn from_answer(answer: MemoryAnswer) -> Option<Self> {
+        match answer {
+            MemoryAnswer::Read(read) => Some(read),
+            MemoryAnswer::List(_) | MemoryAnswer::Indexing(_) | MemoryAnswer::WatchEnded => None,
+        }
+    }
+}
+
+impl FromMemoryAnswer for MemoryIndexingResult {
+    fn from_answer(answer: MemoryAnswer) -> Option<Self> {
+        match answer {
+            MemoryAnswer::Indexing(file) => Some(file),
+            MemoryAnswer::List(_) | MemoryAnswer::Read(_) | MemoryAnswer::WatchEnded => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -230,7 +230,9 @@ fn invoke_outcome(error: &InvokeError) -> &'static str {
         InvokeError::Timeout(_) => "timeout",
         InvokeError::CommandNotDeclared { .. } => "not_declared",
         InvokeError::Remote(_) => "error",
-        InvokeError::Malformed => "malformed",
+        // An answer that is not the command's result type is as malformed as a broken frame.
+        InvokeError::Malformed | InvokeError::UndecodableResult { .. } => "malformed",
+        InvokeError::UnencodableParams { .. } => "unencodable",
         InvokeError::Overrun { .. } => "overrun",
     }
 }
@@ -566,6 +568,11 @@ mod tests {
 
     use pretty_assertions::assert_eq;
 
+    use gatehouse_protocol::command::FileFetch;
+    use gatehouse_protocol::command::FileStat;
+    use gatehouse_protocol::commands::FileFetchParams;
+    use gatehouse_protocol::commands::FileStatParams;
+
     use crate::link::registry::ConnectionIdentity;
     use crate::link::registry::NodeConnection;
     use crate::link::registry::NodeRegistry;
@@ -598,27 +605,25 @@ mod tests {
             workspace_root: None,
         };
         let connection = Arc::new(NodeConnection::new(identity, 1, 0, outbound));
-        let params = serde_json::json!({});
+        let stat = FileStatParams::default();
         // The node never answers: the caller times out, once.
         let timed_out = registry
-            .invoke(&connection, "file.stat", &params, Duration::from_millis(10))
+            .invoke::<FileStat>(&connection, &stat, Duration::from_millis(10))
             .await;
         assert!(timed_out.is_err());
         // The caller gives up before the end.
         let pending = registry
-            .start_invoke(
-                &connection,
-                "file.stat",
-                &params,
-                Duration::from_secs(5),
-                None,
-            )
+            .start_invoke::<FileStat>(&connection, &stat, Duration::from_secs(5), None)
             .await
             .unwrap();
         drop(pending);
         // A command the node did not declare is never sent.
         let undeclared = registry
-            .invoke(&connection, "file.fetch", &params, Duration::from_secs(5))
+            .invoke::<FileFetch>(
+                &connection,
+                &FileFetchParams::default(),
+                Duration::from_secs(5),
+            )
             .await;
         assert!(undeclared.is_err());
         assert_eq!(

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
+use gatehouse_protocol::command::WorkspaceSkills;
 use gatehouse_protocol::skills::SkillsDiscovery;
 use gatehouse_protocol::skills::SkillsRequest;
 use gatehouse_protocol::skills::WORKSPACE_SKILLS;
@@ -142,13 +143,10 @@ impl SkillsService {
             op: gatehouse_protocol::skills::SkillsOp::Discover,
             workspace_dir: node.workspace_root.clone().unwrap_or_default(),
         };
-        let params = serde_json::to_value(&request).map_err(|error| error.to_string())?;
-        let value = self
-            .registry
-            .invoke(&node, WORKSPACE_SKILLS, &params, DISCOVERY_TIMEOUT)
+        self.registry
+            .invoke::<WorkspaceSkills>(&node, &request, DISCOVERY_TIMEOUT)
             .await
-            .map_err(|error| error.to_string())?;
-        serde_json::from_value(value).map_err(|error| error.to_string())
+            .map_err(|error| error.to_string())
     }
 
     /// The prompt block and the skill copies of a native turn: every available skill is copied

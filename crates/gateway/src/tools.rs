@@ -330,6 +330,17 @@ fn store_error(error: gatehouse_store::StoreError) -> WireError {
     WireError::new(ErrorCode::Unavailable, error.to_string())
 }
 
+#[async_trait::async_trait]
+impl crate::link::session::NodeRequestHandler for GatewayTools {
+    async fn gateway_tool(
+        &self,
+        connection: &NodeConnection,
+        params: &GatewayToolParams,
+    ) -> Result<GatewayToolResult, WireError> {
+        self.call(connection, params).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,15 +14,14 @@ use gatehouse_policy::path::AccessKind;
 use gatehouse_policy::path::Decision;
 use gatehouse_policy::path::FileTransferPolicy;
 use gatehouse_policy::path::NodeRef;
-use gatehouse_protocol::commands::FILE_COMMANDS;
-use gatehouse_protocol::commands::FILE_CREATE;
-use gatehouse_protocol::commands::FILE_FETCH;
-use gatehouse_protocol::commands::FILE_WRITE;
+use gatehouse_protocol::command::FILE_COMMANDS;
+use gatehouse_protocol::command::FileCreate;
+use gatehouse_protocol::command::FileFetch;
+use gatehouse_protocol::command::FileWrite;
+use gatehouse_protocol::command::NodeCommand;
 use gatehouse_protocol::commands::FileCreateParams;
 use gatehouse_protocol::commands::FileFetchParams;
-use gatehouse_protocol::commands::FileFetchResult;
 use gatehouse_protocol::commands::FileWriteParams;
-use gatehouse_protocol::commands::FileWriteResult;
 use gatehouse_protocol::commands::HARD_MAX_BYTES;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
@@ -173,34 +172,38 @@ impl WorkspaceClient {
             .ok_or(WorkspaceError::Unavailable)
     }
 
-    /// Runs a workspace command on `node` after the policy check done by the caller.
-    async fn invoke(
+    /// Runs the workspace command `C` on `node` after the policy check done by the caller.
+    async fn invoke<C: NodeCommand>(
         &self,
         node: &Arc<NodeConnection>,
-        command: &str,
-        params: &impl serde::Serialize,
+        params: &C::Params,
         effect: Effect,
-    ) -> Result<serde_json::Value, WorkspaceError> {
-        let params = serde_json::to_value(params).map_err(|_| WorkspaceError::Corrupt)?;
+    ) -> Result<C::Result, WorkspaceError> {
         self.registry
-            .invoke(node, command, &params, self.timeout)
+            .invoke::<C>(node, params, self.timeout)
             .await
             .map_err(|error| match (error, effect) {
                 (InvokeError::Unavailable | InvokeError::CommandNotDeclared { .. }, _) => {
                     WorkspaceError::Unavailable
                 }
+                // A write was sent: an answer we cannot read is an unknown outcome, not a failure.
                 (
                     InvokeError::Disconnected
                     | InvokeError::Timeout(_)
                     | InvokeError::Malformed
+                    | InvokeError::UndecodableResult { .. }
                     | InvokeError::Overrun { .. },
                     Effect::Write,
                 ) => WorkspaceError::UnknownOutcome,
                 (InvokeError::Disconnected, Effect::Read) => WorkspaceError::Unavailable,
                 (InvokeError::Timeout(_), Effect::Read) => WorkspaceError::Timeout,
-                (InvokeError::Malformed | InvokeError::Overrun { .. }, Effect::Read) => {
-                    WorkspaceError::Corrupt
-                }
+                (
+                    InvokeError::Malformed
+                    | InvokeError::UndecodableResult { .. }
+                    | InvokeError::Overrun { .. },
+                    Effect::Read,
+                ) => WorkspaceError::Corrupt,
+                (InvokeError::UnencodableParams { .. }, _) => WorkspaceError::Corrupt,
                 (InvokeError::Remote(error), _) => WorkspaceError::Remote(error),
             })
     }
@@ -265,11 +268,9 @@ impl WorkspaceAccess for WorkspaceClient {
             max_bytes: Some(HARD_MAX_BYTES),
             ..FileFetchParams::default()
         };
-        let value = self
-            .invoke(&node, FILE_FETCH, &params, Effect::Read)
+        let result = self
+            .invoke::<FileFetch>(&node, &params, Effect::Read)
             .await?;
-        let result: FileFetchResult =
-            serde_json::from_value(value).map_err(|_| WorkspaceError::Corrupt)?;
         let (Some(base64), Some(sha256)) = (result.base64, result.sha256) else {
             return Err(WorkspaceError::Corrupt);
         };
@@ -301,7 +302,7 @@ impl WorkspaceAccess for WorkspaceClient {
         self.check_policy(&node, &path, AccessKind::Write)?;
         let content_base64 = base64::engine::general_purpose::STANDARD.encode(bytes);
         let expected_sha256 = Some(sha256_hex(bytes));
-        let value = match mode {
+        let result = match mode {
             WriteMode::Replace => {
                 let params = FileWriteParams {
                     path,
@@ -311,7 +312,7 @@ impl WorkspaceAccess for WorkspaceClient {
                     expected_sha256,
                     ..FileWriteParams::default()
                 };
-                self.invoke(&node, FILE_WRITE, &params, Effect::Write)
+                self.invoke::<FileWrite>(&node, &params, Effect::Write)
                     .await?
             }
             WriteMode::CreateNew => {
@@ -322,13 +323,10 @@ impl WorkspaceAccess for WorkspaceClient {
                     expected_sha256,
                     ..FileCreateParams::default()
                 };
-                self.invoke(&node, FILE_CREATE, &params, Effect::Write)
+                self.invoke::<FileCreate>(&node, &params, Effect::Write)
                     .await?
             }
         };
-        // A write was sent: an answer we cannot read is an unknown outcome, not a failure.
-        let result: FileWriteResult =
-            serde_json::from_value(value).map_err(|_| WorkspaceError::UnknownOutcome)?;
         Ok(Written {
             path: result.path,
             size: result.size,

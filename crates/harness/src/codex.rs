@@ -22,7 +22,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use futures_util::future::BoxFuture;
+use gatehouse_protocol::codex::CodexAttachParams;
+use gatehouse_protocol::codex::CodexRelayEnd;
+use gatehouse_protocol::command::CodexAppServer;
+use gatehouse_protocol::command::Serve;
+use gatehouse_protocol::command::Served;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use tokio::io::AsyncBufReadExt;
@@ -35,7 +39,6 @@ use tokio_util::codec::FramedRead;
 use tokio_util::codec::LinesCodec;
 use tokio_util::sync::CancellationToken;
 
-use crate::invoke::CommandHandler;
 use crate::invoke::InvokeContext;
 use crate::model::RemoteModel;
 
@@ -372,14 +375,10 @@ pub(crate) struct CodexRelayHandler {
     pub(crate) supervisor: Arc<CodexSupervisor>,
 }
 
-impl CommandHandler for CodexRelayHandler {
-    fn invoke(
-        &self,
-        context: InvokeContext,
-    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+impl Serve<CodexAppServer, InvokeContext> for CodexRelayHandler {
+    fn serve(&self, _params: CodexAttachParams, context: InvokeContext) -> Served<CodexRelayEnd> {
         let supervisor = Arc::clone(&self.supervisor);
         Box::pin(async move {
-            let _: gatehouse_protocol::codex::CodexAttachParams = context.params()?;
             let mut pipes = supervisor.attach().await?;
             let InvokeContext {
                 mut progress,
@@ -409,10 +408,9 @@ impl CommandHandler for CodexRelayHandler {
                     },
                     message = input.recv() => {
                         let Some(message) = message else {
-                            let end = gatehouse_protocol::codex::CodexRelayEnd {
+                            return Ok(CodexRelayEnd {
                                 reason: String::from("the gateway closed the relay input"),
-                            };
-                            return Ok(serde_json::to_value(end).unwrap_or_default());
+                            });
                         };
                         let text = message.payload_json;
                         if text.contains('\n') {

@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use futures_util::future::BoxFuture;
 use gatehouse_fsops::FsError;
 use gatehouse_fsops::Root;
 use gatehouse_fsops::path::has_dot_dot_segment;
@@ -20,21 +19,25 @@ use gatehouse_policy::path::Decision;
 use gatehouse_policy::path::DenyCode;
 use gatehouse_policy::path::FileTransferPolicy;
 use gatehouse_policy::path::NodeRef;
-use gatehouse_protocol::commands::DIR_LIST;
+use gatehouse_protocol::command::DirList;
+use gatehouse_protocol::command::FileCreate;
+use gatehouse_protocol::command::FileFetch;
+use gatehouse_protocol::command::FileStat;
+use gatehouse_protocol::command::FileWrite;
+use gatehouse_protocol::command::Serve;
+use gatehouse_protocol::command::Served;
 use gatehouse_protocol::commands::DirListParams;
-use gatehouse_protocol::commands::FILE_CREATE;
-use gatehouse_protocol::commands::FILE_FETCH;
-use gatehouse_protocol::commands::FILE_STAT;
-use gatehouse_protocol::commands::FILE_WRITE;
+use gatehouse_protocol::commands::DirListResult;
 use gatehouse_protocol::commands::FileCreateParams;
 use gatehouse_protocol::commands::FileFetchParams;
+use gatehouse_protocol::commands::FileFetchResult;
 use gatehouse_protocol::commands::FileStatParams;
+use gatehouse_protocol::commands::FileStatResult;
 use gatehouse_protocol::commands::FileWriteParams;
+use gatehouse_protocol::commands::FileWriteResult;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
-use serde::Serialize;
 
-use crate::invoke::CommandHandler;
 use crate::invoke::CommandSet;
 use crate::invoke::InvokeContext;
 
@@ -68,60 +71,32 @@ pub(crate) fn check_workspace_dir(requested: &str, own: &str) -> Result<(), Wire
     }
 }
 
-/// Which file command a [`FileCommand`] runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FileCommandKind {
-    Fetch,
-    Stat,
-    Write,
-    Create,
-    DirList,
-}
-
-/// One of the five file commands, bound to the workspace.
-#[derive(Debug)]
-struct FileCommand {
-    kind: FileCommandKind,
+/// The five file commands, bound to the workspace; one [`Serve`] implementation per command.
+#[derive(Debug, Clone)]
+struct FileCommands {
     workspace: Arc<Workspace>,
 }
 
 /// Adds the five file commands on `workspace` to `commands`.
 pub(crate) fn register(commands: &mut CommandSet, workspace: &Arc<Workspace>) {
-    let kinds = [
-        (FILE_FETCH, FileCommandKind::Fetch),
-        (FILE_STAT, FileCommandKind::Stat),
-        (FILE_WRITE, FileCommandKind::Write),
-        (FILE_CREATE, FileCommandKind::Create),
-        (DIR_LIST, FileCommandKind::DirList),
-    ];
-    for (name, kind) in kinds {
-        let handler = FileCommand {
-            kind,
-            workspace: Arc::clone(workspace),
-        };
-        commands.insert(name, Arc::new(handler));
-    }
+    let files = FileCommands {
+        workspace: Arc::clone(workspace),
+    };
+    commands.register::<FileFetch>(files.clone());
+    commands.register::<FileStat>(files.clone());
+    commands.register::<FileWrite>(files.clone());
+    commands.register::<FileCreate>(files.clone());
+    commands.register::<DirList>(files);
 }
 
-impl CommandHandler for FileCommand {
-    fn invoke(
+impl Serve<FileFetch, InvokeContext> for FileCommands {
+    fn serve(
         &self,
-        context: InvokeContext,
-    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
-        let kind = self.kind;
+        mut params: FileFetchParams,
+        _context: InvokeContext,
+    ) -> Served<FileFetchResult> {
         let workspace = Arc::clone(&self.workspace);
-        Box::pin(async move { run(kind, workspace, &context).await })
-    }
-}
-
-async fn run(
-    kind: FileCommandKind,
-    workspace: Arc<Workspace>,
-    context: &InvokeContext,
-) -> Result<serde_json::Value, WireError> {
-    match kind {
-        FileCommandKind::Fetch => {
-            let mut params: FileFetchParams = context.params()?;
+        Box::pin(async move {
             let max_bytes = check_path(&workspace, &params.path, AccessKind::Read)?;
             if let Some(limit) = max_bytes {
                 params.max_bytes = Some(params.max_bytes.map_or(limit, |asked| asked.min(limit)));
@@ -130,41 +105,61 @@ async fn run(
                 gatehouse_fsops::commands::file_fetch(root, &params)
             })
             .await
-        }
-        FileCommandKind::Stat => {
-            let params: FileStatParams = context.params()?;
+        })
+    }
+}
+
+impl Serve<FileStat, InvokeContext> for FileCommands {
+    fn serve(&self, params: FileStatParams, _context: InvokeContext) -> Served<FileStatResult> {
+        let workspace = Arc::clone(&self.workspace);
+        Box::pin(async move {
             check_path(&workspace, &params.path, AccessKind::Read)?;
             blocking(workspace, move |root| {
                 gatehouse_fsops::commands::file_stat(root, &params)
             })
             .await
-        }
-        FileCommandKind::Write => {
-            let params: FileWriteParams = context.params()?;
+        })
+    }
+}
+
+impl Serve<FileWrite, InvokeContext> for FileCommands {
+    fn serve(&self, params: FileWriteParams, _context: InvokeContext) -> Served<FileWriteResult> {
+        let workspace = Arc::clone(&self.workspace);
+        Box::pin(async move {
             let max_bytes = check_path(&workspace, &params.path, AccessKind::Write)?;
             check_write_size(&params.content_base64, max_bytes)?;
             blocking(workspace, move |root| {
                 gatehouse_fsops::commands::file_write(root, &params)
             })
             .await
-        }
-        FileCommandKind::Create => {
-            let params: FileCreateParams = context.params()?;
+        })
+    }
+}
+
+impl Serve<FileCreate, InvokeContext> for FileCommands {
+    fn serve(&self, params: FileCreateParams, _context: InvokeContext) -> Served<FileWriteResult> {
+        let workspace = Arc::clone(&self.workspace);
+        Box::pin(async move {
             let max_bytes = check_path(&workspace, &params.path, AccessKind::Write)?;
             check_write_size(&params.content_base64, max_bytes)?;
             blocking(workspace, move |root| {
                 gatehouse_fsops::commands::file_create(root, &params)
             })
             .await
-        }
-        FileCommandKind::DirList => {
-            let params: DirListParams = context.params()?;
+        })
+    }
+}
+
+impl Serve<DirList, InvokeContext> for FileCommands {
+    fn serve(&self, params: DirListParams, _context: InvokeContext) -> Served<DirListResult> {
+        let workspace = Arc::clone(&self.workspace);
+        Box::pin(async move {
             check_path(&workspace, &params.path, AccessKind::Read)?;
             blocking(workspace, move |root| {
                 gatehouse_fsops::commands::dir_list(root, &params)
             })
             .await
-        }
+        })
     }
 }
 
@@ -237,32 +232,20 @@ fn check_write_size(content_base64: &str, max_bytes: Option<u64>) -> Result<(), 
     Ok(())
 }
 
-/// Runs an fsops command on a blocking thread and serializes its result.
-async fn blocking<T, F>(
-    workspace: Arc<Workspace>,
-    command: F,
-) -> Result<serde_json::Value, WireError>
+/// Runs an fsops command on a blocking thread.
+async fn blocking<T, F>(workspace: Arc<Workspace>, command: F) -> Result<T, WireError>
 where
-    T: Serialize,
     F: FnOnce(&Root) -> gatehouse_fsops::Result<T> + Send + 'static,
     T: Send + 'static,
 {
     let joined = tokio::task::spawn_blocking(move || command(&workspace.root)).await;
-    let result = match joined {
-        Ok(result) => result.map_err(|err| err.to_wire())?,
-        Err(err) => {
-            return Err(WireError::new(
-                ErrorCode::Internal,
-                format!("the command failed: {err}"),
-            ));
-        }
-    };
-    serde_json::to_value(result).map_err(|err| {
-        WireError::new(
+    match joined {
+        Ok(result) => result.map_err(|err| err.to_wire()),
+        Err(err) => Err(WireError::new(
             ErrorCode::Internal,
-            format!("cannot encode the result: {err}"),
-        )
-    })
+            format!("the command failed: {err}"),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -6,17 +6,18 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::file_commands::FileCommandKind;
 use crate::file_commands::Workspace;
-use crate::file_commands::run;
+use crate::file_commands::register;
+use crate::invoke::CommandSet;
 use crate::invoke::InvokeContext;
 use crate::invoke::Outbound;
 use crate::invoke::ProgressSender;
 
-/// Runs one file command on `workspace` and returns its error code, or `"ok"`.
+/// Runs the file command `command` on `workspace` through the node's dispatcher and returns
+/// its error code, or `"ok"`.
 async fn outcome(
     workspace: &Arc<Workspace>,
-    kind: FileCommandKind,
+    command: &'static str,
     params: serde_json::Value,
 ) -> String {
     let (tx, _rx) = mpsc::channel(8);
@@ -31,7 +32,12 @@ async fn outcome(
         progress,
         input,
     };
-    match run(kind, Arc::clone(workspace), &context).await {
+    let mut commands = CommandSet::default();
+    register(&mut commands, workspace);
+    let Some(handler) = commands.get(command) else {
+        return format!("{command} is not registered");
+    };
+    match handler.invoke(context).await {
         Ok(_) => "ok".to_owned(),
         Err(error) => error.code,
     }
@@ -70,12 +76,12 @@ async fn issue_20_the_node_denies_a_denied_directory_itself() {
     for relative in denied {
         let path = format!("{home_text}/{relative}");
         let requests = [
-            (FileCommandKind::Fetch, json!({"path": path})),
+            ("file.fetch", json!({"path": path})),
             (
-                FileCommandKind::Write,
+                "file.write",
                 json!({"path": path, "contentBase64": "eA==", "overwrite": true}),
             ),
-            (FileCommandKind::DirList, json!({"path": path})),
+            ("dir.list", json!({"path": path})),
         ];
         for (kind, params) in requests {
             expected.push((relative, kind, "POLICY_DENIED".to_owned()));
@@ -84,17 +90,12 @@ async fn issue_20_the_node_denies_a_denied_directory_itself() {
     }
     // The rest of the home directory stays reachable.
     let notes = format!("{home_text}/notes.md");
-    expected.push(("notes.md", FileCommandKind::Fetch, "ok".to_owned()));
-    let fetched = outcome(&workspace, FileCommandKind::Fetch, json!({"path": notes})).await;
-    actual.push(("notes.md", FileCommandKind::Fetch, fetched));
-    expected.push(("", FileCommandKind::DirList, "ok".to_owned()));
-    let listed = outcome(
-        &workspace,
-        FileCommandKind::DirList,
-        json!({"path": home_text}),
-    )
-    .await;
-    actual.push(("", FileCommandKind::DirList, listed));
+    expected.push(("notes.md", "file.fetch", "ok".to_owned()));
+    let fetched = outcome(&workspace, "file.fetch", json!({"path": notes})).await;
+    actual.push(("notes.md", "file.fetch", fetched));
+    expected.push(("", "dir.list", "ok".to_owned()));
+    let listed = outcome(&workspace, "dir.list", json!({"path": home_text})).await;
+    actual.push(("", "dir.list", listed));
     assert_eq!(expected, actual);
 
     assert_eq!(

@@ -8,6 +8,12 @@ use std::time::Duration;
 
 use gatehouse_fsops::Root;
 use gatehouse_policy::path::FileTransferPolicy;
+use gatehouse_protocol::command::AgentSessionRestore;
+use gatehouse_protocol::command::AgentSessionStop;
+use gatehouse_protocol::command::AgentTurn;
+use gatehouse_protocol::command::CodexAppServer;
+use gatehouse_protocol::command::WorkspaceMemory;
+use gatehouse_protocol::command::WorkspaceSkills;
 use gatehouse_protocol::handshake::ConnectAuth;
 use gatehouse_protocol::handshake::HelloOk;
 use gatehouse_scratch::ScratchReport;
@@ -265,20 +271,14 @@ impl NodeHost {
         });
         let mut commands = CommandSet::default();
         crate::file_commands::register(&mut commands, &workspace);
-        commands.insert(
-            gatehouse_protocol::memory::WORKSPACE_MEMORY,
-            Arc::new(crate::memory_commands::MemoryCommand {
-                workspace: Arc::clone(&workspace),
-                workspace_dir: workspace_root.clone(),
-            }),
-        );
-        commands.insert(
-            gatehouse_protocol::skills::WORKSPACE_SKILLS,
-            Arc::new(crate::skills_commands::SkillsCommand {
-                workspace: Arc::clone(&workspace),
-                workspace_dir: workspace_root.clone(),
-            }),
-        );
+        commands.register::<WorkspaceMemory>(crate::memory_commands::MemoryCommand {
+            workspace: Arc::clone(&workspace),
+            workspace_dir: workspace_root.clone(),
+        });
+        commands.register::<WorkspaceSkills>(crate::skills_commands::SkillsCommand {
+            workspace: Arc::clone(&workspace),
+            workspace_dir: workspace_root.clone(),
+        });
         // A node without workers reports zero slots of zero.
         let mut figures =
             tokio::sync::watch::channel(gatehouse_protocol::report::NodeReport::default()).1;
@@ -291,22 +291,14 @@ impl NodeHost {
                     absolute_root,
                 ));
                 figures = supervisor.figures();
-                commands.insert(
-                    gatehouse_protocol::worker::AGENT_TURN,
-                    Arc::new(crate::worker::AgentTurnHandler {
-                        supervisor: Arc::clone(&supervisor),
-                    }),
-                );
-                commands.insert(
-                    gatehouse_protocol::worker::AGENT_SESSION_RESTORE,
-                    Arc::new(crate::worker::SessionRestoreHandler {
-                        supervisor: Arc::clone(&supervisor),
-                    }),
-                );
-                commands.insert(
-                    gatehouse_protocol::worker::AGENT_SESSION_STOP,
-                    Arc::new(crate::worker::SessionStopHandler { supervisor }),
-                );
+                commands.register::<AgentTurn>(crate::worker::AgentTurnHandler {
+                    supervisor: Arc::clone(&supervisor),
+                });
+                commands.register::<AgentSessionRestore>(crate::worker::SessionRestoreHandler {
+                    supervisor: Arc::clone(&supervisor),
+                });
+                commands
+                    .register::<AgentSessionStop>(crate::worker::SessionStopHandler { supervisor });
             }
             (Runtime::Native | Runtime::Codex, _) => {}
         }
@@ -320,12 +312,9 @@ impl NodeHost {
                     &absolute_root,
                     &workspace_dir,
                 )?);
-                commands.insert(
-                    gatehouse_protocol::codex::CODEX_APPSERVER,
-                    Arc::new(crate::codex::CodexRelayHandler {
-                        supervisor: Arc::clone(&supervisor),
-                    }),
-                );
+                commands.register::<CodexAppServer>(crate::codex::CodexRelayHandler {
+                    supervisor: Arc::clone(&supervisor),
+                });
                 Some(supervisor)
             }
             _ => None,

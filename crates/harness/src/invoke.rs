@@ -1,17 +1,26 @@
 //! The command framework: how one `node.invoke.request` becomes one `node.invoke.result`.
 //!
-//! Each command is a [`CommandHandler`]. The session spawns one task per invoke and gives the
-//! handler an [`InvokeContext`]: its parameters, a [`ProgressSender`] for streaming commands
-//! (`node.invoke.progress`) and a receiver of `node.invoke.input` events for duplex commands.
-//! The handler returns the result payload or a wire error; the session sends exactly one
+//! Each command is a [`Serve`] implementation for its marker type (`gatehouse_protocol::command`),
+//! registered with [`CommandSet::register`]. The session spawns one task per invoke; the
+//! dispatcher decodes the parameters into the command's type and gives the handler them and an
+//! [`InvokeContext`]: a [`ProgressSender`] for streaming commands (`node.invoke.progress`) and a
+//! receiver of `node.invoke.input` events for duplex commands. The handler returns the command's
+//! result type or a wire error; the dispatcher encodes it and the session sends exactly one
 //! `node.invoke.result` for it.
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
 use futures_util::future::BoxFuture;
+use gatehouse_protocol::command::GatewayRequest;
+use gatehouse_protocol::command::NodeCommand;
+use gatehouse_protocol::command::Serve;
+use gatehouse_protocol::command::decode_params;
+use gatehouse_protocol::command::decode_result;
+use gatehouse_protocol::command::encode_result;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::frame::Frame;
@@ -20,13 +29,13 @@ use gatehouse_protocol::frame::names;
 use gatehouse_protocol::invoke::InvokeInput;
 use gatehouse_protocol::invoke::InvokeProgress;
 use gatehouse_protocol::invoke::MAX_PROGRESS_CHUNK_BYTES;
-use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 /// The capacity of one invoke's input channel, in `node.invoke.input` events.
 pub(crate) const INPUT_CHANNEL_CAPACITY: usize = 64;
 
-/// A command the node serves.
+/// A command the node serves, with its types erased: the dispatcher's view of one
+/// [`Serve`] implementation registered with [`CommandSet::register`].
 ///
 /// Implementors must not block the async runtime: file-system work goes to `spawn_blocking`.
 /// The returned future may be dropped at any await point when the Gateway cancels the invoke.
@@ -38,10 +47,10 @@ pub(crate) trait CommandHandler: Send + Sync {
     ) -> BoxFuture<'static, Result<serde_json::Value, WireError>>;
 }
 
-/// What a handler gets for one invoke.
+/// What a handler gets for one invoke besides its parameters.
 #[derive(Debug)]
 pub(crate) struct InvokeContext {
-    /// The `paramsJSON` of the request, as sent.
+    /// The `paramsJSON` of the request, as sent; only the dispatcher reads it.
     pub(crate) params_json: Option<String>,
     /// Sends `node.invoke.progress` for this invoke.
     pub(crate) progress: ProgressSender,
@@ -49,15 +58,36 @@ pub(crate) struct InvokeContext {
     pub(crate) input: mpsc::Receiver<InvokeInput>,
 }
 
-impl InvokeContext {
-    /// Parses `paramsJSON` as `P`; absent parameters parse as `{}`.
-    ///
-    /// # Errors
-    /// An `INVALID_PARAMS` wire error when the text is not JSON or not of the expected shape.
-    pub(crate) fn params<P: DeserializeOwned>(&self) -> Result<P, WireError> {
-        let text = self.params_json.as_deref().unwrap_or("{}");
-        serde_json::from_str(text).map_err(|err| {
-            WireError::new(ErrorCode::InvalidParams, format!("invalid params: {err}"))
+/// A [`Serve`] implementation for the command `C` behind the untyped [`CommandHandler`]: it
+/// decodes the parameters as `C::Params` (`INVALID_PARAMS` when they are not) and encodes the
+/// `C::Result`.
+struct Typed<C, H> {
+    handler: H,
+    command: PhantomData<fn() -> C>,
+}
+
+impl<C: NodeCommand, H: Serve<C, InvokeContext>> CommandHandler for Typed<C, H> {
+    fn invoke(
+        &self,
+        context: InvokeContext,
+    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+        let params = match decode_params::<C>(context.params_json.as_deref()) {
+            Ok(params) => params,
+            Err(err) => {
+                let error =
+                    WireError::new(ErrorCode::InvalidParams, format!("invalid params: {err}"));
+                return Box::pin(std::future::ready(Err(error)));
+            }
+        };
+        let served = self.handler.serve(params, context);
+        Box::pin(async move {
+            let result = served.await?;
+            encode_result::<C>(&result).map_err(|err| {
+                WireError::new(
+                    ErrorCode::Internal,
+                    format!("cannot encode the result: {err}"),
+                )
+            })
         })
     }
 }
@@ -69,9 +99,14 @@ pub(crate) struct CommandSet {
 }
 
 impl CommandSet {
-    /// Adds `handler` under `name`, replacing any earlier one.
-    pub(crate) fn insert(&mut self, name: &'static str, handler: Arc<dyn CommandHandler>) {
-        self.handlers.insert(name, handler);
+    /// Serves the command `C` with `handler`, replacing any earlier handler of `C`; the node
+    /// declares the command under `C::NAME`.
+    pub(crate) fn register<C: NodeCommand>(&mut self, handler: impl Serve<C, InvokeContext>) {
+        let typed = Typed::<C, _> {
+            handler,
+            command: PhantomData,
+        };
+        self.handlers.insert(C::NAME, Arc::new(typed));
     }
 
     /// Returns the handler of `name`, if the node serves it.
@@ -157,11 +192,32 @@ impl Outbound {
         Ok(id)
     }
 
-    /// Sends a request to the Gateway and waits at most `timeout` for its answer.
+    /// Sends the request `C` to the Gateway and waits at most `timeout` for its answer.
     ///
     /// # Errors
-    /// The Gateway's error, or `UNAVAILABLE` when the link closes or the answer does not come.
-    pub(crate) async fn request_and_wait(
+    /// The Gateway's error; `UNAVAILABLE` when the link closes or the answer does not come;
+    /// `INTERNAL` when the answer is not a `C::Result`.
+    pub(crate) async fn call<C: GatewayRequest>(
+        &self,
+        params: &C::Params,
+        timeout: std::time::Duration,
+    ) -> Result<C::Result, WireError> {
+        let params = serde_json::to_value(params)
+            .map_err(|err| WireError::new(ErrorCode::Internal, err.to_string()))?;
+        let answer = self.request_and_wait(C::NAME, params, timeout).await?;
+        decode_result::<C>(answer).map_err(|err| {
+            WireError::new(
+                ErrorCode::Internal,
+                format!(
+                    "the gateway's answer to {} is not its result: {err}",
+                    C::NAME
+                ),
+            )
+        })
+    }
+
+    /// Sends a request to the Gateway and waits at most `timeout` for its answer.
+    async fn request_and_wait(
         &self,
         method: &str,
         params: serde_json::Value,

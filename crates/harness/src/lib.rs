@@ -8,7 +8,8 @@
 //! runs on a no-follow [`gatehouse_fsops::Root`].
 //!
 //! The session logic runs over a [`link::Link`], a duplex of text frames; the WebSocket is one
-//! adapter, and embedded mode connects a [`link::Link::pair`] in the same process instead.
+//! adapter, and embedded mode opens links over in-process channels ([`link::ChannelConnector`])
+//! instead.
 //!
 //! ```no_run
 //! use gatehouse_harness::CancellationToken;
@@ -42,8 +43,11 @@
 //! - [`status`]: the status file and the health probes that read it.
 //! - [`model`]: the `--model` spec, recorded for the runtime.
 //! - [`codex`]: the supervised `codex app-server` and its relay (runtime `codex`).
+//! - [`worker`]: the supervisor of the native runtime's `gatehouse worker` children.
+//! - [`worker_child`]: the loop of one such child; its [`worker_child::WorkerChildError`] ends the
+//!   child process and never crosses the link.
 //! - `report`: the `node.report` the node sends the Gateway, since it listens on no port.
-//! - [`error`]: the one error type, [`NodeHostError`].
+//! - [`error`]: the node host's error type, [`NodeHostError`].
 
 #![deny(missing_docs)]
 
@@ -65,6 +69,7 @@ mod skills_commands;
 mod state;
 pub mod status;
 pub mod worker;
+pub mod worker_child;
 
 pub use crate::error::NodeHostError;
 pub use crate::error::Result;

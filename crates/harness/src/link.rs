@@ -2,8 +2,8 @@
 //!
 //! A session never sees a socket. It reads frames from [`Link::inbound`] and writes them to
 //! [`Link::outbound`]; one text message is one JSON frame. The WebSocket is one adapter
-//! ([`WebSocketConnector`]); embedded mode builds a [`Link::pair`] and hands one end to the
-//! Gateway in the same process.
+//! ([`WebSocketConnector`]); embedded mode opens its links with a [`ChannelConnector`] over the
+//! channels of the Gateway's in-process connection.
 
 use std::future::Future;
 
@@ -63,6 +63,39 @@ pub trait Connector: Send {
     /// Any error that should count as a failed attempt; it is logged and retried with backoff,
     /// unless it is a startup error ([`NodeHostError::is_startup`]).
     fn connect(&mut self, gateway_url: Option<&str>) -> impl Future<Output = Result<Link>> + Send;
+}
+
+/// Opens each link by calling a function that returns the two channels of a fresh connection:
+/// for a Gateway in the same process (embedded mode), whose in-process connection hands back
+/// the frames from the Gateway and the sender of frames to it. No URL is needed.
+pub struct ChannelConnector<F> {
+    open: F,
+}
+
+impl<F> ChannelConnector<F>
+where
+    F: FnMut() -> (mpsc::Receiver<String>, mpsc::Sender<String>) + Send,
+{
+    /// Returns a connector that opens each link with `open`.
+    pub fn new(open: F) -> Self {
+        Self { open }
+    }
+}
+
+impl<F> std::fmt::Debug for ChannelConnector<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelConnector").finish_non_exhaustive()
+    }
+}
+
+impl<F> Connector for ChannelConnector<F>
+where
+    F: FnMut() -> (mpsc::Receiver<String>, mpsc::Sender<String>) + Send,
+{
+    async fn connect(&mut self, _gateway_url: Option<&str>) -> Result<Link> {
+        let (inbound, outbound) = (self.open)();
+        Ok(Link::new(inbound, outbound))
+    }
 }
 
 /// Connects over WebSocket (`ws://` only).

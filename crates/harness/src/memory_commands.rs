@@ -9,18 +9,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use gatehouse_fsops::FsError;
 use gatehouse_fsops::path::RelPath;
 use gatehouse_fsops::root::ContentMode;
 use gatehouse_fsops::root::FetchLimits;
 use gatehouse_fsops::root::Kind;
+use gatehouse_protocol::command::Serve;
+use gatehouse_protocol::command::Served;
+use gatehouse_protocol::command::WorkspaceMemory;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::memory::DEFAULT_READ_LINES;
 use gatehouse_protocol::memory::DEFAULT_WATCH_DEBOUNCE_MS;
 use gatehouse_protocol::memory::MAX_MEMORY_FILE_BYTES;
 use gatehouse_protocol::memory::MAX_READ_CHARS;
+use gatehouse_protocol::memory::MemoryAnswer;
 use gatehouse_protocol::memory::MemoryFile;
 use gatehouse_protocol::memory::MemoryIndexingResult;
 use gatehouse_protocol::memory::MemoryListResult;
@@ -34,7 +37,6 @@ use gatehouse_protocol::memory::is_canonical_relative;
 use gatehouse_protocol::memory::is_memory_path;
 
 use crate::file_commands::Workspace;
-use crate::invoke::CommandHandler;
 use crate::invoke::InvokeContext;
 
 /// The root-level memory files.
@@ -56,15 +58,11 @@ pub(crate) struct MemoryCommand {
     pub(crate) workspace_dir: String,
 }
 
-impl CommandHandler for MemoryCommand {
-    fn invoke(
-        &self,
-        context: InvokeContext,
-    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+impl Serve<WorkspaceMemory, InvokeContext> for MemoryCommand {
+    fn serve(&self, request: MemoryRequest, context: InvokeContext) -> Served<MemoryAnswer> {
         let workspace = Arc::clone(&self.workspace);
         let workspace_dir = self.workspace_dir.clone();
         Box::pin(async move {
-            let request: MemoryRequest = context.params()?;
             crate::file_commands::check_workspace_dir(&request.workspace_dir, &workspace_dir)?;
             for extra in &request.extra_paths {
                 check_canonical(extra)?;
@@ -83,25 +81,24 @@ fn run_blocking(
     workspace: &Workspace,
     op: MemoryOp,
     request: &MemoryRequest,
-) -> Result<serde_json::Value, WireError> {
-    let value = match op {
-        MemoryOp::List => serde_json::to_value(list(workspace, &request.extra_paths)),
-        MemoryOp::Read => serde_json::to_value(read(workspace, request)?),
+) -> Result<MemoryAnswer, WireError> {
+    match op {
+        MemoryOp::List => Ok(MemoryAnswer::List(list(workspace, &request.extra_paths))),
+        MemoryOp::Read => Ok(MemoryAnswer::Read(read(workspace, request)?)),
         MemoryOp::ReadForIndexing => {
             let path = allowed_path(request)?;
             let bytes = fetch(workspace, &path)?;
             let text = String::from_utf8(bytes.clone()).map_err(|_| {
                 WireError::new(ErrorCode::ReadError, format!("{path} is not UTF-8"))
             })?;
-            serde_json::to_value(MemoryIndexingResult {
+            Ok(MemoryAnswer::Indexing(MemoryIndexingResult {
                 path,
                 text,
                 sha256: gatehouse_fsops::commands::sha256_hex(&bytes),
-            })
+            }))
         }
-        MemoryOp::Watch => return Err(WireError::new(ErrorCode::Internal, "watch is streamed")),
-    };
-    value.map_err(|_| WireError::new(ErrorCode::Internal, "cannot encode the result"))
+        MemoryOp::Watch => Err(WireError::new(ErrorCode::Internal, "watch is streamed")),
+    }
 }
 
 fn check_canonical(path: &str) -> Result<(), WireError> {
@@ -311,7 +308,7 @@ async fn watch(
     workspace: Arc<Workspace>,
     request: MemoryRequest,
     mut context: InvokeContext,
-) -> Result<serde_json::Value, WireError> {
+) -> Result<MemoryAnswer, WireError> {
     let debounce = Duration::from_millis(request.debounce_ms.unwrap_or(DEFAULT_WATCH_DEBOUNCE_MS));
     let extra = request.extra_paths.clone();
     let snapshot = |workspace: Arc<Workspace>, extra: Vec<String>| async move {
@@ -335,7 +332,7 @@ async fn watch(
         ));
     };
     if context.progress.send(&line(WATCH_CHANGE)).await.is_err() {
-        return Ok(serde_json::Value::Null);
+        return Ok(MemoryAnswer::WatchEnded);
     }
     let mut changed_at: Option<tokio::time::Instant> = None;
     loop {
@@ -356,7 +353,7 @@ async fn watch(
         {
             changed_at = None;
             if context.progress.send(&line(WATCH_CHANGE)).await.is_err() {
-                return Ok(serde_json::Value::Null);
+                return Ok(MemoryAnswer::WatchEnded);
             }
         }
     }

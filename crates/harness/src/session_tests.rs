@@ -3,7 +3,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
+use gatehouse_protocol::command::Command;
+use gatehouse_protocol::command::NodeCommand;
+use gatehouse_protocol::command::Serve;
+use gatehouse_protocol::command::Served;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::frame::EventFrame;
@@ -22,7 +25,6 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::error::NodeHostError;
-use crate::invoke::CommandHandler;
 use crate::invoke::CommandSet;
 use crate::invoke::InvokeContext;
 use crate::invoke::Outbound;
@@ -32,14 +34,34 @@ use crate::session::serve;
 const NODE_ID: &str = "node-1";
 const WAIT: Duration = Duration::from_secs(5);
 
+/// Declares a command of these tests: any JSON in, any JSON out.
+macro_rules! test_command {
+    ($marker:ident = $name:literal) => {
+        enum $marker {}
+
+        impl Command for $marker {
+            const NAME: &'static str = $name;
+            type Params = serde_json::Value;
+            type Result = serde_json::Value;
+        }
+
+        impl NodeCommand for $marker {}
+    };
+}
+
+test_command!(TestEcho = "test.echo");
+test_command!(TestBig = "test.big");
+test_command!(TestSlow = "test.slow");
+
 /// Streams every input back as progress, and ends with the number of inputs on `"end"`.
 struct Echo;
 
-impl CommandHandler for Echo {
-    fn invoke(
+impl Serve<TestEcho, InvokeContext> for Echo {
+    fn serve(
         &self,
+        _params: serde_json::Value,
         mut context: InvokeContext,
-    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+    ) -> Served<serde_json::Value> {
         Box::pin(async move {
             let mut n_inputs = 0;
             while let Some(input) = context.input.recv().await {
@@ -61,11 +83,12 @@ struct Big {
     size: usize,
 }
 
-impl CommandHandler for Big {
-    fn invoke(
+impl Serve<TestBig, InvokeContext> for Big {
+    fn serve(
         &self,
+        _params: serde_json::Value,
         mut context: InvokeContext,
-    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+    ) -> Served<serde_json::Value> {
         let size = self.size;
         Box::pin(async move {
             let text = "é".repeat(size / 2);
@@ -89,11 +112,12 @@ impl Drop for SetOnDrop {
     }
 }
 
-impl CommandHandler for Slow {
-    fn invoke(
+impl Serve<TestSlow, InvokeContext> for Slow {
+    fn serve(
         &self,
+        _params: serde_json::Value,
         _context: InvokeContext,
-    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+    ) -> Served<serde_json::Value> {
         let guard = SetOnDrop(Arc::clone(&self.dropped));
         let started = Arc::clone(&self.started);
         Box::pin(async move {
@@ -177,7 +201,7 @@ fn params<T: serde::de::DeserializeOwned>(request: RequestFrame) -> T {
 #[tokio::test]
 async fn duplex_command_gets_input_and_streams_progress() {
     let mut commands = CommandSet::default();
-    commands.insert("test.echo", Arc::new(Echo));
+    commands.register::<TestEcho>(Echo);
     let (mut gateway, _task) = start(commands, hello(1 << 20, 0));
     invoke(&gateway, "i1", "test.echo", "{}").await;
     for (seq, text) in ["\"a\"", "\"b\"", "\"end\""].into_iter().enumerate() {
@@ -224,7 +248,7 @@ async fn duplex_command_gets_input_and_streams_progress() {
 #[tokio::test]
 async fn progress_is_split_into_chunks_on_char_boundaries() {
     let mut commands = CommandSet::default();
-    commands.insert("test.big", Arc::new(Big { size: 40_000 }));
+    commands.register::<TestBig>(Big { size: 40_000 });
     let (mut gateway, _task) = start(commands, hello(1 << 20, 0));
     invoke(&gateway, "i1", "test.big", "{}").await;
     let mut text = String::new();
@@ -247,7 +271,7 @@ async fn progress_is_split_into_chunks_on_char_boundaries() {
 #[tokio::test]
 async fn a_result_over_max_payload_becomes_file_too_large() {
     let mut commands = CommandSet::default();
-    commands.insert("test.big", Arc::new(Big { size: 8_000 }));
+    commands.register::<TestBig>(Big { size: 8_000 });
     let (mut gateway, _task) = start(commands, hello(6_000, 0));
     invoke(&gateway, "i1", "test.big", "{}").await;
     let result = loop {
@@ -265,13 +289,10 @@ async fn cancel_aborts_the_command_and_answers_cancelled() {
     let started = Arc::new(AtomicBool::new(false));
     let dropped = Arc::new(AtomicBool::new(false));
     let mut commands = CommandSet::default();
-    commands.insert(
-        "test.slow",
-        Arc::new(Slow {
-            started: Arc::clone(&started),
-            dropped: Arc::clone(&dropped),
-        }),
-    );
+    commands.register::<TestSlow>(Slow {
+        started: Arc::clone(&started),
+        dropped: Arc::clone(&dropped),
+    });
     let (mut gateway, _task) = start(commands, hello(1 << 20, 0));
     invoke(&gateway, "i1", "test.slow", "{}").await;
     wait_for(&started).await;

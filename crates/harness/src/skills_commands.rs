@@ -4,11 +4,13 @@
 
 use std::sync::Arc;
 
-use futures_util::future::BoxFuture;
 use gatehouse_fsops::path::RelPath;
 use gatehouse_fsops::root::ContentMode;
 use gatehouse_fsops::root::FetchLimits;
 use gatehouse_fsops::root::Kind;
+use gatehouse_protocol::command::Serve;
+use gatehouse_protocol::command::Served;
+use gatehouse_protocol::command::WorkspaceSkills;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::skills::DiscoveredSkill;
@@ -18,7 +20,6 @@ use gatehouse_protocol::skills::SkippedSkill;
 use gatehouse_skills::parse::SystemProbe;
 
 use crate::file_commands::Workspace;
-use crate::invoke::CommandHandler;
 use crate::invoke::InvokeContext;
 
 /// The workspace skill roots, highest precedence first, with their tier names.
@@ -34,23 +35,16 @@ pub(crate) struct SkillsCommand {
     pub(crate) workspace_dir: String,
 }
 
-impl CommandHandler for SkillsCommand {
-    fn invoke(
-        &self,
-        context: InvokeContext,
-    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+impl Serve<WorkspaceSkills, InvokeContext> for SkillsCommand {
+    /// `op` has one value, `discover`; anything else fails to parse (`INVALID_PARAMS`).
+    fn serve(&self, request: SkillsRequest, _context: InvokeContext) -> Served<SkillsDiscovery> {
         let workspace = Arc::clone(&self.workspace);
         let workspace_dir = self.workspace_dir.clone();
         Box::pin(async move {
-            // `op` has one value, `discover`; anything else fails to parse (`INVALID_PARAMS`).
-            let request: SkillsRequest = context.params()?;
             crate::file_commands::check_workspace_dir(&request.workspace_dir, &workspace_dir)?;
-            let discovery =
-                tokio::task::spawn_blocking(move || discover(&workspace, &workspace_dir))
-                    .await
-                    .map_err(|_| WireError::new(ErrorCode::Internal, "skills discovery failed"))?;
-            serde_json::to_value(discovery)
-                .map_err(|_| WireError::new(ErrorCode::Internal, "cannot encode the result"))
+            tokio::task::spawn_blocking(move || discover(&workspace, &workspace_dir))
+                .await
+                .map_err(|_| WireError::new(ErrorCode::Internal, "skills discovery failed"))
         })
     }
 }

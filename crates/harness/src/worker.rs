@@ -18,23 +18,30 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use futures_util::future::BoxFuture;
 use gatehouse_fsops::Dir;
 use gatehouse_fsops::root::Kind;
 use gatehouse_fsops::root::Overwrite;
 use gatehouse_protocol::checkpoint::KIND_FILE;
 use gatehouse_protocol::checkpoint::KIND_SYMLINK;
 use gatehouse_protocol::checkpoint::validate_manifest;
+use gatehouse_protocol::command::AgentSessionRestore;
+use gatehouse_protocol::command::AgentSessionStop;
+use gatehouse_protocol::command::AgentTurn;
+use gatehouse_protocol::command::GatewayTool;
+use gatehouse_protocol::command::Serve;
+use gatehouse_protocol::command::Served;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::report::NodeReport;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
+use gatehouse_protocol::worker::AgentSessionRestoreResult;
 use gatehouse_protocol::worker::AgentSessionStopParams;
+use gatehouse_protocol::worker::AgentSessionStopResult;
 use gatehouse_protocol::worker::AgentTurnParams;
 use gatehouse_protocol::worker::AgentTurnResult;
 use gatehouse_protocol::worker::CheckpointEntry;
+use gatehouse_protocol::worker::GatewayToolParams;
 use gatehouse_protocol::worker::GatewayToolResult;
-use gatehouse_protocol::worker::NODE_GATEWAY_TOOL;
 use gatehouse_protocol::worker::WORKER_CAPACITY_EXHAUSTED;
 use gatehouse_protocol::worker::WORKER_CRASHED;
 use gatehouse_protocol::worker::WorkerEvent;
@@ -49,7 +56,6 @@ use tokio::process::Child;
 use tokio::process::ChildStdin;
 use tokio::process::ChildStdout;
 
-use crate::invoke::CommandHandler;
 use crate::invoke::InvokeContext;
 
 /// How long a worker may take to stop its background processes before it is replaced.
@@ -391,22 +397,18 @@ impl WorkerSupervisor {
                     tool,
                     arguments,
                 } => {
-                    let params = serde_json::json!({
-                        "sessionKey": session_key,
-                        "turnId": turn_id,
-                        "tool": tool,
-                        "arguments": arguments,
-                    });
+                    let params = GatewayToolParams {
+                        session_key: session_key.clone(),
+                        turn_id: turn_id.clone(),
+                        tool,
+                        arguments,
+                    };
                     let result = match context
                         .progress
                         .outbound()
-                        .request_and_wait(NODE_GATEWAY_TOOL, params, GATEWAY_TOOL_TIMEOUT)
+                        .call::<GatewayTool>(&params, GATEWAY_TOOL_TIMEOUT)
                         .await
-                        .and_then(|value| {
-                            serde_json::from_value::<GatewayToolResult>(value).map_err(|error| {
-                                WireError::new(ErrorCode::InvalidParams, error.to_string())
-                            })
-                        }) {
+                    {
                         Ok(result) => result,
                         Err(error) => GatewayToolResult {
                             ok: false,
@@ -593,18 +595,14 @@ pub(crate) struct AgentTurnHandler {
     pub(crate) supervisor: Arc<WorkerSupervisor>,
 }
 
-impl CommandHandler for AgentTurnHandler {
-    fn invoke(
+impl Serve<AgentTurn, InvokeContext> for AgentTurnHandler {
+    fn serve(
         &self,
+        params: AgentTurnParams,
         mut context: InvokeContext,
-    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+    ) -> Served<AgentTurnResult> {
         let supervisor = Arc::clone(&self.supervisor);
-        Box::pin(async move {
-            let params: AgentTurnParams = context.params()?;
-            let result = supervisor.run_turn(params, &mut context).await?;
-            serde_json::to_value(result)
-                .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))
-        })
+        Box::pin(async move { supervisor.run_turn(params, &mut context).await })
     }
 }
 
@@ -742,16 +740,18 @@ pub(crate) struct SessionRestoreHandler {
     pub(crate) supervisor: Arc<WorkerSupervisor>,
 }
 
-impl CommandHandler for SessionRestoreHandler {
-    fn invoke(
+impl Serve<AgentSessionRestore, InvokeContext> for SessionRestoreHandler {
+    fn serve(
         &self,
-        context: InvokeContext,
-    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+        params: AgentSessionRestoreParams,
+        _context: InvokeContext,
+    ) -> Served<AgentSessionRestoreResult> {
         let supervisor = Arc::clone(&self.supervisor);
         Box::pin(async move {
-            let params: AgentSessionRestoreParams = context.params()?;
             let restored = supervisor.restore(params).await?;
-            Ok(serde_json::json!({"restored": restored}))
+            Ok(AgentSessionRestoreResult {
+                restored: u64::try_from(restored).unwrap_or(u64::MAX),
+            })
         })
     }
 }
@@ -761,20 +761,20 @@ pub(crate) struct SessionStopHandler {
     pub(crate) supervisor: Arc<WorkerSupervisor>,
 }
 
-impl CommandHandler for SessionStopHandler {
-    fn invoke(
+impl Serve<AgentSessionStop, InvokeContext> for SessionStopHandler {
+    fn serve(
         &self,
-        context: InvokeContext,
-    ) -> BoxFuture<'static, Result<serde_json::Value, WireError>> {
+        params: AgentSessionStopParams,
+        _context: InvokeContext,
+    ) -> Served<AgentSessionStopResult> {
         let supervisor = Arc::clone(&self.supervisor);
         Box::pin(async move {
-            let params: AgentSessionStopParams = context.params()?;
             let stopped = supervisor.stop(&params.session_key).await;
             let discarded = match params.discard {
                 true => discard_session_dir(&supervisor.root, &params.session_key)?,
                 false => false,
             };
-            Ok(serde_json::json!({"stopped": stopped, "discarded": discarded}))
+            Ok(AgentSessionStopResult { stopped, discarded })
         })
     }
 }

@@ -25,5 +25,6 @@ pub struct CodexAttachParams {}
 #[serde(rename_all = "camelCase")]
 pub struct CodexRelayEnd {
     /// Why the relay ended.
+    #[serde(default)]
     pub reason: String,
 }

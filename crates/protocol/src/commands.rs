@@ -26,7 +26,7 @@ pub const WORKSPACE_MEMORY: &str = "workspace.memory";
 pub const WORKSPACE_SKILLS: &str = "workspace.skills";
 
 /// The five file commands every workspace node serves.
-pub const FILE_COMMANDS: &[&str] = &[FILE_FETCH, FILE_STAT, FILE_WRITE, FILE_CREATE, DIR_LIST];
+pub use crate::command::FILE_COMMANDS;
 
 /// The default `maxBytes` of `file.fetch`: 8 MiB.
 pub const DEFAULT_FETCH_MAX_BYTES: u64 = 8 * 1024 * 1024;

@@ -23,6 +23,8 @@
 //! - [`invoke`]: `node.invoke.request` / `result` / `progress` / `input` / `cancel`.
 //! - [`checkpoint`]: the validation of checkpoint manifests, applied alike by both sides.
 //! - [`codex`]: the `codex.appserver` relay command.
+//! - [`command`]: the typed commands: one marker per command binding its name to its
+//!   parameter and result types, and the functions both sides encode and decode with.
 //! - [`commands`]: the workspace command names, parameters and results.
 //! - [`memory`]: `workspace.memory`, the node's memory file service.
 //! - [`report`]: `node.report`, the figures a node reports of itself.
@@ -40,6 +42,7 @@
 
 pub mod checkpoint;
 pub mod codex;
+pub mod command;
 pub mod commands;
 pub mod error;
 pub mod frame;

@@ -137,6 +137,21 @@ pub struct MemoryIndexingResult {
     pub sha256: String,
 }
 
+/// Result of `workspace.memory`: its shape follows the request's [`MemoryOp`]. On the wire it
+/// is the bare result of the operation (no tag); a reader tells them apart by their fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MemoryAnswer {
+    /// The answer to `list`.
+    List(MemoryListResult),
+    /// The answer to `read`.
+    Read(MemoryReadResult),
+    /// The answer to `readForIndexing`.
+    Indexing(MemoryIndexingResult),
+    /// The end of a `watch`: `null`.
+    WatchEnded,
+}
+
 /// A `watch` line: the node saw memory files change.
 pub const WATCH_CHANGE: &str = "change";
 
@@ -191,6 +206,32 @@ mod tests {
             assert!(!is_canonical_relative(path), "{path:?}");
         }
         assert!(is_canonical_relative("memory/2026/a.md"));
+    }
+
+    #[test]
+    fn each_memory_answer_reads_back_as_its_own_operation() {
+        let answers = [
+            serde_json::json!({"files": [], "skipped": []}),
+            serde_json::json!({"path": "MEMORY.md", "text": "a", "from": 1, "lines": 1, "totalLines": 1, "more": false}),
+            serde_json::json!({"path": "MEMORY.md", "text": "a", "sha256": "00"}),
+            serde_json::Value::Null,
+        ];
+        let kinds: Vec<&str> = answers
+            .into_iter()
+            .map(
+                |answer| match serde_json::from_value::<MemoryAnswer>(answer) {
+                    Ok(MemoryAnswer::List(_)) => "list",
+                    Ok(MemoryAnswer::Read(_)) => "read",
+                    Ok(MemoryAnswer::Indexing(_)) => "indexing",
+                    Ok(MemoryAnswer::WatchEnded) => "watch",
+                    Err(_) => "error",
+                },
+            )
+            .collect();
+        assert_eq!(kinds, ["list", "read", "indexing", "watch"]);
+        let encoded = serde_json::to_value(MemoryAnswer::WatchEnded).unwrap_or_default();
+        assert_eq!(encoded, serde_json::Value::Null);
+        assert!(serde_json::from_value::<MemoryAnswer>(serde_json::json!({"path": "x"})).is_err());
     }
 
     #[test]

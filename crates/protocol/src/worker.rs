@@ -161,6 +161,15 @@ pub struct AgentSessionRestoreParams {
     pub entries: Vec<CheckpointEntry>,
 }
 
+/// Result of `agent.session.restore`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSessionRestoreResult {
+    /// How many entries were restored.
+    #[serde(default)]
+    pub restored: u64,
+}
+
 /// Result of `agent.turn`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -180,6 +189,18 @@ pub struct AgentSessionStopParams {
     /// owns and a later move back rebuilds it from the latest checkpoint.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub discard: bool,
+}
+
+/// Result of `agent.session.stop`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSessionStopResult {
+    /// Whether a worker of the session was running and was stopped.
+    #[serde(default)]
+    pub stopped: bool,
+    /// Whether the session's directory was deleted (asked with `discard`).
+    #[serde(default)]
+    pub discarded: bool,
 }
 
 /// The first line a worker reads on stdin: everything it needs to start. Secrets are not in it;

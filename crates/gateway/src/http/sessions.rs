@@ -484,6 +484,7 @@ async fn stop_worker(
     session_key: &str,
     discard: bool,
 ) -> Result<bool, ApiError> {
+    use gatehouse_protocol::command::AgentSessionStop;
     use gatehouse_protocol::worker::AGENT_SESSION_STOP;
     let Some(node) = state
         .registry
@@ -500,10 +501,9 @@ async fn stop_worker(
         session_key: session_key.to_owned(),
         discard,
     };
-    let params = serde_json::to_value(&params).unwrap_or_default();
     let answer = state
         .registry
-        .invoke(&node, AGENT_SESSION_STOP, &params, Duration::from_secs(30))
+        .invoke::<AgentSessionStop>(&node, &params, Duration::from_secs(30))
         .await
         .map_err(|error| {
             ApiError::new(
@@ -512,7 +512,7 @@ async fn stop_worker(
                 format!("the node did not stop the session: {error}"),
             )
         })?;
-    Ok(answer["stopped"].as_bool().unwrap_or(false))
+    Ok(answer.stopped)
 }
 
 #[derive(Debug, Default, Deserialize)]

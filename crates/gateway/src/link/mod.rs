@@ -3,9 +3,13 @@
 //!
 //! The session runs over a pair of channels of text frames ([`session::Inbound`],
 //! [`session::Outbound`]); the WebSocket endpoint `/node` is one adapter ([`ws`]), and embedded
-//! mode can use in-process channels carrying the same frames.
+//! mode uses the other, [`in_process::connect_in_process`], carrying the same frames.
+//!
+//! The link serves the invoke envelope itself and hands every other request of a node to the
+//! [`session::NodeRequestHandler`] it is given, so it depends on no application service.
 
 pub mod handshake;
+pub mod in_process;
 pub mod progress;
 pub mod registry;
 pub mod session;

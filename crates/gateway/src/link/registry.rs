@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
+use gatehouse_protocol::command::NodeCommand;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::frame::EventFrame;
@@ -56,9 +57,25 @@ pub enum InvokeError {
     /// The node ran the command and it failed with a stable code.
     #[error("{0}")]
     Remote(WireError),
-    /// The node's answer is not valid JSON of the expected shape.
+    /// The node's `node.invoke.result` is not a well-formed result envelope.
     #[error("the node sent a malformed result")]
     Malformed,
+    /// The node answered with a payload that is not the command's result type.
+    #[error("the node's answer to {command} is not its result: {reason}")]
+    UndecodableResult {
+        /// The command.
+        command: &'static str,
+        /// What the decoder found wrong.
+        reason: String,
+    },
+    /// The parameters could not be encoded, so nothing was sent.
+    #[error("cannot encode the parameters of {command}: {reason}")]
+    UnencodableParams {
+        /// The command.
+        command: &'static str,
+        /// What the encoder found wrong.
+        reason: String,
+    },
     /// The node sent more than the Gateway holds for an invoke (a progress chunk over 16 KiB,
     /// or progress past the connection's buffer); the invoke was failed with `code`.
     #[error("the node overran the gateway's progress bounds ({code})")]
@@ -418,46 +435,46 @@ impl NodeRegistry {
         }
     }
 
-    /// Runs `command` with `params` on `connection` and waits at most `timeout` for the result.
+    /// Runs the command `C` with `params` on `connection` and waits at most `timeout` for its
+    /// result.
     ///
     /// When the caller's future is dropped, or the timeout passes, the node is sent a
     /// `node.invoke.cancel`. When the connection ends, the call fails at once with
     /// [`InvokeError::Unavailable`].
     ///
     /// # Errors
-    /// Every [`InvokeError`].
-    pub async fn invoke(
+    /// Every [`InvokeError`]; an answer that is not a `C::Result` is
+    /// [`InvokeError::UndecodableResult`].
+    pub async fn invoke<C: NodeCommand>(
         &self,
         connection: &Arc<NodeConnection>,
-        command: &str,
-        params: &serde_json::Value,
+        params: &C::Params,
         timeout: Duration,
-    ) -> Result<serde_json::Value, InvokeError> {
-        self.invoke_streaming(connection, command, params, timeout, None)
+    ) -> Result<C::Result, InvokeError> {
+        self.invoke_streaming::<C>(connection, params, timeout, None)
             .await
     }
 
-    /// Runs `command` like [`NodeRegistry::invoke`], and delivers its `node.invoke.progress`
-    /// chunks, in order, to `progress`; the sender is dropped when the invoke ends, after the
-    /// last chunk.
+    /// Runs the command `C` like [`NodeRegistry::invoke`], and delivers its
+    /// `node.invoke.progress` chunks, in order, to `progress`; the sender is dropped when the
+    /// invoke ends, after the last chunk.
     ///
     /// # Errors
     /// Every [`InvokeError`].
-    pub async fn invoke_streaming(
+    pub async fn invoke_streaming<C: NodeCommand>(
         &self,
         connection: &Arc<NodeConnection>,
-        command: &str,
-        params: &serde_json::Value,
+        params: &C::Params,
         timeout: Duration,
         progress: Option<ProgressSink>,
-    ) -> Result<serde_json::Value, InvokeError> {
-        self.start_invoke(connection, command, params, timeout, progress)
+    ) -> Result<C::Result, InvokeError> {
+        self.start_invoke::<C>(connection, params, timeout, progress)
             .await?
             .finish(timeout)
             .await
     }
 
-    /// Sends `node.invoke.request` for `command` and returns the invoke in flight, whose
+    /// Sends `node.invoke.request` for the command `C` and returns the invoke in flight, whose
     /// `node.invoke.progress` chunks go to `progress`. A duplex command takes input through
     /// [`PendingInvoke::input`]; [`PendingInvoke::finish`] waits for the result. Dropping the
     /// invoke before its result sends `node.invoke.cancel`.
@@ -465,14 +482,39 @@ impl NodeRegistry {
     /// # Errors
     /// [`InvokeError::CommandNotDeclared`], and [`InvokeError::Unavailable`] when the
     /// connection is gone.
-    pub async fn start_invoke(
+    pub async fn start_invoke<C: NodeCommand>(
         &self,
         connection: &Arc<NodeConnection>,
-        command: &str,
-        params: &serde_json::Value,
+        params: &C::Params,
         timeout: Duration,
         progress: Option<ProgressSink>,
-    ) -> Result<PendingInvoke, InvokeError> {
+    ) -> Result<PendingInvoke<C>, InvokeError> {
+        let params_json =
+            gatehouse_protocol::command::encode_params::<C>(params).map_err(|error| {
+                InvokeError::UnencodableParams {
+                    command: C::NAME,
+                    reason: error.to_string(),
+                }
+            })?;
+        let raw = self
+            .start_raw(connection, C::NAME, params_json, timeout, progress)
+            .await?;
+        Ok(PendingInvoke {
+            raw,
+            command: std::marker::PhantomData,
+        })
+    }
+
+    /// Sends `node.invoke.request` for `command` with the JSON text `params_json`; the typed
+    /// [`NodeRegistry::start_invoke`] is the only caller.
+    async fn start_raw(
+        &self,
+        connection: &Arc<NodeConnection>,
+        command: &'static str,
+        params_json: String,
+        timeout: Duration,
+        progress: Option<ProgressSink>,
+    ) -> Result<RawInvoke, InvokeError> {
         let started = Instant::now();
         if !connection.serves_all(&[command]) {
             let error = InvokeError::CommandNotDeclared {
@@ -487,16 +529,16 @@ impl NodeRegistry {
             id: id.clone(),
             node_id: connection.device_id.clone(),
             command: command.to_owned(),
-            params_json: Some(params.to_string()),
+            params_json: Some(params_json),
             timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
         };
         let receiver = connection.register(id.clone(), progress);
-        let mut pending = PendingInvoke {
+        let mut pending = RawInvoke {
             connection: Arc::clone(connection),
             id,
             receiver: Some(receiver),
             next_input_seq: Arc::new(AtomicU64::new(0)),
-            command: command.to_owned(),
+            command,
             started,
             metrics: self.metrics.clone(),
             recorded: false,
@@ -516,35 +558,27 @@ impl NodeRegistry {
     }
 }
 
-/// An invoke that was sent and has no result yet. Dropping it before
+/// An invoke of the command `C` that was sent and has no result yet. Dropping it before
 /// [`PendingInvoke::finish`] returns sends `node.invoke.cancel` (the caller gave up).
 #[derive(Debug)]
-pub struct PendingInvoke {
-    connection: Arc<NodeConnection>,
-    id: String,
-    receiver: Option<oneshot::Receiver<InvokeOutcome>>,
-    next_input_seq: Arc<AtomicU64>,
-    /// The command, its start and where its end is counted for `/metrics`.
-    command: String,
-    started: Instant,
-    metrics: LinkMetrics,
-    /// Whether the end was counted; an invoke dropped before that was cancelled by its caller.
-    recorded: bool,
+pub struct PendingInvoke<C: NodeCommand> {
+    raw: RawInvoke,
+    command: std::marker::PhantomData<fn() -> C>,
 }
 
-impl PendingInvoke {
+impl<C: NodeCommand> PendingInvoke<C> {
     /// Returns the invoke id.
     pub fn id(&self) -> &str {
-        &self.id
+        &self.raw.id
     }
 
     /// Returns a handle that sends `node.invoke.input` to this invoke, usable while another task
     /// waits in [`PendingInvoke::finish`].
     pub fn inputs(&self) -> InvokeInputs {
         InvokeInputs {
-            connection: Arc::clone(&self.connection),
-            id: self.id.clone(),
-            next_seq: Arc::clone(&self.next_input_seq),
+            connection: Arc::clone(&self.raw.connection),
+            id: self.raw.id.clone(),
+            next_seq: Arc::clone(&self.raw.next_input_seq),
         }
     }
 
@@ -556,25 +590,51 @@ impl PendingInvoke {
         self.inputs().send(payload_json).await
     }
 
-    /// Waits at most `timeout` for the result.
+    /// Waits at most `timeout` for the result and decodes it as a `C::Result`.
     ///
     /// # Errors
     /// Every [`InvokeError`]; on a timeout the node is sent a cancel.
-    pub async fn finish(mut self, timeout: Duration) -> Result<serde_json::Value, InvokeError> {
-        let outcome = self.wait(timeout).await;
-        self.note_end(outcome.as_ref().err());
+    pub async fn finish(mut self, timeout: Duration) -> Result<C::Result, InvokeError> {
+        let outcome = self.raw.wait(timeout).await.and_then(|payload| {
+            gatehouse_protocol::command::decode_result::<C>(payload).map_err(|error| {
+                InvokeError::UndecodableResult {
+                    command: C::NAME,
+                    reason: error.to_string(),
+                }
+            })
+        });
+        self.raw.note_end(outcome.as_ref().err());
         outcome
     }
+}
 
+/// The untyped part of an invoke in flight: the waiting caller's receiver and the cancel on
+/// drop.
+#[derive(Debug)]
+struct RawInvoke {
+    connection: Arc<NodeConnection>,
+    id: String,
+    receiver: Option<oneshot::Receiver<InvokeOutcome>>,
+    next_input_seq: Arc<AtomicU64>,
+    /// The command, its start and where its end is counted for `/metrics`.
+    command: &'static str,
+    started: Instant,
+    metrics: LinkMetrics,
+    /// Whether the end was counted; an invoke dropped before that was cancelled by its caller.
+    recorded: bool,
+}
+
+impl RawInvoke {
     /// Counts the invoke's end, once, with `error` (`None` for a result).
     fn note_end(&mut self, error: Option<&InvokeError>) {
         if !self.recorded {
             self.recorded = true;
             self.metrics
-                .record_invoke(&self.command, error, self.started.elapsed());
+                .record_invoke(self.command, error, self.started.elapsed());
         }
     }
 
+    /// Waits at most `timeout` for the result payload (`null` when the node sent none).
     async fn wait(&mut self, timeout: Duration) -> Result<serde_json::Value, InvokeError> {
         let Some(receiver) = self.receiver.as_mut() else {
             return Err(InvokeError::Malformed);
@@ -632,13 +692,13 @@ impl InvokeInputs {
     }
 }
 
-impl Drop for PendingInvoke {
+impl Drop for RawInvoke {
     /// Counts an invoke whose caller stopped waiting before its end as cancelled, and sends
     /// `node.invoke.cancel` if the invoke ends without a result (timeout or caller gone).
     fn drop(&mut self) {
         if !self.recorded {
             self.metrics.record_invoke_outcome(
-                &self.command,
+                self.command,
                 INVOKE_CANCELLED,
                 self.started.elapsed(),
             );
@@ -695,6 +755,91 @@ mod tests {
         assert!(connection.try_tool_slot().is_none());
         held.pop();
         assert!(connection.try_tool_slot().is_some());
+    }
+
+    /// Invokes `agent.turn` on a connection whose node answers `payload`, and returns the
+    /// params the node was sent and the typed outcome.
+    async fn turn_answered_with(
+        payload: serde_json::Value,
+    ) -> (
+        serde_json::Value,
+        Result<gatehouse_protocol::worker::AgentTurnResult, super::InvokeError>,
+    ) {
+        use gatehouse_protocol::command::AgentTurn;
+        use gatehouse_protocol::command::Command;
+        let (outbound, mut sent) = tokio::sync::mpsc::channel(4);
+        let identity = ConnectionIdentity {
+            device_id: String::from("n"),
+            display_name: String::from("n"),
+            runtime: String::from("native"),
+            commands: vec![AgentTurn::NAME.to_owned()],
+            workspace_root: None,
+        };
+        let connection = std::sync::Arc::new(NodeConnection::new(identity, 1, 0, outbound));
+        let registry = super::NodeRegistry::default();
+        let params = gatehouse_protocol::worker::AgentTurnParams {
+            session_key: String::from("s"),
+            turn_id: String::from("t"),
+            history: Vec::new(),
+            user_texts: vec![String::from("hello")],
+            attachments: Vec::new(),
+            checkpoint_id: None,
+            gateway_tools: Vec::new(),
+            skills_prompt: None,
+            skill_copies: Vec::new(),
+        };
+        let pending = registry
+            .start_invoke::<AgentTurn>(
+                &connection,
+                &params,
+                std::time::Duration::from_secs(5),
+                None,
+            )
+            .await
+            .expect("the invoke is sent");
+        let Some(super::Outbound::Text(frame)) = sent.recv().await else {
+            panic!("no request frame");
+        };
+        let frame: serde_json::Value = serde_json::from_str(&frame).expect("a JSON frame");
+        let request: gatehouse_protocol::invoke::InvokeRequest =
+            serde_json::from_value(frame["payload"].clone()).expect("an invoke request");
+        assert_eq!(request.command, "agent.turn");
+        let sent_params: serde_json::Value =
+            serde_json::from_str(request.params_json.as_deref().unwrap_or("null"))
+                .expect("JSON params");
+        let answered = connection.complete(gatehouse_protocol::invoke::InvokeResult {
+            id: request.id,
+            node_id: String::from("n"),
+            ok: true,
+            payload: Some(payload),
+            payload_json: None,
+            error: None,
+        });
+        assert!(answered);
+        (
+            sent_params,
+            pending.finish(std::time::Duration::from_secs(5)).await,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_typed_invoke_sends_its_params_and_decodes_its_result() {
+        let (params, outcome) = turn_answered_with(serde_json::json!({"reply": "hi"})).await;
+        assert_eq!(params["sessionKey"], "s");
+        assert_eq!(params["userTexts"], serde_json::json!(["hello"]));
+        assert_eq!(outcome.expect("a turn result").reply, "hi");
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_another_shape_is_an_undecodable_result() {
+        let (_, outcome) = turn_answered_with(serde_json::json!({"stopped": true})).await;
+        match outcome {
+            Err(super::InvokeError::UndecodableResult { command, reason }) => {
+                assert_eq!(command, "agent.turn");
+                assert!(reason.contains("reply"), "{reason}");
+            }
+            other => panic!("expected an undecodable result, got {other:?}"),
+        }
     }
 
     #[test]

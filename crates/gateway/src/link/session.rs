@@ -4,6 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
+use gatehouse_protocol::command::Command;
+use gatehouse_protocol::command::GatewayTool;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::frame::Frame;
@@ -91,8 +93,26 @@ pub struct LinkContext {
     pub audit: Audit,
     /// The interval of `tick` events and keep-alive probes.
     pub tick_interval: Duration,
-    /// The Gateway-provided tools nodes may call for running turns.
-    pub tools: Arc<crate::tools::GatewayTools>,
+    /// Answers the requests nodes send the Gateway (`node.gateway.tool`).
+    pub requests: Arc<dyn NodeRequestHandler>,
+}
+
+/// Answers the requests an admitted node sends the Gateway, besides the invoke envelope that the
+/// link serves itself. The link owns no application service: the Gateway injects the handler
+/// where it builds its state (the tools service implements it), so the transport depends on
+/// this trait only.
+#[async_trait::async_trait]
+pub trait NodeRequestHandler: Send + Sync {
+    /// Answers `node.gateway.tool` from `connection`, a call of a Gateway-provided tool for a
+    /// turn that runs on it.
+    ///
+    /// # Errors
+    /// The wire error the node is answered with.
+    async fn gateway_tool(
+        &self,
+        connection: &NodeConnection,
+        params: &<GatewayTool as Command>::Params,
+    ) -> Result<<GatewayTool as Command>::Result, WireError>;
 }
 
 /// The peer name of in-process connections (embedded mode), which have no address.
@@ -419,11 +439,11 @@ async fn handle_frame(
         method,
         params: frame.params,
     };
-    if request.method == gatehouse_protocol::worker::NODE_GATEWAY_TOOL {
+    if request.method == GatewayTool::NAME {
         // A tool may take a while: answer from a task so the link keeps flowing.
-        let params = request.params.map(|raw| {
-            serde_json::from_str::<gatehouse_protocol::worker::GatewayToolParams>(raw.get())
-        });
+        let params = gatehouse_protocol::command::decode_params::<GatewayTool>(
+            request.params.map(serde_json::value::RawValue::get),
+        );
         let Some(slot) = connection.try_tool_slot() else {
             let response = ResponseFrame::failure(
                 request.id,
@@ -436,24 +456,32 @@ async fn handle_frame(
             let _ = outbound.send(Outbound::Text(text)).await;
             return;
         };
-        let tools = Arc::clone(&context.tools);
+        let requests = Arc::clone(&context.requests);
         let connection = Arc::clone(connection);
         let outbound = outbound.clone();
         let id = request.id;
         tokio::spawn(async move {
             // Held until the reply has been handed to the connection's writer.
             let _slot = slot;
-            let response = match params {
-                Some(Ok(params)) => match tools.call(&connection, &params).await {
-                    Ok(result) => {
-                        ResponseFrame::success(id, serde_json::to_value(result).unwrap_or_default())
-                    }
-                    Err(error) => ResponseFrame::failure(id, error),
-                },
-                Some(Err(_)) | None => ResponseFrame::failure(
+            let answer = match params {
+                Ok(params) => requests.gateway_tool(&connection, &params).await,
+                Err(_) => Err(WireError::new(
+                    ErrorCode::InvalidParams,
+                    "malformed node.gateway.tool",
+                )),
+            };
+            let response = match answer
+                .map(|result| gatehouse_protocol::command::encode_result::<GatewayTool>(&result))
+            {
+                Ok(Ok(payload)) => ResponseFrame::success(id, payload),
+                Ok(Err(error)) => ResponseFrame::failure(
                     id,
-                    WireError::new(ErrorCode::InvalidParams, "malformed node.gateway.tool"),
+                    WireError::new(
+                        ErrorCode::Internal,
+                        format!("cannot encode the tool result: {error}"),
+                    ),
                 ),
+                Err(error) => ResponseFrame::failure(id, error),
             };
             let text = serde_json::to_string(&Frame::Res(response)).unwrap_or_default();
             let _ = outbound.send(Outbound::Text(text)).await;

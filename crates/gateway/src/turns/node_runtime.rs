@@ -21,13 +21,13 @@ use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
 use gatehouse_protocol::checkpoint::ManifestError;
 use gatehouse_protocol::checkpoint::truncated;
 use gatehouse_protocol::checkpoint::validate_manifest;
+use gatehouse_protocol::command::AgentSessionRestore;
+use gatehouse_protocol::command::AgentTurn;
+use gatehouse_protocol::command::Command;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::invoke::MAX_PROGRESS_LINE_BYTES;
-use gatehouse_protocol::worker::AGENT_SESSION_RESTORE;
-use gatehouse_protocol::worker::AGENT_TURN;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
 use gatehouse_protocol::worker::AgentTurnParams;
-use gatehouse_protocol::worker::AgentTurnResult;
 use gatehouse_protocol::worker::CHECKPOINT_INVALID;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
@@ -250,10 +250,8 @@ impl NodeRuntime {
             checkpoint_id: checkpoint_id.clone(),
             entries,
         };
-        let params = serde_json::to_value(&params)
-            .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
         self.registry
-            .invoke(node, AGENT_SESSION_RESTORE, &params, RESTORE_TIMEOUT)
+            .invoke::<AgentSessionRestore>(node, &params, RESTORE_TIMEOUT)
             .await
             .map_err(|error| {
                 TurnFailure::new(
@@ -387,7 +385,7 @@ impl NodeRuntime {
             None => {
                 let Some(node) = self
                     .registry
-                    .wait_serving(&[AGENT_TURN], DEFAULT_NODE_GRACE)
+                    .wait_serving(&[AgentTurn::NAME], DEFAULT_NODE_GRACE)
                     .await
                 else {
                     return Err(TurnFailure::new(
@@ -409,7 +407,7 @@ impl NodeRuntime {
         };
         if let Some(node) = self
             .registry
-            .wait_node(&owner, &[AGENT_TURN], DEFAULT_NODE_GRACE)
+            .wait_node(&owner, &[AgentTurn::NAME], DEFAULT_NODE_GRACE)
             .await
         {
             return Ok(node);
@@ -512,15 +510,12 @@ impl NodeRuntime {
         params: &AgentTurnParams,
         sink: &TurnSink,
     ) -> Result<String, TurnFailure> {
-        let params_json = serde_json::to_value(params)
-            .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
         let (progress, mut lines) = node.progress_lines(MAX_PROGRESS_LINE_BYTES);
         // Only while this invoke runs may the node call Gateway tools for the turn.
         let _hold = node.hold_turn(&params.session_key, &params.turn_id);
-        let invoke = self.registry.invoke_streaming(
+        let invoke = self.registry.invoke_streaming::<AgentTurn>(
             node,
-            AGENT_TURN,
-            &params_json,
+            params,
             self.turn_timeout,
             Some(progress),
         );
@@ -572,7 +567,7 @@ impl NodeRuntime {
                 result
             }
         };
-        let value = result.map_err(|error| match error {
+        let result = result.map_err(|error| match error {
             InvokeError::Unavailable | InvokeError::CommandNotDeclared { .. } => TurnFailure::new(
                 "DEPENDENCY_UNAVAILABLE",
                 "the Harness node is not connected; the turn is not run anywhere else",
@@ -586,16 +581,16 @@ impl NodeRuntime {
                 format!("the turn ran longer than {timeout:?}"),
             ),
             InvokeError::Remote(error) => TurnFailure::new(&error.code, error.message),
-            InvokeError::Malformed => {
+            InvokeError::Malformed | InvokeError::UndecodableResult { .. } => {
                 TurnFailure::new("NODE_BAD_RESPONSE", "the node sent a malformed turn result")
+            }
+            InvokeError::UnencodableParams { reason, .. } => {
+                TurnFailure::new(ErrorCode::Internal.as_str(), reason)
             }
             InvokeError::Overrun { code } => TurnFailure::new(
                 code.as_str(),
                 "the node sent more than the gateway buffers for a turn; it was stopped",
             ),
-        })?;
-        let result: AgentTurnResult = serde_json::from_value(value).map_err(|_| {
-            TurnFailure::new("NODE_BAD_RESPONSE", "the node sent a malformed turn result")
         })?;
         Ok(result.reply)
     }

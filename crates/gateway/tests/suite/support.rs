@@ -222,7 +222,7 @@ pub(crate) async fn gateway_with(
         registry: Arc::clone(&registry),
         audit: audit.clone(),
         tick_interval: config.tick_interval,
-        tools: Arc::new(gatehouse_gateway::tools::GatewayTools::new(
+        requests: Arc::new(gatehouse_gateway::tools::GatewayTools::new(
             Arc::clone(&store),
             audit.clone(),
             Vec::new(),

@@ -1,0 +1,315 @@
+//! The native worker child (`gatehouse worker`): the node host starts one per hosted session
+//! ([`crate::worker`]); it reads its launch envelope and then one [`WorkerRequest`] per line on
+//! stdin, and writes the turn's [`WorkerEvent`]s as JSON lines on stdout. It holds no Gateway
+//! credential and listens on nothing; the model key arrives in the environment variable its
+//! envelope names. The executable that runs it must also serve as the in-sandbox helper
+//! (`ToolConfig::sandbox_helper` is set to it).
+
+use std::io::Write;
+use std::path::Path;
+
+use gatehouse_agent::AgentEvent;
+use gatehouse_agent::MessageRole;
+use gatehouse_agent::SandboxPolicy;
+use gatehouse_agent::ToolConfig;
+use gatehouse_agent::ToolContext;
+use gatehouse_agent::ToolSet;
+use gatehouse_agent::TurnRequest;
+use gatehouse_model::Message;
+use gatehouse_model::ModelClient;
+use gatehouse_model::ModelConfig;
+use gatehouse_model::ToolInput;
+use gatehouse_model::ToolKind;
+use gatehouse_model::ToolSpec;
+use gatehouse_protocol::worker::GatewayToolResult;
+use gatehouse_protocol::worker::GatewayToolSpec;
+use gatehouse_protocol::worker::WorkerEvent;
+use gatehouse_protocol::worker::WorkerLaunch;
+use gatehouse_protocol::worker::WorkerRequest;
+use tokio::io::AsyncBufReadExt;
+
+/// Why a worker child could not start or stopped reading.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerChildError {
+    /// Stdin closed before the launch envelope.
+    #[error("no launch envelope on stdin")]
+    NoLaunch,
+    /// The first line is not a [`WorkerLaunch`].
+    #[error("the launch envelope is malformed: {0}")]
+    MalformedLaunch(#[source] serde_json::Error),
+    /// Stdin could not be read.
+    #[error("cannot read stdin: {0}")]
+    Stdin(#[source] std::io::Error),
+    /// The running executable, the in-sandbox helper, cannot be found.
+    #[error("cannot find the worker's own executable: {0}")]
+    CurrentExe(#[source] std::io::Error),
+    /// The session workspace cannot be opened.
+    #[error("cannot open the session workspace: {0}")]
+    Workspace(#[source] gatehouse_agent::AgentError),
+}
+
+/// Gateway-tool calls waiting for their answer, by call id.
+type Pending = std::sync::Arc<
+    std::sync::Mutex<
+        std::collections::HashMap<String, tokio::sync::oneshot::Sender<GatewayToolResult>>,
+    >,
+>;
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A Gateway-provided tool, as the worker offers it: a call goes to the node as an event line
+/// and the answer comes back on stdin.
+#[derive(Debug)]
+struct GatewayToolProxy {
+    spec: GatewayToolSpec,
+    pending: Pending,
+}
+
+#[async_trait::async_trait]
+impl gatehouse_agent::Tool for GatewayToolProxy {
+    fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.spec.name.clone(),
+            description: self.spec.description.clone(),
+            parameters: self.spec.parameters.clone(),
+            kind: ToolKind::Function,
+        }
+    }
+
+    async fn call(&self, _ctx: &ToolContext, input: ToolInput) -> gatehouse_agent::ToolOutcome {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let arguments = match input {
+            ToolInput::Function { arguments_json } => {
+                serde_json::from_str(&arguments_json).unwrap_or_else(|_| serde_json::json!({}))
+            }
+            ToolInput::Freeform { input } => serde_json::json!({"input": input}),
+        };
+        let id = format!(
+            "g{}",
+            NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        lock(&self.pending).insert(id.clone(), sender);
+        emit(&WorkerEvent::GatewayTool {
+            id,
+            tool: self.spec.name.clone(),
+            arguments,
+        });
+        match receiver.await {
+            Ok(result) => gatehouse_agent::ToolOutcome {
+                ok: result.ok,
+                output: result.output,
+            },
+            Err(_) => {
+                gatehouse_agent::ToolOutcome::failure("UNAVAILABLE", "the gateway did not answer")
+            }
+        }
+    }
+}
+
+/// Runs the worker on this process's stdin and stdout until stdin closes: one turn at a time,
+/// in the order the node host sends them.
+///
+/// # Errors
+/// [`WorkerChildError`] when the worker cannot start; a failed turn is reported as a
+/// [`WorkerEvent::Failed`] line instead.
+pub async fn run_worker() -> Result<(), WorkerChildError> {
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let Some(first) = lines.next_line().await.map_err(WorkerChildError::Stdin)? else {
+        return Err(WorkerChildError::NoLaunch);
+    };
+    let launch: WorkerLaunch =
+        serde_json::from_str(&first).map_err(WorkerChildError::MalformedLaunch)?;
+    let model: Result<std::sync::Arc<dyn ModelClient>, (String, String)> =
+        ModelConfig::parse(&launch.model, &launch.model_key_env)
+            .map_err(|error| (String::from("MODEL_AUTH_FAILED"), error.to_string()))
+            .and_then(|config| {
+                config
+                    .build()
+                    .map_err(|error| (error.code().to_owned(), error.to_string()))
+            });
+    let sandbox = match launch.allow_unsandboxed {
+        true => SandboxPolicy::AllowUnsandboxed,
+        false => SandboxPolicy::Require,
+    };
+    let mut config = ToolConfig::new(sandbox);
+    config.scratch_dir = launch.scratch.as_ref().map(std::path::PathBuf::from);
+    config.hidden_paths = launch
+        .hidden_paths
+        .iter()
+        .map(std::path::PathBuf::from)
+        .collect();
+    config.exec_timeout = std::time::Duration::from_secs(launch.exec_timeout_seconds.max(1));
+    // Exactly the sandbox the node host decided on at startup, applied by this same executable
+    // as the in-sandbox helper.
+    config.sandbox_settings = launch.sandbox.clone();
+    config.sandbox_helper = Some(std::env::current_exe().map_err(WorkerChildError::CurrentExe)?);
+    // The operator's denials; the Gateway already filtered the Gateway tools it offers.
+    let layers = vec![gatehouse_policy::tool::ToolLayer {
+        source: gatehouse_policy::tool::LayerSource::Global,
+        allow: None,
+        deny: launch.denied_tools.clone(),
+    }];
+    let context = ToolContext::new(Path::new(&launch.workspace), config)
+        .map_err(WorkerChildError::Workspace)?;
+    let mut reported = std::collections::BTreeMap::new();
+    // Turns and Gateway-tool answers share stdin: a reader task sorts them.
+    let pending: Pending = std::sync::Arc::default();
+    let (turns, mut turn_requests) = tokio::sync::mpsc::channel(4);
+    let reader_pending = std::sync::Arc::clone(&pending);
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            match serde_json::from_str::<WorkerRequest>(&line) {
+                Ok(WorkerRequest::Turn(params)) => {
+                    if turns.send(Some(params)).await.is_err() {
+                        return;
+                    }
+                }
+                // Handled in order with the turns, so it never overlaps one.
+                Ok(WorkerRequest::StopBackground) => {
+                    if turns.send(None).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(WorkerRequest::GatewayToolResult { id, result }) => {
+                    let waiter = lock(&reader_pending).remove(&id);
+                    if let Some(waiter) = waiter {
+                        let _ = waiter.send(result);
+                    }
+                }
+                Err(error) => emit(&WorkerEvent::Failed {
+                    code: String::from("INVALID_REQUEST"),
+                    message: format!("malformed worker request: {error}"),
+                }),
+            }
+        }
+    });
+    while let Some(request) = turn_requests.recv().await {
+        // `None` is a stop request from the node host, sent between turns.
+        let Some(params) = request else {
+            let stopped = context.stop_background().await;
+            emit(&WorkerEvent::BackgroundStopped { stopped });
+            continue;
+        };
+        let mut tool_list = gatehouse_agent::tools::native_tools();
+        for spec in &params.gateway_tools {
+            tool_list.push(Box::new(GatewayToolProxy {
+                spec: spec.clone(),
+                pending: std::sync::Arc::clone(&pending),
+            }));
+        }
+        let tools = ToolSet::new(tool_list).filtered(&layers);
+        let model = match &model {
+            Ok(model) => model.as_ref(),
+            Err((code, message)) => {
+                emit(&WorkerEvent::Failed {
+                    code: code.clone(),
+                    message: message.clone(),
+                });
+                continue;
+            }
+        };
+        let mut system = match gatehouse_fsops::Root::open(Path::new(&launch.agent_workspace)) {
+            Ok(agent_workspace) => gatehouse_agent::build_system_prompt(&agent_workspace).text,
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot read the bootstrap documents");
+                String::from(gatehouse_agent::prompt::PREAMBLE)
+            }
+        };
+        if let Some(skills) = &params.skills_prompt {
+            system.push_str("\n\n");
+            system.push_str(skills);
+        }
+        let history = params
+            .history
+            .iter()
+            .map(|message| match message.role.as_str() {
+                "assistant" => Message::Assistant {
+                    text: message.content.clone(),
+                },
+                _ => Message::User {
+                    text: message.content.clone(),
+                },
+            })
+            .collect();
+        let mut user_texts = params.user_texts.clone();
+        if let (false, Some(last)) = (params.attachments.is_empty(), user_texts.last_mut()) {
+            last.push_str(&format!(
+                "\n\nAttached files (in the workspace): {}",
+                params.attachments.join(", ")
+            ));
+        }
+        let request = TurnRequest {
+            system,
+            history,
+            user_texts,
+        };
+        let mut on_event = |event: AgentEvent| emit(&worker_event(event));
+        let cancel = crate::CancellationToken::new();
+        let outcome =
+            gatehouse_agent::run_turn(model, request, &tools, &context, &mut on_event, &cancel)
+                .await;
+        match outcome {
+            Ok(output) => {
+                // Report the workspace before the turn ends, so the Gateway has accepted the
+                // checkpoint by the time the next turn can start.
+                let entries = gatehouse_agent::checkpoint::scan(context.workspace(), &reported);
+                reported = gatehouse_agent::checkpoint::hashes(&entries);
+                emit(&WorkerEvent::Checkpoint { entries });
+                emit(&WorkerEvent::Done {
+                    reply: output.reply,
+                });
+            }
+            Err(error) => emit(&WorkerEvent::Failed {
+                code: error.code().to_owned(),
+                message: error.to_string(),
+            }),
+        }
+    }
+    Ok(())
+}
+
+fn worker_event(event: AgentEvent) -> WorkerEvent {
+    match event {
+        AgentEvent::TextDelta(text) => WorkerEvent::Delta { text },
+        AgentEvent::ToolStarted {
+            name, arguments, ..
+        } => WorkerEvent::ToolStarted {
+            tool: name,
+            // The model's argument text, as JSON when it is JSON (a freeform patch is not).
+            arguments: serde_json::from_str(&arguments)
+                .unwrap_or(serde_json::Value::String(arguments)),
+        },
+        AgentEvent::ToolCompleted { name, ok, .. } => WorkerEvent::ToolCompleted { tool: name, ok },
+        AgentEvent::MessageCompleted {
+            role,
+            content,
+            tool_name,
+        } => WorkerEvent::Message {
+            role: match role {
+                MessageRole::Assistant => String::from("assistant"),
+                MessageRole::Tool => String::from("tool"),
+            },
+            content,
+            tool_name,
+        },
+    }
+}
+
+/// Writes one event line to stdout; the node host reads it.
+fn emit(event: &WorkerEvent) {
+    let Ok(line) = serde_json::to_string(event) else {
+        return;
+    };
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
