@@ -54,6 +54,7 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
         exec_timeout_seconds: gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS,
         // The tool turn runs through the same hardened sandbox as a node's.
         sandbox: crate::sandbox_setup::best_available(),
+        telemetry_env: crate::logging::worker_env(),
     };
     let runtime_config = RuntimeConfig {
         model: ModelSpec::Mock,

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use std::time::Instant;
 
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
@@ -456,12 +457,22 @@ impl NodeRegistry {
             });
         }
         let id = format!("inv-{}", self.next_id());
+        let span = tracing::info_span!(
+            "node_invoke",
+            command,
+            node = %connection.device_id,
+            invoke_id = %id,
+            outcome = tracing::field::Empty,
+            error_code = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
         let request = InvokeRequest {
             id: id.clone(),
             node_id: connection.device_id.clone(),
             command: command.to_owned(),
             params_json: Some(params.to_string()),
             timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            traceparent: gatehouse_telemetry::traceparent(&span),
         };
         let receiver = connection.register(id.clone(), progress);
         let pending = PendingInvoke {
@@ -469,6 +480,9 @@ impl NodeRegistry {
             id,
             receiver: Some(receiver),
             next_input_seq: Arc::new(AtomicU64::new(0)),
+            span,
+            started: Instant::now(),
+            outcome_recorded: false,
         };
         let frame = event_frame(names::NODE_INVOKE_REQUEST, &request);
         if connection
@@ -491,6 +505,11 @@ pub struct PendingInvoke {
     id: String,
     receiver: Option<oneshot::Receiver<InvokeOutcome>>,
     next_input_seq: Arc<AtomicU64>,
+    /// The `node_invoke` span: it starts when the request is sent, gets its outcome and
+    /// duration when the invoke ends, and closes when this value is dropped.
+    span: tracing::Span,
+    started: Instant,
+    outcome_recorded: bool,
 }
 
 impl PendingInvoke {
@@ -522,6 +541,37 @@ impl PendingInvoke {
     /// # Errors
     /// Every [`InvokeError`]; on a timeout the node is sent a cancel.
     pub async fn finish(mut self, timeout: Duration) -> Result<serde_json::Value, InvokeError> {
+        let result = self.wait(timeout).await;
+        let (outcome, error_code) = match &result {
+            Ok(_) => ("ok", None),
+            Err(InvokeError::Unavailable) => ("unavailable", None),
+            Err(InvokeError::Disconnected) => ("disconnected", None),
+            Err(InvokeError::Timeout(_)) => ("timeout", None),
+            Err(InvokeError::CommandNotDeclared { .. }) => ("not_declared", None),
+            Err(InvokeError::Remote(error)) => ("error", Some(error.code.as_str())),
+            Err(InvokeError::Malformed) => ("malformed", None),
+            Err(InvokeError::Overrun { code }) => ("overrun", Some(code.as_str())),
+        };
+        self.record_outcome(outcome, error_code);
+        result
+    }
+
+    /// Records the invoke's outcome and duration on its span.
+    fn record_outcome(&mut self, outcome: &str, error_code: Option<&str>) {
+        if std::mem::replace(&mut self.outcome_recorded, true) {
+            return;
+        }
+        self.span.record("outcome", outcome);
+        if let Some(code) = error_code {
+            self.span.record("error_code", code);
+        }
+        self.span.record(
+            "duration_ms",
+            u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        );
+    }
+
+    async fn wait(&mut self, timeout: Duration) -> Result<serde_json::Value, InvokeError> {
         let Some(receiver) = self.receiver.as_mut() else {
             return Err(InvokeError::Malformed);
         };
@@ -582,6 +632,7 @@ impl Drop for PendingInvoke {
     /// Sends `node.invoke.cancel` if the invoke ends without a result (timeout or caller gone).
     fn drop(&mut self) {
         if self.receiver.is_some() && self.connection.forget(&self.id) {
+            self.record_outcome("cancelled", None);
             let cancel = InvokeCancel {
                 id: self.id.clone(),
                 node_id: self.connection.device_id.clone(),
