@@ -9,6 +9,7 @@ mod fsops;
 mod gateway;
 mod link;
 mod memory;
+mod otlp;
 mod sandbox;
 mod stats;
 mod turn;

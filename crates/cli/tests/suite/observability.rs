@@ -212,7 +212,7 @@ fn string_attribute(attributes: &[KeyValue], key: &str) -> String {
     attributes
         .iter()
         .find(|attribute| attribute.key == key)
-        .map(|attribute| attribute_text(attribute))
+        .map(attribute_text)
         .unwrap_or_default()
 }
 
