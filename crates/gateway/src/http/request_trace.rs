@@ -35,7 +35,10 @@ pub(crate) fn layer(router: Router) -> Router {
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
                 .on_request(())
-                .on_response(record_response),
+                .on_response(record_response)
+                // A `503` of `/readyz` is an answer, not a fault; handlers log their own faults
+                // with their cause, so the layer adds no error line of its own.
+                .on_failure(()),
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
         .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, GenerateRequestId))
