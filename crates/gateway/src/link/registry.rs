@@ -475,7 +475,7 @@ impl NodeRegistry {
             traceparent: gatehouse_telemetry::traceparent(&span),
         };
         let receiver = connection.register(id.clone(), progress);
-        let pending = PendingInvoke {
+        let mut pending = PendingInvoke {
             connection: Arc::clone(connection),
             id,
             receiver: Some(receiver),
@@ -491,6 +491,7 @@ impl NodeRegistry {
             .await
             .is_err()
         {
+            pending.record_outcome("unavailable", None);
             return Err(InvokeError::Unavailable);
         }
         Ok(pending)
