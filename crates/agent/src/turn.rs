@@ -10,6 +10,7 @@ use gatehouse_model::ToolCall;
 use gatehouse_model::ToolInput;
 use gatehouse_model::ToolSpec;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::context::ToolContext;
 use crate::error::AgentError;
@@ -186,7 +187,39 @@ pub async fn run_turn(
 }
 
 /// Streams one model call, forwarding text deltas; returns its text and tool calls.
+///
+/// The call runs under a `model_call` span with the model name, and, when it ends, its outcome
+/// (`ok` or the error's code) and its duration; a cancelled call closes the span without them.
 async fn stream_model(
+    model: &dyn ModelClient,
+    request: &ModelRequest,
+    events: &mut (dyn FnMut(AgentEvent) + Send),
+) -> Result<(String, Vec<ToolCall>)> {
+    let span = tracing::info_span!(
+        "model_call",
+        model = model.model(),
+        outcome = tracing::field::Empty,
+        error_code = tracing::field::Empty,
+        duration_ms = tracing::field::Empty,
+    );
+    let started = std::time::Instant::now();
+    let result = stream_model_events(model, request, events)
+        .instrument(span.clone())
+        .await;
+    match &result {
+        Ok(_) => span.record("outcome", "ok"),
+        Err(error) => span
+            .record("outcome", "error")
+            .record("error_code", error.code()),
+    };
+    span.record(
+        "duration_ms",
+        u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    );
+    result
+}
+
+async fn stream_model_events(
     model: &dyn ModelClient,
     request: &ModelRequest,
     events: &mut (dyn FnMut(AgentEvent) + Send),

@@ -9,6 +9,7 @@ mod fsops;
 mod gateway;
 mod link;
 mod memory;
+mod otlp;
 mod sandbox;
 mod stats;
 mod turn;
@@ -31,7 +32,8 @@ enum BenchTarget {
     Fsops(fsops::FsopsArgs),
     /// Message admission (HTTP to durable commit to 202) against a bare SQLite insert.
     Gateway(gateway::GatewayBenchArgs),
-    /// Native turns end to end in embedded mode with the mock model.
+    /// Native turns end to end in embedded mode with the mock model, with tracing at `info`
+    /// against spans disabled and with OTLP export on.
     Turn(turn::TurnArgs),
     /// `file.fetch` round trips and throughput over a real Gateway and node on loopback.
     Link(link::LinkArgs),

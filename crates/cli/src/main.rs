@@ -10,6 +10,7 @@ mod doctor_cmd;
 mod embedded;
 mod exit;
 mod gateway_cmd;
+mod logging;
 mod memory_cmd;
 mod memory_setup;
 mod mock_model_cmd;
@@ -40,6 +41,10 @@ use crate::exit::UsageError;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The format of log lines on stderr: `text` (default) or `json` (one object per line,
+    /// with the fields of its spans).
+    #[arg(long, global = true, value_enum, env = logging::LOG_FORMAT_ENV, default_value_t)]
+    log_format: logging::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -91,7 +96,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    init_tracing();
+    let telemetry = logging::init(cli.log_format, cli.command.role());
     let result = match cli.command {
         Command::Up(args) => up_cmd::run(args),
         Command::Chat(args) => chat_cmd::run(args),
@@ -107,6 +112,7 @@ fn main() -> ExitCode {
         Command::Skills(args) => skills_cmd::run(args),
         Command::Worker(args) => worker_cmd::run(args),
     };
+    telemetry.shutdown();
     match result {
         Ok(code) => code,
         Err(err) => {
@@ -119,12 +125,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("GATEHOUSE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+impl Command {
+    /// Returns the process role this command runs as, for `service.name` and
+    /// `gatehouse.role` of its exported spans.
+    fn role(&self) -> &'static str {
+        match self {
+            Command::Up(_) => "up",
+            Command::Chat(_) => "chat",
+            Command::Bench(_) => "bench",
+            Command::Deploy(_) => "deploy",
+            Command::Gateway(_) => "gateway",
+            Command::Node(_) => "node",
+            Command::SetupCode(_) => "setup-code",
+            Command::MockModel(_) => "mock-model",
+            Command::Worker(_) => "worker",
+            Command::Doctor(_) => "doctor",
+            Command::Scratch(_) => "scratch",
+            Command::Memory(_) => "memory",
+            Command::Skills(_) => "skills",
+        }
+    }
 }

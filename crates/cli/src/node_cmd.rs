@@ -239,6 +239,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         denied_tools: deny_tools,
         exec_timeout_seconds,
         sandbox,
+        telemetry_env: crate::logging::worker_env(),
     };
     let codex_bin = codex_bin.or(file.codex_bin);
     let runtime_config = match runtime {

@@ -176,6 +176,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             denied_tools: args.deny_tools.clone(),
             exec_timeout_seconds: args.exec_timeout_seconds,
             sandbox,
+            telemetry_env: crate::logging::worker_env(),
         };
         let shutdown = CancellationToken::new();
         let runtime_config = match codex_model {

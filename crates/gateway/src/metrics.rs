@@ -187,11 +187,7 @@ impl LinkMetrics {
         error: Option<&InvokeError>,
         elapsed: Duration,
     ) {
-        let outcome = match error {
-            None => "ok",
-            Some(error) => invoke_outcome(error),
-        };
-        self.record_invoke_outcome(command, outcome, elapsed);
+        self.record_invoke_outcome(command, invoke_outcome(error), elapsed);
     }
 
     /// Records an invoke of `command` that ended with `outcome` after `elapsed`.
@@ -221,9 +217,13 @@ impl LinkMetrics {
     }
 }
 
-/// Returns the `outcome` label of an invoke that failed with `error`: a class, never the
-/// node's own code, which a node could choose without bound.
-fn invoke_outcome(error: &InvokeError) -> &'static str {
+/// Returns the `outcome` label of an invoke that ended with `error` (`None` for a result,
+/// `ok`): a class, never the node's own code, which a node could choose without bound. The
+/// invoke's span records the same class.
+pub(crate) fn invoke_outcome(error: Option<&InvokeError>) -> &'static str {
+    let Some(error) = error else {
+        return "ok";
+    };
     match error {
         InvokeError::Unavailable => "unavailable",
         InvokeError::Disconnected => "disconnected",

@@ -36,6 +36,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::error::NodeHostError;
 use crate::error::Result;
@@ -295,6 +296,7 @@ impl Serve<'_> {
             command,
             params_json,
             timeout_ms: _,
+            traceparent,
         } = request;
         if self.in_flight.contains_key(&invoke_id) {
             tracing::warn!(invoke_id = %invoke_id, "ignoring a duplicate invoke id");
@@ -327,8 +329,28 @@ impl Serve<'_> {
         let outbound = self.outbound.clone();
         let task_invoke_id = invoke_id.clone();
         let task_node_id = self.node_id.clone();
+        let span = tracing::info_span!(
+            "node_invoke",
+            command = %command,
+            invoke_id = %invoke_id,
+            outcome = tracing::field::Empty,
+            error_code = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        gatehouse_telemetry::set_remote_parent(&span, traceparent.as_deref());
         let abort = self.tasks.spawn(async move {
-            let outcome = handler.invoke(context).await;
+            let started = Instant::now();
+            let outcome = handler.invoke(context).instrument(span.clone()).await;
+            match &outcome {
+                Ok(_) => span.record("outcome", "ok"),
+                Err(error) => span
+                    .record("outcome", "error")
+                    .record("error_code", error.code.as_str()),
+            };
+            span.record(
+                "duration_ms",
+                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            );
             if task_answered.swap(true, Ordering::SeqCst) {
                 return;
             }

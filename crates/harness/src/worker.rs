@@ -94,6 +94,10 @@ pub struct WorkerSettings {
     pub exec_timeout_seconds: u64,
     /// The sandbox decided at startup; every worker gets exactly this in its launch envelope.
     pub sandbox: gatehouse_protocol::worker::SandboxSettings,
+    /// Environment variables every worker gets besides its fixed ones: the node host's log
+    /// filter and log format and its `OTEL_*` settings, so a worker logs and exports traces
+    /// the way its node host does. Nothing else of the node host's environment reaches it.
+    pub telemetry_env: Vec<(String, String)>,
 }
 
 /// One running worker.
@@ -352,6 +356,8 @@ impl WorkerSupervisor {
         };
         let session_key = params.session_key.clone();
         let turn_id = params.turn_id.clone();
+        // The worker's spans join the trace of this node host's invoke span.
+        params.traceparent = gatehouse_telemetry::traceparent(&tracing::Span::current());
         let line = serde_json::to_string(&WorkerRequest::Turn(params))
             .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
         // Until the turn ends, dropping this future (a cancel) kills the worker.
@@ -487,6 +493,12 @@ impl WorkerSupervisor {
             .env("HOME", &session_dir)
             .env("LANG", "C.UTF-8")
             .env("TMPDIR", &tmp)
+            .envs(
+                self.settings
+                    .telemetry_env
+                    .iter()
+                    .map(|(name, value)| (name, value)),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -27,6 +27,7 @@ use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_protocol::worker::WorkerLaunch;
 use gatehouse_protocol::worker::WorkerRequest;
 use tokio::io::AsyncBufReadExt;
+use tracing::Instrument;
 
 /// Why a worker child could not start or stopped reading.
 #[derive(Debug, thiserror::Error)]
@@ -254,9 +255,25 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
         };
         let mut on_event = |event: AgentEvent| emit(&worker_event(event));
         let cancel = crate::CancellationToken::new();
+        // The turn's spans here join the trace of the node host's invoke.
+        let span = tracing::info_span!(
+            "worker_turn",
+            session_key = %params.session_key,
+            turn_id = %params.turn_id,
+            outcome = tracing::field::Empty,
+        );
+        gatehouse_telemetry::set_remote_parent(&span, params.traceparent.as_deref());
         let outcome =
             gatehouse_agent::run_turn(model, request, &tools, &context, &mut on_event, &cancel)
+                .instrument(span.clone())
                 .await;
+        span.record(
+            "outcome",
+            match &outcome {
+                Ok(_) => "ok",
+                Err(error) => error.code(),
+            },
+        );
         match outcome {
             Ok(output) => {
                 // Report the workspace before the turn ends, so the Gateway has accepted the

@@ -54,6 +54,10 @@ impl ChatCompletionsClient {
 
 #[async_trait::async_trait]
 impl ModelClient for ChatCompletionsClient {
+    fn model(&self) -> &str {
+        &self.model
+    }
+
     async fn stream(&self, request: &ModelRequest) -> Result<ModelEventStream> {
         let body = request_body(&self.model, request).to_string().into_bytes();
         let freeform_tools = request

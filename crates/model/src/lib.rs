@@ -107,4 +107,7 @@ pub trait ModelClient: Send + Sync + std::fmt::Debug {
     /// A [`ModelError`] when the call fails before the stream starts (connect error, HTTP error
     /// status, timeout waiting for the response).
     async fn stream(&self, request: &ModelRequest) -> Result<ModelEventStream>;
+
+    /// Returns the model name this client sends (`mock` for the mock), for spans and logs.
+    fn model(&self) -> &str;
 }

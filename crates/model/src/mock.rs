@@ -42,6 +42,10 @@ impl MockClient {
 
 #[async_trait::async_trait]
 impl ModelClient for MockClient {
+    fn model(&self) -> &str {
+        "mock"
+    }
+
     async fn stream(&self, request: &ModelRequest) -> Result<ModelEventStream> {
         let view = view(request);
         let plan = gatehouse_mockmodel::plan(&view);

@@ -53,6 +53,10 @@ impl ResponsesClient {
 
 #[async_trait::async_trait]
 impl ModelClient for ResponsesClient {
+    fn model(&self) -> &str {
+        &self.model
+    }
+
     async fn stream(&self, request: &ModelRequest) -> Result<ModelEventStream> {
         let body = request_body(&self.model, request).to_string().into_bytes();
         self.transport

@@ -42,6 +42,11 @@ pub struct InvokeRequest {
     /// How long the Gateway waits for the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The W3C `traceparent` of the Gateway's invoke span, so the node's work joins the
+    /// Gateway's trace. Absent when the Gateway exports no traces; a node that does not know
+    /// the field ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// Parameters of the `node.invoke.result` request.

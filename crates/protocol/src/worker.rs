@@ -122,6 +122,12 @@ pub struct AgentTurnParams {
     /// Gateway-provided skills to copy into the session workspace for this turn.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skill_copies: Vec<SkillCopy>,
+    /// The W3C `traceparent` of the node host's invoke span, which the node host sets when it
+    /// hands the turn to its worker, so the worker's spans join the turn's trace. The Gateway
+    /// carries its own in the invoke envelope ([`crate::invoke::InvokeRequest::traceparent`]) and
+    /// leaves this one absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// One entry of a checkpoint: a regular file (with its content when it changed) or a link.

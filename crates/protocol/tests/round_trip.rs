@@ -193,12 +193,39 @@ fn invoke_messages_use_the_payload_json_spelling() {
         command: "file.fetch".into(),
         params_json: Some(r#"{"path":"/w/a"}"#.into()),
         timeout_ms: Some(1000),
+        traceparent: None,
     };
     assert_eq!(
         serde_json::to_value(&request).unwrap()["paramsJSON"],
         json!(r#"{"path":"/w/a"}"#)
     );
     round_trip(&request);
+}
+
+#[test]
+fn the_trace_context_is_optional_in_the_invoke_envelope() {
+    // An envelope of a peer that predates the field still parses, and none is sent without one.
+    let older: InvokeRequest = serde_json::from_value(
+        json!({"id": "i", "nodeId": "n", "command": "file.fetch", "paramsJSON": "{}"}),
+    )
+    .unwrap();
+    assert_eq!(older.traceparent, None);
+    assert!(
+        serde_json::to_value(&older)
+            .unwrap()
+            .get("traceparent")
+            .is_none()
+    );
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = InvokeRequest {
+        traceparent: Some(traceparent.into()),
+        ..older
+    };
+    assert_eq!(
+        serde_json::to_value(&traced).unwrap()["traceparent"],
+        json!(traceparent)
+    );
+    round_trip(&traced);
 }
 
 #[test]

@@ -171,6 +171,10 @@ struct LoopingModel {
 
 #[async_trait::async_trait]
 impl ModelClient for LoopingModel {
+    fn model(&self) -> &str {
+        "looping"
+    }
+
     async fn stream(&self, _request: &ModelRequest) -> gatehouse_model::Result<ModelEventStream> {
         let n_call = self.n_calls.fetch_add(1, Ordering::SeqCst) + 1;
         let events = vec![

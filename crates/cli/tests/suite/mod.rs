@@ -15,6 +15,7 @@ mod mock_model;
 mod native;
 mod node_cli;
 mod node_host_files;
+mod observability;
 mod quick_start;
 mod quotas;
 mod sandbox;

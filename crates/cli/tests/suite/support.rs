@@ -38,6 +38,9 @@ pub(crate) fn gatehouse() -> Command {
     // Never inherit an operator token or log settings from the developer's shell.
     command
         .env_remove("GATEHOUSE_TOKEN")
+        .env_remove("GATEHOUSE_LOG_FORMAT")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env("GATEHOUSE_LOG", "info");
     command
 }
@@ -96,6 +99,20 @@ impl Gateway {
 
     pub(crate) fn start_with(state_dir: &Path, logs: &Path, extra: &[&str]) -> Gateway {
         Self::start_on("127.0.0.1:0", state_dir, logs, extra)
+    }
+
+    /// Starts a Gateway like [`Gateway::start_with`], with extra environment variables.
+    pub(crate) fn start_with_env(
+        state_dir: &Path,
+        logs: &Path,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Gateway {
+        let mut command = gatehouse();
+        command
+            .args(gateway_args("127.0.0.1:0", state_dir, extra))
+            .envs(envs.iter().copied());
+        Self::launch(command, state_dir, logs)
     }
 
     /// Starts a Gateway listening on `listen` (for a restart on the same port).

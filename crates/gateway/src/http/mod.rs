@@ -4,6 +4,7 @@ mod documents;
 pub mod error;
 mod media;
 mod memory;
+mod request_trace;
 mod routes;
 mod sessions;
 
@@ -23,7 +24,8 @@ use crate::http::error::ApiError;
 
 /// Returns the router: `/healthz`, `/readyz`, `/metrics`, `/node`, and `/v1/...` behind the
 /// operator bearer token. Every error it answers, its own rejections included, has the API's
-/// JSON shape ([`error::json_error_shape`]).
+/// JSON shape ([`error::json_error_shape`]), and carries an `X-Request-Id` under an
+/// `http_request` span ([`request_trace::layer`]).
 pub fn app(state: Arc<GatewayState>) -> Router {
     let v1 = Router::new()
         .route("/nodes", get(routes::list_nodes))
@@ -67,7 +69,7 @@ pub fn app(state: Arc<GatewayState>) -> Router {
             require_operator,
         ));
     let metrics_state = Arc::clone(&state);
-    Router::new()
+    let router = Router::new()
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
         .route("/metrics", get(routes::metrics))
@@ -79,7 +81,8 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             metrics_state,
             crate::metrics::track_http,
-        ))
+        ));
+    request_trace::layer(router)
 }
 
 /// Refuses a request body sent with a `Content-Type` other than JSON (`415

@@ -85,6 +85,17 @@ pub enum InvokeError {
     },
 }
 
+impl InvokeError {
+    /// Returns the stable code the node or the bounds gave, for the invoke's span.
+    fn code(&self) -> Option<&str> {
+        match self {
+            Self::Remote(error) => Some(error.code.as_str()),
+            Self::Overrun { code } => Some(code.as_str()),
+            _ => None,
+        }
+    }
+}
+
 /// A node's answer to one invoke.
 pub(crate) type InvokeOutcome = Result<InvokeResult, InvokeError>;
 
@@ -525,12 +536,22 @@ impl NodeRegistry {
             return Err(error);
         }
         let id = format!("inv-{}", self.next_id());
+        let span = tracing::info_span!(
+            "node_invoke",
+            command,
+            node = %connection.device_id,
+            invoke_id = %id,
+            outcome = tracing::field::Empty,
+            error_code = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
         let request = InvokeRequest {
             id: id.clone(),
             node_id: connection.device_id.clone(),
             command: command.to_owned(),
             params_json: Some(params_json),
             timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            traceparent: gatehouse_telemetry::traceparent(&span),
         };
         let receiver = connection.register(id.clone(), progress);
         let mut pending = RawInvoke {
@@ -539,6 +560,7 @@ impl NodeRegistry {
             receiver: Some(receiver),
             next_input_seq: Arc::new(AtomicU64::new(0)),
             command,
+            span,
             started,
             metrics: self.metrics.clone(),
             recorded: false,
@@ -618,6 +640,9 @@ struct RawInvoke {
     next_input_seq: Arc<AtomicU64>,
     /// The command, its start and where its end is counted for `/metrics`.
     command: &'static str,
+    /// The `node_invoke` span: it starts when the request is sent, gets its outcome and
+    /// duration when the invoke ends, and closes when this value is dropped.
+    span: tracing::Span,
     started: Instant,
     metrics: LinkMetrics,
     /// Whether the end was counted; an invoke dropped before that was cancelled by its caller.
@@ -625,13 +650,23 @@ struct RawInvoke {
 }
 
 impl RawInvoke {
-    /// Counts the invoke's end, once, with `error` (`None` for a result).
+    /// Counts the invoke's end, once, with `error` (`None` for a result), in `/metrics` and
+    /// on its span.
     fn note_end(&mut self, error: Option<&InvokeError>) {
-        if !self.recorded {
-            self.recorded = true;
-            self.metrics
-                .record_invoke(self.command, error, self.started.elapsed());
+        if std::mem::replace(&mut self.recorded, true) {
+            return;
         }
+        let elapsed = self.started.elapsed();
+        self.metrics.record_invoke(self.command, error, elapsed);
+        self.span
+            .record("outcome", crate::metrics::invoke_outcome(error));
+        if let Some(code) = error.and_then(InvokeError::code) {
+            self.span.record("error_code", code);
+        }
+        self.span.record(
+            "duration_ms",
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        );
     }
 
     /// Waits at most `timeout` for the result payload (`null` when the node sent none).
@@ -702,6 +737,7 @@ impl Drop for RawInvoke {
                 INVOKE_CANCELLED,
                 self.started.elapsed(),
             );
+            self.span.record("outcome", INVOKE_CANCELLED);
         }
         if self.receiver.is_some() && self.connection.forget(&self.id) {
             let cancel = InvokeCancel {
@@ -787,6 +823,7 @@ mod tests {
             gateway_tools: Vec::new(),
             skills_prompt: None,
             skill_copies: Vec::new(),
+            traceparent: None,
         };
         let pending = registry
             .start_invoke::<AgentTurn>(

@@ -26,6 +26,7 @@ use gatehouse_store::model::TurnStatus;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::clock::now_ms;
 use crate::metrics::TurnMetrics;
@@ -298,7 +299,15 @@ impl TurnEngine {
             let claimed = self.claim(&session_key).await;
             match claimed {
                 Some((turn, permit)) => {
-                    self.run(turn).await;
+                    let span = tracing::info_span!(
+                        "turn",
+                        session_key = %turn.session_key,
+                        turn_id = %turn.turn_id,
+                        runtime = self.runtime_name(),
+                        outcome = tracing::field::Empty,
+                        error_code = tracing::field::Empty,
+                    );
+                    self.run(turn).instrument(span).await;
                     drop(permit);
                 }
                 None => {
@@ -381,6 +390,11 @@ impl TurnEngine {
                 now_ms: now_ms(),
             },
         };
+        let span = tracing::Span::current();
+        span.record("outcome", end.status.as_str());
+        if let Some(code) = &end.error_code {
+            span.record("error_code", code.as_str());
+        }
         self.record_end(&turn, &end, started).await;
     }
 

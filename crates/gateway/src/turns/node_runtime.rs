@@ -350,6 +350,8 @@ impl TurnRuntime for NodeRuntime {
             gateway_tools: self.tools.offered(),
             skills_prompt,
             skill_copies,
+            // The trace context travels in the invoke envelope; the node host fills this in.
+            traceparent: None,
         };
         match self.invoke_turn(&node, &params, &sink).await {
             Err(failure) if failure.code == WORKSPACE_MISSING => {

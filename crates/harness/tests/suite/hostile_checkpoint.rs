@@ -81,6 +81,7 @@ async fn start(checkpoint: &serde_json::Value) -> Hostile {
         exec_timeout_seconds: 10,
         // The hostile worker is a script that runs no command.
         sandbox: gatehouse_protocol::worker::SandboxSettings::default(),
+        telemetry_env: Vec::new(),
     };
     let runtime = RuntimeConfig {
         workers: Some(workers),
