@@ -8,10 +8,10 @@
 //! When no node serves the workspace, search answers from the retained index and says `stale`;
 //! `memory_get` fails with `DEPENDENCY_UNAVAILABLE`. Nothing is ever read from a local copy.
 
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -373,20 +373,14 @@ impl MemoryService {
 
     fn warn(&self, warning: String) {
         tracing::warn!("{warning}");
-        let mut warnings = self
-            .warnings
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut warnings = self.warnings.lock();
         if !warnings.contains(&warning) {
             warnings.push(warning);
         }
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.warnings
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.warnings.lock().clone()
     }
 
     /// Whether answers come from a retained index that may be out of date.

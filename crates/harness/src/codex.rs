@@ -14,11 +14,11 @@
 //!   (`initialize` is once per connection). Threads persist in `CODEX_HOME`, so the Gateway
 //!   resumes them on the new connection.
 
+use parking_lot::Mutex;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -235,7 +235,7 @@ impl CodexSupervisor {
                         self.settings.program.display()
                     );
                     tracing::error!("{message}");
-                    *lock(&self.last_error) = Some(message);
+                    *self.last_error.lock() = Some(message);
                     tokio::select! {
                         () = shutdown.cancelled() => return,
                         () = tokio::time::sleep(RESTART_DELAY) => continue,
@@ -252,18 +252,18 @@ impl CodexSupervisor {
             };
             tokio::spawn(forward_stderr(stderr));
             let (recycle_tx, mut recycle_rx) = oneshot::channel::<()>();
-            *lock(&self.idle) = Some(Pipes {
+            *self.idle.lock() = Some(Pipes {
                 stdin,
                 stdout: FramedRead::new(stdout, LinesCodec::new_with_max_length(MAX_LINE_BYTES)),
                 _recycle: recycle_tx,
             });
-            *lock(&self.last_error) = None;
+            *self.last_error.lock() = None;
             self.available.notify_waiters();
             // A relay that ends drops the pipes: Codex sees its stdin close and exits 0 by
             // itself. Any other exit (a crash, a kill) is unexpected.
             let unexpected = tokio::select! {
                 () = shutdown.cancelled() => {
-                    lock(&self.idle).take();
+                    self.idle.lock().take();
                     kill_group(&mut child).await;
                     tracing::info!("stopped codex app-server");
                     return;
@@ -288,13 +288,13 @@ impl CodexSupervisor {
                     }
                 }
             };
-            lock(&self.idle).take();
+            self.idle.lock().take();
             match unexpected {
                 Some(status) => {
                     let status = status.map_or_else(|error| error.to_string(), |s| s.to_string());
                     let message = format!("codex app-server exited unexpectedly ({status})");
                     tracing::warn!("{message}; restarting in {RESTART_DELAY:?}");
-                    *lock(&self.last_error) = Some(message);
+                    *self.last_error.lock() = Some(message);
                     kill_group(&mut child).await;
                     tokio::select! {
                         () = shutdown.cancelled() => return,
@@ -316,11 +316,11 @@ impl CodexSupervisor {
             let notified = self.available.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(pipes) = lock(&self.idle).take() {
+            if let Some(pipes) = self.idle.lock().take() {
                 return Ok(pipes);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                let reason = lock(&self.last_error).clone().unwrap_or_else(|| {
+                let reason = self.last_error.lock().clone().unwrap_or_else(|| {
                     String::from("another relay holds it, or it is still starting")
                 });
                 return Err(WireError::new(
@@ -441,12 +441,6 @@ impl std::fmt::Debug for CodexSupervisor {
             .field("home", &self.home)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

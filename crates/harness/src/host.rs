@@ -1,9 +1,9 @@
 //! The node host: prepares the node root, then keeps one session with the Gateway alive.
 
+use parking_lot::Mutex;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use gatehouse_fsops::Root;
@@ -373,7 +373,7 @@ impl NodeHost {
         if let Some(url) = &self.gateway_url {
             return Some(url.clone());
         }
-        match &*lock(&self.credential) {
+        match &*self.credential.lock() {
             Credential::DeviceToken(record) if !record.gateway_url.is_empty() => {
                 Some(record.gateway_url.clone())
             }
@@ -579,7 +579,7 @@ impl NodeHost {
     /// Returns the `auth` of the next `connect`. Without a device token, the setup code file is
     /// read again first; if that fails, the code read earlier is kept.
     fn connect_auth(&self) -> Result<ConnectAuth> {
-        let mut credential = lock(&self.credential);
+        let mut credential = self.credential.lock();
         if let (Credential::SetupCode(_), Some(path)) = (&*credential, &self.setup_code_file) {
             match SetupCode::read_file(path) {
                 Ok(setup_code) => *credential = Credential::SetupCode(setup_code),
@@ -612,7 +612,7 @@ impl NodeHost {
             issued_at_ms: hello.auth.issued_at_ms.unwrap_or_else(now_ms),
         };
         // Keep the token even if it cannot be saved, so that this process can reconnect.
-        *lock(&self.credential) = Credential::DeviceToken(record.clone());
+        *self.credential.lock() = Credential::DeviceToken(record.clone());
         let node_dir = self.node_dir.clone();
         tokio::task::spawn_blocking(move || state::save_device_token(&node_dir, &record)).await??;
         tracing::info!(device_id = %self.identity.device_id(), "enrolled; saved the device token");
@@ -686,11 +686,4 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Locks `mutex`, ignoring poisoning: the guarded values stay consistent at every await-free step.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

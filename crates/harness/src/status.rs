@@ -12,13 +12,13 @@
 //! untouched, on write and on read. Nothing is fsynced: after a crash the file may be stale or
 //! missing, which a probe reports as unhealthy, and the next write repairs it.
 
+use parking_lot::Mutex;
 use std::io::Read;
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use rustix::fs::AtFlags;
@@ -254,10 +254,7 @@ impl StatusFile {
     /// (nothing is written); [`NodeHostError::InvalidStateFile`] when the file is not a regular
     /// file; [`NodeHostError::StatusIo`] when a system call fails.
     pub(crate) fn record(&self, update: StatusUpdate) -> Result<()> {
-        let mut current = self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = self.current.lock();
         match update {
             StatusUpdate::Connecting | StatusUpdate::Stopped => {
                 current.connected = false;

@@ -11,6 +11,7 @@
 //! children share the group; sandboxed, bubblewrap is the group, and `--die-with-parent` plus the
 //! private PID namespace take the sandboxed processes with it.
 
+use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -22,8 +23,6 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::PoisonError;
 use std::time::Duration;
 
 use gatehouse_model::ToolInput;
@@ -206,10 +205,7 @@ async fn collect_output(
     loop {
         match receiver.read(&mut buffer).await {
             Ok(0) | Err(_) => break,
-            Ok(n_read) => output
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(&buffer[..n_read]),
+            Ok(n_read) => output.lock().push(&buffer[..n_read]),
         }
     }
 }
@@ -422,11 +418,7 @@ async fn run_exec(ctx: &ToolContext, args: &ExecArgs) -> Result<ToolOutcome, Too
     // that escaped the group could hold it open, hence the grace period.
     let _ = tokio::time::timeout(OUTPUT_DRAIN_GRACE, &mut spawned.reader).await;
     spawned.reader.abort();
-    let text = spawned
-        .output
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take();
+    let text = spawned.output.lock().take();
     let mut output = header;
     if let Some(note) = spawned.launch.note() {
         output.push('\n');

@@ -10,9 +10,9 @@ pub mod events;
 pub mod node_runtime;
 pub mod runtime;
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -218,7 +218,7 @@ impl TurnEngine {
 
     /// Aborts the running turn of `session_key`; returns whether one was running.
     pub fn abort(&self, session_key: &str) -> bool {
-        let drivers = lock(&self.drivers);
+        let drivers = self.drivers.lock();
         match drivers.running.get(session_key) {
             Some(running) => {
                 running.cancel.cancel();
@@ -230,7 +230,8 @@ impl TurnEngine {
 
     /// Returns the running turn of `session_key`.
     pub fn running_turn(&self, session_key: &str) -> Option<String> {
-        lock(&self.drivers)
+        self.drivers
+            .lock()
             .running
             .get(session_key)
             .map(|running| running.turn_id.clone())
@@ -238,13 +239,13 @@ impl TurnEngine {
 
     /// Returns the number of sessions with a running turn.
     pub fn active_sessions(&self) -> usize {
-        lock(&self.drivers).running.len()
+        self.drivers.lock().running.len()
     }
 
     /// Stops dispatching and cancels running turns (they end as `interrupted`).
     pub fn shut_down(&self) {
         self.shutdown.cancel();
-        for running in lock(&self.drivers).running.values() {
+        for running in self.drivers.lock().running.values() {
             running.cancel.cancel();
         }
     }
@@ -258,7 +259,7 @@ impl TurnEngine {
             return Ok(None);
         }
         let target = {
-            let drivers = lock(&self.drivers);
+            let drivers = self.drivers.lock();
             drivers
                 .running
                 .get(&message.session_key)
@@ -296,7 +297,7 @@ impl TurnEngine {
             return;
         }
         {
-            let mut drivers = lock(&self.drivers);
+            let mut drivers = self.drivers.lock();
             if let Some(dirty) = drivers.active.get_mut(session_key) {
                 *dirty = true;
                 return;
@@ -318,7 +319,7 @@ impl TurnEngine {
                     drop(permit);
                 }
                 None => {
-                    let mut drivers = lock(&self.drivers);
+                    let mut drivers = self.drivers.lock();
                     let dirty = drivers.active.get(&session_key).copied().unwrap_or(false);
                     if dirty && !self.shutdown.is_cancelled() {
                         drivers.active.insert(session_key.clone(), false);
@@ -355,7 +356,7 @@ impl TurnEngine {
         self.hub.sync(&session_key).await;
         let cancel = self.shutdown.child_token();
         let (steer_sender, steer) = mpsc::channel(STEER_CAPACITY);
-        lock(&self.drivers).running.insert(
+        self.drivers.lock().running.insert(
             session_key.clone(),
             RunningTurn {
                 turn_id: turn.turn_id.clone(),
@@ -364,7 +365,7 @@ impl TurnEngine {
             },
         );
         let outcome = self.execute(&turn, cancel.clone(), steer).await;
-        lock(&self.drivers).running.remove(&session_key);
+        self.drivers.lock().running.remove(&session_key);
         let end = match outcome {
             Ok(reply) => TurnEnd {
                 status: TurnStatus::Completed,
@@ -491,10 +492,4 @@ fn new_turn_id() -> String {
         return format!("turn-{:024x}", now_ms());
     }
     format!("turn-{}", hex::encode(bytes))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
