@@ -401,7 +401,8 @@ impl NodeHost {
     ///
     /// A failed attempt is logged and retried after a backoff that starts at
     /// `reconnect.initial_backoff` and doubles up to `reconnect.max_backoff`; it is reset after a
-    /// session that reached `hello-ok`. While the node has no device token, the setup code file
+    /// session that reached `hello-ok`. Each pause is lengthened by a random share of up to half
+    /// the backoff ([`jittered`]), so nodes cut off together do not reconnect in lockstep. While the node has no device token, the setup code file
     /// is read again before each attempt. Opening the link may take at most
     /// `reconnect.handshake_timeout`.
     ///
@@ -460,7 +461,7 @@ impl NodeHost {
                 Ok(SessionEnd::Disconnected { reason }) => {
                     tracing::warn!(code = reason.code(), error = %error_chain(&reason), "disconnected from the gateway; reconnecting");
                     backoff = reconnect.initial_backoff;
-                    backoff
+                    jittered(backoff, random_u64())
                 }
                 Err(err) if err.is_startup() => {
                     let code = err.code().to_owned();
@@ -470,7 +471,7 @@ impl NodeHost {
                 Err(err) => {
                     let code = err.code().to_owned();
                     self.status.publish(StatusUpdate::Failed { code }).await;
-                    let delay = backoff;
+                    let delay = jittered(backoff, random_u64());
                     tracing::warn!(
                         code = err.code(),
                         error = %error_chain(&err),
@@ -686,4 +687,52 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Returns `backoff` lengthened by the share `random / u64::MAX` of half of it, so the pause is
+/// between `backoff` (never shorter than the policy asks) and one and a half times it.
+pub(crate) fn jittered(backoff: Duration, random: u64) -> Duration {
+    let half = backoff / 2;
+    let extra_nanos = half.as_nanos() * u128::from(random) / u128::from(u64::MAX);
+    backoff.saturating_add(Duration::from_nanos(
+        u64::try_from(extra_nanos).unwrap_or(u64::MAX),
+    ))
+}
+
+/// Returns a random number for the jitter; zero (the shortest pause) when the system has no
+/// randomness.
+fn random_u64() -> u64 {
+    let mut bytes = [0_u8; 8];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::host::jittered;
+
+    #[test]
+    fn a_jittered_backoff_lies_between_it_and_one_and_a_half_times_it() {
+        let backoff = Duration::from_secs(30);
+        assert_eq!(jittered(backoff, 0), backoff);
+        assert_eq!(jittered(backoff, u64::MAX), Duration::from_secs(45));
+        // Half of the random range adds a quarter, less the nanosecond rounded away.
+        assert_eq!(
+            jittered(backoff, u64::MAX / 2),
+            Duration::from_nanos(37_499_999_999)
+        );
+        assert_eq!(
+            jittered(Duration::from_nanos(3), u64::MAX),
+            Duration::from_nanos(4)
+        );
+        assert_eq!(jittered(Duration::ZERO, u64::MAX), Duration::ZERO);
+        for random in [1, 1 << 20, 1 << 40, u64::MAX - 1] {
+            let pause = jittered(backoff, random);
+            assert!(pause >= backoff && pause <= backoff * 3 / 2, "{pause:?}");
+        }
+    }
 }
