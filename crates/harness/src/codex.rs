@@ -25,7 +25,6 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
-use tokio::io::AsyncBufReadExt;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Child;
 use tokio::process::ChildStdin;
@@ -33,6 +32,7 @@ use tokio::process::ChildStdout;
 use tokio::sync::oneshot;
 use tokio_util::codec::FramedRead;
 use tokio_util::codec::LinesCodec;
+use tokio_util::codec::LinesCodecError;
 use tokio_util::sync::CancellationToken;
 
 use crate::invoke::CommandHandler;
@@ -50,6 +50,9 @@ const ATTACH_WAIT: Duration = Duration::from_secs(20);
 
 /// The longest JSON-RPC line accepted from the app-server: 64 MiB.
 const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// The longest line of Codex's stderr forwarded to the log.
+const MAX_STDERR_LINE_BYTES: usize = 64 * 1024;
 
 /// The pinned Codex release this build is tested with.
 pub const PINNED_CODEX_VERSION: &str = "0.171.0";
@@ -360,10 +363,25 @@ async fn kill_group(child: &mut Child) {
     let _ = child.wait().await;
 }
 
+/// Forwards Codex's stderr to the log, line by line. A line longer than
+/// [`MAX_STDERR_LINE_BYTES`] is skipped (with a warning) and reading goes on, so Codex never
+/// blocks on a full pipe.
 async fn forward_stderr(stderr: tokio::process::ChildStderr) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(target: "codex", "{line}");
+    let mut lines = FramedRead::new(
+        stderr,
+        LinesCodec::new_with_max_length(MAX_STDERR_LINE_BYTES),
+    );
+    while let Some(line) = lines.next().await {
+        match line {
+            Ok(line) => tracing::info!(target: "codex", "{line}"),
+            Err(LinesCodecError::MaxLineLengthExceeded) => {
+                tracing::warn!(
+                    limit = MAX_STDERR_LINE_BYTES,
+                    "skipping an overlong line of codex stderr"
+                );
+            }
+            Err(LinesCodecError::Io(_)) => return,
+        }
     }
 }
 
