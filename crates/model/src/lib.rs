@@ -57,7 +57,7 @@ mod error;
 mod http;
 mod mock;
 mod responses;
-mod sse;
+pub mod sse;
 mod types;
 
 use std::pin::Pin;
