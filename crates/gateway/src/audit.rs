@@ -15,7 +15,6 @@
 //! So a hostile node or peer adds at most `LIMITED_ROWS_PER_WINDOW + 1` rows per minute, each at
 //! most about `5 × 256 + 4096` bytes.
 
-use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +23,7 @@ use std::time::Instant;
 
 use gatehouse_store::Store;
 use gatehouse_store::model::NewAuditEvent;
+use parking_lot::Mutex;
 
 use crate::clock::now_ms;
 

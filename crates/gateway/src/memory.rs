@@ -8,7 +8,6 @@
 //! When no node serves the workspace, search answers from the retained index and says `stale`;
 //! `memory_get` fails with `DEPENDENCY_UNAVAILABLE`. Nothing is ever read from a local copy.
 
-use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +32,7 @@ use gatehouse_protocol::memory::MemoryReadResult;
 use gatehouse_protocol::memory::MemoryRequest;
 use gatehouse_protocol::memory::WATCH_CHANGE;
 use gatehouse_protocol::memory::WORKSPACE_MEMORY;
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

@@ -14,7 +14,6 @@
 //!   (`initialize` is once per connection). Threads persist in `CODEX_HOME`, so the Gateway
 //!   resumes them on the new connection.
 
-use parking_lot::Mutex;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -25,6 +24,7 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
+use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Child;
 use tokio::process::ChildStdin;

@@ -1,6 +1,5 @@
 //! The node host: prepares the node root, then keeps one session with the Gateway alive.
 
-use parking_lot::Mutex;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,6 +10,7 @@ use gatehouse_policy::path::FileTransferPolicy;
 use gatehouse_protocol::handshake::ConnectAuth;
 use gatehouse_protocol::handshake::HelloOk;
 use gatehouse_scratch::ScratchReport;
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::NodeHostError;

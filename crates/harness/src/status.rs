@@ -12,7 +12,6 @@
 //! untouched, on write and on read. Nothing is fsynced: after a crash the file may be stale or
 //! missing, which a probe reports as unhealthy, and the next write repairs it.
 
-use parking_lot::Mutex;
 use std::io::Read;
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -21,6 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use rustix::fs::AtFlags;
 use rustix::fs::FileType;
 use rustix::fs::Mode;

@@ -9,13 +9,13 @@
 //!   configuration differs, vector search is paused (keyword search goes on) until a reindex.
 //! - The file uses a rollback journal, not WAL, so a rebuilt file can be renamed over it.
 
-use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::path::Path;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use parking_lot::RwLock;
 use sqlx::Row;
 use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteConnectOptions;

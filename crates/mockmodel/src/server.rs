@@ -1,6 +1,5 @@
 //! The HTTP face of the mock: routes, the request recorder and streamed bodies.
 
-use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -24,6 +23,7 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::get;
 use axum::routing::post;
+use parking_lot::Mutex;
 use serde::Deserialize;
 use serde::Serialize;
 use serde_json::Value;

@@ -11,7 +11,6 @@
 //! children share the group; sandboxed, bubblewrap is the group, and `--die-with-parent` plus the
 //! private PID namespace take the sandboxed processes with it.
 
-use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -29,6 +28,7 @@ use gatehouse_model::ToolInput;
 use gatehouse_model::ToolKind;
 use gatehouse_model::ToolSpec;
 use gatehouse_protocol::worker::SandboxSettings;
+use parking_lot::Mutex;
 use rustix::process::Pid;
 use rustix::process::Signal;
 use serde::Deserialize;

@@ -1,12 +1,12 @@
 //! `process`: background commands that outlive one tool call, and their registry.
 
-use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gatehouse_model::ToolInput;
 use gatehouse_model::ToolKind;
 use gatehouse_model::ToolSpec;
+use parking_lot::Mutex;
 use rustix::process::Pid;
 use serde::Deserialize;
 use serde_json::Value;

@@ -1,6 +1,5 @@
 //! [`NodeRegistry`]: the connected nodes, and invoking a command on one of them.
 
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -16,6 +15,7 @@ use gatehouse_protocol::frame::names;
 use gatehouse_protocol::invoke::InvokeCancel;
 use gatehouse_protocol::invoke::InvokeRequest;
 use gatehouse_protocol::invoke::InvokeResult;
+use parking_lot::Mutex;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc;

@@ -7,13 +7,13 @@
 //! log with `after=`. Memory held for live events is therefore at most
 //! `SUBSCRIBER_MAX_BYTES` per subscriber, whatever a node streams and however slow a client is.
 
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Weak;
 
 use gatehouse_store::Store;
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 /// How many events a subscriber may fall behind before it is dropped.

@@ -10,7 +10,6 @@ pub mod events;
 pub mod node_runtime;
 pub mod runtime;
 
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -25,6 +24,7 @@ use gatehouse_store::model::QueueMode;
 use gatehouse_store::model::TurnEnd;
 use gatehouse_store::model::TurnRecord;
 use gatehouse_store::model::TurnStatus;
+use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
