@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
+use gatehouse_model::sse::SseParser;
 
 use crate::exit::UsageError;
 
@@ -86,13 +87,13 @@ pub(crate) fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
 /// Prints the turn's deltas as they arrive, then its end.
 async fn follow(events: reqwest::Response, turn_id: &str) -> anyhow::Result<ExitCode> {
     let mut stream = events.bytes_stream();
-    let mut records = crate::records::Records::default();
+    let mut parser = SseParser::default();
     let mut streamed = false;
     while let Some(chunk) = stream.next().await {
-        records.push(&chunk?);
-        while let Some(block) = records.next_record(b"\n\n") {
-            let (kind, data) = parse_block(&block);
-            let Ok(data) = serde_json::from_str::<serde_json::Value>(&data) else {
+        parser.push(&chunk?)?;
+        while let Some(event) = parser.next_event() {
+            let kind = event.name.unwrap_or_else(|| String::from("message"));
+            let Ok(data) = serde_json::from_str::<serde_json::Value>(&event.data) else {
                 continue;
             };
             if data["turnId"].as_str() != Some(turn_id) {
@@ -132,20 +133,6 @@ async fn follow(events: reqwest::Response, turn_id: &str) -> anyhow::Result<Exit
     Err(anyhow::anyhow!(
         "the event stream ended before the turn did; the turn is {turn_id}"
     ))
-}
-
-/// Returns the `event:` and the joined `data:` lines of one SSE block.
-fn parse_block(block: &str) -> (String, String) {
-    let mut kind = String::from("message");
-    let mut data = Vec::new();
-    for line in block.lines() {
-        if let Some(value) = line.strip_prefix("event:") {
-            kind = value.trim().to_owned();
-        } else if let Some(value) = line.strip_prefix("data:") {
-            data.push(value.trim_start().to_owned());
-        }
-    }
-    (kind, data.join("\n"))
 }
 
 /// How an operator command reaches the Gateway's API: `--url`, `--token-file`, `--json`.

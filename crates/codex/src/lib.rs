@@ -6,6 +6,7 @@
 //! Harness with the Harness's key, and this crate only speaks its JSON-RPC protocol.
 //!
 //! # Modules
+//! - [`messages`]: the app-server messages the driver uses, as serde types.
 //! - [`rpc`]: the JSON-RPC client over a line transport.
 //! - [`relay`]: the transport over the node link.
 //! - [`stdio`]: a transport to a local app-server child, for the benchmark's baseline.
@@ -13,6 +14,7 @@
 
 #![deny(missing_docs)]
 
+pub mod messages;
 pub mod relay;
 pub mod rpc;
 pub mod runtime;

@@ -6,22 +6,42 @@
 //! - Notifications and server requests that name a `threadId` go to that thread's subscriber
 //!   ([`RpcClient::subscribe`]); a server request nobody is subscribed for is answered with an
 //!   error, so Codex never waits on it.
+//! - Each line is decoded as a [`Envelope`]; [`RpcClient::call`] sends a typed
+//!   [`ClientRequest`] and decodes its typed response, so a field Codex renamed is a
+//!   [`RpcError::BadResponse`], never a silently empty answer.
 //! - Unknown fields and methods are ignored. When the transport closes, every pending request
 //!   fails with [`RpcError::Closed`] and every subscription ends.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicI64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
+use crate::messages::ClientInfo;
+use crate::messages::ClientRequest;
+use crate::messages::DecodeError;
+use crate::messages::Envelope;
+use crate::messages::Initialize;
+use crate::messages::InitializeCapabilities;
+use crate::messages::InitializeParams;
+use crate::messages::InitializeResponse;
+use crate::messages::JsonRpcError;
+use crate::messages::thread_of;
+
 /// The JSON-RPC error code Codex uses for invalid requests.
 pub const INVALID_REQUEST: i64 = -32600;
+
+/// The JSON-RPC error code for a method the receiver does not implement.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+
+/// The JSON-RPC error code for params that do not decode.
+pub const INVALID_PARAMS: i64 = -32602;
 
 /// The JSON-RPC error code for an internal error.
 pub const INTERNAL_ERROR: i64 = -32603;
@@ -53,6 +73,9 @@ pub enum RpcError {
         /// The server's message.
         message: String,
     },
+    /// The server's answer does not decode into the method's response type.
+    #[error(transparent)]
+    BadResponse(#[from] DecodeError),
 }
 
 /// A message from the server that concerns one thread.
@@ -156,14 +179,20 @@ impl RpcClient {
     ) -> Result<serde_json::Value, RpcError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = oneshot::channel();
-        lock(&self.shared.pending).insert(id, sender);
+        self.shared.pending.lock().insert(id, sender);
         if self.is_closed() {
-            lock(&self.shared.pending).remove(&id);
+            self.shared.pending.lock().remove(&id);
             return Err(RpcError::Closed);
         }
-        let line = serde_json::json!({"id": id, "method": method, "params": params}).to_string();
+        let line = encode_line(&Envelope {
+            id: Some(id.into()),
+            method: Some(method.to_owned()),
+            params: Some(params),
+            result: None,
+            error: None,
+        });
         if self.outgoing.send(line).await.is_err() {
-            lock(&self.shared.pending).remove(&id);
+            self.shared.pending.lock().remove(&id);
             return Err(RpcError::Closed);
         }
         match tokio::time::timeout(timeout, receiver).await {
@@ -176,13 +205,29 @@ impl RpcClient {
             Ok(Ok(Err(error))) => Err(error),
             Ok(Err(_)) => Err(RpcError::Closed),
             Err(_) => {
-                lock(&self.shared.pending).remove(&id);
+                self.shared.pending.lock().remove(&id);
                 Err(RpcError::Timeout {
                     method: method.to_owned(),
                     timeout,
                 })
             }
         }
+    }
+
+    /// Sends the typed request `R` and decodes its typed response.
+    ///
+    /// # Errors
+    /// Every [`RpcError`]; [`RpcError::BadResponse`] when the answer lacks a field of
+    /// `R::Response`.
+    pub async fn call<R: ClientRequest>(
+        &self,
+        params: &R::Params,
+        timeout: Duration,
+    ) -> Result<R::Response, RpcError> {
+        let result = self
+            .request(R::METHOD, crate::messages::encode(params), timeout)
+            .await?;
+        Ok(crate::messages::decode(R::METHOD, result)?)
     }
 
     /// Sends a notification.
@@ -194,24 +239,33 @@ impl RpcClient {
         method: &str,
         params: Option<serde_json::Value>,
     ) -> Result<(), RpcError> {
-        let line = match params {
-            Some(params) => serde_json::json!({"method": method, "params": params}),
-            None => serde_json::json!({"method": method}),
-        };
-        self.send_line(line.to_string()).await
+        let line = encode_line(&Envelope {
+            id: None,
+            method: Some(method.to_owned()),
+            params,
+            result: None,
+            error: None,
+        });
+        self.send_line(line).await
     }
 
     /// Answers the server request `id` with `result`.
     ///
     /// # Errors
     /// [`RpcError::Closed`].
-    pub async fn respond(
+    pub async fn respond<T: serde::Serialize>(
         &self,
         id: &serde_json::Value,
-        result: serde_json::Value,
+        result: &T,
     ) -> Result<(), RpcError> {
-        self.send_line(serde_json::json!({"id": id, "result": result}).to_string())
-            .await
+        let line = encode_line(&Envelope {
+            id: Some(id.clone()),
+            method: None,
+            params: None,
+            result: Some(crate::messages::encode(result)),
+            error: None,
+        });
+        self.send_line(line).await
     }
 
     /// Answers the server request `id` with a JSON-RPC error.
@@ -224,10 +278,17 @@ impl RpcClient {
         code: i64,
         message: &str,
     ) -> Result<(), RpcError> {
-        self.send_line(
-            serde_json::json!({"id": id, "error": {"code": code, "message": message}}).to_string(),
-        )
-        .await
+        let line = encode_line(&Envelope {
+            id: Some(id.clone()),
+            method: None,
+            params: None,
+            result: None,
+            error: Some(JsonRpcError {
+                code,
+                message: message.to_owned(),
+            }),
+        });
+        self.send_line(line).await
     }
 
     /// Routes every notification and server request of `thread_id` to the returned receiver,
@@ -235,14 +296,17 @@ impl RpcClient {
     pub fn subscribe(&self, thread_id: &str) -> mpsc::UnboundedReceiver<ThreadMessage> {
         let (sender, receiver) = mpsc::unbounded_channel();
         if !self.is_closed() {
-            lock(&self.shared.subscribers).insert(thread_id.to_owned(), sender);
+            self.shared
+                .subscribers
+                .lock()
+                .insert(thread_id.to_owned(), sender);
         }
         receiver
     }
 
     /// Stops routing messages of `thread_id`.
     pub fn unsubscribe(&self, thread_id: &str) {
-        lock(&self.shared.subscribers).remove(thread_id);
+        self.shared.subscribers.lock().remove(thread_id);
     }
 
     /// Sends `initialize` (with the experimental API, which dynamic tools need) and then
@@ -250,16 +314,20 @@ impl RpcClient {
     ///
     /// # Errors
     /// Every [`RpcError`].
-    pub async fn initialize(&self, client_name: &str) -> Result<serde_json::Value, RpcError> {
+    pub async fn initialize(&self, client_name: &str) -> Result<InitializeResponse, RpcError> {
+        let params = InitializeParams {
+            client_info: ClientInfo {
+                name: client_name.to_owned(),
+                title: Some(String::from("Gatehouse Gateway")),
+                version: String::from(env!("CARGO_PKG_VERSION")),
+            },
+            capabilities: InitializeCapabilities {
+                experimental_api: true,
+                opt_out_notification_methods: vec![String::from("item/reasoning/textDelta")],
+            },
+        };
         let result = self
-            .request(
-                "initialize",
-                serde_json::json!({
-                    "clientInfo": {"name": client_name, "title": "Gatehouse Gateway", "version": env!("CARGO_PKG_VERSION")},
-                    "capabilities": {"experimentalApi": true, "optOutNotificationMethods": ["item/reasoning/textDelta"]},
-                }),
-                DEFAULT_REQUEST_TIMEOUT,
-            )
+            .call::<Initialize>(&params, DEFAULT_REQUEST_TIMEOUT)
             .await?;
         self.notify("initialized", None).await?;
         Ok(result)
@@ -274,50 +342,50 @@ impl RpcClient {
 
     async fn read_loop(self, mut incoming: mpsc::Receiver<String>) {
         while let Some(line) = incoming.recv().await {
-            let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
-                tracing::warn!("codex app-server sent a line that is not JSON; ignoring it");
-                continue;
+            tracing::trace!(line = %line, "codex app-server line in");
+            let message = match serde_json::from_str::<Envelope>(&line) {
+                Ok(message) => message,
+                Err(error) => {
+                    tracing::warn!(error = %error, "codex app-server sent a line that is not a JSON-RPC message; ignoring it");
+                    continue;
+                }
             };
             self.dispatch(message).await;
         }
         self.shared.closed.store(true, Ordering::SeqCst);
-        lock(&self.shared.pending).clear();
-        lock(&self.shared.subscribers).clear();
+        self.shared.pending.lock().clear();
+        self.shared.subscribers.lock().clear();
         self.shared.closed_notify.notify_waiters();
     }
 
-    async fn dispatch(&self, mut message: serde_json::Value) {
-        let method = message
-            .get("method")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned);
-        let id = message.get("id").cloned();
+    async fn dispatch(&self, message: Envelope) {
+        let Envelope {
+            id,
+            method,
+            params,
+            result,
+            error,
+        } = message;
         match (method, id) {
             (None, Some(id)) => {
                 let Some(id) = id.as_i64() else {
                     return;
                 };
-                let Some(sender) = lock(&self.shared.pending).remove(&id) else {
+                let Some(sender) = self.shared.pending.lock().remove(&id) else {
                     return;
                 };
-                let outcome = match message.get_mut("error") {
+                let outcome = match error {
                     Some(error) => Err(RpcError::Server {
                         method: String::new(),
-                        code: error["code"].as_i64().unwrap_or(INTERNAL_ERROR),
-                        message: error["message"].as_str().unwrap_or_default().to_owned(),
+                        code: error.code,
+                        message: error.message,
                     }),
-                    None => Ok(message
-                        .get_mut("result")
-                        .map(serde_json::Value::take)
-                        .unwrap_or_default()),
+                    None => Ok(result.unwrap_or_default()),
                 };
                 let _ = sender.send(outcome);
             }
             (Some(method), id) => {
-                let params = message
-                    .get_mut("params")
-                    .map(serde_json::Value::take)
-                    .unwrap_or_default();
+                let params = params.unwrap_or_default();
                 let thread_id = thread_of(&params);
                 let routed = match &id {
                     Some(id) => ThreadMessage::Request {
@@ -331,7 +399,7 @@ impl RpcClient {
                     },
                 };
                 let delivered = thread_id.is_some_and(|thread_id| {
-                    let mut subscribers = lock(&self.shared.subscribers);
+                    let mut subscribers = self.shared.subscribers.lock();
                     match subscribers.get(&thread_id) {
                         Some(sender) if sender.send(routed).is_ok() => true,
                         Some(_) => {
@@ -360,19 +428,11 @@ impl RpcClient {
     }
 }
 
-/// Returns the `threadId` a message's params name, directly or in a `thread` object.
-fn thread_of(params: &serde_json::Value) -> Option<String> {
-    params
-        .get("threadId")
-        .or_else(|| params.get("thread").and_then(|thread| thread.get("id")))
-        .and_then(serde_json::Value::as_str)
-        .map(str::to_owned)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Encodes one outgoing line.
+fn encode_line(envelope: &Envelope) -> String {
+    let line = serde_json::to_string(envelope).unwrap_or_default();
+    tracing::trace!(line = %line, "codex app-server line out");
+    line
 }
 
 #[cfg(test)]

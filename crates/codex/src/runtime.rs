@@ -17,9 +17,10 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::Weak;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use gatehouse_gateway::RuntimeParts;
 use gatehouse_gateway::link::registry::NodeConnection;
@@ -32,7 +33,35 @@ use gatehouse_gateway::turns::runtime::TurnSink;
 use gatehouse_protocol::codex::CODEX_APPSERVER;
 use gatehouse_protocol::worker::GatewayToolParams;
 
+use crate::messages::ApprovalResponse;
+use crate::messages::CodexErrorInfo;
+use crate::messages::DynamicToolCallParams;
+use crate::messages::DynamicToolCallResponse;
+use crate::messages::DynamicToolSpec;
+use crate::messages::ElicitationResponse;
+use crate::messages::FileUpdateChange;
+use crate::messages::ItemStatus;
+use crate::messages::PermissionsApprovalResponse;
+use crate::messages::ServerNotification;
+use crate::messages::ServerRequest;
+use crate::messages::ThreadItem;
+use crate::messages::ThreadResume;
+use crate::messages::ThreadResumeParams;
+use crate::messages::ThreadSettings;
+use crate::messages::ThreadStart;
+use crate::messages::ThreadStartParams;
+use crate::messages::ToolContentItem;
+use crate::messages::TurnInterrupt;
+use crate::messages::TurnInterruptParams;
+use crate::messages::TurnStart;
+use crate::messages::TurnStartParams;
+use crate::messages::TurnStatus;
+use crate::messages::TurnSteer;
+use crate::messages::TurnSteerParams;
+use crate::messages::UserInput;
 use crate::rpc::DEFAULT_REQUEST_TIMEOUT;
+use crate::rpc::INVALID_PARAMS;
+use crate::rpc::METHOD_NOT_FOUND;
 use crate::rpc::RpcClient;
 use crate::rpc::ThreadMessage;
 
@@ -179,7 +208,7 @@ impl CodexRuntime {
         })?;
         tracing::info!(
             node = %node.device_id,
-            user_agent = info["userAgent"].as_str().unwrap_or_default(),
+            user_agent = %info.user_agent,
             "initialized codex app-server over the relay"
         );
         let connection = Arc::new(Connection {
@@ -206,16 +235,18 @@ impl CodexRuntime {
             .await
             .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
         match bound {
-            Some(thread_id) if lock(&connection.loaded_threads).contains(&thread_id) => {
+            Some(thread_id) if connection.loaded_threads.lock().contains(&thread_id) => {
                 Ok(thread_id)
             }
             Some(thread_id) => {
-                let mut params = self.thread_settings(connection).await;
-                params["threadId"] = serde_json::json!(thread_id);
-                params["excludeTurns"] = serde_json::json!(true);
+                let params = ThreadResumeParams {
+                    thread_id: thread_id.clone(),
+                    exclude_turns: true,
+                    settings: self.thread_settings(connection).await,
+                };
                 connection
                     .rpc
-                    .request("thread/resume", params, DEFAULT_REQUEST_TIMEOUT)
+                    .call::<ThreadResume>(&params, DEFAULT_REQUEST_TIMEOUT)
                     .await
                     .map_err(|error| {
                         TurnFailure::new(
@@ -224,41 +255,38 @@ impl CodexRuntime {
                         )
                     })?;
                 tracing::info!(session_key, thread_id = %thread_id, "resumed the session's Codex thread");
-                lock(&connection.loaded_threads).insert(thread_id.clone());
+                connection.loaded_threads.lock().insert(thread_id.clone());
                 Ok(thread_id)
             }
             None => {
-                let tools: Vec<serde_json::Value> =
-                    without_codex_excluded(self.parts.tools.offered())
-                        .into_iter()
-                        .map(|spec| {
-                            serde_json::json!({
-                                "type": "function",
-                                "name": spec.name,
-                                "description": spec.description,
-                                "inputSchema": spec.parameters,
-                            })
-                        })
-                        .collect();
-                let mut params = self.thread_settings(connection).await;
-                params["dynamicTools"] = serde_json::json!(tools);
-                params["serviceName"] = serde_json::json!("gatehouse");
-                let result = connection
-                    .rpc
-                    .request("thread/start", params, DEFAULT_REQUEST_TIMEOUT)
-                    .await
-                    .map_err(|error| {
-                        TurnFailure::new(
-                            "CODEX_UNAVAILABLE",
-                            format!("cannot start a Codex thread: {error}"),
-                        )
-                    })?;
-                let Some(thread_id) = result["thread"]["id"].as_str().map(str::to_owned) else {
-                    return Err(TurnFailure::new(
-                        "CODEX_BAD_RESPONSE",
-                        "thread/start returned no thread id",
-                    ));
+                let dynamic_tools = without_codex_excluded(self.parts.tools.offered())
+                    .into_iter()
+                    .map(|spec| DynamicToolSpec {
+                        kind: String::from("function"),
+                        name: spec.name,
+                        description: spec.description,
+                        input_schema: spec.parameters,
+                    })
+                    .collect();
+                let params = ThreadStartParams {
+                    settings: self.thread_settings(connection).await,
+                    dynamic_tools,
+                    service_name: String::from("gatehouse"),
                 };
+                let started = connection
+                    .rpc
+                    .call::<ThreadStart>(&params, DEFAULT_REQUEST_TIMEOUT)
+                    .await
+                    .map_err(|error| match error {
+                        crate::rpc::RpcError::BadResponse(error) => {
+                            TurnFailure::new("CODEX_BAD_RESPONSE", error.to_string())
+                        }
+                        other => TurnFailure::new(
+                            "CODEX_UNAVAILABLE",
+                            format!("cannot start a Codex thread: {other}"),
+                        ),
+                    })?;
+                let thread_id = started.thread.id;
                 self.parts
                     .store
                     .bind_codex_thread(session_key, &thread_id, gatehouse_gateway::clock::now_ms())
@@ -274,7 +302,7 @@ impl CodexRuntime {
                         serde_json::json!({"sessionKey": session_key, "threadId": thread_id}),
                     )
                     .await;
-                lock(&connection.loaded_threads).insert(thread_id.clone());
+                connection.loaded_threads.lock().insert(thread_id.clone());
                 Ok(thread_id)
             }
         }
@@ -283,34 +311,46 @@ impl CodexRuntime {
     /// The settings of `thread/start` and `thread/resume`: the node's workspace as cwd, every
     /// approval asked of the Gateway, the `workspace-write` sandbox, and the workspace's skills
     /// (as of this start or resume) as developer instructions.
-    async fn thread_settings(&self, connection: &Connection) -> serde_json::Value {
-        let mut settings = serde_json::json!({
-            "cwd": connection.workspace_root,
-            "approvalPolicy": "untrusted",
-            "sandbox": "workspace-write",
-        });
-        if let Some(skills) = self.parts.skills.for_codex_thread().await {
-            settings["developerInstructions"] = serde_json::json!(skills);
+    async fn thread_settings(&self, connection: &Connection) -> ThreadSettings {
+        ThreadSettings {
+            cwd: connection.workspace_root.clone(),
+            approval_policy: String::from("untrusted"),
+            sandbox: String::from("workspace-write"),
+            developer_instructions: self.parts.skills.for_codex_thread().await,
         }
-        settings
     }
 
-    /// Answers one server request of the running turn.
+    /// Answers one server request of the running turn. A request whose params do not decode is
+    /// refused with `invalid params`, so Codex never waits on it.
     async fn answer(
         &self,
         connection: &Connection,
         input: &TurnInput,
         id: &serde_json::Value,
         method: &str,
-        params: &serde_json::Value,
+        params: serde_json::Value,
     ) {
         let rpc = &connection.rpc;
-        let details = |kind: &str, decision: &str| {
-            serde_json::json!({"sessionKey": input.session_key, "turnId": input.turn_id, "kind": kind,
-                "itemId": params["itemId"], "decision": decision})
+        let request = match ServerRequest::decode(method, params) {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::warn!(error = %error, "refusing a codex request the Gateway cannot read");
+                if let Err(error) = rpc
+                    .respond_error(id, INVALID_PARAMS, &error.to_string())
+                    .await
+                {
+                    tracing::warn!(error = %error, method, "cannot answer codex app-server");
+                }
+                return;
+            }
         };
-        let sent = match method {
-            "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {
+        let details = |kind: &str, item_id: &str, decision: &str| {
+            serde_json::json!({"sessionKey": input.session_key, "turnId": input.turn_id, "kind": kind,
+                "itemId": item_id, "decision": decision})
+        };
+        let sent = match request {
+            ServerRequest::CommandExecutionApproval(params)
+            | ServerRequest::FileChangeApproval(params) => {
                 let (kind, decision) = if method.starts_with("item/command") {
                     ("command", self.config.command_approval)
                 } else {
@@ -328,17 +368,19 @@ impl CodexRuntime {
                         "codex.approval",
                         outcome,
                         (decision == ApprovalDecision::Decline).then_some("POLICY_DECLINED"),
-                        details(kind, decision.wire()),
+                        details(kind, &params.item_id, decision.wire()),
                     )
                     .await;
-                rpc.respond(id, serde_json::json!({"decision": decision.wire()}))
-                    .await
+                let response = ApprovalResponse {
+                    decision: decision.wire().to_owned(),
+                };
+                rpc.respond(id, &response).await
             }
-            "item/tool/call" => {
-                let result = self.call_gateway_tool(connection, input, params).await;
-                rpc.respond(id, result).await
+            ServerRequest::DynamicToolCall(params) => {
+                let response = self.call_gateway_tool(connection, input, params).await;
+                rpc.respond(id, &response).await
             }
-            "item/permissions/requestApproval" => {
+            ServerRequest::PermissionsApproval(params) => {
                 self.parts
                     .audit
                     .record(
@@ -346,26 +388,33 @@ impl CodexRuntime {
                         "codex.approval",
                         "declined",
                         Some("POLICY_DECLINED"),
-                        details("permissions", "none"),
+                        details("permissions", &params.item_id, "none"),
                     )
                     .await;
-                rpc.respond(id, serde_json::json!({"permissions": {}, "scope": "turn"}))
-                    .await
+                let response = PermissionsApprovalResponse {
+                    permissions: serde_json::Map::new(),
+                    scope: String::from("turn"),
+                };
+                rpc.respond(id, &response).await
             }
-            "mcpServer/elicitation/request" => {
-                rpc.respond(
-                    id,
-                    serde_json::json!({"action": "decline", "content": null}),
-                )
-                .await
+            ServerRequest::McpServerElicitation => {
+                let response = ElicitationResponse {
+                    action: String::from("decline"),
+                    content: None,
+                };
+                rpc.respond(id, &response).await
             }
-            other => {
+            ServerRequest::Other { method } => {
                 tracing::warn!(
-                    method = other,
+                    method,
                     "refusing a codex request the Gateway does not handle"
                 );
-                rpc.respond_error(id, -32601, "not supported by the Gatehouse Gateway")
-                    .await
+                rpc.respond_error(
+                    id,
+                    METHOD_NOT_FOUND,
+                    "not supported by the Gatehouse Gateway",
+                )
+                .await
             }
         };
         if let Err(error) = sent {
@@ -378,9 +427,9 @@ impl CodexRuntime {
         &self,
         connection: &Connection,
         input: &TurnInput,
-        params: &serde_json::Value,
-    ) -> serde_json::Value {
-        let tool = params["tool"].as_str().unwrap_or_default().to_owned();
+        params: DynamicToolCallParams,
+    ) -> DynamicToolCallResponse {
+        let tool = params.tool;
         let outcome = if CODEX_EXCLUDED_TOOLS.contains(&tool.as_str()) {
             Err(format!(
                 "POLICY_DENIED: {tool} is Gateway-local and never runs for a Codex agent"
@@ -390,7 +439,7 @@ impl CodexRuntime {
                 session_key: input.session_key.clone(),
                 turn_id: input.turn_id.clone(),
                 tool: tool.clone(),
-                arguments: params["arguments"].clone(),
+                arguments: params.arguments,
             };
             match self.parts.tools.call_as(&actor(connection), &call).await {
                 Ok(result) if result.ok => Ok(result.output),
@@ -402,7 +451,10 @@ impl CodexRuntime {
             Ok(text) => (text, true),
             Err(text) => (text, false),
         };
-        serde_json::json!({"contentItems": [{"type": "inputText", "text": text}], "success": success})
+        DynamicToolCallResponse {
+            content_items: vec![ToolContentItem::InputText { text }],
+            success,
+        }
     }
 
     /// Fetches the reply's `MEDIA:` artifacts into the media store and records each outcome.
@@ -521,36 +573,34 @@ impl TurnRuntime for CodexRuntime {
         let connection = self.connection(self.config.node_grace).await?;
         let thread_id = self.thread_for(&connection, &input.session_key).await?;
         let mut messages = connection.rpc.subscribe(&thread_id);
+        let params = TurnStartParams {
+            thread_id: thread_id.clone(),
+            input: user_input(&input, &connection.workspace_root),
+        };
         let started = connection
             .rpc
-            .request(
-                "turn/start",
-                serde_json::json!({"threadId": thread_id, "input": user_input(&input, &connection.workspace_root)}),
-                DEFAULT_REQUEST_TIMEOUT,
-            )
+            .call::<TurnStart>(&params, DEFAULT_REQUEST_TIMEOUT)
             .await
             .map_err(|error| connection_failure(&error))?;
-        let Some(codex_turn) = started["turn"]["id"].as_str().map(str::to_owned) else {
-            return Err(TurnFailure::new(
-                "CODEX_BAD_RESPONSE",
-                "turn/start returned no turn id",
-            ));
-        };
+        let codex_turn = started.turn.id;
         let mut interrupt = InterruptOnDrop {
             rpc: connection.rpc.clone(),
             thread_id: thread_id.clone(),
             turn_id: codex_turn.clone(),
             armed: true,
         };
-        let mut state = TurnState::default();
+        let mut state = TurnState::new(codex_turn.clone());
         let mut steer_open = true;
         let outcome = loop {
             tokio::select! {
                 steer = input.steer.recv(), if steer_open => match steer {
                     Some(text) => {
-                        let params = serde_json::json!({"threadId": thread_id, "expectedTurnId": codex_turn,
-                            "input": [{"type": "text", "text": text}]});
-                        if let Err(error) = connection.rpc.request("turn/steer", params, DEFAULT_REQUEST_TIMEOUT).await {
+                        let params = TurnSteerParams {
+                            thread_id: thread_id.clone(),
+                            expected_turn_id: codex_turn.clone(),
+                            input: vec![UserInput::Text { text }],
+                        };
+                        if let Err(error) = connection.rpc.call::<TurnSteer>(&params, DEFAULT_REQUEST_TIMEOUT).await {
                             tracing::warn!(error = %error, "codex refused the steered input");
                         }
                     }
@@ -562,10 +612,14 @@ impl TurnRuntime for CodexRuntime {
                         "the connection to codex app-server on the Harness ended during the turn; the turn is not replayed",
                     )),
                     Some(ThreadMessage::Request { id, method, params }) => {
-                        self.answer(&connection, &input, &id, &method, &params).await;
+                        self.answer(&connection, &input, &id, &method, params).await;
                     }
                     Some(ThreadMessage::Notification { method, params }) => {
-                        if let Some(end) = state.apply(&method, &params, &codex_turn, &sink).await? {
+                        let notification = match ServerNotification::decode(&method, params) {
+                            Ok(notification) => notification,
+                            Err(error) => break Err(TurnFailure::new("CODEX_BAD_RESPONSE", error.to_string())),
+                        };
+                        if let Some(end) = apply(state.observe(notification), &sink).await? {
                             break end;
                         }
                     }
@@ -580,129 +634,205 @@ impl TurnRuntime for CodexRuntime {
     }
 }
 
-/// What a turn has seen so far.
-#[derive(Default)]
-struct TurnState {
+/// What the driver does for one notification of the running turn, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnEvent {
+    /// Publish more reply text.
+    Delta(String),
+    /// A tool started, with its arguments.
+    ToolStarted {
+        /// The tool as the Gateway names it (`exec_command`, `apply_patch`, or a Gateway tool).
+        tool: String,
+        /// Its arguments.
+        arguments: serde_json::Value,
+    },
+    /// Commit a transcript message.
+    Commit {
+        /// `assistant` or `tool`.
+        role: &'static str,
+        /// The message text.
+        content: String,
+        /// The tool of a `tool` message.
+        tool: Option<&'static str>,
+    },
+    /// A tool ended.
+    ToolCompleted {
+        /// The tool.
+        tool: String,
+        /// Whether it succeeded.
+        ok: bool,
+    },
+    /// The turn ended with the reply, or with a failure.
+    Ended(Result<String, TurnFailure>),
+}
+
+/// The driver's view of one Codex turn: turns its notifications into [`TurnEvent`]s.
+#[derive(Debug)]
+pub struct TurnState {
+    codex_turn: String,
     reply: Option<String>,
     last_error: Option<(String, String)>,
 }
 
 impl TurnState {
-    /// Applies one notification; returns the turn's outcome once it has ended.
-    async fn apply(
-        &mut self,
-        method: &str,
-        params: &serde_json::Value,
-        codex_turn: &str,
-        sink: &TurnSink,
-    ) -> Result<Option<Result<String, TurnFailure>>, TurnFailure> {
-        let item = &params["item"];
-        match method {
-            "item/agentMessage/delta" => sink.delta(params["delta"].as_str().unwrap_or_default()),
-            "item/started" => match item["type"].as_str() {
-                Some("commandExecution") => {
-                    sink.tool_started(
-                        "exec_command",
-                        &serde_json::json!({"command": item["command"]}),
-                    )
-                    .await?;
-                }
-                Some("fileChange") => {
-                    sink.tool_started(
-                        "apply_patch",
-                        &serde_json::json!({"changes": change_list(item)}),
-                    )
-                    .await?;
-                }
-                Some("dynamicToolCall") => {
-                    sink.tool_started(
-                        item["tool"].as_str().unwrap_or_default(),
-                        &item["arguments"],
-                    )
-                    .await?;
-                }
-                _ => {}
+    /// Returns the state of the Codex turn `codex_turn`, before any notification.
+    pub fn new(codex_turn: String) -> Self {
+        Self {
+            codex_turn,
+            reply: None,
+            last_error: None,
+        }
+    }
+
+    /// Returns what to do for `notification`; the last event is [`TurnEvent::Ended`] once the
+    /// turn has completed.
+    pub fn observe(&mut self, notification: ServerNotification) -> Vec<TurnEvent> {
+        match notification {
+            ServerNotification::AgentMessageDelta(delta) => vec![TurnEvent::Delta(delta.delta)],
+            ServerNotification::ItemStarted(started) => match started.item {
+                ThreadItem::CommandExecution { command, .. } => vec![TurnEvent::ToolStarted {
+                    tool: String::from("exec_command"),
+                    arguments: serde_json::json!({"command": command}),
+                }],
+                ThreadItem::FileChange { changes, .. } => vec![TurnEvent::ToolStarted {
+                    tool: String::from("apply_patch"),
+                    arguments: serde_json::json!({"changes": change_list(&changes)}),
+                }],
+                ThreadItem::DynamicToolCall {
+                    tool, arguments, ..
+                } => vec![TurnEvent::ToolStarted { tool, arguments }],
+                ThreadItem::AgentMessage { .. } | ThreadItem::Other => Vec::new(),
             },
-            "item/completed" => match item["type"].as_str() {
-                Some("agentMessage") => {
-                    let text = item["text"].as_str().unwrap_or_default();
-                    sink.commit("assistant", text, None).await?;
-                    self.reply = Some(text.to_owned());
+            ServerNotification::ItemCompleted(completed) => match completed.item {
+                ThreadItem::AgentMessage { text, .. } => {
+                    self.reply = Some(text.clone());
+                    vec![TurnEvent::Commit {
+                        role: "assistant",
+                        content: text,
+                        tool: None,
+                    }]
                 }
-                Some("commandExecution") => {
-                    let status = item["status"].as_str().unwrap_or("unknown");
-                    let exit_code = item["exitCode"].as_i64();
+                ThreadItem::CommandExecution {
+                    command,
+                    status,
+                    exit_code,
+                    aggregated_output,
+                    ..
+                } => {
                     let content = format!(
-                        "$ {}\nstatus: {status}\nexit code: {}\n{}",
-                        item["command"].as_str().unwrap_or_default(),
+                        "$ {command}\nstatus: {}\nexit code: {}\n{}",
+                        status.wire(),
                         exit_code.map_or_else(|| String::from("none"), |code| code.to_string()),
-                        item["aggregatedOutput"].as_str().unwrap_or_default(),
+                        aggregated_output.unwrap_or_default(),
                     );
-                    sink.commit("tool", &content, Some("exec_command")).await?;
-                    sink.tool_completed(
-                        "exec_command",
-                        status == "completed" && exit_code == Some(0),
-                    )
-                    .await?;
+                    vec![
+                        TurnEvent::Commit {
+                            role: "tool",
+                            content,
+                            tool: Some("exec_command"),
+                        },
+                        TurnEvent::ToolCompleted {
+                            tool: String::from("exec_command"),
+                            ok: status == ItemStatus::Completed && exit_code == Some(0),
+                        },
+                    ]
                 }
-                Some("fileChange") => {
-                    let status = item["status"].as_str().unwrap_or("unknown");
-                    let content = format!("status: {status}\n{}", change_list(item).join("\n"));
-                    sink.commit("tool", &content, Some("apply_patch")).await?;
-                    sink.tool_completed("apply_patch", status == "completed")
-                        .await?;
+                ThreadItem::FileChange {
+                    changes, status, ..
+                } => {
+                    let content = format!(
+                        "status: {}\n{}",
+                        status.wire(),
+                        change_list(&changes).join("\n")
+                    );
+                    vec![
+                        TurnEvent::Commit {
+                            role: "tool",
+                            content,
+                            tool: Some("apply_patch"),
+                        },
+                        TurnEvent::ToolCompleted {
+                            tool: String::from("apply_patch"),
+                            ok: status == ItemStatus::Completed,
+                        },
+                    ]
                 }
-                Some("dynamicToolCall") => {
-                    sink.tool_completed(
-                        item["tool"].as_str().unwrap_or_default(),
-                        item["success"].as_bool().unwrap_or(false),
-                    )
-                    .await?;
+                ThreadItem::DynamicToolCall { tool, success, .. } => {
+                    vec![TurnEvent::ToolCompleted {
+                        tool,
+                        ok: success.unwrap_or(false),
+                    }]
                 }
-                _ => {}
+                ThreadItem::Other => Vec::new(),
             },
-            "error" => {
+            ServerNotification::Error(error) => {
                 self.last_error = Some((
-                    error_code(&params["error"]["codexErrorInfo"]).to_owned(),
-                    params["error"]["message"]
-                        .as_str()
-                        .unwrap_or("codex failed")
-                        .to_owned(),
+                    error_code(error.error.codex_error_info.as_ref()).to_owned(),
+                    error.error.message,
                 ));
+                Vec::new()
             }
-            "warning" => {
-                tracing::warn!(
-                    message = params["message"].as_str().unwrap_or_default(),
-                    "codex warning"
-                );
+            ServerNotification::Warning(warning) => {
+                tracing::warn!(message = %warning.message, "codex warning");
+                Vec::new()
             }
-            "turn/completed" if params["turn"]["id"].as_str() == Some(codex_turn) => {
-                let turn = &params["turn"];
-                let outcome = match turn["status"].as_str() {
-                    Some("completed") => Ok(self.reply.take().unwrap_or_default()),
-                    Some("interrupted") => Err(TurnFailure::new(
+            ServerNotification::TurnCompleted(completed)
+                if completed.turn.id == self.codex_turn =>
+            {
+                let turn = completed.turn;
+                let outcome = match turn.status {
+                    TurnStatus::Completed => Ok(self.reply.take().unwrap_or_default()),
+                    TurnStatus::Interrupted => Err(TurnFailure::new(
                         "ABORTED",
                         "the Codex turn was interrupted",
                     )),
-                    _ => {
-                        let (code, message) = self.last_error.take().unwrap_or_else(|| {
-                            (
-                                error_code(&turn["error"]["codexErrorInfo"]).to_owned(),
-                                turn["error"]["message"]
-                                    .as_str()
-                                    .unwrap_or("the Codex turn failed")
-                                    .to_owned(),
-                            )
-                        });
+                    TurnStatus::Failed | TurnStatus::InProgress | TurnStatus::Other => {
+                        let (code, message) =
+                            self.last_error.take().unwrap_or_else(|| match turn.error {
+                                Some(error) => (
+                                    error_code(error.codex_error_info.as_ref()).to_owned(),
+                                    error.message,
+                                ),
+                                None => (
+                                    error_code(None).to_owned(),
+                                    String::from("the Codex turn failed"),
+                                ),
+                            });
                         Err(TurnFailure::new(&code, message))
                     }
                 };
-                return Ok(Some(outcome));
+                vec![TurnEvent::Ended(outcome)]
             }
-            _ => {}
+            ServerNotification::TurnCompleted(_)
+            | ServerNotification::TurnStarted(_)
+            | ServerNotification::Other { .. } => Vec::new(),
         }
-        Ok(None)
     }
+}
+
+/// Carries out `events` on `sink`; returns the turn's outcome once it has ended.
+async fn apply(
+    events: Vec<TurnEvent>,
+    sink: &TurnSink,
+) -> Result<Option<Result<String, TurnFailure>>, TurnFailure> {
+    for event in events {
+        match event {
+            TurnEvent::Delta(text) => sink.delta(&text),
+            TurnEvent::ToolStarted { tool, arguments } => {
+                sink.tool_started(&tool, &arguments).await?;
+            }
+            TurnEvent::Commit {
+                role,
+                content,
+                tool,
+            } => {
+                sink.commit(role, &content, tool).await?;
+            }
+            TurnEvent::ToolCompleted { tool, ok } => sink.tool_completed(&tool, ok).await?,
+            TurnEvent::Ended(outcome) => return Ok(Some(outcome)),
+        }
+    }
+    Ok(None)
 }
 
 /// Sends `turn/interrupt` when a turn's future is dropped before the turn ended (an abort).
@@ -719,11 +849,14 @@ impl Drop for InterruptOnDrop {
             return;
         }
         let rpc = self.rpc.clone();
-        let params = serde_json::json!({"threadId": self.thread_id, "turnId": self.turn_id});
+        let params = TurnInterruptParams {
+            thread_id: self.thread_id.clone(),
+            turn_id: self.turn_id.clone(),
+        };
         rpc.unsubscribe(&self.thread_id);
         tokio::spawn(async move {
             if let Err(error) = rpc
-                .request("turn/interrupt", params, DEFAULT_REQUEST_TIMEOUT)
+                .call::<TurnInterrupt>(&params, DEFAULT_REQUEST_TIMEOUT)
                 .await
             {
                 tracing::warn!(error = %error, "cannot interrupt the Codex turn");
@@ -734,7 +867,7 @@ impl Drop for InterruptOnDrop {
 
 /// Builds the `turn/start` input: the user texts, with staged attachments as `localImage` items
 /// (images) or as path mentions.
-fn user_input(input: &TurnInput, workspace_root: &str) -> Vec<serde_json::Value> {
+fn user_input(input: &TurnInput, workspace_root: &str) -> Vec<UserInput> {
     let mut text = input.user_texts.join("\n\n");
     let mut items = Vec::new();
     let mut mentioned = Vec::new();
@@ -745,7 +878,7 @@ fn user_input(input: &TurnInput, workspace_root: &str) -> Vec<serde_json::Value>
             .iter()
             .any(|ext| lower.ends_with(ext))
         {
-            items.push(serde_json::json!({"type": "localImage", "path": path}));
+            items.push(UserInput::LocalImage { path });
         } else {
             mentioned.push(path);
         }
@@ -756,7 +889,7 @@ fn user_input(input: &TurnInput, workspace_root: &str) -> Vec<serde_json::Value>
             text.push_str(&format!("- {path}\n"));
         }
     }
-    items.insert(0, serde_json::json!({"type": "text", "text": text}));
+    items.insert(0, UserInput::Text { text });
     items
 }
 
@@ -775,32 +908,16 @@ pub fn artifact_paths(reply: &str, workspace_root: &str) -> Vec<String> {
         .collect()
 }
 
-fn change_list(item: &serde_json::Value) -> Vec<String> {
-    item["changes"]
-        .as_array()
-        .map(|changes| {
-            changes
-                .iter()
-                .map(|change| {
-                    format!(
-                        "{} {}",
-                        change["kind"]["type"].as_str().unwrap_or("change"),
-                        change["path"].as_str().unwrap_or_default()
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+fn change_list(changes: &[FileUpdateChange]) -> Vec<String> {
+    changes
+        .iter()
+        .map(|change| format!("{} {}", change.kind.wire(), change.path))
+        .collect()
 }
 
 /// Maps Codex's `codexErrorInfo` onto our stable codes.
-pub fn error_code(info: &serde_json::Value) -> &'static str {
-    let name = match info {
-        serde_json::Value::String(name) => name.as_str(),
-        serde_json::Value::Object(map) => map.keys().next().map_or("other", String::as_str),
-        _ => "other",
-    };
-    match name {
+pub fn error_code(info: Option<&CodexErrorInfo>) -> &'static str {
+    match info.map_or("other", CodexErrorInfo::name) {
         "unauthorized" => "MODEL_AUTH_FAILED",
         "rateLimitExceeded" | "usageLimitExceeded" => "MODEL_RATE_LIMITED",
         "internalServerError"
@@ -836,12 +953,6 @@ fn actor(connection: &Connection) -> String {
     format!("codex:{}", connection.node.device_id)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -857,19 +968,56 @@ mod tests {
 
     #[test]
     fn codex_errors_map_onto_stable_codes() {
+        let info = |value: serde_json::Value| -> CodexErrorInfo {
+            crate::messages::decode("error", value).unwrap_or(CodexErrorInfo::Name(String::new()))
+        };
         assert_eq!(
-            error_code(&serde_json::json!("unauthorized")),
+            error_code(Some(&info(serde_json::json!("unauthorized")))),
             "MODEL_AUTH_FAILED"
         );
         assert_eq!(
-            error_code(&serde_json::json!({"httpConnectionFailed": {"httpStatusCode": 502}})),
+            error_code(Some(&info(
+                serde_json::json!({"httpConnectionFailed": {"httpStatusCode": 502}})
+            ))),
             "MODEL_UNAVAILABLE"
         );
         assert_eq!(
-            error_code(&serde_json::json!("somethingNew")),
+            error_code(Some(&info(serde_json::json!("somethingNew")))),
             "CODEX_TURN_FAILED"
         );
-        assert_eq!(error_code(&serde_json::Value::Null), "CODEX_TURN_FAILED");
+        assert_eq!(error_code(None), "CODEX_TURN_FAILED");
+    }
+
+    #[test]
+    fn a_failed_turn_ends_with_the_code_of_its_last_error() {
+        let notification = |method: &str, params: serde_json::Value| {
+            ServerNotification::decode(method, params).unwrap_or(ServerNotification::Other {
+                method: String::from("undecodable"),
+            })
+        };
+        let mut state = TurnState::new(String::from("t1"));
+        let error = notification(
+            "error",
+            serde_json::json!({"threadId": "th", "turnId": "t1", "willRetry": false,
+                "error": {"message": "upstream 502", "codexErrorInfo": {"httpConnectionFailed": {"httpStatusCode": 502}}}}),
+        );
+        assert_eq!(state.observe(error), Vec::new());
+        let other_turn = notification(
+            "turn/completed",
+            serde_json::json!({"threadId": "th", "turn": {"id": "t0", "status": "completed"}}),
+        );
+        assert_eq!(state.observe(other_turn), Vec::new());
+        let failed = notification(
+            "turn/completed",
+            serde_json::json!({"threadId": "th", "turn": {"id": "t1", "status": "failed", "error": null}}),
+        );
+        assert_eq!(
+            state.observe(failed),
+            vec![TurnEvent::Ended(Err(TurnFailure::new(
+                "MODEL_UNAVAILABLE",
+                "upstream 502"
+            )))]
+        );
     }
 
     #[test]

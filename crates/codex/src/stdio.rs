@@ -5,9 +5,12 @@
 use std::path::Path;
 use std::process::Stdio;
 
-use tokio::io::AsyncBufReadExt;
+use futures_util::StreamExt;
+use gatehouse_protocol::invoke::MAX_PROGRESS_LINE_BYTES;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
+use tokio_util::codec::FramedRead;
+use tokio_util::codec::LinesCodec;
 
 use crate::rpc::Transport;
 
@@ -57,8 +60,12 @@ impl StdioServer {
             }
         });
         tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            // An overlong line ends the transport, as it ends the relay.
+            let mut lines = FramedRead::new(
+                stdout,
+                LinesCodec::new_with_max_length(MAX_PROGRESS_LINE_BYTES),
+            );
+            while let Some(Ok(line)) = lines.next().await {
                 if from_child.send(line).await.is_err() {
                     return;
                 }

@@ -18,12 +18,12 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 use std::time::Instant;
 
 use gatehouse_store::Store;
 use gatehouse_store::model::NewAuditEvent;
+use parking_lot::Mutex;
 
 use crate::clock::now_ms;
 
@@ -267,7 +267,7 @@ struct Limiter {
 
 impl Limiter {
     fn admit(&self, key: &str, now: Instant) -> Decision {
-        let mut windows = lock(&self.windows);
+        let mut windows = self.windows.lock();
         let key = match windows.contains_key(key) || windows.len() < MAX_LIMITED_KEYS {
             true => key,
             false => OVERFLOW_KEY,
@@ -306,7 +306,7 @@ impl Limiter {
 
     /// Removes every ended window and returns the summaries of those that suppressed rows.
     fn take_ended(&self, now: Instant) -> Vec<Summary> {
-        let mut windows = lock(&self.windows);
+        let mut windows = self.windows.lock();
         let mut summaries = Vec::new();
         windows.retain(|key, window| {
             let ended = now.duration_since(window.started) >= LIMIT_WINDOW;
@@ -320,13 +320,6 @@ impl Limiter {
         });
         summaries
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // The table stays consistent whatever panicked while holding it.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
@@ -410,7 +403,7 @@ mod tests {
                 suppressed: 5
             }]
         );
-        assert!(lock(&limiter.windows).is_empty());
+        assert!(limiter.windows.lock().is_empty());
     }
 
     #[test]
@@ -420,6 +413,6 @@ mod tests {
         for index in 0..MAX_LIMITED_KEYS + 100 {
             limiter.admit(&format!("peer:{index}"), now);
         }
-        assert_eq!(lock(&limiter.windows).len(), MAX_LIMITED_KEYS + 1);
+        assert_eq!(limiter.windows.lock().len(), MAX_LIMITED_KEYS + 1);
     }
 }

@@ -11,7 +11,6 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -36,6 +35,7 @@ use gatehouse_protocol::memory::MemoryReadResult;
 use gatehouse_protocol::memory::MemoryRequest;
 use gatehouse_protocol::memory::WATCH_CHANGE;
 use gatehouse_protocol::memory::WORKSPACE_MEMORY;
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -374,43 +374,39 @@ impl MemoryService {
 
     fn warn(&self, warning: String) {
         tracing::warn!("{warning}");
-        let mut warnings = self
-            .warnings
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut warnings = self.warnings.lock();
         if !warnings.contains(&warning) {
             warnings.push(warning);
         }
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.warnings
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.warnings.lock().clone()
     }
 
     /// Returns how long the index has been behind the node's files: since the oldest change
     /// (or loss of the node) that no completed sync has caught up with; zero while in sync.
     pub fn sync_lag(&self) -> Duration {
-        lock(&self.behind_since).map_or(Duration::ZERO, |since| since.elapsed())
+        self.behind_since
+            .lock()
+            .map_or(Duration::ZERO, |since| since.elapsed())
     }
 
     /// Marks the index as stale: the node is away or says its files are unavailable.
     fn mark_stale(&self) {
         self.stale.store(true, Ordering::SeqCst);
-        lock(&self.behind_since).get_or_insert_with(Instant::now);
+        self.behind_since.lock().get_or_insert_with(Instant::now);
     }
 
     /// Marks the index as in sync with the node's files.
     fn mark_synced(&self) {
         self.stale.store(false, Ordering::SeqCst);
-        *lock(&self.behind_since) = None;
+        *self.behind_since.lock() = None;
     }
 
     /// Syncs after the node reported a change, counting the lag from the report.
     async fn sync_change(&self, node: &Arc<NodeConnection>) -> Result<(), MemoryServiceError> {
-        lock(&self.behind_since).get_or_insert_with(Instant::now);
+        self.behind_since.lock().get_or_insert_with(Instant::now);
         self.sync(node).await
     }
 
@@ -558,12 +554,6 @@ impl MemoryService {
         tracing::info!(files = total, "rebuilt the memory index");
         self.status().await
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Today as days since 1970-01-01 (UTC).

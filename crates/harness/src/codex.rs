@@ -18,7 +18,6 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -29,7 +28,7 @@ use gatehouse_protocol::command::Serve;
 use gatehouse_protocol::command::Served;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
-use tokio::io::AsyncBufReadExt;
+use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Child;
 use tokio::process::ChildStdin;
@@ -37,6 +36,7 @@ use tokio::process::ChildStdout;
 use tokio::sync::oneshot;
 use tokio_util::codec::FramedRead;
 use tokio_util::codec::LinesCodec;
+use tokio_util::codec::LinesCodecError;
 use tokio_util::sync::CancellationToken;
 
 use crate::invoke::InvokeContext;
@@ -53,6 +53,9 @@ const ATTACH_WAIT: Duration = Duration::from_secs(20);
 
 /// The longest JSON-RPC line accepted from the app-server: 64 MiB.
 const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// The longest line of Codex's stderr forwarded to the log.
+const MAX_STDERR_LINE_BYTES: usize = 64 * 1024;
 
 /// The pinned Codex release this build is tested with.
 pub const PINNED_CODEX_VERSION: &str = "0.171.0";
@@ -238,7 +241,7 @@ impl CodexSupervisor {
                         self.settings.program.display()
                     );
                     tracing::error!("{message}");
-                    *lock(&self.last_error) = Some(message);
+                    *self.last_error.lock() = Some(message);
                     tokio::select! {
                         () = shutdown.cancelled() => return,
                         () = tokio::time::sleep(RESTART_DELAY) => continue,
@@ -255,18 +258,18 @@ impl CodexSupervisor {
             };
             tokio::spawn(forward_stderr(stderr));
             let (recycle_tx, mut recycle_rx) = oneshot::channel::<()>();
-            *lock(&self.idle) = Some(Pipes {
+            *self.idle.lock() = Some(Pipes {
                 stdin,
                 stdout: FramedRead::new(stdout, LinesCodec::new_with_max_length(MAX_LINE_BYTES)),
                 _recycle: recycle_tx,
             });
-            *lock(&self.last_error) = None;
+            *self.last_error.lock() = None;
             self.available.notify_waiters();
             // A relay that ends drops the pipes: Codex sees its stdin close and exits 0 by
             // itself. Any other exit (a crash, a kill) is unexpected.
             let unexpected = tokio::select! {
                 () = shutdown.cancelled() => {
-                    lock(&self.idle).take();
+                    self.idle.lock().take();
                     kill_group(&mut child).await;
                     tracing::info!("stopped codex app-server");
                     return;
@@ -291,13 +294,13 @@ impl CodexSupervisor {
                     }
                 }
             };
-            lock(&self.idle).take();
+            self.idle.lock().take();
             match unexpected {
                 Some(status) => {
                     let status = status.map_or_else(|error| error.to_string(), |s| s.to_string());
                     let message = format!("codex app-server exited unexpectedly ({status})");
                     tracing::warn!("{message}; restarting in {RESTART_DELAY:?}");
-                    *lock(&self.last_error) = Some(message);
+                    *self.last_error.lock() = Some(message);
                     kill_group(&mut child).await;
                     tokio::select! {
                         () = shutdown.cancelled() => return,
@@ -319,11 +322,11 @@ impl CodexSupervisor {
             let notified = self.available.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(pipes) = lock(&self.idle).take() {
+            if let Some(pipes) = self.idle.lock().take() {
                 return Ok(pipes);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                let reason = lock(&self.last_error).clone().unwrap_or_else(|| {
+                let reason = self.last_error.lock().clone().unwrap_or_else(|| {
                     String::from("another relay holds it, or it is still starting")
                 });
                 return Err(WireError::new(
@@ -363,10 +366,25 @@ async fn kill_group(child: &mut Child) {
     let _ = child.wait().await;
 }
 
+/// Forwards Codex's stderr to the log, line by line. A line longer than
+/// [`MAX_STDERR_LINE_BYTES`] is skipped (with a warning) and reading goes on, so Codex never
+/// blocks on a full pipe.
 async fn forward_stderr(stderr: tokio::process::ChildStderr) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(target: "codex", "{line}");
+    let mut lines = FramedRead::new(
+        stderr,
+        LinesCodec::new_with_max_length(MAX_STDERR_LINE_BYTES),
+    );
+    while let Some(line) = lines.next().await {
+        match line {
+            Ok(line) => tracing::info!(target: "codex", "{line}"),
+            Err(LinesCodecError::MaxLineLengthExceeded) => {
+                tracing::warn!(
+                    limit = MAX_STDERR_LINE_BYTES,
+                    "skipping an overlong line of codex stderr"
+                );
+            }
+            Err(LinesCodecError::Io(_)) => return,
+        }
     }
 }
 
@@ -439,12 +457,6 @@ impl std::fmt::Debug for CodexSupervisor {
             .field("home", &self.home)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use gatehouse_fsops::Root;
@@ -17,6 +16,7 @@ use gatehouse_protocol::command::WorkspaceSkills;
 use gatehouse_protocol::handshake::ConnectAuth;
 use gatehouse_protocol::handshake::HelloOk;
 use gatehouse_scratch::ScratchReport;
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::NodeHostError;
@@ -369,7 +369,7 @@ impl NodeHost {
         if let Some(url) = &self.gateway_url {
             return Some(url.clone());
         }
-        match &*lock(&self.credential) {
+        match &*self.credential.lock() {
             Credential::DeviceToken(record) if !record.gateway_url.is_empty() => {
                 Some(record.gateway_url.clone())
             }
@@ -397,7 +397,8 @@ impl NodeHost {
     ///
     /// A failed attempt is logged and retried after a backoff that starts at
     /// `reconnect.initial_backoff` and doubles up to `reconnect.max_backoff`; it is reset after a
-    /// session that reached `hello-ok`. While the node has no device token, the setup code file
+    /// session that reached `hello-ok`. Each pause is lengthened by a random share of up to half
+    /// the backoff ([`jittered`]), so nodes cut off together do not reconnect in lockstep. While the node has no device token, the setup code file
     /// is read again before each attempt. Opening the link may take at most
     /// `reconnect.handshake_timeout`.
     ///
@@ -456,7 +457,7 @@ impl NodeHost {
                 Ok(SessionEnd::Disconnected { reason }) => {
                     tracing::warn!(code = reason.code(), error = %error_chain(&reason), "disconnected from the gateway; reconnecting");
                     backoff = reconnect.initial_backoff;
-                    backoff
+                    jittered(backoff, random_u64())
                 }
                 Err(err) if err.is_startup() => {
                     let code = err.code().to_owned();
@@ -466,7 +467,7 @@ impl NodeHost {
                 Err(err) => {
                     let code = err.code().to_owned();
                     self.status.publish(StatusUpdate::Failed { code }).await;
-                    let delay = backoff;
+                    let delay = jittered(backoff, random_u64());
                     tracing::warn!(
                         code = err.code(),
                         error = %error_chain(&err),
@@ -577,7 +578,7 @@ impl NodeHost {
     /// Returns the `auth` of the next `connect`. Without a device token, the setup code file is
     /// read again first; if that fails, the code read earlier is kept.
     fn connect_auth(&self) -> Result<ConnectAuth> {
-        let mut credential = lock(&self.credential);
+        let mut credential = self.credential.lock();
         if let (Credential::SetupCode(_), Some(path)) = (&*credential, &self.setup_code_file) {
             match SetupCode::read_file(path) {
                 Ok(setup_code) => *credential = Credential::SetupCode(setup_code),
@@ -610,7 +611,7 @@ impl NodeHost {
             issued_at_ms: hello.auth.issued_at_ms.unwrap_or_else(now_ms),
         };
         // Keep the token even if it cannot be saved, so that this process can reconnect.
-        *lock(&self.credential) = Credential::DeviceToken(record.clone());
+        *self.credential.lock() = Credential::DeviceToken(record.clone());
         let node_dir = self.node_dir.clone();
         tokio::task::spawn_blocking(move || state::save_device_token(&node_dir, &record)).await??;
         tracing::info!(device_id = %self.identity.device_id(), "enrolled; saved the device token");
@@ -686,9 +687,50 @@ pub(crate) fn now_ms() -> i64 {
     i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Locks `mutex`, ignoring poisoning: the guarded values stay consistent at every await-free step.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Returns `backoff` lengthened by the share `random / u64::MAX` of half of it, so the pause is
+/// between `backoff` (never shorter than the policy asks) and one and a half times it.
+pub(crate) fn jittered(backoff: Duration, random: u64) -> Duration {
+    let half = backoff / 2;
+    let extra_nanos = half.as_nanos() * u128::from(random) / u128::from(u64::MAX);
+    backoff.saturating_add(Duration::from_nanos(
+        u64::try_from(extra_nanos).unwrap_or(u64::MAX),
+    ))
+}
+
+/// Returns a random number for the jitter; zero (the shortest pause) when the system has no
+/// randomness.
+fn random_u64() -> u64 {
+    let mut bytes = [0_u8; 8];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::host::jittered;
+
+    #[test]
+    fn a_jittered_backoff_lies_between_it_and_one_and_a_half_times_it() {
+        let backoff = Duration::from_secs(30);
+        assert_eq!(jittered(backoff, 0), backoff);
+        assert_eq!(jittered(backoff, u64::MAX), Duration::from_secs(45));
+        // Half of the random range adds a quarter, less the nanosecond rounded away.
+        assert_eq!(
+            jittered(backoff, u64::MAX / 2),
+            Duration::from_nanos(37_499_999_999)
+        );
+        assert_eq!(
+            jittered(Duration::from_nanos(3), u64::MAX),
+            Duration::from_nanos(4)
+        );
+        assert_eq!(jittered(Duration::ZERO, u64::MAX), Duration::ZERO);
+        for random in [1, 1 << 20, 1 << 40, u64::MAX - 1] {
+            let pause = jittered(backoff, random);
+            assert!(pause >= backoff && pause <= backoff * 3 / 2, "{pause:?}");
+        }
+    }
 }

@@ -149,7 +149,7 @@ pub(crate) struct Outbound {
     max_frame_bytes: usize,
     /// Node requests waiting for the Gateway's `res`, by request id.
     waiters: Arc<
-        std::sync::Mutex<
+        parking_lot::Mutex<
             std::collections::HashMap<
                 String,
                 tokio::sync::oneshot::Sender<gatehouse_protocol::frame::ResponseFrame>,
@@ -259,16 +259,14 @@ impl Outbound {
 
     fn lock_waiters(
         &self,
-    ) -> std::sync::MutexGuard<
+    ) -> parking_lot::MutexGuard<
         '_,
         std::collections::HashMap<
             String,
             tokio::sync::oneshot::Sender<gatehouse_protocol::frame::ResponseFrame>,
         >,
     > {
-        self.waiters
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.waiters.lock()
     }
 
     /// Sends any frame.

@@ -18,9 +18,9 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use rustix::fs::AtFlags;
 use rustix::fs::FileType;
 use rustix::fs::Mode;
@@ -254,10 +254,7 @@ impl StatusFile {
     /// (nothing is written); [`NodeHostError::InvalidStateFile`] when the file is not a regular
     /// file; [`NodeHostError::StatusIo`] when a system call fails.
     pub(crate) fn record(&self, update: StatusUpdate) -> Result<()> {
-        let mut current = self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = self.current.lock();
         match update {
             StatusUpdate::Connecting | StatusUpdate::Stopped => {
                 current.connected = false;

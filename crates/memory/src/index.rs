@@ -14,8 +14,8 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::RwLock;
 
+use parking_lot::RwLock;
 use sqlx::Row;
 use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -258,7 +258,7 @@ impl MemoryIndex {
                 }
             })
             .collect();
-        *write(&self.vectors) = loaded;
+        *self.vectors.write() = loaded;
         Ok(())
     }
 
@@ -334,7 +334,7 @@ impl MemoryIndex {
             .await
             .map_err(IndexError::from)?;
         tx.commit().await.map_err(IndexError::from)?;
-        let mut vectors_in_memory = write(&self.vectors);
+        let mut vectors_in_memory = self.vectors.write();
         vectors_in_memory.retain(|row| &*row.path != path);
         vectors_in_memory.extend(inserted);
         Ok(chunks.len())
@@ -352,7 +352,7 @@ impl MemoryIndex {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        write(&self.vectors).retain(|row| &*row.path != path);
+        self.vectors.write().retain(|row| &*row.path != path);
         Ok(())
     }
 
@@ -398,7 +398,7 @@ impl MemoryIndex {
 
     /// Like [`MemoryIndex::vector_search`], with each chunk's path.
     pub fn vector_hits(&self, query: &[f32], limit: usize) -> Vec<(i64, f64, Arc<str>)> {
-        let vectors = read(&self.vectors);
+        let vectors = self.vectors.read();
         let mut scored: Vec<(usize, f32)> = vectors
             .iter()
             .enumerate()
@@ -523,16 +523,6 @@ fn decode_vector(bytes: &[u8]) -> Vec<f32> {
         .chunks_exact(4)
         .map(|quad| f32::from_le_bytes([quad[0], quad[1], quad[2], quad[3]]))
         .collect()
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::Json;
@@ -24,6 +23,7 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::get;
 use axum::routing::post;
+use parking_lot::Mutex;
 use serde::Deserialize;
 use serde::Serialize;
 use serde_json::Value;
@@ -67,10 +67,7 @@ pub struct Recorder {
 impl Recorder {
     /// Returns a copy of every recorded request, oldest first.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        match self.requests.lock() {
-            Ok(requests) => requests.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        self.requests.lock().clone()
     }
 
     /// Records one request and returns its number (1 for the first).
@@ -94,10 +91,7 @@ impl Recorder {
             headers: header_map,
             body,
         };
-        let mut requests = match self.requests.lock() {
-            Ok(requests) => requests,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut requests = self.requests.lock();
         requests.push(recorded);
         requests.len() as u64
     }

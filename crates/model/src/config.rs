@@ -61,12 +61,19 @@ pub struct Timeouts {
 }
 
 /// The pauses before each retry. A client retries only before the first event was received, and
-/// only connect errors and statuses 429 and 5xx.
+/// only connect errors and statuses 429 and 5xx. When a 429 or 503 answer carries `Retry-After`,
+/// the client waits that long instead of its own pause, but never longer than
+/// [`RetryPolicy::max_retry_after`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// At most [`MAX_RETRIES`] pauses, one per retry.
     backoffs: Vec<Duration>,
+    /// The longest `Retry-After` honoured; a longer one is cut to this.
+    max_retry_after: Duration,
 }
+
+/// The longest `Retry-After` a client honours by default: 30 s.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 
 /// A `--model` spec that cannot be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,21 +158,44 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// Returns a policy that waits `backoffs[i]` before retry `i + 1`; pauses past
     /// [`MAX_RETRIES`] are dropped.
+    /// A server's `Retry-After` is honoured up to [`DEFAULT_MAX_RETRY_AFTER`].
     pub fn new(mut backoffs: Vec<Duration>) -> RetryPolicy {
         backoffs.truncate(MAX_RETRIES);
-        RetryPolicy { backoffs }
+        RetryPolicy {
+            backoffs,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
+        }
     }
 
     /// Returns a policy that never retries.
     pub fn never() -> RetryPolicy {
+        RetryPolicy::new(Vec::new())
+    }
+
+    /// Returns this policy honouring a server's `Retry-After` up to `max_retry_after`.
+    pub fn with_max_retry_after(self, max_retry_after: Duration) -> RetryPolicy {
         RetryPolicy {
-            backoffs: Vec::new(),
+            max_retry_after,
+            ..self
         }
     }
 
     /// Returns the pause before each retry.
     pub fn backoffs(&self) -> &[Duration] {
         &self.backoffs
+    }
+
+    /// Returns the longest `Retry-After` honoured.
+    pub fn max_retry_after(&self) -> Duration {
+        self.max_retry_after
+    }
+
+    /// Returns the pause before retry `n_retries + 1`, or `None` when the policy has no retry
+    /// left: the server's `retry_after` when it sent one (at most
+    /// [`RetryPolicy::max_retry_after`]), the policy's own pause otherwise.
+    pub fn pause(&self, n_retries: usize, retry_after: Option<Duration>) -> Option<Duration> {
+        let backoff = *self.backoffs.get(n_retries)?;
+        Some(retry_after.map_or(backoff, |wait| wait.min(self.max_retry_after)))
     }
 }
 

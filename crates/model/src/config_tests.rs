@@ -146,3 +146,51 @@ fn retries_are_capped_at_two() {
     let policy = RetryPolicy::new(vec![std::time::Duration::from_millis(1); 5]);
     assert_eq!(policy.backoffs().len(), 2);
 }
+
+#[test]
+fn a_retry_after_replaces_the_backoff_up_to_its_bound() {
+    use std::time::Duration;
+    let policy = RetryPolicy::new(vec![Duration::from_millis(500), Duration::from_secs(2)])
+        .with_max_retry_after(Duration::from_secs(5));
+    assert_eq!(policy.pause(0, None), Some(Duration::from_millis(500)));
+    assert_eq!(policy.pause(1, None), Some(Duration::from_secs(2)));
+    assert_eq!(
+        policy.pause(0, Some(Duration::from_secs(3))),
+        Some(Duration::from_secs(3))
+    );
+    assert_eq!(
+        policy.pause(1, Some(Duration::from_secs(3600))),
+        Some(Duration::from_secs(5))
+    );
+    assert_eq!(policy.pause(2, Some(Duration::ZERO)), None, "no retry left");
+    assert_eq!(
+        RetryPolicy::default().max_retry_after(),
+        crate::config::DEFAULT_MAX_RETRY_AFTER
+    );
+}
+
+#[test]
+fn retry_after_is_seconds_or_an_http_date() {
+    use std::time::Duration;
+    use std::time::SystemTime;
+
+    use crate::http::parse_retry_after;
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+    assert_eq!(
+        parse_retry_after("120", now),
+        Some(Duration::from_secs(120))
+    );
+    assert_eq!(parse_retry_after(" 0 ", now), Some(Duration::ZERO));
+    // 1445412480 is Wed, 21 Oct 2015 07:28:00 GMT.
+    assert_eq!(
+        parse_retry_after("Wed, 21 Oct 2015 07:28:07 GMT", now),
+        Some(Duration::from_secs(7))
+    );
+    assert_eq!(
+        parse_retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now),
+        Some(Duration::ZERO),
+        "a date already past is no wait"
+    );
+    assert_eq!(parse_retry_after("soon", now), None);
+    assert_eq!(parse_retry_after("-5", now), None);
+}

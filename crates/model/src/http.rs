@@ -3,13 +3,16 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::time::Duration;
 
 use futures_util::Stream;
 use futures_util::StreamExt;
+use reqwest::StatusCode;
 use reqwest::header::ACCEPT;
 use reqwest::header::AUTHORIZATION;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::header::HeaderValue;
+use reqwest::header::RETRY_AFTER;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -122,14 +125,15 @@ impl Transport {
         let mut n_retries = 0;
         loop {
             let deadline = Instant::now() + self.timeouts.first_event;
-            let error = match self.send_once(body.clone(), deadline).await {
+            let Refusal { error, retry_after } = match self.send_once(body.clone(), deadline).await
+            {
                 Ok(response) => {
                     return Ok(event_stream(response, deadline, self.timeouts, interpreter));
                 }
-                Err(error) => error,
+                Err(refusal) => refusal,
             };
-            let backoff = match self.retry.backoffs().get(n_retries) {
-                Some(backoff) if error.is_retryable() => *backoff,
+            let backoff = match self.retry.pause(n_retries, retry_after) {
+                Some(backoff) if error.is_retryable() => backoff,
                 Some(_) | None => return Err(error),
             };
             n_retries += 1;
@@ -145,7 +149,11 @@ impl Transport {
         }
     }
 
-    async fn send_once(&self, body: bytes::Bytes, deadline: Instant) -> Result<reqwest::Response> {
+    async fn send_once(
+        &self,
+        body: bytes::Bytes,
+        deadline: Instant,
+    ) -> std::result::Result<reqwest::Response, Refusal> {
         tracing::debug!(endpoint = %self.endpoint, "model request");
         let request = self
             .client
@@ -157,27 +165,67 @@ impl Transport {
             .send();
         let response = match tokio::time::timeout_at(deadline, request).await {
             Err(_) => {
-                return Err(ModelError::Timeout {
+                return Err(Refusal::from(ModelError::Timeout {
                     phase: TimeoutPhase::FirstEvent,
-                });
+                }));
             }
-            Ok(Err(source)) if source.is_connect() => return Err(ModelError::Connect { source }),
-            Ok(Err(source)) => return Err(ModelError::Transport { source }),
+            Ok(Err(source)) if source.is_connect() => {
+                return Err(Refusal::from(ModelError::Connect { source }));
+            }
+            Ok(Err(source)) => return Err(Refusal::from(ModelError::Transport { source })),
             Ok(Ok(response)) => response,
         };
         let status = response.status();
         if status.is_success() {
             return Ok(response);
         }
+        let retry_after = match status {
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| parse_retry_after(value, std::time::SystemTime::now())),
+            _ => None,
+        };
         let message = match tokio::time::timeout_at(deadline, response.bytes()).await {
             Ok(Ok(bytes)) => error_message(&bytes),
             Ok(Err(_)) | Err(_) => String::new(),
         };
-        Err(ModelError::Status {
-            status: status.as_u16(),
-            message,
+        Err(Refusal {
+            error: ModelError::Status {
+                status: status.as_u16(),
+                message,
+            },
+            retry_after,
         })
     }
+}
+
+/// Why one attempt failed, with the wait the server asked for.
+struct Refusal {
+    error: ModelError,
+    /// The `Retry-After` of a 429 or 503 answer.
+    retry_after: Option<Duration>,
+}
+
+impl From<ModelError> for Refusal {
+    fn from(error: ModelError) -> Refusal {
+        Refusal {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+/// Parses a `Retry-After` value: delay seconds, or an HTTP date (a date already past is no
+/// wait). Returns `None` for anything else.
+pub(crate) fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// Returns `error.message` of an OpenAI-shaped error body, or the start of the body.

@@ -57,7 +57,7 @@ mod error;
 mod http;
 mod mock;
 mod responses;
-mod sse;
+pub mod sse;
 mod types;
 
 use std::pin::Pin;
@@ -67,6 +67,7 @@ use futures_util::Stream;
 pub use crate::chat::ChatCompletionsClient;
 pub use crate::config::ApiKey;
 pub use crate::config::DEFAULT_KEY_ENV;
+pub use crate::config::DEFAULT_MAX_RETRY_AFTER;
 pub use crate::config::HttpClientConfig;
 pub use crate::config::MAX_RETRIES;
 pub use crate::config::ModelApi;

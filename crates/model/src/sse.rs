@@ -4,24 +4,27 @@
 //! CRLF or CR, also when the terminator is split across chunks. `event:` sets the event name,
 //! `data:` lines are joined with newlines, lines starting with `:` are comments, `id:`, `retry:`
 //! and unknown fields are ignored. An event is dispatched at a blank line when it has data.
+//!
+//! It is the workspace's one SSE reader: the model clients and `gatehouse chat` use it. Lines are
+//! split on bytes and decoded whole, so a character split across chunks is never mangled.
 
 use crate::error::ModelError;
 
 /// The longest line the parser buffers.
-pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseEvent {
+pub struct SseEvent {
     /// The `event:` field, if any.
-    pub(crate) name: Option<String>,
+    pub name: Option<String>,
     /// The `data:` lines joined with `\n`.
-    pub(crate) data: String,
+    pub data: String,
 }
 
 /// The parser state between chunks.
 #[derive(Debug, Default)]
-pub(crate) struct SseParser {
+pub struct SseParser {
     /// Bytes of the current, unterminated line.
     line: Vec<u8>,
     /// The last chunk ended with CR, so a LF at the start of the next one belongs to it.
@@ -40,7 +43,7 @@ impl SseParser {
     /// # Errors
     ///
     /// Returns [`ModelError::LineTooLong`] when a line grows past [`MAX_LINE_BYTES`].
-    pub(crate) fn push(&mut self, mut chunk: &[u8]) -> Result<(), ModelError> {
+    pub fn push(&mut self, mut chunk: &[u8]) -> Result<(), ModelError> {
         if !self.started && !chunk.is_empty() {
             self.started = true;
             if let Some(rest) = chunk.strip_prefix("\u{feff}".as_bytes()) {
@@ -70,13 +73,13 @@ impl SseParser {
     }
 
     /// Returns the next complete event, if one is ready.
-    pub(crate) fn next_event(&mut self) -> Option<SseEvent> {
+    pub fn next_event(&mut self) -> Option<SseEvent> {
         self.ready.pop_front()
     }
 
     /// Ends the input: a last line without terminator is processed, and an event that lacks only
     /// its blank line is dispatched (lenient: some servers close right after `data: [DONE]`).
-    pub(crate) fn finish(&mut self) {
+    pub fn finish(&mut self) {
         if !self.line.is_empty() {
             self.end_line();
         }

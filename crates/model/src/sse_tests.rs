@@ -92,3 +92,23 @@ fn refuses_a_line_that_never_ends() {
         Err(crate::error::codes::MODEL_BAD_RESPONSE)
     );
 }
+
+#[test]
+fn a_character_split_across_chunks_is_decoded_whole() {
+    let text = "event: message.delta\ndata: {\"text\":\"h\u{e9}llo \u{1f600}\"}\n\n".as_bytes();
+    // Cut inside the two bytes of the e-acute and inside the four bytes of the emoji.
+    let e_acute = text.iter().position(|byte| *byte == 0xc3).unwrap();
+    let emoji = text.iter().position(|byte| *byte == 0xf0).unwrap();
+    let chunks: Vec<&[u8]> = vec![
+        &text[..=e_acute],
+        &text[e_acute + 1..emoji + 2],
+        &text[emoji + 2..],
+    ];
+    assert_eq!(
+        parse_chunks(&chunks),
+        vec![event(
+            Some("message.delta"),
+            "{\"text\":\"h\u{e9}llo \u{1f600}\"}"
+        )]
+    );
+}

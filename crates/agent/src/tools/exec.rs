@@ -22,14 +22,13 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::PoisonError;
 use std::time::Duration;
 
 use gatehouse_model::ToolInput;
 use gatehouse_model::ToolKind;
 use gatehouse_model::ToolSpec;
 use gatehouse_protocol::worker::SandboxSettings;
+use parking_lot::Mutex;
 use rustix::process::Pid;
 use rustix::process::Signal;
 use serde::Deserialize;
@@ -206,10 +205,7 @@ async fn collect_output(
     loop {
         match receiver.read(&mut buffer).await {
             Ok(0) | Err(_) => break,
-            Ok(n_read) => output
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(&buffer[..n_read]),
+            Ok(n_read) => output.lock().push(&buffer[..n_read]),
         }
     }
 }
@@ -422,11 +418,7 @@ async fn run_exec(ctx: &ToolContext, args: &ExecArgs) -> Result<ToolOutcome, Too
     // that escaped the group could hold it open, hence the grace period.
     let _ = tokio::time::timeout(OUTPUT_DRAIN_GRACE, &mut spawned.reader).await;
     spawned.reader.abort();
-    let text = spawned
-        .output
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take();
+    let text = spawned.output.lock().take();
     let mut output = header;
     if let Some(note) = spawned.launch.note() {
         output.push('\n');

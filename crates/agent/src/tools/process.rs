@@ -2,12 +2,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::PoisonError;
 
 use gatehouse_model::ToolInput;
 use gatehouse_model::ToolKind;
 use gatehouse_model::ToolSpec;
+use parking_lot::Mutex;
 use rustix::process::Pid;
 use serde::Deserialize;
 use serde_json::Value;
@@ -56,29 +55,18 @@ struct Background {
 
 impl Background {
     fn status(&self) -> String {
-        match self
-            .exit
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
+        match self.exit.lock().as_ref() {
             Some(exit) => format!("exited ({exit})"),
             None => String::from("running"),
         }
     }
 
     fn is_running(&self) -> bool {
-        self.exit
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_none()
+        self.exit.lock().is_none()
     }
 
     fn take_output(&self) -> String {
-        self.output
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        self.output.lock().take()
     }
 }
 
@@ -97,8 +85,8 @@ impl Drop for Background {
 }
 
 impl ProcessRegistry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Registry> {
+        self.inner.lock()
     }
 
     /// Kills every running background process with all its descendants and waits (at most
@@ -312,7 +300,7 @@ fn start(ctx: &ToolContext, command: Option<&str>) -> Result<String, ToolError> 
                 Ok(status) => describe_exit(status),
                 Err(err) => format!("exit code: unknown (wait failed: {err})"),
             };
-            *exit.lock().unwrap_or_else(PoisonError::into_inner) = Some(description);
+            *exit.lock() = Some(description);
         })
     };
     registry.n_started += 1;

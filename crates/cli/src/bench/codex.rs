@@ -8,6 +8,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 use std::time::Instant;
 
+use gatehouse_codex::messages::DynamicToolSpec;
+use gatehouse_codex::messages::ServerNotification;
+use gatehouse_codex::messages::ThreadSettings;
+use gatehouse_codex::messages::ThreadStart;
+use gatehouse_codex::messages::ThreadStartParams;
+use gatehouse_codex::messages::TurnStart;
+use gatehouse_codex::messages::TurnStartParams;
+use gatehouse_codex::messages::TurnStatus;
+use gatehouse_codex::messages::UserInput;
 use gatehouse_codex::rpc::DEFAULT_REQUEST_TIMEOUT;
 use gatehouse_codex::rpc::RpcClient;
 use gatehouse_codex::rpc::ThreadMessage;
@@ -163,21 +172,26 @@ async fn direct_client(
         gatehouse_codex::stdio::StdioServer::spawn(&settings.program, &workspace, &env)?;
     let rpc = RpcClient::start(transport);
     rpc.initialize("gatehouse-bench").await?;
+    // The same thread settings the Gateway uses, including its one dynamic tool.
+    let params = ThreadStartParams {
+        settings: ThreadSettings {
+            cwd: text(&workspace),
+            approval_policy: String::from("untrusted"),
+            sandbox: String::from("workspace-write"),
+            developer_instructions: None,
+        },
+        dynamic_tools: vec![DynamicToolSpec {
+            kind: String::from("function"),
+            name: String::from("session_status"),
+            description: String::from("Returns the state of this conversation."),
+            input_schema: serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        }],
+        service_name: String::from("gatehouse"),
+    };
     let started = rpc
-        .request(
-            "thread/start",
-            // The same thread settings the Gateway uses, including its one dynamic tool.
-            serde_json::json!({"cwd": text(&workspace), "approvalPolicy": "untrusted", "sandbox": "workspace-write",
-                "serviceName": "gatehouse",
-                "dynamicTools": [{"type": "function", "name": "session_status", "description": "Returns the state of this conversation.",
-                    "inputSchema": {"type": "object", "properties": {}, "additionalProperties": false}}]}),
-            DEFAULT_REQUEST_TIMEOUT,
-        )
+        .call::<ThreadStart>(&params, DEFAULT_REQUEST_TIMEOUT)
         .await?;
-    let thread_id = started["thread"]["id"]
-        .as_str()
-        .ok_or_else(|| anyhow::anyhow!("thread/start returned no thread id"))?
-        .to_owned();
+    let thread_id = started.thread.id;
     Ok((server, rpc, thread_id))
 }
 
@@ -185,19 +199,23 @@ async fn direct_client(
 async fn direct_turn(rpc: &RpcClient, thread_id: &str, text: &str) -> anyhow::Result<Duration> {
     let mut messages = rpc.subscribe(thread_id);
     let started = Instant::now();
-    rpc.request(
-        "turn/start",
-        serde_json::json!({"threadId": thread_id, "input": [{"type": "text", "text": text}]}),
-        DEFAULT_REQUEST_TIMEOUT,
-    )
-    .await?;
+    let params = TurnStartParams {
+        thread_id: thread_id.to_owned(),
+        input: vec![UserInput::Text {
+            text: text.to_owned(),
+        }],
+    };
+    rpc.call::<TurnStart>(&params, DEFAULT_REQUEST_TIMEOUT)
+        .await?;
     while let Some(message) = messages.recv().await {
         if let ThreadMessage::Notification { method, params } = message
-            && method == "turn/completed"
+            && let ServerNotification::TurnCompleted(completed) =
+                ServerNotification::decode(&method, params)?
         {
             anyhow::ensure!(
-                params["turn"]["status"] == "completed",
-                "the direct turn did not complete: {params}"
+                completed.turn.status == TurnStatus::Completed,
+                "the direct turn did not complete: {:?}",
+                completed.turn
             );
             return Ok(started.elapsed());
         }

@@ -11,8 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 
+use bytes::BytesMut;
 use gatehouse_protocol::error::ErrorCode;
 use tokio::sync::mpsc;
+use tokio_util::codec::Decoder;
+use tokio_util::codec::LinesCodec;
+use tokio_util::codec::LinesCodecError;
 
 pub use gatehouse_protocol::invoke::MAX_PROGRESS_CHUNK_BYTES;
 pub use gatehouse_protocol::invoke::MAX_PROGRESS_LINE_BYTES;
@@ -132,14 +136,15 @@ pub struct LineTooLong {
     pub limit: usize,
 }
 
-/// The receiving end of an invoke's progress, as complete lines.
+/// The receiving end of an invoke's progress, as complete lines (split by a bounded
+/// [`LinesCodec`]).
 #[derive(Debug)]
 pub struct ProgressLines {
     receiver: mpsc::Receiver<String>,
     budget: Arc<ByteBudget>,
-    buffer: String,
-    /// Where to look for the next newline: everything before it was searched already.
-    searched: usize,
+    /// The chunks received and not yet taken as lines.
+    buffer: BytesMut,
+    codec: LinesCodec,
     max_line: usize,
 }
 
@@ -149,8 +154,8 @@ impl ProgressLines {
         let lines = ProgressLines {
             receiver,
             budget,
-            buffer: String::new(),
-            searched: 0,
+            buffer: BytesMut::new(),
+            codec: LinesCodec::new_with_max_length(max_line),
             max_line,
         };
         (ProgressSink { sender }, lines)
@@ -164,25 +169,22 @@ impl ProgressLines {
     /// invoke (dropping it cancels it).
     pub async fn next_line(&mut self) -> Result<Option<String>, LineTooLong> {
         loop {
-            if let Some(offset) = self.buffer[self.searched..].find('\n') {
-                let end = self.searched + offset;
-                let mut line: String = self.buffer.drain(..=end).collect();
-                self.searched = 0;
-                self.budget.release(line.len());
-                line.pop();
-                if line.ends_with('\r') {
-                    line.pop();
+            let before = self.buffer.len();
+            let decoded = self.codec.decode(&mut self.buffer);
+            // The bytes the codec consumed (a line with its ending, or a discarded overlong
+            // prefix) are no longer held.
+            self.budget.release(before - self.buffer.len());
+            match decoded {
+                Ok(Some(line)) => return Ok(Some(line)),
+                Ok(None) => {}
+                Err(LinesCodecError::MaxLineLengthExceeded | LinesCodecError::Io(_)) => {
+                    return Err(LineTooLong {
+                        limit: self.max_line,
+                    });
                 }
-                return Ok(Some(line));
-            }
-            self.searched = self.buffer.len();
-            if self.buffer.len() > self.max_line {
-                return Err(LineTooLong {
-                    limit: self.max_line,
-                });
             }
             match self.receiver.recv().await {
-                Some(chunk) => self.buffer.push_str(&chunk),
+                Some(chunk) => self.buffer.extend_from_slice(chunk.as_bytes()),
                 None => return Ok(None),
             }
         }

@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -19,6 +18,7 @@ use gatehouse_protocol::invoke::InvokeCancel;
 use gatehouse_protocol::invoke::InvokeRequest;
 use gatehouse_protocol::invoke::InvokeResult;
 use gatehouse_protocol::report::NodeReport;
+use parking_lot::Mutex;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
@@ -190,12 +190,12 @@ impl NodeConnection {
 
     /// Keeps `report` as the node's figures, replacing the previous report.
     pub(crate) fn set_report(&self, report: NodeReport) {
-        *lock(&self.report) = Some(report);
+        *self.report.lock() = Some(report);
     }
 
     /// Returns the node's last `node.report`, or `None` before its first.
     pub fn report(&self) -> Option<NodeReport> {
-        *lock(&self.report)
+        *self.report.lock()
     }
 
     /// Returns a progress channel for an invoke on this connection: the sink to pass to
@@ -214,7 +214,7 @@ impl NodeConnection {
     /// returned guard is dropped; only such a turn may call Gateway tools from this node.
     pub fn hold_turn(self: &Arc<Self>, session_key: &str, turn_id: &str) -> TurnHold {
         let key = (session_key.to_owned(), turn_id.to_owned());
-        lock(&self.turns).insert(key.clone());
+        self.turns.lock().insert(key.clone());
         TurnHold {
             connection: Arc::clone(self),
             key,
@@ -223,7 +223,9 @@ impl NodeConnection {
 
     /// Returns true when the turn `turn_id` of `session_key` runs on this connection.
     pub fn runs_turn(&self, session_key: &str, turn_id: &str) -> bool {
-        lock(&self.turns).contains(&(session_key.to_owned(), turn_id.to_owned()))
+        self.turns
+            .lock()
+            .contains(&(session_key.to_owned(), turn_id.to_owned()))
     }
 
     /// Returns true when the node declared every command in `commands`.
@@ -236,7 +238,7 @@ impl NodeConnection {
     /// Delivers a node's `node.invoke.result` to its waiting caller. Returns false when no caller
     /// waits (it timed out or went away).
     pub(crate) fn complete(&self, result: InvokeResult) -> bool {
-        let waiter = lock(&self.pending).remove(&result.id);
+        let waiter = self.pending.lock().remove(&result.id);
         match waiter {
             Some(pending) => pending.result.send(Ok(result)).is_ok(),
             None => false,
@@ -251,7 +253,7 @@ impl NodeConnection {
     /// # Errors
     /// The [`ChunkRefusal`] that failed the invoke, for the caller to audit.
     pub(crate) fn progress(&self, invoke_id: &str, chunk: String) -> Result<(), ChunkRefusal> {
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         let Some(entry) = pending.get(invoke_id) else {
             return Ok(());
         };
@@ -272,7 +274,7 @@ impl NodeConnection {
 
     /// Fails the invoke `invoke_id` (if anyone waits for it) because of `refusal`.
     pub(crate) fn fail_invoke(&self, invoke_id: &str, refusal: ChunkRefusal) {
-        let waiter = lock(&self.pending).remove(invoke_id);
+        let waiter = self.pending.lock().remove(invoke_id);
         if let Some(pending) = waiter {
             let _ = pending.result.send(Err(InvokeError::Overrun {
                 code: refusal.code(),
@@ -283,7 +285,7 @@ impl NodeConnection {
     /// Fails every waiting caller at once; called when the connection ends. Dropping the senders
     /// wakes each receiver with an error that maps to [`InvokeError::Unavailable`].
     pub(crate) fn fail_all(&self) {
-        lock(&self.pending).clear();
+        self.pending.lock().clear();
     }
 
     /// Asks the transport to close this connection with `reason`.
@@ -303,7 +305,7 @@ impl NodeConnection {
         progress: Option<ProgressSink>,
     ) -> oneshot::Receiver<InvokeOutcome> {
         let (sender, receiver) = oneshot::channel();
-        lock(&self.pending).insert(
+        self.pending.lock().insert(
             id,
             Pending {
                 result: sender,
@@ -314,7 +316,7 @@ impl NodeConnection {
     }
 
     fn forget(&self, id: &str) -> bool {
-        lock(&self.pending).remove(id).is_some()
+        self.pending.lock().remove(id).is_some()
     }
 }
 
@@ -327,7 +329,7 @@ pub struct TurnHold {
 
 impl Drop for TurnHold {
     fn drop(&mut self) {
-        lock(&self.connection.turns).remove(&self.key);
+        self.connection.turns.lock().remove(&self.key);
     }
 }
 
@@ -363,14 +365,17 @@ impl NodeRegistry {
 
     /// Adds `connection`, replacing (and returning) an earlier connection of the same device.
     pub(crate) fn insert(&self, connection: Arc<NodeConnection>) -> Option<Arc<NodeConnection>> {
-        let replaced = lock(&self.connections).insert(connection.device_id.clone(), connection);
+        let replaced = self
+            .connections
+            .lock()
+            .insert(connection.device_id.clone(), connection);
         self.connected.notify_waiters();
         replaced
     }
 
     /// Removes the connection `conn_id` of `device_id`, unless a newer one replaced it.
     pub(crate) fn remove(&self, device_id: &str, conn_id: u64) {
-        let mut connections = lock(&self.connections);
+        let mut connections = self.connections.lock();
         if connections
             .get(device_id)
             .is_some_and(|connection| connection.conn_id == conn_id)
@@ -381,12 +386,12 @@ impl NodeRegistry {
 
     /// Returns the connection of `device_id`.
     pub fn get(&self, device_id: &str) -> Option<Arc<NodeConnection>> {
-        lock(&self.connections).get(device_id).cloned()
+        self.connections.lock().get(device_id).cloned()
     }
 
     /// Returns every live connection, ordered by device id.
     pub fn all(&self) -> Vec<Arc<NodeConnection>> {
-        let mut all: Vec<Arc<NodeConnection>> = lock(&self.connections).values().cloned().collect();
+        let mut all: Vec<Arc<NodeConnection>> = self.connections.lock().values().cloned().collect();
         all.sort_by(|left, right| left.device_id.cmp(&right.device_id));
         all
     }
@@ -758,14 +763,6 @@ pub(crate) fn event_frame(event: &str, payload: &impl serde::Serialize) -> Strin
         seq: None,
     });
     serde_json::to_string(&frame).unwrap_or_default()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding these locks cannot leave the maps inconsistent, so a poisoned lock is
-    // still usable.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

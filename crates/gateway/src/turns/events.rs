@@ -10,10 +10,10 @@
 use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::Weak;
 
 use gatehouse_store::Store;
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 /// How many events a subscriber may fall behind before it is dropped.
@@ -57,7 +57,7 @@ impl Subscriber {
     /// Queues `event` of `bytes`, or drops the subscriber's backlog and marks it lagged when
     /// that would pass a bound. Returns false once the subscriber has lagged.
     fn offer(&self, event: &Arc<SessionEvent>, bytes: usize) -> bool {
-        let mut queue = lock(&self.queue);
+        let mut queue = self.queue.lock();
         if queue.lagged {
             return false;
         }
@@ -93,7 +93,7 @@ impl Subscription {
         loop {
             let notified = self.subscriber.ready.notified();
             {
-                let mut queue = lock(&self.subscriber.queue);
+                let mut queue = self.subscriber.queue.lock();
                 if queue.lagged {
                     return Err(Lagged);
                 }
@@ -108,7 +108,7 @@ impl Subscription {
 
     /// Returns the bytes queued for this subscriber now.
     pub fn queued_bytes(&self) -> usize {
-        lock(&self.subscriber.queue).bytes
+        self.subscriber.queue.lock().bytes
     }
 }
 
@@ -160,7 +160,7 @@ impl EventHub {
     /// the subscription, every earlier one is only in the store.
     pub fn subscribe_from(&self, session_key: &str) -> (Subscription, i64) {
         let subscriber = Arc::new(Subscriber::default());
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels.lock();
         let channel = channels.entry(session_key.to_owned()).or_default();
         channel.subscribers.retain(|weak| weak.strong_count() > 0);
         channel.subscribers.push(Arc::downgrade(&subscriber));
@@ -170,7 +170,9 @@ impl EventHub {
     /// Publishes every durable event of `session_key` stored since the last call.
     pub async fn sync(&self, session_key: &str) {
         let _serialized = self.sync_lock.lock().await;
-        let after = lock(&self.channels)
+        let after = self
+            .channels
+            .lock()
             .get(session_key)
             .map_or(0, |channel| channel.last_published);
         let events = match self.store.events_after(session_key, after, 10_000).await {
@@ -180,7 +182,7 @@ impl EventHub {
                 return;
             }
         };
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels.lock();
         let channel = channels.entry(session_key.to_owned()).or_default();
         for event in events {
             channel.last_published = event.seq;
@@ -195,7 +197,7 @@ impl EventHub {
 
     /// Publishes an ephemeral event (a delta) that is not stored.
     pub fn publish_ephemeral(&self, session_key: &str, kind: &str, payload: serde_json::Value) {
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels.lock();
         let channel = channels.entry(session_key.to_owned()).or_default();
         let seq = channel.last_published;
         channel.publish(SessionEvent {
@@ -229,12 +231,6 @@ fn json_bytes(value: &serde_json::Value) -> usize {
                 .sum::<usize>()
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@ pub mod runtime;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Instant;
 
 use gatehouse_store::Store;
@@ -23,6 +22,7 @@ use gatehouse_store::model::QueueMode;
 use gatehouse_store::model::TurnEnd;
 use gatehouse_store::model::TurnRecord;
 use gatehouse_store::model::TurnStatus;
+use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -198,7 +198,7 @@ impl TurnEngine {
 
     /// Aborts the running turn of `session_key`; returns whether one was running.
     pub fn abort(&self, session_key: &str) -> bool {
-        let drivers = lock(&self.drivers);
+        let drivers = self.drivers.lock();
         match drivers.running.get(session_key) {
             Some(running) => {
                 running.cancel.cancel();
@@ -210,7 +210,8 @@ impl TurnEngine {
 
     /// Returns the running turn of `session_key`.
     pub fn running_turn(&self, session_key: &str) -> Option<String> {
-        lock(&self.drivers)
+        self.drivers
+            .lock()
             .running
             .get(session_key)
             .map(|running| running.turn_id.clone())
@@ -223,13 +224,13 @@ impl TurnEngine {
 
     /// Returns the number of sessions with a running turn.
     pub fn active_sessions(&self) -> usize {
-        lock(&self.drivers).running.len()
+        self.drivers.lock().running.len()
     }
 
     /// Stops dispatching and cancels running turns (they end as `interrupted`).
     pub fn shut_down(&self) {
         self.shutdown.cancel();
-        for running in lock(&self.drivers).running.values() {
+        for running in self.drivers.lock().running.values() {
             running.cancel.cancel();
         }
     }
@@ -243,7 +244,7 @@ impl TurnEngine {
             return Ok(None);
         }
         let target = {
-            let drivers = lock(&self.drivers);
+            let drivers = self.drivers.lock();
             drivers
                 .running
                 .get(&message.session_key)
@@ -281,7 +282,7 @@ impl TurnEngine {
             return;
         }
         {
-            let mut drivers = lock(&self.drivers);
+            let mut drivers = self.drivers.lock();
             if let Some(dirty) = drivers.active.get_mut(session_key) {
                 *dirty = true;
                 return;
@@ -311,7 +312,7 @@ impl TurnEngine {
                     drop(permit);
                 }
                 None => {
-                    let mut drivers = lock(&self.drivers);
+                    let mut drivers = self.drivers.lock();
                     let dirty = drivers.active.get(&session_key).copied().unwrap_or(false);
                     if dirty && !self.shutdown.is_cancelled() {
                         drivers.active.insert(session_key.clone(), false);
@@ -348,7 +349,7 @@ impl TurnEngine {
         self.hub.sync(&session_key).await;
         let cancel = self.shutdown.child_token();
         let (steer_sender, steer) = mpsc::channel(STEER_CAPACITY);
-        lock(&self.drivers).running.insert(
+        self.drivers.lock().running.insert(
             session_key.clone(),
             RunningTurn {
                 turn_id: turn.turn_id.clone(),
@@ -357,7 +358,7 @@ impl TurnEngine {
             },
         );
         let outcome = self.execute(&turn, cancel.clone(), steer).await;
-        lock(&self.drivers).running.remove(&session_key);
+        self.drivers.lock().running.remove(&session_key);
         let end = match outcome {
             Ok(reply) => TurnEnd {
                 status: TurnStatus::Completed,
@@ -482,10 +483,4 @@ fn new_turn_id() -> String {
         return format!("turn-{:024x}", now_ms());
     }
     format!("turn-{}", hex::encode(bytes))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

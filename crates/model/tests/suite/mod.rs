@@ -3,4 +3,5 @@
 mod against_mock;
 mod fixtures;
 mod mock_client;
+mod retry_after;
 mod support;
