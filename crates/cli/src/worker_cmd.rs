@@ -3,6 +3,7 @@
 //! events as JSON lines on stdout. It holds no Gateway credential and listens on nothing; the
 //! model key arrives in the environment variable its envelope names.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -100,9 +101,10 @@ impl gatehouse_agent::Tool for GatewayToolProxy {
                 ok: result.ok,
                 output: result.output,
             },
-            Err(_) => {
-                gatehouse_agent::ToolOutcome::failure("UNAVAILABLE", "the gateway did not answer")
-            }
+            Err(_) => gatehouse_agent::ToolOutcome::failure(
+                ErrorCode::Unavailable,
+                "the gateway did not answer",
+            ),
         }
     }
 }
@@ -116,11 +118,11 @@ async fn serve() -> anyhow::Result<ExitCode> {
         .map_err(|error| anyhow::anyhow!("the launch envelope is malformed: {error}"))?;
     let model: Result<std::sync::Arc<dyn ModelClient>, (String, String)> =
         ModelConfig::parse(&launch.model, &launch.model_key_env)
-            .map_err(|error| (String::from("MODEL_AUTH_FAILED"), error.to_string()))
+            .map_err(|error| (String::from(ErrorCode::ModelAuthFailed), error.to_string()))
             .and_then(|config| {
                 config
                     .build()
-                    .map_err(|error| (error.code().to_owned(), error.to_string()))
+                    .map_err(|error| (String::from(error.code()), error.to_string()))
             });
     let sandbox = match launch.allow_unsandboxed {
         true => SandboxPolicy::AllowUnsandboxed,
@@ -171,7 +173,7 @@ async fn serve() -> anyhow::Result<ExitCode> {
                     }
                 }
                 Err(error) => emit(&WorkerEvent::Failed {
-                    code: String::from("INVALID_REQUEST"),
+                    code: String::from(ErrorCode::InvalidRequest),
                     message: format!("malformed worker request: {error}"),
                 }),
             }
@@ -254,7 +256,7 @@ async fn serve() -> anyhow::Result<ExitCode> {
                 });
             }
             Err(error) => emit(&WorkerEvent::Failed {
-                code: error.code().to_owned(),
+                code: String::from(error.code()),
                 message: error.to_string(),
             }),
         }

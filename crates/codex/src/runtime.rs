@@ -15,6 +15,7 @@
 //! - `MEDIA:<path>` lines of the reply name reply artifacts: they are fetched through the
 //!   workspace service (no symlinks, nothing outside the workspace) into the media store.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -151,19 +152,19 @@ impl CodexRuntime {
         let registry = &self.parts.registry;
         let Some(node) = registry.wait_serving(&[CODEX_APPSERVER], grace).await else {
             return Err(TurnFailure::new(
-                "DEPENDENCY_UNAVAILABLE",
+                ErrorCode::DependencyUnavailable,
                 "no Harness node serving the codex runtime is connected; the turn is not run anywhere else",
             ));
         };
         let Some(workspace_root) = node.workspace_root.clone() else {
             return Err(TurnFailure::new(
-                "NODE_BAD_RESPONSE",
+                ErrorCode::NodeBadResponse,
                 "the codex node did not declare its workspace root",
             ));
         };
         let relay = crate::relay::open(registry, &node).await.map_err(|error| {
             TurnFailure::new(
-                "DEPENDENCY_UNAVAILABLE",
+                ErrorCode::DependencyUnavailable,
                 format!("cannot open the codex app-server relay: {error}"),
             )
         })?;
@@ -173,7 +174,7 @@ impl CodexRuntime {
         let info = answer.map_err(|error| {
             let reason = ended_reason(ended);
             TurnFailure::new(
-                "CODEX_UNAVAILABLE",
+                ErrorCode::CodexUnavailable,
                 format!("codex app-server did not initialize: {error}{reason}"),
             )
         })?;
@@ -219,7 +220,7 @@ impl CodexRuntime {
                     .await
                     .map_err(|error| {
                         TurnFailure::new(
-                            "CODEX_THREAD_UNAVAILABLE",
+                            ErrorCode::CodexThreadUnavailable,
                             format!("cannot resume the session's Codex thread {thread_id}: {error}; the session is not moved to a new thread"),
                         )
                     })?;
@@ -249,13 +250,13 @@ impl CodexRuntime {
                     .await
                     .map_err(|error| {
                         TurnFailure::new(
-                            "CODEX_UNAVAILABLE",
+                            ErrorCode::CodexUnavailable,
                             format!("cannot start a Codex thread: {error}"),
                         )
                     })?;
                 let Some(thread_id) = result["thread"]["id"].as_str().map(str::to_owned) else {
                     return Err(TurnFailure::new(
-                        "CODEX_BAD_RESPONSE",
+                        ErrorCode::CodexBadResponse,
                         "thread/start returned no thread id",
                     ));
                 };
@@ -327,7 +328,8 @@ impl CodexRuntime {
                         &actor(connection),
                         "codex.approval",
                         outcome,
-                        (decision == ApprovalDecision::Decline).then_some("POLICY_DECLINED"),
+                        (decision == ApprovalDecision::Decline)
+                            .then_some(ErrorCode::PolicyDeclined.as_str()),
                         details(kind, decision.wire()),
                     )
                     .await;
@@ -345,7 +347,7 @@ impl CodexRuntime {
                         &actor(connection),
                         "codex.approval",
                         "declined",
-                        Some("POLICY_DECLINED"),
+                        Some(ErrorCode::PolicyDeclined.as_str()),
                         details("permissions", "none"),
                     )
                     .await;
@@ -417,7 +419,7 @@ impl CodexRuntime {
                 if index >= MAX_ARTIFACTS {
                     sink.artifact_refused(
                         path,
-                        "TOO_MANY_ARTIFACTS",
+                        ErrorCode::TooManyArtifacts.as_str(),
                         &format!("at most {MAX_ARTIFACTS} artifacts per message"),
                     )
                     .await;
@@ -435,7 +437,7 @@ impl CodexRuntime {
                 if total > MAX_ARTIFACT_BYTES {
                     sink.artifact_refused(
                         path,
-                        "ARTIFACTS_TOO_LARGE",
+                        ErrorCode::ArtifactsTooLarge.as_str(),
                         "over 64 MiB of artifacts in one message",
                     )
                     .await;
@@ -451,7 +453,7 @@ impl CodexRuntime {
                 {
                     Ok(record) => sink.artifact_stored(path, &record.id, size).await,
                     Err(error) => {
-                        sink.artifact_refused(path, error.code(), &error.to_string())
+                        sink.artifact_refused(path, error.code().as_str(), &error.to_string())
                             .await
                     }
                 }
@@ -463,7 +465,7 @@ impl CodexRuntime {
         {
             sink.artifact_refused(
                 "*",
-                "TIMEOUT",
+                ErrorCode::Timeout.as_str(),
                 "fetching the reply artifacts took longer than 60 s",
             )
             .await;
@@ -504,7 +506,7 @@ impl TurnRuntime for CodexRuntime {
     async fn readiness(&self) -> Result<(), TurnFailure> {
         let not_ready = || {
             TurnFailure::new(
-                "CODEX_NOT_INITIALIZED",
+                ErrorCode::CodexNotInitialized,
                 "the Harness's codex app-server is not initialized over the relay yet; check the node's log",
             )
         };
@@ -532,7 +534,7 @@ impl TurnRuntime for CodexRuntime {
             .map_err(|error| connection_failure(&error))?;
         let Some(codex_turn) = started["turn"]["id"].as_str().map(str::to_owned) else {
             return Err(TurnFailure::new(
-                "CODEX_BAD_RESPONSE",
+                ErrorCode::CodexBadResponse,
                 "turn/start returned no turn id",
             ));
         };
@@ -558,7 +560,7 @@ impl TurnRuntime for CodexRuntime {
                 },
                 message = messages.recv() => match message {
                     None => break Err(TurnFailure::new(
-                        "DEPENDENCY_UNAVAILABLE",
+                        ErrorCode::DependencyUnavailable,
                         "the connection to codex app-server on the Harness ended during the turn; the turn is not replayed",
                     )),
                     Some(ThreadMessage::Request { id, method, params }) => {
@@ -681,7 +683,7 @@ impl TurnState {
                 let outcome = match turn["status"].as_str() {
                     Some("completed") => Ok(self.reply.take().unwrap_or_default()),
                     Some("interrupted") => Err(TurnFailure::new(
-                        "ABORTED",
+                        ErrorCode::Aborted,
                         "the Codex turn was interrupted",
                     )),
                     _ => {
@@ -801,27 +803,27 @@ pub fn error_code(info: &serde_json::Value) -> &'static str {
         _ => "other",
     };
     match name {
-        "unauthorized" => "MODEL_AUTH_FAILED",
-        "rateLimitExceeded" | "usageLimitExceeded" => "MODEL_RATE_LIMITED",
+        "unauthorized" => ErrorCode::ModelAuthFailed.as_str(),
+        "rateLimitExceeded" | "usageLimitExceeded" => ErrorCode::ModelRateLimited.as_str(),
         "internalServerError"
         | "serverOverloaded"
         | "httpConnectionFailed"
         | "responseStreamConnectionFailed"
         | "responseStreamDisconnected"
-        | "responseTooManyFailedAttempts" => "MODEL_UNAVAILABLE",
-        "contextWindowExceeded" => "CONTEXT_WINDOW_EXCEEDED",
-        "sandboxError" => "SANDBOX_ERROR",
-        _ => "CODEX_TURN_FAILED",
+        | "responseTooManyFailedAttempts" => ErrorCode::ModelUnavailable.as_str(),
+        "contextWindowExceeded" => ErrorCode::ContextWindowExceeded.as_str(),
+        "sandboxError" => ErrorCode::SandboxError.as_str(),
+        _ => ErrorCode::CodexTurnFailed.as_str(),
     }
 }
 
 fn connection_failure(error: &crate::rpc::RpcError) -> TurnFailure {
     match error {
         crate::rpc::RpcError::Closed => TurnFailure::new(
-            "DEPENDENCY_UNAVAILABLE",
+            ErrorCode::DependencyUnavailable,
             "the connection to codex app-server on the Harness is closed; the turn is not run anywhere else",
         ),
-        other => TurnFailure::new("CODEX_UNAVAILABLE", other.to_string()),
+        other => TurnFailure::new(ErrorCode::CodexUnavailable, other.to_string()),
     }
 }
 

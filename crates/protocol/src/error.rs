@@ -291,7 +291,7 @@ catalogue! {
         WorkspaceMissing = "WORKSPACE_MISSING", 409;
         /// Rebuilding a lost session workspace from its checkpoint failed.
         WorkspaceRestoreFailed = "WORKSPACE_RESTORE_FAILED", 502;
-        /// The turn was cancelled while a benchmark's stand-in runtime held it.
+        /// The turn was aborted by its caller, or its runtime reported it interrupted.
         Aborted = "ABORTED", 503;
     }
 

@@ -11,6 +11,7 @@
 //! children share the group; sandboxed, bubblewrap is the group, and `--die-with-parent` plus the
 //! private PID namespace take the sandboxed processes with it.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::ffi::OsStr;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -42,7 +43,6 @@ use crate::context::DEFAULT_COMMAND_PATH;
 use crate::context::SandboxPolicy;
 use crate::context::ToolConfig;
 use crate::context::ToolContext;
-use crate::error::codes;
 use crate::output::HeadTail;
 use crate::sandbox::SandboxLaunch;
 use crate::tool::Tool;
@@ -139,7 +139,7 @@ pub(crate) fn spawn_command(ctx: &ToolContext, command: &str) -> Result<Spawned,
         }
         (None, SandboxPolicy::Require) => {
             return Err(ToolError::coded(
-                codes::SANDBOX_UNAVAILABLE,
+                ErrorCode::SandboxUnavailable,
                 String::from(
                     "bubblewrap (bwrap) was not found and the sandbox policy requires it; the \
                      command was not run",
@@ -154,7 +154,7 @@ pub(crate) fn spawn_command(ctx: &ToolContext, command: &str) -> Result<Spawned,
     };
     let spawn_error = |err: std::io::Error| {
         ToolError::coded(
-            codes::EXEC_FAILED,
+            ErrorCode::ExecFailed,
             format!("cannot start the command: {err}"),
         )
     };

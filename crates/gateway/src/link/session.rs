@@ -149,7 +149,7 @@ pub async fn serve_from(
                 None,
                 &plain_refusal(
                     ErrorCode::Timeout,
-                    "HANDSHAKE_TIMEOUT",
+                    ErrorCode::HandshakeTimeout,
                     "no connect within 15 s",
                 ),
             )
@@ -169,7 +169,7 @@ pub async fn serve_from(
                 None,
                 &plain_refusal(
                     ErrorCode::InvalidRequest,
-                    "BINARY_FRAME",
+                    ErrorCode::BinaryFrame,
                     "the first frame must be a connect request",
                 ),
             )
@@ -192,7 +192,7 @@ pub async fn serve_from(
                 None,
                 &plain_refusal(
                     ErrorCode::InvalidRequest,
-                    "CONNECT_REQUIRED",
+                    ErrorCode::ConnectRequired,
                     "the first frame must be a connect request",
                 ),
             )
@@ -207,7 +207,7 @@ pub async fn serve_from(
                 None,
                 &plain_refusal(
                     ErrorCode::InvalidRequest,
-                    "MALFORMED_FRAME",
+                    ErrorCode::MalformedFrame,
                     "the frame is not valid JSON of a known frame type",
                 ),
             )
@@ -227,7 +227,7 @@ pub async fn serve_from(
             Some(&request.id),
             &plain_refusal(
                 ErrorCode::InvalidRequest,
-                "CONNECT_PARAMS_INVALID",
+                ErrorCode::ConnectParamsInvalid,
                 "the connect parameters are malformed",
             ),
         )
@@ -592,7 +592,7 @@ async fn refuse(
         .await
         == Limited::Recorded
     {
-        tracing::warn!(code = %refusal.code, reason = refusal.reason, peer, "node connection refused");
+        tracing::warn!(code = %refusal.code, reason = %refusal.reason, peer, "node connection refused");
     }
     if let Some(id) = request_id {
         let error = WireError::new(refusal.code, refusal.message.clone())
@@ -632,12 +632,12 @@ fn close(code: ErrorCode) -> Outbound {
 fn too_large() -> Refusal {
     plain_refusal(
         ErrorCode::FrameTooLarge,
-        "PREAUTH_FRAME_TOO_LARGE",
+        ErrorCode::PreauthFrameTooLarge,
         "frames before the handshake may be at most 64 KiB",
     )
 }
 
-fn plain_refusal(code: ErrorCode, reason: &'static str, message: &str) -> Refusal {
+fn plain_refusal(code: ErrorCode, reason: ErrorCode, message: &str) -> Refusal {
     Refusal {
         code,
         reason,

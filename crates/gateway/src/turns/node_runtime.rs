@@ -28,7 +28,6 @@ use gatehouse_protocol::worker::AGENT_TURN;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
 use gatehouse_protocol::worker::AgentTurnParams;
 use gatehouse_protocol::worker::AgentTurnResult;
-use gatehouse_protocol::worker::CHECKPOINT_INVALID;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
 use gatehouse_protocol::worker::WorkerEvent;
@@ -56,9 +55,6 @@ pub const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(10);
 
 /// How long rebuilding a lost session workspace may take.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The node's code for a turn whose session workspace is gone.
-const WORKSPACE_MISSING: &str = "WORKSPACE_MISSING";
 
 /// The most prior messages sent with a turn for context.
 pub const MAX_HISTORY_MESSAGES: usize = 200;
@@ -251,13 +247,13 @@ impl NodeRuntime {
             entries,
         };
         let params = serde_json::to_value(&params)
-            .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
+            .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
         self.registry
             .invoke(node, AGENT_SESSION_RESTORE, &params, RESTORE_TIMEOUT)
             .await
             .map_err(|error| {
                 TurnFailure::new(
-                    "WORKSPACE_RESTORE_FAILED",
+                    ErrorCode::WorkspaceRestoreFailed,
                     format!("cannot rebuild the session workspace: {error}"),
                 )
             })?;
@@ -286,7 +282,7 @@ impl NodeRuntime {
                 &format!("node:{}", node.device_id),
                 "checkpoint.refused",
                 "denied",
-                Some(CHECKPOINT_INVALID),
+                Some(ErrorCode::CheckpointInvalid.as_str()),
                 serde_json::json!({
                     "sessionKey": session_key,
                     "stage": stage,
@@ -296,7 +292,7 @@ impl NodeRuntime {
                 }),
             )
             .await;
-        TurnFailure::new(CHECKPOINT_INVALID, error.to_string())
+        TurnFailure::new(ErrorCode::CheckpointInvalid, error.to_string())
     }
 
     /// Returns the session's earlier user and assistant messages, without those of this turn.
@@ -354,7 +350,7 @@ impl TurnRuntime for NodeRuntime {
             skill_copies,
         };
         match self.invoke_turn(&node, &params, &sink).await {
-            Err(failure) if failure.code == WORKSPACE_MISSING => {
+            Err(failure) if failure.code == ErrorCode::WorkspaceMissing => {
                 let Some(checkpoint) = &checkpoint else {
                     return Err(failure);
                 };
@@ -391,7 +387,7 @@ impl NodeRuntime {
                     .await
                 else {
                     return Err(TurnFailure::new(
-                        "DEPENDENCY_UNAVAILABLE",
+                        ErrorCode::DependencyUnavailable,
                         "no Harness node serving the native runtime is connected; the turn is not run anywhere else",
                     ));
                 };
@@ -513,7 +509,7 @@ impl NodeRuntime {
         sink: &TurnSink,
     ) -> Result<String, TurnFailure> {
         let params_json = serde_json::to_value(params)
-            .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
+            .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
         let (progress, mut lines) = node.progress_lines(MAX_PROGRESS_LINE_BYTES);
         // Only while this invoke runs may the node call Gateway tools for the turn.
         let _hold = node.hold_turn(&params.session_key, &params.turn_id);
@@ -574,28 +570,32 @@ impl NodeRuntime {
         };
         let value = result.map_err(|error| match error {
             InvokeError::Unavailable | InvokeError::CommandNotDeclared { .. } => TurnFailure::new(
-                "DEPENDENCY_UNAVAILABLE",
+                ErrorCode::DependencyUnavailable,
                 "the Harness node is not connected; the turn is not run anywhere else",
             ),
             InvokeError::Disconnected => TurnFailure::new(
-                "DEPENDENCY_UNAVAILABLE",
+                ErrorCode::DependencyUnavailable,
                 "the Harness node disconnected during the turn; it is not replayed",
             ),
             InvokeError::Timeout(timeout) => TurnFailure::new(
-                "TURN_TIMEOUT",
+                ErrorCode::TurnTimeout,
                 format!("the turn ran longer than {timeout:?}"),
             ),
             InvokeError::Remote(error) => TurnFailure::new(&error.code, error.message),
-            InvokeError::Malformed => {
-                TurnFailure::new("NODE_BAD_RESPONSE", "the node sent a malformed turn result")
-            }
+            InvokeError::Malformed => TurnFailure::new(
+                ErrorCode::NodeBadResponse,
+                "the node sent a malformed turn result",
+            ),
             InvokeError::Overrun { code } => TurnFailure::new(
                 code.as_str(),
                 "the node sent more than the gateway buffers for a turn; it was stopped",
             ),
         })?;
         let result: AgentTurnResult = serde_json::from_value(value).map_err(|_| {
-            TurnFailure::new("NODE_BAD_RESPONSE", "the node sent a malformed turn result")
+            TurnFailure::new(
+                ErrorCode::NodeBadResponse,
+                "the node sent a malformed turn result",
+            )
         })?;
         Ok(result.reply)
     }
@@ -607,11 +607,11 @@ async fn decode_content(content: String) -> Result<Bytes, TurnFailure> {
         base64::engine::general_purpose::STANDARD.decode(content)
     })
     .await
-    .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
+    .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
     match decoded {
         Ok(bytes) => Ok(Bytes::from(bytes)),
         Err(_) => Err(TurnFailure::new(
-            "NODE_BAD_RESPONSE",
+            ErrorCode::NodeBadResponse,
             "a checkpoint file is not base64",
         )),
     }
@@ -621,7 +621,7 @@ async fn decode_content(content: String) -> Result<Bytes, TurnFailure> {
 async fn media_id_of(bytes: Bytes) -> Result<String, TurnFailure> {
     tokio::task::spawn_blocking(move || gatehouse_media::media_id(&bytes))
         .await
-        .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))
+        .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))
 }
 
 /// Where a checkpoint manifest was refused.
