@@ -274,6 +274,76 @@ impl<'ast> Visit<'ast> for LiteralScan {
     }
 }
 
+/// Every `.rs` file under `dir`, sorted, without the `*_tests.rs` files.
+fn rust_sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            rust_sources(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs")
+            && !path
+                .file_stem()
+                .and_then(|stem| stem.to_str())
+                .is_some_and(|stem| stem.ends_with("_tests"))
+        {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_stable_code_literal_outside_the_catalogue() {
+    let root = workspace_root();
+    let catalogue = root.join("crates/protocol/src/error.rs");
+    let mut files = Vec::new();
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join("src"))
+        .filter(|src| src.is_dir())
+        .collect();
+    crates.sort();
+    assert!(
+        crates.len() > 10,
+        "the crates were not found under {root:?}"
+    );
+    for src in &crates {
+        rust_sources(src, &mut files);
+    }
+    let mut report = String::new();
+    for file in files.iter().filter(|file| **file != catalogue) {
+        let text = std::fs::read_to_string(file).unwrap();
+        let syntax = syn::parse_file(&text)
+            .unwrap_or_else(|error| panic!("{}: cannot parse: {error}", file.display()));
+        let mut scan = LiteralScan {
+            codes: ErrorCode::ALL.iter().map(|code| code.as_str()).collect(),
+            findings: Vec::new(),
+        };
+        scan.visit_file(&syntax);
+        for finding in scan.findings {
+            let relative = file.strip_prefix(&root).unwrap_or(file);
+            writeln!(
+                report,
+                "{}:{}: \"{}\"",
+                relative.display(),
+                finding.line,
+                finding.text
+            )
+            .unwrap();
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "string literals that look like stable codes appear outside the catalogue; use a \
+         gatehouse_protocol::error::ErrorCode variant (add one with a doc comment if the code is \
+         new), or, for an upper-case string that is not a code, add it to NOT_CODES in this \
+         test:\n{report}"
+    );
+}
+
 #[test]
 fn the_scan_finds_codes_in_code_macros_and_attributes_but_not_in_tests() {
     let source = r#"
