@@ -496,7 +496,7 @@ async fn maintain(runtime: Weak<CodexRuntime>) {
 #[async_trait::async_trait]
 impl TurnRuntime for CodexRuntime {
     fn name(&self) -> &str {
-        "codex"
+        gatehouse_protocol::runtime::RuntimeKind::Codex.as_str()
     }
 
     fn supports_steer(&self) -> bool {

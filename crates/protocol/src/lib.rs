@@ -27,6 +27,7 @@
 //! - [`memory`]: `workspace.memory`, the node's memory file service.
 //! - [`skills`]: `workspace.skills`, the node's skills discovery.
 //! - [`error`]: stable error codes and the wire error shape.
+//! - [`runtime`]: the runtime kind a node hosts, `native` or `codex`.
 //! - [`worker`]: the native runtime: `agent.turn`, and the worker pipe protocol.
 //!
 //! ```
@@ -45,5 +46,6 @@ pub mod frame;
 pub mod handshake;
 pub mod invoke;
 pub mod memory;
+pub mod runtime;
 pub mod skills;
 pub mod worker;

@@ -1,6 +1,7 @@
 //! Route handlers: decode, call the domain, map the result.
 
 use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::runtime::RuntimeKind;
 use std::sync::Arc;
 
 use axum::Json;
@@ -42,7 +43,7 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
         .into_response();
     }
     match state.registry.find_serving(FILE_COMMANDS) {
-        Some(node) if node.runtime == "native" && !node.serves_all(NATIVE_COMMANDS) => ApiError::new(ErrorCode::NodeRuntimeIncomplete,
+        Some(node) if node.runtime == RuntimeKind::Native && !node.serves_all(NATIVE_COMMANDS) => ApiError::new(ErrorCode::NodeRuntimeIncomplete,
             "the connected node hosts the native runtime but does not serve agent.turn; restart it with a current gatehouse",
         )
         .into_response(),
@@ -50,7 +51,7 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
             "the connected node does not serve workspace.memory and workspace.skills; restart it with a current gatehouse",
         )
         .into_response(),
-        Some(node) if node.runtime == "codex" && !node.serves_all(&[CODEX_APPSERVER]) => ApiError::new(ErrorCode::NodeRuntimeIncomplete,
+        Some(node) if node.runtime == RuntimeKind::Codex && !node.serves_all(&[CODEX_APPSERVER]) => ApiError::new(ErrorCode::NodeRuntimeIncomplete,
             "the connected node hosts the codex runtime but does not serve codex.appserver; restart it with a current gatehouse",
         )
         .into_response(),

@@ -12,6 +12,7 @@ use gatehouse_protocol::handshake::ROLE_NODE;
 use gatehouse_protocol::handshake::SIGNATURE_SKEW_MS;
 use gatehouse_protocol::handshake::SignatureFields;
 use gatehouse_protocol::handshake::device_signature_payload_v3;
+use gatehouse_protocol::runtime::RuntimeKind;
 use gatehouse_store::Store;
 use gatehouse_store::model::EnrollOutcome;
 use gatehouse_store::model::Enrollment;
@@ -137,7 +138,7 @@ pub async fn admit(
             device_id: device.id.clone(),
             public_key: device.public_key.clone(),
             display_name: listed_name(params, &device.id),
-            runtime: declared_runtime(params),
+            runtime: declared_runtime(params).as_str().to_owned(),
             commands: params.commands.clone(),
             workspace_root: params.workspace_root.clone(),
             device_token_sha256: sha256_hex(device_token.as_bytes()),
@@ -274,11 +275,8 @@ pub(crate) fn listed_name(params: &ConnectParams, device_id: &str) -> String {
 }
 
 /// The runtime a node declares in `connect`; `native` when it declares none.
-pub(crate) fn declared_runtime(params: &ConnectParams) -> String {
-    params
-        .runtime
-        .clone()
-        .unwrap_or_else(|| String::from("native"))
+pub(crate) fn declared_runtime(params: &ConnectParams) -> RuntimeKind {
+    params.runtime.unwrap_or_default()
 }
 
 fn store_refusal(error: gatehouse_store::StoreError) -> Refusal {

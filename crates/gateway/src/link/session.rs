@@ -254,7 +254,7 @@ pub async fn serve_from(
     let seen = NodeSeen {
         device_id: identity.device_id.clone(),
         display_name: identity.display_name.clone(),
-        runtime: identity.runtime.clone(),
+        runtime: identity.runtime.as_str().to_owned(),
         commands: identity.commands.clone(),
         workspace_root: identity.workspace_root.clone(),
         at_ms: now_ms(),
@@ -310,7 +310,7 @@ pub async fn serve_from(
         details: serde_json::json!({"method": method, "runtime": identity.runtime, "commands": identity.commands, "peer": peer}),
     };
     if context.audit.record_limited(&actor, row).await == Limited::Recorded {
-        tracing::info!(device_id = %identity.device_id, method, runtime = %crate::audit::bounded_str(&identity.runtime), "node connected");
+        tracing::info!(device_id = %identity.device_id, method, runtime = %identity.runtime, "node connected");
     }
     let connection = Arc::new(NodeConnection::new(
         identity,

@@ -320,7 +320,7 @@ impl NodeRuntime {
 #[async_trait::async_trait]
 impl TurnRuntime for NodeRuntime {
     fn name(&self) -> &str {
-        "native"
+        gatehouse_protocol::runtime::RuntimeKind::Native.as_str()
     }
 
     fn supports_steer(&self) -> bool {
