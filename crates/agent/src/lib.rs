@@ -50,7 +50,7 @@
 //! - [`tools`] has the native tools;
 //! - [`context`] has [`ToolContext`] and its settings;
 //! - [`prompt`] has [`build_system_prompt`];
-//! - [`error`] has [`AgentError`] and the stable codes.
+//! - [`error`] has [`AgentError`]; its codes are variants of `gatehouse_protocol::error::ErrorCode`.
 
 #![deny(missing_docs)]
 

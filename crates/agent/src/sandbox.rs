@@ -28,6 +28,7 @@
 //!   the node runs as root, and the helper's own count of the sandbox's processes every
 //!   [`PROCESS_POLL_INTERVAL`], past which it kills all of them (see `supervise`).
 
+use gatehouse_protocol::error::ErrorCode;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::ffi::OsStr;
@@ -42,7 +43,6 @@ use serde::Deserialize;
 use serde::Serialize;
 
 use crate::context::SANDBOX_SCRATCH_PATH;
-use crate::error::codes;
 
 /// Where the helper (the node's own `gatehouse` executable) is bound inside the sandbox.
 pub const SANDBOX_HELPER_PATH: &str = "/sandbox/gatehouse";
@@ -303,16 +303,16 @@ pub enum HelperError {
 
 impl HelperError {
     /// Returns the stable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            HelperError::Spec(_) => codes::SANDBOX_SPEC_INVALID,
+            HelperError::Spec(_) => ErrorCode::SandboxSpecInvalid,
             HelperError::Descriptors(_)
             | HelperError::Limit { .. }
             | HelperError::NoNewPrivs(_)
             | HelperError::Landlock(_)
             | HelperError::Seccomp(_)
-            | HelperError::Supervise(_) => codes::SANDBOX_LAYER_FAILED,
-            HelperError::Exec(_) => codes::EXEC_FAILED,
+            | HelperError::Supervise(_) => ErrorCode::SandboxLayerFailed,
+            HelperError::Exec(_) => ErrorCode::ExecFailed,
         }
     }
 }

@@ -11,7 +11,6 @@ use gatehouse_protocol::error::ErrorCode;
 use serde::de::DeserializeOwned;
 
 use crate::context::ToolContext;
-use crate::error::codes;
 
 /// The result of one tool call, as the model will read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +28,7 @@ impl ToolOutcome {
     }
 
     /// Returns a failed outcome reading `CODE: message`.
-    pub fn failure(code: &str, message: &str) -> ToolOutcome {
+    pub fn failure(code: ErrorCode, message: &str) -> ToolOutcome {
         ToolOutcome {
             ok: false,
             output: format!("{code}: {message}"),
@@ -108,7 +107,7 @@ impl ToolSet {
         match self.get(&call.name) {
             Some(tool) => tool.call(ctx, call.input.clone()).await,
             None => ToolOutcome::failure(
-                codes::TOOL_NOT_ALLOWED,
+                ErrorCode::ToolNotAllowed,
                 &format!("tool {:?} is not available in this session", call.name),
             ),
         }
@@ -121,21 +120,21 @@ pub(crate) enum ToolError {
     #[error("{0}")]
     InvalidArguments(String),
     #[error("{message}")]
-    Coded { code: &'static str, message: String },
+    Coded { code: ErrorCode, message: String },
     #[error(transparent)]
     Fs(#[from] FsError),
 }
 
 impl ToolError {
-    pub(crate) fn coded(code: &'static str, message: String) -> ToolError {
+    pub(crate) fn coded(code: ErrorCode, message: String) -> ToolError {
         ToolError::Coded { code, message }
     }
 
-    pub(crate) fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> ErrorCode {
         match self {
-            ToolError::InvalidArguments(_) => ErrorCode::InvalidParams.as_str(),
-            ToolError::Coded { code, .. } => code,
-            ToolError::Fs(source) => source.code().as_str(),
+            ToolError::InvalidArguments(_) => ErrorCode::InvalidParams,
+            ToolError::Coded { code, .. } => *code,
+            ToolError::Fs(source) => source.code(),
         }
     }
 
@@ -183,7 +182,7 @@ where
     match tokio::task::spawn_blocking(move || op(&workspace)).await {
         Ok(result) => result,
         Err(err) => Err(ToolError::coded(
-            codes::TOOL_INTERNAL,
+            ErrorCode::ToolInternal,
             format!("tool task failed: {err}"),
         )),
     }

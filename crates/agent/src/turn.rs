@@ -210,7 +210,7 @@ async fn stream_model(
         Ok(_) => span.record("outcome", "ok"),
         Err(error) => span
             .record("outcome", "error")
-            .record("error_code", error.code()),
+            .record("error_code", error.code().as_str()),
     };
     span.record(
         "duration_ms",

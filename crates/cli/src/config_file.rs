@@ -3,6 +3,7 @@
 //! variable) wins over the file; the file wins over the built-in default. Unknown keys are an
 //! error that names the key, so a typo never goes unnoticed.
 
+use gatehouse_protocol::runtime::RuntimeKind;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::path::PathBuf;
@@ -24,7 +25,7 @@ pub(crate) struct GatewayFile {
     pub(crate) media_quota_bytes: Option<u64>,
     pub(crate) checkpoint_quota_bytes: Option<u64>,
     pub(crate) checkpoints_kept: Option<u32>,
-    pub(crate) runtime: Option<String>,
+    pub(crate) runtime: Option<RuntimeKind>,
     pub(crate) codex_command_approval: Option<String>,
     pub(crate) codex_file_approval: Option<String>,
     pub(crate) memory_embedder: Option<String>,
@@ -39,7 +40,7 @@ pub(crate) struct GatewayFile {
 pub(crate) struct NodeFile {
     pub(crate) gateway: Option<String>,
     pub(crate) root: Option<PathBuf>,
-    pub(crate) runtime: Option<String>,
+    pub(crate) runtime: Option<RuntimeKind>,
     pub(crate) setup_code_file: Option<PathBuf>,
     pub(crate) capacity: Option<u32>,
     pub(crate) display_name: Option<String>,

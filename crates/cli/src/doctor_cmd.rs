@@ -6,6 +6,7 @@
 //! `exec` sandbox, the Codex binary really answers `--version`, and the model really loads.
 //! `gatehouse up` runs the machine checks at start and prints one line per warning or failure.
 
+use gatehouse_protocol::runtime::RuntimeKind;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,7 +43,7 @@ pub(crate) struct DoctorArgs {
     /// The runtime that will be used: with `codex`, a missing Codex binary fails instead of
     /// warning.
     #[arg(long, value_enum, default_value = "native")]
-    runtime: crate::up_cmd::RuntimeArg,
+    runtime: RuntimeKind,
     /// The local embedding model directory (default: `$GATEHOUSE_MEMORY_MODEL_DIR`).
     #[arg(long, value_name = "DIR")]
     memory_model_dir: Option<PathBuf>,
@@ -136,7 +137,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let machine = MachineChecks {
         data,
         codex_bin: args.codex_bin,
-        codex_required: matches!(args.runtime, crate::up_cmd::RuntimeArg::Codex),
+        codex_required: args.runtime == RuntimeKind::Codex,
         memory_model_dir: args.memory_model_dir,
         load_model: true,
     };

@@ -1,5 +1,6 @@
 //! `gatehouse gateway`: the dedicated Gateway. It has no model configuration.
 
+use gatehouse_protocol::runtime::RuntimeKind;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,8 +26,8 @@ pub(crate) struct GatewayArgs {
     public_url: Option<String>,
     /// The Harness runtime turns run on: `native` (default) or `codex`. The Gateway holds no
     /// model configuration either way.
-    #[arg(long, env = "GATEHOUSE_RUNTIME")]
-    runtime: Option<String>,
+    #[arg(long, env = "GATEHOUSE_RUNTIME", value_enum)]
+    runtime: Option<RuntimeKind>,
     /// How Codex command approvals are answered: `accept` (default), `accept-for-session` or
     /// `decline`. Every decision is audited.
     #[arg(long)]
@@ -75,9 +76,9 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     config.tick_interval = Duration::from_millis(args.tick_interval_ms.max(100));
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     let memory_embedder = memory_skills.apply(&mut config)?;
-    let mut extensions = match args.runtime.or(file.runtime).as_deref() {
-        None | Some("native") => gatehouse_gateway::Extensions::default(),
-        Some("codex") => {
+    let mut extensions = match args.runtime.or(file.runtime).unwrap_or_default() {
+        RuntimeKind::Native => gatehouse_gateway::Extensions::default(),
+        RuntimeKind::Codex => {
             let command = args.codex_command_approval.or(file.codex_command_approval);
             let file_change = args.codex_file_approval.or(file.codex_file_approval);
             crate::codex_setup::gateway_extensions(gatehouse_codex::runtime::CodexConfig {
@@ -91,11 +92,6 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
                 )?,
                 ..gatehouse_codex::runtime::CodexConfig::default()
             })
-        }
-        Some(other) => {
-            return Err(
-                UsageError::new(format!("--runtime {other:?}: use native or codex")).into(),
-            );
         }
     };
     extensions.memory_embedder = memory_embedder;

@@ -6,6 +6,7 @@
 //!   the node host has no port to probe, so this reads the status file it keeps under `DIR` and
 //!   exits 0 when healthy, else 1 with the reason on stderr. It opens no socket.
 
+use gatehouse_protocol::runtime::RuntimeKind;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,7 +45,7 @@ pub(crate) struct NodeArgs {
     root: Option<PathBuf>,
     /// The agent runtime this node hosts.
     #[arg(long, value_enum)]
-    runtime: Option<RuntimeArg>,
+    runtime: Option<RuntimeKind>,
     /// A file holding a setup code from `gatehouse setup-code`, needed until the node is
     /// enrolled.
     #[arg(long, value_name = "FILE")]
@@ -112,15 +113,6 @@ struct HealthArgs {
     json: bool,
 }
 
-/// The `--runtime` values.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum RuntimeArg {
-    /// The built-in agent runtime.
-    Native,
-    /// The Codex app-server runtime.
-    Codex,
-}
-
 /// Runs `gatehouse node health`, or else the node host until SIGINT or SIGTERM.
 pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     let NodeArgs {
@@ -145,18 +137,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         return Ok(run_health(&health_args));
     }
     let file: crate::config_file::NodeFile = crate::config_file::load(config.as_deref())?;
-    let runtime = match (runtime, file.runtime.as_deref()) {
-        (Some(runtime), _) => Some(runtime),
-        (None, Some("native")) => Some(RuntimeArg::Native),
-        (None, Some("codex")) => Some(RuntimeArg::Codex),
-        (None, Some(other)) => {
-            return Err(UsageError::new(format!(
-                "runtime {other:?} in the config file must be native or codex"
-            ))
-            .into());
-        }
-        (None, None) => None,
-    };
+    let runtime = runtime.or(file.runtime);
     let (Some(root), Some(runtime)) = (root.or(file.root), runtime) else {
         return Err(anyhow::Error::new(UsageError::new(
             "gatehouse node needs --root DIR and --runtime native|codex (or `root` and `runtime` in the config file)",
@@ -197,10 +178,6 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     let scratch = match &scratch {
         Some(dir) => Some(prepare_scratch(dir)?),
         None => None,
-    };
-    let runtime = match runtime {
-        RuntimeArg::Native => Runtime::Native,
-        RuntimeArg::Codex => Runtime::Codex,
     };
     let config = NodeHostConfig {
         root,

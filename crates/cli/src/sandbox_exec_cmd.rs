@@ -3,6 +3,7 @@
 //! `no_new_privs`, Landlock, seccomp), starts the program as its child and supervises its
 //! process count; see `gatehouse_agent::sandbox`. The program and its arguments are taken as raw bytes.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -69,7 +70,7 @@ fn run(args: SandboxExecArgs) -> ExitCode {
         Ok(HelperOutcome::ProcessLimitExceeded(limit)) => {
             crate::output::error_line(&format!(
                 "gatehouse sandbox: process limit of {limit} exceeded; every process of the command was killed ({})",
-                gatehouse_agent::error::codes::SANDBOX_PROCESS_LIMIT
+                ErrorCode::SandboxProcessLimit
             ));
             ExitCode::from(PROCESS_LIMIT_EXCEEDED)
         }

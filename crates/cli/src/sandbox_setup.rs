@@ -3,10 +3,10 @@
 //! with a stable code for a layer it refuses unless the operator named it in
 //! `--sandbox-allow-missing`. Workers get the decision in their launch envelope and never probe.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::path::Path;
 use std::path::PathBuf;
 
-use gatehouse_agent::error::codes;
 use gatehouse_agent::sandbox::ETC_ALLOWED;
 use gatehouse_agent::sandbox::SYSTEM_DIRS;
 use gatehouse_protocol::worker::DEFAULT_SANDBOX_ID;
@@ -233,7 +233,7 @@ pub(crate) fn decide(
         Err(reason) => {
             return Err(anyhow::anyhow!(
                 "{}: the kernel gives no seccomp filter ({reason}); run a kernel with seccomp filters, or accept running without with {}",
-                codes::SANDBOX_SECCOMP_UNAVAILABLE,
+                ErrorCode::SandboxSeccompUnavailable,
                 allow(Layer::Seccomp)
             ));
         }
@@ -253,7 +253,7 @@ pub(crate) fn decide(
         Err(reason) => {
             return Err(anyhow::anyhow!(
                 "{}: the kernel gives no Landlock ({reason}); enable Landlock (lsm=...,landlock), or accept running without with {}",
-                codes::SANDBOX_LANDLOCK_UNAVAILABLE,
+                ErrorCode::SandboxLandlockUnavailable,
                 allow(Layer::Landlock)
             ));
         }
@@ -356,7 +356,7 @@ pub(crate) fn startup(
         Err(error) => {
             return Err(anyhow::anyhow!(
                 "{}: the exec sandbox does not start on this machine: {error}",
-                codes::SANDBOX_TRIAL_FAILED
+                ErrorCode::SandboxTrialFailed
             ));
         }
     }

@@ -1,6 +1,7 @@
 //! `gatehouse up`: embedded mode. The Gateway and a Harness node host run in one process over an
 //! in-process link carrying the same frames as `/node`; their storage roots stay separate.
 
+use gatehouse_protocol::runtime::RuntimeKind;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -35,7 +36,7 @@ pub(crate) struct UpArgs {
     harness_root: Option<PathBuf>,
     /// The runtime of the in-process Harness.
     #[arg(long, value_enum, default_value = "native")]
-    runtime: RuntimeArg,
+    runtime: RuntimeKind,
     /// The model: `mock`, `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`.
     #[arg(long, default_value = "mock")]
     model: String,
@@ -64,15 +65,6 @@ pub(crate) struct UpArgs {
     quotas: crate::quota_args::QuotaArgs,
     #[command(flatten)]
     sandbox: crate::sandbox_setup::SandboxArgs,
-}
-
-/// The `--runtime` values.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub(crate) enum RuntimeArg {
-    /// The built-in agent runtime.
-    Native,
-    /// The Codex app-server runtime.
-    Codex,
 }
 
 /// The four Agent documents created on first start, with short defaults.
@@ -114,7 +106,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     let machine = crate::doctor_cmd::MachineChecks {
         data,
         codex_bin: args.codex_bin.clone(),
-        codex_required: matches!(args.runtime, RuntimeArg::Codex),
+        codex_required: args.runtime == RuntimeKind::Codex,
         memory_model_dir: args.memory_skills.memory_model_dir.clone(),
         // The Gateway loads the model itself below and says so when it cannot.
         load_model: false,
@@ -128,7 +120,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let sandbox = match args.runtime {
-        RuntimeArg::Native => crate::sandbox_setup::startup(
+        RuntimeKind::Native => crate::sandbox_setup::startup(
             &args.sandbox,
             &[harness_root.clone(), gateway_state.clone()],
             &std::env::current_exe()?,
@@ -136,7 +128,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             "gatehouse up:",
         )?,
         // Codex runs its own sandbox; these flags apply to native workers.
-        RuntimeArg::Codex => gatehouse_protocol::worker::SandboxSettings::default(),
+        RuntimeKind::Codex => gatehouse_protocol::worker::SandboxSettings::default(),
     };
     // Everything either role writes is private to this user.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
@@ -145,10 +137,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     let mut config = GatewayConfig::with_defaults(gateway_state, args.listen);
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     args.quotas.apply(&mut config);
-    let runtime = match args.runtime {
-        RuntimeArg::Native => Runtime::Native,
-        RuntimeArg::Codex => Runtime::Codex,
-    };
+    let runtime = args.runtime;
     let memory_embedder = args.memory_skills.apply(&mut config)?;
     crate::signals::runtime()?.block_on(async move {
         let send_key = !matches!(model, ModelSpec::Mock);

@@ -31,6 +31,7 @@ use gatehouse_gateway::turns::runtime::TurnInput;
 use gatehouse_gateway::turns::runtime::TurnRuntime;
 use gatehouse_gateway::turns::runtime::TurnSink;
 use gatehouse_protocol::codex::CODEX_APPSERVER;
+use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::worker::GatewayToolParams;
 
 use crate::messages::ApprovalResponse;
@@ -180,19 +181,19 @@ impl CodexRuntime {
         let registry = &self.parts.registry;
         let Some(node) = registry.wait_serving(&[CODEX_APPSERVER], grace).await else {
             return Err(TurnFailure::new(
-                "DEPENDENCY_UNAVAILABLE",
+                ErrorCode::DependencyUnavailable,
                 "no Harness node serving the codex runtime is connected; the turn is not run anywhere else",
             ));
         };
         let Some(workspace_root) = node.workspace_root.clone() else {
             return Err(TurnFailure::new(
-                "NODE_BAD_RESPONSE",
+                ErrorCode::NodeBadResponse,
                 "the codex node did not declare its workspace root",
             ));
         };
         let relay = crate::relay::open(registry, &node).await.map_err(|error| {
             TurnFailure::new(
-                "DEPENDENCY_UNAVAILABLE",
+                ErrorCode::DependencyUnavailable,
                 format!("cannot open the codex app-server relay: {error}"),
             )
         })?;
@@ -202,7 +203,7 @@ impl CodexRuntime {
         let info = answer.map_err(|error| {
             let reason = ended_reason(ended);
             TurnFailure::new(
-                "CODEX_UNAVAILABLE",
+                ErrorCode::CodexUnavailable,
                 format!("codex app-server did not initialize: {error}{reason}"),
             )
         })?;
@@ -250,7 +251,7 @@ impl CodexRuntime {
                     .await
                     .map_err(|error| {
                         TurnFailure::new(
-                            "CODEX_THREAD_UNAVAILABLE",
+                            ErrorCode::CodexThreadUnavailable,
                             format!("cannot resume the session's Codex thread {thread_id}: {error}; the session is not moved to a new thread"),
                         )
                     })?;
@@ -279,10 +280,10 @@ impl CodexRuntime {
                     .await
                     .map_err(|error| match error {
                         crate::rpc::RpcError::BadResponse(error) => {
-                            TurnFailure::new("CODEX_BAD_RESPONSE", error.to_string())
+                            TurnFailure::new(ErrorCode::CodexBadResponse, error.to_string())
                         }
                         other => TurnFailure::new(
-                            "CODEX_UNAVAILABLE",
+                            ErrorCode::CodexUnavailable,
                             format!("cannot start a Codex thread: {other}"),
                         ),
                     })?;
@@ -367,7 +368,8 @@ impl CodexRuntime {
                         &actor(connection),
                         "codex.approval",
                         outcome,
-                        (decision == ApprovalDecision::Decline).then_some("POLICY_DECLINED"),
+                        (decision == ApprovalDecision::Decline)
+                            .then_some(ErrorCode::PolicyDeclined.as_str()),
                         details(kind, &params.item_id, decision.wire()),
                     )
                     .await;
@@ -387,7 +389,7 @@ impl CodexRuntime {
                         &actor(connection),
                         "codex.approval",
                         "declined",
-                        Some("POLICY_DECLINED"),
+                        Some(ErrorCode::PolicyDeclined.as_str()),
                         details("permissions", &params.item_id, "none"),
                     )
                     .await;
@@ -469,7 +471,7 @@ impl CodexRuntime {
                 if index >= MAX_ARTIFACTS {
                     sink.artifact_refused(
                         path,
-                        "TOO_MANY_ARTIFACTS",
+                        ErrorCode::TooManyArtifacts.as_str(),
                         &format!("at most {MAX_ARTIFACTS} artifacts per message"),
                     )
                     .await;
@@ -487,7 +489,7 @@ impl CodexRuntime {
                 if total > MAX_ARTIFACT_BYTES {
                     sink.artifact_refused(
                         path,
-                        "ARTIFACTS_TOO_LARGE",
+                        ErrorCode::ArtifactsTooLarge.as_str(),
                         "over 64 MiB of artifacts in one message",
                     )
                     .await;
@@ -503,7 +505,7 @@ impl CodexRuntime {
                 {
                     Ok(record) => sink.artifact_stored(path, &record.id, size).await,
                     Err(error) => {
-                        sink.artifact_refused(path, error.code(), &error.to_string())
+                        sink.artifact_refused(path, error.code().as_str(), &error.to_string())
                             .await
                     }
                 }
@@ -515,7 +517,7 @@ impl CodexRuntime {
         {
             sink.artifact_refused(
                 "*",
-                "TIMEOUT",
+                ErrorCode::Timeout.as_str(),
                 "fetching the reply artifacts took longer than 60 s",
             )
             .await;
@@ -556,7 +558,7 @@ impl TurnRuntime for CodexRuntime {
     async fn readiness(&self) -> Result<(), TurnFailure> {
         let not_ready = || {
             TurnFailure::new(
-                "CODEX_NOT_INITIALIZED",
+                ErrorCode::CodexNotInitialized,
                 "the Harness's codex app-server is not initialized over the relay yet; check the node's log",
             )
         };
@@ -608,7 +610,7 @@ impl TurnRuntime for CodexRuntime {
                 },
                 message = messages.recv() => match message {
                     None => break Err(TurnFailure::new(
-                        "DEPENDENCY_UNAVAILABLE",
+                        ErrorCode::DependencyUnavailable,
                         "the connection to codex app-server on the Harness ended during the turn; the turn is not replayed",
                     )),
                     Some(ThreadMessage::Request { id, method, params }) => {
@@ -617,7 +619,7 @@ impl TurnRuntime for CodexRuntime {
                     Some(ThreadMessage::Notification { method, params }) => {
                         let notification = match ServerNotification::decode(&method, params) {
                             Ok(notification) => notification,
-                            Err(error) => break Err(TurnFailure::new("CODEX_BAD_RESPONSE", error.to_string())),
+                            Err(error) => break Err(TurnFailure::new(ErrorCode::CodexBadResponse, error.to_string())),
                         };
                         if let Some(end) = apply(state.observe(notification), &sink).await? {
                             break end;
@@ -783,7 +785,7 @@ impl TurnState {
                 let outcome = match turn.status {
                     TurnStatus::Completed => Ok(self.reply.take().unwrap_or_default()),
                     TurnStatus::Interrupted => Err(TurnFailure::new(
-                        "ABORTED",
+                        ErrorCode::Aborted,
                         "the Codex turn was interrupted",
                     )),
                     TurnStatus::Failed | TurnStatus::InProgress | TurnStatus::Other => {
@@ -918,27 +920,27 @@ fn change_list(changes: &[FileUpdateChange]) -> Vec<String> {
 /// Maps Codex's `codexErrorInfo` onto our stable codes.
 pub fn error_code(info: Option<&CodexErrorInfo>) -> &'static str {
     match info.map_or("other", CodexErrorInfo::name) {
-        "unauthorized" => "MODEL_AUTH_FAILED",
-        "rateLimitExceeded" | "usageLimitExceeded" => "MODEL_RATE_LIMITED",
+        "unauthorized" => ErrorCode::ModelAuthFailed.as_str(),
+        "rateLimitExceeded" | "usageLimitExceeded" => ErrorCode::ModelRateLimited.as_str(),
         "internalServerError"
         | "serverOverloaded"
         | "httpConnectionFailed"
         | "responseStreamConnectionFailed"
         | "responseStreamDisconnected"
-        | "responseTooManyFailedAttempts" => "MODEL_UNAVAILABLE",
-        "contextWindowExceeded" => "CONTEXT_WINDOW_EXCEEDED",
-        "sandboxError" => "SANDBOX_ERROR",
-        _ => "CODEX_TURN_FAILED",
+        | "responseTooManyFailedAttempts" => ErrorCode::ModelUnavailable.as_str(),
+        "contextWindowExceeded" => ErrorCode::ContextWindowExceeded.as_str(),
+        "sandboxError" => ErrorCode::SandboxError.as_str(),
+        _ => ErrorCode::CodexTurnFailed.as_str(),
     }
 }
 
 fn connection_failure(error: &crate::rpc::RpcError) -> TurnFailure {
     match error {
         crate::rpc::RpcError::Closed => TurnFailure::new(
-            "DEPENDENCY_UNAVAILABLE",
+            ErrorCode::DependencyUnavailable,
             "the connection to codex app-server on the Harness is closed; the turn is not run anywhere else",
         ),
-        other => TurnFailure::new("CODEX_UNAVAILABLE", other.to_string()),
+        other => TurnFailure::new(ErrorCode::CodexUnavailable, other.to_string()),
     }
 }
 

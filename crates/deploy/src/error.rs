@@ -1,5 +1,7 @@
 //! The error type of this crate.
 
+use gatehouse_protocol::error::ErrorCode;
+
 /// A shorthand for results whose error is [`DeployError`].
 pub type Result<T> = std::result::Result<T, DeployError>;
 
@@ -70,14 +72,14 @@ pub enum DeployError {
 
 impl DeployError {
     /// Returns the stable code of this error.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::Yaml { .. } => "INSTALLATION_YAML_INVALID",
-            Self::UnknownKey { .. } => "INSTALLATION_UNKNOWN_KEY",
-            Self::Schema { .. } => "INSTALLATION_SCHEMA_VIOLATION",
-            Self::InvalidValue { .. } => "INSTALLATION_INVALID_VALUE",
-            Self::ScratchBindingMismatch { .. } => "SCRATCH_BINDING_MISMATCH",
-            Self::InvalidManifest { .. } => "MANIFEST_INVALID",
+            Self::Yaml { .. } => ErrorCode::InstallationYamlInvalid,
+            Self::UnknownKey { .. } => ErrorCode::InstallationUnknownKey,
+            Self::Schema { .. } => ErrorCode::InstallationSchemaViolation,
+            Self::InvalidValue { .. } => ErrorCode::InstallationInvalidValue,
+            Self::ScratchBindingMismatch { .. } => ErrorCode::ScratchBindingMismatch,
+            Self::InvalidManifest { .. } => ErrorCode::ManifestInvalid,
         }
     }
 

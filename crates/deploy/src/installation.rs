@@ -41,6 +41,7 @@
 //! Parsing is strict: an unknown key, a value of the wrong type, a missing required key or a value
 //! the topology refuses is an error that names the dotted key path.
 
+use gatehouse_protocol::runtime::RuntimeKind;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -88,8 +89,8 @@ impl Topology {
     /// Returns the Harness runtime name passed to the processes (`native` or `codex`).
     pub fn runtime(self) -> &'static str {
         match self {
-            Self::Embedded | Self::DedicatedNative => "native",
-            Self::DedicatedCodex => "codex",
+            Self::Embedded | Self::DedicatedNative => RuntimeKind::Native.as_str(),
+            Self::DedicatedCodex => RuntimeKind::Codex.as_str(),
         }
     }
 }

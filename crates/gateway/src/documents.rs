@@ -36,6 +36,7 @@ use crate::audit::Audit;
 use crate::workspace::WorkspaceAccess;
 use crate::workspace::WorkspaceError;
 use crate::workspace::WriteMode;
+use gatehouse_protocol::error::ErrorCode;
 
 /// The only agent id served.
 pub const MAIN_AGENT: &str = "main";
@@ -187,9 +188,9 @@ impl ContentError {
     /// Returns the stable detail code: `INVALID_VALUE`, `INVALID_FORMAT` or `TOO_LONG`.
     pub fn detail_code(&self) -> &'static str {
         match self {
-            ContentError::InvalidUnicode => "INVALID_VALUE",
-            ContentError::Nul => "INVALID_FORMAT",
-            ContentError::TooLong => "TOO_LONG",
+            ContentError::InvalidUnicode => ErrorCode::InvalidValue.as_str(),
+            ContentError::Nul => ErrorCode::InvalidFormat.as_str(),
+            ContentError::TooLong => ErrorCode::TooLong.as_str(),
         }
     }
 }
@@ -350,14 +351,14 @@ pub async fn write_document(
         }
         Err(error) => {
             let (outcome, reason_code) = match &error {
-                WorkspaceError::UnknownOutcome => ("unknown", "UNKNOWN_OUTCOME"),
+                WorkspaceError::UnknownOutcome => ("unknown", ErrorCode::UnknownOutcome.as_str()),
                 WorkspaceError::Unavailable | WorkspaceError::Timeout => {
-                    ("failed", "DEPENDENCY_UNAVAILABLE")
+                    ("failed", ErrorCode::DependencyUnavailable.as_str())
                 }
                 WorkspaceError::BadPath { code, .. } => ("failed", code.as_str()),
                 WorkspaceError::PolicyDenied { code, .. } => ("failed", *code),
                 WorkspaceError::Remote(remote) => ("failed", remote.code.as_str()),
-                WorkspaceError::Corrupt => ("failed", "NODE_BAD_RESPONSE"),
+                WorkspaceError::Corrupt => ("failed", ErrorCode::NodeBadResponse.as_str()),
             };
             tracing::warn!(
                 agent,

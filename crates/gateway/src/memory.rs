@@ -8,6 +8,7 @@
 //! When no node serves the workspace, search answers from the retained index and says `stale`;
 //! `memory_get` fails with `DEPENDENCY_UNAVAILABLE`. Nothing is ever read from a local copy.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -77,13 +78,13 @@ impl MemoryServiceError {
     /// Returns the stable code.
     pub fn code(&self) -> &str {
         match self {
-            Self::WorkspaceUnavailable(_) => "DEPENDENCY_UNAVAILABLE",
-            Self::SearchUnavailable(_) => "MEMORY_UNAVAILABLE",
+            Self::WorkspaceUnavailable(_) => ErrorCode::DependencyUnavailable.as_str(),
+            Self::SearchUnavailable(_) => ErrorCode::MemoryUnavailable.as_str(),
             Self::Remote(error) => &error.code,
             Self::Index(gatehouse_memory::MemoryError::Index(
                 gatehouse_memory::index::IndexError::DiskFull,
-            )) => "STORAGE_FULL",
-            Self::Index(_) => "MEMORY_INDEX_FAILED",
+            )) => ErrorCode::StorageFull.as_str(),
+            Self::Index(_) => ErrorCode::MemoryIndexFailed.as_str(),
         }
     }
 }

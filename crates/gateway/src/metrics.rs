@@ -600,7 +600,7 @@ mod tests {
         let identity = ConnectionIdentity {
             device_id: String::from("n"),
             display_name: String::from("n"),
-            runtime: String::from("native"),
+            runtime: gatehouse_protocol::runtime::RuntimeKind::Native,
             commands: vec![String::from("file.stat")],
             workspace_root: None,
         };

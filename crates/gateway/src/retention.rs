@@ -7,7 +7,7 @@
 //! - **Checkpoint quota:** the file content one session's retained checkpoints refer to (each
 //!   distinct blob counted once, the new checkpoint included) is at most
 //!   [`RetentionConfig::checkpoint_quota_bytes`] (default [`DEFAULT_CHECKPOINT_QUOTA_BYTES`]). A
-//!   checkpoint over it is refused with [`CHECKPOINT_QUOTA_EXCEEDED`] before any blob is
+//!   checkpoint over it is refused with [`ErrorCode::CheckpointQuotaExceeded`] before any blob is
 //!   written; the session keeps its last good checkpoint.
 //! - **Media quota:** the media store itself refuses new blobs past the Gateway's media quota
 //!   (`MEDIA_QUOTA_EXCEEDED`); blobs a refused checkpoint had already written are collected at
@@ -38,7 +38,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use gatehouse_media::MediaError;
 use gatehouse_media::MediaStore;
-use gatehouse_protocol::worker::CHECKPOINT_QUOTA_EXCEEDED;
+use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::Store;
 use gatehouse_store::StoreError;
 use gatehouse_store::model::CheckpointBlob;
@@ -159,7 +159,7 @@ impl MediaRetention {
     /// the new checkpoint refers to to its size. Writes nothing; a refusal is audited.
     ///
     /// # Errors
-    /// [`CHECKPOINT_QUOTA_EXCEEDED`] over the quota; the store's code when it fails.
+    /// [`ErrorCode::CheckpointQuotaExceeded`] over the quota; the store's code when it fails.
     pub async fn check_checkpoint_quota(
         &self,
         session_key: &str,
@@ -192,12 +192,12 @@ impl MediaRetention {
         self.audit_refusal(
             session_key,
             turn_id,
-            CHECKPOINT_QUOTA_EXCEEDED,
+            ErrorCode::CheckpointQuotaExceeded,
             serde_json::json!({"checkpointBytes": total_bytes, "quotaBytes": quota_bytes}),
         )
         .await;
         Err(TurnFailure::new(
-            CHECKPOINT_QUOTA_EXCEEDED,
+            ErrorCode::CheckpointQuotaExceeded,
             format!(
                 "the session workspace holds {total_bytes} bytes of files, over the checkpoint quota of {quota_bytes} bytes; \
                  the last good checkpoint is kept: remove large files from the session workspace, or raise --checkpoint-quota-bytes"
@@ -399,13 +399,19 @@ impl MediaRetention {
         &self,
         session_key: &str,
         turn_id: &str,
-        code: &str,
+        code: ErrorCode,
         mut details: serde_json::Value,
     ) {
         details["sessionKey"] = serde_json::Value::from(session_key);
         details["turnId"] = serde_json::Value::from(turn_id);
         self.audit
-            .record("gateway", "checkpoint.store", "denied", Some(code), details)
+            .record(
+                "gateway",
+                "checkpoint.store",
+                "denied",
+                Some(code.as_str()),
+                details,
+            )
             .await;
     }
 }

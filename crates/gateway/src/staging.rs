@@ -11,6 +11,7 @@
 //! cannot be staged is skipped and reported. A failed required transfer is an error, and the
 //! caller must not dispatch the turn.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -144,11 +145,11 @@ impl StagingError {
     /// Returns the stable code of the turn failure.
     pub fn code(&self) -> &'static str {
         match self {
-            StagingError::InvalidStagedId => "INVALID_STAGED_ID",
-            StagingError::AttachmentNotFound { .. } => "ATTACHMENT_NOT_FOUND",
-            StagingError::TransferFailed { .. } => "ATTACHMENT_TRANSFER_FAILED",
-            StagingError::NodeUnavailable { .. } => "DEPENDENCY_UNAVAILABLE",
-            StagingError::Entropy(_) => "STAGING_FAILURE",
+            StagingError::InvalidStagedId => ErrorCode::InvalidStagedId.as_str(),
+            StagingError::AttachmentNotFound { .. } => ErrorCode::AttachmentNotFound.as_str(),
+            StagingError::TransferFailed { .. } => ErrorCode::AttachmentTransferFailed.as_str(),
+            StagingError::NodeUnavailable { .. } => ErrorCode::DependencyUnavailable.as_str(),
+            StagingError::Entropy(_) => ErrorCode::StagingFailure.as_str(),
         }
     }
 }
@@ -169,7 +170,10 @@ impl AttachmentStager for WorkspaceStager {
     ) -> Result<Vec<String>, TurnFailure> {
         let attachments: Vec<AttachmentRef> =
             serde_json::from_value(attachments.clone()).map_err(|error| {
-                TurnFailure::new("INVALID_REQUEST", format!("invalid attachments: {error}"))
+                TurnFailure::new(
+                    ErrorCode::InvalidRequest,
+                    format!("invalid attachments: {error}"),
+                )
             })?;
         let staged_id =
             new_staged_id().map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
@@ -351,13 +355,13 @@ fn check_staged_id(staged_id: &str) -> Result<(), StagingError> {
 fn skipped_lookup(attachment: &AttachmentRef, source: &MediaError) -> SkippedAttachment {
     tracing::warn!(
         media_id = %attachment.media_id,
-        code = source.code(),
+        code = %source.code(),
         error = %source,
         "optional attachment not found"
     );
     SkippedAttachment {
         media_id: attachment.media_id.clone(),
-        code: "ATTACHMENT_NOT_FOUND",
+        code: ErrorCode::AttachmentNotFound.as_str(),
         message: source.to_string(),
     }
 }
@@ -366,14 +370,18 @@ fn skipped_lookup(attachment: &AttachmentRef, source: &MediaError) -> SkippedAtt
 /// `ATTACHMENT_TRANSFER_FAILED`.
 fn transfer_reason(source: &WorkspaceError) -> (&'static str, String) {
     match source {
-        WorkspaceError::Unavailable | WorkspaceError::Timeout => {
-            ("DEPENDENCY_UNAVAILABLE", source.to_string())
-        }
+        WorkspaceError::Unavailable | WorkspaceError::Timeout => (
+            ErrorCode::DependencyUnavailable.as_str(),
+            source.to_string(),
+        ),
         WorkspaceError::BadPath { .. }
         | WorkspaceError::PolicyDenied { .. }
         | WorkspaceError::UnknownOutcome
         | WorkspaceError::Remote(_)
-        | WorkspaceError::Corrupt => ("ATTACHMENT_TRANSFER_FAILED", source.to_string()),
+        | WorkspaceError::Corrupt => (
+            ErrorCode::AttachmentTransferFailed.as_str(),
+            source.to_string(),
+        ),
     }
 }
 

@@ -196,7 +196,8 @@ impl GatewayTools {
             turn.session_key == params.session_key && turn.status == TurnStatus::Running
         });
         if !running {
-            self.deny(actor, "TURN_NOT_RUNNING", params).await;
+            self.deny(actor, ErrorCode::TurnNotRunning.as_str(), params)
+                .await;
             return Err(WireError::new(
                 ErrorCode::InvalidRequest,
                 "the calling turn is not running in that session",

@@ -79,9 +79,11 @@ impl WorkspaceError {
         match self {
             WorkspaceError::BadPath { code, .. } => code.as_str(),
             WorkspaceError::PolicyDenied { code, .. } => code,
-            WorkspaceError::Unavailable | WorkspaceError::Timeout => "DEPENDENCY_UNAVAILABLE",
-            WorkspaceError::UnknownOutcome => "UNKNOWN_OUTCOME",
-            WorkspaceError::Corrupt => "NODE_BAD_RESPONSE",
+            WorkspaceError::Unavailable | WorkspaceError::Timeout => {
+                ErrorCode::DependencyUnavailable.as_str()
+            }
+            WorkspaceError::UnknownOutcome => ErrorCode::UnknownOutcome.as_str(),
+            WorkspaceError::Corrupt => ErrorCode::NodeBadResponse.as_str(),
             WorkspaceError::Remote(remote) => &remote.code,
         }
     }
@@ -243,7 +245,7 @@ impl WorkspaceClient {
         match gatehouse_policy::path::evaluate(Some(policy), &node_ref, path, kind, HARNESS_HOME) {
             Decision::Allow { .. } => Ok(()),
             Decision::Ask { .. } => Err(WorkspaceError::PolicyDenied {
-                code: "POLICY_DENIED",
+                code: ErrorCode::PolicyDenied.as_str(),
                 kind: kind_name,
                 path: path.to_owned(),
             }),

@@ -1,5 +1,6 @@
 //! The one error type of the node host.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::path::PathBuf;
 
 use gatehouse_protocol::error::WireError;
@@ -153,24 +154,24 @@ impl NodeHostError {
     /// the Gateway's code, for example `SETUP_CODE_INVALID`.
     pub fn code(&self) -> &str {
         match self {
-            NodeHostError::SetupCodeUnreadable { .. } => "SETUP_CODE_UNREADABLE",
-            NodeHostError::SetupCodeInvalid { .. } => "SETUP_CODE_INVALID",
-            NodeHostError::NoCredential => "NO_CREDENTIAL",
-            NodeHostError::NoGatewayUrl => "NO_GATEWAY_URL",
-            NodeHostError::InvalidGatewayUrl { .. } => "INVALID_GATEWAY_URL",
-            NodeHostError::StateSymlink { .. } => "STATE_SYMLINK",
-            NodeHostError::InvalidStateFile { .. } => "INVALID_STATE_FILE",
-            NodeHostError::StateIo { .. } => "STATE_IO",
-            NodeHostError::WorkspaceUnusable { .. } => "WORKSPACE_UNUSABLE",
-            NodeHostError::Connect { .. } => "CONNECT_FAILED",
+            NodeHostError::SetupCodeUnreadable { .. } => ErrorCode::SetupCodeUnreadable.as_str(),
+            NodeHostError::SetupCodeInvalid { .. } => ErrorCode::SetupCodeInvalid.as_str(),
+            NodeHostError::NoCredential => ErrorCode::NoCredential.as_str(),
+            NodeHostError::NoGatewayUrl => ErrorCode::NoGatewayUrl.as_str(),
+            NodeHostError::InvalidGatewayUrl { .. } => ErrorCode::InvalidGatewayUrl.as_str(),
+            NodeHostError::StateSymlink { .. } => ErrorCode::StateSymlink.as_str(),
+            NodeHostError::InvalidStateFile { .. } => ErrorCode::InvalidStateFile.as_str(),
+            NodeHostError::StateIo { .. } => ErrorCode::StateIo.as_str(),
+            NodeHostError::WorkspaceUnusable { .. } => ErrorCode::WorkspaceUnusable.as_str(),
+            NodeHostError::Connect { .. } => ErrorCode::ConnectFailed.as_str(),
             NodeHostError::Refused { error } => &error.code,
-            NodeHostError::LinkClosed => "LINK_CLOSED",
-            NodeHostError::LinkIdle { .. } => "LINK_IDLE",
-            NodeHostError::HandshakeTimeout { .. } => "HANDSHAKE_TIMEOUT",
-            NodeHostError::Protocol { .. } => "PROTOCOL_ERROR",
-            NodeHostError::SaveDeviceToken { .. } => "SAVE_DEVICE_TOKEN_FAILED",
-            NodeHostError::StatusIo { .. } => "STATUS_IO",
-            NodeHostError::Join(_) => "INTERNAL",
+            NodeHostError::LinkClosed => ErrorCode::LinkClosed.as_str(),
+            NodeHostError::LinkIdle { .. } => ErrorCode::LinkIdle.as_str(),
+            NodeHostError::HandshakeTimeout { .. } => ErrorCode::HandshakeTimeout.as_str(),
+            NodeHostError::Protocol { .. } => ErrorCode::ProtocolError.as_str(),
+            NodeHostError::SaveDeviceToken { .. } => ErrorCode::SaveDeviceTokenFailed.as_str(),
+            NodeHostError::StatusIo { .. } => ErrorCode::StatusIo.as_str(),
+            NodeHostError::Join(_) => ErrorCode::Internal.as_str(),
         }
     }
 

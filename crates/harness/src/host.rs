@@ -46,24 +46,9 @@ pub const DEFAULT_HOME: &str = "/home/node";
 /// The agent id the node's default path policy binds the workspace to.
 const AGENT_ID: &str = "main";
 
-/// The runtime the node hosts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Runtime {
-    /// The built-in agent runtime.
-    Native,
-    /// The Codex app-server runtime.
-    Codex,
-}
-
-impl Runtime {
-    /// Returns the wire name: `native` or `codex`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Runtime::Native => "native",
-            Runtime::Codex => "codex",
-        }
-    }
-}
+/// The runtime the node hosts: the protocol's one runtime kind, under the name the node host
+/// has always used.
+pub use gatehouse_protocol::runtime::RuntimeKind as Runtime;
 
 /// What the node host needs to start.
 #[derive(Debug, Clone)]
@@ -526,7 +511,7 @@ impl NodeHost {
         let setup = ConnectSetup {
             identity: &self.identity,
             display_name: &self.display_name,
-            runtime: self.runtime.as_str(),
+            runtime: self.runtime,
             workspace_root: &self.workspace_root,
             commands: self.commands.names(),
             auth,

@@ -290,9 +290,9 @@ fn list(workspace: &Workspace, extra_paths: &[String]) -> MemoryListResult {
                 }),
                 Err(error) => skipped.push(SkippedFile {
                     path,
-                    reason: match error.code.as_str() {
-                        "HARDLINK_DENIED" => String::from("hardlink"),
-                        "SYMLINK_REDIRECT" => String::from("symlink"),
+                    reason: match error.known_code() {
+                        Some(ErrorCode::HardlinkDenied) => String::from("hardlink"),
+                        Some(ErrorCode::SymlinkRedirect) => String::from("symlink"),
                         _ => String::from("unreadable"),
                     },
                 }),

@@ -63,7 +63,7 @@ pub(crate) const DEVICE_FAMILY: &str = "server";
 pub(crate) struct ConnectSetup<'a> {
     pub(crate) identity: &'a Identity,
     pub(crate) display_name: &'a str,
-    pub(crate) runtime: &'a str,
+    pub(crate) runtime: gatehouse_protocol::runtime::RuntimeKind,
     pub(crate) workspace_root: &'a str,
     pub(crate) commands: Vec<String>,
     pub(crate) auth: ConnectAuth,
@@ -485,7 +485,7 @@ fn connect_params(setup: &ConnectSetup<'_>, challenge: &ConnectChallenge) -> Con
             nonce: challenge.nonce.clone(),
         }),
         auth: Some(setup.auth.clone()),
-        runtime: Some(setup.runtime.to_owned()),
+        runtime: Some(setup.runtime),
         workspace_root: Some(setup.workspace_root.to_owned()),
     }
 }

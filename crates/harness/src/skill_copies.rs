@@ -17,9 +17,6 @@ use gatehouse_protocol::worker::SKILL_COPY_MAX_BYTES;
 use gatehouse_protocol::worker::SKILL_COPY_MAX_FILES;
 use gatehouse_protocol::worker::SkillCopy;
 
-/// The code of a failed cleanup.
-pub(crate) const SKILL_CLEANUP_FAILED: &str = "SKILL_CLEANUP_FAILED";
-
 /// The mode of the copies' directories while they are written.
 const OPEN_DIR_MODE: u32 = 0o700;
 
@@ -51,12 +48,11 @@ pub(crate) fn prepare(
         .remove(SKILL_COPIES_DIR)
         .map_err(|error| {
             WireError::new(
-                ErrorCode::Internal,
+                ErrorCode::SkillCleanupFailed,
                 format!(
                     "cannot remove the previous turn's skill copies ({error}); the turn is not prepared"
                 ),
             )
-            .with_code(SKILL_CLEANUP_FAILED)
         })?;
     if copies.is_empty() {
         return Ok(());

@@ -12,6 +12,7 @@
 //! untouched, on write and on read. Nothing is fsynced: after a crash the file may be stale or
 //! missing, which a probe reports as unhealthy, and the next write repairs it.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::io::Read;
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -336,7 +337,7 @@ fn code_for_status(code: &str) -> String {
             .all(|byte| byte.is_ascii_uppercase() || byte.is_ascii_digit() || byte == b'_');
     match looks_like_code {
         true => code.to_owned(),
-        false => "UNKNOWN_ERROR".to_owned(),
+        false => ErrorCode::UnknownError.as_str().to_owned(),
     }
 }
 

@@ -42,8 +42,6 @@ use gatehouse_protocol::worker::AgentTurnResult;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::GatewayToolParams;
 use gatehouse_protocol::worker::GatewayToolResult;
-use gatehouse_protocol::worker::WORKER_CAPACITY_EXHAUSTED;
-use gatehouse_protocol::worker::WORKER_CRASHED;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_protocol::worker::WorkerLaunch;
 use gatehouse_protocol::worker::WorkerRequest;
@@ -203,13 +201,12 @@ impl WorkerSupervisor {
         }
         if workers.len() >= self.settings.capacity {
             return Err(WireError::new(
-                ErrorCode::Unavailable,
+                ErrorCode::WorkerCapacityExhausted,
                 format!(
                     "all {} worker slots are taken by other sessions; stop a session to free one",
                     self.settings.capacity
                 ),
-            )
-            .with_code(WORKER_CAPACITY_EXHAUSTED));
+            ));
         }
         let slot = Arc::new(tokio::sync::Mutex::new(None));
         workers.insert(session_key.to_owned(), Arc::clone(&slot));
@@ -312,10 +309,9 @@ impl WorkerSupervisor {
             // The workspace was lost (node replaced, disk wiped): the Gateway restores it first.
             self.stop(&params.session_key).await;
             return Err(WireError::new(
-                ErrorCode::NotFound,
+                ErrorCode::WorkspaceMissing,
                 "the session workspace is missing; restore it from the checkpoint",
-            )
-            .with_code(WORKSPACE_MISSING));
+            ));
         }
         let slot = self.slot(&params.session_key).await?;
         let mut guard = slot.lock().await;
@@ -552,10 +548,9 @@ impl Drop for KillOnDrop<'_> {
 fn crashed(session_key: &str) -> WireError {
     tracing::warn!(session_key, "a worker exited during a turn");
     WireError::new(
-        ErrorCode::Unavailable,
+        ErrorCode::WorkerCrashed,
         "the worker exited during the turn; the next message starts a new one",
     )
-    .with_code(WORKER_CRASHED)
 }
 
 /// Returns the directory name of a session: 32 hex digits of the sha256 of its key, so any key
@@ -670,9 +665,6 @@ const STAGED_DIR_MODE: u32 = 0o755;
 
 /// The mode of a staged input.
 const STAGED_FILE_MODE: u32 = 0o644;
-
-/// The error code of a turn whose session workspace is gone and must be restored first.
-pub const WORKSPACE_MISSING: &str = "WORKSPACE_MISSING";
 
 /// Creates the session workspace `workspace` in `session_dir` (it must not exist) and writes
 /// the checkpoint entries into it.

@@ -21,6 +21,7 @@ use gatehouse_model::ModelConfig;
 use gatehouse_model::ToolInput;
 use gatehouse_model::ToolKind;
 use gatehouse_model::ToolSpec;
+use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::worker::GatewayToolResult;
 use gatehouse_protocol::worker::GatewayToolSpec;
 use gatehouse_protocol::worker::WorkerEvent;
@@ -109,9 +110,10 @@ impl gatehouse_agent::Tool for GatewayToolProxy {
                 ok: result.ok,
                 output: result.output,
             },
-            Err(_) => {
-                gatehouse_agent::ToolOutcome::failure("UNAVAILABLE", "the gateway did not answer")
-            }
+            Err(_) => gatehouse_agent::ToolOutcome::failure(
+                ErrorCode::Unavailable,
+                "the gateway did not answer",
+            ),
         }
     }
 }
@@ -131,11 +133,11 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
         serde_json::from_str(&first).map_err(WorkerChildError::MalformedLaunch)?;
     let model: Result<std::sync::Arc<dyn ModelClient>, (String, String)> =
         ModelConfig::parse(&launch.model, &launch.model_key_env)
-            .map_err(|error| (String::from("MODEL_AUTH_FAILED"), error.to_string()))
+            .map_err(|error| (String::from(ErrorCode::ModelAuthFailed), error.to_string()))
             .and_then(|config| {
                 config
                     .build()
-                    .map_err(|error| (error.code().to_owned(), error.to_string()))
+                    .map_err(|error| (String::from(error.code()), error.to_string()))
             });
     let sandbox = match launch.allow_unsandboxed {
         true => SandboxPolicy::AllowUnsandboxed,
@@ -187,7 +189,7 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
                     }
                 }
                 Err(error) => emit(&WorkerEvent::Failed {
-                    code: String::from("INVALID_REQUEST"),
+                    code: String::from(ErrorCode::InvalidRequest),
                     message: format!("malformed worker request: {error}"),
                 }),
             }
@@ -271,7 +273,7 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
             "outcome",
             match &outcome {
                 Ok(_) => "ok",
-                Err(error) => error.code(),
+                Err(error) => error.code().as_str(),
             },
         );
         match outcome {
@@ -286,7 +288,7 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
                 });
             }
             Err(error) => emit(&WorkerEvent::Failed {
-                code: error.code().to_owned(),
+                code: String::from(error.code()),
                 message: error.to_string(),
             }),
         }

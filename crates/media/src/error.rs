@@ -1,11 +1,7 @@
 //! [`MediaError`]: every failure of the media store, with a stable [`MediaError::code`].
 
+use gatehouse_protocol::error::ErrorCode;
 use std::error::Error as StdError;
-
-/// The code of [`MediaError::QuotaExceeded`]: the Gateway's media quota (`--media-quota-bytes`)
-/// is used up. Over HTTP it is `507 Insufficient Storage`; a native turn whose checkpoint needs
-/// more room fails with it and keeps the session's last good checkpoint.
-pub const MEDIA_QUOTA_EXCEEDED: &str = "MEDIA_QUOTA_EXCEEDED";
 
 /// The result of a media store call.
 pub type Result<T, E = MediaError> = std::result::Result<T, E>;
@@ -79,18 +75,18 @@ pub enum MediaError {
 
 impl MediaError {
     /// Returns the stable wire code of this error.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            MediaError::InvalidId => "INVALID_MEDIA_ID",
-            MediaError::InvalidMimeType => "INVALID_MIME_TYPE",
-            MediaError::NotFound { .. } => "MEDIA_NOT_FOUND",
-            MediaError::Corrupt { .. } => "MEDIA_CORRUPT",
-            MediaError::QuotaExceeded { .. } => MEDIA_QUOTA_EXCEEDED,
-            MediaError::StorageFull { .. } => "STORAGE_FULL",
+            MediaError::InvalidId => ErrorCode::InvalidMediaId,
+            MediaError::InvalidMimeType => ErrorCode::InvalidMimeType,
+            MediaError::NotFound { .. } => ErrorCode::MediaNotFound,
+            MediaError::Corrupt { .. } => ErrorCode::MediaCorrupt,
+            MediaError::QuotaExceeded { .. } => ErrorCode::MediaQuotaExceeded,
+            MediaError::StorageFull { .. } => ErrorCode::StorageFull,
             MediaError::Open(_)
             | MediaError::Store { .. }
             | MediaError::Encode(_)
-            | MediaError::Join(_) => "MEDIA_STORE_FAILURE",
+            | MediaError::Join(_) => ErrorCode::MediaStoreFailure,
         }
     }
 

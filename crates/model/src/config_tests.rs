@@ -5,7 +5,7 @@ use crate::config::ModelApi;
 use crate::config::ModelConfig;
 use crate::config::ModelSpecError;
 use crate::config::RetryPolicy;
-use crate::error::codes;
+use gatehouse_protocol::error::ErrorCode;
 
 #[test]
 fn parses_specs() {
@@ -101,7 +101,7 @@ fn a_missing_or_empty_key_is_an_auth_error() {
     let config = ModelConfig::parse("openai-chat:http://127.0.0.1:9/v1:m", "GH_TEST_KEY").unwrap();
     for value in [None, Some(String::new())] {
         let error = config.build_with_env(&|_| value.clone()).unwrap_err();
-        assert_eq!(error.code(), codes::MODEL_AUTH_FAILED);
+        assert_eq!(error.code(), ErrorCode::ModelAuthFailed);
         assert_eq!(
             error.to_string(),
             "model api key variable GH_TEST_KEY is unset or empty"
@@ -124,7 +124,7 @@ fn https_builds_a_tls_client_and_other_schemes_are_refused() {
     let error = ftp
         .build_with_env(&|_| Some(String::from("sk-secret")))
         .unwrap_err();
-    assert_eq!(error.code(), codes::MODEL_UNAVAILABLE);
+    assert_eq!(error.code(), ErrorCode::ModelUnavailable);
     assert!(!format!("{error:?}").contains("sk-secret"));
 }
 

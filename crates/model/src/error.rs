@@ -1,17 +1,6 @@
 //! Model errors and their stable wire codes.
 
-/// The stable error codes a [`ModelError`] maps to (see [`ModelError::code`]).
-pub mod codes {
-    /// The model could not be reached or did not answer in time (connect error, 5xx, timeout).
-    pub const MODEL_UNAVAILABLE: &str = "MODEL_UNAVAILABLE";
-    /// The model refused the credential (401/403) or no credential is configured.
-    pub const MODEL_AUTH_FAILED: &str = "MODEL_AUTH_FAILED";
-    /// The model is rate limiting us (429).
-    pub const MODEL_RATE_LIMITED: &str = "MODEL_RATE_LIMITED";
-    /// The model answered something that cannot be used: malformed SSE or JSON, a stream without
-    /// its end marker, a failed or incomplete response, or a shape we cannot interpret.
-    pub const MODEL_BAD_RESPONSE: &str = "MODEL_BAD_RESPONSE";
-}
+use gatehouse_protocol::error::ErrorCode;
 
 /// Returns of this crate.
 pub type Result<T> = std::result::Result<T, ModelError>;
@@ -27,7 +16,7 @@ pub enum TimeoutPhase {
 
 /// Why a model call failed.
 ///
-/// Each variant maps to one code of [`codes`] through [`ModelError::code`]. The clients retry
+/// Each variant maps to one `MODEL_*` code of [`ErrorCode`] through [`ModelError::code`]. The clients retry
 /// [`ModelError::Connect`] and [`ModelError::Status`] with 429 or 5xx on their own, before the
 /// first event only; whatever reaches the caller has already been retried as far as allowed.
 #[derive(Debug, thiserror::Error)]
@@ -127,37 +116,37 @@ pub enum ModelError {
 }
 
 impl ModelError {
-    /// Returns the stable code of this error, one of [`codes`].
+    /// Returns the stable code of this error, one of the `MODEL_*` codes of [`ErrorCode`].
     ///
     /// Statuses: 401 and 403 are `MODEL_AUTH_FAILED`, 429 is `MODEL_RATE_LIMITED`, 408 and 5xx are
     /// `MODEL_UNAVAILABLE`, any other status is `MODEL_BAD_RESPONSE`. In-stream failures
     /// ([`ModelError::Failed`]) map by their upstream code: `server_error` and `server_is_overloaded`
     /// are `MODEL_UNAVAILABLE`, `rate_limit_exceeded` is `MODEL_RATE_LIMITED`, anything else
     /// `MODEL_BAD_RESPONSE`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ModelError::MissingKey { .. } | ModelError::InvalidKey => codes::MODEL_AUTH_FAILED,
+            ModelError::MissingKey { .. } | ModelError::InvalidKey => ErrorCode::ModelAuthFailed,
             ModelError::UnsupportedUrl { .. }
             | ModelError::Client { .. }
             | ModelError::Connect { .. }
             | ModelError::Timeout { .. }
-            | ModelError::Transport { .. } => codes::MODEL_UNAVAILABLE,
+            | ModelError::Transport { .. } => ErrorCode::ModelUnavailable,
             ModelError::Status { status, .. } => match status {
-                401 | 403 => codes::MODEL_AUTH_FAILED,
-                429 => codes::MODEL_RATE_LIMITED,
-                408 | 500..=599 => codes::MODEL_UNAVAILABLE,
-                _ => codes::MODEL_BAD_RESPONSE,
+                401 | 403 => ErrorCode::ModelAuthFailed,
+                429 => ErrorCode::ModelRateLimited,
+                408 | 500..=599 => ErrorCode::ModelUnavailable,
+                _ => ErrorCode::ModelBadResponse,
             },
             ModelError::Failed { code, .. } => match code.as_deref() {
-                Some("server_error" | "server_is_overloaded") => codes::MODEL_UNAVAILABLE,
-                Some("rate_limit_exceeded") => codes::MODEL_RATE_LIMITED,
-                Some(_) | None => codes::MODEL_BAD_RESPONSE,
+                Some("server_error" | "server_is_overloaded") => ErrorCode::ModelUnavailable,
+                Some("rate_limit_exceeded") => ErrorCode::ModelRateLimited,
+                Some(_) | None => ErrorCode::ModelBadResponse,
             },
             ModelError::LineTooLong { .. }
             | ModelError::InvalidJson { .. }
             | ModelError::Truncated
             | ModelError::UnexpectedShape { .. }
-            | ModelError::Incomplete { .. } => codes::MODEL_BAD_RESPONSE,
+            | ModelError::Incomplete { .. } => ErrorCode::ModelBadResponse,
         }
     }
 

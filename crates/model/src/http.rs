@@ -139,7 +139,7 @@ impl Transport {
             n_retries += 1;
             tracing::warn!(
                 endpoint = %self.endpoint,
-                code = error.code(),
+                code = error.code().as_str(),
                 error = %error,
                 retry = n_retries,
                 backoff_ms = backoff.as_millis() as u64,

@@ -78,7 +78,6 @@ pub use crate::config::Timeouts;
 pub use crate::error::ModelError;
 pub use crate::error::Result;
 pub use crate::error::TimeoutPhase;
-pub use crate::error::codes;
 pub use crate::mock::MockClient;
 pub use crate::responses::ResponsesClient;
 pub use crate::types::Message;
@@ -89,6 +88,7 @@ pub use crate::types::ToolInput;
 pub use crate::types::ToolKind;
 pub use crate::types::ToolSpec;
 pub use crate::types::Usage;
+pub use gatehouse_protocol::error::ErrorCode;
 
 /// The events of one model call (see [`ModelEvent`] for their order).
 pub type ModelEventStream = Pin<Box<dyn Stream<Item = Result<ModelEvent>> + Send>>;

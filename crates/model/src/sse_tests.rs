@@ -89,7 +89,7 @@ fn refuses_a_line_that_never_ends() {
     }
     assert_eq!(
         result.map_err(|error| error.code()),
-        Err(crate::error::codes::MODEL_BAD_RESPONSE)
+        Err(gatehouse_protocol::error::ErrorCode::ModelBadResponse)
     );
 }
 

@@ -62,6 +62,7 @@
 //!   stores the raw path: approving a path that contains `*` must grant that one name, not every
 //!   name the glob matches.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -285,8 +286,8 @@ impl DenyCode {
     /// Returns the stable wire code: `POLICY_DENIED` or `NO_POLICY`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::PolicyDenied => "POLICY_DENIED",
-            Self::NoPolicy => "NO_POLICY",
+            Self::PolicyDenied => ErrorCode::PolicyDenied.as_str(),
+            Self::NoPolicy => ErrorCode::NoPolicy.as_str(),
         }
     }
 }

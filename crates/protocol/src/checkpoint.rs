@@ -24,7 +24,6 @@
 
 use crate::error::ErrorCode;
 use crate::error::WireError;
-use crate::worker::CHECKPOINT_INVALID;
 use crate::worker::CheckpointEntry;
 pub use crate::worker::MAX_CHECKPOINT_BYTES;
 
@@ -134,7 +133,7 @@ impl ManifestError {
         }
     }
 
-    /// Returns the wire form: code [`CHECKPOINT_INVALID`], a message, and the reason, index and
+    /// Returns the wire form: code [`ErrorCode::CheckpointInvalid`], a message, and the reason, index and
     /// (truncated) path in the details.
     pub fn to_wire(&self) -> WireError {
         let details = serde_json::json!({
@@ -142,9 +141,7 @@ impl ManifestError {
             "index": self.index,
             "path": self.path,
         });
-        WireError::new(ErrorCode::InvalidParams, self.to_string())
-            .with_code(CHECKPOINT_INVALID)
-            .with_details(details)
+        WireError::new(ErrorCode::CheckpointInvalid, self.to_string()).with_details(details)
     }
 }
 

@@ -1,199 +1,531 @@
 //! Stable error codes and the wire error shape.
 //!
-//! Every refusal that crosses the link or the HTTP API carries one of these codes. The set is
-//! closed on purpose: a caller matches on [`ErrorCode`], never on message text. A code received
-//! from a newer peer that this build does not know is kept as text in [`WireError::code`].
+//! Every refusal that crosses the link or the HTTP API carries one of these codes, and every
+//! stable code of the system is one variant of [`ErrorCode`]: the wire codes of the link, the
+//! HTTP codes of the Gateway, the codes of failed turns and tool calls, and the codes the node
+//! host, the sandbox and the CLI report. The set is closed on purpose: a caller matches on
+//! [`ErrorCode`], never on message text. A code received from a newer peer that this build does
+//! not know is kept as text in [`WireError::code`].
+//!
+//! The catalogue is one table (the `catalogue!` invocation below): each entry gives the variant,
+//! its wire text, its HTTP status and, as its doc comment, its one-line meaning, and sits in an
+//! [`ErrorGroup`]. `docs/errors.md` is generated from the same table by this crate's tests.
+//! A code that never reaches an HTTP answer on its own (a node-host, sandbox or CLI code) has the
+//! status a Gateway relaying it would use.
 
 use serde::Deserialize;
 use serde::Serialize;
 
-/// A stable, machine-readable error code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum ErrorCode {
-    /// The request is malformed: bad JSON, a missing or mistyped field, an unknown method.
-    InvalidRequest,
-    /// A command's parameters are well-formed JSON but not valid for the command.
-    InvalidParams,
-    /// The path is empty, relative, not valid UTF-8, or contains NUL.
-    InvalidPath,
-    /// The path has a `..` segment or resolves outside the root.
-    PathTraversal,
-    /// The path policy refuses the access.
-    PolicyDenied,
-    /// No path policy entry applies to the node.
-    NoPolicy,
-    /// Nothing exists at the path.
-    NotFound,
-    /// The operating system refused the access.
-    PermissionDenied,
-    /// The path names a directory where a file was expected.
-    IsDirectory,
-    /// A path component that must be a directory is not one.
-    NotDirectory,
-    /// The file is larger than the limit of the request or the hard limit.
-    FileTooLarge,
-    /// The path crosses a symbolic link, which is never followed.
-    SymlinkRedirect,
-    /// The target of a write is a symbolic link.
-    SymlinkTargetDenied,
-    /// The file has more than one hard link, so it may be an alias of a file outside the root.
-    HardlinkDenied,
-    /// Reading failed, or the path is not a regular file.
-    ReadError,
-    /// Writing failed.
-    WriteError,
-    /// The content is not canonical base64.
-    InvalidBase64,
-    /// The content does not match `expectedSha256`.
-    IntegrityFailure,
-    /// The file exists and the request does not allow overwriting it.
-    ExistsNoOverwrite,
-    /// The parent directory does not exist and `createParents` is false.
-    ParentNotFound,
-    /// The device is not enrolled, or its token is wrong.
-    Unauthorized,
-    /// The device signature is invalid, stale, or for another nonce or key.
-    DeviceAuthFailed,
-    /// The setup code is unknown, expired or already used.
-    SetupCodeInvalid,
-    /// A frame is larger than the limit for the connection state.
-    FrameTooLarge,
-    /// A `node.invoke.progress` chunk is larger than
-    /// [`crate::invoke::MAX_PROGRESS_CHUNK_BYTES`]; the Gateway fails that invoke.
-    ProgressChunkTooLarge,
-    /// A line streamed through progress chunks grew past its bound without a newline; the
-    /// Gateway fails that invoke.
-    ProgressLineTooLong,
-    /// A node sent progress faster than its caller took it, past the bytes the Gateway buffers
-    /// for one connection; the Gateway fails that invoke. Retrying later may succeed.
-    NodeBufferExhausted,
-    /// The session is bound to a node that is not connected; the turn fails rather than run on
-    /// another node. Reconnect that node, or move the session explicitly.
-    SessionNodeUnavailable,
-    /// A node acted for a turn whose invoke does not run on its own connection (another node's
-    /// turn, or one that ended); refused and audited.
-    TurnNotOwned,
-    /// A node tried to commit a message with a role other than `assistant` or `tool`; the turn
-    /// fails.
-    RoleNotAllowed,
-    /// A turn's runtime tried to store more than the Gateway keeps for one turn (messages and
-    /// tool events together, `MAX_TURN_STORED_BYTES` in the Gateway); the turn fails and what it
-    /// stored before stays.
-    TurnStorageExceeded,
-    /// A node had more `node.gateway.tool` calls in flight on one connection than the Gateway
-    /// answers at once; the call is refused without running and may be retried.
-    TooManyToolCalls,
-    /// The session has a running turn, so it cannot be moved now; retry after the turn ends.
-    SessionBusy,
-    /// An event-stream subscriber fell further behind than the Gateway buffers for it; the
-    /// stream ends and the client resumes from the durable log with `after=`.
-    SlowConsumer,
-    /// The command is not declared by the node or not known to it.
-    UnknownCommand,
-    /// The peer that would serve the request is not connected.
-    Unavailable,
-    /// A dependency of the Gateway (the node, the workspace service) is unreachable.
-    DependencyUnavailable,
-    /// The request was sent, and no answer came before the deadline.
-    Timeout,
-    /// The request was cancelled by its caller.
-    Cancelled,
-    /// An unexpected internal failure.
-    Internal,
+/// Generates [`ErrorCode`], [`ErrorGroup`] and their tables from one list of groups and codes.
+///
+/// Each entry is `Variant = "WIRE_TEXT", status;` under its doc comment, which becomes both the
+/// rustdoc of the variant and the text of [`ErrorCode::meaning`].
+macro_rules! catalogue {
+    ($(
+        $(#[doc = $group_doc:literal])+
+        $group:ident = $title:literal {
+            $(
+                $(#[doc = $doc:literal])+
+                $variant:ident = $wire:literal, $status:literal;
+            )+
+        }
+    )+) => {
+        /// A stable, machine-readable error code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum ErrorCode {
+            $($(
+                $(#[doc = $doc])+
+                $variant,
+            )+)+
+        }
+
+        /// The part of the system a code belongs to; it orders `docs/errors.md`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum ErrorGroup {
+            $(
+                $(#[doc = $group_doc])+
+                $group,
+            )+
+        }
+
+        impl ErrorGroup {
+            /// Every group, in the order of the catalogue.
+            pub const ALL: &'static [ErrorGroup] = &[$(ErrorGroup::$group),+];
+
+            /// The heading of the group in `docs/errors.md`.
+            pub const fn title(self) -> &'static str {
+                match self {
+                    $(ErrorGroup::$group => $title,)+
+                }
+            }
+        }
+
+        impl ErrorCode {
+            /// Every code, in the order of the catalogue.
+            pub const ALL: &'static [ErrorCode] = &[$($(ErrorCode::$variant,)+)+];
+
+            /// Returns the code as it appears on the wire, for example `SYMLINK_REDIRECT`.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($(ErrorCode::$variant => $wire,)+)+
+                }
+            }
+
+            /// Returns the HTTP status the Gateway answers with this code, for example `404` for
+            /// `NOT_FOUND`. A route documented to answer otherwise overrides it explicitly.
+            pub const fn http_status(self) -> u16 {
+                match self {
+                    $($(ErrorCode::$variant => $status,)+)+
+                }
+            }
+
+            /// Returns the one-line meaning of the code (its doc comment).
+            pub fn meaning(self) -> &'static str {
+                let text = match self {
+                    $($(ErrorCode::$variant => concat!($($doc),+),)+)+
+                };
+                text.trim()
+            }
+
+            /// Returns the group the code is listed under.
+            pub const fn group(self) -> ErrorGroup {
+                match self {
+                    $($(ErrorCode::$variant => ErrorGroup::$group,)+)+
+                }
+            }
+        }
+    };
 }
 
-impl ErrorCode {
-    /// Every code, in declaration order.
-    pub const ALL: &'static [ErrorCode] = &[
-        ErrorCode::InvalidRequest,
-        ErrorCode::InvalidParams,
-        ErrorCode::InvalidPath,
-        ErrorCode::PathTraversal,
-        ErrorCode::PolicyDenied,
-        ErrorCode::NoPolicy,
-        ErrorCode::NotFound,
-        ErrorCode::PermissionDenied,
-        ErrorCode::IsDirectory,
-        ErrorCode::NotDirectory,
-        ErrorCode::FileTooLarge,
-        ErrorCode::SymlinkRedirect,
-        ErrorCode::SymlinkTargetDenied,
-        ErrorCode::HardlinkDenied,
-        ErrorCode::ReadError,
-        ErrorCode::WriteError,
-        ErrorCode::InvalidBase64,
-        ErrorCode::IntegrityFailure,
-        ErrorCode::ExistsNoOverwrite,
-        ErrorCode::ParentNotFound,
-        ErrorCode::Unauthorized,
-        ErrorCode::DeviceAuthFailed,
-        ErrorCode::SetupCodeInvalid,
-        ErrorCode::FrameTooLarge,
-        ErrorCode::ProgressChunkTooLarge,
-        ErrorCode::ProgressLineTooLong,
-        ErrorCode::NodeBufferExhausted,
-        ErrorCode::SessionNodeUnavailable,
-        ErrorCode::TurnNotOwned,
-        ErrorCode::RoleNotAllowed,
-        ErrorCode::TurnStorageExceeded,
-        ErrorCode::TooManyToolCalls,
-        ErrorCode::SessionBusy,
-        ErrorCode::SlowConsumer,
-        ErrorCode::UnknownCommand,
-        ErrorCode::Unavailable,
-        ErrorCode::DependencyUnavailable,
-        ErrorCode::Timeout,
-        ErrorCode::Cancelled,
-        ErrorCode::Internal,
-    ];
-
-    /// Returns the code as it appears on the wire, for example `SYMLINK_REDIRECT`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidRequest => "INVALID_REQUEST",
-            ErrorCode::InvalidParams => "INVALID_PARAMS",
-            ErrorCode::InvalidPath => "INVALID_PATH",
-            ErrorCode::PathTraversal => "PATH_TRAVERSAL",
-            ErrorCode::PolicyDenied => "POLICY_DENIED",
-            ErrorCode::NoPolicy => "NO_POLICY",
-            ErrorCode::NotFound => "NOT_FOUND",
-            ErrorCode::PermissionDenied => "PERMISSION_DENIED",
-            ErrorCode::IsDirectory => "IS_DIRECTORY",
-            ErrorCode::NotDirectory => "NOT_DIRECTORY",
-            ErrorCode::FileTooLarge => "FILE_TOO_LARGE",
-            ErrorCode::SymlinkRedirect => "SYMLINK_REDIRECT",
-            ErrorCode::SymlinkTargetDenied => "SYMLINK_TARGET_DENIED",
-            ErrorCode::HardlinkDenied => "HARDLINK_DENIED",
-            ErrorCode::ReadError => "READ_ERROR",
-            ErrorCode::WriteError => "WRITE_ERROR",
-            ErrorCode::InvalidBase64 => "INVALID_BASE64",
-            ErrorCode::IntegrityFailure => "INTEGRITY_FAILURE",
-            ErrorCode::ExistsNoOverwrite => "EXISTS_NO_OVERWRITE",
-            ErrorCode::ParentNotFound => "PARENT_NOT_FOUND",
-            ErrorCode::Unauthorized => "UNAUTHORIZED",
-            ErrorCode::DeviceAuthFailed => "DEVICE_AUTH_FAILED",
-            ErrorCode::SetupCodeInvalid => "SETUP_CODE_INVALID",
-            ErrorCode::FrameTooLarge => "FRAME_TOO_LARGE",
-            ErrorCode::ProgressChunkTooLarge => "PROGRESS_CHUNK_TOO_LARGE",
-            ErrorCode::ProgressLineTooLong => "PROGRESS_LINE_TOO_LONG",
-            ErrorCode::NodeBufferExhausted => "NODE_BUFFER_EXHAUSTED",
-            ErrorCode::SessionNodeUnavailable => "SESSION_NODE_UNAVAILABLE",
-            ErrorCode::TurnNotOwned => "TURN_NOT_OWNED",
-            ErrorCode::RoleNotAllowed => "ROLE_NOT_ALLOWED",
-            ErrorCode::TurnStorageExceeded => "TURN_STORAGE_EXCEEDED",
-            ErrorCode::TooManyToolCalls => "TOO_MANY_TOOL_CALLS",
-            ErrorCode::SessionBusy => "SESSION_BUSY",
-            ErrorCode::SlowConsumer => "SLOW_CONSUMER",
-            ErrorCode::UnknownCommand => "UNKNOWN_COMMAND",
-            ErrorCode::Unavailable => "UNAVAILABLE",
-            ErrorCode::DependencyUnavailable => "DEPENDENCY_UNAVAILABLE",
-            ErrorCode::Timeout => "TIMEOUT",
-            ErrorCode::Cancelled => "CANCELLED",
-            ErrorCode::Internal => "INTERNAL",
-        }
+catalogue! {
+    /// Codes of any request, and those the HTTP layer answers before a handler runs.
+    Request = "Requests and the HTTP layer" {
+        /// The request is malformed: bad JSON, a missing or mistyped field, a bad path parameter
+        /// or query string, an unknown method.
+        InvalidRequest = "INVALID_REQUEST", 400;
+        /// A command's parameters are well-formed JSON but not valid for the command.
+        InvalidParams = "INVALID_PARAMS", 400;
+        /// The body is larger than the route accepts (2 MiB for JSON bodies, the media upload
+        /// limit for `POST /v1/media`).
+        PayloadTooLarge = "PAYLOAD_TOO_LARGE", 413;
+        /// A JSON route got a body without `Content-Type: application/json`.
+        UnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE", 415;
+        /// The route exists but not for this method; the `Allow` header lists the methods.
+        MethodNotAllowed = "METHOD_NOT_ALLOWED", 405;
+        /// Any other error status the HTTP layer answers without a handler (for example `426` for
+        /// a `/node` request that is not a WebSocket upgrade); it keeps that status.
+        HttpError = "HTTP_ERROR", 500;
+        /// Nothing exists at the path, or no route matches it.
+        NotFound = "NOT_FOUND", 404;
+        /// The device is not enrolled, or the token is missing or wrong.
+        Unauthorized = "UNAUTHORIZED", 401;
+        /// The caller is authenticated but may not do this.
+        Forbidden = "FORBIDDEN", 403;
+        /// The command is not declared by the node or not known to it.
+        UnknownCommand = "UNKNOWN_COMMAND", 502;
+        /// The peer that would serve the request is not connected.
+        Unavailable = "UNAVAILABLE", 503;
+        /// A dependency of the Gateway (the node, the workspace service) is unreachable.
+        DependencyUnavailable = "DEPENDENCY_UNAVAILABLE", 503;
+        /// The request was sent, and no answer came before the deadline.
+        Timeout = "TIMEOUT", 503;
+        /// The request was cancelled by its caller.
+        Cancelled = "CANCELLED", 503;
+        /// An unexpected internal failure.
+        Internal = "INTERNAL", 500;
     }
 
+    /// Codes of the workspace commands and of the path policy.
+    Workspace = "Workspace files and the path policy" {
+        /// The path is empty, relative, not valid UTF-8, or contains NUL.
+        InvalidPath = "INVALID_PATH", 400;
+        /// The path has a `..` segment or resolves outside the root.
+        PathTraversal = "PATH_TRAVERSAL", 403;
+        /// The path policy refuses the access.
+        PolicyDenied = "POLICY_DENIED", 403;
+        /// No path policy entry applies to the node.
+        NoPolicy = "NO_POLICY", 403;
+        /// The operating system refused the access.
+        PermissionDenied = "PERMISSION_DENIED", 403;
+        /// The path names a directory where a file was expected.
+        IsDirectory = "IS_DIRECTORY", 400;
+        /// A path component that must be a directory is not one.
+        NotDirectory = "NOT_DIRECTORY", 400;
+        /// The file is larger than the limit of the request or the hard limit.
+        FileTooLarge = "FILE_TOO_LARGE", 413;
+        /// The path crosses a symbolic link, which is never followed.
+        SymlinkRedirect = "SYMLINK_REDIRECT", 403;
+        /// The target of a write is a symbolic link.
+        SymlinkTargetDenied = "SYMLINK_TARGET_DENIED", 403;
+        /// The file has more than one hard link, so it may be an alias of a file outside the root.
+        HardlinkDenied = "HARDLINK_DENIED", 403;
+        /// Reading failed, or the path is not a regular file.
+        ReadError = "READ_ERROR", 422;
+        /// Writing failed.
+        WriteError = "WRITE_ERROR", 500;
+        /// The content is not canonical base64.
+        InvalidBase64 = "INVALID_BASE64", 400;
+        /// The content does not match `expectedSha256`.
+        IntegrityFailure = "INTEGRITY_FAILURE", 422;
+        /// The file exists and the request does not allow overwriting it.
+        ExistsNoOverwrite = "EXISTS_NO_OVERWRITE", 409;
+        /// The parent directory does not exist and `createParents` is false.
+        ParentNotFound = "PARENT_NOT_FOUND", 404;
+        /// A write was sent and its outcome is unknown (the node went away before answering); it
+        /// is never replayed: read the file before writing again.
+        UnknownOutcome = "UNKNOWN_OUTCOME", 503;
+        /// The node answered something the Gateway cannot read.
+        NodeBadResponse = "NODE_BAD_RESPONSE", 502;
+    }
+
+    /// Codes of the node link: the handshake, frames and the node's connection.
+    Link = "The node link and its handshake" {
+        /// The device signature is invalid, stale, or for another nonce or key.
+        DeviceAuthFailed = "DEVICE_AUTH_FAILED", 401;
+        /// The setup code is unknown, expired or already used.
+        SetupCodeInvalid = "SETUP_CODE_INVALID", 401;
+        /// The connecting peer did not ask for the `node` role.
+        RoleNotNode = "ROLE_NOT_NODE", 403;
+        /// The peer's protocol version range does not include the Gateway's.
+        ProtocolUnsupported = "PROTOCOL_UNSUPPORTED", 400;
+        /// The `connect` request carries no device identity.
+        DeviceRequired = "DEVICE_REQUIRED", 401;
+        /// The device token names a device that is not enrolled.
+        DeviceUnknown = "DEVICE_UNKNOWN", 401;
+        /// The device token is not the one issued to this device.
+        DeviceTokenMismatch = "DEVICE_TOKEN_MISMATCH", 401;
+        /// The `connect` request carries neither a setup code nor a device token.
+        TokenRequired = "TOKEN_REQUIRED", 401;
+        /// The Gateway could not draw the random bytes of a challenge or a token.
+        RandomFailed = "RANDOM_FAILED", 500;
+        /// The setup code is not one the Gateway issued.
+        CodeUnknown = "CODE_UNKNOWN", 401;
+        /// The setup code has expired.
+        CodeExpired = "CODE_EXPIRED", 401;
+        /// The setup code was already used.
+        CodeUsed = "CODE_USED", 401;
+        /// The device public key is not 32 bytes of base64url.
+        PublicKeyInvalid = "PUBLIC_KEY_INVALID", 400;
+        /// The device id is not derived from the device public key.
+        DeviceIdMismatch = "DEVICE_ID_MISMATCH", 401;
+        /// The signed nonce is not the challenge nonce.
+        NonceMismatch = "NONCE_MISMATCH", 401;
+        /// The signature's time is outside the allowed clock skew.
+        SignatureExpired = "SIGNATURE_EXPIRED", 401;
+        /// The signature's `signedAt` is not the challenge's `ts`.
+        SignedAtMismatch = "SIGNED_AT_MISMATCH", 401;
+        /// The device signature is malformed or does not verify.
+        SignatureInvalid = "SIGNATURE_INVALID", 401;
+        /// The handshake did not complete in time.
+        HandshakeTimeout = "HANDSHAKE_TIMEOUT", 408;
+        /// A binary WebSocket frame arrived; the link speaks text frames only.
+        BinaryFrame = "BINARY_FRAME", 400;
+        /// The first request of a connection was not `connect`.
+        ConnectRequired = "CONNECT_REQUIRED", 400;
+        /// A frame is not valid JSON of a known frame kind.
+        MalformedFrame = "MALFORMED_FRAME", 400;
+        /// The parameters of `connect` cannot be read.
+        ConnectParamsInvalid = "CONNECT_PARAMS_INVALID", 400;
+        /// A frame is larger than the limit for the connection state.
+        FrameTooLarge = "FRAME_TOO_LARGE", 413;
+        /// A frame before the handshake is larger than the pre-authentication limit.
+        PreauthFrameTooLarge = "PREAUTH_FRAME_TOO_LARGE", 413;
+        /// A `node.invoke.progress` chunk is larger than `MAX_PROGRESS_CHUNK_BYTES`; the Gateway
+        /// fails that invoke.
+        ProgressChunkTooLarge = "PROGRESS_CHUNK_TOO_LARGE", 502;
+        /// A line streamed through progress chunks grew past its bound without a newline; the
+        /// Gateway fails that invoke.
+        ProgressLineTooLong = "PROGRESS_LINE_TOO_LONG", 502;
+        /// A node sent progress faster than its caller took it, past the bytes the Gateway buffers
+        /// for one connection; the Gateway fails that invoke. Retrying later may succeed.
+        NodeBufferExhausted = "NODE_BUFFER_EXHAUSTED", 503;
+        /// A node acted for a turn whose invoke does not run on its own connection (another node's
+        /// turn, or one that ended); refused and audited.
+        TurnNotOwned = "TURN_NOT_OWNED", 403;
+        /// A node tried to commit a message with a role other than `assistant` or `tool`; the turn
+        /// fails.
+        RoleNotAllowed = "ROLE_NOT_ALLOWED", 403;
+        /// A node had more `node.gateway.tool` calls in flight on one connection than the Gateway
+        /// answers at once; the call is refused without running and may be retried.
+        TooManyToolCalls = "TOO_MANY_TOOL_CALLS", 429;
+        /// No Harness node with the workspace commands is connected.
+        NodeNotConnected = "NODE_NOT_CONNECTED", 503;
+        /// The connected node does not serve every command its runtime needs.
+        NodeRuntimeIncomplete = "NODE_RUNTIME_INCOMPLETE", 503;
+    }
+
+    /// Codes of sessions, turns and their attachments.
+    Turn = "Sessions and turns" {
+        /// The session is bound to a node that is not connected; the turn fails rather than run on
+        /// another node. Reconnect that node, or move the session explicitly.
+        SessionNodeUnavailable = "SESSION_NODE_UNAVAILABLE", 503;
+        /// The session has a running turn, so it cannot be moved now; retry after the turn ends.
+        SessionBusy = "SESSION_BUSY", 409;
+        /// An event-stream subscriber fell further behind than the Gateway buffers for it; the
+        /// stream ends and the client resumes from the durable log with `after=`.
+        SlowConsumer = "SLOW_CONSUMER", 503;
+        /// A turn's runtime tried to store more than the Gateway keeps for one turn (messages and
+        /// tool events together); the turn fails and what it stored before stays.
+        TurnStorageExceeded = "TURN_STORAGE_EXCEEDED", 507;
+        /// A node called a Gateway tool for a turn that is not running.
+        TurnNotRunning = "TURN_NOT_RUNNING", 409;
+        /// The turn lost its claim to another driver of the session; its result is not stored.
+        TurnFenced = "TURN_FENCED", 409;
+        /// The turn did not finish before its deadline.
+        TurnTimeout = "TURN_TIMEOUT", 504;
+        /// No runtime is configured for the session's turns.
+        NoRuntime = "NO_RUNTIME", 503;
+        /// The session's runtime does not take attachments.
+        AttachmentsUnsupported = "ATTACHMENTS_UNSUPPORTED", 400;
+        /// A staged attachment id is not one the Gateway issued.
+        InvalidStagedId = "INVALID_STAGED_ID", 400;
+        /// An attachment's media is not in the media store.
+        AttachmentNotFound = "ATTACHMENT_NOT_FOUND", 404;
+        /// An attachment could not be written into the session workspace.
+        AttachmentTransferFailed = "ATTACHMENT_TRANSFER_FAILED", 502;
+        /// Staging the turn's attachments failed inside the Gateway.
+        StagingFailure = "STAGING_FAILURE", 500;
+        /// The session workspace is gone on the node and must be restored from a checkpoint first.
+        WorkspaceMissing = "WORKSPACE_MISSING", 409;
+        /// Rebuilding a lost session workspace from its checkpoint failed.
+        WorkspaceRestoreFailed = "WORKSPACE_RESTORE_FAILED", 502;
+        /// The turn was aborted by its caller, or its runtime reported it interrupted.
+        Aborted = "ABORTED", 503;
+    }
+
+    /// Codes of the native runtime's workers and of checkpoints.
+    Worker = "Workers and checkpoints" {
+        /// Every worker slot of the node is taken by other sessions.
+        WorkerCapacityExhausted = "WORKER_CAPACITY_EXHAUSTED", 503;
+        /// The worker exited during a turn.
+        WorkerCrashed = "WORKER_CRASHED", 502;
+        /// A checkpoint manifest breaks the manifest rules (a path that is not canonical, an entry
+        /// below a link, an unknown kind, a bound exceeded); the details carry the stable `reason`.
+        CheckpointInvalid = "CHECKPOINT_INVALID", 422;
+        /// The session's retained checkpoints would hold more than the checkpoint quota
+        /// (`--checkpoint-quota-bytes`); the session keeps its last good checkpoint and the turn
+        /// fails.
+        CheckpointQuotaExceeded = "CHECKPOINT_QUOTA_EXCEEDED", 507;
+        /// Removing a turn's copies of its skills failed.
+        SkillCleanupFailed = "SKILL_CLEANUP_FAILED", 500;
+    }
+
+    /// Codes of the Gateway's store and media store.
+    Storage = "Store and media" {
+        /// The record already exists.
+        AlreadyExists = "ALREADY_EXISTS", 409;
+        /// The disk under the store or the media is full.
+        StorageFull = "STORAGE_FULL", 507;
+        /// The store cannot be reached or is busy; retrying later may succeed.
+        StoreUnavailable = "STORE_UNAVAILABLE", 503;
+        /// The store failed or holds a corrupt record.
+        StoreFailure = "STORE_FAILURE", 500;
+        /// The Gateway's media quota (`--media-quota-bytes`) is used up; a native turn whose
+        /// checkpoint needs more room fails with it and keeps the session's last good checkpoint.
+        MediaQuotaExceeded = "MEDIA_QUOTA_EXCEEDED", 507;
+        /// The media id is not one the media store issues.
+        InvalidMediaId = "INVALID_MEDIA_ID", 400;
+        /// The MIME type is not a valid `type/subtype`.
+        InvalidMimeType = "INVALID_MIME_TYPE", 400;
+        /// No media has this id.
+        MediaNotFound = "MEDIA_NOT_FOUND", 404;
+        /// The stored media does not match its recorded digest or size.
+        MediaCorrupt = "MEDIA_CORRUPT", 500;
+        /// The media store failed.
+        MediaStoreFailure = "MEDIA_STORE_FAILURE", 500;
+    }
+
+    /// Codes of documents and of the memory index.
+    Memory = "Documents and memory" {
+        /// The document cannot be stored as sent.
+        InvalidDocument = "INVALID_DOCUMENT", 422;
+        /// Detail of `INVALID_DOCUMENT`: the content is not valid Unicode.
+        InvalidValue = "INVALID_VALUE", 422;
+        /// Detail of `INVALID_DOCUMENT`: the content holds a NUL character.
+        InvalidFormat = "INVALID_FORMAT", 422;
+        /// Detail of `INVALID_DOCUMENT`: the content is longer than a document may be.
+        TooLong = "TOO_LONG", 422;
+        /// Memory search is not available (no embedder, or the index is not ready).
+        MemoryUnavailable = "MEMORY_UNAVAILABLE", 503;
+        /// Updating or reading the memory index failed.
+        MemoryIndexFailed = "MEMORY_INDEX_FAILED", 500;
+    }
+
+    /// Codes of model calls, whichever runtime makes them.
+    Model = "Models" {
+        /// The model could not be reached or did not answer in time (connect error, 5xx, timeout).
+        ModelUnavailable = "MODEL_UNAVAILABLE", 503;
+        /// The model refused the credential (401/403) or no credential is configured.
+        ModelAuthFailed = "MODEL_AUTH_FAILED", 502;
+        /// The model is rate limiting us (429).
+        ModelRateLimited = "MODEL_RATE_LIMITED", 429;
+        /// The model answered something that cannot be used: malformed SSE or JSON, a stream
+        /// without its end marker, a failed or incomplete response, or a shape we cannot interpret.
+        ModelBadResponse = "MODEL_BAD_RESPONSE", 502;
+        /// The conversation no longer fits the model's context window.
+        ContextWindowExceeded = "CONTEXT_WINDOW_EXCEEDED", 422;
+    }
+
+    /// Codes of the Codex runtime.
+    Codex = "The Codex runtime" {
+        /// The Codex app-server is not reachable through a connected codex node.
+        CodexUnavailable = "CODEX_UNAVAILABLE", 503;
+        /// The session's Codex thread cannot be resumed; it is never silently replaced.
+        CodexThreadUnavailable = "CODEX_THREAD_UNAVAILABLE", 503;
+        /// The app-server answered something the runtime cannot read.
+        CodexBadResponse = "CODEX_BAD_RESPONSE", 502;
+        /// The app-server connection is not initialized yet.
+        CodexNotInitialized = "CODEX_NOT_INITIALIZED", 503;
+        /// Codex reported a failed turn with no more specific code.
+        CodexTurnFailed = "CODEX_TURN_FAILED", 502;
+        /// Codex reported a failure of its own sandbox.
+        SandboxError = "SANDBOX_ERROR", 500;
+        /// The approval policy declined a command or a file change Codex asked for.
+        PolicyDeclined = "POLICY_DECLINED", 403;
+        /// A Codex turn produced more artifacts than a turn keeps.
+        TooManyArtifacts = "TOO_MANY_ARTIFACTS", 413;
+        /// A Codex turn's artifacts are larger than a turn keeps.
+        ArtifactsTooLarge = "ARTIFACTS_TOO_LARGE", 413;
+    }
+
+    /// Codes of the native agent, its tools and the `exec` sandbox.
+    Agent = "The native agent, its tools and the sandbox" {
+        /// The turn made the maximum number of model calls and the model still asked for tools.
+        AgentStepLimit = "AGENT_STEP_LIMIT", 422;
+        /// The turn was cancelled by its caller.
+        AgentCancelled = "AGENT_CANCELLED", 503;
+        /// No sandbox is available and the sandbox policy requires one.
+        SandboxUnavailable = "SANDBOX_UNAVAILABLE", 503;
+        /// The sandbox helper could not apply one of its layers (descriptors, resource limits,
+        /// `no_new_privs`, Landlock or seccomp), so the command was not run; the message names it.
+        SandboxLayerFailed = "SANDBOX_LAYER_FAILED", 500;
+        /// Startup: the kernel gives no Landlock and `--sandbox-allow-missing landlock` was not
+        /// passed.
+        SandboxLandlockUnavailable = "SANDBOX_LANDLOCK_UNAVAILABLE", 503;
+        /// Startup: the kernel gives no seccomp filters and `--sandbox-allow-missing seccomp` was
+        /// not passed.
+        SandboxSeccompUnavailable = "SANDBOX_SECCOMP_UNAVAILABLE", 503;
+        /// A sandboxed command held more processes than the sandbox's process limit, so the
+        /// supervisor inside the sandbox killed every process of the command (the command's output
+        /// ends with a line naming the limit and this code).
+        SandboxProcessLimit = "SANDBOX_PROCESS_LIMIT", 422;
+        /// Startup: bubblewrap is there but the hardened sandbox does not start (for example user
+        /// namespaces are refused); the message carries bubblewrap's own.
+        SandboxTrialFailed = "SANDBOX_TRIAL_FAILED", 500;
+        /// The sandbox helper got a spec it cannot read (a node and helper of different builds).
+        SandboxSpecInvalid = "SANDBOX_SPEC_INVALID", 400;
+        /// A tool was called that is not offered in this session.
+        ToolNotAllowed = "TOOL_NOT_ALLOWED", 403;
+        /// `edit` found no occurrence of `old_string`.
+        EditNoMatch = "EDIT_NO_MATCH", 422;
+        /// `edit` found several occurrences of `old_string` and `replace_all` was not set.
+        EditAmbiguous = "EDIT_AMBIGUOUS", 422;
+        /// `apply_patch` got a patch it cannot parse.
+        PatchInvalid = "PATCH_INVALID", 400;
+        /// `apply_patch` got a patch that does not fit the files in the workspace.
+        PatchConflict = "PATCH_CONFLICT", 409;
+        /// A command could not be started.
+        ExecFailed = "EXEC_FAILED", 500;
+        /// `process` was given an id it does not know.
+        ProcessNotFound = "PROCESS_NOT_FOUND", 404;
+        /// `process start` was refused because too many background processes exist.
+        ProcessLimit = "PROCESS_LIMIT", 429;
+        /// A file is not valid UTF-8 where text is required.
+        NotText = "NOT_TEXT", 422;
+        /// A tool failed in an unexpected way.
+        ToolInternal = "TOOL_INTERNAL", 500;
+    }
+
+    /// Codes the node host reports in its log, its status file and its exit.
+    NodeHost = "The node host" {
+        /// The setup code file cannot be read.
+        SetupCodeUnreadable = "SETUP_CODE_UNREADABLE", 400;
+        /// The node has no device token and no setup code to enroll with.
+        NoCredential = "NO_CREDENTIAL", 401;
+        /// No Gateway URL is configured or saved.
+        NoGatewayUrl = "NO_GATEWAY_URL", 400;
+        /// The Gateway URL is not a `ws://` or `wss://` URL.
+        InvalidGatewayUrl = "INVALID_GATEWAY_URL", 400;
+        /// A file of the node's state is a symbolic link, which is never followed.
+        StateSymlink = "STATE_SYMLINK", 500;
+        /// A file of the node's state cannot be parsed.
+        InvalidStateFile = "INVALID_STATE_FILE", 500;
+        /// Reading or writing the node's state failed.
+        StateIo = "STATE_IO", 500;
+        /// The workspace root cannot be used.
+        WorkspaceUnusable = "WORKSPACE_UNUSABLE", 500;
+        /// Connecting to the Gateway failed.
+        ConnectFailed = "CONNECT_FAILED", 503;
+        /// The Gateway closed the link.
+        LinkClosed = "LINK_CLOSED", 503;
+        /// The link carried nothing for longer than its idle limit.
+        LinkIdle = "LINK_IDLE", 503;
+        /// The Gateway broke the link protocol.
+        ProtocolError = "PROTOCOL_ERROR", 502;
+        /// The device token the Gateway issued could not be saved.
+        SaveDeviceTokenFailed = "SAVE_DEVICE_TOKEN_FAILED", 500;
+        /// The node's status file cannot be written.
+        StatusIo = "STATUS_IO", 500;
+        /// The last error recorded in a status file is not a stable code.
+        UnknownError = "UNKNOWN_ERROR", 500;
+    }
+
+    /// Codes of the scratch volume and of deployment rendering.
+    Deploy = "Scratch space and deployment" {
+        /// The scratch directory does not exist.
+        ScratchNotFound = "SCRATCH_NOT_FOUND", 500;
+        /// The scratch path is not a directory.
+        ScratchNotDirectory = "SCRATCH_NOT_DIRECTORY", 500;
+        /// The scratch directory is on a read-only file system.
+        ScratchReadOnly = "SCRATCH_READ_ONLY", 500;
+        /// The scratch directory cannot be written by this process.
+        ScratchNotWritable = "SCRATCH_NOT_WRITABLE", 500;
+        /// The scratch volume has no space left.
+        ScratchNoSpace = "SCRATCH_NO_SPACE", 507;
+        /// The scratch directory is unsafe (a link, or writable by others).
+        ScratchUnsafe = "SCRATCH_UNSAFE", 500;
+        /// Checking the scratch directory failed.
+        ScratchIo = "SCRATCH_IO", 500;
+        /// The installation file is not valid YAML.
+        InstallationYamlInvalid = "INSTALLATION_YAML_INVALID", 400;
+        /// The installation file has a key the schema does not know.
+        InstallationUnknownKey = "INSTALLATION_UNKNOWN_KEY", 400;
+        /// The installation file breaks its schema.
+        InstallationSchemaViolation = "INSTALLATION_SCHEMA_VIOLATION", 400;
+        /// A value of the installation file is not allowed.
+        InstallationInvalidValue = "INSTALLATION_INVALID_VALUE", 400;
+        /// The scratch binding of the installation does not match the topology.
+        ScratchBindingMismatch = "SCRATCH_BINDING_MISMATCH", 400;
+        /// A rendered manifest does not parse back into its Kubernetes type.
+        ManifestInvalid = "MANIFEST_INVALID", 500;
+    }
+}
+
+impl std::str::FromStr for ErrorCode {
+    type Err = UnknownErrorCode;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        ErrorCode::parse(text).ok_or_else(|| UnknownErrorCode(text.to_owned()))
+    }
+}
+
+/// A code that this build does not know, as the error of [`ErrorCode::from_str`].
+///
+/// [`ErrorCode::from_str`]: std::str::FromStr::from_str
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownErrorCode(pub String);
+
+impl std::fmt::Display for UnknownErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unknown error code {}", self.0)
+    }
+}
+
+impl std::error::Error for UnknownErrorCode {}
+
+impl ErrorCode {
     /// Parses a wire code; returns `None` for a code this build does not know.
     pub fn parse(text: &str) -> Option<ErrorCode> {
         ErrorCode::ALL
@@ -206,6 +538,50 @@ impl ErrorCode {
 impl std::fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl AsRef<str> for ErrorCode {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<ErrorCode> for String {
+    fn from(code: ErrorCode) -> Self {
+        code.as_str().to_owned()
+    }
+}
+
+/// A code compares equal to its wire text, so `error.code() == "NOT_FOUND"` keeps working where
+/// a code is checked against text received from a peer.
+impl PartialEq<str> for ErrorCode {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<ErrorCode> for str {
+    fn eq(&self, other: &ErrorCode) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<ErrorCode> for &str {
+    fn eq(&self, other: &ErrorCode) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl PartialEq<ErrorCode> for String {
+    fn eq(&self, other: &ErrorCode) -> bool {
+        self == other.as_str()
     }
 }
 

@@ -13,6 +13,7 @@
 //! signature are base64url without padding. `signedAt` must equal the challenge `ts`, within a
 //! skew of [`SIGNATURE_SKEW_MS`] of the Gateway's clock.
 
+use crate::runtime::RuntimeKind;
 use serde::Deserialize;
 use serde::Serialize;
 
@@ -67,7 +68,7 @@ pub struct ConnectParams {
     pub auth: Option<ConnectAuth>,
     /// Gatehouse extension: the runtime the node hosts, `native` or `codex`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime: Option<String>,
+    pub runtime: Option<RuntimeKind>,
     /// Gatehouse extension: the absolute path of the Agent workspace on the node, the remote root
     /// that Gateway paths are mapped under.
     #[serde(default, skip_serializing_if = "Option::is_none")]

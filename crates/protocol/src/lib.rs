@@ -30,6 +30,7 @@
 //! - [`report`]: `node.report`, the figures a node reports of itself.
 //! - [`skills`]: `workspace.skills`, the node's skills discovery.
 //! - [`error`]: stable error codes and the wire error shape.
+//! - [`runtime`]: the runtime kind a node hosts, `native` or `codex`.
 //! - [`worker`]: the native runtime: `agent.turn`, and the worker pipe protocol.
 //!
 //! ```
@@ -50,5 +51,6 @@ pub mod handshake;
 pub mod invoke;
 pub mod memory;
 pub mod report;
+pub mod runtime;
 pub mod skills;
 pub mod worker;

@@ -65,23 +65,6 @@ pub const AGENT_SESSION_RESTORE: &str = "agent.session.restore";
 /// The largest checkpoint, in bytes of file content: a restore travels in one frame.
 pub const MAX_CHECKPOINT_BYTES: u64 = 16 * 1024 * 1024;
 
-/// The error code of a node whose worker slots are all taken by other sessions.
-pub const WORKER_CAPACITY_EXHAUSTED: &str = "WORKER_CAPACITY_EXHAUSTED";
-
-/// The error code of a worker that exited during a turn.
-pub const WORKER_CRASHED: &str = "WORKER_CRASHED";
-
-/// The error code of a checkpoint manifest that breaks the rules of
-/// [`crate::checkpoint::validate_manifest`] (a path that is not canonical, an entry below a
-/// link, an unknown kind, a bound exceeded): the Gateway refuses to store it or to send it for
-/// a restore, and the node refuses to restore it. The details carry the stable `reason`.
-pub const CHECKPOINT_INVALID: &str = "CHECKPOINT_INVALID";
-
-/// The error code of a turn whose checkpoint the Gateway refused because the session's retained
-/// checkpoints would hold more file content than the checkpoint quota allows
-/// (`--checkpoint-quota-bytes`). The session keeps its last good checkpoint; the turn fails.
-pub const CHECKPOINT_QUOTA_EXCEEDED: &str = "CHECKPOINT_QUOTA_EXCEEDED";
-
 /// A prior message of the session, for context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

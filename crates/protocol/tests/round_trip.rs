@@ -114,7 +114,7 @@ fn handshake_messages_round_trip() {
             bootstrap_token: Some("boot".into()),
             device_token: None,
         }),
-        runtime: Some("native".into()),
+        runtime: Some(gatehouse_protocol::runtime::RuntimeKind::Native),
         workspace_root: Some("/srv/harness/workspace".into()),
     };
     round_trip(&params);

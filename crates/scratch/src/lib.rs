@@ -29,6 +29,7 @@
 mod filesystem;
 pub mod verify;
 
+use gatehouse_protocol::error::ErrorCode;
 use std::ffi::OsString;
 use std::fmt;
 use std::io;
@@ -121,15 +122,15 @@ pub enum ScratchError {
 
 impl ScratchError {
     /// Returns the stable code of this error.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::NotFound { .. } => "SCRATCH_NOT_FOUND",
-            Self::NotADirectory { .. } => "SCRATCH_NOT_DIRECTORY",
-            Self::ReadOnlyFilesystem { .. } => "SCRATCH_READ_ONLY",
-            Self::NotWritable { .. } => "SCRATCH_NOT_WRITABLE",
-            Self::NoSpace { .. } => "SCRATCH_NO_SPACE",
-            Self::Unsafe { .. } => "SCRATCH_UNSAFE",
-            Self::Io { .. } => "SCRATCH_IO",
+            Self::NotFound { .. } => ErrorCode::ScratchNotFound,
+            Self::NotADirectory { .. } => ErrorCode::ScratchNotDirectory,
+            Self::ReadOnlyFilesystem { .. } => ErrorCode::ScratchReadOnly,
+            Self::NotWritable { .. } => ErrorCode::ScratchNotWritable,
+            Self::NoSpace { .. } => ErrorCode::ScratchNoSpace,
+            Self::Unsafe { .. } => ErrorCode::ScratchUnsafe,
+            Self::Io { .. } => ErrorCode::ScratchIo,
         }
     }
 

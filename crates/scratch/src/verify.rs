@@ -5,6 +5,7 @@
 //! creates nothing that outlives the call: the private `gatehouse` directory is only inspected,
 //! and the temporary directory and file it writes are removed before it returns.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::io::Read;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -145,7 +146,7 @@ pub fn verify(dir: &Path) -> VerifyReport {
         Some(capacity) => Check {
             name: "capacity",
             passed: false,
-            code: Some("SCRATCH_NO_SPACE"),
+            code: Some(ErrorCode::ScratchNoSpace.as_str()),
             detail: format!("{} bytes total, no bytes available", capacity.total_bytes),
         },
         None => skipped("capacity", "statvfs failed"),
@@ -299,7 +300,7 @@ fn failed(name: &'static str, err: &ScratchError) -> Check {
     Check {
         name,
         passed: false,
-        code: Some(err.code()),
+        code: Some(err.code().as_str()),
         detail: err.to_string(),
     }
 }

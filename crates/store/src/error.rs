@@ -1,5 +1,7 @@
 //! [`StoreError`]: backend-neutral storage errors.
 
+use gatehouse_protocol::error::ErrorCode;
+
 /// A storage failure, the same for every backend.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -46,13 +48,13 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 
 impl StoreError {
     /// Returns the stable code of this error for the HTTP API.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            StoreError::NotFound { .. } => "NOT_FOUND",
-            StoreError::AlreadyExists { .. } => "ALREADY_EXISTS",
-            StoreError::DiskFull => "STORAGE_FULL",
-            StoreError::Unavailable { .. } => "STORE_UNAVAILABLE",
-            StoreError::Corrupt { .. } | StoreError::Internal { .. } => "STORE_FAILURE",
+            StoreError::NotFound { .. } => ErrorCode::NotFound,
+            StoreError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            StoreError::DiskFull => ErrorCode::StorageFull,
+            StoreError::Unavailable { .. } => ErrorCode::StoreUnavailable,
+            StoreError::Corrupt { .. } | StoreError::Internal { .. } => ErrorCode::StoreFailure,
         }
     }
 }

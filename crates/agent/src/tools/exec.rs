@@ -11,6 +11,7 @@
 //! children share the group; sandboxed, bubblewrap is the group, and `--die-with-parent` plus the
 //! private PID namespace take the sandboxed processes with it.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::ffi::OsStr;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -41,7 +42,6 @@ use crate::context::DEFAULT_COMMAND_PATH;
 use crate::context::SandboxPolicy;
 use crate::context::ToolConfig;
 use crate::context::ToolContext;
-use crate::error::codes;
 use crate::output::HeadTail;
 use crate::sandbox::SandboxLaunch;
 use crate::tool::Tool;
@@ -138,7 +138,7 @@ pub(crate) fn spawn_command(ctx: &ToolContext, command: &str) -> Result<Spawned,
         }
         (None, SandboxPolicy::Require) => {
             return Err(ToolError::coded(
-                codes::SANDBOX_UNAVAILABLE,
+                ErrorCode::SandboxUnavailable,
                 String::from(
                     "bubblewrap (bwrap) was not found and the sandbox policy requires it; the \
                      command was not run",
@@ -153,7 +153,7 @@ pub(crate) fn spawn_command(ctx: &ToolContext, command: &str) -> Result<Spawned,
     };
     let spawn_error = |err: std::io::Error| {
         ToolError::coded(
-            codes::EXEC_FAILED,
+            ErrorCode::ExecFailed,
             format!("cannot start the command: {err}"),
         )
     };

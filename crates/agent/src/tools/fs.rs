@@ -13,11 +13,11 @@ use gatehouse_model::ToolInput;
 use gatehouse_model::ToolKind;
 use gatehouse_model::ToolSpec;
 use gatehouse_protocol::commands::HARD_MAX_BYTES;
+use gatehouse_protocol::error::ErrorCode;
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::context::ToolContext;
-use crate::error::codes;
 use crate::output::cap_bytes;
 use crate::output::cut_chars;
 use crate::tool::Tool;
@@ -77,8 +77,12 @@ pub(crate) fn fetch_bytes(root: &Root, rel: &RelPath) -> Result<Vec<u8>, ToolErr
 /// Reads the file at `rel` as UTF-8 text, refusing other content with `NOT_TEXT`.
 pub(crate) fn fetch_text(root: &Root, rel: &RelPath, path: &str) -> Result<String, ToolError> {
     let bytes = fetch_bytes(root, rel)?;
-    String::from_utf8(bytes)
-        .map_err(|_| ToolError::coded(codes::NOT_TEXT, format!("{path:?} is not valid UTF-8 text")))
+    String::from_utf8(bytes).map_err(|_| {
+        ToolError::coded(
+            ErrorCode::NotText,
+            format!("{path:?} is not valid UTF-8 text"),
+        )
+    })
 }
 
 /// Writes `content` to `rel` atomically, creating missing parents.
@@ -283,14 +287,14 @@ fn edit_file(root: &Root, rel: &RelPath, args: &EditArgs) -> Result<String, Tool
     let edited = match (n_matches, args.replace_all) {
         (0, _) => {
             return Err(ToolError::coded(
-                codes::EDIT_NO_MATCH,
+                ErrorCode::EditNoMatch,
                 format!("old_string was not found in {}", args.path),
             ));
         }
         (1, _) | (_, true) => text.replace(args.old_string.as_str(), &args.new_string),
         (_, false) => {
             return Err(ToolError::coded(
-                codes::EDIT_AMBIGUOUS,
+                ErrorCode::EditAmbiguous,
                 format!(
                     "old_string occurs {n_matches} times in {}; add context to make it unique \
                      or set replace_all",

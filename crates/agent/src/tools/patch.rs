@@ -24,6 +24,7 @@
 //! deleted, so a failure while writing never loses content. A hunk's lines are searched exactly
 //! first, then ignoring trailing whitespace, then ignoring surrounding whitespace.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -46,7 +47,6 @@ use serde_json::Value;
 use serde_json::json;
 
 use crate::context::ToolContext;
-use crate::error::codes;
 use crate::tool::Tool;
 use crate::tool::ToolError;
 use crate::tool::ToolOutcome;
@@ -157,11 +157,11 @@ pub(crate) struct Chunk {
 }
 
 fn invalid(message: String) -> ToolError {
-    ToolError::coded(codes::PATCH_INVALID, message)
+    ToolError::coded(ErrorCode::PatchInvalid, message)
 }
 
 fn conflict(message: String) -> ToolError {
-    ToolError::coded(codes::PATCH_CONFLICT, message)
+    ToolError::coded(ErrorCode::PatchConflict, message)
 }
 
 /// Parses a whole patch.

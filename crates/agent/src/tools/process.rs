@@ -1,5 +1,6 @@
 //! `process`: background commands that outlive one tool call, and their registry.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -14,7 +15,6 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use crate::context::ToolContext;
-use crate::error::codes;
 use crate::output::HeadTail;
 use crate::tool::Tool;
 use crate::tool::ToolError;
@@ -197,7 +197,7 @@ fn parse_process_id(id: Option<&Value>) -> Result<u64, ToolError> {
     };
     text.trim_start_matches('p')
         .parse::<u64>()
-        .map_err(|_| ToolError::coded(codes::PROCESS_NOT_FOUND, format!("no process {text:?}")))
+        .map_err(|_| ToolError::coded(ErrorCode::ProcessNotFound, format!("no process {text:?}")))
 }
 
 /// `process {action: start|poll|kill|list, command?, id?}`: background commands.
@@ -276,7 +276,7 @@ fn start(ctx: &ToolContext, command: Option<&str>) -> Result<String, ToolError> 
     let mut registry = ctx.processes().lock();
     if registry.entries.len() >= MAX_BACKGROUND_PROCESSES {
         return Err(ToolError::coded(
-            codes::PROCESS_LIMIT,
+            ErrorCode::ProcessLimit,
             format!("{MAX_BACKGROUND_PROCESSES} background processes exist; kill one first"),
         ));
     }
@@ -390,7 +390,7 @@ fn list(ctx: &ToolContext) -> String {
 
 fn not_found(number: u64) -> ToolError {
     ToolError::coded(
-        codes::PROCESS_NOT_FOUND,
+        ErrorCode::ProcessNotFound,
         format!("no process {}", process_id(number)),
     )
 }

@@ -2,6 +2,7 @@
 //! the user message and its turn → 202), against a bare SQLite insert of the same row with the
 //! same durability settings, in the same run.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
@@ -50,7 +51,7 @@ impl TurnRuntime for ParkedRuntime {
 
     async fn run_turn(&self, input: TurnInput, _sink: TurnSink) -> Result<String, TurnFailure> {
         input.cancel.cancelled().await;
-        Err(TurnFailure::new("ABORTED", "benchmark over"))
+        Err(TurnFailure::new(ErrorCode::Aborted, "benchmark over"))
     }
 }
 

@@ -122,7 +122,7 @@ pub(crate) fn connect_frame_with(
             nonce: challenge.nonce.clone(),
         }),
         auth: Some(auth),
-        runtime: Some("native".into()),
+        runtime: Some(gatehouse_protocol::runtime::RuntimeKind::Native),
         workspace_root: None,
     };
     serde_json::json!({"type": "req", "id": "c1", "method": "connect", "params": params})

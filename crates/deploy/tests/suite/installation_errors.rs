@@ -10,7 +10,11 @@ use crate::suite::support;
 fn failure(text: &str) -> (&'static str, Option<String>, String) {
     let err = Installation::from_yaml(text).unwrap_err();
     assert!(err.is_config_error(), "{err}");
-    (err.code(), err.path().map(str::to_owned), err.to_string())
+    (
+        err.code().as_str(),
+        err.path().map(str::to_owned),
+        err.to_string(),
+    )
 }
 
 struct Case {

@@ -10,6 +10,7 @@
 //! 4. (PUT) A body that is not exactly `{"content": <string>}` is `400 INVALID_REQUEST`; invalid
 //!    content is `400 INVALID_REQUEST` with `details: {"path": "/content", "code": ...}`.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
 
 use axum::Json;
@@ -18,7 +19,6 @@ use axum::extract::Path;
 use axum::extract::State;
 use axum::extract::rejection::PathRejection;
 use axum::http::HeaderMap;
-use axum::http::StatusCode;
 use axum::http::header;
 use futures_util::StreamExt;
 
@@ -78,10 +78,16 @@ async fn admit(
             Ok(Path((agent, name))) => (Some(agent.as_str()), Some(name.as_str())),
             Err(_) => (None, None),
         };
-        documents::record_denial(&state.audit, action, agent, name, "FORBIDDEN").await;
+        documents::record_denial(
+            &state.audit,
+            action,
+            agent,
+            name,
+            ErrorCode::Forbidden.as_str(),
+        )
+        .await;
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "FORBIDDEN",
+            ErrorCode::Forbidden,
             "cross-site requests are refused (sec-fetch-site: cross-site)",
         ));
     }
@@ -142,11 +148,9 @@ impl From<DocumentError> for ApiError {
         match error {
             DocumentError::UnknownAgent { .. } => ApiError::not_found(error.to_string()),
             DocumentError::UnknownName { .. } => ApiError::invalid_request(error.to_string()),
-            DocumentError::BodyTooLarge => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "PAYLOAD_TOO_LARGE",
-                error.to_string(),
-            ),
+            DocumentError::BodyTooLarge => {
+                ApiError::new(ErrorCode::PayloadTooLarge, error.to_string())
+            }
             DocumentError::BodyNotObject => ApiError::invalid_request(error.to_string()),
             DocumentError::MalformedBody(ref source) => {
                 ApiError::invalid_request(format!("{error}: {source}"))
@@ -158,8 +162,7 @@ impl From<DocumentError> for ApiError {
             DocumentError::StoredContentInvalid(ref content_error) => ApiError {
                 details: Some(content_details(content_error)),
                 ..ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "INVALID_DOCUMENT",
+                    ErrorCode::InvalidDocument,
                     format!("{error}; fix the file in the agent workspace or replace it"),
                 )
             },

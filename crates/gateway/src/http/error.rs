@@ -4,6 +4,18 @@
 //! the route's limit, invalid JSON, a wrong `Content-Type`, a missing field, a bad path or query;
 //! an unknown route or method) is rewritten into the same shape by [`json_error_shape`], the
 //! outermost layer of the router, so no error is ever plain text.
+//!
+//! The status of an error is its code's status in the catalogue
+//! ([`ErrorCode::http_status`], listed in `docs/errors.md`). Where a route answers a code with
+//! another status, it says so explicitly with [`ApiError::with_status`]:
+//! - the rewritten rejections keep axum's own status (`INVALID_REQUEST` is also `422` for a body
+//!   that does not deserialize, `HTTP_ERROR` any status without a more specific code);
+//! - a store failure while a message is queued is `503` whatever its code, since retrying later
+//!   may succeed;
+//! - [`ApiError::internal`] is always `500`.
+//!
+//! A code relayed from a node or a runtime as text, which this build may not know, is answered
+//! with a status chosen by the caller ([`ApiError::with_text_code`]).
 
 use axum::http::HeaderValue;
 use axum::http::StatusCode;
@@ -13,25 +25,6 @@ use axum::response::Response;
 use gatehouse_protocol::error::ErrorCode;
 
 use crate::workspace::WorkspaceError;
-
-/// The stable codes of errors the HTTP layer answers itself, before any handler runs.
-pub mod codes {
-    /// `400`/`422`: the request is malformed: invalid JSON, a missing or mistyped field, a bad
-    /// path parameter or query string. Not retryable as sent.
-    pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
-    /// `413`: the body is larger than the route accepts (2 MiB for JSON bodies, the media upload
-    /// limit for `POST /v1/media`).
-    pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
-    /// `415`: a JSON route got a body without `Content-Type: application/json`.
-    pub const UNSUPPORTED_MEDIA_TYPE: &str = "UNSUPPORTED_MEDIA_TYPE";
-    /// `404`: no route matches the path.
-    pub const NOT_FOUND: &str = "NOT_FOUND";
-    /// `405`: the route exists but not for this method; the `Allow` header lists the methods.
-    pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
-    /// Any other error status the HTTP layer answers without a handler (for example `426` for
-    /// a `/node` request that is not a WebSocket upgrade).
-    pub const HTTP_ERROR: &str = "HTTP_ERROR";
-}
 
 /// The most bytes of a rejection's own text kept as the message of its JSON error.
 const MAX_REJECTION_TEXT: usize = 1024;
@@ -49,9 +42,20 @@ pub struct ApiError {
     pub details: Option<serde_json::Value>,
 }
 
+/// Returns the HTTP status of `code` in the catalogue.
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
 impl ApiError {
-    /// Returns an error with no details.
-    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+    /// Returns an error with `code`, its status from the catalogue, and no details.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self::with_text_code(status_of(code), code.as_str(), message)
+    }
+
+    /// Returns an error whose code is text: a code relayed from a node or a runtime, which this
+    /// build may not know, or a domain error's code text. The caller chooses the status.
+    pub fn with_text_code(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         Self {
             status,
             code: code.to_owned(),
@@ -60,28 +64,34 @@ impl ApiError {
         }
     }
 
+    /// Returns the same error with another status, for a route documented to answer its code
+    /// with a status other than the catalogue's.
+    #[must_use]
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
+    }
+
     /// 401 `UNAUTHORIZED`.
     pub fn unauthorized(message: &str) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", message)
+        Self::new(ErrorCode::Unauthorized, message)
     }
 
     /// 400 `INVALID_REQUEST`.
     pub fn invalid_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, codes::INVALID_REQUEST, message)
+        Self::new(ErrorCode::InvalidRequest, message)
     }
 
     /// 404 `NOT_FOUND`.
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, codes::NOT_FOUND, message)
+        Self::new(ErrorCode::NotFound, message)
     }
 
-    /// 500 with a generic message; the cause is logged where it happened.
-    pub fn internal(code: &str) -> Self {
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            code,
-            "the gateway failed; see its log",
-        )
+    /// 500 with `code` and a generic message, whatever the code's own status; the cause is
+    /// logged where it happened.
+    pub fn internal(code: ErrorCode) -> Self {
+        Self::new(code, "the gateway failed; see its log")
+            .with_status(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }
 
@@ -97,7 +107,7 @@ impl IntoResponse for ApiError {
 
 /// Rewrites an error response that is not in the API's JSON shape (axum's plain-text
 /// rejections, its empty `405`) into `{"error":{"code","message"}}`, keeping the status and the
-/// other headers (`Allow` of a `405`). The code follows the status ([`codes`]); the message is
+/// other headers (`Allow` of a `405`). The code follows the status; the message is
 /// the rejection's own text, which says what was wrong, or a fixed one when it has none.
 /// Successful responses and errors already in JSON pass untouched, without being buffered.
 pub(crate) async fn json_error_shape(response: Response) -> Response {
@@ -118,22 +128,22 @@ pub(crate) async fn json_error_shape(response: Response) -> Response {
         .unwrap_or_default();
     let (code, fallback) = match status {
         StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
-            (codes::INVALID_REQUEST, "the request is malformed")
+            (ErrorCode::InvalidRequest, "the request is malformed")
         }
         StatusCode::PAYLOAD_TOO_LARGE => (
-            codes::PAYLOAD_TOO_LARGE,
+            ErrorCode::PayloadTooLarge,
             "the request body is larger than this route accepts",
         ),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => (
-            codes::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::UnsupportedMediaType,
             "send the body with Content-Type: application/json",
         ),
-        StatusCode::NOT_FOUND => (codes::NOT_FOUND, "no such route"),
+        StatusCode::NOT_FOUND => (ErrorCode::NotFound, "no such route"),
         StatusCode::METHOD_NOT_ALLOWED => (
-            codes::METHOD_NOT_ALLOWED,
+            ErrorCode::MethodNotAllowed,
             "this route does not accept this method; see the Allow header",
         ),
-        _ => (codes::HTTP_ERROR, "the request cannot be served"),
+        _ => (ErrorCode::HttpError, "the request cannot be served"),
     };
     let message = match text.is_empty() {
         true => fallback.to_owned(),
@@ -144,7 +154,9 @@ pub(crate) async fn json_error_shape(response: Response) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    let error = ApiError::new(status, code, message).into_response();
+    let error = ApiError::new(code, message)
+        .with_status(status)
+        .into_response();
     let (_, body) = error.into_parts();
     Response::from_parts(parts, body)
 }
@@ -153,28 +165,21 @@ impl From<WorkspaceError> for ApiError {
     fn from(error: WorkspaceError) -> Self {
         match error {
             WorkspaceError::BadPath { code, message } => {
-                let status = match code {
-                    ErrorCode::PathTraversal => StatusCode::FORBIDDEN,
-                    _ => StatusCode::BAD_REQUEST,
-                };
-                Self::new(status, code.as_str(), message)
+                // `PATH_TRAVERSAL` is 403, `INVALID_PATH` 400.
+                Self::new(code, message)
             }
             WorkspaceError::PolicyDenied { .. } => {
-                Self::new(StatusCode::FORBIDDEN, error.code(), error.to_string())
+                Self::with_text_code(StatusCode::FORBIDDEN, error.code(), error.to_string())
             }
             WorkspaceError::Unavailable | WorkspaceError::Timeout => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                error.code(),
+                ErrorCode::DependencyUnavailable,
                 format!("{error}; check that the Harness node is running and enrolled"),
             ),
             WorkspaceError::UnknownOutcome => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                error.code(),
+                ErrorCode::UnknownOutcome,
                 format!("{error}; it is never replayed: read the file before writing again"),
             ),
-            WorkspaceError::Corrupt => {
-                Self::new(StatusCode::BAD_GATEWAY, error.code(), error.to_string())
-            }
+            WorkspaceError::Corrupt => Self::new(ErrorCode::NodeBadResponse, error.to_string()),
             WorkspaceError::Remote(remote) => {
                 let status = match remote.known_code() {
                     Some(
@@ -200,6 +205,8 @@ impl From<WorkspaceError> for ApiError {
                     }
                     _ => StatusCode::BAD_GATEWAY,
                 };
+                // A relayed code keeps this table rather than the catalogue's status: a code the
+                // node should not send for a read is the Gateway's problem (502).
                 // The node's details carry its canonical path, which is not a secret.
                 Self {
                     status,

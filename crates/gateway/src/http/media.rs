@@ -5,6 +5,7 @@
 //! media store (under the Gateway's media quota: `507 MEDIA_QUOTA_EXCEEDED`), and pinned so
 //! checkpoint garbage collection never deletes them. [`media_error`] is the one place where media store errors become HTTP errors.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
 
 use axum::Json;
@@ -14,7 +15,6 @@ use axum::extract::Path;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::HeaderValue;
-use axum::http::StatusCode;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::response::Response;
@@ -188,8 +188,7 @@ fn payload_too_large(max_bytes: u64) -> ApiError {
     ApiError {
         details: Some(serde_json::json!({"maxBytes": max_bytes})),
         ..ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "PAYLOAD_TOO_LARGE",
+            ErrorCode::PayloadTooLarge,
             format!("the upload is larger than {max_bytes} bytes"),
         )
     }
@@ -200,20 +199,14 @@ fn payload_too_large(max_bytes: u64) -> ApiError {
 fn media_error(error: MediaError) -> ApiError {
     match error {
         MediaError::InvalidId => ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_MEDIA_ID",
+            ErrorCode::InvalidMediaId,
             "a media id is 64 lowercase hex characters",
         ),
-        MediaError::InvalidMimeType => ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_MIME_TYPE",
-            error.to_string(),
-        ),
+        MediaError::InvalidMimeType => ApiError::new(ErrorCode::InvalidMimeType, error.to_string()),
         MediaError::NotFound { .. } => ApiError::not_found(error.to_string()),
         MediaError::QuotaExceeded { .. } => {
             tracing::warn!(error = %error, "refused an upload over the media quota");
             ApiError::new(
-                StatusCode::INSUFFICIENT_STORAGE,
                 error.code(),
                 format!("{error}; raise --media-quota-bytes or remove media"),
             )
@@ -221,8 +214,7 @@ fn media_error(error: MediaError) -> ApiError {
         MediaError::StorageFull { .. } => {
             tracing::error!(error = ?error, "the media store is full");
             ApiError::new(
-                StatusCode::INSUFFICIENT_STORAGE,
-                "STORAGE_FULL",
+                ErrorCode::StorageFull,
                 "the gateway media store is out of space",
             )
         }
@@ -232,7 +224,7 @@ fn media_error(error: MediaError) -> ApiError {
         | MediaError::Encode(_)
         | MediaError::Join(_) => {
             // The debug form carries the cause chain (the object store's own error).
-            tracing::error!(error = ?error, code = error.code(), "media store failure");
+            tracing::error!(error = ?error, code = %error.code(), "media store failure");
             ApiError::internal(error.code())
         }
     }

@@ -1,5 +1,6 @@
 //! `/v1/memory/...`: search, status and reindex of the memory index.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
 
 use axum::Json;
@@ -30,12 +31,12 @@ fn api_error(error: &MemoryServiceError) -> ApiError {
             StatusCode::SERVICE_UNAVAILABLE
         }
         MemoryServiceError::Remote(_) => StatusCode::BAD_GATEWAY,
-        MemoryServiceError::Index(_) if error.code() == "STORAGE_FULL" => {
+        MemoryServiceError::Index(_) if error.code() == ErrorCode::StorageFull => {
             StatusCode::INSUFFICIENT_STORAGE
         }
         MemoryServiceError::Index(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    ApiError::new(status, error.code(), error.to_string())
+    ApiError::with_text_code(status, error.code(), error.to_string())
 }
 
 /// `GET /v1/memory/search?q=&limit=&minScore=`.
@@ -45,8 +46,7 @@ pub(crate) async fn search(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Some(q) = query.q.filter(|q| !q.trim().is_empty()) else {
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
+            ErrorCode::InvalidRequest,
             "pass the query as q=",
         ));
     };
@@ -81,8 +81,7 @@ pub(crate) async fn get(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Some(path) = query.path else {
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
+            ErrorCode::InvalidRequest,
             "pass the memory file as path=",
         ));
     };
@@ -131,7 +130,7 @@ pub(crate) async fn reindex(State(state): State<Arc<GatewayState>>) -> Response 
                 serde_json::json!({"error": {"code": error.code(), "message": error.to_string()}})
             }
             Err(_) => {
-                serde_json::json!({"error": {"code": "INTERNAL", "message": "the rebuild stopped"}})
+                serde_json::json!({"error": {"code": ErrorCode::Internal, "message": "the rebuild stopped"}})
             }
         }
     }))

@@ -8,6 +8,7 @@ mod request_trace;
 mod routes;
 mod sessions;
 
+use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
 
 use axum::Router;
@@ -99,8 +100,7 @@ async fn require_json_content_type(request: Request, next: Next) -> Response {
     };
     match content_type {
         Some(value) if !is_json(&value) => ApiError::new(
-            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            error::codes::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::UnsupportedMediaType,
             "send the body with Content-Type: application/json",
         )
         .into_response(),

@@ -1,5 +1,7 @@
 //! Route handlers: decode, call the domain, map the result.
 
+use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::runtime::RuntimeKind;
 use std::sync::Arc;
 
 use axum::Json;
@@ -35,39 +37,30 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
     if let Err(error) = state.store.ping().await {
         tracing::error!(error = %error, "store ping failed");
         return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "STORE_UNAVAILABLE",
+            ErrorCode::StoreUnavailable,
             "the gateway store does not answer",
         )
         .into_response();
     }
     match state.registry.find_serving(FILE_COMMANDS) {
-        Some(node) if node.runtime == "native" && !node.serves_all(NATIVE_COMMANDS) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "NODE_RUNTIME_INCOMPLETE",
+        Some(node) if node.runtime == RuntimeKind::Native && !node.serves_all(NATIVE_COMMANDS) => ApiError::new(ErrorCode::NodeRuntimeIncomplete,
             "the connected node hosts the native runtime but does not serve agent.turn; restart it with a current gatehouse",
         )
         .into_response(),
-        Some(node) if !node.serves_all(&[WORKSPACE_MEMORY, WORKSPACE_SKILLS]) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "NODE_RUNTIME_INCOMPLETE",
+        Some(node) if !node.serves_all(&[WORKSPACE_MEMORY, WORKSPACE_SKILLS]) => ApiError::new(ErrorCode::NodeRuntimeIncomplete,
             "the connected node does not serve workspace.memory and workspace.skills; restart it with a current gatehouse",
         )
         .into_response(),
-        Some(node) if node.runtime == "codex" && !node.serves_all(&[CODEX_APPSERVER]) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "NODE_RUNTIME_INCOMPLETE",
+        Some(node) if node.runtime == RuntimeKind::Codex && !node.serves_all(&[CODEX_APPSERVER]) => ApiError::new(ErrorCode::NodeRuntimeIncomplete,
             "the connected node hosts the codex runtime but does not serve codex.appserver; restart it with a current gatehouse",
         )
         .into_response(),
         Some(_) => match runtime_readiness(&state).await {
             // No identifiers: `/readyz` needs no token.
             Ok(()) => Json(serde_json::json!({"status": "ready"})).into_response(),
-            Err(failure) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, &failure.code, failure.message).into_response(),
+            Err(failure) => ApiError::with_text_code(StatusCode::SERVICE_UNAVAILABLE, &failure.code, failure.message).into_response(),
         },
-        None => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "NODE_NOT_CONNECTED",
+        None => ApiError::new(ErrorCode::NodeNotConnected,
             "no Harness node with the workspace commands is connected; start `gatehouse node` with a setup code",
         )
         .into_response(),

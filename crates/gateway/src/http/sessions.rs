@@ -1,5 +1,6 @@
 //! Session routes: messages, turns, transcripts, the event stream, and abort.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,8 +67,7 @@ pub(crate) async fn post_message(
     }
     if body.text.len() > MAX_TEXT_BYTES {
         return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "PAYLOAD_TOO_LARGE",
+            ErrorCode::PayloadTooLarge,
             format!("text is over {MAX_TEXT_BYTES} bytes"),
         ));
     }
@@ -357,8 +357,7 @@ pub(crate) async fn session_events(
         Ok(None) => stream.phase = StreamPhase::Live,
         Err(()) => {
             return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "STORE_UNAVAILABLE",
+                ErrorCode::StoreUnavailable,
                 "the gateway store failed; retry later",
             ));
         }
@@ -431,15 +430,12 @@ fn store_error(error: &StoreError) -> ApiError {
     tracing::error!(error = %error, "store failure");
     match error {
         StoreError::DiskFull => ApiError::new(
-            StatusCode::INSUFFICIENT_STORAGE,
-            "STORAGE_FULL",
+            ErrorCode::StorageFull,
             "the gateway state disk is full; nothing was stored; free space and retry",
         ),
-        other => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            other.code(),
-            "the gateway store failed; retry later",
-        ),
+        // Any other store failure is 503 whatever its code: retrying later may succeed.
+        other => ApiError::new(other.code(), "the gateway store failed; retry later")
+            .with_status(StatusCode::SERVICE_UNAVAILABLE),
     }
 }
 
@@ -492,8 +488,7 @@ async fn stop_worker(
         .filter(|node| node.serves_all(&[AGENT_SESSION_STOP]))
     else {
         return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "DEPENDENCY_UNAVAILABLE",
+            ErrorCode::DependencyUnavailable,
             "the session's Harness node is not connected",
         ));
     };
@@ -507,8 +502,7 @@ async fn stop_worker(
         .await
         .map_err(|error| {
             ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "DEPENDENCY_UNAVAILABLE",
+                ErrorCode::DependencyUnavailable,
                 format!("the node did not stop the session: {error}"),
             )
         })?;
@@ -573,8 +567,7 @@ pub(crate) async fn move_session(
                 )
                 .await;
             return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                code.as_str(),
+                code,
                 format!(
                     "turn {turn_id} of this session is running; move it after the turn ends (or abort it)"
                 ),

@@ -12,6 +12,7 @@ use gatehouse_protocol::handshake::ROLE_NODE;
 use gatehouse_protocol::handshake::SIGNATURE_SKEW_MS;
 use gatehouse_protocol::handshake::SignatureFields;
 use gatehouse_protocol::handshake::device_signature_payload_v3;
+use gatehouse_protocol::runtime::RuntimeKind;
 use gatehouse_store::Store;
 use gatehouse_store::model::EnrollOutcome;
 use gatehouse_store::model::Enrollment;
@@ -30,13 +31,13 @@ pub struct Refusal {
     /// The stable error code sent to the node and written to the audit trail.
     pub code: ErrorCode,
     /// A finer reason, for example `SIGNATURE_INVALID` or `CODE_EXPIRED`.
-    pub reason: &'static str,
+    pub reason: ErrorCode,
     /// What happened and what to do.
     pub message: String,
 }
 
 impl Refusal {
-    fn new(code: ErrorCode, reason: &'static str, message: impl Into<String>) -> Self {
+    fn new(code: ErrorCode, reason: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
             reason,
@@ -73,14 +74,14 @@ pub async fn admit(
     if params.role != ROLE_NODE || params.client.mode != CLIENT_MODE_NODE {
         return Err(Refusal::new(
             ErrorCode::InvalidRequest,
-            "ROLE_NOT_NODE",
+            ErrorCode::RoleNotNode,
             "only nodes connect to /node: role and client.mode must be \"node\"",
         ));
     }
     if params.min_protocol > PROTOCOL_VERSION || params.max_protocol < MIN_NODE_PROTOCOL {
         return Err(Refusal::new(
             ErrorCode::InvalidRequest,
-            "PROTOCOL_UNSUPPORTED",
+            ErrorCode::ProtocolUnsupported,
             format!(
                 "this gateway speaks protocol {MIN_NODE_PROTOCOL}..={PROTOCOL_VERSION}; upgrade the node"
             ),
@@ -90,7 +91,7 @@ pub async fn admit(
     let Some(device) = params.device.as_ref() else {
         return Err(Refusal::new(
             ErrorCode::DeviceAuthFailed,
-            "DEVICE_REQUIRED",
+            ErrorCode::DeviceRequired,
             "a node must present a signed device identity",
         ));
     };
@@ -100,7 +101,7 @@ pub async fn admit(
         let Some(node) = node else {
             return Err(Refusal::new(
                 ErrorCode::Unauthorized,
-                "DEVICE_UNKNOWN",
+                ErrorCode::DeviceUnknown,
                 "this device is not enrolled; enroll it again with a new setup code",
             ));
         };
@@ -110,7 +111,7 @@ pub async fn admit(
         {
             return Err(Refusal::new(
                 ErrorCode::Unauthorized,
-                "DEVICE_TOKEN_MISMATCH",
+                ErrorCode::DeviceTokenMismatch,
                 "the device token is not the one issued to this device; enroll it again with a new setup code",
             ));
         }
@@ -119,14 +120,14 @@ pub async fn admit(
     let Some(bootstrap_token) = auth.bootstrap_token.as_deref() else {
         return Err(Refusal::new(
             ErrorCode::Unauthorized,
-            "TOKEN_REQUIRED",
+            ErrorCode::TokenRequired,
             "present a device token, or a bootstrap token from a setup code",
         ));
     };
     let device_token = random_token().map_err(|error| {
         Refusal::new(
             ErrorCode::Internal,
-            "RANDOM_FAILED",
+            ErrorCode::RandomFailed,
             format!("cannot issue a token: {error}"),
         )
     })?;
@@ -137,7 +138,7 @@ pub async fn admit(
             device_id: device.id.clone(),
             public_key: device.public_key.clone(),
             display_name: listed_name(params, &device.id),
-            runtime: declared_runtime(params),
+            runtime: declared_runtime(params).as_str().to_owned(),
             commands: params.commands.clone(),
             workspace_root: params.workspace_root.clone(),
             device_token_sha256: sha256_hex(device_token.as_bytes()),
@@ -153,17 +154,17 @@ pub async fn admit(
         EnrollOutcome::Enrolled => Ok(Admission::Enrolled { device_token }),
         EnrollOutcome::UnknownCode => Err(Refusal::new(
             ErrorCode::SetupCodeInvalid,
-            "CODE_UNKNOWN",
+            ErrorCode::CodeUnknown,
             "the setup code is not known to this gateway; issue a new one with `gatehouse setup-code`",
         )),
         EnrollOutcome::ExpiredCode => Err(Refusal::new(
             ErrorCode::SetupCodeInvalid,
-            "CODE_EXPIRED",
+            ErrorCode::CodeExpired,
             "the setup code expired; issue a new one with `gatehouse setup-code`",
         )),
         EnrollOutcome::UsedCode => Err(Refusal::new(
             ErrorCode::SetupCodeInvalid,
-            "CODE_USED",
+            ErrorCode::CodeUsed,
             "the setup code was already used; issue a new one with `gatehouse setup-code`",
         )),
     }
@@ -179,7 +180,7 @@ fn verify_device(
     let Some(device) = params.device.as_ref() else {
         return Err(Refusal::new(
             ErrorCode::DeviceAuthFailed,
-            "DEVICE_REQUIRED",
+            ErrorCode::DeviceRequired,
             "a node must present a signed device identity",
         ));
     };
@@ -187,43 +188,58 @@ fn verify_device(
         |reason, message: &str| Err(Refusal::new(ErrorCode::DeviceAuthFailed, reason, message));
     let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let Ok(key_bytes) = engine.decode(&device.public_key) else {
-        return failed("PUBLIC_KEY_INVALID", "device.publicKey is not base64url");
+        return failed(
+            ErrorCode::PublicKeyInvalid,
+            "device.publicKey is not base64url",
+        );
     };
     let Ok(key_array) = <[u8; 32]>::try_from(key_bytes.as_slice()) else {
-        return failed("PUBLIC_KEY_INVALID", "device.publicKey is not 32 bytes");
+        return failed(
+            ErrorCode::PublicKeyInvalid,
+            "device.publicKey is not 32 bytes",
+        );
     };
     let Ok(key) = VerifyingKey::from_bytes(&key_array) else {
         return failed(
-            "PUBLIC_KEY_INVALID",
+            ErrorCode::PublicKeyInvalid,
             "device.publicKey is not an Ed25519 key",
         );
     };
     if !secrets_equal(sha256_hex(&key_array).as_bytes(), device.id.as_bytes()) {
         return failed(
-            "DEVICE_ID_MISMATCH",
+            ErrorCode::DeviceIdMismatch,
             "device.id is not the sha256 of device.publicKey",
         );
     }
     if !secrets_equal(device.nonce.as_bytes(), challenge.nonce.as_bytes()) {
-        return failed("NONCE_MISMATCH", "device.nonce is not the challenge nonce");
+        return failed(
+            ErrorCode::NonceMismatch,
+            "device.nonce is not the challenge nonce",
+        );
     }
     if (now_ms - device.signed_at).abs() > SIGNATURE_SKEW_MS {
         return failed(
-            "SIGNATURE_EXPIRED",
+            ErrorCode::SignatureExpired,
             "device.signedAt is more than 120 s from the gateway clock; check the node's clock",
         );
     }
     if device.signed_at != challenge.ts {
         return failed(
-            "SIGNED_AT_MISMATCH",
+            ErrorCode::SignedAtMismatch,
             "device.signedAt is not the challenge ts",
         );
     }
     let Ok(signature_bytes) = engine.decode(&device.signature) else {
-        return failed("SIGNATURE_INVALID", "device.signature is not base64url");
+        return failed(
+            ErrorCode::SignatureInvalid,
+            "device.signature is not base64url",
+        );
     };
     let Ok(signature) = Signature::from_slice(&signature_bytes) else {
-        return failed("SIGNATURE_INVALID", "device.signature is not 64 bytes");
+        return failed(
+            ErrorCode::SignatureInvalid,
+            "device.signature is not 64 bytes",
+        );
     };
     let auth = params.auth.clone().unwrap_or_default();
     let device_family = params.client.device_family.clone().unwrap_or_default();
@@ -240,7 +256,10 @@ fn verify_device(
         device_family: &device_family,
     });
     if key.verify_strict(payload.as_bytes(), &signature).is_err() {
-        return failed("SIGNATURE_INVALID", "the device signature does not verify");
+        return failed(
+            ErrorCode::SignatureInvalid,
+            "the device signature does not verify",
+        );
     }
     Ok(())
 }
@@ -256,18 +275,15 @@ pub(crate) fn listed_name(params: &ConnectParams, device_id: &str) -> String {
 }
 
 /// The runtime a node declares in `connect`; `native` when it declares none.
-pub(crate) fn declared_runtime(params: &ConnectParams) -> String {
-    params
-        .runtime
-        .clone()
-        .unwrap_or_else(|| String::from("native"))
+pub(crate) fn declared_runtime(params: &ConnectParams) -> RuntimeKind {
+    params.runtime.unwrap_or_default()
 }
 
 fn store_refusal(error: gatehouse_store::StoreError) -> Refusal {
     tracing::error!(error = %error, "store failure during node admission");
     Refusal::new(
         ErrorCode::Unavailable,
-        "STORE_UNAVAILABLE",
+        ErrorCode::StoreUnavailable,
         "the gateway cannot reach its store; retry later",
     )
 }

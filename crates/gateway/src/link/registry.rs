@@ -1,5 +1,6 @@
 //! [`NodeRegistry`]: the connected nodes, and invoking a command on one of them.
 
+use gatehouse_protocol::runtime::RuntimeKind;
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -106,8 +107,8 @@ pub struct NodeConnection {
     pub device_id: String,
     /// The name the node gave.
     pub display_name: String,
-    /// `native` or `codex`.
-    pub runtime: String,
+    /// The runtime the node hosts.
+    pub runtime: RuntimeKind,
     /// The commands the node declared.
     pub commands: Vec<String>,
     /// The node's Agent workspace root, as it declared.
@@ -338,7 +339,7 @@ impl Drop for TurnHold {
 pub(crate) struct ConnectionIdentity {
     pub(crate) device_id: String,
     pub(crate) display_name: String,
-    pub(crate) runtime: String,
+    pub(crate) runtime: RuntimeKind,
     pub(crate) commands: Vec<String>,
     pub(crate) workspace_root: Option<String>,
 }
@@ -777,7 +778,7 @@ mod tests {
         let identity = ConnectionIdentity {
             device_id: String::from("n"),
             display_name: String::from("n"),
-            runtime: String::from("native"),
+            runtime: gatehouse_protocol::runtime::RuntimeKind::Native,
             commands: Vec::new(),
             workspace_root: None,
         };
@@ -804,7 +805,7 @@ mod tests {
         let identity = ConnectionIdentity {
             device_id: String::from("n"),
             display_name: String::from("n"),
-            runtime: String::from("native"),
+            runtime: gatehouse_protocol::runtime::RuntimeKind::Native,
             commands: vec![AgentTurn::NAME.to_owned()],
             workspace_root: None,
         };

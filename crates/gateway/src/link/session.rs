@@ -170,7 +170,7 @@ pub async fn serve_from(
                 None,
                 &plain_refusal(
                     ErrorCode::Timeout,
-                    "HANDSHAKE_TIMEOUT",
+                    ErrorCode::HandshakeTimeout,
                     "no connect within 15 s",
                 ),
             )
@@ -190,7 +190,7 @@ pub async fn serve_from(
                 None,
                 &plain_refusal(
                     ErrorCode::InvalidRequest,
-                    "BINARY_FRAME",
+                    ErrorCode::BinaryFrame,
                     "the first frame must be a connect request",
                 ),
             )
@@ -213,7 +213,7 @@ pub async fn serve_from(
                 None,
                 &plain_refusal(
                     ErrorCode::InvalidRequest,
-                    "CONNECT_REQUIRED",
+                    ErrorCode::ConnectRequired,
                     "the first frame must be a connect request",
                 ),
             )
@@ -228,7 +228,7 @@ pub async fn serve_from(
                 None,
                 &plain_refusal(
                     ErrorCode::InvalidRequest,
-                    "MALFORMED_FRAME",
+                    ErrorCode::MalformedFrame,
                     "the frame is not valid JSON of a known frame type",
                 ),
             )
@@ -248,7 +248,7 @@ pub async fn serve_from(
             Some(&request.id),
             &plain_refusal(
                 ErrorCode::InvalidRequest,
-                "CONNECT_PARAMS_INVALID",
+                ErrorCode::ConnectParamsInvalid,
                 "the connect parameters are malformed",
             ),
         )
@@ -275,7 +275,7 @@ pub async fn serve_from(
     let seen = NodeSeen {
         device_id: identity.device_id.clone(),
         display_name: identity.display_name.clone(),
-        runtime: identity.runtime.clone(),
+        runtime: identity.runtime.as_str().to_owned(),
         commands: identity.commands.clone(),
         workspace_root: identity.workspace_root.clone(),
         at_ms: now_ms(),
@@ -331,7 +331,7 @@ pub async fn serve_from(
         details: serde_json::json!({"method": method, "runtime": identity.runtime, "commands": identity.commands, "peer": peer}),
     };
     if context.audit.record_limited(&actor, row).await == Limited::Recorded {
-        tracing::info!(device_id = %identity.device_id, method, runtime = %crate::audit::bounded_str(&identity.runtime), "node connected");
+        tracing::info!(device_id = %identity.device_id, method, runtime = %identity.runtime, "node connected");
     }
     let connection = Arc::new(NodeConnection::new(
         identity,
@@ -633,7 +633,7 @@ async fn refuse(
     context
         .registry
         .metrics()
-        .record_refusal(refusal.code, refusal.reason);
+        .record_refusal(refusal.code, refusal.reason.as_str());
     let row = AuditRow {
         actor: "node:unauthenticated",
         action: "node.connect",
@@ -647,7 +647,7 @@ async fn refuse(
         .await
         == Limited::Recorded
     {
-        tracing::warn!(code = %refusal.code, reason = refusal.reason, peer, "node connection refused");
+        tracing::warn!(code = %refusal.code, reason = %refusal.reason, peer, "node connection refused");
     }
     if let Some(id) = request_id {
         let error = WireError::new(refusal.code, refusal.message.clone())
@@ -687,12 +687,12 @@ fn close(code: ErrorCode) -> Outbound {
 fn too_large() -> Refusal {
     plain_refusal(
         ErrorCode::FrameTooLarge,
-        "PREAUTH_FRAME_TOO_LARGE",
+        ErrorCode::PreauthFrameTooLarge,
         "frames before the handshake may be at most 64 KiB",
     )
 }
 
-fn plain_refusal(code: ErrorCode, reason: &'static str, message: &str) -> Refusal {
+fn plain_refusal(code: ErrorCode, reason: ErrorCode, message: &str) -> Refusal {
     Refusal {
         code,
         reason,

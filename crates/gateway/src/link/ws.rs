@@ -8,6 +8,7 @@
 //! and tungstenite's own limits ([`MAX_WS_MESSAGE_BYTES`]) apply; tungstenite cannot change its
 //! limits on a running stream, which is why the pre-auth bound is a separate layer.
 
+use gatehouse_protocol::error::ErrorCode;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -63,8 +64,7 @@ const GATED_READ_CHUNK: usize = 8 * 1024;
 pub(crate) fn upgrade(context: LinkContext, mut request: Request) -> Response {
     let Some(accept) = accept_key(request.headers()) else {
         return ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
+            ErrorCode::InvalidRequest,
             "/node takes a WebSocket upgrade (version 13)",
         )
         .into_response();
@@ -74,8 +74,7 @@ pub(crate) fn upgrade(context: LinkContext, mut request: Request) -> Response {
         .remove::<hyper::upgrade::OnUpgrade>()
     else {
         return ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
+            ErrorCode::InvalidRequest,
             "this connection cannot be upgraded",
         )
         .into_response();

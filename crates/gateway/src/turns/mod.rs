@@ -10,6 +10,7 @@ pub mod events;
 pub mod node_runtime;
 pub mod runtime;
 
+use gatehouse_protocol::error::ErrorCode;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -379,7 +380,7 @@ impl TurnEngine {
             Err(_) if cancel.is_cancelled() => TurnEnd {
                 status: TurnStatus::Aborted,
                 reply: None,
-                error_code: Some(String::from("ABORTED")),
+                error_code: Some(String::from(ErrorCode::Aborted)),
                 error_message: Some(String::from("the turn was aborted")),
                 now_ms: now_ms(),
             },
@@ -422,14 +423,14 @@ impl TurnEngine {
             (Some(stager), true) => stager.stage(&turn.turn_id, &turn.attachments).await?,
             (None, true) => {
                 return Err(TurnFailure::new(
-                    "ATTACHMENTS_UNSUPPORTED",
+                    ErrorCode::AttachmentsUnsupported,
                     "this gateway cannot stage attachments",
                 ));
             }
         };
         let Some(runtime) = self.runtime.clone() else {
             return Err(TurnFailure::new(
-                "NO_RUNTIME",
+                ErrorCode::NoRuntime,
                 "no runtime is configured, so no model runs this turn; start a Harness runtime (native or codex)",
             ));
         };
@@ -449,7 +450,7 @@ impl TurnEngine {
         };
         tokio::select! {
             result = runtime.run_turn(input, sink) => result,
-            () = cancel.cancelled() => Err(TurnFailure::new("ABORTED", "the turn was aborted")),
+            () = cancel.cancelled() => Err(TurnFailure::new(ErrorCode::Aborted, "the turn was aborted")),
         }
     }
 

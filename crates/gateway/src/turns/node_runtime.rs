@@ -28,7 +28,6 @@ use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::invoke::MAX_PROGRESS_LINE_BYTES;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
 use gatehouse_protocol::worker::AgentTurnParams;
-use gatehouse_protocol::worker::CHECKPOINT_INVALID;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
 use gatehouse_protocol::worker::WorkerEvent;
@@ -56,9 +55,6 @@ pub const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(10);
 
 /// How long rebuilding a lost session workspace may take.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The node's code for a turn whose session workspace is gone.
-const WORKSPACE_MISSING: &str = "WORKSPACE_MISSING";
 
 /// The most prior messages sent with a turn for context.
 pub const MAX_HISTORY_MESSAGES: usize = 200;
@@ -255,7 +251,7 @@ impl NodeRuntime {
             .await
             .map_err(|error| {
                 TurnFailure::new(
-                    "WORKSPACE_RESTORE_FAILED",
+                    ErrorCode::WorkspaceRestoreFailed,
                     format!("cannot rebuild the session workspace: {error}"),
                 )
             })?;
@@ -284,7 +280,7 @@ impl NodeRuntime {
                 &format!("node:{}", node.device_id),
                 "checkpoint.refused",
                 "denied",
-                Some(CHECKPOINT_INVALID),
+                Some(ErrorCode::CheckpointInvalid.as_str()),
                 serde_json::json!({
                     "sessionKey": session_key,
                     "stage": stage,
@@ -294,7 +290,7 @@ impl NodeRuntime {
                 }),
             )
             .await;
-        TurnFailure::new(CHECKPOINT_INVALID, error.to_string())
+        TurnFailure::new(ErrorCode::CheckpointInvalid, error.to_string())
     }
 
     /// Returns the session's earlier user and assistant messages, without those of this turn.
@@ -322,7 +318,7 @@ impl NodeRuntime {
 #[async_trait::async_trait]
 impl TurnRuntime for NodeRuntime {
     fn name(&self) -> &str {
-        "native"
+        gatehouse_protocol::runtime::RuntimeKind::Native.as_str()
     }
 
     fn supports_steer(&self) -> bool {
@@ -354,7 +350,7 @@ impl TurnRuntime for NodeRuntime {
             traceparent: None,
         };
         match self.invoke_turn(&node, &params, &sink).await {
-            Err(failure) if failure.code == WORKSPACE_MISSING => {
+            Err(failure) if failure.code == ErrorCode::WorkspaceMissing => {
                 let Some(checkpoint) = &checkpoint else {
                     return Err(failure);
                 };
@@ -391,7 +387,7 @@ impl NodeRuntime {
                     .await
                 else {
                     return Err(TurnFailure::new(
-                        "DEPENDENCY_UNAVAILABLE",
+                        ErrorCode::DependencyUnavailable,
                         "no Harness node serving the native runtime is connected; the turn is not run anywhere else",
                     ));
                 };
@@ -571,23 +567,24 @@ impl NodeRuntime {
         };
         let result = result.map_err(|error| match error {
             InvokeError::Unavailable | InvokeError::CommandNotDeclared { .. } => TurnFailure::new(
-                "DEPENDENCY_UNAVAILABLE",
+                ErrorCode::DependencyUnavailable,
                 "the Harness node is not connected; the turn is not run anywhere else",
             ),
             InvokeError::Disconnected => TurnFailure::new(
-                "DEPENDENCY_UNAVAILABLE",
+                ErrorCode::DependencyUnavailable,
                 "the Harness node disconnected during the turn; it is not replayed",
             ),
             InvokeError::Timeout(timeout) => TurnFailure::new(
-                "TURN_TIMEOUT",
+                ErrorCode::TurnTimeout,
                 format!("the turn ran longer than {timeout:?}"),
             ),
             InvokeError::Remote(error) => TurnFailure::new(&error.code, error.message),
-            InvokeError::Malformed | InvokeError::UndecodableResult { .. } => {
-                TurnFailure::new("NODE_BAD_RESPONSE", "the node sent a malformed turn result")
-            }
+            InvokeError::Malformed | InvokeError::UndecodableResult { .. } => TurnFailure::new(
+                ErrorCode::NodeBadResponse,
+                "the node sent a malformed turn result",
+            ),
             InvokeError::UnencodableParams { reason, .. } => {
-                TurnFailure::new(ErrorCode::Internal.as_str(), reason)
+                TurnFailure::new(ErrorCode::Internal, reason)
             }
             InvokeError::Overrun { code } => TurnFailure::new(
                 code.as_str(),
@@ -604,11 +601,11 @@ async fn decode_content(content: String) -> Result<Bytes, TurnFailure> {
         base64::engine::general_purpose::STANDARD.decode(content)
     })
     .await
-    .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))?;
+    .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
     match decoded {
         Ok(bytes) => Ok(Bytes::from(bytes)),
         Err(_) => Err(TurnFailure::new(
-            "NODE_BAD_RESPONSE",
+            ErrorCode::NodeBadResponse,
             "a checkpoint file is not base64",
         )),
     }
@@ -618,7 +615,7 @@ async fn decode_content(content: String) -> Result<Bytes, TurnFailure> {
 async fn media_id_of(bytes: Bytes) -> Result<String, TurnFailure> {
     tokio::task::spawn_blocking(move || gatehouse_media::media_id(&bytes))
         .await
-        .map_err(|error| TurnFailure::new("INTERNAL", error.to_string()))
+        .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))
 }
 
 /// Where a checkpoint manifest was refused.

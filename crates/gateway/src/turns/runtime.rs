@@ -41,10 +41,12 @@ pub struct TurnFailure {
 }
 
 impl TurnFailure {
-    /// Returns a failure with `code` and `message`.
-    pub fn new(code: &str, message: impl Into<String>) -> Self {
+    /// Returns a failure with `code` and `message`. `code` is an
+    /// [`ErrorCode`](gatehouse_protocol::error::ErrorCode), or the text of a code relayed from a
+    /// node or a runtime, which this build may not know.
+    pub fn new(code: impl AsRef<str>, message: impl Into<String>) -> Self {
         Self {
-            code: code.to_owned(),
+            code: code.as_ref().to_owned(),
             message: message.into(),
         }
     }
@@ -275,7 +277,7 @@ impl TurnSink {
                 Ok(seq)
             }
             Ok(None) => Err(TurnFailure::new(
-                "TURN_FENCED",
+                ErrorCode::TurnFenced,
                 "the turn is no longer running; the message was not committed",
             )),
             Err(error) => Err(TurnFailure::new(error.code(), error.to_string())),

@@ -61,7 +61,12 @@ async fn enrollment_saves_the_device_token_and_later_sessions_use_it() {
             mode: "node".to_owned(),
         }
     );
-    assert_eq!(params.runtime.as_deref(), Some("native"));
+    assert_eq!(
+        params
+            .runtime
+            .map(gatehouse_protocol::runtime::RuntimeKind::as_str),
+        Some("native")
+    );
     let workspace = std::fs::canonicalize(node.root.join("workspace")).unwrap();
     assert_eq!(params.workspace_root.as_deref(), workspace.to_str());
     let auth = params.auth.clone().unwrap();

@@ -13,7 +13,7 @@ use gatehouse_model::ToolCall;
 use gatehouse_model::ToolInput;
 use gatehouse_model::ToolKind;
 use gatehouse_model::ToolSpec;
-use gatehouse_model::codes;
+use gatehouse_protocol::error::ErrorCode;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
@@ -201,7 +201,7 @@ async fn status_429_is_rate_limited_after_two_retries() {
         let mock = Server::mock().await;
         let client = client(api, &mock.base_url, Timeouts::default(), quick_retry());
         let error = refused(client.stream(&user("/fail 429")).await);
-        assert_eq!(error.code(), codes::MODEL_RATE_LIMITED, "{api:?}");
+        assert_eq!(error.code(), ErrorCode::ModelRateLimited, "{api:?}");
         assert_eq!(
             error.to_string(),
             "model answered with status 429: mock failure with status 429"
@@ -221,7 +221,7 @@ async fn status_401_is_an_auth_failure_without_retry() {
         let client = client(api, &mock.base_url, Timeouts::default(), quick_retry());
         for status in ["401", "403"] {
             let error = refused(client.stream(&user(&format!("/fail {status}"))).await);
-            assert_eq!(error.code(), codes::MODEL_AUTH_FAILED, "{api:?} {status}");
+            assert_eq!(error.code(), ErrorCode::ModelAuthFailed, "{api:?} {status}");
         }
         assert_eq!(mock.recorded().await.len(), 2, "{api:?}: no retries");
     }
@@ -233,11 +233,11 @@ async fn status_500_is_unavailable_after_retries() {
         let mock = Server::mock().await;
         let client = client(api, &mock.base_url, Timeouts::default(), quick_retry());
         let error = refused(client.stream(&user("/fail 500")).await);
-        assert_eq!(error.code(), codes::MODEL_UNAVAILABLE, "{api:?}");
+        assert_eq!(error.code(), ErrorCode::ModelUnavailable, "{api:?}");
         assert_eq!(mock.recorded().await.len(), 3, "{api:?}");
         // Other client errors are neither retried nor called unavailable.
         let error = refused(client.stream(&user("/fail 400")).await);
-        assert_eq!(error.code(), codes::MODEL_BAD_RESPONSE, "{api:?}");
+        assert_eq!(error.code(), ErrorCode::ModelBadResponse, "{api:?}");
         assert_eq!(mock.recorded().await.len(), 4, "{api:?}");
     }
 }
@@ -256,7 +256,7 @@ async fn a_hanging_stream_times_out_as_unavailable() {
         let (events, error) = drain(stream).await;
         assert_eq!(events, [], "{api:?}");
         let error = error.unwrap();
-        assert_eq!(error.code(), codes::MODEL_UNAVAILABLE, "{api:?}");
+        assert_eq!(error.code(), ErrorCode::ModelUnavailable, "{api:?}");
         assert!(
             matches!(
                 error,
@@ -309,7 +309,7 @@ async fn an_unreachable_model_is_unavailable_after_retries() {
             RetryPolicy::new(vec![Duration::from_millis(5); 2]),
         );
         let error = refused(client.stream(&user("hi")).await);
-        assert_eq!(error.code(), codes::MODEL_UNAVAILABLE, "{api:?}");
+        assert_eq!(error.code(), ErrorCode::ModelUnavailable, "{api:?}");
         assert!(error.is_retryable(), "{api:?}: {error:?}");
     }
 }

@@ -13,7 +13,7 @@ use gatehouse_model::Timeouts;
 use gatehouse_model::ToolCall;
 use gatehouse_model::ToolInput;
 use gatehouse_model::Usage;
-use gatehouse_model::codes;
+use gatehouse_protocol::error::ErrorCode;
 use pretty_assertions::assert_eq;
 
 use crate::suite::support::Server;
@@ -91,12 +91,12 @@ async fn a_stream_without_completion_is_a_bad_response() {
     assert_eq!(events, [ModelEvent::TextDelta(String::from("partial"))]);
     let error = error.unwrap();
     assert!(matches!(error, ModelError::Truncated), "{error:?}");
-    assert_eq!(error.code(), codes::MODEL_BAD_RESPONSE);
+    assert_eq!(error.code(), ErrorCode::ModelBadResponse);
 
     let chat = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"cut\"}}]}\n\n";
     let (events, error) = run(ModelApi::Chat, chat, usize::MAX).await;
     assert_eq!(events, [ModelEvent::TextDelta(String::from("cut"))]);
-    assert_eq!(error.unwrap().code(), codes::MODEL_BAD_RESPONSE);
+    assert_eq!(error.unwrap().code(), ErrorCode::ModelBadResponse);
 }
 
 #[tokio::test]
@@ -111,11 +111,11 @@ async fn malformed_data_json_is_a_bad_response() {
             matches!(error, ModelError::InvalidJson { .. }),
             "{api:?}: {error:?}"
         );
-        assert_eq!(error.code(), codes::MODEL_BAD_RESPONSE);
+        assert_eq!(error.code(), ErrorCode::ModelBadResponse);
     }
     // An event without any type cannot be interpreted.
     let (_, error) = run(ModelApi::Responses, "data: {}\n\n", usize::MAX).await;
-    assert_eq!(error.unwrap().code(), codes::MODEL_BAD_RESPONSE);
+    assert_eq!(error.unwrap().code(), ErrorCode::ModelBadResponse);
 }
 
 #[tokio::test]
@@ -123,16 +123,16 @@ async fn response_failed_maps_by_its_error_code() {
     let (events, error) = run(ModelApi::Responses, RESPONSES_FAILED, usize::MAX).await;
     assert_eq!(events, []);
     let error = error.unwrap();
-    assert_eq!(error.code(), codes::MODEL_UNAVAILABLE);
+    assert_eq!(error.code(), ErrorCode::ModelUnavailable);
     assert_eq!(error.to_string(), "model failed: the model is overloaded");
 
     let invalid = RESPONSES_FAILED.replace("server_error", "invalid_prompt");
     let (_, error) = run(ModelApi::Responses, &invalid, usize::MAX).await;
-    assert_eq!(error.unwrap().code(), codes::MODEL_BAD_RESPONSE);
+    assert_eq!(error.unwrap().code(), ErrorCode::ModelBadResponse);
 
     let limited = RESPONSES_FAILED.replace("server_error", "rate_limit_exceeded");
     let (_, error) = run(ModelApi::Responses, &limited, usize::MAX).await;
-    assert_eq!(error.unwrap().code(), codes::MODEL_RATE_LIMITED);
+    assert_eq!(error.unwrap().code(), ErrorCode::ModelRateLimited);
 
     let incomplete = "data: {\"type\":\"response.incomplete\",\"response\":{\"incomplete_details\":{\"reason\":\"max_output_tokens\"}}}\n\n";
     let (_, error) = run(ModelApi::Responses, incomplete, usize::MAX).await;
@@ -201,7 +201,7 @@ async fn a_chat_error_chunk_fails_the_stream() {
     let (_, error) = run(ModelApi::Chat, body, usize::MAX).await;
     let error = error.unwrap();
     assert_eq!(error.to_string(), "model failed: boom");
-    assert_eq!(error.code(), codes::MODEL_BAD_RESPONSE);
+    assert_eq!(error.code(), ErrorCode::ModelBadResponse);
 }
 
 #[tokio::test]
@@ -248,5 +248,5 @@ async fn a_silent_server_hits_the_first_event_timeout() {
         ),
         "{error:?}"
     );
-    assert_eq!(error.code(), codes::MODEL_UNAVAILABLE);
+    assert_eq!(error.code(), ErrorCode::ModelUnavailable);
 }

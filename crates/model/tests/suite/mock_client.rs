@@ -18,7 +18,7 @@ use gatehouse_model::ToolCall;
 use gatehouse_model::ToolInput;
 use gatehouse_model::ToolKind;
 use gatehouse_model::ToolSpec;
-use gatehouse_model::codes;
+use gatehouse_protocol::error::ErrorCode;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
@@ -123,9 +123,9 @@ async fn the_mock_is_what_the_mock_spec_builds() {
 async fn fail_is_an_error_before_the_stream() {
     let client = MockClient::default();
     let cases = [
-        ("/fail 429", codes::MODEL_RATE_LIMITED),
-        ("/fail 401", codes::MODEL_AUTH_FAILED),
-        ("/fail 503", codes::MODEL_UNAVAILABLE),
+        ("/fail 429", ErrorCode::ModelRateLimited),
+        ("/fail 401", ErrorCode::ModelAuthFailed),
+        ("/fail 503", ErrorCode::ModelUnavailable),
     ];
     for (script, code) in cases {
         let error = refused(client.stream(&request(vec![user(script)])).await);
