@@ -52,16 +52,10 @@ pub enum WorkerChildError {
 
 /// Gateway-tool calls waiting for their answer, by call id.
 type Pending = std::sync::Arc<
-    std::sync::Mutex<
+    parking_lot::Mutex<
         std::collections::HashMap<String, tokio::sync::oneshot::Sender<GatewayToolResult>>,
     >,
 >;
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// A Gateway-provided tool, as the worker offers it: a call goes to the node as an event line
 /// and the answer comes back on stdin.
@@ -99,7 +93,7 @@ impl gatehouse_agent::Tool for GatewayToolProxy {
             NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
         let (sender, receiver) = tokio::sync::oneshot::channel();
-        lock(&self.pending).insert(id.clone(), sender);
+        self.pending.lock().insert(id.clone(), sender);
         emit(&WorkerEvent::GatewayTool {
             id,
             tool: self.spec.name.clone(),
@@ -183,7 +177,7 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
                     }
                 }
                 Ok(WorkerRequest::GatewayToolResult { id, result }) => {
-                    let waiter = lock(&reader_pending).remove(&id);
+                    let waiter = reader_pending.lock().remove(&id);
                     if let Some(waiter) = waiter {
                         let _ = waiter.send(result);
                     }

@@ -530,6 +530,13 @@ async fn a_full_gateway_disk_gives_clear_errors_and_keeps_acknowledged_messages(
         }
     }
     let (status, body) = refusal.expect("a 2 MiB disk never filled");
+    if status != 507 {
+        // The Gateway logs the engine's own error as `cause`; show it with the failure.
+        for entry in std::fs::read_dir(data.join("logs")).unwrap() {
+            let log = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
+            eprintln!("gateway log:\n{log}");
+        }
+    }
     assert_eq!(
         (status, body["error"]["code"].as_str()),
         (507, Some("STORAGE_FULL")),

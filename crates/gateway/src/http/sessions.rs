@@ -427,7 +427,9 @@ fn check_session_key(key: &str) -> Result<(), ApiError> {
 }
 
 fn store_error(error: &StoreError) -> ApiError {
-    tracing::error!(error = %error, "store failure");
+    // The engine's own error is the cause an operator needs; the answer never carries it.
+    let cause = std::error::Error::source(error).map(ToString::to_string);
+    tracing::error!(error = %error, cause = cause.as_deref().unwrap_or("none"), "store failure");
     match error {
         StoreError::DiskFull => ApiError::new(
             ErrorCode::StorageFull,
