@@ -133,7 +133,8 @@ pub(crate) fn set_filter(directives: &str) -> bool {
 
 /// Returns the environment a worker needs to log and trace like its node host: what differs
 /// from a worker's defaults among `GATEHOUSE_LOG` (unless it is [`DEFAULT_FILTER`]), the log
-/// format (unless it is text), and every `OTEL_*` variable. A node host on the defaults gives
+/// format (unless it is text), and every `OTEL_*` variable but those that may hold a credential
+/// ([`carries_secrets`]). A node host on the defaults gives
 /// its workers none of them, so their environment stays the scrubbed minimum.
 pub(crate) fn worker_env() -> Vec<(String, String)> {
     let mut env = Vec::new();
@@ -145,13 +146,22 @@ pub(crate) fn worker_env() -> Vec<(String, String)> {
     for (name, value) in std::env::vars() {
         let passed = match name.as_str() {
             LOG_FILTER_ENV => value != DEFAULT_FILTER,
-            _ => name.starts_with(OTEL_ENV_PREFIX),
+            _ => name.starts_with(OTEL_ENV_PREFIX) && !carries_secrets(&name),
         };
         if passed {
             env.push((name, value));
         }
     }
     env
+}
+
+/// Whether an `OTEL_*` variable may hold a credential (`OTEL_EXPORTER_OTLP_HEADERS` usually
+/// carries the collector's bearer token; `*_CLIENT_KEY` and `*_CERTIFICATE` name key material):
+/// such a variable stays with the node host, since a worker runs model-chosen tools.
+fn carries_secrets(name: &str) -> bool {
+    ["HEADERS", "KEY", "CERTIFICATE"]
+        .iter()
+        .any(|part| name.split('_').any(|word| word == *part))
 }
 
 /// Returns the filter of `GATEHOUSE_LOG`, or [`DEFAULT_FILTER`].
@@ -182,4 +192,30 @@ fn otlp_provider(role: &str) -> anyhow::Result<SdkTracerProvider> {
         .with_batch_exporter(exporter)
         .with_resource(resource.build())
         .build())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::logging::carries_secrets;
+
+    #[test]
+    fn credential_variables_stay_with_the_node_host() {
+        for name in [
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+        ] {
+            assert!(carries_secrets(name), "{name}");
+        }
+        for name in [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_BSP_SCHEDULE_DELAY",
+            "OTEL_SERVICE_NAME",
+            "OTEL_SDK_DISABLED",
+        ] {
+            assert!(!carries_secrets(name), "{name}");
+        }
+    }
 }

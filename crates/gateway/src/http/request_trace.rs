@@ -60,7 +60,9 @@ async fn drop_unfit_request_id(mut request: Request) -> Request {
     let mut values = request.headers().get_all(&REQUEST_ID_HEADER).iter();
     let fit = match (values.next(), values.next()) {
         (Some(value), None) => is_fit_request_id(value.as_bytes()),
-        (None, _) | (Some(_), Some(_)) => true,
+        (None, _) => true,
+        // Two ids are one too many: neither is checked, so both go and one is generated.
+        (Some(_), Some(_)) => false,
     };
     if !fit {
         request.headers_mut().remove(&REQUEST_ID_HEADER);
@@ -115,7 +117,30 @@ fn record_response<B>(response: &axum::http::Response<B>, latency: Duration, spa
 #[cfg(test)]
 mod tests {
     use crate::http::request_trace::MAX_REQUEST_ID_BYTES;
+    use crate::http::request_trace::REQUEST_ID_HEADER;
+    use crate::http::request_trace::drop_unfit_request_id;
     use crate::http::request_trace::is_fit_request_id;
+
+    #[tokio::test]
+    async fn an_id_sent_twice_is_dropped_even_when_the_first_is_fit() {
+        let mut request = axum::extract::Request::new(axum::body::Body::empty());
+        for value in ["fit-id", "two words"] {
+            request
+                .headers_mut()
+                .append(&REQUEST_ID_HEADER, value.parse().unwrap());
+        }
+        let request = drop_unfit_request_id(request).await;
+        assert_eq!(
+            request.headers().get_all(&REQUEST_ID_HEADER).iter().count(),
+            0
+        );
+        let mut single = axum::extract::Request::new(axum::body::Body::empty());
+        single
+            .headers_mut()
+            .insert(&REQUEST_ID_HEADER, "fit-id".parse().unwrap());
+        let single = drop_unfit_request_id(single).await;
+        assert_eq!(single.headers()[&REQUEST_ID_HEADER], "fit-id");
+    }
 
     #[test]
     fn only_short_plain_tokens_are_kept() {

@@ -87,15 +87,21 @@ pub enum InvokeError {
 }
 
 impl InvokeError {
-    /// Returns the stable code the node or the bounds gave, for the invoke's span.
-    fn code(&self) -> Option<&str> {
+    /// Returns the stable code the node or the bounds gave, for the invoke's span: a code of the
+    /// catalogue, or `unrecognized` for any other text a node sent, which could be of any size.
+    fn code(&self) -> Option<&'static str> {
         match self {
-            Self::Remote(error) => Some(error.code.as_str()),
+            Self::Remote(error) => {
+                Some(ErrorCode::parse(&error.code).map_or(UNRECOGNIZED_CODE, ErrorCode::as_str))
+            }
             Self::Overrun { code } => Some(code.as_str()),
             _ => None,
         }
     }
 }
+
+/// What a span records for an error code that is not in this build's catalogue.
+pub(crate) const UNRECOGNIZED_CODE: &str = "unrecognized";
 
 /// A node's answer to one invoke.
 pub(crate) type InvokeOutcome = Result<InvokeResult, InvokeError>;
@@ -510,7 +516,8 @@ impl NodeRegistry {
             gatehouse_protocol::command::encode_params::<C>(params).map_err(|error| {
                 InvokeError::UnencodableParams {
                     command: C::NAME,
-                    reason: error.to_string(),
+                    // The decoder's message quotes the node's value: keep it short.
+                    reason: crate::audit::bounded_str(&error.to_string()).into_owned(),
                 }
             })?;
         let raw = self
@@ -627,7 +634,8 @@ impl<C: NodeCommand> PendingInvoke<C> {
             gatehouse_protocol::command::decode_result::<C>(payload).map_err(|error| {
                 InvokeError::UndecodableResult {
                     command: C::NAME,
-                    reason: error.to_string(),
+                    // The decoder's message quotes the node's value: keep it short.
+                    reason: crate::audit::bounded_str(&error.to_string()).into_owned(),
                 }
             })
         });

@@ -395,7 +395,10 @@ impl TurnEngine {
         let span = tracing::Span::current();
         span.record("outcome", end.status.as_str());
         if let Some(code) = &end.error_code {
-            span.record("error_code", code.as_str());
+            // A node's code could be any text of any size; the span keeps catalogue codes only.
+            let known = ErrorCode::parse(code)
+                .map_or(crate::link::registry::UNRECOGNIZED_CODE, ErrorCode::as_str);
+            span.record("error_code", known);
         }
         self.record_end(&turn, &end, started).await;
     }
