@@ -886,6 +886,25 @@ mod tests {
     }
 
     #[test]
+    fn a_span_records_only_catalogue_codes_of_a_node() {
+        let huge = super::InvokeError::Remote(gatehouse_protocol::error::WireError {
+            code: "A".repeat(25 * 1024 * 1024),
+            message: String::from("m"),
+            details: None,
+            retryable: None,
+        });
+        assert_eq!(huge.code(), Some(super::UNRECOGNIZED_CODE));
+        let known = super::InvokeError::Remote(gatehouse_protocol::error::WireError::new(
+            gatehouse_protocol::error::ErrorCode::NotFound,
+            "m",
+        ));
+        assert_eq!(
+            known.code(),
+            Some(gatehouse_protocol::error::ErrorCode::NotFound.as_str())
+        );
+    }
+
+    #[test]
     fn finding_5_malformed_frames_are_logged_sparsely() {
         let logged: Vec<u64> = (1..=1000)
             .filter(|count| super::log_sparsely(*count))
