@@ -32,10 +32,13 @@
 //! - [`skills`]: `GET /v1/skills`;
 //! - [`audit`]: `GET /v1/audit`;
 //! - [`schema`]: the JSON Schema of all of them;
+//! - `client` (feature `client`): a typed client of the routes the CLI calls.
 
 #![deny(missing_docs)]
 
 pub mod audit;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod documents;
 pub mod error;
 pub mod events;

@@ -94,6 +94,17 @@ pub enum VectorSearch {
     Paused,
 }
 
+impl VectorSearch {
+    /// Returns the state as the wire writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VectorSearch::Off => "off",
+            VectorSearch::Active => "active",
+            VectorSearch::Paused => "paused",
+        }
+    }
+}
+
 /// One step of a reindex, for the progress bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ReindexProgress {

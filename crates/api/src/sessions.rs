@@ -71,6 +71,18 @@ pub enum TurnStatus {
 }
 
 impl TurnStatus {
+    /// Returns the status as the wire writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Queued => "queued",
+            TurnStatus::Running => "running",
+            TurnStatus::Completed => "completed",
+            TurnStatus::Failed => "failed",
+            TurnStatus::Interrupted => "interrupted",
+            TurnStatus::Aborted => "aborted",
+        }
+    }
+
     /// Returns true once the turn can no longer change.
     pub fn is_terminal(self) -> bool {
         match self {

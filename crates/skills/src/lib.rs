@@ -61,6 +61,16 @@ pub enum Tier {
 }
 
 impl Tier {
+    /// Returns the tier as the wire writes it (kebab case).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Workspace => "workspace",
+            Tier::WorkspaceAgents => "workspace-agents",
+            Tier::Managed => "managed",
+            Tier::Bundled => "bundled",
+        }
+    }
+
     /// The host the tier lives on: `harness` or `gateway`.
     pub fn host(self) -> &'static str {
         match self {

@@ -218,14 +218,27 @@ impl QueueMode {
 pub struct Attachment {
     /// The media id returned by `POST /v1/media`.
     pub media_id: String,
-    /// Whether the turn must not run without this attachment (default true).
-    #[serde(default = "required_by_default")]
+    /// Whether the turn must not run without this attachment (default true; `null` is the
+    /// default too).
+    #[serde(
+        default = "required_by_default",
+        deserialize_with = "required_or_default"
+    )]
     pub required: bool,
 }
 
 /// The default of [`Attachment::required`]: an attachment is required unless said otherwise.
 fn required_by_default() -> bool {
     true
+}
+
+/// Reads [`Attachment::required`], where an explicit `null` means the default, as the API has
+/// always accepted it.
+fn required_or_default<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<bool, D::Error> {
+    let required: Option<bool> = serde::Deserialize::deserialize(deserializer)?;
+    Ok(required.unwrap_or_else(required_by_default))
 }
 
 /// A message to admit.
