@@ -1,4 +1,21 @@
 //! The operator HTTP API and the `/node` endpoint, as one axum router.
+//!
+//! Every handler decodes its request into and answers with a `gatehouse_api` type; no answer
+//! is JSON built by hand (a test of the crate parses these files to hold it). One file per group
+//! of routes:
+//! - `health`: `/healthz`, `/readyz`;
+//! - `nodes`: `/v1/nodes`, `/v1/nodes/setup-codes`;
+//! - `audit`: `/v1/audit`;
+//! - `workspace_files`: `/v1/agents/{agent}/workspace/{path}`;
+//! - `documents`: `/v1/agents/{agent}/files/{name}`;
+//! - `sessions`: messages, turns, sessions, transcripts, the event stream, abort, stop, move;
+//! - `media`: `/v1/media`;
+//! - `memory`: `/v1/memory/...`;
+//! - `skills`: `/v1/skills`;
+//! - `metrics`: `/metrics`;
+//! - `node_socket`: `/node`;
+//! - [`error`]: [`error::ApiError`], the error shape of every answer, and the fallback;
+//! - `request_trace`: the request span and `X-Request-Id`.
 
 mod audit;
 mod documents;
