@@ -6,6 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use gatehouse_api::client::Client;
+use gatehouse_api::events::EventsQuery;
+use gatehouse_api::events::SessionEvent;
+use gatehouse_api::sessions::MessageParams;
 use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
 use gatehouse_model::sse::SseParser;
 
@@ -39,36 +43,23 @@ pub(crate) fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let client = reqwest::Client::new();
+        let client = Client::new(&base, &token);
         // Open the event stream first, so no event of the new turn is missed.
         let events = client
-            .get(format!("{base}/v1/sessions/{}/events", args.session))
-            .bearer_auth(&token)
-            .send()
+            .session_events(&args.session, &EventsQuery::default())
             .await
-            .map_err(|error| anyhow::anyhow!("cannot reach the gateway at {base}: {error}"))?;
-        if !events.status().is_success() {
-            let status = events.status();
-            let body = events.text().await.unwrap_or_default();
-            return Err(anyhow::anyhow!(
-                "the gateway refused the event stream ({status}): {body}"
-            ));
-        }
-        let idempotency_key = gatehouse_gateway::secrets::random_token()?;
-        let posted = client
-            .post(format!("{base}/v1/sessions/{}/messages", args.session))
-            .bearer_auth(&token)
-            .json(&serde_json::json!({"text": args.text, "idempotencyKey": idempotency_key}))
-            .send()
-            .await?;
-        let status = posted.status();
-        let body: serde_json::Value = posted.json().await?;
-        if !status.is_success() {
-            return Err(anyhow::anyhow!(
-                "the gateway refused the message ({status}): {body}"
-            ));
-        }
-        let turn_id = body["turnId"].as_str().unwrap_or_default().to_owned();
+            .map_err(|error| anyhow::anyhow!("cannot open the event stream: {error}"))?;
+        let message = MessageParams {
+            text: args.text,
+            attachments: Vec::new(),
+            idempotency_key: Some(gatehouse_gateway::secrets::random_token()?),
+            queue_mode: None,
+        };
+        let accepted = client
+            .post_message(&args.session, &message)
+            .await
+            .map_err(|error| anyhow::anyhow!("the message was not accepted: {error}"))?;
+        let turn_id = accepted.turn_id;
         let outcome = tokio::time::timeout(
             Duration::from_secs(args.timeout_seconds),
             follow(events, &turn_id),
@@ -92,41 +83,52 @@ async fn follow(events: reqwest::Response, turn_id: &str) -> anyhow::Result<Exit
     while let Some(chunk) = stream.next().await {
         parser.push(&chunk?)?;
         while let Some(event) = parser.next_event() {
-            let kind = event.name.unwrap_or_else(|| String::from("message"));
-            let Ok(data) = serde_json::from_str::<serde_json::Value>(&event.data) else {
+            let name = event.name.unwrap_or_else(|| String::from("message"));
+            // An event of another shape (or from a newer Gateway) is not this command's.
+            let Ok((_seq, event)) = SessionEvent::parse(&name, &event.data) else {
                 continue;
             };
-            if data["turnId"].as_str() != Some(turn_id) {
+            if event.turn_id() != Some(turn_id) {
                 continue;
             }
-            match kind.as_str() {
-                "message.delta" => {
+            match event {
+                SessionEvent::MessageDelta(delta) => {
                     let mut stdout = std::io::stdout().lock();
-                    let _ = write!(stdout, "{}", data["text"].as_str().unwrap_or_default());
+                    let _ = write!(stdout, "{}", delta.text);
                     let _ = stdout.flush();
                     streamed = true;
                 }
-                "turn.completed" => {
+                SessionEvent::TurnCompleted(completed) => {
                     match streamed {
                         true => crate::output::line(""),
-                        false => crate::output::line(data["reply"].as_str().unwrap_or_default()),
+                        false => {
+                            crate::output::line(completed.reply.as_deref().unwrap_or_default())
+                        }
                     }
                     return Ok(ExitCode::SUCCESS);
                 }
-                "turn.failed" => {
+                SessionEvent::TurnFailed(failed) => {
                     if streamed {
                         crate::output::line("");
                     }
-                    let code = data["error"]["code"].as_str().unwrap_or("UNKNOWN");
-                    let message = data["error"]["message"].as_str().unwrap_or_default();
+                    let code = failed.error.code.as_deref().unwrap_or("UNKNOWN");
+                    let message = failed.error.message.as_deref().unwrap_or_default();
                     crate::output::error_line(&format!(
                         "turn {} {}: {code}: {message}",
                         turn_id,
-                        data["status"].as_str().unwrap_or("failed")
+                        failed.status.as_str()
                     ));
                     return Ok(ExitCode::from(1));
                 }
-                _ => {}
+                SessionEvent::TurnQueued(_)
+                | SessionEvent::TurnStarted(_)
+                | SessionEvent::MessageCompleted(_)
+                | SessionEvent::ToolStarted(_)
+                | SessionEvent::ToolCompleted(_)
+                | SessionEvent::ArtifactStored(_)
+                | SessionEvent::ArtifactRefused(_)
+                | SessionEvent::StreamDropped(_)
+                | SessionEvent::Other { .. } => {}
             }
         }
     }
@@ -163,6 +165,15 @@ impl ApiArgs {
     pub(crate) fn resolve(&self) -> anyhow::Result<(String, String)> {
         let token = operator_token(self.token_file.as_deref())?;
         Ok((self.url.trim_end_matches('/').to_owned(), token))
+    }
+
+    /// Returns the typed API client of the Gateway these arguments name.
+    ///
+    /// # Errors
+    /// A usage error when the token cannot be read.
+    pub(crate) fn client(&self) -> anyhow::Result<Client> {
+        let (base, token) = self.resolve()?;
+        Ok(Client::new(&base, &token))
     }
 }
 

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::process::Stdio;
 
+use gatehouse_api::client::Client;
+use gatehouse_api::client::ClientError;
 use serde::Serialize;
 
 use crate::exit::UsageError;
@@ -653,23 +655,6 @@ fn free_space_check(dir: &Path) -> Check {
     Check::pass(NAME, detail)
 }
 
-/// The part of `GET /v1/nodes` doctor reads.
-#[derive(Debug, serde::Deserialize)]
-struct Nodes {
-    nodes: Vec<NodeEntry>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct NodeEntry {
-    node_id: String,
-    connected: bool,
-    #[serde(default)]
-    runtime: Option<String>,
-    #[serde(default)]
-    commands: Vec<String>,
-}
-
 /// Checks the Gateway at `url`: `/readyz`, and with a token its nodes.
 fn gateway_checks(url: &str, token: Option<&str>) -> anyhow::Result<Vec<Check>> {
     let base = url.trim_end_matches('/').to_owned();
@@ -683,32 +668,32 @@ fn gateway_checks(url: &str, token: Option<&str>) -> anyhow::Result<Vec<Check>> 
         .enable_all()
         .build()?;
     Ok(runtime.block_on(async move {
-        let client = reqwest::Client::builder()
+        let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))
             .build()
             .unwrap_or_default();
+        let anonymous = Client::without_token(&base).with_http(http.clone());
         let mut checks = Vec::new();
-        let ready = client.get(format!("{base}/readyz")).send().await;
-        checks.push(match ready {
-            Ok(response) if response.status().is_success() => {
-                Check::pass("gateway.ready", format!("{base}/readyz answered 200"))
-            }
-            Ok(response) => {
-                let status = response.status();
-                let body: serde_json::Value = response.json().await.unwrap_or_default();
-                let code = body["error"]["code"].as_str().unwrap_or("unknown").to_owned();
-                let message = body["error"]["message"].as_str().unwrap_or_default().to_owned();
+        checks.push(match anonymous.ready().await {
+            Ok(_) => Check::pass("gateway.ready", format!("{base}/readyz answered 200")),
+            Err(ClientError::Unreachable { source, .. }) => Check::fail(
+                "gateway.ready",
+                format!("cannot reach {base}: {source}"),
+                "start the Gateway, or pass the --url it listens on",
+            ),
+            Err(refused) => {
+                let detail = match &refused {
+                    ClientError::Api { status, error } => {
+                        format!("{base}/readyz answered {status} {}: {}", error.code, error.message)
+                    }
+                    other => format!("{base}/readyz: {other}"),
+                };
                 Check::fail(
                     "gateway.ready",
-                    format!("{base}/readyz answered {status} {code}: {message}"),
+                    detail,
                     "start a node host for this Gateway (gatehouse node, or gatehouse up) and check its log",
                 )
             }
-            Err(error) => Check::fail(
-                "gateway.ready",
-                format!("cannot reach {base}: {error}"),
-                "start the Gateway, or pass the --url it listens on",
-            ),
         });
         let Some(token) = token else {
             checks.push(Check::warn(
@@ -718,23 +703,11 @@ fn gateway_checks(url: &str, token: Option<&str>) -> anyhow::Result<Vec<Check>> 
             ));
             return checks;
         };
-        let nodes = async {
-            let response = client
-                .get(format!("{base}/v1/nodes"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .map_err(|error| error.to_string())?;
-            let status = response.status();
-            if !status.is_success() {
-                return Err(format!("GET /v1/nodes answered {status}"));
-            }
-            response
-                .json::<Nodes>()
-                .await
-                .map_err(|error| error.to_string())
-        }
-        .await;
+        let nodes = Client::new(&base, &token)
+            .with_http(http)
+            .nodes()
+            .await
+            .map_err(|error| error.to_string());
         checks.push(match nodes {
             Ok(nodes) => {
                 let connected: Vec<String> = nodes
@@ -745,7 +718,7 @@ fn gateway_checks(url: &str, token: Option<&str>) -> anyhow::Result<Vec<Check>> 
                         format!(
                             "{} ({}, {} commands)",
                             node.node_id,
-                            node.runtime.as_deref().unwrap_or("unknown runtime"),
+                            node.runtime,
                             node.commands.len()
                         )
                     })

@@ -4,6 +4,14 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use futures_util::StreamExt;
+use gatehouse_api::client::ClientError;
+use gatehouse_api::error::ErrorBody;
+use gatehouse_api::error::ErrorResponse;
+use gatehouse_api::memory::MemorySearchAnswer;
+use gatehouse_api::memory::MemorySearchQuery;
+use gatehouse_api::memory::MemoryStatus;
+use gatehouse_api::memory::ReindexLine;
+use gatehouse_api::memory::ReindexProgress;
 
 /// Arguments of `gatehouse memory`.
 #[derive(Debug, clap::Args)]
@@ -32,92 +40,83 @@ enum MemoryCommand {
 
 /// Runs `gatehouse memory`: exit 0 on success, 1 when the Gateway refuses.
 pub(crate) fn run(args: MemoryArgs) -> anyhow::Result<ExitCode> {
-    let (base, token) = args.api.resolve()?;
+    let client = args.api.client()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let client = reqwest::Client::new();
-        let request = match &args.command {
-            MemoryCommand::Search { query, limit } => {
-                let mut params = vec![("q", query.clone())];
-                if let Some(limit) = limit {
-                    params.push(("limit", limit.to_string()));
-                }
-                let url = reqwest::Url::parse_with_params(&format!("{base}/v1/memory/search"), &params)
-                    .map_err(|error| crate::exit::UsageError::new(format!("--url: {error}")))?;
-                client.get(url)
-            }
-            MemoryCommand::Status => client.get(format!("{base}/v1/memory/status")),
-            MemoryCommand::Reindex => client.post(format!("{base}/v1/memory/reindex")),
-        };
-        let response = request
-            .bearer_auth(&token)
-            .send()
-            .await
-            .map_err(|error| anyhow::anyhow!("cannot reach the gateway at {base}: {error}"))?;
-        let status = response.status();
-        if !status.is_success() {
-            let body = response.text().await.unwrap_or_default();
-            crate::output::line(&body);
-            return Err(anyhow::anyhow!("the gateway refused ({status})"));
-        }
         match args.command {
-            MemoryCommand::Reindex => follow_reindex(response, args.api.json).await,
-            MemoryCommand::Search { .. } => {
-                let body: serde_json::Value = response.json().await?;
-                print_search(&body, args.api.json);
+            MemoryCommand::Search { query, limit } => {
+                let query = MemorySearchQuery {
+                    q: Some(query),
+                    limit,
+                    min_score: None,
+                };
+                let answer = client.memory_search(&query).await.map_err(refused)?;
+                print_search(&answer, args.api.json);
                 Ok(ExitCode::SUCCESS)
             }
             MemoryCommand::Status => {
-                let body: serde_json::Value = response.json().await?;
+                let status = client.memory_status().await.map_err(refused)?;
                 if args.api.json {
-                    crate::output::json(&body);
+                    crate::output::json(&status);
                 } else {
                     crate::output::line(&format!(
                         "files: {}  chunks: {}  vectors: {}  vector search: {}  stale: {}\nbuilt with: {}\nconfigured: {}",
-                        body["files"],
-                        body["chunks"],
-                        body["vectors"],
-                        body["vectorSearch"].as_str().unwrap_or_default(),
-                        body["stale"],
-                        body["identity"].as_str().unwrap_or_default(),
-                        body["configured"].as_str().unwrap_or_default()
+                        status.stats.files,
+                        status.stats.chunks,
+                        status.stats.vectors,
+                        status.vector_search.as_str(),
+                        status.stale,
+                        status.stats.identity,
+                        status.configured
                     ));
-                    print_warnings(&body);
+                    print_warnings(&status.warnings);
                 }
                 Ok(ExitCode::SUCCESS)
+            }
+            MemoryCommand::Reindex => {
+                let response = client.memory_reindex().await.map_err(refused)?;
+                follow_reindex(response, args.api.json).await
             }
         }
     })
 }
 
-fn print_warnings(body: &serde_json::Value) {
-    for warning in body["warnings"].as_array().into_iter().flatten() {
-        eprintln_line(&format!(
-            "warning: {}",
-            warning.as_str().unwrap_or_default()
-        ));
+/// Prints the Gateway's error body on stdout, as the command always has, and returns the
+/// error to exit with.
+fn refused(error: ClientError) -> anyhow::Error {
+    match &error {
+        ClientError::Api { error: body, .. } => crate::output::json(&ErrorResponse {
+            error: body.clone(),
+        }),
+        ClientError::Status { body, .. } => crate::output::line(body),
+        ClientError::Unreachable { .. } | ClientError::Decode { .. } => {}
+    }
+    anyhow::anyhow!(error)
+}
+
+fn print_warnings(warnings: &[String]) {
+    for warning in warnings {
+        eprintln_line(&format!("warning: {warning}"));
     }
 }
 
-fn print_search(body: &serde_json::Value, json: bool) {
+fn print_search(answer: &MemorySearchAnswer, json: bool) {
     if json {
-        crate::output::json(body);
+        crate::output::json(answer);
         return;
     }
-    if body["stale"] == true {
+    if answer.stale {
         eprintln_line(
             "note: the Harness workspace is not connected; these results come from the retained index (stale)",
         );
     }
-    print_warnings(body);
-    for hit in body["results"].as_array().into_iter().flatten() {
+    print_warnings(&answer.warnings);
+    for hit in &answer.results {
         crate::output::line(&format!(
             "{:.3}  {}\n{}\n",
-            hit["score"].as_f64().unwrap_or_default(),
-            hit["citation"].as_str().unwrap_or_default(),
-            hit["snippet"].as_str().unwrap_or_default()
+            hit.score, hit.citation, hit.snippet
         ));
     }
 }
@@ -131,53 +130,56 @@ fn eprintln_line(text: &str) {
 async fn follow_reindex(response: reqwest::Response, json: bool) -> anyhow::Result<ExitCode> {
     let mut stream = response.bytes_stream();
     let mut records = crate::records::Records::default();
-    let mut last: Option<serde_json::Value> = None;
+    let mut outcome: Option<Result<MemoryStatus, ErrorBody>> = None;
     while let Some(chunk) = stream.next().await {
         records.push(&chunk?);
         while let Some(line) = records.next_record(b"\n") {
-            let Ok(value) = serde_json::from_str::<serde_json::Value>(line.trim()) else {
+            let Ok(line) = serde_json::from_str::<ReindexLine>(line.trim()) else {
                 continue;
             };
-            if let (Some(done), Some(total)) = (value["done"].as_u64(), value["total"].as_u64()) {
-                let width: usize = 30;
-                let filled = match usize::try_from(total) {
-                    Ok(0) | Err(_) => width,
-                    Ok(total) => {
-                        (usize::try_from(done).unwrap_or(total) * width / total).min(width)
-                    }
-                };
-                let mut stderr = std::io::stderr().lock();
-                let _ = write!(
-                    stderr,
-                    "\rreindexing [{}{}] {done}/{total} files",
-                    "#".repeat(filled),
-                    " ".repeat(width - filled)
-                );
-                let _ = stderr.flush();
-            } else {
-                last = Some(value);
+            match line {
+                ReindexLine::Progress(ReindexProgress { done, total }) => {
+                    let width: usize = 30;
+                    let filled = match total {
+                        0 => width,
+                        total => (done * width / total).min(width),
+                    };
+                    let mut stderr = std::io::stderr().lock();
+                    let _ = write!(
+                        stderr,
+                        "\rreindexing [{}{}] {done}/{total} files",
+                        "#".repeat(filled),
+                        " ".repeat(width - filled)
+                    );
+                    let _ = stderr.flush();
+                }
+                ReindexLine::Finished { status } => outcome = Some(Ok(status)),
+                ReindexLine::Failed(ErrorResponse { error }) => outcome = Some(Err(error)),
             }
         }
     }
     eprintln_line("");
-    let Some(last) = last else {
-        return Err(anyhow::anyhow!(
-            "the gateway ended the reindex without a result"
-        ));
+    let status = match outcome {
+        None => {
+            return Err(anyhow::anyhow!(
+                "the gateway ended the reindex without a result"
+            ));
+        }
+        Some(Err(error)) => {
+            return Err(anyhow::anyhow!(
+                "reindex failed: {} ({})",
+                error.message,
+                error.code
+            ));
+        }
+        Some(Ok(status)) => status,
     };
-    if let Some(error) = last.get("error") {
-        return Err(anyhow::anyhow!(
-            "reindex failed: {} ({})",
-            error["message"].as_str().unwrap_or_default(),
-            error["code"].as_str().unwrap_or_default()
-        ));
-    }
     if json {
-        crate::output::json(&last["status"]);
+        crate::output::json(&status);
     } else {
         crate::output::line(&format!(
             "reindexed: {} files, {} chunks, {} vectors",
-            last["status"]["files"], last["status"]["chunks"], last["status"]["vectors"]
+            status.stats.files, status.stats.chunks, status.stats.vectors
         ));
     }
     Ok(ExitCode::SUCCESS)

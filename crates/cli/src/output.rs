@@ -15,7 +15,7 @@ pub(crate) fn error_line(text: &str) {
 }
 
 /// Writes `value` as pretty JSON to stdout.
-pub(crate) fn json(value: &serde_json::Value) {
+pub(crate) fn json<T: serde::Serialize + ?Sized>(value: &T) {
     let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| String::from("null"));
     line(&text);
 }

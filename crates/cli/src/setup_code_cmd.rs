@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use gatehouse_api::client::Client;
+use gatehouse_api::nodes::SetupCodeParams;
 use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
 
 use crate::exit::UsageError;
@@ -37,28 +39,17 @@ pub(crate) fn run(args: SetupCodeArgs) -> anyhow::Result<ExitCode> {
             )
         })?,
     };
-    let endpoint = format!("{}/v1/nodes/setup-codes", args.url.trim_end_matches('/'));
+    let client = Client::new(&args.url, &token);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let body: serde_json::Value = runtime.block_on(async {
-        let response = reqwest::Client::new()
-            .post(&endpoint)
-            .bearer_auth(&token)
-            .json(&serde_json::json!({"ttlSeconds": args.ttl_seconds}))
-            .send()
-            .await
-            .map_err(|error| anyhow::anyhow!("cannot reach the gateway at {endpoint}: {error}"))?;
-        let status = response.status();
-        let body: serde_json::Value = response.json().await?;
-        match status.is_success() {
-            true => Ok::<_, anyhow::Error>(body),
-            false => Err(anyhow::anyhow!("the gateway refused ({status}): {body}")),
-        }
-    })?;
+    let params = SetupCodeParams {
+        ttl_seconds: Some(args.ttl_seconds),
+    };
+    let issued = runtime.block_on(client.create_setup_code(&params))?;
     match args.json {
-        true => crate::output::json(&body),
-        false => crate::output::line(body["setupCode"].as_str().unwrap_or_default()),
+        true => crate::output::json(&issued),
+        false => crate::output::line(&issued.setup_code),
     }
     Ok(ExitCode::SUCCESS)
 }

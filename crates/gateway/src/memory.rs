@@ -17,14 +17,17 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
+use gatehouse_api::memory::MemorySearchAnswer;
+use gatehouse_api::memory::MemoryStatus;
+use gatehouse_api::memory::ReindexProgress;
+use gatehouse_api::memory::SearchMode;
+use gatehouse_api::memory::VectorSearch;
 use gatehouse_memory::chunk::ChunkSettings;
 use gatehouse_memory::embed::Embedder;
 use gatehouse_memory::embed::EmbedderKind;
 use gatehouse_memory::index::IndexIdentity;
-use gatehouse_memory::index::IndexStats;
 use gatehouse_memory::index::MemoryIndex;
 use gatehouse_memory::index::VectorState;
-use gatehouse_memory::search::SearchHit;
 use gatehouse_memory::search::SearchOptions;
 use gatehouse_protocol::command::WorkspaceMemory;
 use gatehouse_protocol::memory::DEFAULT_WATCH_DEBOUNCE_MS;
@@ -93,48 +96,6 @@ impl From<gatehouse_memory::index::IndexError> for MemoryServiceError {
     fn from(error: gatehouse_memory::index::IndexError) -> Self {
         Self::Index(error.into())
     }
-}
-
-/// A search answer.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MemorySearchAnswer {
-    /// The results, best first.
-    pub results: Vec<SearchHit>,
-    /// True when the workspace is not connected (or not yet synced) and the retained index
-    /// answered.
-    pub stale: bool,
-    /// `hybrid` or `keyword`.
-    pub mode: &'static str,
-    /// What the operator should know (a paused vector index, a missing embedder).
-    pub warnings: Vec<String>,
-}
-
-/// The state for `gatehouse memory status`.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MemoryStatus {
-    /// Counts of the index.
-    #[serde(flatten)]
-    pub stats: IndexStats,
-    /// The identity of the running configuration.
-    pub configured: String,
-    /// The vector leg: `off`, `active` or `paused`.
-    pub vector_search: &'static str,
-    /// True when the workspace is not connected or not yet synced.
-    pub stale: bool,
-    /// Warnings.
-    pub warnings: Vec<String>,
-}
-
-/// One step of a reindex, for the progress bar.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReindexProgress {
-    /// Files indexed so far.
-    pub done: usize,
-    /// Files to index.
-    pub total: usize,
 }
 
 /// The memory index and its link to the Harness.
@@ -460,10 +421,9 @@ impl MemoryService {
         Ok(MemorySearchAnswer {
             results,
             stale: self.is_stale(),
-            mode: if vector.is_some() {
-                "hybrid"
-            } else {
-                "keyword"
+            mode: match vector {
+                Some(_) => SearchMode::Hybrid,
+                None => SearchMode::Keyword,
             },
             warnings,
         })
@@ -497,9 +457,9 @@ impl MemoryService {
             stats: index.stats().await?,
             configured: index.identity().key(),
             vector_search: match index.vector_state() {
-                VectorState::Off => "off",
-                VectorState::Active => "active",
-                VectorState::Paused { .. } => "paused",
+                VectorState::Off => VectorSearch::Off,
+                VectorState::Active => VectorSearch::Active,
+                VectorState::Paused { .. } => VectorSearch::Paused,
             },
             stale: self.is_stale(),
             warnings: self.warnings(),
@@ -649,6 +609,6 @@ mod tests {
             .await
             .unwrap();
         assert!(answer.stale && answer.results.is_empty());
-        assert_eq!(answer.mode, "keyword");
+        assert_eq!(answer.mode, SearchMode::Keyword);
     }
 }

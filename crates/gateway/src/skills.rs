@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
+use gatehouse_api::skills::SkillsView;
+use gatehouse_api::skills::SkippedSkill;
 use gatehouse_protocol::command::WorkspaceSkills;
 use gatehouse_protocol::skills::SkillsDiscovery;
 use gatehouse_protocol::skills::SkillsRequest;
@@ -26,18 +28,6 @@ use crate::link::registry::NodeRegistry;
 
 /// How long the node's discovery may take.
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The catalog as the API shows it.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SkillsView {
-    /// Every skill with its host, tier, and why it is gated out or shadowed.
-    pub skills: Vec<CatalogEntry>,
-    /// Files that were not taken, and why.
-    pub skipped: Vec<serde_json::Value>,
-    /// Name clashes and unavailable sources.
-    pub warnings: Vec<String>,
-}
 
 /// The skills of both hosts.
 pub struct SkillsService {
@@ -89,11 +79,11 @@ impl SkillsService {
         .unwrap_or_default();
         for (found, left_out) in local {
             entries.extend(found);
-            skipped.extend(
-                left_out
-                    .into_iter()
-                    .map(|skip| serde_json::json!({"host": "gateway", "path": skip.path, "reason": skip.reason})),
-            );
+            skipped.extend(left_out.into_iter().map(|skip| SkippedSkill {
+                host: String::from(Tier::Managed.host()),
+                path: skip.path,
+                reason: skip.reason,
+            }));
         }
         match self.workspace_skills().await {
             Ok(discovery) => {
@@ -117,7 +107,11 @@ impl SkillsService {
                     });
                 }
                 skipped.extend(discovery.skipped.into_iter().map(
-                    |skip| serde_json::json!({"host": "harness", "path": skip.path, "reason": skip.reason}),
+                    |skip| SkippedSkill {
+                        host: String::from(Tier::Workspace.host()),
+                        path: skip.path,
+                        reason: skip.reason,
+                    },
                 ));
             }
             Err(reason) => warnings.push(format!(

@@ -20,7 +20,7 @@ use gatehouse_media::MediaRecord;
 use gatehouse_media::MediaStore;
 use gatehouse_media::filename::MAX_FILENAME_BYTES;
 use gatehouse_media::sanitize_filename;
-use serde::Deserialize;
+use gatehouse_store::model::Attachment;
 
 use crate::turns::AttachmentStager;
 use crate::turns::runtime::TurnFailure;
@@ -42,17 +42,6 @@ pub const GITIGNORE_CONTENT: &[u8] = b"*\n";
 
 /// The longest accepted staged id.
 pub const MAX_STAGED_ID_LEN: usize = 64;
-
-/// One attachment of a message, as sent in `attachments: [{"mediaId", "required"?}]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct AttachmentRef {
-    /// The media id returned by `POST /v1/media`.
-    pub media_id: String,
-    /// Whether the turn must not run without this attachment (default true).
-    #[serde(default = "required_by_default")]
-    pub required: bool,
-}
 
 /// An attachment copied to the Harness workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,21 +155,14 @@ impl AttachmentStager for WorkspaceStager {
     async fn stage(
         &self,
         turn_id: &str,
-        attachments: &serde_json::Value,
+        attachments: &[Attachment],
     ) -> Result<Vec<String>, TurnFailure> {
-        let attachments: Vec<AttachmentRef> =
-            serde_json::from_value(attachments.clone()).map_err(|error| {
-                TurnFailure::new(
-                    ErrorCode::InvalidRequest,
-                    format!("invalid attachments: {error}"),
-                )
-            })?;
         let staged_id =
             new_staged_id().map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
         match stage_attachments(
             self.workspace.as_ref(),
             &self.media,
-            &attachments,
+            attachments,
             &staged_id,
         )
         .await
@@ -238,7 +220,7 @@ pub fn staged_directory(staged_id: &str) -> String {
 pub async fn stage_attachments(
     workspace: &dyn WorkspaceAccess,
     media: &MediaStore,
-    attachments: &[AttachmentRef],
+    attachments: &[Attachment],
     staged_id: &str,
 ) -> Result<StagingReport, StagingError> {
     check_staged_id(staged_id)?;
@@ -246,7 +228,7 @@ pub async fn stage_attachments(
 
     // Look everything up before the first write, so a missing required attachment never
     // leaves anything on the Harness.
-    let mut pending: Vec<(&AttachmentRef, MediaRecord)> = Vec::with_capacity(attachments.len());
+    let mut pending: Vec<(&Attachment, MediaRecord)> = Vec::with_capacity(attachments.len());
     for attachment in attachments {
         match media.record(&attachment.media_id).await {
             Ok(record) => pending.push((attachment, record)),
@@ -337,10 +319,6 @@ pub async fn stage_attachments(
     Ok(report)
 }
 
-fn required_by_default() -> bool {
-    true
-}
-
 fn check_staged_id(staged_id: &str) -> Result<(), StagingError> {
     let valid = (1..=MAX_STAGED_ID_LEN).contains(&staged_id.len())
         && staged_id
@@ -352,7 +330,7 @@ fn check_staged_id(staged_id: &str) -> Result<(), StagingError> {
     }
 }
 
-fn skipped_lookup(attachment: &AttachmentRef, source: &MediaError) -> SkippedAttachment {
+fn skipped_lookup(attachment: &Attachment, source: &MediaError) -> SkippedAttachment {
     tracing::warn!(
         media_id = %attachment.media_id,
         code = %source.code(),

@@ -110,7 +110,9 @@ pub enum VectorState {
 }
 
 /// Counts and state, for `gatehouse memory status`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct IndexStats {
     /// Indexed files.

@@ -32,7 +32,7 @@ impl Default for SearchOptions {
 }
 
 /// One result.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchHit {
     /// The workspace-relative path.

@@ -108,7 +108,7 @@ pub struct MemoryListResult {
 }
 
 /// Result of `read`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MemoryReadResult {
     /// The workspace-relative path.

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::Tier;
 
 /// One discovered skill.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CatalogEntry {
     /// The name.

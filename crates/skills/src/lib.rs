@@ -36,7 +36,17 @@ pub const MAX_SKILLS_PER_SOURCE: usize = 200;
 
 /// Where a skill comes from, highest precedence first.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Tier {
@@ -51,6 +61,16 @@ pub enum Tier {
 }
 
 impl Tier {
+    /// Returns the tier as the wire writes it (kebab case).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Workspace => "workspace",
+            Tier::WorkspaceAgents => "workspace-agents",
+            Tier::Managed => "managed",
+            Tier::Bundled => "bundled",
+        }
+    }
+
     /// The host the tier lives on: `harness` or `gateway`.
     pub fn host(self) -> &'static str {
         match self {

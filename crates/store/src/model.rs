@@ -207,6 +207,40 @@ impl QueueMode {
     }
 }
 
+/// One attachment of a message: a media id returned by `POST /v1/media` and whether the turn
+/// may run without it. It is the item of `attachments` in `POST /v1/sessions/{key}/messages`
+/// (where `required` may be left out and means true), the item of a turn's stored attachments
+/// (`[{"mediaId","required"}]`), and what the Gateway stages before the turn runs.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Attachment {
+    /// The media id returned by `POST /v1/media`.
+    pub media_id: String,
+    /// Whether the turn must not run without this attachment (default true; `null` is the
+    /// default too).
+    #[serde(
+        default = "required_by_default",
+        deserialize_with = "required_or_default"
+    )]
+    pub required: bool,
+}
+
+/// The default of [`Attachment::required`]: an attachment is required unless said otherwise.
+fn required_by_default() -> bool {
+    true
+}
+
+/// Reads [`Attachment::required`], where an explicit `null` means the default, as the API has
+/// always accepted it.
+fn required_or_default<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<bool, D::Error> {
+    let required: Option<bool> = serde::Deserialize::deserialize(deserializer)?;
+    Ok(required.unwrap_or_else(required_by_default))
+}
+
 /// A message to admit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewUserMessage {
@@ -218,8 +252,8 @@ pub struct NewUserMessage {
     pub turn_id: String,
     /// The user's text.
     pub text: String,
-    /// The attachments, as JSON (`[{"mediaId","required"}]`).
-    pub attachments: Value,
+    /// The attachments, in request order.
+    pub attachments: Vec<Attachment>,
     /// The caller's idempotency key.
     pub idempotency_key: Option<String>,
     /// How it is queued ([`QueueMode::Collect`] joins a queued turn; the others create one).
@@ -260,8 +294,8 @@ pub struct TurnRecord {
     pub status: TurnStatus,
     /// The mode it was admitted with.
     pub queue_mode: QueueMode,
-    /// Its attachments, as JSON.
-    pub attachments: Value,
+    /// Its attachments, in request order.
+    pub attachments: Vec<Attachment>,
     /// The final reply, when completed.
     pub reply: Option<String>,
     /// The stable error code, when failed, interrupted or aborted.

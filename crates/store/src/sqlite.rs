@@ -333,7 +333,10 @@ impl Store for SqliteStore {
                 .bind(turn_no)
                 .bind(message.queue_mode.as_str())
                 .bind(&message.idempotency_key)
-                .bind(message.attachments.to_string())
+                .bind(
+                    serde_json::to_string(&message.attachments)
+                        .map_err(|_| StoreError::Corrupt { what: "attachments" })?,
+                )
                 .bind(message.now_ms)
                 .execute(&mut *tx)
                 .await;

@@ -37,7 +37,7 @@ fn message(
         runtime: "native".into(),
         turn_id: turn_id.into(),
         text: text.into(),
-        attachments: serde_json::json!([]),
+        attachments: Vec::new(),
         idempotency_key: key.map(str::to_owned),
         queue_mode: mode,
         now_ms: 1,

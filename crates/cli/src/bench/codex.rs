@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use std::time::Instant;
 
+use gatehouse_api::client::Client;
 use gatehouse_codex::messages::DynamicToolSpec;
 use gatehouse_codex::messages::ServerNotification;
 use gatehouse_codex::messages::ThreadSettings;
@@ -63,7 +64,7 @@ async fn measure(args: &CodexArgs) -> anyhow::Result<Report> {
 
     // The Gateway path: an embedded Gateway with the Codex runtime and an in-process node host.
     let mut config = GatewayConfig::with_defaults(base.join("gateway"), "127.0.0.1:0".parse()?);
-    config.operator_token_override = Some(String::from("bench-token"));
+    config.operator_token_override = Some(String::from(crate::bench::turn::BENCH_TOKEN));
     let extensions =
         crate::codex_setup::gateway_extensions(gatehouse_codex::runtime::CodexConfig::default());
     let running = crate::embedded::start_gateway_with(config, extensions).await?;
@@ -82,20 +83,20 @@ async fn measure(args: &CodexArgs) -> anyhow::Result<Report> {
         shutdown.clone(),
     )
     .await?;
-    let client = reqwest::Client::new();
-    wait_ready(&client, &url).await?;
+    let client = Client::new(&url, crate::bench::turn::BENCH_TOKEN);
+    wait_ready(&client).await?;
 
     // The direct path: the same binary and configuration, driven over stdio.
     let direct = base.join("direct");
     let (_server, rpc, thread_id) = direct_client(&settings, &direct).await?;
 
     // Warm both paths, then interleave.
-    crate::bench::turn::turn(&client, &url, "bench", "/say hi").await?;
+    crate::bench::turn::turn(&client, "bench", "/say hi").await?;
     direct_turn(&rpc, &thread_id, "/say hi").await?;
     let mut through_gateway = Vec::with_capacity(args.iterations);
     let mut direct_samples = Vec::with_capacity(args.iterations);
     for _ in 0..args.iterations {
-        through_gateway.push(crate::bench::turn::turn(&client, &url, "bench", "/say hi").await?);
+        through_gateway.push(crate::bench::turn::turn(&client, "bench", "/say hi").await?);
         direct_samples.push(direct_turn(&rpc, &thread_id, "/say hi").await?);
     }
     shutdown.cancel();
@@ -121,11 +122,10 @@ async fn measure(args: &CodexArgs) -> anyhow::Result<Report> {
     })
 }
 
-async fn wait_ready(client: &reqwest::Client, url: &str) -> anyhow::Result<()> {
+async fn wait_ready(client: &Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let status = client.get(format!("{url}/readyz")).send().await?.status();
-        if status.is_success() {
+        if crate::bench::turn::is_ready(client).await? {
             return Ok(());
         }
         anyhow::ensure!(

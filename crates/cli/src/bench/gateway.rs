@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
+use gatehouse_api::client::Client;
+use gatehouse_api::sessions::MessageParams;
 use gatehouse_gateway::GatewayConfig;
 use gatehouse_gateway::turns::runtime::TurnFailure;
 use gatehouse_gateway::turns::runtime::TurnInput;
@@ -64,14 +66,14 @@ async fn measure(args: &GatewayBenchArgs) -> anyhow::Result<Report> {
     let temp = tempfile::tempdir()?;
     let base = temp.path().canonicalize()?;
     let mut config = GatewayConfig::with_defaults(base.join("gateway"), "127.0.0.1:0".parse()?);
-    config.operator_token_override = Some(String::from("bench-token"));
+    config.operator_token_override = Some(String::from(crate::bench::turn::BENCH_TOKEN));
     let extensions = gatehouse_gateway::Extensions {
         runtime: Some(Arc::new(ParkedRuntime)),
         ..gatehouse_gateway::Extensions::default()
     };
     let running = gatehouse_gateway::start(config, extensions).await?;
     let url = format!("http://{}", running.local_addr);
-    let client = reqwest::Client::new();
+    let client = Client::new(&url, crate::bench::turn::BENCH_TOKEN);
     let baseline = Baseline::open(&base.join("baseline.db")).await?;
 
     // Latency: one client, one message at a time.
@@ -79,7 +81,7 @@ async fn measure(args: &GatewayBenchArgs) -> anyhow::Result<Report> {
     let mut insert = Vec::with_capacity(args.sequential);
     for index in 0..args.sequential {
         let started = Instant::now();
-        post(&client, &url, "latency", index).await?;
+        post(&client, "latency", index).await?;
         admit.push(started.elapsed());
         let started = Instant::now();
         baseline.insert("latency", index).await?;
@@ -96,8 +98,7 @@ async fn measure(args: &GatewayBenchArgs) -> anyhow::Result<Report> {
     // Throughput: many clients at once, each in its own session.
     let admitted_rate = concurrent(args, |client_index, message| {
         let client = client.clone();
-        let url = url.clone();
-        async move { post(&client, &url, &format!("c{client_index}"), message).await }
+        async move { post(&client, &format!("c{client_index}"), message).await }
     })
     .await?;
     let baseline = Arc::new(baseline);
@@ -156,23 +157,17 @@ where
             .as_secs_f64())
 }
 
-async fn post(
-    client: &reqwest::Client,
-    url: &str,
-    session: &str,
-    index: usize,
-) -> anyhow::Result<()> {
-    let response = client
-        .post(format!("{url}/v1/sessions/{session}/messages"))
-        .bearer_auth("bench-token")
-        .json(&serde_json::json!({"text": format!("message {index}")}))
-        .send()
-        .await?;
-    anyhow::ensure!(
-        response.status().as_u16() == 202,
-        "admission answered {}",
-        response.status()
-    );
+async fn post(client: &Client, session: &str, index: usize) -> anyhow::Result<()> {
+    let message = MessageParams {
+        text: format!("message {index}"),
+        attachments: Vec::new(),
+        idempotency_key: None,
+        queue_mode: None,
+    };
+    client
+        .post_message(session, &message)
+        .await
+        .map_err(|error| anyhow::anyhow!("admission failed: {error}"))?;
     Ok(())
 }
 

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
+use gatehouse_api::client::Client;
+use gatehouse_api::memory::MemorySearchQuery;
 use gatehouse_memory::chunk::ChunkSettings;
 use gatehouse_memory::embed::EmbedError;
 use gatehouse_memory::embed::Embedder;
@@ -301,7 +303,7 @@ async fn end_to_end() -> anyhow::Result<Duration> {
         base.join("gateway"),
         "127.0.0.1:0".parse()?,
     );
-    config.operator_token_override = Some(String::from("bench-token"));
+    config.operator_token_override = Some(String::from(crate::bench::turn::BENCH_TOKEN));
     config.memory_embedder = Some(EmbedderKind::Local);
     let extensions = gatehouse_gateway::Extensions {
         memory_embedder: Some(Arc::new(HashEmbedder)),
@@ -318,18 +320,9 @@ async fn end_to_end() -> anyhow::Result<Duration> {
         shutdown.clone(),
     )
     .await?;
-    let client = reqwest::Client::new();
-    let status = |client: reqwest::Client, url: String| async move {
-        client
-            .get(format!("{url}/v1/memory/status"))
-            .bearer_auth("bench-token")
-            .send()
-            .await?
-            .json::<serde_json::Value>()
-            .await
-    };
+    let client = Client::new(&url, crate::bench::turn::BENCH_TOKEN);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while status(client.clone(), url.clone()).await?["stale"] != false {
+    while client.memory_status().await?.stale {
         anyhow::ensure!(Instant::now() < deadline, "the memory index never synced");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -338,18 +331,12 @@ async fn end_to_end() -> anyhow::Result<Duration> {
         base.join("harness/workspace/MEMORY.md"),
         "The benchmark marker is quillfeather.\n",
     )?;
+    let query = MemorySearchQuery {
+        q: Some(String::from("quillfeather")),
+        ..MemorySearchQuery::default()
+    };
     loop {
-        let found: serde_json::Value = client
-            .get(format!("{url}/v1/memory/search?q=quillfeather"))
-            .bearer_auth("bench-token")
-            .send()
-            .await?
-            .json()
-            .await?;
-        if found["results"]
-            .as_array()
-            .is_some_and(|results| !results.is_empty())
-        {
+        if !client.memory_search(&query).await?.results.is_empty() {
             break;
         }
         anyhow::ensure!(

@@ -9,6 +9,11 @@
 use std::time::Duration;
 use std::time::Instant;
 
+use gatehouse_api::client::Client;
+use gatehouse_api::client::ClientError;
+use gatehouse_api::sessions::MessageParams;
+use gatehouse_api::sessions::TurnQuery;
+use gatehouse_api::sessions::TurnStatus;
 use gatehouse_gateway::GatewayConfig;
 use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::Runtime;
@@ -50,7 +55,7 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
     let temp = tempfile::tempdir()?;
     let base = temp.path().canonicalize()?;
     let mut config = GatewayConfig::with_defaults(base.join("gateway"), "127.0.0.1:0".parse()?);
-    config.operator_token_override = Some(String::from("bench-token"));
+    config.operator_token_override = Some(String::from(crate::bench::turn::BENCH_TOKEN));
     let running = crate::embedded::start_gateway(config).await?;
     let url = format!("http://{}", running.local_addr);
     let workers = WorkerSettings {
@@ -82,16 +87,9 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
         shutdown.clone(),
     )
     .await?;
-    let client = reqwest::Client::new();
+    let client = Client::new(&url, BENCH_TOKEN);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while client
-        .get(format!("{url}/readyz"))
-        .send()
-        .await?
-        .status()
-        .as_u16()
-        != 200
-    {
+    while !is_ready(&client).await? {
         anyhow::ensure!(
             Instant::now() < deadline,
             "the node did not connect within 30 s"
@@ -102,20 +100,16 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
 
     let mut cold = Vec::with_capacity(args.cold_iterations);
     for index in 0..args.cold_iterations {
-        cold.push(turn(&client, &url, &format!("cold-{index}"), "/say hi").await?);
+        cold.push(turn(&client, &format!("cold-{index}"), "/say hi").await?);
     }
     let mut say = Vec::with_capacity(args.say_iterations);
     let mut write = Vec::with_capacity(args.tool_iterations);
     let mut baseline = Vec::with_capacity(args.say_iterations);
     for index in 0..args.say_iterations.max(args.tool_iterations) {
         if index < args.say_iterations {
-            say.push(turn(&client, &url, "warm", "/say hi").await?);
+            say.push(turn(&client, "warm", "/say hi").await?);
             let started = Instant::now();
-            client
-                .get(format!("{url}/healthz"))
-                .send()
-                .await?
-                .error_for_status()?;
+            client.health().await?;
             baseline.push(started.elapsed());
         }
         if index < args.tool_iterations {
@@ -123,12 +117,12 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
                 r#"/tool write {{"path":"f{}.txt","content":"x"}}"#,
                 index % 8
             );
-            write.push(turn(&client, &url, "warm-tool", &text).await?);
+            write.push(turn(&client, "warm-tool", &text).await?);
         }
     }
     let tracing = match args.tracing_iterations {
         0 => None,
-        iterations => Some(compare_tracing(&client, &url, iterations).await?),
+        iterations => Some(compare_tracing(&client, iterations).await?),
     };
     let worker_rss = worker_rss_kib();
     let gateway_rss_after = rss_kib(std::process::id());
@@ -262,11 +256,7 @@ fn percent_of(candidate: Duration, baseline: Duration) -> f64 {
 
 /// Runs `iterations` warm turns with spans disabled and as many at `info`, alternately, so
 /// drift in the machine's speed affects both alike; the filter is restored afterwards.
-async fn compare_tracing(
-    client: &reqwest::Client,
-    url: &str,
-    iterations: usize,
-) -> anyhow::Result<TracingComparison> {
+async fn compare_tracing(client: &Client, iterations: usize) -> anyhow::Result<TracingComparison> {
     let mut disabled = Vec::with_capacity(iterations);
     let mut info = Vec::with_capacity(iterations);
     let result = async {
@@ -275,9 +265,9 @@ async fn compare_tracing(
                 crate::logging::set_filter("off"),
                 "cannot switch the log filter"
             );
-            disabled.push(turn(client, url, "tracing", "/say hi").await?);
+            disabled.push(turn(client, "tracing", "/say hi").await?);
             crate::logging::set_filter("info");
-            info.push(turn(client, url, "tracing", "/say hi").await?);
+            info.push(turn(client, "tracing", "/say hi").await?);
         }
         Ok(())
     }
@@ -330,36 +320,43 @@ async fn export_cost(iterations: usize) -> anyhow::Result<ExportCost> {
     })
 }
 
-/// Posts `text` to `session` with the bench token and returns the time until its turn completed.
-pub(super) async fn turn(
-    client: &reqwest::Client,
-    url: &str,
-    session: &str,
-    text: &str,
-) -> anyhow::Result<Duration> {
+/// The operator token of the Gateways the benchmarks start.
+pub(super) const BENCH_TOKEN: &str = "bench-token";
+
+/// Returns whether the Gateway answers `/readyz` with `200`; a Gateway that answers with an
+/// error is not ready yet, one that does not answer is an error.
+pub(super) async fn is_ready(client: &Client) -> anyhow::Result<bool> {
+    match client.ready().await {
+        Ok(_) => Ok(true),
+        Err(ClientError::Api { .. } | ClientError::Status { .. }) => Ok(false),
+        Err(error @ (ClientError::Unreachable { .. } | ClientError::Decode { .. })) => {
+            Err(error.into())
+        }
+    }
+}
+
+/// Posts `text` to `session` and returns the time until its turn completed.
+pub(super) async fn turn(client: &Client, session: &str, text: &str) -> anyhow::Result<Duration> {
     let started = Instant::now();
-    let posted: serde_json::Value = client
-        .post(format!("{url}/v1/sessions/{session}/messages"))
-        .bearer_auth("bench-token")
-        .json(&serde_json::json!({"text": text}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let turn_id = posted["turnId"].as_str().unwrap_or_default().to_owned();
+    let message = MessageParams {
+        text: text.to_owned(),
+        attachments: Vec::new(),
+        idempotency_key: None,
+        queue_mode: None,
+    };
+    let accepted = client.post_message(session, &message).await?;
+    let wait = TurnQuery { wait: Some(30) };
     loop {
-        let body: serde_json::Value = client
-            .get(format!("{url}/v1/turns/{turn_id}?wait=30"))
-            .bearer_auth("bench-token")
-            .send()
-            .await?
-            .json()
-            .await?;
-        match body["status"].as_str() {
-            Some("completed") => return Ok(started.elapsed()),
-            Some("queued" | "running") => {}
-            _ => return Err(anyhow::anyhow!("the turn did not complete: {body}")),
+        let turn = client.turn(&accepted.turn_id, &wait).await?;
+        match turn.status {
+            TurnStatus::Completed => return Ok(started.elapsed()),
+            TurnStatus::Queued | TurnStatus::Running => {}
+            TurnStatus::Failed | TurnStatus::Interrupted | TurnStatus::Aborted => {
+                return Err(anyhow::anyhow!(
+                    "the turn did not complete: {}",
+                    serde_json::to_string(&turn).unwrap_or_default()
+                ));
+            }
         }
     }
 }

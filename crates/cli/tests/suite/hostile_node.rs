@@ -84,18 +84,12 @@ async fn roles(gateway: &Gateway, session: &str) -> Vec<String> {
 
 /// The audit rows of `action`, as (outcome, reasonCode).
 async fn audited(gateway: &Gateway, action: &str) -> Vec<(String, Option<String>)> {
-    let audit = gateway.get_json("/v1/audit").await;
-    audit["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|event| event["action"] == action)
-        .map(|event| {
-            (
-                event["outcome"].as_str().unwrap().to_owned(),
-                event["reasonCode"].as_str().map(str::to_owned),
-            )
-        })
+    let audit: gatehouse_api::audit::AuditList = gateway.get_typed("/v1/audit").await;
+    audit
+        .events
+        .into_iter()
+        .filter(|event| event.action == action)
+        .map(|event| (event.outcome, event.reason_code))
         .collect()
 }
 

@@ -551,3 +551,38 @@ async fn every_bad_handshake_is_refused_with_its_code_and_audited() {
     );
     assert!(!log.contains(&token), "a bootstrap token reached the log");
 }
+
+/// Issue 14: the operator commands read the Gateway's answers through the typed API client, so
+/// a refusal reaches the operator with the API's stable code and message, and a success is the
+/// route's typed answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_14_operator_commands_show_the_stable_code_of_a_refusal() {
+    let dirs = dirs();
+    let gateway = Gateway::start(&dirs.gateway, &dirs.logs);
+    let wrong_token = dirs.logs.join("wrong-token");
+    std::fs::write(&wrong_token, "not-the-operator-token").unwrap();
+    let output = crate::suite::support::gatehouse()
+        .args(["skills", "list", "--url", &gateway.url, "--token-file"])
+        .arg(&wrong_token)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("(401): UNAUTHORIZED: the bearer token is not the operator token"),
+        "{stderr}"
+    );
+
+    let output = gateway.operator_cli(&["setup-code", "--ttl-seconds", "0"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("(400): INVALID_REQUEST: ttlSeconds must be between 1 and"),
+        "{stderr}"
+    );
+
+    let output = gateway.operator_cli(&["setup-code", "--json"]);
+    assert!(output.status.success());
+    let issued: gatehouse_api::nodes::SetupCode = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(!issued.setup_code.is_empty());
+}

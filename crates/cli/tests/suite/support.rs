@@ -12,6 +12,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 use std::time::Instant;
 
+use gatehouse_api::sessions::MessageAccepted;
+use gatehouse_api::sessions::Turn;
+
 /// How long any wait in these tests may take before the test fails.
 pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
@@ -226,13 +229,27 @@ impl Gateway {
     }
 
     pub(crate) async fn get_json(&self, path: &str) -> serde_json::Value {
+        self.get_typed(path).await
+    }
+
+    /// Returns the successful answer of `GET path`, decoded as the route's API type `T` (or as
+    /// JSON); the test fails when the answer is an error or another shape.
+    pub(crate) async fn get_typed<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
         let response = self.get(path).await;
         assert!(
             response.status().is_success(),
             "{path}: {}",
             response.status()
         );
-        response.json().await.unwrap()
+        let bytes = response.bytes().await.unwrap();
+        match serde_json::from_slice(&bytes) {
+            Ok(answer) => answer,
+            Err(error) => panic!(
+                "{path}: the answer is not a {}: {error}: {}",
+                std::any::type_name::<T>(),
+                String::from_utf8_lossy(&bytes)
+            ),
+        }
     }
 
     /// Waits until `/readyz` answers 200.
@@ -444,8 +461,8 @@ pub(crate) async fn post_message(gateway: &Gateway, session: &str, text: &str) -
         .await
         .unwrap();
     assert_eq!(response.status(), 202);
-    let body: serde_json::Value = response.json().await.unwrap();
-    body["turnId"].as_str().unwrap().to_owned()
+    let accepted: MessageAccepted = response.json().await.unwrap();
+    accepted.turn_id
 }
 
 /// Posts `text` to `session` and waits for the turn to end.
@@ -454,14 +471,16 @@ pub(crate) async fn turn(gateway: &Gateway, session: &str, text: &str) -> serde_
     wait_turn(gateway, &turn_id).await
 }
 
-/// Waits until the turn `turn_id` has ended and returns it.
+/// Waits until the turn `turn_id` has ended and returns its answer as JSON, after checking
+/// that every answer on the way decodes as the API's [`Turn`].
 pub(crate) async fn wait_turn(gateway: &Gateway, turn_id: &str) -> serde_json::Value {
     let deadline = Instant::now() + WAIT;
     loop {
         let body = gateway
             .get_json(&format!("/v1/turns/{turn_id}?wait=20"))
             .await;
-        if !matches!(body["status"].as_str(), Some("queued" | "running")) {
+        let turn: Turn = serde_json::from_value(body.clone()).unwrap();
+        if turn.status.is_terminal() {
             return body;
         }
         assert!(Instant::now() < deadline, "turn {turn_id} did not end");

@@ -10,6 +10,9 @@
 //! 4. (PUT) A body that is not exactly `{"content": <string>}` is `400 INVALID_REQUEST`; invalid
 //!    content is `400 INVALID_REQUEST` with `details: {"path": "/content", "code": ...}`.
 
+use gatehouse_api::documents::Document;
+use gatehouse_api::documents::DocumentWritten;
+use gatehouse_api::error::ContentErrorDetails;
 use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
 
@@ -35,13 +38,13 @@ pub(crate) async fn get_document(
     State(state): State<Arc<GatewayState>>,
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Document>, ApiError> {
     let (_agent, name) = admit(&state, &headers, path, documents::READ_ACTION).await?;
     let content = documents::read_document(state.workspace.as_ref(), name).await?;
-    Ok(Json(serde_json::json!({
-        "name": name.as_str(),
-        "content": content.into_string(),
-    })))
+    Ok(Json(Document {
+        name: name.as_str().to_owned(),
+        content: content.into_string(),
+    }))
 }
 
 pub(crate) async fn put_document(
@@ -49,7 +52,7 @@ pub(crate) async fn put_document(
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
     body: Body,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<DocumentWritten>, ApiError> {
     let (agent, name) = admit(&state, &headers, path, documents::WRITE_ACTION).await?;
     let raw = read_limited_body(&headers, body).await?;
     let content = documents::decode_write_body(&raw)?;
@@ -61,9 +64,10 @@ pub(crate) async fn put_document(
         &content,
     )
     .await?;
-    Ok(Json(
-        serde_json::json!({"name": name.as_str(), "size": size}),
-    ))
+    Ok(Json(DocumentWritten {
+        name: name.as_str().to_owned(),
+        size: u64::try_from(size).unwrap_or(u64::MAX),
+    }))
 }
 
 /// Refuses cross-site requests (audited), unknown agents and unknown names.
@@ -172,8 +176,10 @@ impl From<DocumentError> for ApiError {
 }
 
 fn content_details(content_error: &documents::ContentError) -> serde_json::Value {
-    serde_json::json!({
-        "path": documents::CONTENT_POINTER,
-        "code": content_error.detail_code(),
-    })
+    let details = ContentErrorDetails {
+        path: String::from(documents::CONTENT_POINTER),
+        code: String::from(content_error.detail_code()),
+    };
+    // Two strings always serialize.
+    serde_json::to_value(details).unwrap_or_default()
 }

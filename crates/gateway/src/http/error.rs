@@ -22,6 +22,8 @@ use axum::http::StatusCode;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::response::Response;
+use gatehouse_api::error::ErrorBody;
+use gatehouse_api::error::ErrorResponse;
 use gatehouse_protocol::error::ErrorCode;
 
 use crate::workspace::WorkspaceError;
@@ -97,12 +99,20 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut error = serde_json::json!({"code": self.code, "message": self.message});
-        if let Some(details) = self.details {
-            error["details"] = details;
-        }
-        (self.status, axum::Json(serde_json::json!({"error": error}))).into_response()
+        let body = ErrorResponse {
+            error: ErrorBody {
+                code: self.code,
+                message: self.message,
+                details: self.details,
+            },
+        };
+        (self.status, axum::Json(body)).into_response()
     }
+}
+
+/// The router's fallback: an unknown route is `404 NOT_FOUND` in the API's shape.
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::not_found("no such route")
 }
 
 /// Rewrites an error response that is not in the API's JSON shape (axum's plain-text

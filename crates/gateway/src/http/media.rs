@@ -5,6 +5,8 @@
 //! media store (under the Gateway's media quota: `507 MEDIA_QUOTA_EXCEEDED`), and pinned so
 //! checkpoint garbage collection never deletes them. [`media_error`] is the one place where media store errors become HTTP errors.
 
+use gatehouse_api::error::PayloadTooLargeDetails;
+use gatehouse_api::media::MediaUploaded;
 use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
 
@@ -35,7 +37,7 @@ pub(crate) async fn upload_media(
     State(state): State<Arc<GatewayState>>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<MediaUploaded>, ApiError> {
     let max_bytes = state.config.media_max_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -84,12 +86,12 @@ pub(crate) async fn upload_media(
             }),
         )
         .await;
-    Ok(Json(serde_json::json!({
-        "mediaId": record.id,
-        "sha256": record.sha256,
-        "size": record.size,
-        "mimeType": record.mime_type,
-    })))
+    Ok(Json(MediaUploaded {
+        media_id: record.id,
+        sha256: record.sha256,
+        size: record.size,
+        mime_type: record.mime_type,
+    }))
 }
 
 pub(crate) async fn download_media(
@@ -186,7 +188,8 @@ fn append(buffer: &mut Vec<u8>, chunk: &[u8], max_bytes: u64) {
 
 fn payload_too_large(max_bytes: u64) -> ApiError {
     ApiError {
-        details: Some(serde_json::json!({"maxBytes": max_bytes})),
+        // A number always serializes.
+        details: serde_json::to_value(PayloadTooLargeDetails { max_bytes }).ok(),
         ..ApiError::new(
             ErrorCode::PayloadTooLarge,
             format!("the upload is larger than {max_bytes} bytes"),

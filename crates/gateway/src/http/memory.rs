@@ -1,5 +1,13 @@
 //! `/v1/memory/...`: search, status and reindex of the memory index.
 
+use gatehouse_api::error::ErrorBody;
+use gatehouse_api::error::ErrorResponse;
+use gatehouse_api::memory::MemoryGetQuery;
+use gatehouse_api::memory::MemoryReadResult;
+use gatehouse_api::memory::MemorySearchAnswer;
+use gatehouse_api::memory::MemorySearchQuery;
+use gatehouse_api::memory::MemoryStatus;
+use gatehouse_api::memory::ReindexLine;
 use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
 
@@ -10,20 +18,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::response::Response;
-use serde::Deserialize;
 
 use crate::GatewayState;
 use crate::http::error::ApiError;
 use crate::memory::MemoryServiceError;
-
-/// The query of `GET /v1/memory/search`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct SearchQuery {
-    q: Option<String>,
-    limit: Option<usize>,
-    min_score: Option<f64>,
-}
 
 fn api_error(error: &MemoryServiceError) -> ApiError {
     let status = match error {
@@ -42,8 +40,8 @@ fn api_error(error: &MemoryServiceError) -> ApiError {
 /// `GET /v1/memory/search?q=&limit=&minScore=`.
 pub(crate) async fn search(
     State(state): State<Arc<GatewayState>>,
-    Query(query): Query<SearchQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+    Query(query): Query<MemorySearchQuery>,
+) -> Result<Json<MemorySearchAnswer>, ApiError> {
     let Some(q) = query.q.filter(|q| !q.trim().is_empty()) else {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,
@@ -62,23 +60,15 @@ pub(crate) async fn search(
         .search(&q, options)
         .await
         .map_err(|error| api_error(&error))?;
-    Ok(Json(serde_json::to_value(answer).unwrap_or_default()))
-}
-
-/// The query of `GET /v1/memory/get`.
-#[derive(Debug, Deserialize)]
-pub(crate) struct GetQuery {
-    path: Option<String>,
-    from: Option<u32>,
-    lines: Option<u32>,
+    Ok(Json(answer))
 }
 
 /// `GET /v1/memory/get?path=&from=&lines=`: lines of a memory file, read from the Harness now
 /// (never from the index).
 pub(crate) async fn get(
     State(state): State<Arc<GatewayState>>,
-    Query(query): Query<GetQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+    Query(query): Query<MemoryGetQuery>,
+) -> Result<Json<MemoryReadResult>, ApiError> {
     let Some(path) = query.path else {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,
@@ -95,19 +85,19 @@ pub(crate) async fn get(
             }
             _ => api_error(&error),
         })?;
-    Ok(Json(serde_json::to_value(read).unwrap_or_default()))
+    Ok(Json(read))
 }
 
 /// `GET /v1/memory/status`.
 pub(crate) async fn status(
     State(state): State<Arc<GatewayState>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<MemoryStatus>, ApiError> {
     let status = state
         .memory
         .status()
         .await
         .map_err(|error| api_error(&error))?;
-    Ok(Json(serde_json::to_value(status).unwrap_or_default()))
+    Ok(Json(status))
 }
 
 /// `POST /v1/memory/reindex`: rebuilds the index. The answer streams one JSON line per file
@@ -121,20 +111,33 @@ pub(crate) async fn reindex(State(state): State<Arc<GatewayState>>) -> Response 
     let outcome = tokio::spawn(async move { memory.reindex(progress).await });
     let lines = futures_util::stream::unfold(updates, |mut updates| async move {
         let update = updates.recv().await?;
-        Some((serde_json::to_value(update).unwrap_or_default(), updates))
+        Some((ReindexLine::Progress(update), updates))
     })
     .chain(futures_util::stream::once(async move {
+        let failed = |code: &str, message: String| {
+            ReindexLine::Failed(ErrorResponse {
+                error: ErrorBody {
+                    code: code.to_owned(),
+                    message,
+                    details: None,
+                },
+            })
+        };
         match outcome.await {
-            Ok(Ok(status)) => serde_json::json!({"status": status}),
-            Ok(Err(error)) => {
-                serde_json::json!({"error": {"code": error.code(), "message": error.to_string()}})
-            }
-            Err(_) => {
-                serde_json::json!({"error": {"code": ErrorCode::Internal, "message": "the rebuild stopped"}})
-            }
+            Ok(Ok(status)) => ReindexLine::Finished { status },
+            Ok(Err(error)) => failed(error.code(), error.to_string()),
+            Err(_) => failed(
+                ErrorCode::Internal.as_str(),
+                String::from("the rebuild stopped"),
+            ),
         }
     }))
-    .map(|line| Ok::<_, std::io::Error>(format!("{line}\n")));
+    .map(|line| {
+        // The lines hold only strings, numbers and booleans, so they always serialize.
+        let mut text = serde_json::to_string(&line).unwrap_or_default();
+        text.push('\n');
+        Ok::<_, std::io::Error>(text)
+    });
     (
         [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(lines),

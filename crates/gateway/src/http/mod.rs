@@ -1,12 +1,35 @@
 //! The operator HTTP API and the `/node` endpoint, as one axum router.
+//!
+//! Every handler decodes its request into and answers with a `gatehouse_api` type; no answer
+//! is JSON built by hand (a test of the crate parses these files to hold it). One file per group
+//! of routes:
+//! - `health`: `/healthz`, `/readyz`;
+//! - `nodes`: `/v1/nodes`, `/v1/nodes/setup-codes`;
+//! - `audit`: `/v1/audit`;
+//! - `workspace_files`: `/v1/agents/{agent}/workspace/{path}`;
+//! - `documents`: `/v1/agents/{agent}/files/{name}`;
+//! - `sessions`: messages, turns, sessions, transcripts, the event stream, abort, stop, move;
+//! - `media`: `/v1/media`;
+//! - `memory`: `/v1/memory/...`;
+//! - `skills`: `/v1/skills`;
+//! - `metrics`: `/metrics`;
+//! - `node_socket`: `/node`;
+//! - [`error`]: [`error::ApiError`], the error shape of every answer, and the fallback;
+//! - `request_trace`: the request span and `X-Request-Id`.
 
+mod audit;
 mod documents;
 pub mod error;
+mod health;
 mod media;
 mod memory;
+mod metrics;
+mod node_socket;
+mod nodes;
 mod request_trace;
-mod routes;
 mod sessions;
+mod skills;
+mod workspace_files;
 
 use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
@@ -29,17 +52,17 @@ use crate::http::error::ApiError;
 /// `http_request` span ([`request_trace::layer`]).
 pub fn app(state: Arc<GatewayState>) -> Router {
     let v1 = Router::new()
-        .route("/nodes", get(routes::list_nodes))
+        .route("/nodes", get(nodes::list_nodes))
         .route(
             "/nodes/setup-codes",
-            post(routes::create_setup_code)
+            post(nodes::create_setup_code)
                 .route_layer(axum::middleware::from_fn(require_json_content_type)),
         )
         .route(
             "/agents/{agent}/workspace/{*path}",
-            get(routes::read_workspace_file),
+            get(workspace_files::read_workspace_file),
         )
-        .route("/audit", get(routes::list_audit))
+        .route("/audit", get(audit::list_audit))
         .route(
             "/agents/{agent}/files/{name}",
             get(documents::get_document)
@@ -61,7 +84,7 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route("/media", post(media::upload_media))
         .route("/media/{media_id}", get(media::download_media))
         .route("/memory/search", get(memory::search))
-        .route("/skills", get(routes::list_skills))
+        .route("/skills", get(skills::list_skills))
         .route("/memory/get", get(memory::get))
         .route("/memory/status", get(memory::status))
         .route("/memory/reindex", post(memory::reindex))
@@ -71,12 +94,12 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         ));
     let metrics_state = Arc::clone(&state);
     let router = Router::new()
-        .route("/healthz", get(routes::healthz))
-        .route("/readyz", get(routes::readyz))
-        .route("/metrics", get(routes::metrics))
-        .route("/node", get(routes::node_socket))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics))
+        .route("/node", get(node_socket::node_socket))
         .nest("/v1", v1)
-        .fallback(routes::not_found)
+        .fallback(error::not_found)
         .with_state(state)
         .layer(axum::middleware::map_response(error::json_error_shape))
         .layer(axum::middleware::from_fn_with_state(

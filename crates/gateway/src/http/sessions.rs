@@ -1,5 +1,24 @@
 //! Session routes: messages, turns, transcripts, the event stream, and abort.
 
+use gatehouse_api::events::EventData;
+use gatehouse_api::events::EventsQuery;
+use gatehouse_api::events::STREAM_DROPPED;
+use gatehouse_api::events::StreamDropped;
+use gatehouse_api::sessions as api;
+use gatehouse_api::sessions::AbortResponse;
+use gatehouse_api::sessions::MessageAccepted;
+use gatehouse_api::sessions::MessageParams;
+use gatehouse_api::sessions::MoveParams;
+use gatehouse_api::sessions::MoveResponse;
+use gatehouse_api::sessions::SessionList;
+use gatehouse_api::sessions::SessionSummary;
+use gatehouse_api::sessions::StopResponse;
+use gatehouse_api::sessions::Transcript;
+use gatehouse_api::sessions::TranscriptMessage;
+use gatehouse_api::sessions::Turn;
+use gatehouse_api::sessions::TurnError;
+use gatehouse_api::sessions::TurnQuery;
+use gatehouse_api::sessions::TurnStatus;
 use gatehouse_protocol::error::ErrorCode;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -19,7 +38,7 @@ use futures_util::Stream;
 use gatehouse_store::StoreError;
 use gatehouse_store::model::QueueMode;
 use gatehouse_store::model::TurnRecord;
-use serde::Deserialize;
+use gatehouse_store::model::TurnStatus as StoredTurnStatus;
 
 use crate::GatewayState;
 use crate::http::error::ApiError;
@@ -37,30 +56,13 @@ pub(crate) const MAX_ATTACHMENTS: usize = 16;
 /// The longest `wait` of `GET /v1/turns/{id}`, in seconds.
 pub(crate) const MAX_WAIT_SECONDS: u64 = 60;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct MessageBody {
-    text: String,
-    #[serde(default)]
-    attachments: Vec<AttachmentBody>,
-    idempotency_key: Option<String>,
-    queue_mode: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct AttachmentBody {
-    media_id: String,
-    required: Option<bool>,
-}
-
 pub(crate) async fn post_message(
     State(state): State<Arc<GatewayState>>,
     Path(session_key): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     check_session_key(&session_key)?;
-    let body: MessageBody = serde_json::from_slice(&body)
+    let body: MessageParams = serde_json::from_slice(&body)
         .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))?;
     if body.text.trim().is_empty() {
         return Err(ApiError::invalid_request("text must not be empty"));
@@ -83,25 +85,18 @@ pub(crate) async fn post_message(
             "idempotencyKey must be 1 to 256 characters",
         ));
     }
-    let queue_mode = match body.queue_mode.as_deref() {
-        None => QueueMode::Followup,
-        Some(text) => QueueMode::parse(text).ok_or_else(|| {
-            ApiError::invalid_request("queueMode must be followup, steer, collect or interrupt")
-        })?,
+    let queue_mode = match body.queue_mode {
+        None | Some(api::QueueMode::Followup) => QueueMode::Followup,
+        Some(api::QueueMode::Steer) => QueueMode::Steer,
+        Some(api::QueueMode::Collect) => QueueMode::Collect,
+        Some(api::QueueMode::Interrupt) => QueueMode::Interrupt,
     };
-    let attachments: Vec<serde_json::Value> = body
-        .attachments
-        .into_iter()
-        .map(|attachment| {
-            serde_json::json!({"mediaId": attachment.media_id, "required": attachment.required.unwrap_or(true)})
-        })
-        .collect();
     let admitted = state
         .turns
         .admit(IncomingMessage {
             session_key: session_key.clone(),
             text: body.text,
-            attachments: serde_json::Value::Array(attachments),
+            attachments: body.attachments,
             idempotency_key: body.idempotency_key,
             queue_mode,
         })
@@ -109,28 +104,23 @@ pub(crate) async fn post_message(
         .map_err(|error| match error {
             crate::turns::AdmitError::Store(store) => store_error(&store),
         })?;
-    let body = serde_json::json!({
-        "sessionKey": session_key,
-        "turnId": admitted.turn.turn_id,
-        "status": admitted.turn.status.as_str(),
-    });
-    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct WaitQuery {
-    wait: Option<u64>,
+    let accepted = MessageAccepted {
+        session_key,
+        turn_id: admitted.turn.turn_id,
+        status: turn_status(admitted.turn.status),
+    };
+    Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
 }
 
 pub(crate) async fn get_turn(
     State(state): State<Arc<GatewayState>>,
     Path(turn_id): Path<String>,
-    Query(query): Query<WaitQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+    Query(query): Query<TurnQuery>,
+) -> Result<Json<Turn>, ApiError> {
     let wait = Duration::from_secs(query.wait.unwrap_or(0).min(MAX_WAIT_SECONDS));
     let turn = load_turn(&state, &turn_id).await?;
     if turn.status.is_terminal() || wait.is_zero() {
-        return Ok(Json(turn_json(&turn)));
+        return Ok(Json(turn_answer(turn)));
     }
     let mut events = state.hub.subscribe(&turn.session_key);
     let deadline = tokio::time::Instant::now() + wait;
@@ -138,10 +128,10 @@ pub(crate) async fn get_turn(
         // Read after subscribing, so an end that happens in between is not missed.
         let turn = load_turn(&state, &turn_id).await?;
         if turn.status.is_terminal() {
-            return Ok(Json(turn_json(&turn)));
+            return Ok(Json(turn_answer(turn)));
         }
         match tokio::time::timeout_at(deadline, events.recv()).await {
-            Err(_elapsed) => return Ok(Json(turn_json(&turn))),
+            Err(_elapsed) => return Ok(Json(turn_answer(turn))),
             Ok(Ok(_)) => {}
             // Dropped for falling behind: subscribe afresh, then look at the turn again.
             Ok(Err(Lagged)) => events = state.hub.subscribe(&turn.session_key),
@@ -151,66 +141,54 @@ pub(crate) async fn get_turn(
 
 pub(crate) async fn list_sessions(
     State(state): State<Arc<GatewayState>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<SessionList>, ApiError> {
     let sessions = state
         .store
         .sessions()
         .await
         .map_err(|error| store_error(&error))?;
-    let rows: Vec<serde_json::Value> = sessions
+    let sessions = sessions
         .into_iter()
-        .map(|session| {
-            let mut row = serde_json::json!({
-                "sessionKey": session.session_key,
-                "runtime": session.runtime,
-                "createdAt": session.created_at_ms,
-                "updatedAt": session.updated_at_ms,
-            });
-            if let Some(active) = session.active_turn_id {
-                row["activeTurnId"] = active.into();
-            }
-            if let Some(node_id) = session.node_id {
-                row["nodeId"] = node_id.into();
-            }
-            row
+        .map(|session| SessionSummary {
+            session_key: session.session_key,
+            runtime: session.runtime,
+            created_at: session.created_at_ms,
+            updated_at: session.updated_at_ms,
+            active_turn_id: session.active_turn_id,
+            node_id: session.node_id,
         })
         .collect();
-    Ok(Json(serde_json::json!({"sessions": rows})))
+    Ok(Json(SessionList { sessions }))
 }
 
 pub(crate) async fn get_transcript(
     State(state): State<Arc<GatewayState>>,
     Path(session_key): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Transcript>, ApiError> {
     check_session_key(&session_key)?;
     let messages = state
         .store
         .transcript(&session_key)
         .await
         .map_err(|error| store_error(&error))?;
-    let rows: Vec<serde_json::Value> = messages
+    let messages = messages
         .into_iter()
-        .map(|message| {
-            let mut row = serde_json::json!({
-                "seq": message.seq,
-                "turnId": message.turn_id,
-                "role": message.role,
-                "content": message.content,
-                "createdAt": message.created_at_ms,
-            });
-            if let Some(tool) = message.tool_name {
-                row["toolName"] = tool.into();
-            }
-            row
+        .map(|message| TranscriptMessage {
+            seq: message.seq,
+            turn_id: message.turn_id,
+            role: message.role,
+            content: message.content,
+            created_at: message.created_at_ms,
+            tool_name: message.tool_name,
         })
         .collect();
-    Ok(Json(serde_json::json!({"messages": rows})))
+    Ok(Json(Transcript { messages }))
 }
 
 pub(crate) async fn abort_session(
     State(state): State<Arc<GatewayState>>,
     Path(session_key): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<AbortResponse>, ApiError> {
     check_session_key(&session_key)?;
     let aborted = state.turns.abort(&session_key);
     state
@@ -223,12 +201,7 @@ pub(crate) async fn abort_session(
             serde_json::json!({"sessionKey": session_key, "aborted": aborted}),
         )
         .await;
-    Ok(Json(serde_json::json!({"aborted": aborted})))
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct EventsQuery {
-    after: Option<i64>,
+    Ok(Json(AbortResponse { aborted }))
 }
 
 /// How many durable events the stream reads from the store at a time when it replays `after=`.
@@ -287,9 +260,18 @@ impl EventStream {
                         self.phase = StreamPhase::Done;
                         let code = gatehouse_protocol::error::ErrorCode::SlowConsumer;
                         self.state.metrics.record_sse_dropped(code);
-                        return Some(Event::default().event("stream.dropped").data(
-                            serde_json::json!({"code": code.as_str(), "message": "the client fell too far behind; reconnect with after=resumeAfter", "resumeAfter": self.last}).to_string(),
-                        ));
+                        let dropped = StreamDropped {
+                            code: code.as_str().to_owned(),
+                            message: String::from(
+                                "the client fell too far behind; reconnect with after=resumeAfter",
+                            ),
+                            resume_after: self.last,
+                        };
+                        return Some(
+                            Event::default()
+                                .event(STREAM_DROPPED)
+                                .data(event_json(&dropped)),
+                        );
                     }
                 },
                 StreamPhase::Done => return None,
@@ -369,13 +351,21 @@ pub(crate) async fn session_events(
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
+/// Returns the SSE event of a session event: its kind as the name, its payload's fields and its
+/// seq as the data ([`EventData`]), and for a durable event its seq as the id.
 fn sse_event(event: &SessionEvent) -> Event {
-    let mut data = match &event.payload {
-        serde_json::Value::Object(map) => serde_json::Value::Object(map.clone()),
-        other => serde_json::json!({"value": other}),
+    let mut payload = match &event.payload {
+        serde_json::Value::Object(map) => map.clone(),
+        other => serde_json::Map::from_iter([(String::from("value"), other.clone())]),
     };
-    data["seq"] = event.seq.into();
-    let built = Event::default().event(&event.kind).data(data.to_string());
+    // The event's own seq wins over a `seq` inside the payload (rows written before
+    // `message.completed` stopped carrying the transcript seq have one).
+    payload.remove("seq");
+    let data = EventData {
+        seq: event.seq,
+        payload,
+    };
+    let built = Event::default().event(&event.kind).data(event_json(&data));
     match event.durable {
         true => built.id(event.seq.to_string()),
         false => built,
@@ -391,19 +381,38 @@ async fn load_turn(state: &GatewayState, turn_id: &str) -> Result<TurnRecord, Ap
         .ok_or_else(|| ApiError::not_found(format!("no turn {turn_id}")))
 }
 
-fn turn_json(turn: &TurnRecord) -> serde_json::Value {
-    let mut body = serde_json::json!({
-        "turnId": turn.turn_id,
-        "sessionKey": turn.session_key,
-        "status": turn.status.as_str(),
+/// Returns the JSON text of an event's data. The event types hold only strings, numbers,
+/// booleans and maps with string keys, so serializing them cannot fail; an empty object stands
+/// in if it ever did.
+fn event_json<T: serde::Serialize>(data: &T) -> String {
+    serde_json::to_string(data).unwrap_or_else(|_| String::from("{}"))
+}
+
+/// Returns the answer of `GET /v1/turns/{id}` for `turn`: the error only once it has a code.
+fn turn_answer(turn: TurnRecord) -> Turn {
+    let error = turn.error_code.map(|code| TurnError {
+        code: Some(code),
+        message: turn.error_message,
     });
-    if let Some(reply) = &turn.reply {
-        body["reply"] = reply.clone().into();
+    Turn {
+        turn_id: turn.turn_id,
+        session_key: turn.session_key,
+        status: turn_status(turn.status),
+        reply: turn.reply,
+        error,
     }
-    if let Some(code) = &turn.error_code {
-        body["error"] = serde_json::json!({"code": code, "message": turn.error_message});
+}
+
+/// Returns the API's twin of a stored turn status.
+fn turn_status(status: StoredTurnStatus) -> TurnStatus {
+    match status {
+        StoredTurnStatus::Queued => TurnStatus::Queued,
+        StoredTurnStatus::Running => TurnStatus::Running,
+        StoredTurnStatus::Completed => TurnStatus::Completed,
+        StoredTurnStatus::Failed => TurnStatus::Failed,
+        StoredTurnStatus::Interrupted => TurnStatus::Interrupted,
+        StoredTurnStatus::Aborted => TurnStatus::Aborted,
     }
-    body
 }
 
 /// Session keys: 1 to 128 characters of letters, digits, `.`, `_`, `:` and `-`, starting with a
@@ -447,7 +456,7 @@ fn store_error(error: &StoreError) -> ApiError {
 pub(crate) async fn stop_session(
     State(state): State<Arc<GatewayState>>,
     Path(session_key): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<StopResponse>, ApiError> {
     check_session_key(&session_key)?;
     let aborted = state.turns.abort(&session_key);
     let owner = state
@@ -469,9 +478,7 @@ pub(crate) async fn stop_session(
             serde_json::json!({"sessionKey": session_key, "stopped": stopped}),
         )
         .await;
-    Ok(Json(
-        serde_json::json!({"stopped": stopped, "aborted": aborted}),
-    ))
+    Ok(Json(StopResponse { stopped, aborted }))
 }
 
 /// Stops the worker of `session_key` on node `node_id` (and with `discard` deletes the
@@ -511,12 +518,6 @@ async fn stop_worker(
     Ok(answer.stopped)
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct MoveBody {
-    node: Option<String>,
-}
-
 /// `POST /v1/sessions/{key}/move` with `{"node"?: ID}`: binds the session to node `ID` (an
 /// enrolled node), or with no node unbinds it so that its next turn binds it to whichever node
 /// serves the native runtime. Refused with `409 SESSION_BUSY` while a turn runs. The worker on
@@ -526,11 +527,11 @@ pub(crate) async fn move_session(
     State(state): State<Arc<GatewayState>>,
     Path(session_key): Path<String>,
     body: axum::body::Bytes,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<MoveResponse>, ApiError> {
     use gatehouse_store::model::SessionMove;
     check_session_key(&session_key)?;
-    let body: MoveBody = match body.is_empty() {
-        true => MoveBody::default(),
+    let body: MoveParams = match body.is_empty() {
+        true => MoveParams::default(),
         false => serde_json::from_slice(&body)
             .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))?,
     };
@@ -552,7 +553,7 @@ pub(crate) async fn move_session(
         .map_err(|error| store_error(&error))?;
     let from = match outcome {
         SessionMove::Moved { from } => from,
-        SessionMove::Unchanged => return Ok(Json(serde_json::json!({"moved": false}))),
+        SessionMove::Unchanged => return Ok(Json(MoveResponse { moved: false })),
         SessionMove::NotFound => {
             return Err(ApiError::not_found(format!("no session {session_key}")));
         }
@@ -601,5 +602,5 @@ pub(crate) async fn move_session(
         )
         .await;
     tracing::info!(session_key, from = ?from, to = ?to, "session moved");
-    Ok(Json(serde_json::json!({"moved": true})))
+    Ok(Json(MoveResponse { moved: true }))
 }

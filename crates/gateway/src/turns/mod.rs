@@ -18,6 +18,7 @@ use std::time::Instant;
 use gatehouse_store::Store;
 use gatehouse_store::StoreError;
 use gatehouse_store::model::Admitted;
+use gatehouse_store::model::Attachment;
 use gatehouse_store::model::NewUserMessage;
 use gatehouse_store::model::QueueMode;
 use gatehouse_store::model::TurnEnd;
@@ -46,7 +47,7 @@ const STEER_CAPACITY: usize = 16;
 /// Stages a turn's attachments on the Harness before dispatch.
 #[async_trait::async_trait]
 pub trait AttachmentStager: Send + Sync + 'static {
-    /// Stages `attachments` (`[{"mediaId","required"}]`) for `turn_id` and returns the
+    /// Stages `attachments` for `turn_id` and returns the
     /// workspace-relative paths of the staged files.
     ///
     /// # Errors
@@ -55,7 +56,7 @@ pub trait AttachmentStager: Send + Sync + 'static {
     async fn stage(
         &self,
         turn_id: &str,
-        attachments: &serde_json::Value,
+        attachments: &[Attachment],
     ) -> Result<Vec<String>, TurnFailure>;
 }
 
@@ -66,8 +67,8 @@ pub struct IncomingMessage {
     pub session_key: String,
     /// The user's text.
     pub text: String,
-    /// `[{"mediaId","required"}]`.
-    pub attachments: serde_json::Value,
+    /// The attachments, in request order.
+    pub attachments: Vec<Attachment>,
     /// The caller's idempotency key.
     pub idempotency_key: Option<String>,
     /// How it is queued.
@@ -417,10 +418,7 @@ impl TurnEngine {
             .into_iter()
             .map(|message| message.content)
             .collect();
-        let has_attachments = turn
-            .attachments
-            .as_array()
-            .is_some_and(|list| !list.is_empty());
+        let has_attachments = !turn.attachments.is_empty();
         let attachments = match (&self.stager, has_attachments) {
             (_, false) => Vec::new(),
             (Some(stager), true) => stager.stage(&turn.turn_id, &turn.attachments).await?,

@@ -5,6 +5,20 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
+use gatehouse_api::events::ARTIFACT_REFUSED;
+use gatehouse_api::events::ARTIFACT_STORED;
+use gatehouse_api::events::ArtifactRefused;
+use gatehouse_api::events::ArtifactStored;
+use gatehouse_api::events::MESSAGE_COMPLETED;
+use gatehouse_api::events::MESSAGE_DELTA;
+use gatehouse_api::events::MessageCompleted;
+use gatehouse_api::events::MessageDelta;
+use gatehouse_api::events::TOOL_COMPLETED;
+use gatehouse_api::events::TOOL_STARTED;
+use gatehouse_api::events::ToolCompleted;
+use gatehouse_api::events::ToolStarted;
+use gatehouse_api::events::TruncatedArguments;
+use gatehouse_api::sessions::TurnError;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::Store;
 use gatehouse_store::model::NewTurnMessage;
@@ -96,6 +110,13 @@ pub const MAX_TOOL_NAME_BYTES: usize = 256;
 pub const MAX_TURN_STORED_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Returns `text` cut to at most `max` bytes at a character boundary, with a marker when cut.
+/// Returns the JSON of an event payload. The payload types serialize only strings, numbers,
+/// booleans and maps with string keys, so the conversion cannot fail; `null` stands in if it
+/// ever did.
+fn payload<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
 fn bounded_text(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     if text.len() <= max {
         return std::borrow::Cow::Borrowed(text);
@@ -162,8 +183,11 @@ impl TurnSink {
     pub fn delta(&self, text: &str) {
         self.hub.publish_ephemeral(
             &self.session_key,
-            "message.delta",
-            serde_json::json!({"turnId": self.turn_id, "text": text}),
+            MESSAGE_DELTA,
+            payload(&MessageDelta {
+                turn_id: self.turn_id.clone(),
+                text: text.to_owned(),
+            }),
         );
     }
 
@@ -179,15 +203,19 @@ impl TurnSink {
         let tool = bounded_text(tool, MAX_TOOL_NAME_BYTES);
         let size = serde_json::to_string(arguments).map_or(0, |text| text.len());
         let arguments = match size > MAX_TOOL_ARGUMENTS_BYTES {
-            true => &serde_json::json!({"truncated": true, "bytes": size}),
-            false => arguments,
+            true => payload(&TruncatedArguments {
+                truncated: true,
+                bytes: size,
+            }),
+            false => arguments.clone(),
         };
         self.charge(tool.len() + size.min(MAX_TOOL_ARGUMENTS_BYTES))?;
-        self.event(
-            "tool.started",
-            serde_json::json!({"turnId": self.turn_id, "tool": tool, "arguments": arguments}),
-        )
-        .await
+        let started = ToolStarted {
+            turn_id: self.turn_id.clone(),
+            tool: tool.into_owned(),
+            arguments,
+        };
+        self.event(TOOL_STARTED, payload(&started)).await
     }
 
     /// Records that a tool finished.
@@ -197,26 +225,38 @@ impl TurnSink {
     pub async fn tool_completed(&self, tool: &str, ok: bool) -> Result<(), TurnFailure> {
         let tool = bounded_text(tool, MAX_TOOL_NAME_BYTES);
         self.charge(tool.len())?;
-        self.event(
-            "tool.completed",
-            serde_json::json!({"turnId": self.turn_id, "tool": tool, "ok": ok}),
-        )
-        .await
+        let completed = ToolCompleted {
+            turn_id: self.turn_id.clone(),
+            tool: tool.into_owned(),
+            ok,
+        };
+        self.event(TOOL_COMPLETED, payload(&completed)).await
     }
 
     /// Records that a reply artifact was fetched from the Harness into the media store.
     pub async fn artifact_stored(&self, path: &str, media_id: &str, size: u64) {
-        let payload = serde_json::json!({"turnId": self.turn_id, "path": path, "mediaId": media_id, "size": size});
-        if let Err(failure) = self.event("artifact.stored", payload).await {
+        let stored = ArtifactStored {
+            turn_id: self.turn_id.clone(),
+            path: path.to_owned(),
+            media_id: media_id.to_owned(),
+            size,
+        };
+        if let Err(failure) = self.event(ARTIFACT_STORED, payload(&stored)).await {
             tracing::error!(code = %failure.code, "cannot record a reply artifact");
         }
     }
 
     /// Records that a reply artifact was refused or could not be fetched, with a stable code.
     pub async fn artifact_refused(&self, path: &str, code: &str, message: &str) {
-        let payload = serde_json::json!({"turnId": self.turn_id, "path": path,
-            "error": {"code": code, "message": message}});
-        if let Err(failure) = self.event("artifact.refused", payload).await {
+        let refused = ArtifactRefused {
+            turn_id: self.turn_id.clone(),
+            path: path.to_owned(),
+            error: TurnError {
+                code: Some(code.to_owned()),
+                message: Some(message.to_owned()),
+            },
+        };
+        if let Err(failure) = self.event(ARTIFACT_REFUSED, payload(&refused)).await {
             tracing::error!(code = %failure.code, "cannot record a refused reply artifact");
         }
     }
@@ -268,12 +308,12 @@ impl TurnSink {
         };
         match self.store.commit_turn_message(&message).await {
             Ok(Some(seq)) => {
-                let _ = self
-                    .event(
-                        "message.completed",
-                        serde_json::json!({"turnId": self.turn_id, "seq": seq, "role": role, "toolName": tool_name}),
-                    )
-                    .await;
+                let completed = MessageCompleted {
+                    turn_id: self.turn_id.clone(),
+                    role: role.to_owned(),
+                    tool_name: message.tool_name,
+                };
+                let _ = self.event(MESSAGE_COMPLETED, payload(&completed)).await;
                 Ok(seq)
             }
             Ok(None) => Err(TurnFailure::new(

@@ -60,7 +60,7 @@ async fn session(store: &Arc<dyn Store>, key: &str, attachments: serde_json::Val
             runtime: "native".to_owned(),
             turn_id: format!("turn-{key}"),
             text: "hi".to_owned(),
-            attachments,
+            attachments: serde_json::from_value(attachments).unwrap(),
             idempotency_key: None,
             queue_mode: QueueMode::Followup,
             now_ms: 1,

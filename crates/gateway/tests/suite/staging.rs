@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::Mutex;
 
 use axum::body::Bytes;
-use gatehouse_gateway::staging::AttachmentRef;
 use gatehouse_gateway::staging::GITIGNORE_CONTENT;
 use gatehouse_gateway::staging::SkippedAttachment;
 use gatehouse_gateway::staging::StagingError;
@@ -21,6 +20,7 @@ use gatehouse_gateway::workspace::Written;
 use gatehouse_media::MediaStore;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
+use gatehouse_store::model::Attachment;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
@@ -125,15 +125,15 @@ async fn put(media: &Media, content: &[u8], filename: Option<&str>) -> String {
         .id
 }
 
-fn required(media_id: &str) -> AttachmentRef {
-    AttachmentRef {
+fn required(media_id: &str) -> Attachment {
+    Attachment {
         media_id: media_id.to_owned(),
         required: true,
     }
 }
 
-fn optional(media_id: &str) -> AttachmentRef {
-    AttachmentRef {
+fn optional(media_id: &str) -> Attachment {
+    Attachment {
         media_id: media_id.to_owned(),
         required: false,
     }
@@ -419,13 +419,13 @@ async fn staged_ids_are_fresh_and_filename_safe() {
 
 #[test]
 fn attachment_refs_default_to_required() {
-    let attachments: Vec<AttachmentRef> = serde_json::from_value(json!([
+    let attachments: Vec<Attachment> = serde_json::from_value(json!([
         {"mediaId": "a"},
         {"mediaId": "b", "required": false},
     ]))
     .unwrap();
     assert_eq!(attachments, vec![required("a"), optional("b")]);
-    let unknown = serde_json::from_value::<AttachmentRef>(json!({"mediaId": "a", "path": "/x"}));
+    let unknown = serde_json::from_value::<Attachment>(json!({"mediaId": "a", "path": "/x"}));
     assert!(unknown.is_err());
 }
 
@@ -439,7 +439,7 @@ async fn the_turn_stager_returns_the_staged_paths() {
         Arc::new(media.store.clone()),
     );
     let paths = stager
-        .stage("turn-1", &json!([{"mediaId": media_id}]))
+        .stage("turn-1", &attachments(json!([{"mediaId": media_id}])))
         .await
         .unwrap();
     assert_eq!(paths.len(), 1);
@@ -452,15 +452,18 @@ async fn the_turn_stager_returns_the_staged_paths() {
     assert_eq!(workspace.writes()[1].bytes, b"for the turn");
 
     let failure = stager
-        .stage("turn-2", &json!([{"mediaId": "0".repeat(64)}]))
+        .stage("turn-2", &attachments(json!([{"mediaId": "0".repeat(64)}])))
         .await
         .unwrap_err();
     assert_eq!(failure.code, "ATTACHMENT_NOT_FOUND");
     assert_eq!(workspace.writes().len(), 2);
 
-    let failure = stager
-        .stage("turn-3", &json!({"mediaId": media_id}))
-        .await
-        .unwrap_err();
-    assert_eq!(failure.code, "INVALID_REQUEST");
+    // Attachments that are not a list never reach the stager: they do not decode.
+    let not_a_list = serde_json::from_value::<Vec<Attachment>>(json!({"mediaId": media_id}));
+    assert!(not_a_list.is_err());
+}
+
+/// Decodes a message's `attachments` as the API does.
+fn attachments(value: serde_json::Value) -> Vec<Attachment> {
+    serde_json::from_value(value).unwrap()
 }

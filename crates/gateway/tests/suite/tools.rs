@@ -26,7 +26,7 @@ async fn setup(layers: Vec<ToolLayer>) -> (tempfile::TempDir, Arc<dyn Store>, Ga
             runtime: "native".into(),
             turn_id: "t1".into(),
             text: "hi".into(),
-            attachments: serde_json::json!([]),
+            attachments: Vec::new(),
             idempotency_key: None,
             queue_mode: QueueMode::Followup,
             now_ms: 1,

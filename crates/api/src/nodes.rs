@@ -1,0 +1,51 @@
+//! `GET /v1/nodes` and `POST /v1/nodes/setup-codes`.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::Serialize;
+
+/// The answer of `GET /v1/nodes`: every enrolled node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeList {
+    /// The enrolled nodes, connected or not.
+    pub nodes: Vec<NodeSummary>,
+}
+
+/// One enrolled node as `GET /v1/nodes` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSummary {
+    /// The device id (the hash of its public key).
+    pub node_id: String,
+    /// The name the node gave itself; not unique.
+    pub display_name: String,
+    /// Whether the node is connected now.
+    pub connected: bool,
+    /// The runtime it declared: `native` or `codex`.
+    pub runtime: String,
+    /// The commands it serves: those of its live connection when connected, else the last
+    /// ones it declared.
+    pub commands: Vec<String>,
+    /// When it was last seen, Unix milliseconds.
+    pub last_seen_at: i64,
+}
+
+/// The body of `POST /v1/nodes/setup-codes`; an empty body is the same as `{}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SetupCodeParams {
+    /// How long the code stays valid, 1 to the Gateway's maximum; the Gateway's default when
+    /// left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u64>,
+}
+
+/// The answer of `POST /v1/nodes/setup-codes`: a one-time code a node enrolls with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetupCode {
+    /// The code; it names the Gateway's node URL and is consumed at most once.
+    pub setup_code: String,
+    /// When it expires, Unix milliseconds.
+    pub expires_at_ms: i64,
+}

@@ -1,0 +1,218 @@
+//! Sessions and turns: `POST /v1/sessions/{key}/messages`, `GET /v1/turns/{turnId}`,
+//! `GET /v1/sessions`, `GET /v1/sessions/{key}/transcript`, and the `abort`, `stop` and `move`
+//! actions of a session.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::Serialize;
+
+pub use gatehouse_store::model::Attachment;
+
+/// The body of `POST /v1/sessions/{key}/messages`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MessageParams {
+    /// The user's text: not blank, at most 256 KiB.
+    pub text: String,
+    /// Media to stage in the workspace before the turn runs, at most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+    /// 1 to 256 characters; repeating it returns the turn of the first message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// How the message is queued while a turn runs; `followup` when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_mode: Option<QueueMode>,
+}
+
+/// How a message that arrives while a turn of its session runs is queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueMode {
+    /// A new turn, run after the ones before it.
+    Followup,
+    /// Delivered to the running turn when the runtime supports it, else a follow-up.
+    Steer,
+    /// Merged into the next queued turn of the session.
+    Collect,
+    /// Aborts the running turn, then runs as a new turn.
+    Interrupt,
+}
+
+/// The `202` answer of `POST /v1/sessions/{key}/messages`, sent once the message is durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageAccepted {
+    /// The session.
+    pub session_key: String,
+    /// The turn that carries the message (an earlier one for a repeated idempotency key or a
+    /// collected message).
+    pub turn_id: String,
+    /// The turn's status now.
+    pub status: TurnStatus,
+}
+
+/// The status of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TurnStatus {
+    /// Admitted, waiting for its session or for a global slot.
+    Queued,
+    /// Dispatched to the runtime.
+    Running,
+    /// Finished with a reply.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Was running when the Gateway stopped; never replayed.
+    Interrupted,
+    /// Stopped by an abort.
+    Aborted,
+}
+
+impl TurnStatus {
+    /// Returns the status as the wire writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Queued => "queued",
+            TurnStatus::Running => "running",
+            TurnStatus::Completed => "completed",
+            TurnStatus::Failed => "failed",
+            TurnStatus::Interrupted => "interrupted",
+            TurnStatus::Aborted => "aborted",
+        }
+    }
+
+    /// Returns true once the turn can no longer change.
+    pub fn is_terminal(self) -> bool {
+        match self {
+            TurnStatus::Queued | TurnStatus::Running => false,
+            TurnStatus::Completed
+            | TurnStatus::Failed
+            | TurnStatus::Interrupted
+            | TurnStatus::Aborted => true,
+        }
+    }
+}
+
+/// The query of `GET /v1/turns/{turnId}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnQuery {
+    /// Long poll: wait up to this many seconds (at most 60) for the turn to end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<u64>,
+}
+
+/// The answer of `GET /v1/turns/{turnId}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Turn {
+    /// The turn.
+    pub turn_id: String,
+    /// Its session.
+    pub session_key: String,
+    /// Its status.
+    pub status: TurnStatus,
+    /// The final reply, once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
+    /// Why it did not complete, once failed, interrupted or aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<TurnError>,
+}
+
+/// Why a turn did not complete: a stable code and its message (`null` when the runtime gave
+/// none). Also the `error` of the `turn.failed` and `artifact.refused` events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnError {
+    /// The stable code (`null` only in a `turn.failed` event of a turn ended without one).
+    pub code: Option<String>,
+    /// What happened, for a person.
+    pub message: Option<String>,
+}
+
+/// The answer of `GET /v1/sessions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionList {
+    /// Every session.
+    pub sessions: Vec<SessionSummary>,
+}
+
+/// One session as `GET /v1/sessions` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    /// The session key.
+    pub session_key: String,
+    /// The runtime it runs on: `native` or `codex`.
+    pub runtime: String,
+    /// When it was created, Unix milliseconds.
+    pub created_at: i64,
+    /// When it last changed, Unix milliseconds.
+    pub updated_at: i64,
+    /// The turn running now, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_turn_id: Option<String>,
+    /// The node the session is bound to, once a turn ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+}
+
+/// The answer of `GET /v1/sessions/{key}/transcript`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Transcript {
+    /// The committed messages, oldest first.
+    pub messages: Vec<TranscriptMessage>,
+}
+
+/// One committed message of a transcript.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptMessage {
+    /// Its position in the session's transcript.
+    pub seq: i64,
+    /// The turn it belongs to.
+    pub turn_id: String,
+    /// `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text (cut at 1 MiB, with a marker).
+    pub content: String,
+    /// When it was committed, Unix milliseconds.
+    pub created_at: i64,
+    /// The tool, for a `tool` message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+}
+
+/// The answer of `POST /v1/sessions/{key}/abort`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AbortResponse {
+    /// Whether a running turn was aborted.
+    pub aborted: bool,
+}
+
+/// The answer of `POST /v1/sessions/{key}/stop`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StopResponse {
+    /// Whether the session's worker was running and was stopped.
+    pub stopped: bool,
+    /// Whether a running turn was aborted.
+    pub aborted: bool,
+}
+
+/// The body of `POST /v1/sessions/{key}/move`; an empty body is the same as `{}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MoveParams {
+    /// The enrolled node to bind the session to; left out, the session is unbound and its
+    /// next turn binds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// The answer of `POST /v1/sessions/{key}/move`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MoveResponse {
+    /// Whether the binding changed.
+    pub moved: bool,
+}

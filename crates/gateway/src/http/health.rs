@@ -1,0 +1,77 @@
+//! `GET /healthz` and `GET /readyz`: liveness, and readiness to run turns.
+
+use gatehouse_api::health::HealthResponse;
+use gatehouse_api::health::HealthStatus;
+use gatehouse_protocol::codex::CODEX_APPSERVER;
+use gatehouse_protocol::commands::FILE_COMMANDS;
+use gatehouse_protocol::commands::WORKSPACE_MEMORY;
+use gatehouse_protocol::commands::WORKSPACE_SKILLS;
+use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::runtime::RuntimeKind;
+use gatehouse_protocol::worker::AGENT_SESSION_RESTORE;
+use gatehouse_protocol::worker::AGENT_SESSION_STOP;
+use gatehouse_protocol::worker::AGENT_TURN;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::response::Response;
+
+use crate::GatewayState;
+use crate::http::error::ApiError;
+
+/// The commands a node hosting the native runtime must serve to be ready.
+const NATIVE_COMMANDS: &[&str] = &[AGENT_TURN, AGENT_SESSION_STOP, AGENT_SESSION_RESTORE];
+
+/// `GET /healthz`: the process answers.
+pub(crate) async fn healthz() -> Json<HealthResponse> {
+    Json(HealthResponse {
+        status: HealthStatus::Ok,
+    })
+}
+
+/// `GET /readyz`: `200` when the store answers and a node serving every command of its runtime
+/// is connected, else `503` with a code that says which check failed. It needs no token, so
+/// it names no node.
+pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
+    if let Err(error) = state.store.ping().await {
+        tracing::error!(error = %error, "store ping failed");
+        return ApiError::new(
+            ErrorCode::StoreUnavailable,
+            "the gateway store does not answer",
+        )
+        .into_response();
+    }
+    match state.registry.find_serving(FILE_COMMANDS) {
+        Some(node) if node.runtime == RuntimeKind::Native && !node.serves_all(NATIVE_COMMANDS) => ApiError::new(ErrorCode::NodeRuntimeIncomplete,
+            "the connected node hosts the native runtime but does not serve agent.turn; restart it with a current gatehouse",
+        )
+        .into_response(),
+        Some(node) if !node.serves_all(&[WORKSPACE_MEMORY, WORKSPACE_SKILLS]) => ApiError::new(ErrorCode::NodeRuntimeIncomplete,
+            "the connected node does not serve workspace.memory and workspace.skills; restart it with a current gatehouse",
+        )
+        .into_response(),
+        Some(node) if node.runtime == RuntimeKind::Codex && !node.serves_all(&[CODEX_APPSERVER]) => ApiError::new(ErrorCode::NodeRuntimeIncomplete,
+            "the connected node hosts the codex runtime but does not serve codex.appserver; restart it with a current gatehouse",
+        )
+        .into_response(),
+        Some(_) => match runtime_readiness(&state).await {
+            // No identifiers: `/readyz` needs no token.
+            Ok(()) => Json(HealthResponse { status: HealthStatus::Ready }).into_response(),
+            Err(failure) => ApiError::with_text_code(StatusCode::SERVICE_UNAVAILABLE, &failure.code, failure.message).into_response(),
+        },
+        None => ApiError::new(ErrorCode::NodeNotConnected,
+            "no Harness node with the workspace commands is connected; start `gatehouse node` with a setup code",
+        )
+        .into_response(),
+    }
+}
+
+async fn runtime_readiness(state: &GatewayState) -> Result<(), crate::turns::runtime::TurnFailure> {
+    match state.turns.runtime() {
+        Some(runtime) => runtime.readiness().await,
+        None => Ok(()),
+    }
+}
