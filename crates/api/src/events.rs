@@ -10,14 +10,19 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::Serialize;
 
-use crate::sessions::QueueMode;
+use gatehouse_store::model::EventPayload;
+
 use crate::sessions::TurnError;
-use crate::sessions::TurnStatus;
+
+pub use gatehouse_store::model::TurnCompleted;
+pub use gatehouse_store::model::TurnFailed;
+pub use gatehouse_store::model::TurnQueued;
+pub use gatehouse_store::model::TurnStarted;
 
 /// The event name of [`TurnQueued`].
-pub const TURN_QUEUED: &str = "turn.queued";
+pub const TURN_QUEUED: &str = TurnQueued::KIND;
 /// The event name of [`TurnStarted`].
-pub const TURN_STARTED: &str = "turn.started";
+pub const TURN_STARTED: &str = TurnStarted::KIND;
 /// The event name of [`MessageDelta`].
 pub const MESSAGE_DELTA: &str = "message.delta";
 /// The event name of [`MessageCompleted`].
@@ -31,9 +36,9 @@ pub const ARTIFACT_STORED: &str = "artifact.stored";
 /// The event name of [`ArtifactRefused`].
 pub const ARTIFACT_REFUSED: &str = "artifact.refused";
 /// The event name of [`TurnCompleted`].
-pub const TURN_COMPLETED: &str = "turn.completed";
+pub const TURN_COMPLETED: &str = TurnCompleted::KIND;
 /// The event name of [`TurnFailed`].
-pub const TURN_FAILED: &str = "turn.failed";
+pub const TURN_FAILED: &str = TurnFailed::KIND;
 /// The event name of [`StreamDropped`].
 pub const STREAM_DROPPED: &str = "stream.dropped";
 
@@ -57,24 +62,6 @@ pub struct EventData {
     /// The fields of the payload.
     #[serde(flatten)]
     pub payload: serde_json::Map<String, serde_json::Value>,
-}
-
-/// `turn.queued`: a message was admitted as a new turn (durable).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnQueued {
-    /// The turn.
-    pub turn_id: String,
-    /// How it was queued.
-    pub queue_mode: QueueMode,
-}
-
-/// `turn.started`: the turn was dispatched to its runtime (durable).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnStarted {
-    /// The turn.
-    pub turn_id: String,
 }
 
 /// `message.delta`: a piece of the assistant's reply as it streams (live only, never stored).
@@ -159,30 +146,6 @@ pub struct ArtifactRefused {
     /// The workspace path the reply named.
     pub path: String,
     /// Why, with a stable code.
-    pub error: TurnError,
-}
-
-/// `turn.completed`: the turn ended with a reply (durable).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnCompleted {
-    /// The turn.
-    pub turn_id: String,
-    /// `completed`.
-    pub status: TurnStatus,
-    /// The final reply.
-    pub reply: Option<String>,
-}
-
-/// `turn.failed`: the turn ended without a reply: failed, interrupted or aborted (durable).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnFailed {
-    /// The turn.
-    pub turn_id: String,
-    /// `failed`, `interrupted` or `aborted`.
-    pub status: TurnStatus,
-    /// Why.
     pub error: TurnError,
 }
 

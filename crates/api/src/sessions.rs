@@ -7,6 +7,9 @@ use serde::Deserialize;
 use serde::Serialize;
 
 pub use gatehouse_store::model::Attachment;
+pub use gatehouse_store::model::QueueMode;
+pub use gatehouse_store::model::TurnError;
+pub use gatehouse_store::model::TurnStatus;
 
 /// The body of `POST /v1/sessions/{key}/messages`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -25,20 +28,6 @@ pub struct MessageParams {
     pub queue_mode: Option<QueueMode>,
 }
 
-/// How a message that arrives while a turn of its session runs is queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum QueueMode {
-    /// A new turn, run after the ones before it.
-    Followup,
-    /// Delivered to the running turn when the runtime supports it, else a follow-up.
-    Steer,
-    /// Merged into the next queued turn of the session.
-    Collect,
-    /// Aborts the running turn, then runs as a new turn.
-    Interrupt,
-}
-
 /// The `202` answer of `POST /v1/sessions/{key}/messages`, sent once the message is durable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -50,49 +39,6 @@ pub struct MessageAccepted {
     pub turn_id: String,
     /// The turn's status now.
     pub status: TurnStatus,
-}
-
-/// The status of a turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum TurnStatus {
-    /// Admitted, waiting for its session or for a global slot.
-    Queued,
-    /// Dispatched to the runtime.
-    Running,
-    /// Finished with a reply.
-    Completed,
-    /// Finished with an error.
-    Failed,
-    /// Was running when the Gateway stopped; never replayed.
-    Interrupted,
-    /// Stopped by an abort.
-    Aborted,
-}
-
-impl TurnStatus {
-    /// Returns the status as the wire writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TurnStatus::Queued => "queued",
-            TurnStatus::Running => "running",
-            TurnStatus::Completed => "completed",
-            TurnStatus::Failed => "failed",
-            TurnStatus::Interrupted => "interrupted",
-            TurnStatus::Aborted => "aborted",
-        }
-    }
-
-    /// Returns true once the turn can no longer change.
-    pub fn is_terminal(self) -> bool {
-        match self {
-            TurnStatus::Queued | TurnStatus::Running => false,
-            TurnStatus::Completed
-            | TurnStatus::Failed
-            | TurnStatus::Interrupted
-            | TurnStatus::Aborted => true,
-        }
-    }
 }
 
 /// The query of `GET /v1/turns/{turnId}`.
@@ -119,16 +65,6 @@ pub struct Turn {
     /// Why it did not complete, once failed, interrupted or aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<TurnError>,
-}
-
-/// Why a turn did not complete: a stable code and its message (`null` when the runtime gave
-/// none). Also the `error` of the `turn.failed` and `artifact.refused` events.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct TurnError {
-    /// The stable code (`null` only in a `turn.failed` event of a turn ended without one).
-    pub code: Option<String>,
-    /// What happened, for a person.
-    pub message: Option<String>,
 }
 
 /// The answer of `GET /v1/sessions`.

@@ -1,9 +1,10 @@
 //! One-time enrollment codes: issuing them, and their text form.
 //!
-//! A setup code is base64url (no padding) of `{"v":1,"url","bootstrapToken","expiresAtMs"}`. The
-//! Gateway keeps only the SHA-256 of the bootstrap token; the code is shown once.
+//! A setup code is a [`SetupCodePayload`] (its URL, bootstrap token and expiry) in its text form,
+//! which the protocol crate defines for both sides. The Gateway keeps only the SHA-256 of the
+//! bootstrap token; the code is shown once.
 
-use base64::Engine;
+use gatehouse_protocol::setup_code::SetupCodePayload;
 use gatehouse_store::Store;
 use gatehouse_store::StoreError;
 use gatehouse_store::model::NewSetupCode;
@@ -48,14 +49,13 @@ pub async fn issue(
             expires_at_ms,
         })
         .await?;
-    let json = serde_json::json!({
-        "v": 1,
-        "url": url,
-        "bootstrapToken": token,
-        "expiresAtMs": expires_at_ms,
-    });
+    let payload = SetupCodePayload {
+        url: url.to_owned(),
+        bootstrap_token: token,
+        expires_at_ms,
+    };
     Ok(IssuedCode {
-        code: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json.to_string()),
+        code: payload.encode(),
         expires_at_ms,
     })
 }

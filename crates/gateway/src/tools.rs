@@ -59,6 +59,63 @@ pub fn without_codex_excluded(specs: Vec<GatewayToolSpec>) -> Vec<GatewayToolSpe
         .collect()
 }
 
+/// The arguments of `session_status`: none.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SessionStatusArguments {}
+
+/// The arguments of `memory_search`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct MemorySearchArguments {
+    /// What to search for.
+    query: String,
+    /// How many hits to return at most (1 to 50; 6 when left out).
+    #[schemars(range(min = 1))]
+    max_results: Option<u64>,
+    /// The lowest score a hit may have (0.35 when left out).
+    min_score: Option<f64>,
+}
+
+/// The arguments of `memory_get`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct MemoryGetArguments {
+    /// The file, as `memory_search` cites it.
+    path: String,
+    /// The first line to read, 1-based (the first line of the file when left out).
+    #[schemars(range(min = 1))]
+    from: Option<u32>,
+    /// How many lines to read (120 when left out).
+    #[schemars(range(min = 1))]
+    lines: Option<u32>,
+}
+
+/// The answer of `session_status`, which the model reads as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SessionStatus {
+    /// The caller's session.
+    session_key: String,
+    /// Its runtime (`native` or `codex`); `null` for a session the store does not list.
+    runtime: Option<String>,
+    /// The number of messages in its transcript.
+    messages: usize,
+    /// The number of turns in its transcript.
+    turns: usize,
+    /// The running turn, if any; `null` otherwise.
+    active_turn_id: Option<String>,
+}
+
+/// The `details` of a tool call's audit row.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CallDetails<'a> {
+    tool: &'a str,
+    session_key: &'a str,
+    turn_id: &'a str,
+}
+
 /// The Gateway-provided tools and the policy over them.
 pub struct GatewayTools {
     store: Arc<dyn Store>,
@@ -89,14 +146,15 @@ impl GatewayTools {
         gatehouse_policy::tool::evaluate_tool(&self.layers, tool) == ToolDecision::Allow
     }
 
-    /// Returns the specs of the tools a turn may call.
+    /// Returns the specs of the tools a turn may call. Each tool's parameters are the JSON Schema
+    /// of its arguments type ([`tool_parameters`]), which the call is decoded into.
     pub fn offered(&self) -> Vec<GatewayToolSpec> {
         let mut all = vec![GatewayToolSpec {
             name: String::from(SESSION_STATUS),
             description: String::from(
                 "Returns the state of this conversation: its session key, runtime, number of messages and turns, and the running turn.",
             ),
-            parameters: serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            parameters: tool_parameters::<SessionStatusArguments>(),
         }];
         if self.memory.is_some() {
             all.push(GatewayToolSpec {
@@ -104,22 +162,14 @@ impl GatewayTools {
                 description: String::from(
                     "Searches the agent's memory notes (MEMORY.md, memory/*.md). Search first, then read only the lines you need with memory_get. Results cite path#Lstart-Lend.",
                 ),
-                parameters: serde_json::json!({"type": "object", "properties": {
-                    "query": {"type": "string"},
-                    "maxResults": {"type": "integer", "minimum": 1},
-                    "minScore": {"type": "number"}
-                }, "required": ["query"], "additionalProperties": false}),
+                parameters: tool_parameters::<MemorySearchArguments>(),
             });
             all.push(GatewayToolSpec {
                 name: String::from(MEMORY_GET),
                 description: String::from(
                     "Reads lines of a memory file: path as cited by memory_search, from (1-based line) and lines (default 120).",
                 ),
-                parameters: serde_json::json!({"type": "object", "properties": {
-                    "path": {"type": "string"},
-                    "from": {"type": "integer", "minimum": 1},
-                    "lines": {"type": "integer", "minimum": 1}
-                }, "required": ["path"], "additionalProperties": false}),
+                parameters: tool_parameters::<MemoryGetArguments>(),
             });
         }
         all.into_iter()
@@ -227,6 +277,7 @@ impl GatewayTools {
         &self,
         params: &GatewayToolParams,
     ) -> Result<GatewayToolResult, WireError> {
+        let SessionStatusArguments {} = decode_arguments(params)?;
         let transcript = self
             .store
             .transcript(&params.session_key)
@@ -241,16 +292,16 @@ impl GatewayTools {
             .map(|message| message.turn_id.as_str())
             .collect::<std::collections::BTreeSet<_>>()
             .len();
-        let status = serde_json::json!({
-            "sessionKey": params.session_key,
-            "runtime": session.as_ref().map(|session| session.runtime.clone()),
-            "messages": transcript.len(),
-            "turns": n_turns,
-            "activeTurnId": session.and_then(|session| session.active_turn_id),
-        });
+        let status = SessionStatus {
+            session_key: params.session_key.clone(),
+            runtime: session.as_ref().map(|session| session.runtime.clone()),
+            messages: transcript.len(),
+            turns: n_turns,
+            active_turn_id: session.and_then(|session| session.active_turn_id),
+        };
         Ok(GatewayToolResult {
             ok: true,
-            output: status.to_string(),
+            output: to_output(&status),
         })
     }
 
@@ -266,39 +317,23 @@ impl GatewayTools {
                 "memory is not configured",
             ));
         };
-        let arguments = &params.arguments;
         let answer = if params.tool == MEMORY_SEARCH {
-            let Some(query) = arguments["query"].as_str() else {
-                return Err(WireError::new(
-                    ErrorCode::InvalidParams,
-                    "memory_search needs a query",
-                ));
-            };
+            let arguments: MemorySearchArguments = decode_arguments(params)?;
             let mut options = gatehouse_memory::search::SearchOptions::default();
-            if let Some(max) = arguments["maxResults"].as_u64() {
+            if let Some(max) = arguments.max_results {
                 options.max_results = usize::try_from(max.clamp(1, 50)).unwrap_or(6);
             }
-            if let Some(min) = arguments["minScore"].as_f64() {
+            if let Some(min) = arguments.min_score {
                 options.min_score = min;
             }
             memory
-                .search(query, options)
+                .search(&arguments.query, options)
                 .await
-                .map(|answer| serde_json::to_string(&answer).unwrap_or_default())
+                .map(|answer| to_output(&answer))
         } else {
-            let Some(path) = arguments["path"].as_str() else {
-                return Err(WireError::new(
-                    ErrorCode::InvalidParams,
-                    "memory_get needs a path",
-                ));
-            };
-            let number = |name: &str| {
-                arguments[name]
-                    .as_u64()
-                    .and_then(|value| u32::try_from(value).ok())
-            };
+            let arguments: MemoryGetArguments = decode_arguments(params)?;
             memory
-                .get(path, number("from"), number("lines"))
+                .get(&arguments.path, arguments.from, arguments.lines)
                 .await
                 .map(|read| {
                     let mut text = read.text;
@@ -324,7 +359,95 @@ impl GatewayTools {
 /// The audit details of a call: which tool, for which session and turn (bounded by the audit
 /// trail), never its arguments or output.
 fn call_details(params: &GatewayToolParams) -> serde_json::Value {
-    serde_json::json!({"tool": params.tool, "sessionKey": params.session_key, "turnId": params.turn_id})
+    let details = CallDetails {
+        tool: &params.tool,
+        session_key: &params.session_key,
+        turn_id: &params.turn_id,
+    };
+    // Serializing three strings into a `Value` cannot fail.
+    serde_json::to_value(details).unwrap_or_default()
+}
+
+/// Returns the JSON Schema of a tool's arguments type `T`, as a model's tool definition takes
+/// it: an object schema, inlined, without the `$schema`, `title` and `description` that
+/// describe the Rust type (the tool has its own description), without `format`s (model APIs
+/// accept different sets of them), with `properties` even when there are none, and with an
+/// optional argument typed as its value (`null` dropped from its `type`), since a call leaves
+/// out an argument it does not pass.
+fn tool_parameters<T: schemars::JsonSchema>() -> serde_json::Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|settings| {
+            settings.meta_schema = None;
+            settings.inline_subschemas = true;
+        })
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<T>();
+    for keyword in ["title", "description"] {
+        schema.remove(keyword);
+    }
+    // Some model APIs refuse an object schema without `properties`, which schemars leaves out
+    // for a type without fields.
+    if schema.get("properties").is_none() {
+        schema.insert(
+            String::from("properties"),
+            serde_json::Value::Object(serde_json::Map::new()),
+        );
+    }
+    let mut parameters = schema.to_value();
+    simplify_for_models(&mut parameters);
+    parameters
+}
+
+/// Removes every `format` of a schema and its subschemas, and `null` from every `type` list.
+fn simplify_for_models(schema: &mut serde_json::Value) {
+    match schema {
+        serde_json::Value::Object(object) => {
+            object.remove("format");
+            if let Some(serde_json::Value::Array(types)) = object.get_mut("type") {
+                types.retain(|kind| kind != "null");
+                if let [single] = types.as_mut_slice() {
+                    let single = single.take();
+                    object.insert(String::from("type"), single);
+                }
+            }
+            object.values_mut().for_each(simplify_for_models);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(simplify_for_models),
+        serde_json::Value::Null
+        | serde_json::Value::Bool(_)
+        | serde_json::Value::Number(_)
+        | serde_json::Value::String(_) => {}
+    }
+}
+
+/// Decodes a call's arguments into the tool's arguments type; absent arguments (`null`, as a
+/// Codex call without any sends them) are read as `{}`.
+///
+/// # Errors
+/// `INVALID_PARAMS` naming what does not match the tool's parameters, so the model can retry.
+fn decode_arguments<T: serde::de::DeserializeOwned>(
+    params: &GatewayToolParams,
+) -> Result<T, WireError> {
+    let arguments = match &params.arguments {
+        serde_json::Value::Null => serde_json::Value::Object(serde_json::Map::new()),
+        arguments => arguments.clone(),
+    };
+    serde_json::from_value(arguments).map_err(|error| {
+        WireError::new(
+            ErrorCode::InvalidParams,
+            format!(
+                "invalid arguments for {}: {}",
+                params.tool,
+                crate::audit::bounded_str(&error.to_string())
+            ),
+        )
+    })
+}
+
+/// Returns a tool's typed answer as the text the model reads: its JSON.
+fn to_output<T: serde::Serialize>(answer: &T) -> String {
+    // The answers are plain data (strings, numbers, lists); serializing them cannot fail.
+    serde_json::to_string(answer).unwrap_or_default()
 }
 
 fn store_error(error: gatehouse_store::StoreError) -> WireError {
@@ -352,6 +475,82 @@ mod tests {
             description: String::new(),
             parameters: serde_json::json!({"type": "object"}),
         }
+    }
+
+    /// The generated parameters are the object schemas the tools had when they were written by
+    /// hand, with a description per argument: what a model's tool definition (and a Codex
+    /// dynamic tool's `inputSchema`) takes.
+    #[test]
+    fn tool_parameters_are_the_object_schemas_of_the_arguments_types() {
+        use pretty_assertions::assert_eq;
+        assert_eq!(
+            tool_parameters::<SessionStatusArguments>(),
+            serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false})
+        );
+        assert_eq!(
+            tool_parameters::<MemorySearchArguments>(),
+            serde_json::json!({"type": "object", "properties": {
+                "query": {"type": "string", "description": "What to search for."},
+                "maxResults": {"type": "integer", "minimum": 1,
+                    "description": "How many hits to return at most (1 to 50; 6 when left out)."},
+                "minScore": {"type": "number",
+                    "description": "The lowest score a hit may have (0.35 when left out)."}
+            }, "required": ["query"], "additionalProperties": false})
+        );
+        assert_eq!(
+            tool_parameters::<MemoryGetArguments>(),
+            serde_json::json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "The file, as `memory_search` cites it."},
+                "from": {"type": "integer", "minimum": 1,
+                    "description": "The first line to read, 1-based (the first line of the file when left out)."},
+                "lines": {"type": "integer", "minimum": 1,
+                    "description": "How many lines to read (120 when left out)."}
+            }, "required": ["path"], "additionalProperties": false})
+        );
+    }
+
+    /// A call's arguments decode into its tool's type: absent ones as `{}`, and an unknown or
+    /// mistyped argument is refused as `INVALID_PARAMS` naming it.
+    #[test]
+    fn arguments_decode_into_the_tools_types() {
+        use pretty_assertions::assert_eq;
+        let call = |tool: &str, arguments: serde_json::Value| GatewayToolParams {
+            session_key: String::from("s"),
+            turn_id: String::from("t1"),
+            tool: String::from(tool),
+            arguments,
+        };
+        let get: MemoryGetArguments = decode_arguments(&call(
+            MEMORY_GET,
+            serde_json::json!({"path": "MEMORY.md", "lines": 2}),
+        ))
+        .unwrap();
+        assert_eq!(
+            (get.path.as_str(), get.from, get.lines),
+            ("MEMORY.md", None, Some(2))
+        );
+        let SessionStatusArguments {} =
+            decode_arguments(&call(SESSION_STATUS, serde_json::Value::Null)).unwrap();
+        let unknown = decode_arguments::<SessionStatusArguments>(&call(
+            SESSION_STATUS,
+            serde_json::json!({"verbose": true}),
+        ))
+        .unwrap_err();
+        assert_eq!(unknown.code, "INVALID_PARAMS");
+        assert!(unknown.message.contains("verbose"), "{}", unknown.message);
+        let mistyped = decode_arguments::<MemorySearchArguments>(&call(
+            MEMORY_SEARCH,
+            serde_json::json!({"query": 3}),
+        ))
+        .unwrap_err();
+        assert_eq!(mistyped.code, "INVALID_PARAMS");
+        assert!(
+            mistyped
+                .message
+                .starts_with("invalid arguments for memory_search"),
+            "{}",
+            mistyped.message
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use gatehouse_protocol::error::WireError;
 
-use crate::setup_code::SetupCodeError;
+use gatehouse_protocol::setup_code::SetupCodeError;
 
 /// A failure of the node host.
 ///

@@ -3,7 +3,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::setup_code::SetupCode;
-use crate::setup_code::SetupCodeError;
+use gatehouse_protocol::setup_code::SetupCodeError;
 
 fn encode(value: &serde_json::Value) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value.to_string())

@@ -1,10 +1,10 @@
 //! Wire types of the Gateway↔Harness link.
 //!
 //! This crate holds data only: the JSON frames that travel over the link, the handshake messages,
-//! the node-invoke envelope, the parameters and results of the workspace node commands, and the
-//! stable error codes. It does no I/O and has no business logic beyond one pure validator (of
-//! checkpoint manifests, which both sides must judge identically); every other crate uses these
-//! types on the wire and nothing else.
+//! the node-invoke envelope, the parameters and results of the workspace node commands, the
+//! stable error codes, and the setup code that enrolls a node. It does no I/O and has no business
+//! logic beyond one pure validator (of checkpoint manifests, which both sides must judge
+//! identically); every other crate uses these types on the wire and nothing else.
 //!
 //! The link is shaped after the OpenClaw gateway protocol: `req`/`res`/`event` frames, a
 //! `connect.challenge` → `connect` → `hello-ok` handshake with an Ed25519 device signature, and
@@ -28,6 +28,7 @@
 //! - [`commands`]: the workspace command names, parameters and results.
 //! - [`memory`]: `workspace.memory`, the node's memory file service.
 //! - [`report`]: `node.report`, the figures a node reports of itself.
+//! - [`setup_code`]: the payload of a setup code, the node's one-time enrollment credential.
 //! - [`skills`]: `workspace.skills`, the node's skills discovery.
 //! - [`error`]: stable error codes and the wire error shape.
 //! - [`runtime`]: the runtime kind a node hosts, `native` or `codex`.
@@ -52,5 +53,6 @@ pub mod invoke;
 pub mod memory;
 pub mod report;
 pub mod runtime;
+pub mod setup_code;
 pub mod skills;
 pub mod worker;

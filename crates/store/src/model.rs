@@ -115,7 +115,21 @@ pub struct AuditEvent {
 }
 
 /// The status of a turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+// It is also the `status` of a turn as the HTTP API shows it and as the turn events carry it, so
+// it is serialized as the wire writes it (`"queued"`, ...); the doc line above is its description
+// in the API's JSON Schema.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum TurnStatus {
     /// Admitted, waiting for its session or for a global slot.
     Queued,
@@ -170,15 +184,29 @@ impl TurnStatus {
     }
 }
 
-/// How a message that arrives while a turn runs is queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// How a message that arrives while a turn of its session runs is queued.
+// It is also the `queueMode` of `POST /v1/sessions/{key}/messages` and of a `turn.queued` event,
+// so it is serialized as the wire writes it (`"followup"`, ...); the doc line above is its
+// description in the API's JSON Schema.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum QueueMode {
     /// A new turn, run after the ones before it.
     Followup,
-    /// Merged into the next queued turn of the session.
-    Collect,
     /// Delivered to the running turn when the runtime supports it, else a follow-up.
     Steer,
+    /// Merged into the next queued turn of the session.
+    Collect,
     /// Aborts the running turn, then runs as a new turn.
     Interrupt,
 }
@@ -413,4 +441,102 @@ pub struct CheckpointBlob {
     pub media_id: String,
     /// The blob's size in bytes.
     pub size_bytes: u64,
+}
+
+/// Why a turn did not complete: a stable code and its message (`null` when the runtime gave
+/// none). Also the `error` of the `turn.failed` and `artifact.refused` events.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct TurnError {
+    /// The stable code (`null` only in a `turn.failed` event of a turn ended without one).
+    pub code: Option<String>,
+    /// What happened, for a person.
+    pub message: Option<String>,
+}
+
+/// The payload of a session event that a store backend writes itself, in the transaction that
+/// changes the turn, with the event name it is stored and streamed under.
+///
+/// The payload is the event's `data:` in `GET /v1/sessions/{key}/events` (the Gateway adds the
+/// `seq`), so these types are wire types; the api crate re-exports them. A backend stores
+/// [`EventPayload::to_payload_json`] under [`EventPayload::KIND`].
+pub trait EventPayload: serde::Serialize {
+    /// The event's name, the `kind` of its row.
+    const KIND: &'static str;
+
+    /// Returns the payload as the JSON object a backend stores as the event's `payload_json`.
+    /// Its text (`to_string()`) has the keys sorted, as the payloads built by hand before these
+    /// types existed had, so stored events keep their bytes.
+    fn to_payload_json(&self) -> Value {
+        // The payloads are strings, integers, enums and options of them: serializing them into
+        // a `Value` cannot fail.
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// `turn.queued`: a message was admitted as a new turn (durable).
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnQueued {
+    /// The turn.
+    pub turn_id: String,
+    /// How it was queued.
+    pub queue_mode: QueueMode,
+}
+
+impl EventPayload for TurnQueued {
+    const KIND: &'static str = "turn.queued";
+}
+
+/// `turn.started`: the turn was dispatched to its runtime (durable).
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnStarted {
+    /// The turn.
+    pub turn_id: String,
+}
+
+impl EventPayload for TurnStarted {
+    const KIND: &'static str = "turn.started";
+}
+
+/// `turn.completed`: the turn ended with a reply (durable).
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnCompleted {
+    /// The turn.
+    pub turn_id: String,
+    /// `completed`.
+    pub status: TurnStatus,
+    /// The final reply.
+    pub reply: Option<String>,
+}
+
+impl EventPayload for TurnCompleted {
+    const KIND: &'static str = "turn.completed";
+}
+
+/// `turn.failed`: the turn ended without a reply: failed, interrupted or aborted (durable).
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnFailed {
+    /// The turn.
+    pub turn_id: String,
+    /// `failed`, `interrupted` or `aborted`.
+    pub status: TurnStatus,
+    /// Why.
+    pub error: TurnError,
+}
+
+impl EventPayload for TurnFailed {
+    const KIND: &'static str = "turn.failed";
 }

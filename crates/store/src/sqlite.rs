@@ -20,6 +20,7 @@ use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
+use crate::model::EventPayload;
 use crate::model::EventRecord;
 use crate::model::MessageRecord;
 use crate::model::NewAuditEvent;
@@ -32,8 +33,13 @@ use crate::model::QueueMode;
 use crate::model::SessionMove;
 use crate::model::SessionRecord;
 use crate::model::StoreFigures;
+use crate::model::TurnCompleted;
 use crate::model::TurnEnd;
+use crate::model::TurnError;
+use crate::model::TurnFailed;
+use crate::model::TurnQueued;
 use crate::model::TurnRecord;
+use crate::model::TurnStarted;
 use crate::model::TurnStatus;
 
 /// The number of pooled connections; SQLite serializes writers anyway.
@@ -363,11 +369,15 @@ impl Store for SqliteStore {
                     }
                     return Err(error);
                 }
-                let payload = serde_json::json!({"turnId": message.turn_id, "queueMode": message.queue_mode.as_str()});
+                let payload = TurnQueued {
+                    turn_id: message.turn_id.clone(),
+                    queue_mode: message.queue_mode,
+                }
+                .to_payload_json();
                 insert_event(
                     &mut tx,
                     &message.session_key,
-                    "turn.queued",
+                    TurnQueued::KIND,
                     &payload,
                     message.now_ms,
                 )
@@ -456,8 +466,11 @@ impl Store for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(|e| map_error(e, "turn"))?;
-        let payload = serde_json::json!({"turnId": turn.turn_id});
-        insert_event(&mut tx, session_key, "turn.started", &payload, now_ms).await?;
+        let payload = TurnStarted {
+            turn_id: turn.turn_id.clone(),
+        }
+        .to_payload_json();
+        insert_event(&mut tx, session_key, TurnStarted::KIND, &payload, now_ms).await?;
         tx.commit().await.map_err(|e| map_error(e, "turn"))?;
         turn.status = TurnStatus::Running;
         turn.started_at_ms = Some(now_ms);
@@ -484,13 +497,25 @@ impl Store for SqliteStore {
         };
         let (kind, payload) = match end.status {
             TurnStatus::Completed => (
-                "turn.completed",
-                serde_json::json!({"turnId": turn_id, "status": "completed", "reply": end.reply}),
+                TurnCompleted::KIND,
+                TurnCompleted {
+                    turn_id: turn_id.to_owned(),
+                    status: TurnStatus::Completed,
+                    reply: end.reply.clone(),
+                }
+                .to_payload_json(),
             ),
             status => (
-                "turn.failed",
-                serde_json::json!({"turnId": turn_id, "status": status.as_str(),
-                    "error": {"code": end.error_code, "message": end.error_message}}),
+                TurnFailed::KIND,
+                TurnFailed {
+                    turn_id: turn_id.to_owned(),
+                    status,
+                    error: TurnError {
+                        code: end.error_code.clone(),
+                        message: end.error_message.clone(),
+                    },
+                }
+                .to_payload_json(),
             ),
         };
         insert_event(&mut tx, &session_key, kind, &payload, end.now_ms).await?;
@@ -629,9 +654,25 @@ impl Store for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(|e| map_error(e, "turn"))?;
-            let payload = serde_json::json!({"turnId": turn.turn_id, "status": "interrupted",
-                "error": {"code": "INTERRUPTED", "message": "the gateway stopped while this turn ran; it is not replayed"}});
-            insert_event(&mut tx, &turn.session_key, "turn.failed", &payload, now_ms).await?;
+            let payload = TurnFailed {
+                turn_id: turn.turn_id.clone(),
+                status: TurnStatus::Interrupted,
+                error: TurnError {
+                    code: Some(String::from("INTERRUPTED")),
+                    message: Some(String::from(
+                        "the gateway stopped while this turn ran; it is not replayed",
+                    )),
+                },
+            }
+            .to_payload_json();
+            insert_event(
+                &mut tx,
+                &turn.session_key,
+                TurnFailed::KIND,
+                &payload,
+                now_ms,
+            )
+            .await?;
             turn.status = TurnStatus::Interrupted;
             interrupted.push(turn);
         }

@@ -381,3 +381,93 @@ async fn finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle
         SessionMove::NotFound
     );
 }
+
+/// The turn events the store writes itself are their typed payloads: each decodes into the type
+/// its kind names, and its text is the one the hand-built payloads had (keys sorted, explicit
+/// `null`s), so events stored before and after read alike.
+#[tokio::test]
+async fn turn_events_are_their_typed_payloads() {
+    use gatehouse_store::model::EventPayload;
+    use gatehouse_store::model::TurnError;
+    use gatehouse_store::model::TurnFailed;
+    use gatehouse_store::model::TurnQueued;
+    use gatehouse_store::model::TurnStarted;
+
+    let (_dir, store) = open().await;
+    store
+        .admit_user_message(&message("s", "t1", "one", None, QueueMode::Steer))
+        .await
+        .unwrap();
+    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    let end = TurnEnd {
+        status: TurnStatus::Failed,
+        reply: None,
+        error_code: None,
+        error_message: Some("no code".into()),
+        now_ms: 3,
+    };
+    assert!(store.finish_turn("t1", &end).await.unwrap());
+    store
+        .admit_user_message(&message("s", "t2", "two", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    store.claim_next_turn("s", 4).await.unwrap().unwrap();
+    store.interrupt_running_turns(5).await.unwrap();
+
+    let events = store.events_after("s", 0, 100).await.unwrap();
+    let kinds: Vec<&str> = events.iter().map(|event| event.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            TurnQueued::KIND,
+            TurnStarted::KIND,
+            TurnFailed::KIND,
+            TurnQueued::KIND,
+            TurnStarted::KIND,
+            TurnFailed::KIND
+        ]
+    );
+    let decode = |idx: usize| serde_json::from_value::<TurnFailed>(events[idx].payload.clone());
+    assert_eq!(
+        (decode(2).unwrap(), decode(5).unwrap()),
+        (
+            TurnFailed {
+                turn_id: "t1".into(),
+                status: TurnStatus::Failed,
+                error: TurnError {
+                    code: None,
+                    message: Some("no code".into()),
+                },
+            },
+            TurnFailed {
+                turn_id: "t2".into(),
+                status: TurnStatus::Interrupted,
+                error: TurnError {
+                    code: Some("INTERRUPTED".into()),
+                    message: Some(
+                        "the gateway stopped while this turn ran; it is not replayed".into()
+                    ),
+                },
+            }
+        )
+    );
+    let texts: Vec<String> = [0, 1, 2]
+        .into_iter()
+        .map(|idx| events[idx].payload.to_string())
+        .collect();
+    assert_eq!(
+        texts,
+        vec![
+            r#"{"queueMode":"steer","turnId":"t1"}"#,
+            r#"{"turnId":"t1"}"#,
+            r#"{"error":{"code":null,"message":"no code"},"status":"failed","turnId":"t1"}"#,
+        ]
+    );
+    assert_eq!(
+        serde_json::from_value::<TurnQueued>(events[0].payload.clone()).unwrap(),
+        TurnQueued {
+            turn_id: "t1".into(),
+            queue_mode: QueueMode::Steer,
+        }
+    );
+}

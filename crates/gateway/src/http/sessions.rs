@@ -4,7 +4,6 @@ use gatehouse_api::events::EventData;
 use gatehouse_api::events::EventsQuery;
 use gatehouse_api::events::STREAM_DROPPED;
 use gatehouse_api::events::StreamDropped;
-use gatehouse_api::sessions as api;
 use gatehouse_api::sessions::AbortResponse;
 use gatehouse_api::sessions::MessageAccepted;
 use gatehouse_api::sessions::MessageParams;
@@ -18,7 +17,6 @@ use gatehouse_api::sessions::TranscriptMessage;
 use gatehouse_api::sessions::Turn;
 use gatehouse_api::sessions::TurnError;
 use gatehouse_api::sessions::TurnQuery;
-use gatehouse_api::sessions::TurnStatus;
 use gatehouse_protocol::error::ErrorCode;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -38,7 +36,6 @@ use futures_util::Stream;
 use gatehouse_store::StoreError;
 use gatehouse_store::model::QueueMode;
 use gatehouse_store::model::TurnRecord;
-use gatehouse_store::model::TurnStatus as StoredTurnStatus;
 
 use crate::GatewayState;
 use crate::http::error::ApiError;
@@ -85,12 +82,7 @@ pub(crate) async fn post_message(
             "idempotencyKey must be 1 to 256 characters",
         ));
     }
-    let queue_mode = match body.queue_mode {
-        None | Some(api::QueueMode::Followup) => QueueMode::Followup,
-        Some(api::QueueMode::Steer) => QueueMode::Steer,
-        Some(api::QueueMode::Collect) => QueueMode::Collect,
-        Some(api::QueueMode::Interrupt) => QueueMode::Interrupt,
-    };
+    let queue_mode = body.queue_mode.unwrap_or(QueueMode::Followup);
     let admitted = state
         .turns
         .admit(IncomingMessage {
@@ -107,7 +99,7 @@ pub(crate) async fn post_message(
     let accepted = MessageAccepted {
         session_key,
         turn_id: admitted.turn.turn_id,
-        status: turn_status(admitted.turn.status),
+        status: admitted.turn.status,
     };
     Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
 }
@@ -397,21 +389,9 @@ fn turn_answer(turn: TurnRecord) -> Turn {
     Turn {
         turn_id: turn.turn_id,
         session_key: turn.session_key,
-        status: turn_status(turn.status),
+        status: turn.status,
         reply: turn.reply,
         error,
-    }
-}
-
-/// Returns the API's twin of a stored turn status.
-fn turn_status(status: StoredTurnStatus) -> TurnStatus {
-    match status {
-        StoredTurnStatus::Queued => TurnStatus::Queued,
-        StoredTurnStatus::Running => TurnStatus::Running,
-        StoredTurnStatus::Completed => TurnStatus::Completed,
-        StoredTurnStatus::Failed => TurnStatus::Failed,
-        StoredTurnStatus::Interrupted => TurnStatus::Interrupted,
-        StoredTurnStatus::Aborted => TurnStatus::Aborted,
     }
 }
 
