@@ -71,7 +71,7 @@ conformance!(
     checkpoints_keep_the_latest_order_by_save_and_prune_the_rest,
     checkpoint_blob_garbage_is_what_nothing_refers_to,
     a_codex_thread_binding_is_kept_and_replaced_per_session,
-    a_session_is_bound_to_its_first_node_and_moves_only_when_idle,
+    finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle,
 );
 
 fn node(device_id: &str) -> NodeRecord {
@@ -944,7 +944,7 @@ async fn a_codex_thread_binding_is_kept_and_replaced_per_session(target: Target)
     assert_eq!(store.codex_thread("nope").await.unwrap(), None);
 }
 
-async fn a_session_is_bound_to_its_first_node_and_moves_only_when_idle(target: Target) {
+async fn finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle(target: Target) {
     let store = target.open().await;
     store
         .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
