@@ -1,7 +1,8 @@
 //! `gatehouse up` with its state in PostgreSQL (`--store postgres://...`), on the throwaway
 //! server `GATEHOUSE_TEST_POSTGRES_URL` names (scripts/test starts it): a turn completes and its
-//! transcript survives a restart, and while the server cannot be reached `/readyz` and the API
-//! answer STORE_UNAVAILABLE, recovering without a restart once it can.
+//! transcript survives a restart, a `kill -9` under 64 clients loses no acknowledged message,
+//! and while the server cannot be reached `/readyz` and the API answer STORE_UNAVAILABLE,
+//! recovering without a restart once it can.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -97,6 +98,14 @@ async fn up_on_postgres_completes_a_turn_and_the_transcript_survives_a_restart()
     assert_eq!(contents(&up.transcript("pg").await), expected);
     completed_turn(&up, "pg", "/say after the restart").await;
     assert_eq!(up.transcript("pg").await.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_on_postgres_under_64_clients_loses_no_acknowledged_message() {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().canonicalize().unwrap().join("data");
+    let store = fresh_database().await;
+    crate::suite::up::kill_9_loses_nothing(&data, &|data| up_on(data, &store), 64).await;
 }
 
 /// A TCP forwarder on loopback to the test server: stopping it is, to the Gateway, the server
