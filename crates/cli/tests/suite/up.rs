@@ -367,10 +367,10 @@ async fn kill_9_loses_no_acknowledged_message_and_leaves_no_turn_running() {
     kill_9_loses_nothing(&data, &Up::start, 8).await;
 }
 
-/// Kills `up` (started by `start`) with SIGKILL while `clients` senders, each on its own
-/// session, post messages, and one turn runs; then restarts it and checks that every
-/// acknowledged message is stored exactly once with contiguous seqs, the running turn is
-/// interrupted (not replayed) and the queued one proceeds.
+/// Kills `up` (started by `start`) with SIGKILL while `clients` senders post messages to eight
+/// sessions (as many as `up` has worker slots) and one turn runs; then restarts it and checks
+/// that every acknowledged message is stored exactly once with contiguous seqs, the running
+/// turn is interrupted (not replayed) and the queued one proceeds.
 pub(crate) async fn kill_9_loses_nothing(data: &Path, start: &dyn Fn(&Path) -> Up, clients: usize) {
     let mut up = start(data);
     up.wait_ready().await;
@@ -397,7 +397,8 @@ pub(crate) async fn kill_9_loses_nothing(data: &Path, start: &dyn Fn(&Path) -> U
     // and dispatched.
     let mut senders = Vec::new();
     let acks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for session in 0..clients {
+    for sender in 0..clients {
+        let session = sender % 8;
         let url = up_url.clone();
         let token = token.clone();
         let acks = std::sync::Arc::clone(&acks);
@@ -405,7 +406,7 @@ pub(crate) async fn kill_9_loses_nothing(data: &Path, start: &dyn Fn(&Path) -> U
             let client = reqwest::Client::new();
             let mut acknowledged = Vec::new();
             for message in 0..200 {
-                let text = format!("s{session} m{message}");
+                let text = format!("s{session} c{sender} m{message}");
                 let sent = client
                     .post(format!("{url}/v1/sessions/s{session}/messages"))
                     .bearer_auth(&token)
