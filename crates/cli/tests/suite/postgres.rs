@@ -11,6 +11,7 @@ use std::time::Instant;
 use pretty_assertions::assert_eq;
 use sqlx::Connection;
 
+use crate::suite::support::Gateway;
 use crate::suite::support::WAIT;
 use crate::suite::support::gatehouse;
 use crate::suite::up::Up;
@@ -260,4 +261,44 @@ fn a_store_url_with_a_password_is_refused_without_echoing_it() {
         !temp.path().join("state").exists(),
         "a refused store created state"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_config_key_store_selects_the_database_and_the_flag_wins_over_it() {
+    let temp = tempfile::tempdir().unwrap();
+    let database = fresh_database().await;
+    let config = temp.path().join("gateway.toml");
+    std::fs::write(&config, format!("store = {:?}\n", database.as_str())).unwrap();
+    let config = config.to_str().unwrap();
+    let from_file = temp.path().join("from-file");
+    let gateway = Gateway::start_with(&from_file, temp.path(), &["--config", config]);
+    gateway.get("/readyz").await;
+    let mut connection = sqlx::PgConnection::connect(database.as_str())
+        .await
+        .unwrap();
+    let migrations: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
+    assert!(
+        migrations > 0,
+        "the Gateway did not migrate the configured database"
+    );
+    assert!(!from_file.join("gateway.db").exists());
+    drop(gateway);
+
+    let flag_store = temp.path().join("flag.db");
+    let from_flag = temp.path().join("from-flag");
+    let flag = format!("sqlite://{}", flag_store.display());
+    let gateway = Gateway::start_with(
+        &from_flag,
+        temp.path(),
+        &["--config", config, "--store", &flag],
+    );
+    gateway.get("/readyz").await;
+    assert!(
+        flag_store.is_file(),
+        "the --store flag did not win over the config file"
+    );
+    assert!(!from_flag.join("gateway.db").exists());
 }
