@@ -20,8 +20,10 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::Connection;
 use sqlx::Row;
 use sqlx::postgres::PgConnectOptions;
+use sqlx::postgres::PgConnection;
 use sqlx::postgres::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::postgres::PgRow;
@@ -88,6 +90,15 @@ impl PgStore {
     /// # Errors
     /// [`StoreError::Unavailable`] when the server cannot be reached or migrated.
     pub async fn open_with(options: PgConnectOptions) -> Result<Self> {
+        // One direct connection first: the pool would report an unreachable server only as a
+        // timeout, and the operator needs the reason (refused, authentication, no database).
+        let probe = PgConnection::connect_with(&options)
+            .await
+            .map_err(|error| StoreError::Unavailable {
+                source: Box::new(error),
+            })?;
+        // Closing is a courtesy to the server; the connection is gone either way.
+        let _ = probe.close().await;
         let pool = PgPoolOptions::new()
             .max_connections(POOL_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)

@@ -1154,6 +1154,11 @@ mod postgres_only {
             panic!("a store opened with no server");
         };
         assert_eq!(error.code(), ErrorCode::StoreUnavailable, "{error:?}");
+        let chain = format!("{error:?}");
+        assert!(
+            chain.contains("refused"),
+            "the engine's reason is lost: {chain}"
+        );
     }
 
     /// The password comes from the variable the URL names, never from the URL.
