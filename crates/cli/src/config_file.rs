@@ -32,6 +32,7 @@ pub(crate) struct GatewayFile {
     pub(crate) memory_model_dir: Option<PathBuf>,
     pub(crate) skills_dir: Option<PathBuf>,
     pub(crate) bundled_skills_dir: Option<PathBuf>,
+    pub(crate) store: Option<String>,
 }
 
 /// `gatehouse node --config`.

@@ -40,11 +40,13 @@ pub(crate) struct GatewayArgs {
     memory_skills: crate::memory_setup::MemorySkillsArgs,
     #[command(flatten)]
     quotas: crate::quota_args::QuotaArgs,
+    #[command(flatten)]
+    store: crate::store_args::StoreArgs,
     /// A TOML file with the same settings in kebab-case (`state`, `listen`, `public-url`,
     /// `max-concurrent-turns`, `media-max-bytes`, `media-quota-bytes`,
     /// `checkpoint-quota-bytes`, `checkpoints-kept`, `runtime`, `codex-command-approval`,
     /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`, `skills-dir`,
-    /// `bundled-skills-dir`); flags and their variables win over it.
+    /// `bundled-skills-dir`, `store`); flags and their variables win over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The interval of keep-alive ticks on node links, in milliseconds.
@@ -57,6 +59,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     let file: crate::config_file::GatewayFile = crate::config_file::load(args.config.as_deref())?;
     let memory_skills = args.memory_skills.or_file(&file);
     let quotas = args.quotas.or_file(&file);
+    let store = args.store.or_file(&file);
     let Some(state) = args.state.or(file.state) else {
         return Err(UsageError::new("pass --state DIR (or `state` in the config file)").into());
     };
@@ -73,6 +76,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         config.media_max_bytes = max;
     }
     quotas.apply(&mut config);
+    store.apply(&mut config)?;
     config.tick_interval = Duration::from_millis(args.tick_interval_ms.max(100));
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     let memory_embedder = memory_skills.apply(&mut config)?;

@@ -25,6 +25,7 @@ mod scratch_cmd;
 mod setup_code_cmd;
 mod signals;
 mod skills_cmd;
+mod store_args;
 mod up_cmd;
 mod worker_cmd;
 

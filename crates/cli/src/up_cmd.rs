@@ -64,6 +64,8 @@ pub(crate) struct UpArgs {
     #[command(flatten)]
     quotas: crate::quota_args::QuotaArgs,
     #[command(flatten)]
+    store: crate::store_args::StoreArgs,
+    #[command(flatten)]
     sandbox: crate::sandbox_setup::SandboxArgs,
 }
 
@@ -137,6 +139,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     let mut config = GatewayConfig::with_defaults(gateway_state, args.listen);
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     args.quotas.apply(&mut config);
+    args.store.apply(&mut config)?;
     let runtime = args.runtime;
     let memory_embedder = args.memory_skills.apply(&mut config)?;
     crate::signals::runtime()?.block_on(async move {

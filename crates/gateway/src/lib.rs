@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use gatehouse_policy::path::FileTransferPolicy;
 use gatehouse_store::Store;
-use gatehouse_store::sqlite::SqliteStore;
+use gatehouse_store::location::StoreLocation;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::Audit;
@@ -104,6 +104,9 @@ pub struct GatewayConfig {
     pub skills_dir: Option<PathBuf>,
     /// The Gateway's bundled skills directory.
     pub bundled_skills_dir: Option<PathBuf>,
+    /// Where the Gateway state lives; `None` is the SQLite file [`DATABASE_FILE`] in the state
+    /// directory.
+    pub store: Option<StoreLocation>,
 }
 
 impl GatewayConfig {
@@ -127,7 +130,16 @@ impl GatewayConfig {
             memory_embedder: None,
             skills_dir: None,
             bundled_skills_dir: None,
+            store: None,
         }
+    }
+
+    /// Returns where the Gateway state lives: [`GatewayConfig::store`], else the SQLite file in
+    /// the state directory.
+    pub fn store_location(&self) -> StoreLocation {
+        self.store
+            .clone()
+            .unwrap_or_else(|| StoreLocation::Sqlite(self.state_dir.join(DATABASE_FILE)))
     }
 }
 
@@ -284,8 +296,10 @@ pub async fn start(
     let operator_token =
         OperatorToken::load_or_create(&config.state_dir, config.operator_token_override.clone())
             .map_err(GatewayError::OperatorToken)?;
-    let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(&config.state_dir.join(DATABASE_FILE)).await?);
+    let location = config.store_location();
+    // The location never holds a password (a store URL with one is refused), so it is logged.
+    tracing::info!(store = %location, "opening the gateway store");
+    let store: Arc<dyn Store> = gatehouse_store::open(&location).await?;
     let media = Arc::new(
         gatehouse_media::MediaStore::open(&config.state_dir.join(MEDIA_DIR))?
             .with_quota(config.media_quota_bytes),

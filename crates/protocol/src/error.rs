@@ -293,6 +293,9 @@ catalogue! {
         WorkspaceRestoreFailed = "WORKSPACE_RESTORE_FAILED", 502;
         /// The turn was aborted by its caller, or its runtime reported it interrupted.
         Aborted = "ABORTED", 503;
+        /// The Gateway stopped while the turn ran; at its next start the turn is marked
+        /// `interrupted` and never replayed.
+        Interrupted = "INTERRUPTED", 503;
     }
 
     /// Codes of the native runtime's workers and of checkpoints.

@@ -3,7 +3,9 @@
 //! The Gateway keeps everything it owns (enrolled nodes, setup codes, the audit trail, and later
 //! sessions, turns and transcripts) behind [`Store`]. Callers hold an `Arc<dyn Store>` and never
 //! see which engine is underneath; [`sqlite::SqliteStore`] is the default, one WAL-mode file in
-//! the Gateway state directory with versioned migrations.
+//! the Gateway state directory with versioned migrations. With the `postgres` feature,
+//! `postgres::PgStore` keeps the same state in a PostgreSQL database; [`open`] opens either from
+//! a [`location::StoreLocation`].
 //!
 //! # Contract
 //! - Every method is atomic: it either fully applies or leaves nothing behind.
@@ -13,13 +15,20 @@
 //! # Modules
 //! - [`model`]: the records the store reads and writes.
 //! - [`sqlite`]: the SQLite implementation.
+//! - `postgres`: the PostgreSQL implementation (feature `postgres`).
+//! - [`location`]: the store URL (`sqlite://PATH`, `postgres://...`) and its password rules.
 //! - [`error`]: the error type, [`StoreError`].
 
 #![deny(missing_docs)]
 
 pub mod error;
+pub mod location;
 pub mod model;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod sqlite;
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -43,6 +52,27 @@ use crate::model::SessionRecord;
 use crate::model::StoreFigures;
 use crate::model::TurnEnd;
 use crate::model::TurnRecord;
+
+/// Opens the store at `location`, applying pending migrations.
+///
+/// # Errors
+/// [`StoreError::Unavailable`] when it cannot be opened or migrated, or when it is a PostgreSQL
+/// database and this build lacks the `postgres` feature.
+pub async fn open(location: &location::StoreLocation) -> Result<Arc<dyn Store>> {
+    match location {
+        location::StoreLocation::Sqlite(path) => {
+            Ok(Arc::new(sqlite::SqliteStore::open(path).await?))
+        }
+        #[cfg(feature = "postgres")]
+        location::StoreLocation::Postgres(database) => {
+            Ok(Arc::new(postgres::PgStore::open(database).await?))
+        }
+        #[cfg(not(feature = "postgres"))]
+        location::StoreLocation::Postgres(_) => Err(StoreError::Unavailable {
+            source: "this gatehouse was built without the postgres feature".into(),
+        }),
+    }
+}
 
 /// What the Gateway needs from its storage.
 #[async_trait]

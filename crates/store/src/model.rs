@@ -1,5 +1,6 @@
 //! Records the store reads and writes. Times are Unix milliseconds.
 
+use gatehouse_protocol::error::ErrorCode;
 use serde_json::Value;
 
 /// A setup code to record.
@@ -539,4 +540,52 @@ pub struct TurnFailed {
 
 impl EventPayload for TurnFailed {
     const KIND: &'static str = "turn.failed";
+}
+
+/// The error message of a turn the Gateway marks `interrupted` at start.
+pub const INTERRUPTED_MESSAGE: &str = "the gateway stopped while this turn ran; it is not replayed";
+
+impl TurnFailed {
+    /// The event of a turn that was running when the Gateway stopped: status `interrupted`, code
+    /// `INTERRUPTED` and [`INTERRUPTED_MESSAGE`].
+    pub fn interrupted(turn_id: &str) -> Self {
+        Self {
+            turn_id: turn_id.to_owned(),
+            status: TurnStatus::Interrupted,
+            error: TurnError {
+                code: Some(ErrorCode::Interrupted.as_str().to_owned()),
+                message: Some(INTERRUPTED_MESSAGE.to_owned()),
+            },
+        }
+    }
+}
+
+impl TurnEnd {
+    /// The event a backend appends, in the transaction that ends the turn: `turn.completed` with
+    /// the reply, or `turn.failed` with the status and the error. Returns its kind and payload.
+    pub fn event(&self, turn_id: &str) -> (&'static str, Value) {
+        match self.status {
+            TurnStatus::Completed => (
+                TurnCompleted::KIND,
+                TurnCompleted {
+                    turn_id: turn_id.to_owned(),
+                    status: TurnStatus::Completed,
+                    reply: self.reply.clone(),
+                }
+                .to_payload_json(),
+            ),
+            status => (
+                TurnFailed::KIND,
+                TurnFailed {
+                    turn_id: turn_id.to_owned(),
+                    status,
+                    error: TurnError {
+                        code: self.error_code.clone(),
+                        message: self.error_message.clone(),
+                    },
+                }
+                .to_payload_json(),
+            ),
+        }
+    }
 }

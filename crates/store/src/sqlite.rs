@@ -15,6 +15,8 @@ use sqlx::sqlite::SqliteSynchronous;
 use crate::Store;
 use crate::error::Result;
 use crate::error::StoreError;
+use gatehouse_protocol::error::ErrorCode;
+
 use crate::model::Admitted;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
@@ -22,6 +24,7 @@ use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventPayload;
 use crate::model::EventRecord;
+use crate::model::INTERRUPTED_MESSAGE;
 use crate::model::MessageRecord;
 use crate::model::NewAuditEvent;
 use crate::model::NewSetupCode;
@@ -33,9 +36,7 @@ use crate::model::QueueMode;
 use crate::model::SessionMove;
 use crate::model::SessionRecord;
 use crate::model::StoreFigures;
-use crate::model::TurnCompleted;
 use crate::model::TurnEnd;
-use crate::model::TurnError;
 use crate::model::TurnFailed;
 use crate::model::TurnQueued;
 use crate::model::TurnRecord;
@@ -495,29 +496,7 @@ impl Store for SqliteStore {
         let Some(session_key) = session_key else {
             return Ok(false);
         };
-        let (kind, payload) = match end.status {
-            TurnStatus::Completed => (
-                TurnCompleted::KIND,
-                TurnCompleted {
-                    turn_id: turn_id.to_owned(),
-                    status: TurnStatus::Completed,
-                    reply: end.reply.clone(),
-                }
-                .to_payload_json(),
-            ),
-            status => (
-                TurnFailed::KIND,
-                TurnFailed {
-                    turn_id: turn_id.to_owned(),
-                    status,
-                    error: TurnError {
-                        code: end.error_code.clone(),
-                        message: end.error_message.clone(),
-                    },
-                }
-                .to_payload_json(),
-            ),
-        };
+        let (kind, payload) = end.event(turn_id);
         insert_event(&mut tx, &session_key, kind, &payload, end.now_ms).await?;
         tx.commit().await.map_err(|e| map_error(e, "turn"))?;
         Ok(true)
@@ -645,26 +624,17 @@ impl Store for SqliteStore {
         for row in &rows {
             let mut turn = turn_from_row(row)?;
             sqlx::query(
-                "UPDATE turns SET status = 'interrupted', error_code = 'INTERRUPTED', \
-                 error_message = 'the gateway stopped while this turn ran; it is not replayed', ended_at_ms = ? \
-                 WHERE turn_id = ?",
+                "UPDATE turns SET status = 'interrupted', error_code = ?, error_message = ?, \
+                 ended_at_ms = ? WHERE turn_id = ?",
             )
+            .bind(ErrorCode::Interrupted.as_str())
+            .bind(INTERRUPTED_MESSAGE)
             .bind(now_ms)
             .bind(&turn.turn_id)
             .execute(&mut *tx)
             .await
             .map_err(|e| map_error(e, "turn"))?;
-            let payload = TurnFailed {
-                turn_id: turn.turn_id.clone(),
-                status: TurnStatus::Interrupted,
-                error: TurnError {
-                    code: Some(String::from("INTERRUPTED")),
-                    message: Some(String::from(
-                        "the gateway stopped while this turn ran; it is not replayed",
-                    )),
-                },
-            }
-            .to_payload_json();
+            let payload = TurnFailed::interrupted(&turn.turn_id).to_payload_json();
             insert_event(
                 &mut tx,
                 &turn.session_key,

@@ -16,6 +16,7 @@ mod native;
 mod node_cli;
 mod node_host_files;
 mod observability;
+mod postgres;
 mod quick_start;
 mod quotas;
 mod sandbox;

@@ -1,0 +1,1181 @@
+//! [`PgStore`]: the Gateway store in a PostgreSQL database, with versioned migrations applied at
+//! start under an advisory lock.
+//!
+//! # Semantics
+//! The store keeps the contract of [`crate::sqlite::SqliteStore`] on a server that runs many
+//! writers at once, at PostgreSQL's default isolation (read committed):
+//! - Every method that writes more than one row runs in one transaction; a lost connection rolls
+//!   it back on the server, so an admission is stored whole or not at all.
+//! - A session's row is its lock: admissions, claims, moves and every transcript or event append
+//!   lock it first, so sequence numbers within a session are contiguous and a session never runs
+//!   two turns.
+//! - A turn's row fences its writers: a commit locks the running turn, so a message is never
+//!   stored after the turn ended.
+//! - Audit appends take a transaction-level advisory lock, so a reader that pages with
+//!   [`Store::audit_after`] never skips an event whose sequence number committed late.
+//! - A connection error (refused, reset, server shutdown, pool timeout) is
+//!   [`StoreError::Unavailable`]; the pool opens fresh connections on the next call, so the
+//!   Gateway recovers without a restart once the server is back.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::Connection;
+use sqlx::Row;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::postgres::PgConnection;
+use sqlx::postgres::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::PgRow;
+
+use crate::Store;
+use crate::error::Result;
+use crate::error::StoreError;
+use crate::location::PostgresLocation;
+use gatehouse_protocol::error::ErrorCode;
+
+use crate::model::Admitted;
+use crate::model::AuditEvent;
+use crate::model::CheckpointBlob;
+use crate::model::EnrollOutcome;
+use crate::model::Enrollment;
+use crate::model::EventPayload;
+use crate::model::EventRecord;
+use crate::model::INTERRUPTED_MESSAGE;
+use crate::model::MessageRecord;
+use crate::model::NewAuditEvent;
+use crate::model::NewSetupCode;
+use crate::model::NewTurnMessage;
+use crate::model::NewUserMessage;
+use crate::model::NodeRecord;
+use crate::model::NodeSeen;
+use crate::model::QueueMode;
+use crate::model::SessionMove;
+use crate::model::SessionRecord;
+use crate::model::StoreFigures;
+use crate::model::TurnEnd;
+use crate::model::TurnFailed;
+use crate::model::TurnQueued;
+use crate::model::TurnRecord;
+use crate::model::TurnStarted;
+use crate::model::TurnStatus;
+
+/// The most pooled connections of one Gateway.
+const POOL_CONNECTIONS: u32 = 16;
+
+/// How long a call waits for a connection (including connecting) before it fails with
+/// [`StoreError::Unavailable`]: requests fail fast while the server is down instead of hanging.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The key of the advisory lock that orders audit appends ("gh-audit" in ASCII).
+const AUDIT_LOCK_KEY: i64 = 0x6768_2d61_7564_6974;
+
+/// The error text of a turn interrupted by a restart.
+
+/// The Gateway store in a PostgreSQL database.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects to the database at `location` and applies pending migrations under sqlx's
+    /// PostgreSQL advisory lock, so Gateways starting at once against one database migrate one
+    /// after the other.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the password reference cannot be resolved, or the server
+    /// cannot be reached or migrated.
+    pub async fn open(location: &PostgresLocation) -> Result<Self> {
+        let options = location.connect_options()?;
+        Self::open_with(options).await
+    }
+
+    /// Connects with `options` and applies pending migrations, as [`PgStore::open`].
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the server cannot be reached or migrated.
+    pub async fn open_with(options: PgConnectOptions) -> Result<Self> {
+        // One direct connection first: the pool would report an unreachable server only as a
+        // timeout, and the operator needs the reason (refused, authentication, no database).
+        let probe = PgConnection::connect_with(&options)
+            .await
+            .map_err(|error| StoreError::Unavailable {
+                source: Box::new(error),
+            })?;
+        // Closing is a courtesy to the server; the connection is gone either way.
+        let _ = probe.close().await;
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            // A connection the server dropped is noticed here and replaced.
+            .test_before_acquire(true)
+            .connect_with(options)
+            .await
+            .map_err(|error| StoreError::Unavailable {
+                source: Box::new(error),
+            })?;
+        let mut migrator = sqlx::migrate!("./migrations/postgres");
+        migrator.set_locking(true);
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|error| StoreError::Unavailable {
+                source: Box::new(error),
+            })?;
+        Ok(Self { pool })
+    }
+
+    /// Returns the connection pool, for callers that add their own tables in this crate.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn begin(
+        &self,
+        what: &'static str,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+        self.pool.begin().await.map_err(|e| map_error(e, what))
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(|error| StoreError::Unavailable {
+                source: Box::new(error),
+            })?;
+        Ok(())
+    }
+
+    async fn insert_setup_code(&self, code: &NewSetupCode) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO setup_codes (token_sha256, created_at_ms, expires_at_ms) VALUES ($1, $2, $3)",
+        )
+        .bind(&code.token_sha256)
+        .bind(code.created_at_ms)
+        .bind(code.expires_at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "setup code"))?;
+        Ok(())
+    }
+
+    async fn enroll_node(&self, enrollment: &Enrollment) -> Result<EnrollOutcome> {
+        let mut tx = self.begin("enrollment").await?;
+        // Locking the code's row makes concurrent attempts with one code wait for each other, so
+        // exactly one sees it unused.
+        let row = sqlx::query(
+            "SELECT expires_at_ms, used_at_ms FROM setup_codes WHERE token_sha256 = $1 FOR UPDATE",
+        )
+        .bind(&enrollment.token_sha256)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|error| map_error(error, "setup code"))?;
+        let Some(row) = row else {
+            return Ok(EnrollOutcome::UnknownCode);
+        };
+        let expires_at_ms: i64 = get(&row, "expires_at_ms")?;
+        let used_at_ms: Option<i64> = get(&row, "used_at_ms")?;
+        if used_at_ms.is_some() {
+            return Ok(EnrollOutcome::UsedCode);
+        }
+        if enrollment.now_ms >= expires_at_ms {
+            return Ok(EnrollOutcome::ExpiredCode);
+        }
+        let consumed = sqlx::query(
+            "UPDATE setup_codes SET used_at_ms = $1, used_by_device_id = $2 \
+             WHERE token_sha256 = $3 AND used_at_ms IS NULL",
+        )
+        .bind(enrollment.now_ms)
+        .bind(&enrollment.node.device_id)
+        .bind(&enrollment.token_sha256)
+        .execute(&mut *tx)
+        .await
+        .map_err(|error| map_error(error, "setup code"))?;
+        if consumed.rows_affected() != 1 {
+            return Ok(EnrollOutcome::UsedCode);
+        }
+        let node = &enrollment.node;
+        sqlx::query(
+            "INSERT INTO nodes (device_id, public_key, display_name, runtime, commands_json, \
+             workspace_root, device_token_sha256, enrolled_at_ms, last_seen_at_ms) \
+             VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9) \
+             ON CONFLICT (device_id) DO UPDATE SET public_key = excluded.public_key, \
+             display_name = excluded.display_name, runtime = excluded.runtime, \
+             commands_json = excluded.commands_json, workspace_root = excluded.workspace_root, \
+             device_token_sha256 = excluded.device_token_sha256, \
+             enrolled_at_ms = excluded.enrolled_at_ms, last_seen_at_ms = excluded.last_seen_at_ms",
+        )
+        .bind(&node.device_id)
+        .bind(&node.public_key)
+        .bind(&node.display_name)
+        .bind(&node.runtime)
+        .bind(commands_json(&node.commands))
+        .bind(&node.workspace_root)
+        .bind(&node.device_token_sha256)
+        .bind(node.enrolled_at_ms)
+        .bind(node.last_seen_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|error| map_error(error, "node"))?;
+        tx.commit()
+            .await
+            .map_err(|error| map_error(error, "enrollment"))?;
+        Ok(EnrollOutcome::Enrolled)
+    }
+
+    async fn node(&self, device_id: &str) -> Result<Option<NodeRecord>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{NODE_COLUMNS} WHERE device_id = $1"
+        )))
+        .bind(device_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "node"))?;
+        row.as_ref().map(node_from_row).transpose()
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{NODE_COLUMNS} ORDER BY device_id COLLATE \"C\""
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "node"))?;
+        rows.iter().map(node_from_row).collect()
+    }
+
+    async fn record_node_seen(&self, seen: &NodeSeen) -> Result<()> {
+        let updated = sqlx::query(
+            "UPDATE nodes SET display_name = $1, runtime = $2, commands_json = $3::jsonb, \
+             workspace_root = $4, last_seen_at_ms = $5 WHERE device_id = $6",
+        )
+        .bind(&seen.display_name)
+        .bind(&seen.runtime)
+        .bind(commands_json(&seen.commands))
+        .bind(&seen.workspace_root)
+        .bind(seen.at_ms)
+        .bind(&seen.device_id)
+        .execute(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "node"))?;
+        match updated.rows_affected() {
+            0 => Err(StoreError::NotFound { what: "node" }),
+            _ => Ok(()),
+        }
+    }
+
+    async fn append_audit(&self, event: &NewAuditEvent) -> Result<i64> {
+        let mut tx = self.begin("audit event").await?;
+        // Identity values are handed out before commit; holding this lock to the commit makes
+        // the order of the sequence numbers the order in which events become visible.
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(AUDIT_LOCK_KEY)
+            .execute(&mut *tx)
+            .await
+            .map_err(|error| map_error(error, "audit event"))?;
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO audit_events (at_ms, actor, action, outcome, reason_code, details_json) \
+             VALUES ($1, $2, $3, $4, $5, $6::jsonb) RETURNING seq",
+        )
+        .bind(event.at_ms)
+        .bind(&event.actor)
+        .bind(&event.action)
+        .bind(&event.outcome)
+        .bind(&event.reason_code)
+        .bind(event.details.to_string())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|error| map_error(error, "audit event"))?;
+        tx.commit()
+            .await
+            .map_err(|error| map_error(error, "audit event"))?;
+        Ok(seq)
+    }
+
+    async fn audit_after(&self, after: i64, limit: u32) -> Result<Vec<AuditEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, at_ms, actor, action, outcome, reason_code, details_json::text AS details_json \
+             FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2",
+        )
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "audit event"))?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            events.push(AuditEvent {
+                seq: get(row, "seq")?,
+                at_ms: get(row, "at_ms")?,
+                actor: get(row, "actor")?,
+                action: get(row, "action")?,
+                outcome: get(row, "outcome")?,
+                reason_code: get(row, "reason_code")?,
+                details: json(row, "details_json", "audit details")?,
+            });
+        }
+        Ok(events)
+    }
+
+    async fn admit_user_message(&self, message: &NewUserMessage) -> Result<Admitted> {
+        let mut tx = self.begin("message").await?;
+        // Creating or touching the session locks its row until the commit: admissions to one
+        // session run one after the other.
+        sqlx::query(
+            "INSERT INTO sessions (session_key, runtime, created_at_ms, updated_at_ms) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (session_key) DO UPDATE SET updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(&message.session_key)
+        .bind(&message.runtime)
+        .bind(message.now_ms)
+        .bind(message.now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        if let Some(key) = &message.idempotency_key {
+            let existing = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "{TURN_COLUMNS} WHERE session_key = $1 AND idempotency_key = $2"
+            )))
+            .bind(&message.session_key)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "turn"))?;
+            if let Some(row) = existing {
+                return Ok(Admitted {
+                    turn: turn_from_row(&row)?,
+                    created: false,
+                });
+            }
+        }
+        let joined = match message.queue_mode {
+            QueueMode::Collect => sqlx::query(sqlx::AssertSqlSafe(format!(
+                "{TURN_COLUMNS} WHERE session_key = $1 AND status = 'queued' \
+                 ORDER BY turn_no DESC LIMIT 1"
+            )))
+            .bind(&message.session_key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "turn"))?,
+            QueueMode::Followup | QueueMode::Steer | QueueMode::Interrupt => None,
+        };
+        let turn = match joined {
+            Some(row) => turn_from_row(&row)?,
+            None => {
+                let turn_no: i64 = sqlx::query_scalar(
+                    "SELECT COALESCE(MAX(turn_no), 0) + 1 FROM turns WHERE session_key = $1",
+                )
+                .bind(&message.session_key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "turn"))?;
+                sqlx::query(
+                    "INSERT INTO turns (turn_id, session_key, turn_no, status, queue_mode, \
+                     idempotency_key, attachments_json, created_at_ms) \
+                     VALUES ($1, $2, $3, 'queued', $4, $5, $6::jsonb, $7)",
+                )
+                .bind(&message.turn_id)
+                .bind(&message.session_key)
+                .bind(turn_no)
+                .bind(message.queue_mode.as_str())
+                .bind(&message.idempotency_key)
+                .bind(serde_json::to_string(&message.attachments).map_err(|_| {
+                    StoreError::Corrupt {
+                        what: "attachments",
+                    }
+                })?)
+                .bind(message.now_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "turn"))?;
+                let payload = TurnQueued {
+                    turn_id: message.turn_id.clone(),
+                    queue_mode: message.queue_mode,
+                }
+                .to_payload_json();
+                insert_event(
+                    &mut tx,
+                    &message.session_key,
+                    TurnQueued::KIND,
+                    &payload,
+                    message.now_ms,
+                )
+                .await?;
+                TurnRecord {
+                    turn_id: message.turn_id.clone(),
+                    session_key: message.session_key.clone(),
+                    turn_no,
+                    status: TurnStatus::Queued,
+                    queue_mode: message.queue_mode,
+                    attachments: message.attachments.clone(),
+                    reply: None,
+                    error_code: None,
+                    error_message: None,
+                    created_at_ms: message.now_ms,
+                    started_at_ms: None,
+                    ended_at_ms: None,
+                }
+            }
+        };
+        insert_message(
+            &mut tx,
+            &message.session_key,
+            &turn.turn_id,
+            "user",
+            &message.text,
+            None,
+            message.now_ms,
+        )
+        .await?;
+        tx.commit().await.map_err(|e| map_error(e, "message"))?;
+        Ok(Admitted {
+            turn,
+            created: true,
+        })
+    }
+
+    async fn turn(&self, turn_id: &str) -> Result<Option<TurnRecord>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{TURN_COLUMNS} WHERE turn_id = $1"
+        )))
+        .bind(turn_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        row.as_ref().map(turn_from_row).transpose()
+    }
+
+    async fn turn_user_messages(&self, turn_id: &str) -> Result<Vec<MessageRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{MESSAGE_COLUMNS} WHERE turn_id = $1 AND role = 'user' ORDER BY seq"
+        )))
+        .bind(turn_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "message"))?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn claim_next_turn(&self, session_key: &str, now_ms: i64) -> Result<Option<TurnRecord>> {
+        let mut tx = self.begin("turn").await?;
+        if !lock_session(&mut tx, session_key).await? {
+            return Ok(None);
+        }
+        let running: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM turns WHERE session_key = $1 AND status = 'running'",
+        )
+        .bind(session_key)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        if running > 0 {
+            return Ok(None);
+        }
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{TURN_COLUMNS} WHERE session_key = $1 AND status = 'queued' ORDER BY turn_no LIMIT 1"
+        )))
+        .bind(session_key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let mut turn = turn_from_row(&row)?;
+        let claimed = sqlx::query(
+            "UPDATE turns SET status = 'running', started_at_ms = $1 \
+             WHERE turn_id = $2 AND status = 'queued'",
+        )
+        .bind(now_ms)
+        .bind(&turn.turn_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        if claimed.rows_affected() != 1 {
+            // Aborted between the read and the update.
+            return Ok(None);
+        }
+        let payload = TurnStarted {
+            turn_id: turn.turn_id.clone(),
+        }
+        .to_payload_json();
+        insert_event(&mut tx, session_key, TurnStarted::KIND, &payload, now_ms).await?;
+        tx.commit().await.map_err(|e| map_error(e, "turn"))?;
+        turn.status = TurnStatus::Running;
+        turn.started_at_ms = Some(now_ms);
+        Ok(Some(turn))
+    }
+
+    async fn finish_turn(&self, turn_id: &str, end: &TurnEnd) -> Result<bool> {
+        let mut tx = self.begin("turn").await?;
+        let session_key: Option<String> = sqlx::query_scalar(
+            "UPDATE turns SET status = $1, reply = $2, error_code = $3, error_message = $4, \
+             ended_at_ms = $5 WHERE turn_id = $6 AND status IN ('queued', 'running') \
+             RETURNING session_key",
+        )
+        .bind(end.status.as_str())
+        .bind(&end.reply)
+        .bind(&end.error_code)
+        .bind(&end.error_message)
+        .bind(end.now_ms)
+        .bind(turn_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        let Some(session_key) = session_key else {
+            return Ok(false);
+        };
+        let (kind, payload) = end.event(turn_id);
+        insert_event(&mut tx, &session_key, kind, &payload, end.now_ms).await?;
+        tx.commit().await.map_err(|e| map_error(e, "turn"))?;
+        Ok(true)
+    }
+
+    async fn commit_turn_message(&self, message: &NewTurnMessage) -> Result<Option<i64>> {
+        let mut tx = self.begin("message").await?;
+        // Locking the running turn's row keeps `finish_turn` from ending it before this commit.
+        let session: Option<String> = sqlx::query_scalar(
+            "SELECT session_key FROM turns WHERE turn_id = $1 AND status = 'running' FOR UPDATE",
+        )
+        .bind(&message.turn_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        let Some(session_key) = session else {
+            return Ok(None);
+        };
+        let seq = insert_message(
+            &mut tx,
+            &session_key,
+            &message.turn_id,
+            &message.role,
+            &message.content,
+            message.tool_name.as_deref(),
+            message.now_ms,
+        )
+        .await?;
+        tx.commit().await.map_err(|e| map_error(e, "message"))?;
+        Ok(Some(seq))
+    }
+
+    async fn append_event(
+        &self,
+        session_key: &str,
+        kind: &str,
+        payload: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<i64> {
+        let mut tx = self.begin("event").await?;
+        let seq = insert_event(&mut tx, session_key, kind, payload, now_ms).await?;
+        tx.commit().await.map_err(|e| map_error(e, "event"))?;
+        Ok(seq)
+    }
+
+    async fn events_after(
+        &self,
+        session_key: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, payload_json::text AS payload_json, created_at_ms FROM session_events \
+             WHERE session_key = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(session_key)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "event"))?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            events.push(EventRecord {
+                seq: get(row, "seq")?,
+                kind: get(row, "kind")?,
+                payload: json(row, "payload_json", "event payload")?,
+                created_at_ms: get(row, "created_at_ms")?,
+            });
+        }
+        Ok(events)
+    }
+
+    async fn transcript(&self, session_key: &str) -> Result<Vec<MessageRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{MESSAGE_COLUMNS} WHERE session_key = $1 ORDER BY seq"
+        )))
+        .bind(session_key)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "message"))?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionRecord>> {
+        let rows = sqlx::query(
+            "SELECT s.session_key, s.runtime, s.node_id, s.created_at_ms, s.updated_at_ms, \
+             (SELECT turn_id FROM turns t WHERE t.session_key = s.session_key \
+              AND t.status = 'running' LIMIT 1) AS active_turn_id \
+             FROM sessions s ORDER BY s.session_key COLLATE \"C\"",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        let mut sessions = Vec::with_capacity(rows.len());
+        for row in &rows {
+            sessions.push(SessionRecord {
+                session_key: get(row, "session_key")?,
+                runtime: get(row, "runtime")?,
+                active_turn_id: get(row, "active_turn_id")?,
+                node_id: get(row, "node_id")?,
+                created_at_ms: get(row, "created_at_ms")?,
+                updated_at_ms: get(row, "updated_at_ms")?,
+            });
+        }
+        Ok(sessions)
+    }
+
+    async fn interrupt_running_turns(&self, now_ms: i64) -> Result<Vec<TurnRecord>> {
+        let mut tx = self.begin("turn").await?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{TURN_COLUMNS} WHERE status = 'running' \
+             ORDER BY session_key COLLATE \"C\", turn_no FOR UPDATE"
+        )))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        let mut interrupted = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut turn = turn_from_row(row)?;
+            sqlx::query(
+                "UPDATE turns SET status = 'interrupted', error_code = $1, \
+                 error_message = $2, ended_at_ms = $3 WHERE turn_id = $4",
+            )
+            .bind(ErrorCode::Interrupted.as_str())
+            .bind(INTERRUPTED_MESSAGE)
+            .bind(now_ms)
+            .bind(&turn.turn_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "turn"))?;
+            let payload = TurnFailed::interrupted(&turn.turn_id).to_payload_json();
+            insert_event(
+                &mut tx,
+                &turn.session_key,
+                TurnFailed::KIND,
+                &payload,
+                now_ms,
+            )
+            .await?;
+            turn.status = TurnStatus::Interrupted;
+            interrupted.push(turn);
+        }
+        tx.commit().await.map_err(|e| map_error(e, "turn"))?;
+        Ok(interrupted)
+    }
+
+    async fn figures(&self) -> Result<StoreFigures> {
+        let (n_queued_turns, checkpoint_bytes): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM turns WHERE status = 'queued'), \
+                    (SELECT coalesce(sum(size_bytes), 0)::bigint FROM checkpoint_blobs)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "figures"))?;
+        Ok(StoreFigures {
+            n_queued_turns: u64::try_from(n_queued_turns).unwrap_or(0),
+            checkpoint_bytes: u64::try_from(checkpoint_bytes).unwrap_or(0),
+        })
+    }
+
+    async fn sessions_with_queued_turns(&self) -> Result<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT DISTINCT session_key COLLATE \"C\" AS session_key FROM turns \
+             WHERE status = 'queued' ORDER BY 1",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "turn"))
+    }
+
+    async fn save_checkpoint(
+        &self,
+        session_key: &str,
+        checkpoint_id: &str,
+        manifest: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<()> {
+        let mut tx = self.begin("checkpoint").await?;
+        sqlx::query(
+            "INSERT INTO checkpoints (checkpoint_id, session_key, manifest_json, created_at_ms) \
+             VALUES ($1, $2, $3::jsonb, $4) ON CONFLICT (checkpoint_id) DO UPDATE \
+             SET created_at_ms = GREATEST(checkpoints.created_at_ms, excluded.created_at_ms)",
+        )
+        .bind(checkpoint_id)
+        .bind(session_key)
+        .bind(manifest.to_string())
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "checkpoint"))?;
+        sqlx::query("UPDATE sessions SET latest_checkpoint_id = $1 WHERE session_key = $2")
+            .bind(checkpoint_id)
+            .bind(session_key)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "session"))?;
+        tx.commit().await.map_err(|e| map_error(e, "checkpoint"))?;
+        Ok(())
+    }
+
+    async fn latest_checkpoint(
+        &self,
+        session_key: &str,
+    ) -> Result<Option<(String, serde_json::Value)>> {
+        let row = sqlx::query(
+            "SELECT c.checkpoint_id, c.manifest_json::text AS manifest_json FROM sessions s \
+             JOIN checkpoints c ON c.checkpoint_id = s.latest_checkpoint_id \
+             WHERE s.session_key = $1",
+        )
+        .bind(session_key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "checkpoint"))?;
+        row.as_ref().map(checkpoint_from_row).transpose()
+    }
+
+    async fn recent_checkpoints(
+        &self,
+        session_key: &str,
+        except: &str,
+        limit: u32,
+    ) -> Result<Vec<(String, serde_json::Value)>> {
+        let rows = sqlx::query(
+            "SELECT checkpoint_id, manifest_json::text AS manifest_json FROM checkpoints \
+             WHERE session_key = $1 AND checkpoint_id != $2 \
+             ORDER BY created_at_ms DESC, saved_order DESC LIMIT $3",
+        )
+        .bind(session_key)
+        .bind(except)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "checkpoint"))?;
+        rows.iter().map(checkpoint_from_row).collect()
+    }
+
+    async fn prune_checkpoints(&self, session_key: &str, keep: u32) -> Result<u64> {
+        let pruned = sqlx::query(
+            "DELETE FROM checkpoints WHERE session_key = $1 \
+             AND checkpoint_id NOT IN \
+                 (SELECT latest_checkpoint_id FROM sessions WHERE latest_checkpoint_id IS NOT NULL) \
+             AND checkpoint_id NOT IN (SELECT checkpoint_id FROM checkpoints WHERE session_key = $1 \
+                 ORDER BY created_at_ms DESC, saved_order DESC LIMIT $2)",
+        )
+        .bind(session_key)
+        .bind(i64::from(keep))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "checkpoint"))?;
+        Ok(pruned.rows_affected())
+    }
+
+    async fn register_checkpoint_blobs(&self, blobs: &[CheckpointBlob], now_ms: i64) -> Result<()> {
+        let ids: Vec<&str> = blobs.iter().map(|blob| blob.media_id.as_str()).collect();
+        let sizes: Vec<i64> = blobs
+            .iter()
+            .map(|blob| i64::try_from(blob.size_bytes).unwrap_or(i64::MAX))
+            .collect();
+        // One statement over both arrays: all blobs are listed, or none.
+        sqlx::query(
+            "INSERT INTO checkpoint_blobs (media_id, size_bytes, registered_at_ms) \
+             SELECT media_id, size_bytes, $3 FROM unnest($1::text[], $2::bigint[]) \
+                 AS blob (media_id, size_bytes) \
+             ON CONFLICT (media_id) DO NOTHING",
+        )
+        .bind(&ids)
+        .bind(&sizes)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "checkpoint blob"))?;
+        Ok(())
+    }
+
+    async fn checkpoint_blob_garbage(&self) -> Result<Vec<CheckpointBlob>> {
+        let rows = sqlx::query(include_str!(
+            "../queries/postgres/checkpoint_blob_garbage.sql"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "checkpoint blob"))?;
+        let mut blobs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let size_bytes: i64 = get(row, "size_bytes")?;
+            blobs.push(CheckpointBlob {
+                media_id: get(row, "media_id")?,
+                size_bytes: u64::try_from(size_bytes).unwrap_or(0),
+            });
+        }
+        Ok(blobs)
+    }
+
+    async fn forget_checkpoint_blob(&self, media_id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM checkpoint_blobs WHERE media_id = $1")
+            .bind(media_id)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_error(e, "checkpoint blob"))?;
+        Ok(())
+    }
+
+    async fn pin_media(&self, media_id: &str, reason: &str, now_ms: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO media_pins (media_id, reason, pinned_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (media_id) DO NOTHING",
+        )
+        .bind(media_id)
+        .bind(reason)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "media pin"))?;
+        Ok(())
+    }
+
+    async fn bind_codex_thread(
+        &self,
+        session_key: &str,
+        thread_id: &str,
+        now_ms: i64,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO codex_threads (session_key, thread_id, bound_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (session_key) DO UPDATE SET thread_id = excluded.thread_id, \
+             bound_at_ms = excluded.bound_at_ms",
+        )
+        .bind(session_key)
+        .bind(thread_id)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        Ok(())
+    }
+
+    async fn codex_thread(&self, session_key: &str) -> Result<Option<String>> {
+        sqlx::query_scalar("SELECT thread_id FROM codex_threads WHERE session_key = $1")
+            .bind(session_key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| map_error(e, "codex thread"))
+    }
+
+    async fn session_node(&self, session_key: &str) -> Result<Option<String>> {
+        let node: Option<Option<String>> =
+            sqlx::query_scalar("SELECT node_id FROM sessions WHERE session_key = $1")
+                .bind(session_key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| map_error(e, "session"))?;
+        Ok(node.flatten())
+    }
+
+    async fn bind_session_node(
+        &self,
+        session_key: &str,
+        node_id: &str,
+        now_ms: i64,
+    ) -> Result<String> {
+        let mut tx = self.begin("session node").await?;
+        // A racing binder waits for the row lock, then finds the row bound and changes nothing;
+        // the read that follows is a new statement, so it sees the winner's binding.
+        sqlx::query(
+            "UPDATE sessions SET node_id = $1, node_bound_at_ms = $2 \
+             WHERE session_key = $3 AND node_id IS NULL",
+        )
+        .bind(node_id)
+        .bind(now_ms)
+        .bind(session_key)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "session node"))?;
+        let bound: Option<Option<String>> =
+            sqlx::query_scalar("SELECT node_id FROM sessions WHERE session_key = $1")
+                .bind(session_key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "session node"))?;
+        let Some(Some(bound)) = bound else {
+            return Err(StoreError::NotFound { what: "session" });
+        };
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "session node"))?;
+        Ok(bound)
+    }
+
+    async fn move_session_node(
+        &self,
+        session_key: &str,
+        to: Option<&str>,
+        now_ms: i64,
+    ) -> Result<SessionMove> {
+        let mut tx = self.begin("session node").await?;
+        let current: Option<Option<String>> =
+            sqlx::query_scalar("SELECT node_id FROM sessions WHERE session_key = $1 FOR UPDATE")
+                .bind(session_key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "session node"))?;
+        let Some(from) = current else {
+            return Ok(SessionMove::NotFound);
+        };
+        let running: Option<String> = sqlx::query_scalar(
+            "SELECT turn_id FROM turns WHERE session_key = $1 AND status = 'running' LIMIT 1",
+        )
+        .bind(session_key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        if let Some(turn_id) = running {
+            return Ok(SessionMove::Busy { turn_id });
+        }
+        if from.as_deref() == to {
+            return Ok(SessionMove::Unchanged);
+        }
+        sqlx::query(
+            "UPDATE sessions SET node_id = $1, node_bound_at_ms = $2 WHERE session_key = $3",
+        )
+        .bind(to)
+        .bind(to.map(|_| now_ms))
+        .bind(session_key)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "session node"))?;
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "session node"))?;
+        Ok(SessionMove::Moved { from })
+    }
+}
+
+const NODE_COLUMNS: &str = "SELECT device_id, public_key, display_name, runtime, \
+    commands_json::text AS commands_json, workspace_root, device_token_sha256, enrolled_at_ms, \
+    last_seen_at_ms FROM nodes";
+
+const TURN_COLUMNS: &str = "SELECT turn_id, session_key, turn_no, status, queue_mode, \
+    attachments_json::text AS attachments_json, reply, error_code, error_message, created_at_ms, \
+    started_at_ms, ended_at_ms FROM turns";
+
+const MESSAGE_COLUMNS: &str =
+    "SELECT seq, turn_id, role, content, tool_name, created_at_ms FROM messages";
+
+/// Locks the session's row for the rest of the transaction; false when there is no session.
+async fn lock_session(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    session_key: &str,
+) -> Result<bool> {
+    let found: Option<i32> =
+        sqlx::query_scalar("SELECT 1 FROM sessions WHERE session_key = $1 FOR UPDATE")
+            .bind(session_key)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(|e| map_error(e, "session"))?;
+    Ok(found.is_some())
+}
+
+fn turn_from_row(row: &PgRow) -> Result<TurnRecord> {
+    let status: String = get(row, "status")?;
+    let queue_mode: String = get(row, "queue_mode")?;
+    Ok(TurnRecord {
+        turn_id: get(row, "turn_id")?,
+        session_key: get(row, "session_key")?,
+        turn_no: get(row, "turn_no")?,
+        status: TurnStatus::parse(&status).ok_or(StoreError::Corrupt {
+            what: "turn status",
+        })?,
+        queue_mode: QueueMode::parse(&queue_mode)
+            .ok_or(StoreError::Corrupt { what: "queue mode" })?,
+        attachments: serde_json::from_str(&get::<String>(row, "attachments_json")?).map_err(
+            |_| StoreError::Corrupt {
+                what: "attachments",
+            },
+        )?,
+        reply: get(row, "reply")?,
+        error_code: get(row, "error_code")?,
+        error_message: get(row, "error_message")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        started_at_ms: get(row, "started_at_ms")?,
+        ended_at_ms: get(row, "ended_at_ms")?,
+    })
+}
+
+fn message_from_row(row: &PgRow) -> Result<MessageRecord> {
+    Ok(MessageRecord {
+        seq: get(row, "seq")?,
+        turn_id: get(row, "turn_id")?,
+        role: get(row, "role")?,
+        content: get(row, "content")?,
+        tool_name: get(row, "tool_name")?,
+        created_at_ms: get(row, "created_at_ms")?,
+    })
+}
+
+fn checkpoint_from_row(row: &PgRow) -> Result<(String, serde_json::Value)> {
+    Ok((
+        get(row, "checkpoint_id")?,
+        json(row, "manifest_json", "checkpoint")?,
+    ))
+}
+
+fn node_from_row(row: &PgRow) -> Result<NodeRecord> {
+    Ok(NodeRecord {
+        device_id: get(row, "device_id")?,
+        public_key: get(row, "public_key")?,
+        display_name: get(row, "display_name")?,
+        runtime: get(row, "runtime")?,
+        commands: serde_json::from_value(json(row, "commands_json", "node commands")?).map_err(
+            |_| StoreError::Corrupt {
+                what: "node commands",
+            },
+        )?,
+        workspace_root: get(row, "workspace_root")?,
+        device_token_sha256: get(row, "device_token_sha256")?,
+        enrolled_at_ms: get(row, "enrolled_at_ms")?,
+        last_seen_at_ms: get(row, "last_seen_at_ms")?,
+    })
+}
+
+/// Appends a transcript message, taking the next seq from the session's row (which locks it).
+async fn insert_message(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    session_key: &str,
+    turn_id: &str,
+    role: &str,
+    content: &str,
+    tool_name: Option<&str>,
+    now_ms: i64,
+) -> Result<i64> {
+    let seq: i64 = sqlx::query_scalar(
+        "UPDATE sessions SET next_message_seq = next_message_seq + 1, updated_at_ms = $1 \
+         WHERE session_key = $2 RETURNING next_message_seq - 1",
+    )
+    .bind(now_ms)
+    .bind(session_key)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "session"))?;
+    sqlx::query(
+        "INSERT INTO messages (session_key, seq, turn_id, role, content, tool_name, created_at_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(session_key)
+    .bind(seq)
+    .bind(turn_id)
+    .bind(role)
+    .bind(content)
+    .bind(tool_name)
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "message"))?;
+    Ok(seq)
+}
+
+/// Appends a session event, taking the next seq from the session's row (which locks it).
+async fn insert_event(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    session_key: &str,
+    kind: &str,
+    payload: &serde_json::Value,
+    now_ms: i64,
+) -> Result<i64> {
+    let seq: i64 = sqlx::query_scalar(
+        "UPDATE sessions SET next_event_seq = next_event_seq + 1 WHERE session_key = $1 \
+         RETURNING next_event_seq - 1",
+    )
+    .bind(session_key)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "session"))?;
+    sqlx::query(
+        "INSERT INTO session_events (session_key, seq, kind, payload_json, created_at_ms) \
+         VALUES ($1, $2, $3, $4::jsonb, $5)",
+    )
+    .bind(session_key)
+    .bind(seq)
+    .bind(kind)
+    .bind(payload.to_string())
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "event"))?;
+    Ok(seq)
+}
+
+fn commands_json(commands: &[String]) -> String {
+    serde_json::Value::from(commands.to_vec()).to_string()
+}
+
+fn get<'r, T>(row: &'r PgRow, column: &'static str) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(column)
+        .map_err(|error| map_error(error, column))
+}
+
+/// Reads a JSONB column selected as `column::text AS column`.
+fn json(row: &PgRow, column: &'static str, what: &'static str) -> Result<serde_json::Value> {
+    let text: String = get(row, column)?;
+    serde_json::from_str(&text).map_err(|_| StoreError::Corrupt { what })
+}
+
+/// Translates an engine error into the backend-neutral error.
+fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
+    match &error {
+        sqlx::Error::Database(database) => {
+            let code = database.code();
+            match code.as_deref() {
+                // unique_violation
+                Some("23505") => return StoreError::AlreadyExists { what },
+                // foreign_key_violation: the session (or turn) a row refers to does not exist.
+                Some("23503") => return StoreError::NotFound { what },
+                // disk_full
+                Some("53100") => return StoreError::DiskFull,
+                // Class 08 (connection exception), too_many_connections, and the server
+                // shutting down or starting up (admin_shutdown, crash_shutdown,
+                // cannot_connect_now).
+                Some(code)
+                    if code.starts_with("08")
+                        || matches!(code, "53300" | "57P01" | "57P02" | "57P03") =>
+                {
+                    return StoreError::Unavailable {
+                        source: Box::new(error),
+                    };
+                }
+                _ => {}
+            }
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => {
+            return StoreError::Unavailable {
+                source: Box::new(error),
+            };
+        }
+        _ => {}
+    }
+    StoreError::Internal {
+        source: Box::new(error),
+    }
+}

@@ -1,0 +1,1273 @@
+//! The `Store` contract, run against every backend: SQLite in a real file in a tempdir, and
+//! PostgreSQL in a fresh database per test on the server `GATEHOUSE_TEST_POSTGRES_URL` names
+//! (scripts/test starts a throwaway one). Each contract test is one generic function; the
+//! `conformance!` macro instantiates it once per backend, so both run the same assertions.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use gatehouse_protocol::error::ErrorCode;
+use gatehouse_store::Store;
+use gatehouse_store::model::Attachment;
+use gatehouse_store::model::CheckpointBlob;
+use gatehouse_store::model::EnrollOutcome;
+use gatehouse_store::model::Enrollment;
+use gatehouse_store::model::NewAuditEvent;
+use gatehouse_store::model::NewSetupCode;
+use gatehouse_store::model::NewTurnMessage;
+use gatehouse_store::model::NewUserMessage;
+use gatehouse_store::model::NodeRecord;
+use gatehouse_store::model::NodeSeen;
+use gatehouse_store::model::QueueMode;
+use gatehouse_store::model::SessionMove;
+use gatehouse_store::model::TurnEnd;
+use gatehouse_store::model::TurnStatus;
+use pretty_assertions::assert_eq;
+use support::Target;
+
+/// Instantiates each named contract test for SQLite and for PostgreSQL.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::support::Target::sqlite()).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::support::Target::postgres().await).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    a_setup_code_enrolls_exactly_once,
+    an_expired_code_is_refused_and_stays_unused,
+    concurrent_enrollments_with_one_code_enroll_one_node,
+    node_updates_and_audit_round_trip_and_survive_reopen,
+    audit_readers_paging_during_concurrent_appends_miss_nothing,
+    an_acknowledged_admission_is_durable_in_a_new_store,
+    turns_run_one_at_a_time_in_order_and_fence_stale_writers,
+    concurrent_claims_run_one_turn_per_session,
+    an_idempotency_key_returns_the_same_turn_and_stores_nothing_new,
+    concurrent_duplicates_create_one_turn,
+    concurrent_appends_get_contiguous_sequence_numbers,
+    collect_joins_the_queued_turn,
+    running_turns_become_interrupted_and_queued_ones_stay_queued,
+    checkpoints_keep_the_latest_order_by_save_and_prune_the_rest,
+    checkpoint_blob_garbage_is_what_nothing_refers_to,
+    a_codex_thread_binding_is_kept_and_replaced_per_session,
+    turn_events_are_their_typed_payloads,
+    finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle,
+);
+
+fn node(device_id: &str) -> NodeRecord {
+    NodeRecord {
+        device_id: device_id.into(),
+        public_key: "pk".into(),
+        display_name: "harness".into(),
+        runtime: "native".into(),
+        commands: vec!["file.fetch".into()],
+        workspace_root: Some("/srv/ws".into()),
+        device_token_sha256: "tokenhash".into(),
+        enrolled_at_ms: 10,
+        last_seen_at_ms: 10,
+    }
+}
+
+/// Inserts the setup code with hash `h`, created at 0 and expiring at `expires_at_ms`.
+async fn insert_code(store: &Arc<dyn Store>, expires_at_ms: i64) {
+    store
+        .insert_setup_code(&NewSetupCode {
+            token_sha256: "h".into(),
+            created_at_ms: 0,
+            expires_at_ms,
+        })
+        .await
+        .unwrap();
+}
+
+fn message(
+    session: &str,
+    turn_id: &str,
+    text: &str,
+    key: Option<&str>,
+    mode: QueueMode,
+) -> NewUserMessage {
+    NewUserMessage {
+        session_key: session.into(),
+        runtime: "native".into(),
+        turn_id: turn_id.into(),
+        text: text.into(),
+        attachments: Vec::new(),
+        idempotency_key: key.map(str::to_owned),
+        queue_mode: mode,
+        now_ms: 1,
+    }
+}
+
+fn attachment(media_id: &str) -> Attachment {
+    Attachment {
+        media_id: media_id.into(),
+        required: true,
+    }
+}
+
+fn assistant(turn_id: &str, content: &str, now_ms: i64) -> NewTurnMessage {
+    NewTurnMessage {
+        turn_id: turn_id.into(),
+        role: "assistant".into(),
+        content: content.into(),
+        tool_name: None,
+        now_ms,
+    }
+}
+
+fn completed(reply: &str, now_ms: i64) -> TurnEnd {
+    TurnEnd {
+        status: TurnStatus::Completed,
+        reply: Some(reply.into()),
+        error_code: None,
+        error_message: None,
+        now_ms,
+    }
+}
+
+fn audit_event(action: &str, at_ms: i64) -> NewAuditEvent {
+    NewAuditEvent {
+        at_ms,
+        actor: "operator".into(),
+        action: action.into(),
+        outcome: "succeeded".into(),
+        reason_code: None,
+        details: serde_json::json!({"ttlSeconds": 600}),
+    }
+}
+
+async fn a_setup_code_enrolls_exactly_once(target: Target) {
+    let store = target.open().await;
+    insert_code(&store, 100).await;
+    let enroll = |now_ms| Enrollment {
+        token_sha256: "h".into(),
+        now_ms,
+        node: node("dev"),
+    };
+    assert_eq!(
+        store.enroll_node(&enroll(50)).await.unwrap(),
+        EnrollOutcome::Enrolled
+    );
+    assert_eq!(
+        store.enroll_node(&enroll(51)).await.unwrap(),
+        EnrollOutcome::UsedCode
+    );
+    let unknown = Enrollment {
+        token_sha256: "other".into(),
+        now_ms: 1,
+        node: node("dev2"),
+    };
+    assert_eq!(
+        store.enroll_node(&unknown).await.unwrap(),
+        EnrollOutcome::UnknownCode
+    );
+    assert_eq!(store.node("dev").await.unwrap(), Some(node("dev")));
+    assert_eq!(store.node("dev2").await.unwrap(), None);
+    let duplicate = store
+        .insert_setup_code(&NewSetupCode {
+            token_sha256: "h".into(),
+            created_at_ms: 0,
+            expires_at_ms: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(duplicate.code(), ErrorCode::AlreadyExists);
+}
+
+async fn an_expired_code_is_refused_and_stays_unused(target: Target) {
+    let store = target.open().await;
+    insert_code(&store, 100).await;
+    let late = Enrollment {
+        token_sha256: "h".into(),
+        now_ms: 100,
+        node: node("dev"),
+    };
+    assert_eq!(
+        store.enroll_node(&late).await.unwrap(),
+        EnrollOutcome::ExpiredCode
+    );
+    assert!(store.nodes().await.unwrap().is_empty());
+}
+
+async fn concurrent_enrollments_with_one_code_enroll_one_node(target: Target) {
+    let store = target.open().await;
+    insert_code(&store, i64::MAX).await;
+    let mut tasks = Vec::new();
+    for index in 0..16 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            store
+                .enroll_node(&Enrollment {
+                    token_sha256: "h".into(),
+                    now_ms: 1,
+                    node: node(&format!("dev{index}")),
+                })
+                .await
+                .unwrap()
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    let enrolled = outcomes
+        .iter()
+        .filter(|outcome| **outcome == EnrollOutcome::Enrolled)
+        .count();
+    assert_eq!(enrolled, 1, "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|outcome| matches!(outcome, EnrollOutcome::Enrolled | EnrollOutcome::UsedCode)),
+        "{outcomes:?}"
+    );
+    assert_eq!(store.nodes().await.unwrap().len(), 1);
+}
+
+async fn node_updates_and_audit_round_trip_and_survive_reopen(target: Target) {
+    {
+        let store = target.open().await;
+        insert_code(&store, 100).await;
+        for id in ["dev", "another"] {
+            let outcome = store
+                .enroll_node(&Enrollment {
+                    token_sha256: if id == "dev" { "h".into() } else { "x".into() },
+                    now_ms: 1,
+                    node: node(id),
+                })
+                .await
+                .unwrap();
+            assert_eq!(outcome == EnrollOutcome::Enrolled, id == "dev");
+        }
+        store
+            .record_node_seen(&NodeSeen {
+                device_id: "dev".into(),
+                display_name: "renamed".into(),
+                runtime: "codex".into(),
+                commands: vec!["a".into(), "b".into()],
+                workspace_root: None,
+                at_ms: 77,
+            })
+            .await
+            .unwrap();
+        let seq = store
+            .append_audit(&audit_event("node.setup_code.issue", 5))
+            .await
+            .unwrap();
+        assert_eq!(seq, 1);
+        let missing = store
+            .record_node_seen(&NodeSeen {
+                device_id: "nope".into(),
+                display_name: String::new(),
+                runtime: String::new(),
+                commands: vec![],
+                workspace_root: None,
+                at_ms: 0,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(missing.code(), "NOT_FOUND");
+    }
+    let store = target.open().await;
+    let stored = store.node("dev").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            stored.display_name.as_str(),
+            stored.runtime.as_str(),
+            stored.last_seen_at_ms,
+            stored.workspace_root.as_deref()
+        ),
+        ("renamed", "codex", 77, None)
+    );
+    assert_eq!(stored.commands, vec!["a".to_owned(), "b".to_owned()]);
+    assert_eq!(store.nodes().await.unwrap().len(), 1);
+    let events = store.audit_after(0, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].details, serde_json::json!({"ttlSeconds": 600}));
+    assert_eq!((events[0].actor.as_str(), events[0].at_ms), ("operator", 5));
+    assert!(store.audit_after(1, 10).await.unwrap().is_empty());
+}
+
+/// A reader that pages with `audit_after(last seen)` while writers append concurrently must
+/// still see every event: sequence numbers become visible in increasing order.
+async fn audit_readers_paging_during_concurrent_appends_miss_nothing(target: Target) {
+    const WRITERS: usize = 8;
+    const PER_WRITER: usize = 25;
+    let store = target.open().await;
+    let mut writers = Vec::new();
+    for writer in 0..WRITERS {
+        let store = Arc::clone(&store);
+        writers.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for index in 0..PER_WRITER {
+                let action = format!("w{writer}.{index}");
+                seqs.push(store.append_audit(&audit_event(&action, 1)).await.unwrap());
+            }
+            seqs
+        }));
+    }
+    let writing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let reader = {
+        let store = Arc::clone(&store);
+        let writing = Arc::clone(&writing);
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut after = 0;
+            loop {
+                // Read the flag before the page: a page read after the writers finished sees
+                // everything, so the loop ends with nothing left behind `after`.
+                let done = !writing.load(std::sync::atomic::Ordering::SeqCst);
+                let page = store.audit_after(after, 7).await.unwrap();
+                let drained = page.is_empty();
+                for event in page {
+                    after = event.seq;
+                    seen.push(event.seq);
+                }
+                if done && drained {
+                    return seen;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let mut written = BTreeSet::new();
+    for writer in writers {
+        let seqs = writer.await.unwrap();
+        assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]), "{seqs:?}");
+        written.extend(seqs);
+    }
+    writing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let seen = reader.await.unwrap();
+    assert_eq!(written.len(), WRITERS * PER_WRITER);
+    assert_eq!(
+        seen,
+        written.iter().copied().collect::<Vec<_>>(),
+        "the paging reader skipped or reordered events"
+    );
+    let all = store.audit_after(0, 1000).await.unwrap();
+    let actions: BTreeSet<String> = all.into_iter().map(|event| event.action).collect();
+    assert_eq!(actions.len(), WRITERS * PER_WRITER);
+}
+
+/// Everything `admit_user_message` acknowledged is there for a store opened afresh.
+async fn an_acknowledged_admission_is_durable_in_a_new_store(target: Target) {
+    let admitted = {
+        let store = target.open().await;
+        let attachments = vec![attachment("m1")];
+        let mut new = message("s", "t1", "keep me", Some("k1"), QueueMode::Followup);
+        new.attachments = attachments;
+        store.admit_user_message(&new).await.unwrap()
+    };
+    assert!(admitted.created);
+    let store = target.open().await;
+    assert_eq!(store.turn("t1").await.unwrap(), Some(admitted.turn.clone()));
+    assert_eq!(admitted.turn.attachments, vec![attachment("m1")]);
+    let transcript = store.transcript("s").await.unwrap();
+    assert_eq!(
+        transcript
+            .iter()
+            .map(|m| (m.seq, m.role.as_str(), m.content.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(1, "user", "keep me")]
+    );
+    let events = store.events_after("s", 0, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        events[0].payload,
+        serde_json::json!({"turnId": "t1", "queueMode": "followup"})
+    );
+    // The idempotency key is durable too: a retry after the restart stores nothing.
+    let retry = store
+        .admit_user_message(&message(
+            "s",
+            "t2",
+            "keep me",
+            Some("k1"),
+            QueueMode::Followup,
+        ))
+        .await
+        .unwrap();
+    assert_eq!((retry.created, retry.turn.turn_id.as_str()), (false, "t1"));
+    assert_eq!(store.transcript("s").await.unwrap().len(), 1);
+    assert_eq!(store.figures().await.unwrap().n_queued_turns, 1);
+}
+
+async fn turns_run_one_at_a_time_in_order_and_fence_stale_writers(target: Target) {
+    let store = target.open().await;
+    store
+        .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    store
+        .admit_user_message(&message("s", "t2", "two", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    let first = store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    assert_eq!(
+        (first.turn_id.as_str(), first.status, first.started_at_ms),
+        ("t1", TurnStatus::Running, Some(2))
+    );
+    assert_eq!(
+        store.claim_next_turn("s", 3).await.unwrap(),
+        None,
+        "a second turn ran concurrently"
+    );
+    assert_eq!(store.claim_next_turn("nope", 3).await.unwrap(), None);
+    let seq = store
+        .commit_turn_message(&assistant("t1", "reply one", 4))
+        .await
+        .unwrap();
+    assert_eq!(seq, Some(3));
+    let end = completed("reply one", 5);
+    assert!(store.finish_turn("t1", &end).await.unwrap());
+    assert!(
+        !store.finish_turn("t1", &end).await.unwrap(),
+        "a finished turn changed again"
+    );
+    // The turn is over: a late commit from its writer is refused.
+    let stale = store
+        .commit_turn_message(&assistant("t1", "late", 6))
+        .await
+        .unwrap();
+    assert_eq!(stale, None);
+    let ended = store.turn("t1").await.unwrap().unwrap();
+    assert_eq!(
+        (ended.status, ended.reply.as_deref(), ended.ended_at_ms),
+        (TurnStatus::Completed, Some("reply one"), Some(5))
+    );
+    let second = store.claim_next_turn("s", 7).await.unwrap().unwrap();
+    assert_eq!(second.turn_id, "t2");
+    let transcript: Vec<(i64, String, String)> = store
+        .transcript("s")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.seq, m.role, m.content))
+        .collect();
+    assert_eq!(
+        transcript,
+        vec![
+            (1, "user".into(), "one".into()),
+            (2, "user".into(), "two".into()),
+            (3, "assistant".into(), "reply one".into()),
+        ]
+    );
+    let kinds: Vec<String> = store
+        .events_after("s", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    // The end event is written with the end, once, even though finish_turn ran twice.
+    assert_eq!(
+        kinds,
+        vec![
+            "turn.queued",
+            "turn.queued",
+            "turn.started",
+            "turn.completed",
+            "turn.started"
+        ]
+    );
+    let completed_event = &store.events_after("s", 0, 100).await.unwrap()[3];
+    assert_eq!(
+        completed_event.payload,
+        serde_json::json!({"turnId": "t1", "status": "completed", "reply": "reply one"})
+    );
+    assert_eq!(store.events_after("s", 3, 1).await.unwrap()[0].seq, 4);
+    let sessions = store.sessions().await.unwrap();
+    assert_eq!(sessions[0].active_turn_id.as_deref(), Some("t2"));
+    // A failure is recorded with its code, and its event carries it.
+    let failed = TurnEnd {
+        status: TurnStatus::Failed,
+        reply: None,
+        error_code: Some("MODEL_FAILURE".into()),
+        error_message: Some("boom".into()),
+        now_ms: 8,
+    };
+    assert!(store.finish_turn("t2", &failed).await.unwrap());
+    let last = store.events_after("s", 5, 10).await.unwrap();
+    assert_eq!(
+        (last[0].kind.as_str(), &last[0].payload),
+        (
+            "turn.failed",
+            &serde_json::json!({"turnId": "t2", "status": "failed",
+                "error": {"code": "MODEL_FAILURE", "message": "boom"}})
+        )
+    );
+}
+
+/// Many dispatchers claiming one session at once start exactly one turn: the running-turn fence.
+async fn concurrent_claims_run_one_turn_per_session(target: Target) {
+    let store = target.open().await;
+    for index in 0..4 {
+        store
+            .admit_user_message(&message(
+                "s",
+                &format!("t{index}"),
+                "go",
+                None,
+                QueueMode::Followup,
+            ))
+            .await
+            .unwrap();
+    }
+    let mut tasks = Vec::new();
+    for now_ms in 0..16 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            store.claim_next_turn("s", now_ms).await.unwrap()
+        }));
+    }
+    let mut claimed = Vec::new();
+    for task in tasks {
+        claimed.extend(task.await.unwrap());
+    }
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|turn| turn.turn_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["t0"]
+    );
+    let started = store
+        .events_after("s", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|event| event.kind == "turn.started")
+        .count();
+    assert_eq!(started, 1);
+    assert_eq!(store.figures().await.unwrap().n_queued_turns, 3);
+}
+
+async fn an_idempotency_key_returns_the_same_turn_and_stores_nothing_new(target: Target) {
+    let store = target.open().await;
+    let first = store
+        .admit_user_message(&message("s", "t1", "hi", Some("k"), QueueMode::Followup))
+        .await
+        .unwrap();
+    assert!(first.created);
+    let again = store
+        .admit_user_message(&message(
+            "s",
+            "t-other",
+            "hi",
+            Some("k"),
+            QueueMode::Followup,
+        ))
+        .await
+        .unwrap();
+    assert!(!again.created);
+    assert_eq!(again.turn.turn_id, "t1");
+    assert_eq!(store.transcript("s").await.unwrap().len(), 1);
+    assert_eq!(store.turn("t-other").await.unwrap(), None);
+    // The same key in another session is another message.
+    let other = store
+        .admit_user_message(&message("s2", "t3", "hi", Some("k"), QueueMode::Followup))
+        .await
+        .unwrap();
+    assert!(other.created);
+}
+
+async fn concurrent_duplicates_create_one_turn(target: Target) {
+    let store = target.open().await;
+    let mut tasks = Vec::new();
+    for index in 0..16 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            store
+                .admit_user_message(&message(
+                    "s",
+                    &format!("t{index}"),
+                    "hi",
+                    Some("same"),
+                    QueueMode::Followup,
+                ))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut turn_ids = BTreeSet::new();
+    let mut created = 0;
+    for task in tasks {
+        let admitted = task.await.unwrap();
+        turn_ids.insert(admitted.turn.turn_id);
+        created += usize::from(admitted.created);
+    }
+    assert_eq!(turn_ids.len(), 1);
+    assert_eq!(created, 1);
+    assert_eq!(store.transcript("s").await.unwrap().len(), 1);
+    assert_eq!(store.events_after("s", 0, 100).await.unwrap().len(), 1);
+}
+
+/// Admissions, turn commits and events racing on one session get contiguous sequence numbers,
+/// and every acknowledged message is stored exactly once.
+async fn concurrent_appends_get_contiguous_sequence_numbers(target: Target) {
+    const EACH: usize = 24;
+    let store = target.open().await;
+    store
+        .admit_user_message(&message("s", "running", "start", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    let mut tasks = Vec::new();
+    for index in 0..EACH {
+        let writer = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let seq = writer
+                .commit_turn_message(&assistant("running", &format!("a{index}"), 3))
+                .await
+                .unwrap();
+            assert!(seq.is_some());
+        }));
+        let writer = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            writer
+                .admit_user_message(&message(
+                    "s",
+                    &format!("q{index}"),
+                    &format!("u{index}"),
+                    None,
+                    QueueMode::Followup,
+                ))
+                .await
+                .unwrap();
+        }));
+        let writer = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            writer
+                .append_event("s", "note", &serde_json::json!({"n": index}), 3)
+                .await
+                .unwrap();
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let transcript = store.transcript("s").await.unwrap();
+    let seqs: Vec<i64> = transcript.iter().map(|m| m.seq).collect();
+    let expected: Vec<i64> = (1..=i64::try_from(1 + 2 * EACH).unwrap()).collect();
+    assert_eq!(seqs, expected, "transcript seqs have gaps or repeats");
+    let contents: BTreeSet<&str> = transcript.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(contents.len(), 1 + 2 * EACH, "a message was stored twice");
+    let events = store.events_after("s", 0, 1000).await.unwrap();
+    let event_seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    // turn.queued for the first turn, turn.started, then a note and a turn.queued per index.
+    let expected: Vec<i64> = (1..=i64::try_from(2 + 2 * EACH).unwrap()).collect();
+    assert_eq!(event_seqs, expected, "event seqs have gaps or repeats");
+    let turn_numbers: BTreeSet<i64> = {
+        let mut numbers = BTreeSet::new();
+        for index in 0..EACH {
+            let turn = store.turn(&format!("q{index}")).await.unwrap().unwrap();
+            numbers.insert(turn.turn_no);
+        }
+        numbers
+    };
+    let expected: BTreeSet<i64> = (2..=i64::try_from(1 + EACH).unwrap()).collect();
+    assert_eq!(turn_numbers, expected);
+}
+
+async fn collect_joins_the_queued_turn(target: Target) {
+    let store = target.open().await;
+    store
+        .admit_user_message(&message("s", "t1", "running", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    let a = store
+        .admit_user_message(&message("s", "t2", "a", None, QueueMode::Collect))
+        .await
+        .unwrap();
+    let b = store
+        .admit_user_message(&message("s", "t3", "b", None, QueueMode::Collect))
+        .await
+        .unwrap();
+    assert_eq!(a.turn.turn_id, "t2");
+    assert_eq!(b.turn.turn_id, "t2");
+    assert!(b.created, "the joined message is stored");
+    let texts: Vec<String> = store
+        .turn_user_messages("t2")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(texts, vec!["a", "b"]);
+    assert_eq!(store.turn("t3").await.unwrap(), None);
+}
+
+async fn running_turns_become_interrupted_and_queued_ones_stay_queued(target: Target) {
+    {
+        let store = target.open().await;
+        for session in ["s", "r"] {
+            store
+                .admit_user_message(&message(
+                    session,
+                    &format!("{session}1"),
+                    "one",
+                    None,
+                    QueueMode::Followup,
+                ))
+                .await
+                .unwrap();
+            store
+                .admit_user_message(&message(
+                    session,
+                    &format!("{session}2"),
+                    "two",
+                    None,
+                    QueueMode::Followup,
+                ))
+                .await
+                .unwrap();
+            store.claim_next_turn(session, 2).await.unwrap().unwrap();
+        }
+    }
+    let store = target.open().await;
+    let interrupted = store.interrupt_running_turns(9).await.unwrap();
+    assert_eq!(
+        interrupted
+            .iter()
+            .map(|turn| (turn.turn_id.as_str(), turn.status))
+            .collect::<Vec<_>>(),
+        vec![
+            ("r1", TurnStatus::Interrupted),
+            ("s1", TurnStatus::Interrupted)
+        ]
+    );
+    let stored = store.turn("s1").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            stored.status,
+            stored.error_code.as_deref(),
+            stored.ended_at_ms
+        ),
+        (TurnStatus::Interrupted, Some("INTERRUPTED"), Some(9))
+    );
+    let failed = store.events_after("s", 3, 10).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].kind, "turn.failed");
+    assert_eq!(failed[0].payload["status"], "interrupted");
+    assert_eq!(failed[0].payload["error"]["code"], "INTERRUPTED");
+    assert_eq!(
+        store.turn("s2").await.unwrap().unwrap().status,
+        TurnStatus::Queued
+    );
+    assert!(
+        store.interrupt_running_turns(10).await.unwrap().is_empty(),
+        "an interrupted turn was interrupted again"
+    );
+    assert!(
+        !store
+            .finish_turn("s1", &completed("late", 11))
+            .await
+            .unwrap(),
+        "an interrupted turn was finished by its stale runtime"
+    );
+    assert_eq!(
+        store.sessions_with_queued_turns().await.unwrap(),
+        vec!["r".to_owned(), "s".to_owned()]
+    );
+    assert_eq!(
+        store
+            .claim_next_turn("s", 10)
+            .await
+            .unwrap()
+            .unwrap()
+            .turn_id,
+        "s2"
+    );
+}
+
+async fn checkpoints_keep_the_latest_order_by_save_and_prune_the_rest(target: Target) {
+    let store = target.open().await;
+    store
+        .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    assert_eq!(store.latest_checkpoint("s").await.unwrap(), None);
+    let manifest = |n: u32| serde_json::json!({"entries": [{"path": "f", "mediaId": format!("m{n}"), "size": n}]});
+    for (n, now_ms) in [(1, 10), (2, 20), (3, 20), (4, 30)] {
+        store
+            .save_checkpoint("s", &format!("c{n}"), &manifest(n), now_ms)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store.latest_checkpoint("s").await.unwrap(),
+        Some(("c4".to_owned(), manifest(4)))
+    );
+    // Saving an existing checkpoint again makes it the latest and moves it forward.
+    store
+        .save_checkpoint("s", "c1", &manifest(1), 40)
+        .await
+        .unwrap();
+    assert_eq!(store.latest_checkpoint("s").await.unwrap().unwrap().0, "c1");
+    let ids = |list: Vec<(String, serde_json::Value)>| -> Vec<String> {
+        list.into_iter().map(|(id, _)| id).collect()
+    };
+    // Newest first; c3 was saved after c2 in the same millisecond.
+    assert_eq!(
+        ids(store.recent_checkpoints("s", "c1", 10).await.unwrap()),
+        vec!["c4", "c3", "c2"]
+    );
+    assert_eq!(
+        ids(store.recent_checkpoints("s", "c4", 2).await.unwrap()),
+        vec!["c1", "c3"]
+    );
+    assert_eq!(store.prune_checkpoints("s", 2).await.unwrap(), 2);
+    assert_eq!(
+        ids(store.recent_checkpoints("s", "", 10).await.unwrap()),
+        vec!["c1", "c4"]
+    );
+    // The session's latest accepted checkpoint is kept even when it is not among the newest.
+    store
+        .save_checkpoint("s", "c5", &manifest(5), 50)
+        .await
+        .unwrap();
+    store
+        .save_checkpoint("s", "c1", &manifest(1), 45)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.prune_checkpoints("s", 1).await.unwrap(),
+        1,
+        "c4 goes; c5 is newest and c1 is the latest accepted"
+    );
+    assert_eq!(
+        ids(store.recent_checkpoints("s", "", 10).await.unwrap()),
+        vec!["c5", "c1"]
+    );
+}
+
+async fn checkpoint_blob_garbage_is_what_nothing_refers_to(target: Target) {
+    let store = target.open().await;
+    let mut new = message("s", "t1", "see attached", None, QueueMode::Followup);
+    new.attachments = vec![attachment("attached")];
+    store.admit_user_message(&new).await.unwrap();
+    let blob = |id: &str, size_bytes| CheckpointBlob {
+        media_id: id.into(),
+        size_bytes,
+    };
+    let listed = vec![
+        blob("attached", 1),
+        blob("artifact", 2),
+        blob("in-checkpoint", 4),
+        blob("pinned", 8),
+        blob("orphan-b", 16),
+        blob("orphan-a", 32),
+    ];
+    store.register_checkpoint_blobs(&listed, 1).await.unwrap();
+    // Listing again keeps the first registration (and its size).
+    store
+        .register_checkpoint_blobs(&[blob("orphan-a", 999)], 2)
+        .await
+        .unwrap();
+    store.register_checkpoint_blobs(&[], 2).await.unwrap();
+    store
+        .append_event(
+            "s",
+            "artifact.stored",
+            &serde_json::json!({"mediaId": "artifact"}),
+            3,
+        )
+        .await
+        .unwrap();
+    store.pin_media("pinned", "upload", 3).await.unwrap();
+    store.pin_media("pinned", "upload", 4).await.unwrap();
+    store
+        .save_checkpoint(
+            "s",
+            "c1",
+            &serde_json::json!({"entries": [{"path": "f", "mediaId": "in-checkpoint"}, {"path": "d", "kind": "dir"}]}),
+            5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.checkpoint_blob_garbage().await.unwrap(),
+        vec![blob("orphan-a", 32), blob("orphan-b", 16)]
+    );
+    assert_eq!(store.figures().await.unwrap().checkpoint_bytes, 63);
+    store.forget_checkpoint_blob("orphan-a").await.unwrap();
+    store.forget_checkpoint_blob("never-listed").await.unwrap();
+    assert_eq!(
+        store.checkpoint_blob_garbage().await.unwrap(),
+        vec![blob("orphan-b", 16)]
+    );
+    assert_eq!(store.figures().await.unwrap().checkpoint_bytes, 31);
+}
+
+async fn a_codex_thread_binding_is_kept_and_replaced_per_session(target: Target) {
+    {
+        let store = target.open().await;
+        store
+            .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
+            .await
+            .unwrap();
+        assert_eq!(store.codex_thread("s").await.unwrap(), None);
+        store.bind_codex_thread("s", "thread-a", 5).await.unwrap();
+        store.bind_codex_thread("s", "thread-b", 6).await.unwrap();
+        assert!(
+            store
+                .bind_codex_thread("nope", "thread-c", 7)
+                .await
+                .is_err(),
+            "a binding needs an existing session"
+        );
+    }
+    // The binding survives a restart of the Gateway.
+    let store = target.open().await;
+    assert_eq!(
+        store.codex_thread("s").await.unwrap().as_deref(),
+        Some("thread-b")
+    );
+    assert_eq!(store.codex_thread("nope").await.unwrap(), None);
+}
+
+async fn finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle(target: Target) {
+    let store = target.open().await;
+    store
+        .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    assert_eq!(store.session_node("s").await.unwrap(), None);
+    // Racing dispatchers: the first binding wins and every one learns the same owner.
+    let mut tasks = Vec::new();
+    for index in 0..8 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            store
+                .bind_session_node("s", &format!("node-{index}"), 1)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut owners = BTreeSet::new();
+    for task in tasks {
+        owners.insert(task.await.unwrap());
+    }
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    let owner = owners.into_iter().next().unwrap();
+    assert_eq!(
+        store.bind_session_node("s", "node-b", 2).await.unwrap(),
+        owner
+    );
+    assert!(store.bind_session_node("nope", "node-a", 3).await.is_err());
+    assert_eq!(
+        store.sessions().await.unwrap()[0].node_id.as_deref(),
+        Some(owner.as_str())
+    );
+
+    // A running turn blocks a move.
+    let claimed = store.claim_next_turn("s", 4).await.unwrap().unwrap();
+    assert_eq!(
+        store
+            .move_session_node("s", Some("node-b"), 5)
+            .await
+            .unwrap(),
+        SessionMove::Busy {
+            turn_id: claimed.turn_id.clone()
+        }
+    );
+    store
+        .finish_turn(&claimed.turn_id, &completed("ok", 6))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .move_session_node("s", Some("node-b"), 7)
+            .await
+            .unwrap(),
+        SessionMove::Moved {
+            from: Some(owner.clone())
+        }
+    );
+    assert_eq!(
+        store
+            .move_session_node("s", Some("node-b"), 8)
+            .await
+            .unwrap(),
+        SessionMove::Unchanged
+    );
+    assert_eq!(
+        store.move_session_node("s", None, 9).await.unwrap(),
+        SessionMove::Moved {
+            from: Some("node-b".into())
+        }
+    );
+    assert_eq!(store.session_node("s").await.unwrap(), None);
+    assert_eq!(
+        store.move_session_node("nope", None, 10).await.unwrap(),
+        SessionMove::NotFound
+    );
+}
+
+/// What only the PostgreSQL backend has: a server shared by Gateways, and a network between.
+mod postgres_only {
+    use gatehouse_protocol::error::ErrorCode;
+    use gatehouse_store::location::StoreLocation;
+    use gatehouse_store::model::QueueMode;
+    use pretty_assertions::assert_eq;
+    use sqlx::Connection;
+
+    use super::message;
+    use super::support::Target;
+
+    /// Connects to the target's database directly, as an operator would with psql.
+    async fn connect(target: &Target) -> sqlx::PgConnection {
+        let StoreLocation::Postgres(database) = target.location() else {
+            panic!("not a PostgreSQL target");
+        };
+        sqlx::PgConnection::connect(database.url()).await.unwrap()
+    }
+
+    /// Without the migration lock, concurrent `CREATE TABLE`s of one migration fail all but one
+    /// starting Gateway.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn gateways_starting_at_once_migrate_one_after_the_other() {
+        let target = std::sync::Arc::new(Target::postgres().await);
+        let mut starts = Vec::new();
+        for _ in 0..6 {
+            let target = std::sync::Arc::clone(&target);
+            starts.push(tokio::spawn(async move {
+                let store = target.open().await;
+                store.ping().await.unwrap();
+            }));
+        }
+        for start in starts {
+            start.await.unwrap();
+        }
+        let mut connection = connect(&target).await;
+        let applied: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
+                .fetch_all(&mut connection)
+                .await
+                .unwrap();
+        assert_eq!(applied, vec![1, 2, 3, 4, 5, 6]);
+    }
+
+    /// The server drops the connection in the middle of an admission's transaction (a trigger
+    /// terminates the backend when the admission's `turn.queued` event is written, after its
+    /// session and turn rows): the admission fails with STORE_UNAVAILABLE, none of it is stored,
+    /// and the next call runs on a fresh connection.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_connection_lost_mid_admission_stores_nothing_and_the_pool_reconnects() {
+        let target = Target::postgres().await;
+        let store = target.open().await;
+        store
+            .admit_user_message(&message("s", "t1", "before", None, QueueMode::Followup))
+            .await
+            .unwrap();
+        let mut admin = connect(&target).await;
+        sqlx::raw_sql(
+            "CREATE FUNCTION lose_connection() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN \
+                 IF NEW.payload_json ->> 'turnId' LIKE 'doomed%' THEN \
+                     PERFORM pg_terminate_backend(pg_backend_pid()); \
+                 END IF; \
+                 RETURN NEW; \
+             END $$; \
+             CREATE TRIGGER lose_connection BEFORE INSERT ON session_events \
+                 FOR EACH ROW EXECUTE FUNCTION lose_connection();",
+        )
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        for (session, turn_id) in [("s", "doomed-1"), ("new-session", "doomed-2")] {
+            let error = store
+                .admit_user_message(&message(
+                    session,
+                    turn_id,
+                    "lost",
+                    None,
+                    QueueMode::Followup,
+                ))
+                .await
+                .unwrap_err();
+            assert_eq!(error.code(), ErrorCode::StoreUnavailable, "{error:?}");
+            assert_eq!(store.turn(turn_id).await.unwrap(), None);
+        }
+        let sessions: Vec<String> = store
+            .sessions()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|session| session.session_key)
+            .collect();
+        assert_eq!(
+            sessions,
+            vec!["s".to_owned()],
+            "a half-admitted session stayed"
+        );
+        assert_eq!(store.transcript("s").await.unwrap().len(), 1);
+        assert_eq!(store.events_after("s", 0, 10).await.unwrap().len(), 1);
+        store.ping().await.unwrap();
+        let after = store
+            .admit_user_message(&message("s", "t2", "after", None, QueueMode::Followup))
+            .await
+            .unwrap();
+        assert_eq!(
+            after.turn.turn_no, 2,
+            "the lost admission used a turn number"
+        );
+        let seqs: Vec<i64> = store
+            .transcript("s")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.seq)
+            .collect();
+        assert_eq!(seqs, vec![1, 2], "the lost admission left a sequence gap");
+    }
+
+    /// A server nobody listens for answers STORE_UNAVAILABLE, promptly, rather than hanging.
+    #[tokio::test]
+    async fn an_unreachable_server_is_store_unavailable() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let location: StoreLocation = format!("postgres://gatehouse@127.0.0.1:{port}/gatehouse")
+            .parse()
+            .unwrap();
+        let Err(error) = gatehouse_store::open(&location).await else {
+            panic!("a store opened with no server");
+        };
+        assert_eq!(error.code(), ErrorCode::StoreUnavailable, "{error:?}");
+        let chain = format!("{error:?}");
+        assert!(
+            chain.contains("refused"),
+            "the engine's reason is lost: {chain}"
+        );
+    }
+
+    /// The password comes from the variable the URL names, never from the URL.
+    #[tokio::test]
+    async fn a_password_variable_that_is_not_set_is_store_unavailable_with_its_name() {
+        let url = super::support::fresh_postgres_database().await;
+        let location: StoreLocation = format!("{url}?password-env=GATEHOUSE_TEST_UNSET_PASSWORD")
+            .parse()
+            .unwrap();
+        let Err(error) = gatehouse_store::open(&location).await else {
+            panic!("a store opened without its password");
+        };
+        assert_eq!(error.code(), ErrorCode::StoreUnavailable);
+        let chain = format!("{error:?}");
+        assert!(chain.contains("GATEHOUSE_TEST_UNSET_PASSWORD"), "{chain}");
+    }
+}
+
+/// The turn events the store writes itself are their typed payloads: each decodes into the type
+/// its kind names, and its text is the one the hand-built payloads had (keys sorted, explicit
+/// `null`s), so events stored before and after read alike.
+async fn turn_events_are_their_typed_payloads(target: Target) {
+    use gatehouse_store::model::EventPayload;
+    use gatehouse_store::model::TurnError;
+    use gatehouse_store::model::TurnFailed;
+    use gatehouse_store::model::TurnQueued;
+    use gatehouse_store::model::TurnStarted;
+
+    let store = target.open().await;
+    store
+        .admit_user_message(&message("s", "t1", "one", None, QueueMode::Steer))
+        .await
+        .unwrap();
+    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    let end = TurnEnd {
+        status: TurnStatus::Failed,
+        reply: None,
+        error_code: None,
+        error_message: Some("no code".into()),
+        now_ms: 3,
+    };
+    assert!(store.finish_turn("t1", &end).await.unwrap());
+    store
+        .admit_user_message(&message("s", "t2", "two", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    store.claim_next_turn("s", 4).await.unwrap().unwrap();
+    store.interrupt_running_turns(5).await.unwrap();
+
+    let events = store.events_after("s", 0, 100).await.unwrap();
+    let kinds: Vec<&str> = events.iter().map(|event| event.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            TurnQueued::KIND,
+            TurnStarted::KIND,
+            TurnFailed::KIND,
+            TurnQueued::KIND,
+            TurnStarted::KIND,
+            TurnFailed::KIND
+        ]
+    );
+    let decode = |idx: usize| serde_json::from_value::<TurnFailed>(events[idx].payload.clone());
+    assert_eq!(
+        (decode(2).unwrap(), decode(5).unwrap()),
+        (
+            TurnFailed {
+                turn_id: "t1".into(),
+                status: TurnStatus::Failed,
+                error: TurnError {
+                    code: None,
+                    message: Some("no code".into()),
+                },
+            },
+            TurnFailed {
+                turn_id: "t2".into(),
+                status: TurnStatus::Interrupted,
+                error: TurnError {
+                    code: Some("INTERRUPTED".into()),
+                    message: Some(
+                        "the gateway stopped while this turn ran; it is not replayed".into()
+                    ),
+                },
+            }
+        )
+    );
+    let texts: Vec<String> = [0, 1, 2]
+        .into_iter()
+        .map(|idx| events[idx].payload.to_string())
+        .collect();
+    assert_eq!(
+        texts,
+        vec![
+            r#"{"queueMode":"steer","turnId":"t1"}"#,
+            r#"{"turnId":"t1"}"#,
+            r#"{"error":{"code":null,"message":"no code"},"status":"failed","turnId":"t1"}"#,
+        ]
+    );
+    assert_eq!(
+        serde_json::from_value::<TurnQueued>(events[0].payload.clone()).unwrap(),
+        TurnQueued {
+            turn_id: "t1".into(),
+            queue_mode: QueueMode::Steer,
+        }
+    );
+}
