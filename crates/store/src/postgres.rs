@@ -70,8 +70,6 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The key of the advisory lock that orders audit appends ("gh-audit" in ASCII).
 const AUDIT_LOCK_KEY: i64 = 0x6768_2d61_7564_6974;
 
-/// The error text of a turn interrupted by a restart.
-
 /// The Gateway store in a PostgreSQL database.
 #[derive(Debug, Clone)]
 pub struct PgStore {
