@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
+use gatehouse_gateway::OPERATOR_TOKEN_ENV;
 use gatehouse_model::sse::SseParser;
 
 use crate::exit::UsageError;
@@ -54,7 +54,7 @@ pub(crate) fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
                 "the gateway refused the event stream ({status}): {body}"
             ));
         }
-        let idempotency_key = gatehouse_gateway::secrets::random_token()?;
+        let idempotency_key = gatehouse_gateway::random_token()?;
         let posted = client
             .post(format!("{base}/v1/sessions/{}/messages", args.session))
             .bearer_auth(&token)

@@ -22,14 +22,14 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use gatehouse_gateway::CODEX_EXCLUDED_TOOLS;
+use gatehouse_gateway::NodeConnection;
 use gatehouse_gateway::RuntimeParts;
-use gatehouse_gateway::link::registry::NodeConnection;
-use gatehouse_gateway::tools::CODEX_EXCLUDED_TOOLS;
-use gatehouse_gateway::tools::without_codex_excluded;
-use gatehouse_gateway::turns::runtime::TurnFailure;
-use gatehouse_gateway::turns::runtime::TurnInput;
-use gatehouse_gateway::turns::runtime::TurnRuntime;
-use gatehouse_gateway::turns::runtime::TurnSink;
+use gatehouse_gateway::TurnFailure;
+use gatehouse_gateway::TurnInput;
+use gatehouse_gateway::TurnRuntime;
+use gatehouse_gateway::TurnSink;
+use gatehouse_gateway::without_codex_excluded;
 use gatehouse_protocol::codex::CODEX_APPSERVER;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::worker::GatewayToolParams;
@@ -290,7 +290,7 @@ impl CodexRuntime {
                 let thread_id = started.thread.id;
                 self.parts
                     .store
-                    .bind_codex_thread(session_key, &thread_id, gatehouse_gateway::clock::now_ms())
+                    .bind_codex_thread(session_key, &thread_id, gatehouse_gateway::now_ms())
                     .await
                     .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
                 self.parts

@@ -31,13 +31,13 @@ use crate::clock::now_ms;
 pub const MAX_AUDIT_FIELD_BYTES: usize = 256;
 
 /// The members kept per array or object of `details`.
-pub const MAX_AUDIT_ITEMS: usize = 32;
+pub(crate) const MAX_AUDIT_ITEMS: usize = 32;
 
 /// The nesting levels kept in `details`.
-pub const MAX_AUDIT_DEPTH: usize = 4;
+pub(crate) const MAX_AUDIT_DEPTH: usize = 4;
 
 /// The largest `details` kept, serialized, in bytes; larger ones are replaced by their size.
-pub const MAX_AUDIT_DETAILS_BYTES: usize = 4096;
+pub(crate) const MAX_AUDIT_DETAILS_BYTES: usize = 4096;
 
 /// Appended to every string that was cut.
 pub const TRUNCATION_MARKER: &str = "…[truncated]";
@@ -51,7 +51,7 @@ pub const LIMIT_WINDOW: Duration = Duration::from_secs(60);
 
 /// The most keys the limiter tracks; past it, new keys share one window, so a flood from many
 /// addresses cannot grow the table.
-pub const MAX_LIMITED_KEYS: usize = 4096;
+pub(crate) const MAX_LIMITED_KEYS: usize = 4096;
 
 /// The key shared by every key past [`MAX_LIMITED_KEYS`].
 const OVERFLOW_KEY: &str = "*";
@@ -189,7 +189,7 @@ pub fn bounded_str(text: &str) -> Cow<'_, str> {
 }
 
 /// Returns `details` with every bound of this module applied.
-pub fn bounded_details(details: &serde_json::Value) -> serde_json::Value {
+pub(crate) fn bounded_details(details: &serde_json::Value) -> serde_json::Value {
     let bounded = bounded_value(details, 0);
     let size = bounded.to_string().len();
     match size <= MAX_AUDIT_DETAILS_BYTES {

@@ -45,7 +45,7 @@ use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
 
 /// The index file in the Gateway state directory.
-pub const MEMORY_INDEX_FILE: &str = "memory.db";
+pub(crate) const MEMORY_INDEX_FILE: &str = "memory.db";
 
 /// How long one `workspace.memory` request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

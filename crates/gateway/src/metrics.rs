@@ -40,13 +40,14 @@ use crate::link::registry::InvokeError;
 use crate::link::registry::NodeRegistry;
 
 /// The `Content-Type` of the answer: the Prometheus text format, version 0.0.4.
-pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Upper bounds, in seconds, of every latency histogram's buckets.
-pub const LATENCY_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
+pub(crate) const LATENCY_BUCKETS: [f64; 10] =
+    [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
 
 /// The `route` label of a request that matched no route (the fallback's `404`).
-pub const UNMATCHED_ROUTE: &str = "unmatched";
+pub(crate) const UNMATCHED_ROUTE: &str = "unmatched";
 
 /// A family of latency histograms with [`LATENCY_BUCKETS`].
 type LatencyFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -100,12 +101,12 @@ struct NodeLabels {
 }
 
 /// The `outcome` values of the turn families, one per way a turn ends.
-pub const TURN_OUTCOMES: [&str; 4] = ["completed", "failed", "aborted", "interrupted"];
+pub(crate) const TURN_OUTCOMES: [&str; 4] = ["completed", "failed", "aborted", "interrupted"];
 
 /// The turn engine's instruments: turns that ended, by outcome (and by runtime), and their
 /// latency from dispatch to the end.
 #[derive(Debug, Clone)]
-pub struct TurnMetrics {
+pub(crate) struct TurnMetrics {
     turns: Family<OutcomeLabels, Counter>,
     duration: Histogram,
     runtime_turns: Family<RuntimeOutcomeLabels, Counter>,
@@ -176,7 +177,7 @@ impl Default for LinkMetrics {
 }
 
 /// The `outcome` of an invoke that ended without a result because its caller gave up.
-pub const INVOKE_CANCELLED: &str = "cancelled";
+pub(crate) const INVOKE_CANCELLED: &str = "cancelled";
 
 impl LinkMetrics {
     /// Records an invoke of `command` that ended with `error` (`None`: the node's result
@@ -239,7 +240,7 @@ pub(crate) fn invoke_outcome(error: Option<&InvokeError>) -> &'static str {
 
 /// Every metric family of the Gateway, in one registry.
 #[derive(Debug)]
-pub struct GatewayMetrics {
+pub(crate) struct GatewayMetrics {
     registry: Registry,
     http_requests: Family<HttpLabels, Counter>,
     http_duration: LatencyFamily<HttpLabels>,
@@ -259,7 +260,7 @@ pub struct GatewayMetrics {
 impl GatewayMetrics {
     /// Returns the registry with every family: the instruments of `turns` and of `nodes`,
     /// the worker figures `nodes` keeps from each node's reports, and the Gateway's own.
-    pub fn new(turns: &TurnMetrics, nodes: &Arc<NodeRegistry>) -> Self {
+    pub(crate) fn new(turns: &TurnMetrics, nodes: &Arc<NodeRegistry>) -> Self {
         let mut metrics = Self {
             registry: Registry::default(),
             http_requests: Family::default(),

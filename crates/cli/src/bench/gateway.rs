@@ -8,10 +8,10 @@ use std::time::Duration;
 use std::time::Instant;
 
 use gatehouse_gateway::GatewayConfig;
-use gatehouse_gateway::turns::runtime::TurnFailure;
-use gatehouse_gateway::turns::runtime::TurnInput;
-use gatehouse_gateway::turns::runtime::TurnRuntime;
-use gatehouse_gateway::turns::runtime::TurnSink;
+use gatehouse_gateway::TurnFailure;
+use gatehouse_gateway::TurnInput;
+use gatehouse_gateway::TurnRuntime;
+use gatehouse_gateway::TurnSink;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::sqlite::SqliteJournalMode;
 use sqlx::sqlite::SqlitePoolOptions;

@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use futures_util::SinkExt;
 use futures_util::StreamExt;
-use gatehouse_gateway::audit::LIMIT_WINDOW;
-use gatehouse_gateway::audit::LIMITED_ROWS_PER_WINDOW;
-use gatehouse_gateway::audit::MAX_AUDIT_FIELD_BYTES;
-use gatehouse_gateway::audit::TRUNCATION_MARKER;
-use gatehouse_gateway::link::progress::MAX_NODE_RSS_GROWTH_BYTES;
-use gatehouse_gateway::turns::events::SUBSCRIBER_MAX_BYTES;
+use gatehouse_gateway::LIMIT_WINDOW;
+use gatehouse_gateway::LIMITED_ROWS_PER_WINDOW;
+use gatehouse_gateway::MAX_AUDIT_FIELD_BYTES;
+use gatehouse_gateway::MAX_NODE_RSS_GROWTH_BYTES;
+use gatehouse_gateway::SUBSCRIBER_MAX_BYTES;
+use gatehouse_gateway::TRUNCATION_MARKER;
 use pretty_assertions::assert_eq;
 use tokio::io::AsyncReadExt;
 use tokio::io::AsyncWriteExt;
@@ -603,9 +603,9 @@ async fn finding_5_a_24_mib_preauth_frame_is_refused_before_it_is_read_whole() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn finding_5_a_node_stores_at_most_the_turn_budget_in_the_transcript() {
-    use gatehouse_gateway::turns::runtime::MAX_MESSAGE_BYTES;
-    use gatehouse_gateway::turns::runtime::MAX_TOOL_ARGUMENTS_BYTES;
-    use gatehouse_gateway::turns::runtime::MAX_TURN_STORED_BYTES;
+    use gatehouse_gateway::MAX_MESSAGE_BYTES;
+    use gatehouse_gateway::MAX_TOOL_ARGUMENTS_BYTES;
+    use gatehouse_gateway::MAX_TURN_STORED_BYTES;
     let (_dirs, gateway, mut node) = hostile_setup().await;
     let turn_id = post_message(&gateway, "flood", "hello").await;
     let invoke = node.next_invoke("agent.turn").await;

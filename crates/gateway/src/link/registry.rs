@@ -147,7 +147,7 @@ pub(crate) fn log_sparsely(count: u64) -> bool {
 /// its reply until the node reads it, so a node that sends calls and stops reading could
 /// otherwise make the Gateway hold replies without bound; past it a call is refused at once
 /// with `TOO_MANY_TOOL_CALLS`.
-pub const MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT: usize = 8;
+pub(crate) const MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT: usize = 8;
 
 /// A caller waiting for an invoke's result, and where its progress chunks go.
 #[derive(Debug)]

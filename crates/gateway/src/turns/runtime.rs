@@ -87,7 +87,7 @@ pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 pub const MAX_TOOL_ARGUMENTS_BYTES: usize = 64 * 1024;
 
 /// The most bytes a tool name may have in a stored message or event; longer names are cut.
-pub const MAX_TOOL_NAME_BYTES: usize = 256;
+pub(crate) const MAX_TOOL_NAME_BYTES: usize = 256;
 
 /// The most bytes one turn may store in the transcript and the event log together (message
 /// contents and tool arguments, after the cuts above); past it the turn fails with

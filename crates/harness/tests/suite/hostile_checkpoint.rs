@@ -59,14 +59,7 @@ async fn start(checkpoint: &serde_json::Value) -> Hostile {
             .await
             .unwrap();
     let url = format!("ws://{}/node", running.local_addr);
-    let issued = gatehouse_gateway::setup_code::issue(
-        running.state.store.as_ref(),
-        &url,
-        600,
-        gatehouse_gateway::clock::now_ms(),
-    )
-    .await
-    .unwrap();
+    let issued = running.issue_setup_code(&url, 600).await.unwrap();
     let code_file = base.join("setup-code");
     std::fs::write(&code_file, issued.code).unwrap();
     let workers = WorkerSettings {
@@ -141,7 +134,7 @@ impl Hostile {
 
     /// Returns `(stage, reason, reasonCode)` of every `checkpoint.refused` audit row.
     async fn refusals(&self) -> Vec<(String, String, Option<String>)> {
-        let events = self.running.state.store.audit_after(0, 1000).await.unwrap();
+        let events = self.running.store().audit_after(0, 1000).await.unwrap();
         events
             .into_iter()
             .filter(|event| event.action == "checkpoint.refused")
@@ -232,8 +225,7 @@ async fn finding_3_a_hostile_node_cannot_plant_a_file_through_a_crafted_checkpoi
     );
     let stored = hostile
         .running
-        .state
-        .store
+        .store()
         .latest_checkpoint("reported")
         .await
         .unwrap();
@@ -244,13 +236,12 @@ async fn finding_3_a_hostile_node_cannot_plant_a_file_through_a_crafted_checkpoi
     let manifest = json!({"entries": crafted(&hostile.harness_root)});
     hostile
         .running
-        .state
-        .store
+        .store()
         .save_checkpoint(
             "reported",
             "crafted",
             &manifest,
-            gatehouse_gateway::clock::now_ms(),
+            gatehouse_gateway::now_ms(),
         )
         .await
         .unwrap();
