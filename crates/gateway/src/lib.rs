@@ -70,6 +70,8 @@ pub use crate::link::progress::{
 pub use crate::link::registry::{InvokeError, NodeConnection, NodeRegistry};
 /// The memory index's failure to open.
 pub use crate::memory::MemoryServiceError;
+/// How long `/metrics` reuses the figures it read from the store and the memory index.
+pub use crate::metrics::DEFAULT_METRICS_REFRESH_INTERVAL;
 /// The checkpoint quota and retention settings and their defaults.
 pub use crate::retention::{
     DEFAULT_CHECKPOINT_QUOTA_BYTES, DEFAULT_CHECKPOINTS_KEPT, DEFAULT_MEDIA_QUOTA_BYTES,
@@ -157,6 +159,9 @@ pub struct GatewayConfig {
     pub skills_dir: Option<PathBuf>,
     /// The Gateway's bundled skills directory.
     pub bundled_skills_dir: Option<PathBuf>,
+    /// How long `/metrics` reuses the figures it read from the store and the memory index
+    /// ([`DEFAULT_METRICS_REFRESH_INTERVAL`]); zero reads them at every scrape.
+    pub metrics_refresh_interval: Duration,
 }
 
 impl GatewayConfig {
@@ -180,6 +185,7 @@ impl GatewayConfig {
             memory_embedder: None,
             skills_dir: None,
             bundled_skills_dir: None,
+            metrics_refresh_interval: metrics::DEFAULT_METRICS_REFRESH_INTERVAL,
         }
     }
 }
@@ -495,7 +501,8 @@ pub async fn start(
         config.max_concurrent_turns,
     );
     turns.recover().await?;
-    let metrics = metrics::GatewayMetrics::new(&turns.metrics, &registry);
+    let metrics =
+        metrics::GatewayMetrics::new(&turns.metrics, &registry, config.metrics_refresh_interval);
     let state = Arc::new(GatewayState {
         config,
         local_addr,

@@ -194,6 +194,7 @@ impl TurnEngine {
             })
             .await?;
         if admitted.created {
+            self.metrics.queue_changed();
             self.hub.sync(&message.session_key).await;
             self.kick(&message.session_key);
         }
@@ -329,7 +330,10 @@ impl TurnEngine {
             () = self.shutdown.cancelled() => return None,
         };
         match self.store.claim_next_turn(session_key, now_ms()).await {
-            Ok(Some(turn)) => Some((turn, permit)),
+            Ok(Some(turn)) => {
+                self.metrics.queue_changed();
+                Some((turn, permit))
+            }
             Ok(None) => None,
             Err(error) => {
                 tracing::error!(error = %error, session_key, "cannot claim the next turn");
@@ -461,7 +465,8 @@ impl TurnEngine {
         self.metrics
             .record_end(self.runtime_name(), outcome, started.elapsed());
         match self.store.finish_turn(&turn.turn_id, end).await {
-            Ok(true) => {}
+            // A queued turn may end without running (an abort).
+            Ok(true) => self.metrics.queue_changed(),
             Ok(false) => return,
             Err(error) => {
                 tracing::error!(error = %error, turn_id = %turn.turn_id, "cannot record the end of a turn");

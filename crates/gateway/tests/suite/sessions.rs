@@ -24,6 +24,7 @@ use crate::suite::support::FetchAnswer;
 use crate::suite::support::TestGateway;
 use crate::suite::support::WriteAnswer;
 use crate::suite::support::gateway;
+use crate::suite::support::gateway_refreshing_metrics_every;
 use crate::suite::support::gateway_with;
 use crate::suite::support::operator_request;
 
@@ -684,6 +685,66 @@ async fn metrics_show_the_turns_queued_behind_the_cap() {
         .await,
         Some(3.0)
     );
+}
+
+/// Adds a checkpoint blob of `size_bytes` to the store, which only a fresh read of the store's
+/// figures shows in `gatehouse_checkpoint_stored_bytes`.
+async fn add_checkpoint_blob(gateway: &TestGateway, media_id: &str, size_bytes: u64) {
+    let blob = gatehouse_store::model::CheckpointBlob {
+        media_id: media_id.to_owned(),
+        size_bytes,
+    };
+    gateway
+        .store()
+        .register_checkpoint_blobs(&[blob], 1)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn metrics_scrapes_reuse_the_store_figures_until_the_turn_queue_changes() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_refreshing_metrics_every(
+        workspace(),
+        Some(runtime.clone()),
+        1,
+        Duration::from_secs(3600),
+    )
+    .await;
+    let samplings = "gatehouse_metrics_samplings_total";
+    let checkpoint_bytes = "gatehouse_checkpoint_stored_bytes";
+    assert_eq!(metric(&gateway, samplings).await, Some(1.0));
+    // Back to back, and after a change the queue does not see: the figures are reused.
+    add_checkpoint_blob(&gateway, "a", 10).await;
+    assert_eq!(metric(&gateway, samplings).await, Some(1.0));
+    assert_eq!(metric(&gateway, checkpoint_bytes).await, Some(0.0));
+
+    // A turn admitted (and one claimed) changes the queue: the next scrape reads them again.
+    let running = say(&gateway, "a", "one").await;
+    runtime.wait_started(1).await;
+    let waiting = say(&gateway, "b", "two").await;
+    assert_eq!(metric(&gateway, "gatehouse_turns_queued").await, Some(1.0));
+    assert_eq!(metric(&gateway, samplings).await, Some(2.0));
+    assert_eq!(metric(&gateway, checkpoint_bytes).await, Some(10.0));
+    runtime.release(2);
+    for turn in [running, waiting] {
+        assert_eq!(wait_turn(&gateway, &turn).await["status"], "completed");
+    }
+    assert_eq!(metric(&gateway, "gatehouse_turns_queued").await, Some(0.0));
+}
+
+#[tokio::test]
+async fn metrics_figures_are_read_again_once_the_refresh_interval_passed() {
+    // A zero interval has passed at every scrape.
+    let gateway = gateway_refreshing_metrics_every(workspace(), None, 1, Duration::ZERO).await;
+    let samplings = "gatehouse_metrics_samplings_total";
+    assert_eq!(metric(&gateway, samplings).await, Some(1.0));
+    add_checkpoint_blob(&gateway, "a", 10).await;
+    assert_eq!(
+        metric(&gateway, "gatehouse_checkpoint_stored_bytes").await,
+        Some(10.0)
+    );
+    assert_eq!(metric(&gateway, samplings).await, Some(3.0));
 }
 
 #[tokio::test]

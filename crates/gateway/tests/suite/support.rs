@@ -150,7 +150,7 @@ impl WorkspaceAccess for FakeWorkspace {
 pub(crate) struct TestGateway {
     pub(crate) router: Router,
     pub(crate) workspace: Arc<FakeWorkspace>,
-    _running: RunningGateway,
+    running: RunningGateway,
     _state_dir: tempfile::TempDir,
 }
 
@@ -168,6 +168,11 @@ impl TestGateway {
             false => serde_json::from_slice(&bytes).unwrap(),
         };
         (status, body)
+    }
+
+    /// Returns the Gateway's store, to change what its figures count behind its back.
+    pub(crate) fn store(&self) -> &Arc<dyn gatehouse_store::Store> {
+        self.running.store()
     }
 
     /// Returns the audit trail as `GET /v1/audit` shows it.
@@ -198,12 +203,30 @@ pub(crate) async fn gateway_with(
     runtime: Option<Arc<dyn TurnRuntime>>,
     max_concurrent_turns: usize,
 ) -> TestGateway {
+    gateway_refreshing_metrics_every(
+        workspace,
+        runtime,
+        max_concurrent_turns,
+        gatehouse_gateway::DEFAULT_METRICS_REFRESH_INTERVAL,
+    )
+    .await
+}
+
+/// Returns a test Gateway like [`gateway_with`] whose `/metrics` reuses the figures it read
+/// from the store and the memory index for `metrics_refresh_interval`.
+pub(crate) async fn gateway_refreshing_metrics_every(
+    workspace: FakeWorkspace,
+    runtime: Option<Arc<dyn TurnRuntime>>,
+    max_concurrent_turns: usize,
+    metrics_refresh_interval: std::time::Duration,
+) -> TestGateway {
     let state_dir = tempfile::tempdir().unwrap();
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let mut config = GatewayConfig::with_defaults(state_dir.path().to_path_buf(), listen);
     config.operator_token_override = Some(String::from(TOKEN));
     config.max_concurrent_turns = max_concurrent_turns;
     config.memory_embedder = Some(gatehouse_memory::embed::EmbedderKind::None);
+    config.metrics_refresh_interval = metrics_refresh_interval;
     let workspace = Arc::new(workspace);
     let fallback_runtime = match runtime {
         Some(_) => FallbackRuntime::Node,
@@ -219,7 +242,7 @@ pub(crate) async fn gateway_with(
     TestGateway {
         router: running.router(),
         workspace,
-        _running: running,
+        running,
         _state_dir: state_dir,
     }
 }
