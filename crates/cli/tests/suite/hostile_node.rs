@@ -398,6 +398,23 @@ async fn finding_5_huge_progress_chunks_and_endless_lines_are_refused_within_the
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_invoke_the_gateway_fails_for_overrunning_its_bounds_is_cancelled_on_the_node() {
+    let (_dirs, gateway, mut node) = hostile_setup().await;
+
+    // A chunk over the bound fails the turn; the node is told to stop the command.
+    let turn_id = post_message(&gateway, "chunk", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    let answer = node.progress_of(&invoke.id, 0, 'x', 20 * 1024 * 1024).await;
+    assert_eq!(answer.error.unwrap().code, "PROGRESS_CHUNK_TOO_LARGE");
+    assert_eq!(node.next_cancel().await, invoke.id);
+    let failed = wait_turn(&gateway, &turn_id).await;
+    assert_eq!(
+        failed["error"]["code"], "PROGRESS_CHUNK_TOO_LARGE",
+        "{failed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn finding_5_a_slow_event_client_is_dropped_with_slow_consumer_and_memory_stays_bounded() {
     let (_dirs, gateway, mut node) = hostile_setup().await;
     let pid = gateway.process.pid();
