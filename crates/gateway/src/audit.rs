@@ -188,6 +188,14 @@ pub fn bounded_str(text: &str) -> Cow<'_, str> {
     Cow::Owned(format!("{}{TRUNCATION_MARKER}", &text[..end]))
 }
 
+/// Returns text a peer chose (a node's error message, a path it reported, what a Codex
+/// app-server said) fit for one text log line: cut like [`bounded_str`], with line breaks,
+/// other control characters, quotes and backslashes escaped, so it can neither flood the log
+/// nor forge a line of it. Log it with `%`.
+pub fn loggable(text: &dyn std::fmt::Display) -> String {
+    bounded_str(&text.to_string()).escape_debug().to_string()
+}
+
 /// Returns `details` with every bound of this module applied.
 pub(crate) fn bounded_details(details: &serde_json::Value) -> serde_json::Value {
     let bounded = bounded_value(details, 0);
@@ -327,6 +335,29 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     use super::*;
+
+    #[test]
+    fn peer_text_is_logged_on_one_line_and_within_the_field_bound() {
+        let forged = format!(
+            "no\n2026-12-01T00:00:00Z ERROR forged \"line\"\u{1b}[31m{}",
+            "z".repeat(10_000)
+        );
+        let logged = loggable(&forged);
+        assert!(
+            !logged.contains('\n') && !logged.contains('\u{1b}'),
+            "{logged}"
+        );
+        assert!(
+            logged.starts_with("no\\n2026-12-01T00:00:00Z ERROR forged \\\"line\\\"\\u{1b}[31mzzz"),
+            "{logged}"
+        );
+        assert!(logged.ends_with(TRUNCATION_MARKER), "{logged}");
+        assert!(
+            logged.len() < 2 * MAX_AUDIT_FIELD_BYTES,
+            "{} bytes",
+            logged.len()
+        );
+    }
 
     #[test]
     fn finding_5_every_audit_string_is_cut_with_a_marker() {

@@ -33,6 +33,7 @@
 //! Reads are not audited. Content never enters the audit trail or the log.
 
 use crate::audit::Audit;
+use crate::audit::loggable;
 use crate::workspace::WorkspaceAccess;
 use crate::workspace::WorkspaceError;
 use crate::workspace::WriteMode;
@@ -365,7 +366,7 @@ pub(crate) async fn write_document(
                 name = name.as_str(),
                 size,
                 outcome,
-                error = %error,
+                error = %loggable(&error),
                 "document write did not succeed"
             );
             audit

@@ -56,7 +56,7 @@ mod workspace;
 /// The audit trail, its bounds and its per-peer rate limit.
 pub use crate::audit::{
     Audit, LIMIT_WINDOW, LIMITED_ROWS_PER_WINDOW, MAX_AUDIT_FIELD_BYTES, TRUNCATION_MARKER,
-    bounded_str,
+    bounded_str, loggable,
 };
 /// The Gateway's wall clock in Unix milliseconds.
 pub use crate::clock::now_ms;

@@ -22,6 +22,7 @@ use gatehouse_media::filename::MAX_FILENAME_BYTES;
 use gatehouse_media::sanitize_filename;
 use serde::Deserialize;
 
+use crate::audit::loggable;
 use crate::turns::AttachmentStager;
 use crate::turns::runtime::TurnFailure;
 use crate::workspace::WorkspaceAccess;
@@ -199,7 +200,7 @@ impl AttachmentStager for WorkspaceStager {
                     .collect())
             }
             Err(error) => {
-                tracing::warn!(turn_id, code = error.code(), error = %error, "attachments not staged");
+                tracing::warn!(turn_id, code = error.code(), error = %loggable(&error), "attachments not staged");
                 Err(TurnFailure::new(error.code(), error.to_string()))
             }
         }
@@ -322,8 +323,8 @@ pub(crate) async fn stage_attachments(
                 let (code, message) = transfer_reason(&source);
                 tracing::warn!(
                     media_id = %record.id,
-                    code,
-                    error = %source,
+                    code = %loggable(&code),
+                    error = %loggable(&source),
                     "optional attachment not staged"
                 );
                 report.skipped.push(SkippedAttachment {
@@ -356,7 +357,7 @@ fn skipped_lookup(attachment: &AttachmentRef, source: &MediaError) -> SkippedAtt
     tracing::warn!(
         media_id = %attachment.media_id,
         code = %source.code(),
-        error = %source,
+        error = %loggable(source),
         "optional attachment not found"
     );
     SkippedAttachment {

@@ -178,6 +178,10 @@ catalogue! {
         UnknownOutcome = "UNKNOWN_OUTCOME", 503;
         /// The node answered something the Gateway cannot read.
         NodeBadResponse = "NODE_BAD_RESPONSE", 502;
+        /// A node or a runtime failed with a code this build's catalogue does not know (a newer
+        /// peer, or a hostile one); the Gateway stores and traces this code instead, and a
+        /// turn's message starts with the code as sent, cut to 256 bytes.
+        UnrecognizedCode = "UNRECOGNIZED_CODE", 502;
     }
 
     /// Codes of the node link: the handshake, frames and the node's connection.

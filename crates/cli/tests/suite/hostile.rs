@@ -344,7 +344,13 @@ impl HostileNode {
 
     /// Fails `invoke_id` with `code`.
     pub(crate) async fn fail(&mut self, invoke_id: &str, code: &str) {
-        let params = serde_json::json!({"id": invoke_id, "nodeId": self.device.id, "ok": false, "error": {"code": code, "message": "refused by the test node"}});
+        self.fail_with(invoke_id, code, "refused by the test node")
+            .await;
+    }
+
+    /// Fails `invoke_id` with `code` and `message`.
+    pub(crate) async fn fail_with(&mut self, invoke_id: &str, code: &str, message: &str) {
+        let params = serde_json::json!({"id": invoke_id, "nodeId": self.device.id, "ok": false, "error": {"code": code, "message": message}});
         self.call("node.invoke.result", params).await;
     }
 

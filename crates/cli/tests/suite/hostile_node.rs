@@ -415,6 +415,51 @@ async fn an_invoke_the_gateway_fails_for_overrunning_its_bounds_is_cancelled_on_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_nodes_error_text_reaches_the_gateway_log_escaped_on_one_line_and_bounded() {
+    let dirs = dirs();
+    let logs = dirs.base.join("logs");
+    let gateway = Gateway::start(&dirs.base.join("gateway"), &logs);
+    let mut node = HostileNode::enroll(&gateway, 9, &["workspace.memory"]).await;
+    // The Gateway watches the memory files of the node; the node ends the watch with an error
+    // whose text would forge a log line and fill the log.
+    let watch = node.next_invoke("workspace.memory").await;
+    let forged = format!(
+        "watch refused\nERROR gatehouse_gateway: forged line{}",
+        "f".repeat(100_000)
+    );
+    node.fail_with(&watch.id, "FORGED_CODE", &forged).await;
+
+    let deadline = Instant::now() + WAIT;
+    let log = loop {
+        let log = gateway.process.stderr();
+        if log.contains("the memory watch ended") {
+            break log;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the watch's end was not logged: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ended = log
+        .lines()
+        .find(|line| line.contains("the memory watch ended"))
+        .unwrap();
+    assert!(
+        ended.contains("watch refused\\nERROR gatehouse_gateway: forged line"),
+        "{ended}"
+    );
+    assert!(ended.contains(TRUNCATION_MARKER), "{ended}");
+    for line in log.lines() {
+        assert!(
+            !line.starts_with("ERROR gatehouse_gateway: forged"),
+            "a forged line: {line}"
+        );
+        assert!(line.len() < 4 * 1024, "a log line of {} bytes", line.len());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn finding_5_a_slow_event_client_is_dropped_with_slow_consumer_and_memory_stays_bounded() {
     let (_dirs, gateway, mut node) = hostile_setup().await;
     let pid = gateway.process.pid();

@@ -101,8 +101,9 @@ impl InvokeError {
     }
 }
 
-/// What a span records for an error code that is not in this build's catalogue.
-pub(crate) const UNRECOGNIZED_CODE: &str = "unrecognized";
+/// What a span records, and a failed turn stores, for an error code that is not in this
+/// build's catalogue.
+pub(crate) const UNRECOGNIZED_CODE: &str = ErrorCode::UnrecognizedCode.as_str();
 
 /// A node's answer to one invoke.
 pub(crate) type InvokeOutcome = Result<InvokeResult, InvokeError>;

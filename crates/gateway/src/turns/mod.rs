@@ -382,13 +382,17 @@ impl TurnEngine {
                 error_message: Some(String::from("the turn was aborted")),
                 now_ms: now_ms(),
             },
-            Err(failure) => TurnEnd {
-                status: TurnStatus::Failed,
-                reply: None,
-                error_code: Some(failure.code),
-                error_message: Some(failure.message),
-                now_ms: now_ms(),
-            },
+            Err(failure) => {
+                // What a node or a runtime chose is stored only within bounds.
+                let failure = failure.bounded();
+                TurnEnd {
+                    status: TurnStatus::Failed,
+                    reply: None,
+                    error_code: Some(failure.code),
+                    error_message: Some(failure.message),
+                    now_ms: now_ms(),
+                }
+            }
         };
         let span = tracing::Span::current();
         span.record("outcome", end.status.as_str());

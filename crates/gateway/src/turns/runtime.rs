@@ -52,6 +52,34 @@ impl TurnFailure {
     }
 }
 
+/// The most bytes of a failed turn's message the Gateway stores (4 KiB); a longer one, which a
+/// node or a runtime may send, is cut with a marker.
+pub(crate) const MAX_TURN_ERROR_MESSAGE_BYTES: usize = 4 * 1024;
+
+impl TurnFailure {
+    /// Returns the failure as the Gateway stores it: a code of the catalogue (a code this build
+    /// does not know becomes `UNRECOGNIZED_CODE`, and the code as sent, cut by
+    /// [`crate::audit::bounded_str`], leads the message), and a message of at most
+    /// [`MAX_TURN_ERROR_MESSAGE_BYTES`].
+    pub(crate) fn bounded(self) -> Self {
+        let (code, message) = match ErrorCode::parse(&self.code) {
+            Some(code) => (code, self.message),
+            None => (
+                ErrorCode::UnrecognizedCode,
+                format!(
+                    "{}: {}",
+                    crate::audit::bounded_str(&self.code),
+                    self.message
+                ),
+            ),
+        };
+        Self {
+            code: String::from(code),
+            message: bounded_text(&message, MAX_TURN_ERROR_MESSAGE_BYTES).into_owned(),
+        }
+    }
+}
+
 /// Runs turns.
 #[async_trait::async_trait]
 pub trait TurnRuntime: Send + Sync + 'static {

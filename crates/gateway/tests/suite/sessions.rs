@@ -203,6 +203,59 @@ async fn transcript(gateway: &TestGateway, session: &str) -> Vec<(String, String
         .collect()
 }
 
+/// A runtime whose turns fail with the code and message it was given, the way a hostile node's
+/// `agent.turn` answer reaches the Gateway.
+struct FailingRuntime {
+    code: String,
+    message: String,
+}
+
+#[async_trait::async_trait]
+impl TurnRuntime for FailingRuntime {
+    fn name(&self) -> &str {
+        "failing"
+    }
+
+    fn supports_steer(&self) -> bool {
+        false
+    }
+
+    async fn run_turn(&self, _input: TurnInput, _sink: TurnSink) -> Result<String, TurnFailure> {
+        Err(TurnFailure::new(&self.code, self.message.clone()))
+    }
+}
+
+/// Runs one turn on a [`FailingRuntime`] and returns the stored `(code, message)`.
+async fn stored_failure(code: String, message: String) -> (String, String) {
+    let runtime = Arc::new(FailingRuntime { code, message });
+    let gateway = gateway_with(workspace(), Some(runtime), 4).await;
+    let turn_id = say(&gateway, "s", "hello").await;
+    let turn = wait_turn(&gateway, &turn_id).await;
+    assert_eq!(turn["status"], "failed", "{turn}");
+    (
+        turn["error"]["code"].as_str().unwrap().to_owned(),
+        turn["error"]["message"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_runtimes_failure_is_stored_with_a_catalogue_code_and_a_bounded_message() {
+    // A code the catalogue knows is kept, and a huge message is cut.
+    let (code, message) =
+        stored_failure(String::from("MODEL_UNAVAILABLE"), "m".repeat(1 << 20)).await;
+    assert_eq!(code, "MODEL_UNAVAILABLE");
+    assert!(message.starts_with("mmmm"), "{message}");
+    assert!(message.len() < 4200, "{} bytes stored", message.len());
+
+    // Any other code, of any size, is stored as UNRECOGNIZED_CODE; its start leads the message.
+    let sent = format!("NOT_IN_THE_CATALOGUE{}", "X".repeat(1 << 20));
+    let (code, message) = stored_failure(sent, String::from("the node says no")).await;
+    assert_eq!(code, "UNRECOGNIZED_CODE");
+    assert!(message.starts_with("NOT_IN_THE_CATALOGUEXXX"), "{message}");
+    assert!(message.ends_with(": the node says no"), "{message}");
+    assert!(message.len() < 400, "{} bytes stored", message.len());
+}
+
 #[tokio::test]
 async fn without_a_runtime_turns_fail_with_no_runtime_and_the_message_is_kept() {
     let gateway = gateway(workspace()).await;
