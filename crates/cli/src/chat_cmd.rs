@@ -10,7 +10,7 @@ use gatehouse_api::client::Client;
 use gatehouse_api::events::EventsQuery;
 use gatehouse_api::events::SessionEvent;
 use gatehouse_api::sessions::MessageParams;
-use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
+use gatehouse_gateway::OPERATOR_TOKEN_ENV;
 use gatehouse_model::sse::SseParser;
 
 use crate::exit::UsageError;
@@ -52,7 +52,7 @@ pub(crate) fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
         let message = MessageParams {
             text: args.text,
             attachments: Vec::new(),
-            idempotency_key: Some(gatehouse_gateway::secrets::random_token()?),
+            idempotency_key: Some(gatehouse_gateway::random_token()?),
             queue_mode: None,
         };
         let accepted = client

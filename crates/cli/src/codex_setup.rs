@@ -69,8 +69,7 @@ pub(crate) fn approval(flag: &str, value: Option<&str>) -> anyhow::Result<Approv
 pub(crate) fn gateway_extensions(config: CodexConfig) -> gatehouse_gateway::Extensions {
     gatehouse_gateway::Extensions {
         runtime_factory: Some(Box::new(move |parts| {
-            let runtime: Arc<dyn gatehouse_gateway::turns::runtime::TurnRuntime> =
-                CodexRuntime::new(parts, config);
+            let runtime: Arc<dyn gatehouse_gateway::TurnRuntime> = CodexRuntime::new(parts, config);
             runtime
         })),
         ..gatehouse_gateway::Extensions::default()

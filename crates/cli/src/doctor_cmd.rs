@@ -147,7 +147,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     if let Some(url) = &args.url {
         let token = match &args.token_file {
             Some(path) => Some(crate::chat_cmd::operator_token(Some(path))?),
-            None => std::env::var(gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV)
+            None => std::env::var(gatehouse_gateway::OPERATOR_TOKEN_ENV)
                 .ok()
                 .filter(|token| !token.trim().is_empty()),
         };

@@ -1,5 +1,5 @@
 //! Embedded mode's wiring: the Gateway and a node host in one process, linked by the Gateway's
-//! in-process connection (`gatehouse_gateway::link::in_process`) behind the Harness's
+//! in-process connection (`RunningGateway::in_process_connector`) behind the Harness's
 //! `ChannelConnector`, so the two roles exchange the same frames as over `/node`, without a
 //! socket.
 
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use gatehouse_gateway::GatewayConfig;
 use gatehouse_gateway::RunningGateway;
-use gatehouse_gateway::secrets::TokenSource;
+use gatehouse_gateway::TokenSource;
 use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::NodeHost;
 use gatehouse_harness::host::NodeHostConfig;
@@ -47,7 +47,7 @@ pub(crate) fn announce(running: &RunningGateway, what: &str) {
         "{what} listening on http://{}",
         running.local_addr
     ));
-    match running.state.operator_token.source() {
+    match running.operator_token_source() {
         TokenSource::File(path) => {
             crate::output::line(&format!("operator token file: {}", path.display()));
         }
@@ -84,9 +84,9 @@ pub(crate) async fn start_node(
         },
         runtime_config,
     )?;
-    let context = running.state.link.clone();
+    let in_process = running.in_process_connector();
     let connector = ChannelConnector::new(move || {
-        let link = gatehouse_gateway::link::in_process::connect_in_process(context.clone());
+        let link = in_process.connect();
         (link.from_gateway, link.to_gateway)
     });
     let task = tokio::spawn(async move {
@@ -112,13 +112,9 @@ pub(crate) async fn enrollment_code(
     std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
         .create(&node_dir)?;
     let url = format!("ws://{}/node", running.local_addr);
-    let issued = gatehouse_gateway::setup_code::issue(
-        running.state.store.as_ref(),
-        &url,
-        gatehouse_gateway::setup_code::DEFAULT_TTL_SECONDS,
-        gatehouse_gateway::clock::now_ms(),
-    )
-    .await?;
+    let issued = running
+        .issue_setup_code(&url, gatehouse_gateway::DEFAULT_SETUP_CODE_TTL_SECONDS)
+        .await?;
     let path = node_dir.join("embedded-setup-code");
     let _ = std::fs::remove_file(&path);
     let mut file = std::fs::OpenOptions::new()

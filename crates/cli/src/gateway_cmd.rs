@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use gatehouse_gateway::GatewayConfig;
-use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
+use gatehouse_gateway::OPERATOR_TOKEN_ENV;
 
 use crate::exit::UsageError;
 

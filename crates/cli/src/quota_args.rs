@@ -1,9 +1,9 @@
 //! The quota and retention flags of `gatehouse gateway` and `gatehouse up`.
 
+use gatehouse_gateway::DEFAULT_CHECKPOINT_QUOTA_BYTES;
+use gatehouse_gateway::DEFAULT_CHECKPOINTS_KEPT;
+use gatehouse_gateway::DEFAULT_MEDIA_QUOTA_BYTES;
 use gatehouse_gateway::GatewayConfig;
-use gatehouse_gateway::retention::DEFAULT_CHECKPOINT_QUOTA_BYTES;
-use gatehouse_gateway::retention::DEFAULT_CHECKPOINTS_KEPT;
-use gatehouse_gateway::retention::DEFAULT_MEDIA_QUOTA_BYTES;
 
 /// How much the Gateway's media store and each session's checkpoints may hold.
 #[derive(Debug, clap::Args)]

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use gatehouse_api::client::Client;
 use gatehouse_api::nodes::SetupCodeParams;
-use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
+use gatehouse_gateway::OPERATOR_TOKEN_ENV;
 
 use crate::exit::UsageError;
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use gatehouse_gateway::GatewayConfig;
-use gatehouse_gateway::secrets::OPERATOR_TOKEN_ENV;
+use gatehouse_gateway::OPERATOR_TOKEN_ENV;
 use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::Runtime;
 use gatehouse_harness::host::RuntimeConfig;

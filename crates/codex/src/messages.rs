@@ -52,9 +52,8 @@ pub fn decode<T: DeserializeOwned>(
     serde_path_to_error::deserialize(value).map_err(|error| DecodeError {
         method: method.to_owned(),
         // Serde's message quotes the offending value, which Codex or a node chose: keep it short.
-        path: gatehouse_gateway::audit::bounded_str(&error.path().to_string()).into_owned(),
-        message: gatehouse_gateway::audit::bounded_str(&error.into_inner().to_string())
-            .into_owned(),
+        path: gatehouse_gateway::bounded_str(&error.path().to_string()).into_owned(),
+        message: gatehouse_gateway::bounded_str(&error.into_inner().to_string()).into_owned(),
     })
 }
 

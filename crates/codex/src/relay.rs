@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatehouse_gateway::link::progress::MAX_PROGRESS_LINE_BYTES;
-use gatehouse_gateway::link::progress::PROGRESS_CAPACITY;
-use gatehouse_gateway::link::registry::InvokeError;
-use gatehouse_gateway::link::registry::NodeConnection;
-use gatehouse_gateway::link::registry::NodeRegistry;
+use gatehouse_gateway::InvokeError;
+use gatehouse_gateway::MAX_PROGRESS_LINE_BYTES;
+use gatehouse_gateway::NodeConnection;
+use gatehouse_gateway::NodeRegistry;
+use gatehouse_gateway::PROGRESS_CAPACITY;
 use gatehouse_protocol::codex::CodexAttachParams;
 use gatehouse_protocol::command::CodexAppServer;
 use tokio::sync::mpsc;

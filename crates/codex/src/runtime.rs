@@ -22,14 +22,15 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use gatehouse_gateway::CODEX_EXCLUDED_TOOLS;
+use gatehouse_gateway::NodeConnection;
 use gatehouse_gateway::RuntimeParts;
-use gatehouse_gateway::link::registry::NodeConnection;
-use gatehouse_gateway::tools::CODEX_EXCLUDED_TOOLS;
-use gatehouse_gateway::tools::without_codex_excluded;
-use gatehouse_gateway::turns::runtime::TurnFailure;
-use gatehouse_gateway::turns::runtime::TurnInput;
-use gatehouse_gateway::turns::runtime::TurnRuntime;
-use gatehouse_gateway::turns::runtime::TurnSink;
+use gatehouse_gateway::TurnFailure;
+use gatehouse_gateway::TurnInput;
+use gatehouse_gateway::TurnRuntime;
+use gatehouse_gateway::TurnSink;
+use gatehouse_gateway::loggable;
+use gatehouse_gateway::without_codex_excluded;
 use gatehouse_protocol::codex::CODEX_APPSERVER;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::worker::GatewayToolParams;
@@ -290,7 +291,7 @@ impl CodexRuntime {
                 let thread_id = started.thread.id;
                 self.parts
                     .store
-                    .bind_codex_thread(session_key, &thread_id, gatehouse_gateway::clock::now_ms())
+                    .bind_codex_thread(session_key, &thread_id, gatehouse_gateway::now_ms())
                     .await
                     .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
                 self.parts
@@ -538,7 +539,7 @@ async fn maintain(runtime: Weak<CodexRuntime>) {
             .is_some()
             && let Err(failure) = strong.connection(Duration::ZERO).await
         {
-            tracing::debug!(code = %failure.code, message = %failure.message, "codex app-server not connected yet");
+            tracing::debug!(code = %loggable(&failure.code), message = %loggable(&failure.message), "codex app-server not connected yet");
         }
         drop(strong);
         tokio::time::sleep(MAINTAIN_INTERVAL).await;
@@ -603,7 +604,7 @@ impl TurnRuntime for CodexRuntime {
                             input: vec![UserInput::Text { text }],
                         };
                         if let Err(error) = connection.rpc.call::<TurnSteer>(&params, DEFAULT_REQUEST_TIMEOUT).await {
-                            tracing::warn!(error = %error, "codex refused the steered input");
+                            tracing::warn!(error = %loggable(&error), "codex refused the steered input");
                         }
                     }
                     None => steer_open = false,
@@ -775,7 +776,7 @@ impl TurnState {
                 Vec::new()
             }
             ServerNotification::Warning(warning) => {
-                tracing::warn!(message = %warning.message, "codex warning");
+                tracing::warn!(message = %loggable(&warning.message), "codex warning");
                 Vec::new()
             }
             ServerNotification::TurnCompleted(completed)
@@ -861,7 +862,7 @@ impl Drop for InterruptOnDrop {
                 .call::<TurnInterrupt>(&params, DEFAULT_REQUEST_TIMEOUT)
                 .await
             {
-                tracing::warn!(error = %error, "cannot interrupt the Codex turn");
+                tracing::warn!(error = %loggable(&error), "cannot interrupt the Codex turn");
             }
         });
     }

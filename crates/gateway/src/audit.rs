@@ -31,13 +31,13 @@ use crate::clock::now_ms;
 pub const MAX_AUDIT_FIELD_BYTES: usize = 256;
 
 /// The members kept per array or object of `details`.
-pub const MAX_AUDIT_ITEMS: usize = 32;
+pub(crate) const MAX_AUDIT_ITEMS: usize = 32;
 
 /// The nesting levels kept in `details`.
-pub const MAX_AUDIT_DEPTH: usize = 4;
+pub(crate) const MAX_AUDIT_DEPTH: usize = 4;
 
 /// The largest `details` kept, serialized, in bytes; larger ones are replaced by their size.
-pub const MAX_AUDIT_DETAILS_BYTES: usize = 4096;
+pub(crate) const MAX_AUDIT_DETAILS_BYTES: usize = 4096;
 
 /// Appended to every string that was cut.
 pub const TRUNCATION_MARKER: &str = "…[truncated]";
@@ -51,7 +51,7 @@ pub const LIMIT_WINDOW: Duration = Duration::from_secs(60);
 
 /// The most keys the limiter tracks; past it, new keys share one window, so a flood from many
 /// addresses cannot grow the table.
-pub const MAX_LIMITED_KEYS: usize = 4096;
+pub(crate) const MAX_LIMITED_KEYS: usize = 4096;
 
 /// The key shared by every key past [`MAX_LIMITED_KEYS`].
 const OVERFLOW_KEY: &str = "*";
@@ -188,8 +188,16 @@ pub fn bounded_str(text: &str) -> Cow<'_, str> {
     Cow::Owned(format!("{}{TRUNCATION_MARKER}", &text[..end]))
 }
 
+/// Returns text a peer chose (a node's error message, a path it reported, what a Codex
+/// app-server said) fit for one text log line: cut like [`bounded_str`], with line breaks,
+/// other control characters, quotes and backslashes escaped, so it can neither flood the log
+/// nor forge a line of it. Log it with `%`.
+pub fn loggable(text: &dyn std::fmt::Display) -> String {
+    bounded_str(&text.to_string()).escape_debug().to_string()
+}
+
 /// Returns `details` with every bound of this module applied.
-pub fn bounded_details(details: &serde_json::Value) -> serde_json::Value {
+pub(crate) fn bounded_details(details: &serde_json::Value) -> serde_json::Value {
     let bounded = bounded_value(details, 0);
     let size = bounded.to_string().len();
     match size <= MAX_AUDIT_DETAILS_BYTES {
@@ -327,6 +335,29 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     use super::*;
+
+    #[test]
+    fn peer_text_is_logged_on_one_line_and_within_the_field_bound() {
+        let forged = format!(
+            "no\n2026-12-01T00:00:00Z ERROR forged \"line\"\u{1b}[31m{}",
+            "z".repeat(10_000)
+        );
+        let logged = loggable(&forged);
+        assert!(
+            !logged.contains('\n') && !logged.contains('\u{1b}'),
+            "{logged}"
+        );
+        assert!(
+            logged.starts_with("no\\n2026-12-01T00:00:00Z ERROR forged \\\"line\\\"\\u{1b}[31mzzz"),
+            "{logged}"
+        );
+        assert!(logged.ends_with(TRUNCATION_MARKER), "{logged}");
+        assert!(
+            logged.len() < 2 * MAX_AUDIT_FIELD_BYTES,
+            "{} bytes",
+            logged.len()
+        );
+    }
 
     #[test]
     fn finding_5_every_audit_string_is_cut_with_a_marker() {

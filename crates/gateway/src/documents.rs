@@ -33,36 +33,37 @@
 //! Reads are not audited. Content never enters the audit trail or the log.
 
 use crate::audit::Audit;
+use crate::audit::loggable;
 use crate::workspace::WorkspaceAccess;
 use crate::workspace::WorkspaceError;
 use crate::workspace::WriteMode;
 use gatehouse_protocol::error::ErrorCode;
 
 /// The only agent id served.
-pub const MAIN_AGENT: &str = "main";
+pub(crate) const MAIN_AGENT: &str = "main";
 
 /// The largest document, in bytes of UTF-8 (16 KiB).
-pub const MAX_CONTENT_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_CONTENT_BYTES: usize = 16 * 1024;
 
 /// The largest write request body, in bytes (48 KiB). It leaves room for JSON escapes of a
 /// [`MAX_CONTENT_BYTES`] document.
-pub const MAX_BODY_BYTES: usize = 48 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 48 * 1024;
 
 /// The audit action of a document read (recorded only when refused).
-pub const READ_ACTION: &str = "agents.files.read";
+pub(crate) const READ_ACTION: &str = "agents.files.read";
 
 /// The audit action of a document write.
-pub const WRITE_ACTION: &str = "agents.files.write";
+pub(crate) const WRITE_ACTION: &str = "agents.files.write";
 
 /// The JSON pointer of the content in a write body and in error details.
-pub const CONTENT_POINTER: &str = "/content";
+pub(crate) const CONTENT_POINTER: &str = "/content";
 
 /// The actor of every document call: `/v1` only admits the operator.
 const ACTOR: &str = "operator";
 
 /// One of the four Agent documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DocumentName {
+pub(crate) enum DocumentName {
     /// `AGENTS.md`.
     Agents,
     /// `SOUL.md`.
@@ -75,7 +76,7 @@ pub enum DocumentName {
 
 impl DocumentName {
     /// Every document, in a stable order.
-    pub const ALL: [DocumentName; 4] = [
+    pub(crate) const ALL: [DocumentName; 4] = [
         DocumentName::Agents,
         DocumentName::Soul,
         DocumentName::Identity,
@@ -86,7 +87,7 @@ impl DocumentName {
     ///
     /// # Errors
     /// [`DocumentError::UnknownName`] for any other name.
-    pub fn parse(name: &str) -> Result<Self, DocumentError> {
+    pub(crate) fn parse(name: &str) -> Result<Self, DocumentError> {
         match Self::ALL
             .into_iter()
             .find(|document| document.as_str() == name)
@@ -99,7 +100,7 @@ impl DocumentName {
     }
 
     /// Returns the file name, which is also its path relative to the Agent workspace.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DocumentName::Agents => "AGENTS.md",
             DocumentName::Soul => "SOUL.md",
@@ -112,7 +113,7 @@ impl DocumentName {
 /// Document content that passed every content rule: well-formed Unicode, no NUL, at most
 /// [`MAX_CONTENT_BYTES`] bytes of UTF-8. It says nothing about the file on the node.
 #[derive(Clone, PartialEq, Eq)]
-pub struct DocumentContent {
+pub(crate) struct DocumentContent {
     text: String,
 }
 
@@ -121,7 +122,7 @@ impl DocumentContent {
     ///
     /// # Errors
     /// [`ContentError::Nul`] or [`ContentError::TooLong`].
-    pub fn new(text: String) -> Result<Self, ContentError> {
+    pub(crate) fn new(text: String) -> Result<Self, ContentError> {
         if text.contains('\0') {
             return Err(ContentError::Nul);
         }
@@ -136,7 +137,7 @@ impl DocumentContent {
     /// # Errors
     /// [`ContentError::InvalidUnicode`] when the bytes are not UTF-8, then the errors of
     /// [`DocumentContent::new`].
-    pub fn from_utf8(bytes: Vec<u8>) -> Result<Self, ContentError> {
+    pub(crate) fn from_utf8(bytes: Vec<u8>) -> Result<Self, ContentError> {
         match String::from_utf8(bytes) {
             Ok(text) => Self::new(text),
             Err(_) => Err(ContentError::InvalidUnicode),
@@ -144,17 +145,17 @@ impl DocumentContent {
     }
 
     /// Returns the text.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.text
     }
 
     /// Returns the size in bytes of UTF-8.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.text.len()
     }
 
     /// Returns the text, consuming the content.
-    pub fn into_string(self) -> String {
+    pub(crate) fn into_string(self) -> String {
         self.text
     }
 }
@@ -171,7 +172,7 @@ impl std::fmt::Debug for DocumentContent {
 
 /// Why content is not an acceptable document.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ContentError {
+pub(crate) enum ContentError {
     /// The content is not well-formed Unicode: a lone surrogate escape in a write body, or bytes
     /// on the node that are not UTF-8.
     #[error("the content is not well-formed unicode")]
@@ -186,7 +187,7 @@ pub enum ContentError {
 
 impl ContentError {
     /// Returns the stable detail code: `INVALID_VALUE`, `INVALID_FORMAT` or `TOO_LONG`.
-    pub fn detail_code(&self) -> &'static str {
+    pub(crate) fn detail_code(&self) -> &'static str {
         match self {
             ContentError::InvalidUnicode => ErrorCode::InvalidValue.as_str(),
             ContentError::Nul => ErrorCode::InvalidFormat.as_str(),
@@ -198,7 +199,7 @@ impl ContentError {
 /// Why a document call failed. Only [`DocumentError::Workspace`] can happen after a call
 /// reached the node; every other variant is decided before.
 #[derive(Debug, thiserror::Error)]
-pub enum DocumentError {
+pub(crate) enum DocumentError {
     /// The agent does not exist. Not retryable.
     #[error("no agent {agent:?}; the agent is \"main\"")]
     UnknownAgent {
@@ -237,7 +238,7 @@ pub enum DocumentError {
 ///
 /// # Errors
 /// [`DocumentError::UnknownAgent`].
-pub fn check_agent(agent: &str) -> Result<(), DocumentError> {
+pub(crate) fn check_agent(agent: &str) -> Result<(), DocumentError> {
     if agent != MAIN_AGENT {
         return Err(DocumentError::UnknownAgent {
             agent: agent.to_owned(),
@@ -258,7 +259,7 @@ pub fn check_agent(agent: &str) -> Result<(), DocumentError> {
 /// [`DocumentError::BodyTooLarge`] over [`MAX_BODY_BYTES`], [`DocumentError::BodyNotObject`] or
 /// [`DocumentError::MalformedBody`] for anything but an object with exactly one string field
 /// `content`, [`DocumentError::InvalidContent`] when the content breaks a rule.
-pub fn decode_write_body(raw: &[u8]) -> Result<DocumentContent, DocumentError> {
+pub(crate) fn decode_write_body(raw: &[u8]) -> Result<DocumentContent, DocumentError> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct WriteBody {
@@ -292,7 +293,7 @@ pub fn decode_write_body(raw: &[u8]) -> Result<DocumentContent, DocumentError> {
 /// [`DocumentError::Workspace`] when the node cannot be reached or refuses (a missing file is
 /// [`WorkspaceError::Remote`] with `NOT_FOUND`); [`DocumentError::StoredContentInvalid`] when the
 /// file is not UTF-8, contains NUL or is too long.
-pub async fn read_document(
+pub(crate) async fn read_document(
     workspace: &dyn WorkspaceAccess,
     name: DocumentName,
 ) -> Result<DocumentContent, DocumentError> {
@@ -317,7 +318,7 @@ pub async fn read_document(
 /// # Errors
 /// [`DocumentError::Workspace`]: [`WorkspaceError::UnknownOutcome`] when the write was sent and
 /// not confirmed (audited as `unknown`), any other error when it failed (audited as `failed`).
-pub async fn write_document(
+pub(crate) async fn write_document(
     workspace: &dyn WorkspaceAccess,
     audit: &Audit,
     agent: &str,
@@ -365,7 +366,7 @@ pub async fn write_document(
                 name = name.as_str(),
                 size,
                 outcome,
-                error = %error,
+                error = %loggable(&error),
                 "document write did not succeed"
             );
             audit
@@ -379,7 +380,7 @@ pub async fn write_document(
 /// Records that a document call was refused before it reached the node, with `reason_code`
 /// (for example `FORBIDDEN`). `action` is [`READ_ACTION`] or [`WRITE_ACTION`]; `agent` and
 /// `name` are what the caller asked for, when known. Nothing of the body is recorded.
-pub async fn record_denial(
+pub(crate) async fn record_denial(
     audit: &Audit,
     action: &str,
     agent: Option<&str>,

@@ -7,36 +7,95 @@
 //! The Gateway never opens a path of the Harness and never falls back to a local copy: when no
 //! node is connected, workspace calls fail with `DEPENDENCY_UNAVAILABLE`.
 //!
+//! # Public surface
+//! The modules are private; an embedding program (the CLI), a runtime plug-in (the Codex
+//! driver) and tests use only what is re-exported here:
+//! - [`start`] with a [`GatewayConfig`] and [`Extensions`], giving a [`RunningGateway`] whose
+//!   methods issue setup codes, connect a node host in the same process and reach the store and
+//!   the workspace;
+//! - the runtime interface ([`TurnRuntime`], [`TurnInput`], [`TurnSink`], [`TurnFailure`]) and
+//!   the parts a runtime may use ([`RuntimeParts`]: [`NodeRegistry`], [`GatewayTools`],
+//!   [`Audit`], [`SkillsService`], [`WorkspaceAccess`]);
+//! - the documented limits and defaults an operator or a test relies on.
+//!
 //! # Modules
-//! - [`link`]: handshake, sessions and the node registry.
-//! - [`workspace`]: the workspace client (policy check, invoke, integrity check).
-//! - [`http`]: the router and error mapping.
-//! - [`setup_code`]: one-time enrollment codes.
-//! - [`turns`]: admission, queue modes, dispatch to the runtime, and the event hub.
-//! - [`documents`]: the four Agent documents and their validation.
-//! - [`staging`]: copying a turn's attachments to the Harness before dispatch.
-//! - [`secrets`]: tokens, hashes and the operator token file.
-//! - [`audit`]: the audit trail.
-//! - [`retention`]: the checkpoint quota and the garbage collection of checkpoint blobs.
-//! - [`metrics`]: every `/metrics` family, in one registry.
+//! - `link`: handshake, sessions and the node registry.
+//! - `workspace`: the workspace client (policy check, invoke, integrity check).
+//! - `http`: the router and error mapping.
+//! - `setup_code`: one-time enrollment codes.
+//! - `turns`: admission, queue modes, dispatch to the runtime, and the event hub.
+//! - `documents`: the four Agent documents and their validation.
+//! - `staging`: copying a turn's attachments to the Harness before dispatch.
+//! - `secrets`: tokens, hashes and the operator token file.
+//! - `audit`: the audit trail.
+//! - `retention`: the checkpoint quota and the garbage collection of checkpoint blobs.
+//! - `metrics`: every `/metrics` family, in one registry.
 
 #![deny(missing_docs)]
 
-pub mod audit;
-pub mod clock;
-pub mod documents;
-pub mod http;
-pub mod link;
-pub mod memory;
-pub mod metrics;
-pub mod retention;
-pub mod secrets;
-pub mod setup_code;
-pub mod skills;
-pub mod staging;
-pub mod tools;
-pub mod turns;
-pub mod workspace;
+mod audit;
+mod clock;
+mod documents;
+#[expect(
+    unreachable_pub,
+    reason = "the handlers' items are written `pub` inside this private module"
+)]
+mod http;
+mod link;
+mod memory;
+mod metrics;
+mod retention;
+mod secrets;
+mod setup_code;
+mod skills;
+mod staging;
+mod tools;
+mod turns;
+mod workspace;
+
+/// The audit trail, its bounds and its per-peer rate limit.
+pub use crate::audit::{
+    Audit, LIMIT_WINDOW, LIMITED_ROWS_PER_WINDOW, MAX_AUDIT_FIELD_BYTES, TRUNCATION_MARKER,
+    bounded_str, loggable,
+};
+/// The Gateway's wall clock in Unix milliseconds.
+pub use crate::clock::now_ms;
+/// Embedded mode's in-process link to a node host.
+pub use crate::link::in_process::{InProcessConnector, InProcessLink};
+/// The bounds of a node's progress stream.
+pub use crate::link::progress::{
+    MAX_NODE_RSS_GROWTH_BYTES, MAX_PROGRESS_LINE_BYTES, PROGRESS_CAPACITY,
+};
+/// The connected nodes and what an invoke on one of them can fail with.
+pub use crate::link::registry::{InvokeError, NodeConnection, NodeRegistry};
+/// The memory index's failure to open.
+pub use crate::memory::MemoryServiceError;
+/// How long `/metrics` reuses the figures it read from the store and the memory index.
+pub use crate::metrics::DEFAULT_METRICS_REFRESH_INTERVAL;
+/// The checkpoint quota and retention settings and their defaults.
+pub use crate::retention::{
+    DEFAULT_CHECKPOINT_QUOTA_BYTES, DEFAULT_CHECKPOINTS_KEPT, DEFAULT_MEDIA_QUOTA_BYTES,
+    RetentionConfig,
+};
+/// The operator token's environment variable, where the token came from, and fresh tokens.
+pub use crate::secrets::{OPERATOR_TOKEN_ENV, TokenSource, random_token};
+/// One-time enrollment codes.
+pub use crate::setup_code::{DEFAULT_TTL_SECONDS as DEFAULT_SETUP_CODE_TTL_SECONDS, IssuedCode};
+/// The skills catalog of both hosts.
+pub use crate::skills::SkillsService;
+/// The Gateway-provided tools, and those a Codex runtime must not be offered.
+pub use crate::tools::{CODEX_EXCLUDED_TOOLS, GatewayTools, without_codex_excluded};
+/// The default cap on turns running at once.
+pub use crate::turns::DEFAULT_MAX_CONCURRENT_TURNS;
+/// How much an SSE subscriber may fall behind before it is dropped.
+pub use crate::turns::events::SUBSCRIBER_MAX_BYTES;
+/// The interface a turn runtime implements, and the bounds of what it reports.
+pub use crate::turns::runtime::{
+    MAX_MESSAGE_BYTES, MAX_TOOL_ARGUMENTS_BYTES, MAX_TURN_STORED_BYTES, TurnFailure, TurnInput,
+    TurnRuntime, TurnSink,
+};
+/// The Harness workspace as the Gateway reaches it.
+pub use crate::workspace::{WorkspaceAccess, WorkspaceError, WorkspaceFile, WriteMode, Written};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -48,14 +107,10 @@ use gatehouse_store::Store;
 use gatehouse_store::location::StoreLocation;
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::Audit;
-use crate::link::registry::NodeRegistry;
 use crate::link::session::LinkContext;
 use crate::secrets::OperatorToken;
 use crate::turns::TurnEngine;
 use crate::turns::events::EventHub;
-use crate::turns::runtime::TurnRuntime;
-use crate::workspace::WorkspaceAccess;
 use crate::workspace::WorkspaceClient;
 
 /// The default listen address.
@@ -107,6 +162,9 @@ pub struct GatewayConfig {
     /// Where the Gateway state lives; `None` is the SQLite file [`DATABASE_FILE`] in the state
     /// directory.
     pub store: Option<StoreLocation>,
+    /// How long `/metrics` reuses the figures it read from the store and the memory index
+    /// ([`DEFAULT_METRICS_REFRESH_INTERVAL`]); zero reads them at every scrape.
+    pub metrics_refresh_interval: Duration,
 }
 
 impl GatewayConfig {
@@ -131,6 +189,7 @@ impl GatewayConfig {
             skills_dir: None,
             bundled_skills_dir: None,
             store: None,
+            metrics_refresh_interval: metrics::DEFAULT_METRICS_REFRESH_INTERVAL,
         }
     }
 
@@ -144,38 +203,38 @@ impl GatewayConfig {
 }
 
 /// Everything the handlers share.
-pub struct GatewayState {
+pub(crate) struct GatewayState {
     /// The configuration.
-    pub config: GatewayConfig,
+    pub(crate) config: GatewayConfig,
     /// The address the Gateway listens on (the bound port when the configured one was 0); a
     /// setup code names it when no public URL is configured.
-    pub local_addr: std::net::SocketAddr,
+    pub(crate) local_addr: std::net::SocketAddr,
     /// The store.
-    pub store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     /// Connected nodes.
-    pub registry: Arc<NodeRegistry>,
+    pub(crate) registry: Arc<NodeRegistry>,
     /// The audit trail.
-    pub audit: Audit,
+    pub(crate) audit: Audit,
     /// The operator token.
-    pub operator_token: OperatorToken,
+    pub(crate) operator_token: OperatorToken,
     /// The Harness workspace, reached only through the enrolled node.
-    pub workspace: Arc<dyn WorkspaceAccess>,
+    pub(crate) workspace: Arc<dyn WorkspaceAccess>,
     /// What node sessions need.
-    pub link: LinkContext,
+    pub(crate) link: LinkContext,
     /// The content-addressed media store under `<state>/media/`.
-    pub media: Arc<gatehouse_media::MediaStore>,
+    pub(crate) media: Arc<gatehouse_media::MediaStore>,
     /// The checkpoint quota and the collection of checkpoint blobs; uploads hold its guard.
-    pub retention: Arc<retention::MediaRetention>,
+    pub(crate) retention: Arc<retention::MediaRetention>,
     /// Live session events.
-    pub hub: Arc<EventHub>,
+    pub(crate) hub: Arc<EventHub>,
     /// Admission and dispatch of turns.
-    pub turns: Arc<TurnEngine>,
+    pub(crate) turns: Arc<TurnEngine>,
     /// The memory index of the Harness's memory files.
-    pub memory: Arc<memory::MemoryService>,
+    pub(crate) memory: Arc<memory::MemoryService>,
     /// The skills catalog of both hosts.
-    pub skills: Arc<skills::SkillsService>,
+    pub(crate) skills: Arc<skills::SkillsService>,
     /// Every `/metrics` family.
-    pub metrics: metrics::GatewayMetrics,
+    pub(crate) metrics: metrics::GatewayMetrics,
 }
 
 /// What the embedding program plugs into the Gateway.
@@ -190,6 +249,23 @@ pub struct Extensions {
     /// The memory embedder (built by the embedding program, which holds its credential or model
     /// files); `None` for keyword search only.
     pub memory_embedder: Option<Arc<dyn gatehouse_memory::embed::Embedder>>,
+    /// The Harness workspace the HTTP handlers, the attachment stager and the runtime parts
+    /// use; `None` reaches it through the enrolled node with the configured file policy and
+    /// invoke timeout. A test plugs in a fake that records its calls.
+    pub workspace: Option<Arc<dyn WorkspaceAccess>>,
+    /// What runs turns when neither `runtime` nor `runtime_factory` is given.
+    pub fallback_runtime: FallbackRuntime,
+}
+
+/// What runs turns when the embedding program plugs in no runtime.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum FallbackRuntime {
+    /// The enrolled node's native runtime (`agent.turn`).
+    #[default]
+    Node,
+    /// No runtime: every turn fails with `NO_RUNTIME` and its message is kept, so admission and
+    /// queueing can be tested on their own.
+    Off,
 }
 
 /// Builds a [`TurnRuntime`] from the Gateway's parts.
@@ -263,14 +339,53 @@ impl GatewayError {
 pub struct RunningGateway {
     /// The address it listens on (with the real port when 0 was asked).
     pub local_addr: SocketAddr,
-    /// The shared state, for embedding and tests.
-    pub state: Arc<GatewayState>,
+    state: Arc<GatewayState>,
     /// Stops the server when cancelled.
     pub shutdown: CancellationToken,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl RunningGateway {
+    /// Returns where the operator token came from (its file, or `GATEHOUSE_TOKEN`).
+    pub fn operator_token_source(&self) -> &TokenSource {
+        self.state.operator_token.source()
+    }
+
+    /// Returns the store, for an embedding program or a test that inspects or seeds its rows.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.state.store
+    }
+
+    /// Returns the Harness workspace as the HTTP handlers reach it (through the enrolled node,
+    /// unless [`Extensions::workspace`] replaced it).
+    pub fn workspace(&self) -> Arc<dyn WorkspaceAccess> {
+        Arc::clone(&self.state.workspace)
+    }
+
+    /// Returns the connector a node host in this process (embedded mode) dials instead of
+    /// `/node`; each connection runs the same handshake and admission as a WebSocket peer.
+    pub fn in_process_connector(&self) -> InProcessConnector {
+        InProcessConnector::new(self.state.link.clone())
+    }
+
+    /// Returns the HTTP router over this Gateway's state, so a test can send requests to it
+    /// without a socket; it answers exactly as the listening server does.
+    pub fn router(&self) -> axum::Router {
+        http::app(Arc::clone(&self.state))
+    }
+
+    /// Issues a one-time setup code that enrolls a node dialing `url`, valid for `ttl_seconds`.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn issue_setup_code(
+        &self,
+        url: &str,
+        ttl_seconds: u64,
+    ) -> Result<IssuedCode, gatehouse_store::StoreError> {
+        setup_code::issue(self.state.store.as_ref(), url, ttl_seconds, clock::now_ms()).await
+    }
+
     /// Waits for the server to stop (after [`RunningGateway::shutdown`] is cancelled).
     ///
     /// # Errors
@@ -339,11 +454,14 @@ pub async fn start(
         tick_interval: config.tick_interval,
         requests: Arc::clone(&tools) as Arc<dyn crate::link::session::NodeRequestHandler>,
     };
-    let workspace: Arc<dyn WorkspaceAccess> = Arc::new(WorkspaceClient::new(
-        Arc::clone(&registry),
-        config.file_policy.clone(),
-        config.invoke_timeout,
-    ));
+    let workspace: Arc<dyn WorkspaceAccess> = match extensions.workspace {
+        Some(workspace) => workspace,
+        None => Arc::new(WorkspaceClient::new(
+            Arc::clone(&registry),
+            config.file_policy.clone(),
+            config.invoke_timeout,
+        )),
+    };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| GatewayError::Bind {
@@ -368,32 +486,37 @@ pub async fn start(
         workspace: Arc::clone(&workspace),
         skills: Arc::clone(&skills),
     };
-    let runtime = extensions
-        .runtime
-        .unwrap_or_else(|| match extensions.runtime_factory {
-            Some(factory) => factory(parts),
-            None => Arc::new(
-                turns::node_runtime::NodeRuntime::new(
-                    Arc::clone(&registry),
-                    Arc::clone(&store),
-                    Arc::clone(&media),
-                    Arc::clone(&tools),
-                    audit.clone(),
-                    Arc::clone(&retention),
-                    turns::node_runtime::DEFAULT_TURN_TIMEOUT,
-                )
-                .with_skills(Arc::clone(&skills)),
-            ),
-        });
+    let runtime: Option<Arc<dyn TurnRuntime>> = match (
+        extensions.runtime,
+        extensions.runtime_factory,
+        extensions.fallback_runtime,
+    ) {
+        (Some(runtime), _, _) => Some(runtime),
+        (None, Some(factory), _) => Some(factory(parts)),
+        (None, None, FallbackRuntime::Node) => Some(Arc::new(
+            turns::node_runtime::NodeRuntime::new(
+                Arc::clone(&registry),
+                Arc::clone(&store),
+                Arc::clone(&media),
+                Arc::clone(&tools),
+                audit.clone(),
+                Arc::clone(&retention),
+                turns::node_runtime::DEFAULT_TURN_TIMEOUT,
+            )
+            .with_skills(Arc::clone(&skills)),
+        )),
+        (None, None, FallbackRuntime::Off) => None,
+    };
     let turns = TurnEngine::new(
         Arc::clone(&store),
         Arc::clone(&hub),
-        Some(runtime),
+        runtime,
         Some(stager),
         config.max_concurrent_turns,
     );
     turns.recover().await?;
-    let metrics = metrics::GatewayMetrics::new(&turns.metrics, &registry);
+    let metrics =
+        metrics::GatewayMetrics::new(&turns.metrics, &registry, config.metrics_refresh_interval);
     let state = Arc::new(GatewayState {
         config,
         local_addr,

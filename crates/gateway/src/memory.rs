@@ -43,12 +43,13 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::loggable;
 use crate::link::registry::InvokeError;
 use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
 
 /// The index file in the Gateway state directory.
-pub const MEMORY_INDEX_FILE: &str = "memory.db";
+pub(crate) const MEMORY_INDEX_FILE: &str = "memory.db";
 
 /// How long one `workspace.memory` request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -192,7 +193,7 @@ impl MemoryService {
         {
             Ok(pending) => pending,
             Err(error) => {
-                tracing::warn!(error = %error, "cannot watch the memory files");
+                tracing::warn!(error = %loggable(&error), "cannot watch the memory files");
                 return;
             }
         };
@@ -210,7 +211,7 @@ impl MemoryService {
                     Ok(event) if event == WATCH_CHANGE => match self.sync_change(node).await {
                         Ok(()) => self.mark_synced(),
                         Err(error) => {
-                            tracing::warn!(code = error.code(), error = %error, "memory sync failed");
+                            tracing::warn!(code = error.code(), error = %loggable(&error), "memory sync failed");
                         }
                     },
                     Ok(_) => {
@@ -225,7 +226,7 @@ impl MemoryService {
             () = follow => {}
             outcome = pending.finish(WATCH_LIFETIME) => {
                 if let Err(error) = outcome {
-                    tracing::info!(error = %error, "the memory watch ended");
+                    tracing::info!(error = %loggable(&error), "the memory watch ended");
                 }
             }
         }
@@ -299,7 +300,7 @@ impl MemoryService {
             index.remove_file(path).await?;
         }
         for skipped in &listing.skipped {
-            tracing::debug!(path = %skipped.path, reason = %skipped.reason, "a memory file was skipped");
+            tracing::debug!(path = %loggable(&skipped.path), reason = %loggable(&skipped.reason), "a memory file was skipped");
         }
         Ok(())
     }

@@ -15,6 +15,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -40,13 +41,14 @@ use crate::link::registry::InvokeError;
 use crate::link::registry::NodeRegistry;
 
 /// The `Content-Type` of the answer: the Prometheus text format, version 0.0.4.
-pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Upper bounds, in seconds, of every latency histogram's buckets.
-pub const LATENCY_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
+pub(crate) const LATENCY_BUCKETS: [f64; 10] =
+    [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
 
 /// The `route` label of a request that matched no route (the fallback's `404`).
-pub const UNMATCHED_ROUTE: &str = "unmatched";
+pub(crate) const UNMATCHED_ROUTE: &str = "unmatched";
 
 /// A family of latency histograms with [`LATENCY_BUCKETS`].
 type LatencyFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -100,16 +102,30 @@ struct NodeLabels {
 }
 
 /// The `outcome` values of the turn families, one per way a turn ends.
-pub const TURN_OUTCOMES: [&str; 4] = ["completed", "failed", "aborted", "interrupted"];
+/// How long a scrape reuses the figures it read from the store and the memory index (queued
+/// turns, checkpoint bytes, memory files and chunks) before it reads them again: 5 s.
+///
+/// `/metrics` needs no token, so reading SQLite at every scrape would let anyone who reaches
+/// the port load the store at will; with the cache, scrapes read the store at most once per
+/// interval, and once more after each change of the turn queue (admission, claim, end), which
+/// keeps `gatehouse_turns_queued` current and costs at most one read per turn transition, a
+/// write that an operator or a turn caused. Figures held in memory (sessions, connections, the
+/// sync lag, the media store's counted bytes, the node reports) are read at every scrape.
+pub const DEFAULT_METRICS_REFRESH_INTERVAL: Duration = Duration::from_secs(5);
+
+pub(crate) const TURN_OUTCOMES: [&str; 4] = ["completed", "failed", "aborted", "interrupted"];
 
 /// The turn engine's instruments: turns that ended, by outcome (and by runtime), and their
 /// latency from dispatch to the end.
 #[derive(Debug, Clone)]
-pub struct TurnMetrics {
+pub(crate) struct TurnMetrics {
     turns: Family<OutcomeLabels, Counter>,
     duration: Histogram,
     runtime_turns: Family<RuntimeOutcomeLabels, Counter>,
     runtime_duration: LatencyFamily<RuntimeOutcomeLabels>,
+    /// Bumped at every change of the turn queue; a scrape that sees it moved reads the store's
+    /// figures again (see [`DEFAULT_METRICS_REFRESH_INTERVAL`]).
+    queue_changes: Arc<AtomicU64>,
 }
 
 impl Default for TurnMetrics {
@@ -125,11 +141,18 @@ impl Default for TurnMetrics {
             duration: latency_histogram(),
             runtime_turns: Family::default(),
             runtime_duration: latency_family(),
+            queue_changes: Arc::default(),
         }
     }
 }
 
 impl TurnMetrics {
+    /// Notes that the turn queue changed (a turn was admitted, claimed or ended), so the next
+    /// scrape reads the queued turns again.
+    pub(crate) fn queue_changed(&self) {
+        self.queue_changes.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Records a turn of `runtime` that ended with `outcome` (one of [`TURN_OUTCOMES`]) after
     /// `elapsed`.
     pub(crate) fn record_end(&self, runtime: &str, outcome: &'static str, elapsed: Duration) {
@@ -176,7 +199,7 @@ impl Default for LinkMetrics {
 }
 
 /// The `outcome` of an invoke that ended without a result because its caller gave up.
-pub const INVOKE_CANCELLED: &str = "cancelled";
+pub(crate) const INVOKE_CANCELLED: &str = "cancelled";
 
 impl LinkMetrics {
     /// Records an invoke of `command` that ended with `error` (`None`: the node's result
@@ -239,7 +262,7 @@ pub(crate) fn invoke_outcome(error: Option<&InvokeError>) -> &'static str {
 
 /// Every metric family of the Gateway, in one registry.
 #[derive(Debug)]
-pub struct GatewayMetrics {
+pub(crate) struct GatewayMetrics {
     registry: Registry,
     http_requests: Family<HttpLabels, Counter>,
     http_duration: LatencyFamily<HttpLabels>,
@@ -254,12 +277,59 @@ pub struct GatewayMetrics {
     memory_sync_lag: Gauge<f64, AtomicU64>,
     media_bytes: Gauge,
     checkpoint_bytes: Gauge,
+    /// Reads of the store's and the memory index's figures, so a test (and an operator) can
+    /// see that scrapes reuse them.
+    samplings: Counter,
+    queue_changes: Arc<AtomicU64>,
+    /// When those figures were last read; held while they are read, so concurrent scrapes of
+    /// stale figures read them once.
+    sampled: tokio::sync::Mutex<SampleCache>,
+}
+
+/// When the figures a scrape reads from the store and the memory index were last read, and
+/// whether they may be reused.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SampleCache {
+    refresh_interval: Duration,
+    /// The instant of the last read and the queue generation it saw.
+    last: Option<(Instant, u64)>,
+}
+
+impl SampleCache {
+    /// Returns a cache that keeps a read for `refresh_interval` (zero: never).
+    pub(crate) fn new(refresh_interval: Duration) -> Self {
+        Self {
+            refresh_interval,
+            last: None,
+        }
+    }
+
+    /// Returns whether the last read may be reused at `now`, with the turn queue at
+    /// `queue_generation`: it is younger than the interval and the queue did not change since.
+    pub(crate) fn is_fresh(&self, now: Instant, queue_generation: u64) -> bool {
+        self.last.is_some_and(|(read_at, generation)| {
+            generation == queue_generation
+                && now.saturating_duration_since(read_at) < self.refresh_interval
+        })
+    }
+
+    /// Records a read at `now` that saw the turn queue at `queue_generation`.
+    pub(crate) fn record(&mut self, now: Instant, queue_generation: u64) {
+        self.last = Some((now, queue_generation));
+    }
 }
 
 impl GatewayMetrics {
     /// Returns the registry with every family: the instruments of `turns` and of `nodes`,
     /// the worker figures `nodes` keeps from each node's reports, and the Gateway's own.
-    pub fn new(turns: &TurnMetrics, nodes: &Arc<NodeRegistry>) -> Self {
+    ///
+    /// The figures read from the store and the memory index are reused for
+    /// `refresh_interval` (see [`DEFAULT_METRICS_REFRESH_INTERVAL`]).
+    pub(crate) fn new(
+        turns: &TurnMetrics,
+        nodes: &Arc<NodeRegistry>,
+        refresh_interval: Duration,
+    ) -> Self {
         let mut metrics = Self {
             registry: Registry::default(),
             http_requests: Family::default(),
@@ -275,6 +345,9 @@ impl GatewayMetrics {
             memory_sync_lag: Gauge::default(),
             media_bytes: Gauge::default(),
             checkpoint_bytes: Gauge::default(),
+            samplings: Counter::default(),
+            queue_changes: Arc::clone(&turns.queue_changes),
+            sampled: tokio::sync::Mutex::new(SampleCache::new(refresh_interval)),
         };
         // A stream is only ever dropped as a slow consumer; its series shows from the start.
         let slow_consumer = CodeLabels {
@@ -383,6 +456,11 @@ impl GatewayMetrics {
             "Bytes of the media blobs listed as checkpoint contents",
             metrics.checkpoint_bytes.clone(),
         );
+        registry.register(
+            "gatehouse_metrics_samplings",
+            "Reads of the store's and the memory index's figures by scrapes (at most one per refresh interval, and one after each change of the turn queue)",
+            metrics.samplings.clone(),
+        );
         registry.register_collector(Box::new(NodeFigures {
             nodes: Arc::clone(nodes),
         }));
@@ -414,8 +492,10 @@ impl GatewayMetrics {
 
     /// Samples the figures that are a state, then returns the text of every family.
     ///
-    /// A figure whose source fails (the store, the memory index, the media store) keeps its
-    /// last value, and the failure is logged: a scrape never fails.
+    /// The figures read from the store and the memory index are reused while they are fresh
+    /// ([`DEFAULT_METRICS_REFRESH_INTERVAL`]). A figure whose source fails (the store, the
+    /// memory index, the media store) keeps its last value, and the failure is logged: a scrape
+    /// never fails.
     pub(crate) async fn render(&self, state: &GatewayState) -> String {
         self.sample(state).await;
         let mut text = String::new();
@@ -434,6 +514,23 @@ impl GatewayMetrics {
             .set(saturating_i64(state.turns.max_concurrent_turns() as u64));
         self.node_connections
             .set(saturating_i64(state.registry.all().len() as u64));
+        self.memory_sync_lag
+            .set(state.memory.sync_lag().as_secs_f64());
+        // Counted in memory against the media quota, which `start` always sets.
+        match state.media.stored_bytes().await {
+            Ok(bytes) => {
+                self.media_bytes.set(saturating_i64(bytes));
+            }
+            Err(error) => tracing::warn!(error = %error, "cannot measure the media store"),
+        }
+        let mut sampled = self.sampled.lock().await;
+        // Read before the figures, so a change while they are read makes the next scrape read
+        // them again.
+        let queue_generation = self.queue_changes.load(Ordering::SeqCst);
+        if sampled.is_fresh(Instant::now(), queue_generation) {
+            return;
+        }
+        self.samplings.inc();
         match state.store.figures().await {
             Ok(figures) => {
                 self.queued_turns
@@ -450,14 +547,7 @@ impl GatewayMetrics {
             }
             Err(error) => tracing::warn!(error = %error, "cannot read the memory index figures"),
         }
-        self.memory_sync_lag
-            .set(state.memory.sync_lag().as_secs_f64());
-        match state.media.stored_bytes().await {
-            Ok(bytes) => {
-                self.media_bytes.set(saturating_i64(bytes));
-            }
-            Err(error) => tracing::warn!(error = %error, "cannot measure the media store"),
-        }
+        sampled.record(Instant::now(), queue_generation);
     }
 }
 
@@ -577,7 +667,33 @@ mod tests {
     use crate::link::registry::NodeConnection;
     use crate::link::registry::NodeRegistry;
     use crate::metrics::GatewayMetrics;
+    use crate::metrics::SampleCache;
     use crate::metrics::TurnMetrics;
+
+    #[test]
+    fn sampled_figures_are_reused_until_the_interval_passes_or_the_queue_changes() {
+        let interval = Duration::from_secs(5);
+        let read_at = std::time::Instant::now();
+        let mut cache = SampleCache::new(interval);
+        assert!(!cache.is_fresh(read_at, 0), "nothing was read yet");
+        cache.record(read_at, 7);
+        let just_before = read_at + interval - Duration::from_millis(1);
+        assert_eq!(
+            [
+                cache.is_fresh(read_at, 7),
+                cache.is_fresh(just_before, 7),
+                cache.is_fresh(read_at + interval, 7),
+                cache.is_fresh(read_at, 8),
+            ],
+            [true, true, false, false]
+        );
+        let mut never = SampleCache::new(Duration::ZERO);
+        never.record(read_at, 7);
+        assert!(
+            !never.is_fresh(read_at, 7),
+            "a zero interval never reuses a read"
+        );
+    }
 
     /// Returns the lines of `gatehouse_node_invokes_total` in the registry's text, sorted.
     fn invoke_lines(metrics: &GatewayMetrics) -> Vec<String> {
@@ -595,7 +711,11 @@ mod tests {
     #[tokio::test]
     async fn an_invoke_is_counted_once_with_the_class_of_its_end() {
         let registry = Arc::new(NodeRegistry::default());
-        let metrics = GatewayMetrics::new(&TurnMetrics::default(), &registry);
+        let metrics = GatewayMetrics::new(
+            &TurnMetrics::default(),
+            &registry,
+            crate::metrics::DEFAULT_METRICS_REFRESH_INTERVAL,
+        );
         let (outbound, mut node_side) = tokio::sync::mpsc::channel(16);
         let identity = ConnectionIdentity {
             device_id: String::from("n"),

@@ -72,7 +72,7 @@ pub struct RetentionConfig {
 
 /// A blob of a new checkpoint, not yet written.
 #[derive(Debug, Clone)]
-pub struct NewBlob {
+pub(crate) struct NewBlob {
     /// Its media id (the BLAKE3 of `bytes`).
     pub media_id: String,
     /// The content.
@@ -81,7 +81,7 @@ pub struct NewBlob {
 
 /// What one collection did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct GcSummary {
+pub(crate) struct GcSummary {
     /// Checkpoint rows deleted by retention.
     pub pruned_checkpoints: u64,
     /// Blobs deleted.
@@ -94,7 +94,7 @@ pub struct GcSummary {
 
 /// Why a collection ran; recorded in its audit event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GcTrigger {
+pub(crate) enum GcTrigger {
     /// After a session's checkpoint was committed.
     Checkpoint,
     /// After a checkpoint was refused part way (its written blobs are collected).
@@ -114,7 +114,7 @@ impl GcTrigger {
 }
 
 /// Enforces the checkpoint quota and collects checkpoint blobs nothing refers to.
-pub struct MediaRetention {
+pub(crate) struct MediaRetention {
     store: Arc<dyn Store>,
     media: Arc<MediaStore>,
     audit: Audit,
@@ -125,7 +125,7 @@ pub struct MediaRetention {
 
 impl MediaRetention {
     /// Returns the retention of `media`, whose references live in `store`.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         media: Arc<MediaStore>,
         audit: Audit,
@@ -143,14 +143,9 @@ impl MediaRetention {
         }
     }
 
-    /// Returns the configuration in force.
-    pub fn config(&self) -> RetentionConfig {
-        self.config
-    }
-
     /// Returns a guard to hold while storing media and recording its reference (an upload and
     /// its pin): no collection deletes a blob while any guard is held.
-    pub async fn hold(&self) -> RwLockReadGuard<'_, ()> {
+    pub(crate) async fn hold(&self) -> RwLockReadGuard<'_, ()> {
         self.lock.read().await
     }
 
@@ -160,7 +155,7 @@ impl MediaRetention {
     ///
     /// # Errors
     /// [`ErrorCode::CheckpointQuotaExceeded`] over the quota; the store's code when it fails.
-    pub async fn check_checkpoint_quota(
+    pub(crate) async fn check_checkpoint_quota(
         &self,
         session_key: &str,
         turn_id: &str,
@@ -213,7 +208,7 @@ impl MediaRetention {
     /// # Errors
     /// `MEDIA_QUOTA_EXCEEDED` when the media store is full; the store's or media store's code
     /// otherwise.
-    pub async fn commit_checkpoint(
+    pub(crate) async fn commit_checkpoint(
         &self,
         session_key: &str,
         turn_id: &str,
@@ -269,7 +264,7 @@ impl MediaRetention {
     ///
     /// # Errors
     /// The store's error when the sessions cannot be listed.
-    pub async fn collect_all(&self) -> Result<GcSummary, StoreError> {
+    pub(crate) async fn collect_all(&self) -> Result<GcSummary, StoreError> {
         let sessions = self.store.sessions().await?;
         let _deleting = self.lock.write().await;
         let mut summary = GcSummary::default();
@@ -286,7 +281,7 @@ impl MediaRetention {
 
     /// Applies retention to `session_key` and collects; failures are logged and audited, never
     /// returned (the checkpoint is already committed, and the next collection tries again).
-    pub async fn collect_session(&self, session_key: &str, trigger: GcTrigger) -> GcSummary {
+    pub(crate) async fn collect_session(&self, session_key: &str, trigger: GcTrigger) -> GcSummary {
         let _deleting = self.lock.write().await;
         let mut summary = GcSummary::default();
         let outcome = async {
@@ -417,7 +412,7 @@ impl MediaRetention {
 }
 
 /// Returns media id → size of every entry of a stored manifest that refers to a blob.
-pub fn manifest_blobs(manifest: &serde_json::Value) -> HashMap<String, u64> {
+pub(crate) fn manifest_blobs(manifest: &serde_json::Value) -> HashMap<String, u64> {
     let mut blobs = HashMap::new();
     for entry in manifest["entries"].as_array().into_iter().flatten() {
         if let Some(media_id) = entry["mediaId"].as_str() {
@@ -436,3 +431,7 @@ enum WriteError {
 fn store_failure(error: StoreError) -> TurnFailure {
     TurnFailure::new(error.code(), error.to_string())
 }
+
+#[cfg(test)]
+#[path = "retention_tests.rs"]
+mod tests;

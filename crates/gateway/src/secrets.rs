@@ -10,7 +10,7 @@ use sha2::Digest;
 use subtle::ConstantTimeEq;
 
 /// The name of the operator token file in the Gateway state directory.
-pub const OPERATOR_TOKEN_FILE: &str = "operator-token";
+pub(crate) const OPERATOR_TOKEN_FILE: &str = "operator-token";
 
 /// The environment variable that overrides the operator token file.
 pub const OPERATOR_TOKEN_ENV: &str = "GATEHOUSE_TOKEN";
@@ -26,18 +26,18 @@ pub fn random_token() -> std::io::Result<String> {
 }
 
 /// Returns the lowercase hex SHA-256 of `text`.
-pub fn sha256_hex(text: &[u8]) -> String {
+pub(crate) fn sha256_hex(text: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(text))
 }
 
 /// Compares two secrets in time that does not depend on where they differ.
-pub fn secrets_equal(left: &[u8], right: &[u8]) -> bool {
+pub(crate) fn secrets_equal(left: &[u8], right: &[u8]) -> bool {
     left.ct_eq(right).into()
 }
 
 /// The operator's bearer token for `/v1`.
 #[derive(Clone)]
-pub struct OperatorToken {
+pub(crate) struct OperatorToken {
     token: String,
     source: TokenSource,
 }
@@ -66,7 +66,7 @@ impl OperatorToken {
     ///
     /// # Errors
     /// The file cannot be read or created, or it is empty.
-    pub fn load_or_create(
+    pub(crate) fn load_or_create(
         state_dir: &Path,
         override_token: Option<String>,
     ) -> std::io::Result<Self> {
@@ -106,12 +106,12 @@ impl OperatorToken {
     }
 
     /// Returns true when `presented` is the token, compared in constant time.
-    pub fn matches(&self, presented: &str) -> bool {
+    pub(crate) fn matches(&self, presented: &str) -> bool {
         secrets_equal(self.token.as_bytes(), presented.as_bytes())
     }
 
     /// Returns where the token came from.
-    pub fn source(&self) -> &TokenSource {
+    pub(crate) fn source(&self) -> &TokenSource {
         &self.source
     }
 }

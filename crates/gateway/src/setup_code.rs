@@ -16,7 +16,7 @@ use crate::secrets::sha256_hex;
 pub const DEFAULT_TTL_SECONDS: u64 = 600;
 
 /// The longest lifetime accepted: 24 hours.
-pub const MAX_TTL_SECONDS: u64 = 86_400;
+pub(crate) const MAX_TTL_SECONDS: u64 = 86_400;
 
 /// An issued code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub struct IssuedCode {
 ///
 /// # Errors
 /// Storage failures, or a failed random source (reported as [`StoreError::Internal`]).
-pub async fn issue(
+pub(crate) async fn issue(
     store: &dyn Store,
     url: &str,
     ttl_seconds: u64,
@@ -62,7 +62,7 @@ pub async fn issue(
 
 /// Returns the `/node` WebSocket URL for a configured public base URL such as
 /// `https://gw.example.com` or `ws://10.0.0.5:7420`.
-pub fn node_url(public_url: &str) -> String {
+pub(crate) fn node_url(public_url: &str) -> String {
     let base = public_url.trim_end_matches('/');
     let base = match base.split_once("://") {
         Some(("https", rest)) => format!("wss://{rest}"),

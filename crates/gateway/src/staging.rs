@@ -22,6 +22,7 @@ use gatehouse_media::filename::MAX_FILENAME_BYTES;
 use gatehouse_media::sanitize_filename;
 use gatehouse_store::model::Attachment;
 
+use crate::audit::loggable;
 use crate::turns::AttachmentStager;
 use crate::turns::runtime::TurnFailure;
 use crate::workspace::WorkspaceAccess;
@@ -29,23 +30,23 @@ use crate::workspace::WorkspaceError;
 use crate::workspace::WriteMode;
 
 /// The workspace directory under which turns stage their attachments.
-pub const STAGING_ROOT: &str = "media/inbound";
+pub(crate) const STAGING_ROOT: &str = "media/inbound";
 
 /// The prefix of a turn's staged directory name; the staged id follows.
-pub const STAGED_DIR_PREFIX: &str = "gatehouse-staged-";
+pub(crate) const STAGED_DIR_PREFIX: &str = "gatehouse-staged-";
 
 /// The prefix of every staged file name; the sanitized original name follows.
-pub const STAGED_FILE_PREFIX: &str = "input-";
+pub(crate) const STAGED_FILE_PREFIX: &str = "input-";
 
 /// The content of the `.gitignore` written in each staged directory: ignore everything.
-pub const GITIGNORE_CONTENT: &[u8] = b"*\n";
+pub(crate) const GITIGNORE_CONTENT: &[u8] = b"*\n";
 
 /// The longest accepted staged id.
-pub const MAX_STAGED_ID_LEN: usize = 64;
+pub(crate) const MAX_STAGED_ID_LEN: usize = 64;
 
 /// An attachment copied to the Harness workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StagedAttachment {
+pub(crate) struct StagedAttachment {
     /// The media id.
     pub media_id: String,
     /// The path relative to the Agent workspace, as the prompt should name it.
@@ -60,7 +61,7 @@ pub struct StagedAttachment {
 
 /// An optional attachment that was not staged.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SkippedAttachment {
+pub(crate) struct SkippedAttachment {
     /// The media id as the caller sent it.
     pub media_id: String,
     /// The stable code of the reason: `ATTACHMENT_NOT_FOUND`, `ATTACHMENT_TRANSFER_FAILED` or
@@ -72,7 +73,7 @@ pub struct SkippedAttachment {
 
 /// What staging did for one turn.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct StagingReport {
+pub(crate) struct StagingReport {
     /// The staged directory relative to the workspace, when anything was written.
     pub directory: Option<String>,
     /// The staged attachments, in request order.
@@ -84,14 +85,14 @@ pub struct StagingReport {
 /// The [`AttachmentStager`] of the turn engine: stages each turn into a fresh staged directory
 /// with [`stage_attachments`].
 #[derive(Clone)]
-pub struct WorkspaceStager {
+pub(crate) struct WorkspaceStager {
     workspace: Arc<dyn WorkspaceAccess>,
     media: Arc<MediaStore>,
 }
 
 /// Why staging stopped the turn. Every variant means the turn must not be dispatched.
 #[derive(Debug, thiserror::Error)]
-pub enum StagingError {
+pub(crate) enum StagingError {
     /// The staged id is empty, too long, or not made of letters, digits, `-` and `_`. A caller
     /// bug; nothing was written.
     #[error("the staged id must be 1 to 64 letters, digits, '-' or '_'")]
@@ -132,7 +133,7 @@ pub enum StagingError {
 
 impl StagingError {
     /// Returns the stable code of the turn failure.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             StagingError::InvalidStagedId => ErrorCode::InvalidStagedId.as_str(),
             StagingError::AttachmentNotFound { .. } => ErrorCode::AttachmentNotFound.as_str(),
@@ -145,7 +146,7 @@ impl StagingError {
 
 impl WorkspaceStager {
     /// Returns a stager that copies from `media` to `workspace`.
-    pub fn new(workspace: Arc<dyn WorkspaceAccess>, media: Arc<MediaStore>) -> Self {
+    pub(crate) fn new(workspace: Arc<dyn WorkspaceAccess>, media: Arc<MediaStore>) -> Self {
         Self { workspace, media }
     }
 }
@@ -181,7 +182,7 @@ impl AttachmentStager for WorkspaceStager {
                     .collect())
             }
             Err(error) => {
-                tracing::warn!(turn_id, code = error.code(), error = %error, "attachments not staged");
+                tracing::warn!(turn_id, code = error.code(), error = %loggable(&error), "attachments not staged");
                 Err(TurnFailure::new(error.code(), error.to_string()))
             }
         }
@@ -192,12 +193,12 @@ impl AttachmentStager for WorkspaceStager {
 ///
 /// # Errors
 /// [`StagingError::Entropy`] when the system has no randomness to give.
-pub fn new_staged_id() -> Result<String, StagingError> {
+pub(crate) fn new_staged_id() -> Result<String, StagingError> {
     crate::secrets::random_token().map_err(StagingError::Entropy)
 }
 
 /// Returns the workspace-relative staged directory of `staged_id`.
-pub fn staged_directory(staged_id: &str) -> String {
+pub(crate) fn staged_directory(staged_id: &str) -> String {
     format!("{STAGING_ROOT}/{STAGED_DIR_PREFIX}{staged_id}")
 }
 
@@ -217,7 +218,7 @@ pub fn staged_directory(staged_id: &str) -> String {
 ///
 /// Optional attachments never cause an error; they are listed in
 /// [`StagingReport::skipped`].
-pub async fn stage_attachments(
+pub(crate) async fn stage_attachments(
     workspace: &dyn WorkspaceAccess,
     media: &MediaStore,
     attachments: &[Attachment],
@@ -304,8 +305,8 @@ pub async fn stage_attachments(
                 let (code, message) = transfer_reason(&source);
                 tracing::warn!(
                     media_id = %record.id,
-                    code,
-                    error = %source,
+                    code = %loggable(&code),
+                    error = %loggable(&source),
                     "optional attachment not staged"
                 );
                 report.skipped.push(SkippedAttachment {
@@ -334,7 +335,7 @@ fn skipped_lookup(attachment: &Attachment, source: &MediaError) -> SkippedAttach
     tracing::warn!(
         media_id = %attachment.media_id,
         code = %source.code(),
-        error = %source,
+        error = %loggable(source),
         "optional attachment not found"
     );
     SkippedAttachment {
@@ -435,3 +436,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "staging_workspace_tests.rs"]
+mod workspace_tests;

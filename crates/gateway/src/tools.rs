@@ -24,13 +24,13 @@ use crate::audit::Limited;
 use crate::link::registry::NodeConnection;
 
 /// `session_status`: the state of the caller's session.
-pub const SESSION_STATUS: &str = "session_status";
+pub(crate) const SESSION_STATUS: &str = "session_status";
 
 /// `memory_search`: search the memory index.
-pub const MEMORY_SEARCH: &str = "memory_search";
+pub(crate) const MEMORY_SEARCH: &str = "memory_search";
 
 /// `memory_get`: read lines of a memory file from the Harness.
-pub const MEMORY_GET: &str = "memory_get";
+pub(crate) const MEMORY_GET: &str = "memory_get";
 
 /// Gateway-local tools that are never offered to a Codex agent as dynamic tools: they would act
 /// on the Gateway's own host (files, shells, processes, its configuration), while Codex's native
@@ -567,3 +567,7 @@ mod tests {
         assert_eq!(names, vec![SESSION_STATUS]);
     }
 }
+
+#[cfg(test)]
+#[path = "tools_store_tests.rs"]
+mod store_tests;

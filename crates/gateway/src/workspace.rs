@@ -32,7 +32,7 @@ use crate::link::registry::NodeRegistry;
 use crate::secrets::sha256_hex;
 
 /// The home directory the default policy assumes for the Harness.
-pub const HARNESS_HOME: &str = "/home/node";
+pub(crate) const HARNESS_HOME: &str = "/home/node";
 
 /// Why a workspace call failed.
 #[derive(Debug, thiserror::Error)]
@@ -143,7 +143,7 @@ pub trait WorkspaceAccess: Send + Sync + 'static {
 
 /// The Gateway's client of the Harness workspace.
 #[derive(Clone)]
-pub struct WorkspaceClient {
+pub(crate) struct WorkspaceClient {
     registry: Arc<NodeRegistry>,
     policy: Option<Arc<FileTransferPolicy>>,
     timeout: Duration,
@@ -152,7 +152,7 @@ pub struct WorkspaceClient {
 impl WorkspaceClient {
     /// Returns a client over `registry`. `policy` is the operator's explicit file policy; when it
     /// is `None`, the default policy for the node's workspace root applies.
-    pub fn new(
+    pub(crate) fn new(
         registry: Arc<NodeRegistry>,
         policy: Option<FileTransferPolicy>,
         timeout: Duration,
@@ -168,7 +168,7 @@ impl WorkspaceClient {
     ///
     /// # Errors
     /// [`WorkspaceError::Unavailable`] when there is none.
-    pub fn node(&self) -> Result<Arc<NodeConnection>, WorkspaceError> {
+    pub(crate) fn node(&self) -> Result<Arc<NodeConnection>, WorkspaceError> {
         self.registry
             .find_serving(FILE_COMMANDS)
             .ok_or(WorkspaceError::Unavailable)

@@ -51,6 +51,7 @@
 
 #![deny(missing_docs)]
 
+mod bounded_lines;
 pub mod codex;
 pub mod error;
 mod file_commands;

@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
+use futures_util::StreamExt;
 use gatehouse_fsops::Dir;
 use gatehouse_fsops::root::Kind;
 use gatehouse_fsops::root::Overwrite;
@@ -42,17 +43,19 @@ use gatehouse_protocol::worker::AgentTurnResult;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::GatewayToolParams;
 use gatehouse_protocol::worker::GatewayToolResult;
+use gatehouse_protocol::worker::MAX_WORKER_EVENT_LINE_BYTES;
+use gatehouse_protocol::worker::MAX_WORKER_REQUEST_LINE_BYTES;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_protocol::worker::WorkerLaunch;
 use gatehouse_protocol::worker::WorkerRequest;
 use sha2::Digest;
-use tokio::io::AsyncBufReadExt;
 use tokio::io::AsyncWriteExt;
-use tokio::io::BufReader;
-use tokio::io::Lines;
 use tokio::process::Child;
 use tokio::process::ChildStdin;
 use tokio::process::ChildStdout;
+use tokio_util::codec::FramedRead;
+use tokio_util::codec::LinesCodec;
+use tokio_util::codec::LinesCodecError;
 
 use crate::invoke::InvokeContext;
 
@@ -102,7 +105,8 @@ pub struct WorkerSettings {
 struct Worker {
     child: Child,
     stdin: ChildStdin,
-    stdout: Lines<BufReader<ChildStdout>>,
+    /// Event lines, each at most [`MAX_WORKER_EVENT_LINE_BYTES`].
+    stdout: FramedRead<ChildStdout, LinesCodec>,
 }
 
 impl Worker {
@@ -114,17 +118,21 @@ impl Worker {
     /// Why no answer came: the pipe closed, the worker exited or did not answer in time. The
     /// caller then replaces the worker.
     async fn stop_background(&mut self) -> Result<u64, &'static str> {
-        let line = serde_json::to_string(&WorkerRequest::StopBackground)
+        let line = request_line(&WorkerRequest::StopBackground)
             .map_err(|_| "the request cannot be encoded")?;
         self.stdin
-            .write_all(format!("{line}\n").as_bytes())
+            .write_all(line.as_bytes())
             .await
             .map_err(|_| "the worker's input is closed")?;
         let stdout = &mut self.stdout;
         let answer = tokio::time::timeout(STOP_BACKGROUND_TIMEOUT, async move {
             loop {
-                let Ok(Some(line)) = stdout.next_line().await else {
-                    return Err("the worker exited");
+                let line = match stdout.next().await {
+                    Some(Ok(line)) => line,
+                    Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                        return Err("the worker wrote an over-long line");
+                    }
+                    Some(Err(LinesCodecError::Io(_))) | None => return Err("the worker exited"),
                 };
                 // Anything else is a late line of an ended turn.
                 if let Ok(WorkerEvent::BackgroundStopped { stopped }) =
@@ -354,8 +362,8 @@ impl WorkerSupervisor {
         let turn_id = params.turn_id.clone();
         // The worker's spans join the trace of this node host's invoke span.
         params.traceparent = gatehouse_telemetry::traceparent(&tracing::Span::current());
-        let line = serde_json::to_string(&WorkerRequest::Turn(params))
-            .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
+        // Refused before anything is written, so the worker stays in step.
+        let line = request_line(&WorkerRequest::Turn(params))?;
         // Until the turn ends, dropping this future (a cancel) kills the worker.
         let mut kill_on_drop = KillOnDrop {
             worker: Some(worker),
@@ -363,20 +371,28 @@ impl WorkerSupervisor {
         let Some(worker) = kill_on_drop.worker.as_deref_mut() else {
             return Err(WireError::new(ErrorCode::Internal, "no worker"));
         };
-        if worker
-            .stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .await
-            .is_err()
-        {
+        if worker.stdin.write_all(line.as_bytes()).await.is_err() {
             return Err(crashed(&session_key));
         }
         loop {
-            let next = worker.stdout.next_line().await;
-            let Ok(Some(line)) = next else {
+            let line = match worker.stdout.next().await {
+                Some(Ok(line)) => line,
+                // The rest of its output is out of step; the next turn starts a new worker.
+                Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                    worker.kill_group();
+                    tracing::warn!(session_key, "a worker wrote an over-long line; stopped it");
+                    return Err(WireError::new(
+                        ErrorCode::WorkerLineTooLong,
+                        format!(
+                            "the worker wrote a line longer than {MAX_WORKER_EVENT_LINE_BYTES} bytes; it was stopped"
+                        ),
+                    ));
+                }
                 // The next turn sees the exited child and starts a new worker.
-                worker.kill_group();
-                return Err(crashed(&session_key));
+                Some(Err(LinesCodecError::Io(_))) | None => {
+                    worker.kill_group();
+                    return Err(crashed(&session_key));
+                }
             };
             let event: WorkerEvent = match serde_json::from_str(&line) {
                 Ok(event) => event,
@@ -417,15 +433,22 @@ impl WorkerSupervisor {
                             output: format!("{}: {}", error.code, error.message),
                         },
                     };
-                    let answer = WorkerRequest::GatewayToolResult { id, result };
-                    let line = serde_json::to_string(&answer)
-                        .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
-                    if worker
-                        .stdin
-                        .write_all(format!("{line}\n").as_bytes())
-                        .await
-                        .is_err()
-                    {
+                    let answer = WorkerRequest::GatewayToolResult {
+                        id: id.clone(),
+                        result,
+                    };
+                    // An answer past the bound reaches the model as a failed call instead.
+                    let line = match request_line(&answer) {
+                        Ok(line) => line,
+                        Err(error) => request_line(&WorkerRequest::GatewayToolResult {
+                            id,
+                            result: GatewayToolResult {
+                                ok: false,
+                                output: format!("{}: {}", error.code, error.message),
+                            },
+                        })?,
+                    };
+                    if worker.stdin.write_all(line.as_bytes()).await.is_err() {
                         return Err(crashed(&session_key));
                     }
                 }
@@ -514,20 +537,18 @@ impl WorkerSupervisor {
         let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(WireError::new(ErrorCode::Internal, "a worker has no pipes"));
         };
-        let line = serde_json::to_string(&launch)
-            .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
-        if stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .await
-            .is_err()
-        {
+        let line = request_line(&launch)?;
+        if stdin.write_all(line.as_bytes()).await.is_err() {
             return Err(crashed(session_key));
         }
         tracing::info!(session_key, pid = child.id(), "started a worker");
         Ok(Worker {
             child,
             stdin,
-            stdout: BufReader::new(stdout).lines(),
+            stdout: FramedRead::new(
+                stdout,
+                LinesCodec::new_with_max_length(MAX_WORKER_EVENT_LINE_BYTES),
+            ),
         })
     }
 }
@@ -543,6 +564,27 @@ impl Drop for KillOnDrop<'_> {
             worker.kill_group();
         }
     }
+}
+
+/// Encodes one line for a worker's stdin, newline included.
+///
+/// # Errors
+/// `WORKER_LINE_TOO_LONG` when it is longer than [`MAX_WORKER_REQUEST_LINE_BYTES`], which the
+/// worker would refuse; `INTERNAL` when it cannot be encoded.
+fn request_line(request: &impl serde::Serialize) -> Result<String, WireError> {
+    let mut line = serde_json::to_string(request)
+        .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
+    if line.len() > MAX_WORKER_REQUEST_LINE_BYTES {
+        return Err(WireError::new(
+            ErrorCode::WorkerLineTooLong,
+            format!(
+                "the request for the worker is {} bytes, more than {MAX_WORKER_REQUEST_LINE_BYTES}",
+                line.len()
+            ),
+        ));
+    }
+    line.push('\n');
+    Ok(line)
 }
 
 fn crashed(session_key: &str) -> WireError {

@@ -8,6 +8,7 @@
 use std::io::Write;
 use std::path::Path;
 
+use futures_util::StreamExt;
 use gatehouse_agent::AgentEvent;
 use gatehouse_agent::MessageRole;
 use gatehouse_agent::SandboxPolicy;
@@ -24,11 +25,15 @@ use gatehouse_model::ToolSpec;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::worker::GatewayToolResult;
 use gatehouse_protocol::worker::GatewayToolSpec;
+use gatehouse_protocol::worker::MAX_WORKER_REQUEST_LINE_BYTES;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_protocol::worker::WorkerLaunch;
 use gatehouse_protocol::worker::WorkerRequest;
-use tokio::io::AsyncBufReadExt;
+use tokio_util::codec::FramedRead;
 use tracing::Instrument;
+
+use crate::bounded_lines::BoundedLine;
+use crate::bounded_lines::BoundedLines;
 
 /// Why a worker child could not start or stopped reading.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +47,9 @@ pub enum WorkerChildError {
     /// Stdin could not be read.
     #[error("cannot read stdin: {0}")]
     Stdin(#[source] std::io::Error),
+    /// The launch envelope is longer than [`MAX_WORKER_REQUEST_LINE_BYTES`].
+    #[error("the launch envelope is longer than {MAX_WORKER_REQUEST_LINE_BYTES} bytes")]
+    LaunchTooLong,
     /// The running executable, the in-sandbox helper, cannot be found.
     #[error("cannot find the worker's own executable: {0}")]
     CurrentExe(#[source] std::io::Error),
@@ -119,9 +127,20 @@ impl gatehouse_agent::Tool for GatewayToolProxy {
 /// [`WorkerChildError`] when the worker cannot start; a failed turn is reported as a
 /// [`WorkerEvent::Failed`] line instead.
 pub async fn run_worker() -> Result<(), WorkerChildError> {
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    let Some(first) = lines.next_line().await.map_err(WorkerChildError::Stdin)? else {
-        return Err(WorkerChildError::NoLaunch);
+    // Every line is bounded, so a runaway writer costs at most one bound of memory.
+    let mut lines = FramedRead::new(
+        tokio::io::stdin(),
+        BoundedLines::new(MAX_WORKER_REQUEST_LINE_BYTES),
+    );
+    let first = match lines
+        .next()
+        .await
+        .transpose()
+        .map_err(WorkerChildError::Stdin)?
+    {
+        Some(BoundedLine::Line(first)) => first,
+        Some(BoundedLine::TooLong) => return Err(WorkerChildError::LaunchTooLong),
+        None => return Err(WorkerChildError::NoLaunch),
     };
     let launch: WorkerLaunch =
         serde_json::from_str(&first).map_err(WorkerChildError::MalformedLaunch)?;
@@ -163,7 +182,21 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
     let (turns, mut turn_requests) = tokio::sync::mpsc::channel(4);
     let reader_pending = std::sync::Arc::clone(&pending);
     tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
+        while let Some(next) = lines.next().await {
+            let line = match next {
+                Ok(BoundedLine::Line(line)) => line,
+                // The decoder drops the rest of the line; the next one is read as usual.
+                Ok(BoundedLine::TooLong) => {
+                    emit(&WorkerEvent::Failed {
+                        code: String::from(ErrorCode::WorkerLineTooLong),
+                        message: format!(
+                            "a worker request is longer than {MAX_WORKER_REQUEST_LINE_BYTES} bytes; it was skipped"
+                        ),
+                    });
+                    continue;
+                }
+                Err(_) => return,
+            };
             match serde_json::from_str::<WorkerRequest>(&line) {
                 Ok(WorkerRequest::Turn(params)) => {
                     if turns.send(Some(params)).await.is_err() {

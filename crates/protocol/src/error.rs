@@ -178,6 +178,10 @@ catalogue! {
         UnknownOutcome = "UNKNOWN_OUTCOME", 503;
         /// The node answered something the Gateway cannot read.
         NodeBadResponse = "NODE_BAD_RESPONSE", 502;
+        /// A node or a runtime failed with a code this build's catalogue does not know (a newer
+        /// peer, or a hostile one); the Gateway stores and traces this code instead, and a
+        /// turn's message starts with the code as sent, cut to 256 bytes.
+        UnrecognizedCode = "UNRECOGNIZED_CODE", 502;
     }
 
     /// Codes of the node link: the handshake, frames and the node's connection.
@@ -304,6 +308,10 @@ catalogue! {
         WorkerCapacityExhausted = "WORKER_CAPACITY_EXHAUSTED", 503;
         /// The worker exited during a turn.
         WorkerCrashed = "WORKER_CRASHED", 502;
+        /// A line between a node host and its worker (a turn request or a worker event) is longer
+        /// than its bound (`MAX_WORKER_REQUEST_LINE_BYTES`, `MAX_WORKER_EVENT_LINE_BYTES`); the
+        /// turn fails, and a worker that wrote one is stopped.
+        WorkerLineTooLong = "WORKER_LINE_TOO_LONG", 502;
         /// A checkpoint manifest breaks the manifest rules (a path that is not canonical, an entry
         /// below a link, an unknown kind, a bound exceeded); the details carry the stable `reason`.
         CheckpointInvalid = "CHECKPOINT_INVALID", 422;

@@ -65,6 +65,26 @@ pub const AGENT_SESSION_RESTORE: &str = "agent.session.restore";
 /// The largest checkpoint, in bytes of file content: a restore travels in one frame.
 pub const MAX_CHECKPOINT_BYTES: u64 = 16 * 1024 * 1024;
 
+/// The longest line a node host writes to its worker's stdin, and so the longest the worker
+/// reads, newline excluded: 25 MiB and 64 KiB.
+///
+/// Every request line re-encodes what reached the node in one link frame (the `agent.turn`
+/// params with the session's whole history, or a Gateway tool's answer), which
+/// [`crate::frame::MAX_FRAME_BYTES`] bounds, so the history never has to be cut for the pipe;
+/// the 64 KiB on top leave room for the request's tag and the `traceparent` the node host adds.
+/// A longer request is never written: the turn fails with `WORKER_LINE_TOO_LONG`, and a worker
+/// that reads one answers with a `failed` event of that code and skips the line.
+pub const MAX_WORKER_REQUEST_LINE_BYTES: usize = crate::frame::MAX_FRAME_BYTES + 64 * 1024;
+
+/// The longest line a worker may write to stdout, and so the longest its node host reads,
+/// newline excluded: [`crate::invoke::MAX_PROGRESS_LINE_BYTES`] (24 MiB).
+///
+/// The node host forwards each event line to the Gateway as progress, where a longer line
+/// fails the invoke anyway; the largest event is a checkpoint of [`MAX_CHECKPOINT_BYTES`] in
+/// base64 with its manifest, which fits. A longer line fails the turn with
+/// `WORKER_LINE_TOO_LONG` and the node host stops the worker, whose output is then out of step.
+pub const MAX_WORKER_EVENT_LINE_BYTES: usize = crate::invoke::MAX_PROGRESS_LINE_BYTES;
+
 /// A prior message of the session, for context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -71,6 +71,7 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT);
         let pool = SqlitePoolOptions::new()
             .max_connections(POOL_CONNECTIONS)
+            .after_release(|connection, _meta| Box::pin(still_usable(connection)))
             .connect_with(options)
             .await
             .map_err(|error| StoreError::Unavailable {
@@ -1096,6 +1097,25 @@ where
 }
 
 /// Translates an engine error into the backend-neutral error.
+/// Returns whether a connection given back to the pool may be used again: not when it is still
+/// inside a transaction by sqlx's count.
+///
+/// When SQLite rolls a transaction back on its own (a `COMMIT` or a statement that fails with
+/// `SQLITE_FULL` or an I/O error, for example on a full disk), sqlx's `COMMIT` fails, the
+/// `ROLLBACK` it sends when the transaction is dropped fails too ("no transaction is active"),
+/// and its count stays at one. Every later `BEGIN IMMEDIATE` on that connection would then fail
+/// with `InvalidSavePointStatement`, a `STORE_FAILURE`, long after space was freed, and an
+/// admission that happened to get it would answer that instead of `STORAGE_FULL`. The ping runs
+/// after the rollback the drop queued, so a transaction that was rolled back normally counts
+/// as ended.
+async fn still_usable(
+    connection: &mut sqlx::SqliteConnection,
+) -> std::result::Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    connection.ping().await?;
+    Ok(!connection.is_in_transaction())
+}
+
 fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
     if let sqlx::Error::Database(database) = &error {
         let code = database.code();
@@ -1118,5 +1138,57 @@ fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
     }
     StoreError::Internal {
         source: Box::new(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Store;
+    use crate::model::NewUserMessage;
+    use crate::model::QueueMode;
+    use crate::sqlite::POOL_CONNECTIONS;
+    use crate::sqlite::SqliteStore;
+
+    #[tokio::test]
+    async fn a_transaction_sqlite_ended_on_its_own_leaves_no_spoiled_connection_in_the_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("gateway.db"))
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE probe (k INTEGER PRIMARY KEY)")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO probe (k) VALUES (1)")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        // A conflicting `INSERT OR ROLLBACK` makes SQLite end the transaction itself, as a
+        // commit that fails on a full disk does; then the transaction is dropped.
+        for _ in 0..2 * POOL_CONNECTIONS {
+            let Ok(mut transaction) = store.begin_write().await else {
+                continue;
+            };
+            let conflict = sqlx::query("INSERT OR ROLLBACK INTO probe (k) VALUES (1)")
+                .execute(&mut *transaction)
+                .await;
+            assert!(conflict.is_err());
+        }
+        // Every later write transaction starts, whichever connection it gets.
+        for index in 0..2 * POOL_CONNECTIONS {
+            let admitted = store
+                .admit_user_message(&NewUserMessage {
+                    session_key: String::from("s"),
+                    runtime: String::from("native"),
+                    turn_id: format!("turn-{index}"),
+                    text: String::from("hello"),
+                    attachments: Vec::new(),
+                    idempotency_key: None,
+                    queue_mode: QueueMode::Followup,
+                    now_ms: 1,
+                })
+                .await;
+            assert!(admitted.is_ok(), "admission {index}: {admitted:?}");
+        }
     }
 }

@@ -2,7 +2,6 @@
 //! WebSocket on loopback, against a local fsops `file.fetch` of the same file in the same run.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -57,16 +56,10 @@ async fn measure(args: &LinkArgs) -> anyhow::Result<Report> {
     let node = tokio::spawn(async move { host.run(node_shutdown).await });
     let deadline = Instant::now() + Duration::from_secs(30);
     while running
-        .state
-        .workspace
+        .workspace()
         .fetch("missing-probe")
         .await
-        .is_err_and(|error| {
-            matches!(
-                error,
-                gatehouse_gateway::workspace::WorkspaceError::Unavailable
-            )
-        })
+        .is_err_and(|error| matches!(error, gatehouse_gateway::WorkspaceError::Unavailable))
     {
         anyhow::ensure!(
             Instant::now() < deadline,
@@ -80,7 +73,7 @@ async fn measure(args: &LinkArgs) -> anyhow::Result<Report> {
     std::fs::write(workspace_dir.join("small.bin"), &small)?;
     std::fs::write(workspace_dir.join("large.bin"), &large)?;
     let local_root = Root::open(&workspace_dir)?;
-    let workspace = Arc::clone(&running.state.workspace);
+    let workspace = running.workspace();
     let mut rows = Vec::new();
     for (case, name, iterations, target) in [
         (

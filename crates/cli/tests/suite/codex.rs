@@ -198,7 +198,7 @@ async fn a_codex_turn_runs_on_the_harness_with_the_key_only_there() {
         "{functions:?}"
     );
     // (`apply_patch` is in the list too; Codex's own is a custom tool, not a function.)
-    for excluded in gatehouse_gateway::tools::CODEX_EXCLUDED_TOOLS {
+    for excluded in gatehouse_gateway::CODEX_EXCLUDED_TOOLS {
         assert!(
             !functions.iter().any(|name| name == excluded),
             "{excluded} offered: {functions:?}"

@@ -179,6 +179,8 @@ pub(crate) struct HostileNode {
     pub(crate) device: Device,
     /// Invokes that arrived while the node waited for something else.
     invokes: VecDeque<InvokeRequest>,
+    /// The ids of `node.invoke.cancel` events that arrived meanwhile.
+    cancels: VecDeque<String>,
     next_id: u64,
 }
 
@@ -215,6 +217,7 @@ impl HostileNode {
             reader,
             device,
             invokes: VecDeque::new(),
+            cancels: VecDeque::new(),
             next_id: 0,
         };
         let hello = node.response("c1").await;
@@ -341,14 +344,45 @@ impl HostileNode {
 
     /// Fails `invoke_id` with `code`.
     pub(crate) async fn fail(&mut self, invoke_id: &str, code: &str) {
-        let params = serde_json::json!({"id": invoke_id, "nodeId": self.device.id, "ok": false, "error": {"code": code, "message": "refused by the test node"}});
+        self.fail_with(invoke_id, code, "refused by the test node")
+            .await;
+    }
+
+    /// Fails `invoke_id` with `code` and `message`.
+    pub(crate) async fn fail_with(&mut self, invoke_id: &str, code: &str, message: &str) {
+        let params = serde_json::json!({"id": invoke_id, "nodeId": self.device.id, "ok": false, "error": {"code": code, "message": message}});
         self.call("node.invoke.result", params).await;
     }
 
+    /// Waits for the next `node.invoke.cancel` and returns the invoke id it names, keeping
+    /// every invoke that arrives meanwhile.
+    pub(crate) async fn next_cancel(&mut self) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(id) = self.cancels.pop_front() {
+                return id;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no node.invoke.cancel arrived"
+            );
+            if let Frame::Event(event) = self.next_frame().await {
+                self.keep_invoke(event);
+            }
+        }
+    }
+
     fn keep_invoke(&mut self, event: gatehouse_protocol::frame::EventFrame) {
-        if event.event == "node.invoke.request" {
-            self.invokes
-                .push_back(serde_json::from_value(event.payload.unwrap()).unwrap());
+        match event.event.as_str() {
+            "node.invoke.request" => self
+                .invokes
+                .push_back(serde_json::from_value(event.payload.unwrap()).unwrap()),
+            "node.invoke.cancel" => {
+                let cancel: gatehouse_protocol::invoke::InvokeCancel =
+                    serde_json::from_value(event.payload.unwrap()).unwrap();
+                self.cancels.push_back(cancel.id);
+            }
+            _ => {}
         }
     }
 

@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use futures_util::SinkExt;
 use futures_util::StreamExt;
-use gatehouse_gateway::audit::LIMIT_WINDOW;
-use gatehouse_gateway::audit::LIMITED_ROWS_PER_WINDOW;
-use gatehouse_gateway::audit::MAX_AUDIT_FIELD_BYTES;
-use gatehouse_gateway::audit::TRUNCATION_MARKER;
-use gatehouse_gateway::link::progress::MAX_NODE_RSS_GROWTH_BYTES;
-use gatehouse_gateway::turns::events::SUBSCRIBER_MAX_BYTES;
+use gatehouse_gateway::LIMIT_WINDOW;
+use gatehouse_gateway::LIMITED_ROWS_PER_WINDOW;
+use gatehouse_gateway::MAX_AUDIT_FIELD_BYTES;
+use gatehouse_gateway::MAX_NODE_RSS_GROWTH_BYTES;
+use gatehouse_gateway::SUBSCRIBER_MAX_BYTES;
+use gatehouse_gateway::TRUNCATION_MARKER;
 use pretty_assertions::assert_eq;
 use tokio::io::AsyncReadExt;
 use tokio::io::AsyncWriteExt;
@@ -392,6 +392,68 @@ async fn finding_5_huge_progress_chunks_and_endless_lines_are_refused_within_the
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_invoke_the_gateway_fails_for_overrunning_its_bounds_is_cancelled_on_the_node() {
+    let (_dirs, gateway, mut node) = hostile_setup().await;
+
+    // A chunk over the bound fails the turn; the node is told to stop the command.
+    let turn_id = post_message(&gateway, "chunk", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    let answer = node.progress_of(&invoke.id, 0, 'x', 20 * 1024 * 1024).await;
+    assert_eq!(answer.error.unwrap().code, "PROGRESS_CHUNK_TOO_LARGE");
+    assert_eq!(node.next_cancel().await, invoke.id);
+    let failed = wait_turn(&gateway, &turn_id).await;
+    assert_eq!(
+        failed["error"]["code"], "PROGRESS_CHUNK_TOO_LARGE",
+        "{failed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nodes_error_text_reaches_the_gateway_log_escaped_on_one_line_and_bounded() {
+    let dirs = dirs();
+    let logs = dirs.base.join("logs");
+    let gateway = Gateway::start(&dirs.base.join("gateway"), &logs);
+    let mut node = HostileNode::enroll(&gateway, 9, &["workspace.memory"]).await;
+    // The Gateway watches the memory files of the node; the node ends the watch with an error
+    // whose text would forge a log line and fill the log.
+    let watch = node.next_invoke("workspace.memory").await;
+    let forged = format!(
+        "watch refused\nERROR gatehouse_gateway: forged line{}",
+        "f".repeat(100_000)
+    );
+    node.fail_with(&watch.id, "FORGED_CODE", &forged).await;
+
+    let deadline = Instant::now() + WAIT;
+    let log = loop {
+        let log = gateway.process.stderr();
+        if log.contains("the memory watch ended") {
+            break log;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the watch's end was not logged: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ended = log
+        .lines()
+        .find(|line| line.contains("the memory watch ended"))
+        .unwrap();
+    assert!(
+        ended.contains("watch refused\\nERROR gatehouse_gateway: forged line"),
+        "{ended}"
+    );
+    assert!(ended.contains(TRUNCATION_MARKER), "{ended}");
+    for line in log.lines() {
+        assert!(
+            !line.starts_with("ERROR gatehouse_gateway: forged"),
+            "a forged line: {line}"
+        );
+        assert!(line.len() < 4 * 1024, "a log line of {} bytes", line.len());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn finding_5_a_slow_event_client_is_dropped_with_slow_consumer_and_memory_stays_bounded() {
     let (_dirs, gateway, mut node) = hostile_setup().await;
     let pid = gateway.process.pid();
@@ -597,9 +659,9 @@ async fn finding_5_a_24_mib_preauth_frame_is_refused_before_it_is_read_whole() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn finding_5_a_node_stores_at_most_the_turn_budget_in_the_transcript() {
-    use gatehouse_gateway::turns::runtime::MAX_MESSAGE_BYTES;
-    use gatehouse_gateway::turns::runtime::MAX_TOOL_ARGUMENTS_BYTES;
-    use gatehouse_gateway::turns::runtime::MAX_TURN_STORED_BYTES;
+    use gatehouse_gateway::MAX_MESSAGE_BYTES;
+    use gatehouse_gateway::MAX_TOOL_ARGUMENTS_BYTES;
+    use gatehouse_gateway::MAX_TURN_STORED_BYTES;
     let (_dirs, gateway, mut node) = hostile_setup().await;
     let turn_id = post_message(&gateway, "flood", "hello").await;
     let invoke = node.next_invoke("agent.turn").await;

@@ -376,7 +376,7 @@ async fn metrics_show_every_family_after_a_scripted_run() {
     assert_eq!(metrics.value("gatehouse_turns_queued", &[]), 0.0);
     assert_eq!(
         metrics.value("gatehouse_turns_max_concurrent", &[]),
-        gatehouse_gateway::turns::DEFAULT_MAX_CONCURRENT_TURNS as f64
+        gatehouse_gateway::DEFAULT_MAX_CONCURRENT_TURNS as f64
     );
 
     // Invokes: the turn, the workspace read and the memory reads, each with its latency.

@@ -24,3 +24,4 @@ mod scratch;
 mod skills;
 mod support;
 mod up;
+mod worker_child;

@@ -23,11 +23,11 @@ use crate::secrets::secrets_equal;
 use crate::secrets::sha256_hex;
 
 /// The lowest protocol version a node may speak.
-pub const MIN_NODE_PROTOCOL: u32 = 3;
+pub(crate) const MIN_NODE_PROTOCOL: u32 = 3;
 
 /// Why a `connect` was refused: a stable code, a detail code and a message for the node's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// The stable error code sent to the node and written to the audit trail.
     pub code: ErrorCode,
     /// A finer reason, for example `SIGNATURE_INVALID` or `CODE_EXPIRED`.
@@ -48,7 +48,7 @@ impl Refusal {
 
 /// How an accepted node authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// With a setup code: the node is now enrolled, and this device token was issued to it.
     Enrolled {
         /// The new device token; sent once in `hello-ok` and stored only as a hash.
@@ -65,7 +65,7 @@ pub enum Admission {
 /// # Errors
 /// A [`Refusal`] for every reason a node is not admitted; storage failures become
 /// [`ErrorCode::Unavailable`].
-pub async fn admit(
+pub(crate) async fn admit(
     store: &dyn Store,
     challenge: &ConnectChallenge,
     params: &ConnectParams,

@@ -20,11 +20,30 @@ pub struct InProcessLink {
     pub from_gateway: mpsc::Receiver<String>,
 }
 
+/// Connects node hosts in this process to a running Gateway, as often as the node reconnects.
+#[derive(Clone)]
+pub struct InProcessConnector {
+    context: LinkContext,
+}
+
+impl InProcessConnector {
+    /// Returns a connector whose sessions use `context`.
+    pub(crate) fn new(context: LinkContext) -> Self {
+        Self { context }
+    }
+
+    /// Starts one Gateway session for a node host in this process and returns the node's end
+    /// (see [`connect_in_process`]).
+    pub fn connect(&self) -> InProcessLink {
+        connect_in_process(self.context.clone())
+    }
+}
+
 /// Starts a Gateway session with `context` for a node host in this process and returns the
 /// node's end. The session runs the same handshake and admission as a WebSocket peer, with
 /// [`crate::link::session::IN_PROCESS_PEER`] as its peer name; a keep-alive probe is answered at
 /// once, since the peer lives as long as its channel.
-pub fn connect_in_process(context: LinkContext) -> InProcessLink {
+pub(crate) fn connect_in_process(context: LinkContext) -> InProcessLink {
     let (to_gateway, mut from_node) = mpsc::channel::<String>(OUTBOUND_CAPACITY);
     let (to_node, from_gateway) = mpsc::channel::<String>(OUTBOUND_CAPACITY);
     let (inbound_sender, inbound) = mpsc::channel::<Inbound>(OUTBOUND_CAPACITY);

@@ -8,9 +8,9 @@
 //! The link serves the invoke envelope itself and hands every other request of a node to the
 //! [`session::NodeRequestHandler`] it is given, so it depends on no application service.
 
-pub mod handshake;
-pub mod in_process;
-pub mod progress;
-pub mod registry;
-pub mod session;
-pub mod ws;
+pub(crate) mod handshake;
+pub(crate) mod in_process;
+pub(crate) mod progress;
+pub(crate) mod registry;
+pub(crate) mod session;
+pub(crate) mod ws;

@@ -18,13 +18,13 @@ use tokio_util::codec::Decoder;
 use tokio_util::codec::LinesCodec;
 use tokio_util::codec::LinesCodecError;
 
-pub use gatehouse_protocol::invoke::MAX_PROGRESS_CHUNK_BYTES;
+pub(crate) use gatehouse_protocol::invoke::MAX_PROGRESS_CHUNK_BYTES;
 pub use gatehouse_protocol::invoke::MAX_PROGRESS_LINE_BYTES;
 
 /// The most progress bytes the Gateway holds for one node connection, across all of its
 /// invokes: queued chunks plus partial lines. Past it the invoke whose chunk does not fit fails
 /// with `NODE_BUFFER_EXHAUSTED`.
-pub const MAX_CONNECTION_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_CONNECTION_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
 
 /// How many progress chunks may wait for a slow caller before the invoke is failed.
 pub const PROGRESS_CAPACITY: usize = 1024;
@@ -40,14 +40,14 @@ pub const MAX_NODE_RSS_GROWTH_BYTES: usize = 2 * crate::link::ws::MAX_WS_MESSAGE
 
 /// A count of bytes held, with a ceiling.
 #[derive(Debug)]
-pub struct ByteBudget {
+pub(crate) struct ByteBudget {
     used: AtomicUsize,
     limit: usize,
 }
 
 impl ByteBudget {
     /// Returns an empty budget of `limit` bytes.
-    pub fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         Self {
             used: AtomicUsize::new(0),
             limit,
@@ -55,7 +55,7 @@ impl ByteBudget {
     }
 
     /// Takes `bytes` from the budget; returns false (taking nothing) when they do not fit.
-    pub fn try_take(&self, bytes: usize) -> bool {
+    pub(crate) fn try_take(&self, bytes: usize) -> bool {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(bytes).filter(|total| *total <= self.limit)
@@ -64,7 +64,7 @@ impl ByteBudget {
     }
 
     /// Gives back `bytes` taken earlier.
-    pub fn release(&self, bytes: usize) {
+    pub(crate) fn release(&self, bytes: usize) {
         let _ = self
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
@@ -73,7 +73,7 @@ impl ByteBudget {
     }
 
     /// Returns the bytes held now.
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)
     }
 }
@@ -88,7 +88,7 @@ pub struct ProgressSink {
 
 /// Why a progress chunk was refused; the invoke fails with [`ChunkRefusal::code`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChunkRefusal {
+pub(crate) enum ChunkRefusal {
     /// The chunk is over [`MAX_PROGRESS_CHUNK_BYTES`].
     TooLarge,
     /// The connection's budget, or the invoke's queue, is full.
@@ -97,7 +97,7 @@ pub enum ChunkRefusal {
 
 impl ChunkRefusal {
     /// Returns the stable code the invoke fails with.
-    pub fn code(self) -> ErrorCode {
+    pub(crate) fn code(self) -> ErrorCode {
         match self {
             ChunkRefusal::TooLarge => ErrorCode::ProgressChunkTooLarge,
             ChunkRefusal::BufferExhausted => ErrorCode::NodeBufferExhausted,

@@ -78,7 +78,8 @@ pub enum InvokeError {
         reason: String,
     },
     /// The node sent more than the Gateway holds for an invoke (a progress chunk over 16 KiB,
-    /// or progress past the connection's buffer); the invoke was failed with `code`.
+    /// or progress past the connection's buffer); the invoke was failed with `code`, and the
+    /// node was sent a cancel so it stops the command.
     #[error("the node overran the gateway's progress bounds ({code})")]
     Overrun {
         /// `PROGRESS_CHUNK_TOO_LARGE` or `NODE_BUFFER_EXHAUSTED`.
@@ -100,8 +101,9 @@ impl InvokeError {
     }
 }
 
-/// What a span records for an error code that is not in this build's catalogue.
-pub(crate) const UNRECOGNIZED_CODE: &str = "unrecognized";
+/// What a span records, and a failed turn stores, for an error code that is not in this
+/// build's catalogue.
+pub(crate) const UNRECOGNIZED_CODE: &str = ErrorCode::UnrecognizedCode.as_str();
 
 /// A node's answer to one invoke.
 pub(crate) type InvokeOutcome = Result<InvokeResult, InvokeError>;
@@ -147,7 +149,7 @@ pub(crate) fn log_sparsely(count: u64) -> bool {
 /// its reply until the node reads it, so a node that sends calls and stops reading could
 /// otherwise make the Gateway hold replies without bound; past it a call is refused at once
 /// with `TOO_MANY_TOOL_CALLS`.
-pub const MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT: usize = 8;
+pub(crate) const MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT: usize = 8;
 
 /// A caller waiting for an invoke's result, and where its progress chunks go.
 #[derive(Debug)]
@@ -271,10 +273,10 @@ impl NodeConnection {
             Ok(()) => return Ok(()),
             Err(refusal) => refusal,
         };
-        if let Some(entry) = pending.remove(invoke_id) {
-            let _ = entry.result.send(Err(InvokeError::Overrun {
-                code: refusal.code(),
-            }));
+        let waiter = pending.remove(invoke_id);
+        drop(pending);
+        if let Some(waiter) = waiter {
+            self.overrun(invoke_id, waiter, refusal);
         }
         Err(refusal)
     }
@@ -282,11 +284,41 @@ impl NodeConnection {
     /// Fails the invoke `invoke_id` (if anyone waits for it) because of `refusal`.
     pub(crate) fn fail_invoke(&self, invoke_id: &str, refusal: ChunkRefusal) {
         let waiter = self.pending.lock().remove(invoke_id);
-        if let Some(pending) = waiter {
-            let _ = pending.result.send(Err(InvokeError::Overrun {
-                code: refusal.code(),
-            }));
+        if let Some(waiter) = waiter {
+            self.overrun(invoke_id, waiter, refusal);
         }
+    }
+
+    /// Fails the caller of `invoke_id` with [`InvokeError::Overrun`] and tells the node to stop
+    /// the command, whose further progress nobody reads.
+    fn overrun(&self, invoke_id: &str, waiter: Pending, refusal: ChunkRefusal) {
+        let _ = waiter.result.send(Err(InvokeError::Overrun {
+            code: refusal.code(),
+        }));
+        self.send_cancel(invoke_id);
+    }
+
+    /// Sends `node.invoke.cancel` for `invoke_id`. When the outbound queue is full (a node that
+    /// reads slowly), a task sends it once there is room, so the cancel is never dropped while
+    /// the connection lives.
+    fn send_cancel(&self, invoke_id: &str) {
+        let cancel = InvokeCancel {
+            id: invoke_id.to_owned(),
+            node_id: self.device_id.clone(),
+        };
+        let frame = Outbound::Text(event_frame(names::NODE_INVOKE_CANCEL, &cancel));
+        let frame = match self.outbound.try_send(frame) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
+            Err(mpsc::error::TrySendError::Full(frame)) => frame,
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let outbound = self.outbound.clone();
+        runtime.spawn(async move {
+            // Fails only when the connection ended, which ends the command too.
+            let _ = outbound.send(frame).await;
+        });
     }
 
     /// Fails every waiting caller at once; called when the connection ends. Dropping the senders
@@ -754,12 +786,7 @@ impl Drop for RawInvoke {
             self.span.record("outcome", INVOKE_CANCELLED);
         }
         if self.receiver.is_some() && self.connection.forget(&self.id) {
-            let cancel = InvokeCancel {
-                id: self.id.clone(),
-                node_id: self.connection.device_id.clone(),
-            };
-            let frame = event_frame(names::NODE_INVOKE_CANCEL, &cancel);
-            let _ = self.connection.outbound.try_send(Outbound::Text(frame));
+            self.connection.send_cancel(&self.id);
         }
     }
 }
@@ -797,6 +824,45 @@ mod tests {
         assert!(connection.try_tool_slot().is_none());
         held.pop();
         assert!(connection.try_tool_slot().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_cancel_waits_for_room_when_a_slow_node_filled_the_outbound_queue() {
+        use crate::link::session::Outbound;
+        let (outbound, mut sent) = tokio::sync::mpsc::channel(1);
+        let identity = ConnectionIdentity {
+            device_id: String::from("n"),
+            display_name: String::from("n"),
+            runtime: gatehouse_protocol::runtime::RuntimeKind::Native,
+            commands: Vec::new(),
+            workspace_root: None,
+        };
+        let connection = NodeConnection::new(identity, 1, 0, outbound.clone());
+        outbound
+            .send(Outbound::Text(String::from("queued before")))
+            .await
+            .unwrap();
+        connection.send_cancel("inv-7");
+        let mut frames = Vec::new();
+        for _ in 0..2 {
+            match sent.recv().await {
+                Some(Outbound::Text(text)) => frames.push(text),
+                other => panic!("not a text frame: {other:?}"),
+            }
+        }
+        let cancel: serde_json::Value = serde_json::from_str(&frames[1]).unwrap();
+        assert_eq!(
+            (
+                frames[0].as_str(),
+                &cancel["event"],
+                &cancel["payload"]["id"]
+            ),
+            (
+                "queued before",
+                &serde_json::json!("node.invoke.cancel"),
+                &serde_json::json!("inv-7")
+            )
+        );
     }
 
     /// Invokes `agent.turn` on a connection whose node answers `payload`, and returns the

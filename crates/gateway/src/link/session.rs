@@ -43,17 +43,17 @@ use crate::link::registry::NodeRegistry;
 use crate::link::registry::event_frame;
 
 /// How long the node has to answer the challenge.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The capacity of a connection's outbound queue, in frames.
-pub const OUTBOUND_CAPACITY: usize = 64;
+pub(crate) const OUTBOUND_CAPACITY: usize = 64;
 
 /// The most bytes the Gateway buffers for one node before dropping it.
-pub const MAX_BUFFERED_BYTES: u64 = 2 * MAX_FRAME_BYTES as u64;
+pub(crate) const MAX_BUFFERED_BYTES: u64 = 2 * MAX_FRAME_BYTES as u64;
 
 /// A frame from the node, as the transport delivers it.
 #[derive(Debug)]
-pub enum Inbound {
+pub(crate) enum Inbound {
     /// A text frame.
     Text(String),
     /// A binary frame; the protocol has none, so it is refused.
@@ -68,7 +68,7 @@ pub enum Inbound {
 
 /// A frame for the node.
 #[derive(Debug)]
-pub enum Outbound {
+pub(crate) enum Outbound {
     /// A text frame.
     Text(String),
     /// A keep-alive probe.
@@ -84,7 +84,7 @@ pub enum Outbound {
 
 /// What a session needs from the Gateway.
 #[derive(Clone)]
-pub struct LinkContext {
+pub(crate) struct LinkContext {
     /// The Gateway store.
     pub store: Arc<dyn Store>,
     /// The connected nodes.
@@ -102,7 +102,7 @@ pub struct LinkContext {
 /// where it builds its state (the tools service implements it), so the transport depends on
 /// this trait only.
 #[async_trait::async_trait]
-pub trait NodeRequestHandler: Send + Sync {
+pub(crate) trait NodeRequestHandler: Send + Sync {
     /// Answers `node.gateway.tool` from `connection`, a call of a Gateway-provided tool for a
     /// turn that runs on it.
     ///
@@ -116,10 +116,10 @@ pub trait NodeRequestHandler: Send + Sync {
 }
 
 /// The peer name of in-process connections (embedded mode), which have no address.
-pub const IN_PROCESS_PEER: &str = "in-process";
+pub(crate) const IN_PROCESS_PEER: &str = "in-process";
 
 /// Runs one in-process node connection; see [`serve_from`].
-pub async fn serve(
+pub(crate) async fn serve(
     context: LinkContext,
     inbound: mpsc::Receiver<Inbound>,
     outbound: mpsc::Sender<Outbound>,
@@ -135,7 +135,7 @@ pub async fn serve(
 /// and closes the transport with the code as the reason. It is logged and audited while the
 /// peer is within [`crate::audit::LIMITED_ROWS_PER_WINDOW`] per minute, and only counted (then
 /// summarised) past it, so a flood of bad connects adds a bounded number of rows and lines.
-pub async fn serve_from(
+pub(crate) async fn serve_from(
     context: LinkContext,
     peer: &str,
     admitted: impl FnOnce(),

@@ -48,11 +48,11 @@ use crate::link::session::Outbound;
 
 /// The largest WebSocket message accepted after admission; frames above the protocol limit are
 /// refused by the session, so the transport allows a little more to be able to say why.
-pub const MAX_WS_MESSAGE_BYTES: usize = MAX_FRAME_BYTES + 64 * 1024;
+pub(crate) const MAX_WS_MESSAGE_BYTES: usize = MAX_FRAME_BYTES + 64 * 1024;
 
 /// The most bytes read from a connection before its node is admitted: one pre-auth frame, its
 /// WebSocket header, and room for a close frame.
-pub const PREAUTH_READ_BUDGET: usize = MAX_PREAUTH_FRAME_BYTES + 1024;
+pub(crate) const PREAUTH_READ_BUDGET: usize = MAX_PREAUTH_FRAME_BYTES + 1024;
 
 /// How long a finished session waits for its last frames to be written.
 const WRITER_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -134,7 +134,7 @@ fn accept_key(headers: &HeaderMap) -> Option<String> {
 
 /// The pre-auth read limit of one connection: closed (counting) until the node is admitted.
 #[derive(Debug, Default)]
-pub struct PreauthGate {
+pub(crate) struct PreauthGate {
     open: AtomicBool,
     read: AtomicUsize,
     overrun: AtomicBool,
@@ -142,12 +142,12 @@ pub struct PreauthGate {
 
 impl PreauthGate {
     /// Lifts the limit: the node was admitted.
-    pub fn open(&self) {
+    pub(crate) fn open(&self) {
         self.open.store(true, Ordering::Release);
     }
 
     /// Returns true when a read was refused because the budget was spent.
-    pub fn overrun(&self) -> bool {
+    pub(crate) fn overrun(&self) -> bool {
         self.overrun.load(Ordering::Acquire)
     }
 }

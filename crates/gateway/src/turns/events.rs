@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 /// How many events a subscriber may fall behind before it is dropped.
-pub const SUBSCRIBER_BUFFER: usize = 1024;
+pub(crate) const SUBSCRIBER_BUFFER: usize = 1024;
 
 /// How many bytes of events (their JSON size, roughly) a subscriber may fall behind before it
 /// is dropped.
@@ -25,7 +25,7 @@ pub const SUBSCRIBER_MAX_BYTES: usize = 4 * 1024 * 1024;
 
 /// One event of a session.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SessionEvent {
+pub(crate) struct SessionEvent {
     /// The seq of the durable event; a delta carries the seq of the last durable event before it.
     pub seq: i64,
     /// The event name, for example `message.delta` or `turn.completed`.
@@ -38,7 +38,7 @@ pub struct SessionEvent {
 
 /// The subscriber fell behind by more than its bounds and was dropped; resume from the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lagged;
+pub(crate) struct Lagged;
 
 #[derive(Debug, Default)]
 struct Queue {
@@ -79,7 +79,7 @@ impl Subscriber {
 
 /// The live events of one session for one subscriber; dropping it unsubscribes.
 #[derive(Debug)]
-pub struct Subscription {
+pub(crate) struct Subscription {
     subscriber: Arc<Subscriber>,
 }
 
@@ -89,7 +89,7 @@ impl Subscription {
     /// # Errors
     /// [`Lagged`] once the subscriber fell too far behind; it stays lagged, so subscribe again
     /// (after reading the durable log) to go on.
-    pub async fn recv(&mut self) -> Result<Arc<SessionEvent>, Lagged> {
+    pub(crate) async fn recv(&mut self) -> Result<Arc<SessionEvent>, Lagged> {
         loop {
             let notified = self.subscriber.ready.notified();
             {
@@ -107,7 +107,8 @@ impl Subscription {
     }
 
     /// Returns the bytes queued for this subscriber now.
-    pub fn queued_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn queued_bytes(&self) -> usize {
         self.subscriber.queue.lock().bytes
     }
 }
@@ -134,7 +135,7 @@ impl Channel {
 ///
 /// Publishing never waits for a subscriber: one that falls more than [`SUBSCRIBER_BUFFER`]
 /// events or [`SUBSCRIBER_MAX_BYTES`] bytes behind is dropped and must resume from the store.
-pub struct EventHub {
+pub(crate) struct EventHub {
     store: Arc<dyn Store>,
     channels: Mutex<HashMap<String, Channel>>,
     sync_lock: tokio::sync::Mutex<()>,
@@ -142,7 +143,7 @@ pub struct EventHub {
 
 impl EventHub {
     /// Returns a hub over `store`.
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
         Self {
             store,
             channels: Mutex::new(HashMap::new()),
@@ -151,14 +152,14 @@ impl EventHub {
     }
 
     /// Subscribes to the live events of `session_key`.
-    pub fn subscribe(&self, session_key: &str) -> Subscription {
+    pub(crate) fn subscribe(&self, session_key: &str) -> Subscription {
         self.subscribe_from(session_key).0
     }
 
     /// Subscribes to the live events of `session_key` and returns, with the subscription, the
     /// seq of the last durable event published before it: every later durable event reaches
     /// the subscription, every earlier one is only in the store.
-    pub fn subscribe_from(&self, session_key: &str) -> (Subscription, i64) {
+    pub(crate) fn subscribe_from(&self, session_key: &str) -> (Subscription, i64) {
         let subscriber = Arc::new(Subscriber::default());
         let mut channels = self.channels.lock();
         let channel = channels.entry(session_key.to_owned()).or_default();
@@ -168,7 +169,7 @@ impl EventHub {
     }
 
     /// Publishes every durable event of `session_key` stored since the last call.
-    pub async fn sync(&self, session_key: &str) {
+    pub(crate) async fn sync(&self, session_key: &str) {
         let _serialized = self.sync_lock.lock().await;
         let after = self
             .channels
@@ -196,7 +197,12 @@ impl EventHub {
     }
 
     /// Publishes an ephemeral event (a delta) that is not stored.
-    pub fn publish_ephemeral(&self, session_key: &str, kind: &str, payload: serde_json::Value) {
+    pub(crate) fn publish_ephemeral(
+        &self,
+        session_key: &str,
+        kind: &str,
+        payload: serde_json::Value,
+    ) {
         let mut channels = self.channels.lock();
         let channel = channels.entry(session_key.to_owned()).or_default();
         let seq = channel.last_published;

@@ -6,9 +6,9 @@
 //!   one at a time. A global semaphore caps concurrent turns; past it, turns wait as `queued`.
 //! - A turn left `running` by a crash is marked `interrupted` at start and never replayed.
 
-pub mod events;
-pub mod node_runtime;
-pub mod runtime;
+pub(crate) mod events;
+pub(crate) mod node_runtime;
+pub(crate) mod runtime;
 
 use gatehouse_protocol::error::ErrorCode;
 use std::collections::HashMap;
@@ -46,7 +46,7 @@ const STEER_CAPACITY: usize = 16;
 
 /// Stages a turn's attachments on the Harness before dispatch.
 #[async_trait::async_trait]
-pub trait AttachmentStager: Send + Sync + 'static {
+pub(crate) trait AttachmentStager: Send + Sync + 'static {
     /// Stages `attachments` for `turn_id` and returns the
     /// workspace-relative paths of the staged files.
     ///
@@ -62,7 +62,7 @@ pub trait AttachmentStager: Send + Sync + 'static {
 
 /// A message to admit.
 #[derive(Debug, Clone)]
-pub struct IncomingMessage {
+pub(crate) struct IncomingMessage {
     /// The session.
     pub session_key: String,
     /// The user's text.
@@ -89,7 +89,7 @@ struct Drivers {
 }
 
 /// Admits messages and drives turns.
-pub struct TurnEngine {
+pub(crate) struct TurnEngine {
     store: Arc<dyn Store>,
     hub: Arc<EventHub>,
     runtime: Option<Arc<dyn TurnRuntime>>,
@@ -104,7 +104,7 @@ pub struct TurnEngine {
 
 /// Why a message was not admitted.
 #[derive(Debug, thiserror::Error)]
-pub enum AdmitError {
+pub(crate) enum AdmitError {
     /// The store refused (for example a full disk); nothing was admitted.
     #[error("the message was not admitted")]
     Store(#[from] StoreError),
@@ -113,7 +113,7 @@ pub enum AdmitError {
 impl TurnEngine {
     /// Returns an engine. `runtime` is `None` until a runtime is configured: turns then fail with
     /// `NO_RUNTIME`.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         hub: Arc<EventHub>,
         runtime: Option<Arc<dyn TurnRuntime>>,
@@ -134,12 +134,12 @@ impl TurnEngine {
     }
 
     /// Returns the runtime turns are dispatched to, if one is configured.
-    pub fn runtime(&self) -> Option<&Arc<dyn TurnRuntime>> {
+    pub(crate) fn runtime(&self) -> Option<&Arc<dyn TurnRuntime>> {
         self.runtime.as_ref()
     }
 
     /// Returns the runtime name new sessions record.
-    pub fn runtime_name(&self) -> &str {
+    pub(crate) fn runtime_name(&self) -> &str {
         self.runtime
             .as_ref()
             .map_or("none", |runtime| runtime.name())
@@ -150,7 +150,7 @@ impl TurnEngine {
     ///
     /// # Errors
     /// Storage failures.
-    pub async fn recover(self: &Arc<Self>) -> Result<(), StoreError> {
+    pub(crate) async fn recover(self: &Arc<Self>) -> Result<(), StoreError> {
         let interrupted = self.store.interrupt_running_turns(now_ms()).await?;
         for turn in &interrupted {
             tracing::warn!(turn_id = %turn.turn_id, session_key = %turn.session_key, "turn interrupted by a restart; it is not replayed");
@@ -169,7 +169,10 @@ impl TurnEngine {
     ///
     /// # Errors
     /// [`AdmitError::Store`]: nothing was admitted.
-    pub async fn admit(self: &Arc<Self>, message: IncomingMessage) -> Result<Admitted, AdmitError> {
+    pub(crate) async fn admit(
+        self: &Arc<Self>,
+        message: IncomingMessage,
+    ) -> Result<Admitted, AdmitError> {
         if message.queue_mode == QueueMode::Interrupt {
             self.abort(&message.session_key);
         }
@@ -192,6 +195,7 @@ impl TurnEngine {
             })
             .await?;
         if admitted.created {
+            self.metrics.queue_changed();
             self.hub.sync(&message.session_key).await;
             self.kick(&message.session_key);
         }
@@ -199,7 +203,7 @@ impl TurnEngine {
     }
 
     /// Aborts the running turn of `session_key`; returns whether one was running.
-    pub fn abort(&self, session_key: &str) -> bool {
+    pub(crate) fn abort(&self, session_key: &str) -> bool {
         let drivers = self.drivers.lock();
         match drivers.running.get(session_key) {
             Some(running) => {
@@ -210,27 +214,18 @@ impl TurnEngine {
         }
     }
 
-    /// Returns the running turn of `session_key`.
-    pub fn running_turn(&self, session_key: &str) -> Option<String> {
-        self.drivers
-            .lock()
-            .running
-            .get(session_key)
-            .map(|running| running.turn_id.clone())
-    }
-
     /// Returns the cap on turns running at once.
-    pub fn max_concurrent_turns(&self) -> usize {
+    pub(crate) fn max_concurrent_turns(&self) -> usize {
         self.max_concurrent_turns
     }
 
     /// Returns the number of sessions with a running turn.
-    pub fn active_sessions(&self) -> usize {
+    pub(crate) fn active_sessions(&self) -> usize {
         self.drivers.lock().running.len()
     }
 
     /// Stops dispatching and cancels running turns (they end as `interrupted`).
-    pub fn shut_down(&self) {
+    pub(crate) fn shut_down(&self) {
         self.shutdown.cancel();
         for running in self.drivers.lock().running.values() {
             running.cancel.cancel();
@@ -336,7 +331,10 @@ impl TurnEngine {
             () = self.shutdown.cancelled() => return None,
         };
         match self.store.claim_next_turn(session_key, now_ms()).await {
-            Ok(Some(turn)) => Some((turn, permit)),
+            Ok(Some(turn)) => {
+                self.metrics.queue_changed();
+                Some((turn, permit))
+            }
             Ok(None) => None,
             Err(error) => {
                 tracing::error!(error = %error, session_key, "cannot claim the next turn");
@@ -385,13 +383,17 @@ impl TurnEngine {
                 error_message: Some(String::from("the turn was aborted")),
                 now_ms: now_ms(),
             },
-            Err(failure) => TurnEnd {
-                status: TurnStatus::Failed,
-                reply: None,
-                error_code: Some(failure.code),
-                error_message: Some(failure.message),
-                now_ms: now_ms(),
-            },
+            Err(failure) => {
+                // What a node or a runtime chose is stored only within bounds.
+                let failure = failure.bounded();
+                TurnEnd {
+                    status: TurnStatus::Failed,
+                    reply: None,
+                    error_code: Some(failure.code),
+                    error_message: Some(failure.message),
+                    now_ms: now_ms(),
+                }
+            }
         };
         let span = tracing::Span::current();
         span.record("outcome", end.status.as_str());
@@ -465,7 +467,8 @@ impl TurnEngine {
         self.metrics
             .record_end(self.runtime_name(), outcome, started.elapsed());
         match self.store.finish_turn(&turn.turn_id, end).await {
-            Ok(true) => {}
+            // A queued turn may end without running (an abort).
+            Ok(true) => self.metrics.queue_changed(),
             Ok(false) => return,
             Err(error) => {
                 tracing::error!(error = %error, turn_id = %turn.turn_id, "cannot record the end of a turn");

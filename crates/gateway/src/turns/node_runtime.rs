@@ -47,20 +47,20 @@ use crate::turns::runtime::TurnRuntime;
 use crate::turns::runtime::TurnSink;
 
 /// The longest a native turn may run before the Gateway gives up on it.
-pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How long a turn waits for a node (the session's own node, once it has one) to connect before
 /// failing (a node reconnects within its backoff after either side restarts).
-pub const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(10);
 
 /// How long rebuilding a lost session workspace may take.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The most prior messages sent with a turn for context.
-pub const MAX_HISTORY_MESSAGES: usize = 200;
+pub(crate) const MAX_HISTORY_MESSAGES: usize = 200;
 
 /// Runs turns on the node that serves `agent.turn`.
-pub struct NodeRuntime {
+pub(crate) struct NodeRuntime {
     registry: Arc<NodeRegistry>,
     store: Arc<dyn Store>,
     media: Arc<MediaStore>,
@@ -72,12 +72,12 @@ pub struct NodeRuntime {
 }
 
 /// The roles a node may commit to a transcript.
-pub const NODE_ROLES: &[&str] = &["assistant", "tool"];
+pub(crate) const NODE_ROLES: &[&str] = &["assistant", "tool"];
 
 impl NodeRuntime {
     /// Returns a runtime over the connected nodes of `registry`, whose checkpoints are bounded
     /// and collected by `retention`.
-    pub fn new(
+    pub(crate) fn new(
         registry: Arc<NodeRegistry>,
         store: Arc<dyn Store>,
         media: Arc<MediaStore>,
@@ -100,7 +100,7 @@ impl NodeRuntime {
 
     /// Gives native turns the skills prompt block and copies of the Gateway's skills.
     #[must_use]
-    pub fn with_skills(mut self, skills: Arc<crate::skills::SkillsService>) -> Self {
+    pub(crate) fn with_skills(mut self, skills: Arc<crate::skills::SkillsService>) -> Self {
         self.skills = Some(skills);
         self
     }

@@ -66,6 +66,34 @@ impl TurnFailure {
     }
 }
 
+/// The most bytes of a failed turn's message the Gateway stores (4 KiB); a longer one, which a
+/// node or a runtime may send, is cut with a marker.
+pub(crate) const MAX_TURN_ERROR_MESSAGE_BYTES: usize = 4 * 1024;
+
+impl TurnFailure {
+    /// Returns the failure as the Gateway stores it: a code of the catalogue (a code this build
+    /// does not know becomes `UNRECOGNIZED_CODE`, and the code as sent, cut by
+    /// [`crate::audit::bounded_str`], leads the message), and a message of at most
+    /// [`MAX_TURN_ERROR_MESSAGE_BYTES`].
+    pub(crate) fn bounded(self) -> Self {
+        let (code, message) = match ErrorCode::parse(&self.code) {
+            Some(code) => (code, self.message),
+            None => (
+                ErrorCode::UnrecognizedCode,
+                format!(
+                    "{}: {}",
+                    crate::audit::bounded_str(&self.code),
+                    self.message
+                ),
+            ),
+        };
+        Self {
+            code: String::from(code),
+            message: bounded_text(&message, MAX_TURN_ERROR_MESSAGE_BYTES).into_owned(),
+        }
+    }
+}
+
 /// Runs turns.
 #[async_trait::async_trait]
 pub trait TurnRuntime: Send + Sync + 'static {
@@ -101,7 +129,7 @@ pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 pub const MAX_TOOL_ARGUMENTS_BYTES: usize = 64 * 1024;
 
 /// The most bytes a tool name may have in a stored message or event; longer names are cut.
-pub const MAX_TOOL_NAME_BYTES: usize = 256;
+pub(crate) const MAX_TOOL_NAME_BYTES: usize = 256;
 
 /// The most bytes one turn may store in the transcript and the event log together (message
 /// contents and tool arguments, after the cuts above); past it the turn fails with

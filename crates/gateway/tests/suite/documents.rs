@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use axum::http::Request;
 use axum::http::StatusCode;
 use axum::http::header;
-use gatehouse_gateway::workspace::WriteMode;
+use gatehouse_gateway::WriteMode;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 

@@ -14,6 +14,7 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
+use sha2::Digest;
 use tower::ServiceExt;
 
 use crate::suite::support::FakeWorkspace;
@@ -97,7 +98,7 @@ async fn upload_then_download_returns_identical_bytes() {
         uploaded,
         json!({
             "mediaId": media_id,
-            "sha256": gatehouse_gateway::secrets::sha256_hex(&content),
+            "sha256": hex::encode(sha2::Sha256::digest(&content)),
             "size": 70_000,
             "mimeType": "image/png",
         })

@@ -11,10 +11,10 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::StatusCode;
 use futures_util::StreamExt;
-use gatehouse_gateway::turns::runtime::TurnFailure;
-use gatehouse_gateway::turns::runtime::TurnInput;
-use gatehouse_gateway::turns::runtime::TurnRuntime;
-use gatehouse_gateway::turns::runtime::TurnSink;
+use gatehouse_gateway::TurnFailure;
+use gatehouse_gateway::TurnInput;
+use gatehouse_gateway::TurnRuntime;
+use gatehouse_gateway::TurnSink;
 use pretty_assertions::assert_eq;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
@@ -24,6 +24,7 @@ use crate::suite::support::FetchAnswer;
 use crate::suite::support::TestGateway;
 use crate::suite::support::WriteAnswer;
 use crate::suite::support::gateway;
+use crate::suite::support::gateway_refreshing_metrics_every;
 use crate::suite::support::gateway_with;
 use crate::suite::support::operator_request;
 
@@ -200,6 +201,59 @@ async fn transcript(gateway: &TestGateway, session: &str) -> Vec<(String, String
             )
         })
         .collect()
+}
+
+/// A runtime whose turns fail with the code and message it was given, the way a hostile node's
+/// `agent.turn` answer reaches the Gateway.
+struct FailingRuntime {
+    code: String,
+    message: String,
+}
+
+#[async_trait::async_trait]
+impl TurnRuntime for FailingRuntime {
+    fn name(&self) -> &str {
+        "failing"
+    }
+
+    fn supports_steer(&self) -> bool {
+        false
+    }
+
+    async fn run_turn(&self, _input: TurnInput, _sink: TurnSink) -> Result<String, TurnFailure> {
+        Err(TurnFailure::new(&self.code, self.message.clone()))
+    }
+}
+
+/// Runs one turn on a [`FailingRuntime`] and returns the stored `(code, message)`.
+async fn stored_failure(code: String, message: String) -> (String, String) {
+    let runtime = Arc::new(FailingRuntime { code, message });
+    let gateway = gateway_with(workspace(), Some(runtime), 4).await;
+    let turn_id = say(&gateway, "s", "hello").await;
+    let turn = wait_turn(&gateway, &turn_id).await;
+    assert_eq!(turn["status"], "failed", "{turn}");
+    (
+        turn["error"]["code"].as_str().unwrap().to_owned(),
+        turn["error"]["message"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_runtimes_failure_is_stored_with_a_catalogue_code_and_a_bounded_message() {
+    // A code the catalogue knows is kept, and a huge message is cut.
+    let (code, message) =
+        stored_failure(String::from("MODEL_UNAVAILABLE"), "m".repeat(1 << 20)).await;
+    assert_eq!(code, "MODEL_UNAVAILABLE");
+    assert!(message.starts_with("mmmm"), "{message}");
+    assert!(message.len() < 4200, "{} bytes stored", message.len());
+
+    // Any other code, of any size, is stored as UNRECOGNIZED_CODE; its start leads the message.
+    let sent = format!("NOT_IN_THE_CATALOGUE{}", "X".repeat(1 << 20));
+    let (code, message) = stored_failure(sent, String::from("the node says no")).await;
+    assert_eq!(code, "UNRECOGNIZED_CODE");
+    assert!(message.starts_with("NOT_IN_THE_CATALOGUEXXX"), "{message}");
+    assert!(message.ends_with(": the node says no"), "{message}");
+    assert!(message.len() < 400, "{} bytes stored", message.len());
 }
 
 #[tokio::test]
@@ -684,6 +738,66 @@ async fn metrics_show_the_turns_queued_behind_the_cap() {
         .await,
         Some(3.0)
     );
+}
+
+/// Adds a checkpoint blob of `size_bytes` to the store, which only a fresh read of the store's
+/// figures shows in `gatehouse_checkpoint_stored_bytes`.
+async fn add_checkpoint_blob(gateway: &TestGateway, media_id: &str, size_bytes: u64) {
+    let blob = gatehouse_store::model::CheckpointBlob {
+        media_id: media_id.to_owned(),
+        size_bytes,
+    };
+    gateway
+        .store()
+        .register_checkpoint_blobs(&[blob], 1)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn metrics_scrapes_reuse_the_store_figures_until_the_turn_queue_changes() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_refreshing_metrics_every(
+        workspace(),
+        Some(runtime.clone()),
+        1,
+        Duration::from_secs(3600),
+    )
+    .await;
+    let samplings = "gatehouse_metrics_samplings_total";
+    let checkpoint_bytes = "gatehouse_checkpoint_stored_bytes";
+    assert_eq!(metric(&gateway, samplings).await, Some(1.0));
+    // Back to back, and after a change the queue does not see: the figures are reused.
+    add_checkpoint_blob(&gateway, "a", 10).await;
+    assert_eq!(metric(&gateway, samplings).await, Some(1.0));
+    assert_eq!(metric(&gateway, checkpoint_bytes).await, Some(0.0));
+
+    // A turn admitted (and one claimed) changes the queue: the next scrape reads them again.
+    let running = say(&gateway, "a", "one").await;
+    runtime.wait_started(1).await;
+    let waiting = say(&gateway, "b", "two").await;
+    assert_eq!(metric(&gateway, "gatehouse_turns_queued").await, Some(1.0));
+    assert_eq!(metric(&gateway, samplings).await, Some(2.0));
+    assert_eq!(metric(&gateway, checkpoint_bytes).await, Some(10.0));
+    runtime.release(2);
+    for turn in [running, waiting] {
+        assert_eq!(wait_turn(&gateway, &turn).await["status"], "completed");
+    }
+    assert_eq!(metric(&gateway, "gatehouse_turns_queued").await, Some(0.0));
+}
+
+#[tokio::test]
+async fn metrics_figures_are_read_again_once_the_refresh_interval_passed() {
+    // A zero interval has passed at every scrape.
+    let gateway = gateway_refreshing_metrics_every(workspace(), None, 1, Duration::ZERO).await;
+    let samplings = "gatehouse_metrics_samplings_total";
+    assert_eq!(metric(&gateway, samplings).await, Some(1.0));
+    add_checkpoint_blob(&gateway, "a", 10).await;
+    assert_eq!(
+        metric(&gateway, "gatehouse_checkpoint_stored_bytes").await,
+        Some(10.0)
+    );
+    assert_eq!(metric(&gateway, samplings).await, Some(3.0));
 }
 
 #[tokio::test]

@@ -12,23 +12,18 @@ use axum::body::Body;
 use axum::http::Request;
 use axum::http::StatusCode;
 use axum::http::header;
+use gatehouse_gateway::Extensions;
+use gatehouse_gateway::FallbackRuntime;
 use gatehouse_gateway::GatewayConfig;
-use gatehouse_gateway::GatewayState;
-use gatehouse_gateway::audit::Audit;
-use gatehouse_gateway::link::registry::NodeRegistry;
-use gatehouse_gateway::link::session::LinkContext;
-use gatehouse_gateway::secrets::OperatorToken;
-use gatehouse_gateway::turns::TurnEngine;
-use gatehouse_gateway::turns::events::EventHub;
-use gatehouse_gateway::workspace::WorkspaceAccess;
-use gatehouse_gateway::workspace::WorkspaceError;
-use gatehouse_gateway::workspace::WorkspaceFile;
-use gatehouse_gateway::workspace::WriteMode;
-use gatehouse_gateway::workspace::Written;
+use gatehouse_gateway::RunningGateway;
+use gatehouse_gateway::TurnRuntime;
+use gatehouse_gateway::WorkspaceAccess;
+use gatehouse_gateway::WorkspaceError;
+use gatehouse_gateway::WorkspaceFile;
+use gatehouse_gateway::WriteMode;
+use gatehouse_gateway::Written;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
-use gatehouse_store::Store;
-use gatehouse_store::sqlite::SqliteStore;
 use tower::ServiceExt;
 
 /// The operator token of every test Gateway.
@@ -155,6 +150,7 @@ impl WorkspaceAccess for FakeWorkspace {
 pub(crate) struct TestGateway {
     pub(crate) router: Router,
     pub(crate) workspace: Arc<FakeWorkspace>,
+    running: RunningGateway,
     _state_dir: tempfile::TempDir,
 }
 
@@ -174,6 +170,11 @@ impl TestGateway {
         (status, body)
     }
 
+    /// Returns the Gateway's store, to change what its figures count behind its back.
+    pub(crate) fn store(&self) -> &Arc<dyn gatehouse_store::Store> {
+        self.running.store()
+    }
+
     /// Returns the audit trail as `GET /v1/audit` shows it.
     pub(crate) async fn audit_events(&self) -> Vec<serde_json::Value> {
         let (status, body) = self
@@ -190,93 +191,58 @@ pub(crate) async fn gateway(workspace: FakeWorkspace) -> TestGateway {
     gateway_with(
         workspace,
         None,
-        gatehouse_gateway::turns::DEFAULT_MAX_CONCURRENT_TURNS,
+        gatehouse_gateway::DEFAULT_MAX_CONCURRENT_TURNS,
     )
     .await
 }
 
-/// Returns a test Gateway whose turns run on `runtime`, at most `max_concurrent_turns` at once.
+/// Returns a test Gateway whose turns run on `runtime`, at most `max_concurrent_turns` at once:
+/// the Gateway as `start` prepares it (no node connects), driven through its router.
 pub(crate) async fn gateway_with(
     workspace: FakeWorkspace,
-    runtime: Option<Arc<dyn gatehouse_gateway::turns::runtime::TurnRuntime>>,
+    runtime: Option<Arc<dyn TurnRuntime>>,
     max_concurrent_turns: usize,
+) -> TestGateway {
+    gateway_refreshing_metrics_every(
+        workspace,
+        runtime,
+        max_concurrent_turns,
+        gatehouse_gateway::DEFAULT_METRICS_REFRESH_INTERVAL,
+    )
+    .await
+}
+
+/// Returns a test Gateway like [`gateway_with`] whose `/metrics` reuses the figures it read
+/// from the store and the memory index for `metrics_refresh_interval`.
+pub(crate) async fn gateway_refreshing_metrics_every(
+    workspace: FakeWorkspace,
+    runtime: Option<Arc<dyn TurnRuntime>>,
+    max_concurrent_turns: usize,
+    metrics_refresh_interval: std::time::Duration,
 ) -> TestGateway {
     let state_dir = tempfile::tempdir().unwrap();
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let config = GatewayConfig::with_defaults(state_dir.path().to_path_buf(), listen);
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&state_dir.path().join(gatehouse_gateway::DATABASE_FILE))
-            .await
-            .unwrap(),
-    );
-    let registry = Arc::new(NodeRegistry::default());
-    let audit = Audit::new(Arc::clone(&store));
-    let operator_token =
-        OperatorToken::load_or_create(state_dir.path(), Some(String::from(TOKEN))).unwrap();
-    let media = Arc::new(
-        gatehouse_media::MediaStore::open(&state_dir.path().join(gatehouse_gateway::MEDIA_DIR))
-            .unwrap(),
-    );
-    let link = LinkContext {
-        store: Arc::clone(&store),
-        registry: Arc::clone(&registry),
-        audit: audit.clone(),
-        tick_interval: config.tick_interval,
-        requests: Arc::new(gatehouse_gateway::tools::GatewayTools::new(
-            Arc::clone(&store),
-            audit.clone(),
-            Vec::new(),
-        )),
-    };
-    let hub = Arc::new(EventHub::new(Arc::clone(&store)));
-    let turns = TurnEngine::new(
-        Arc::clone(&store),
-        Arc::clone(&hub),
-        runtime,
-        /*stager*/ None,
-        max_concurrent_turns,
-    );
+    let mut config = GatewayConfig::with_defaults(state_dir.path().to_path_buf(), listen);
+    config.operator_token_override = Some(String::from(TOKEN));
+    config.max_concurrent_turns = max_concurrent_turns;
+    config.memory_embedder = Some(gatehouse_memory::embed::EmbedderKind::None);
+    config.metrics_refresh_interval = metrics_refresh_interval;
     let workspace = Arc::new(workspace);
-    let registry_for_skills = Arc::clone(&registry);
-    let memory = gatehouse_gateway::memory::MemoryService::open(
-        state_dir.path(),
-        None,
-        Some(gatehouse_memory::embed::EmbedderKind::None),
-        Arc::clone(&registry),
-    )
-    .await
-    .unwrap();
-    let retention = Arc::new(gatehouse_gateway::retention::MediaRetention::new(
-        Arc::clone(&store),
-        Arc::clone(&media),
-        audit.clone(),
-        config.retention,
-    ));
-    let metrics = gatehouse_gateway::metrics::GatewayMetrics::new(&turns.metrics, &registry);
-    let state = Arc::new(GatewayState {
-        local_addr: config.listen,
-        config,
-        store,
-        registry,
-        audit,
-        operator_token,
-        workspace: Arc::clone(&workspace) as Arc<dyn WorkspaceAccess>,
-        link,
-        media,
-        retention,
-        hub,
-        turns,
-        memory,
-        skills: Arc::new(gatehouse_gateway::skills::SkillsService::new(
-            None,
-            None,
-            Arc::clone(&registry_for_skills),
-        )),
-        metrics,
-    });
+    let fallback_runtime = match runtime {
+        Some(_) => FallbackRuntime::Node,
+        None => FallbackRuntime::Off,
+    };
+    let extensions = Extensions {
+        runtime,
+        fallback_runtime,
+        workspace: Some(Arc::clone(&workspace) as Arc<dyn WorkspaceAccess>),
+        ..Extensions::default()
+    };
+    let running = gatehouse_gateway::start(config, extensions).await.unwrap();
     TestGateway {
-        router: gatehouse_gateway::http::app(state),
+        router: running.router(),
         workspace,
+        running,
         _state_dir: state_dir,
     }
 }

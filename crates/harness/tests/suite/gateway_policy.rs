@@ -62,14 +62,7 @@ async fn an_explicit_deny_covers_the_denied_directory_itself() {
             .unwrap();
 
     let url = format!("ws://{}/node", running.local_addr);
-    let issued = gatehouse_gateway::setup_code::issue(
-        running.state.store.as_ref(),
-        &url,
-        600,
-        gatehouse_gateway::clock::now_ms(),
-    )
-    .await
-    .unwrap();
+    let issued = running.issue_setup_code(&url, 600).await.unwrap();
     let code_file = base.join("setup-code");
     std::fs::write(&code_file, issued.code).unwrap();
     let mut node_config = config(&harness_root, Some(code_file));

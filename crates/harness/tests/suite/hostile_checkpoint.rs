@@ -26,7 +26,7 @@ const TOKEN: &str = "hostile-checkpoint-token";
 const WAIT: Duration = Duration::from_secs(30);
 
 /// A real Gateway and a real node host whose worker is a hostile script.
-struct Hostile {
+pub(crate) struct Hostile {
     _temp: tempfile::TempDir,
     harness_root: PathBuf,
     running: RunningGateway,
@@ -48,6 +48,12 @@ fn hostile_worker(dir: &Path, checkpoint: &serde_json::Value) -> PathBuf {
 }
 
 async fn start(checkpoint: &serde_json::Value) -> Hostile {
+    start_with_worker(|base| hostile_worker(base, checkpoint)).await
+}
+
+/// Starts a real Gateway and a real node host whose worker is the script `write_worker` writes
+/// into the test's base directory (the directory is its argument; it returns the script).
+pub(crate) async fn start_with_worker(write_worker: impl FnOnce(&Path) -> PathBuf) -> Hostile {
     let temp = tempfile::tempdir().unwrap();
     let base = temp.path().canonicalize().unwrap();
     let harness_root = base.join("harness");
@@ -59,18 +65,11 @@ async fn start(checkpoint: &serde_json::Value) -> Hostile {
             .await
             .unwrap();
     let url = format!("ws://{}/node", running.local_addr);
-    let issued = gatehouse_gateway::setup_code::issue(
-        running.state.store.as_ref(),
-        &url,
-        600,
-        gatehouse_gateway::clock::now_ms(),
-    )
-    .await
-    .unwrap();
+    let issued = running.issue_setup_code(&url, 600).await.unwrap();
     let code_file = base.join("setup-code");
     std::fs::write(&code_file, issued.code).unwrap();
     let workers = WorkerSettings {
-        program: hostile_worker(&base, checkpoint),
+        program: write_worker(&base),
         capacity: 4,
         model: String::from("mock"),
         model_key_env: String::from("HOSTILE_TEST_KEY"),
@@ -111,7 +110,7 @@ async fn start(checkpoint: &serde_json::Value) -> Hostile {
 
 impl Hostile {
     /// Posts a message to `session` and returns the ended turn.
-    async fn turn(&self, session: &str) -> serde_json::Value {
+    pub(crate) async fn turn(&self, session: &str) -> serde_json::Value {
         let addr = self.running.local_addr;
         let path = format!("/v1/sessions/{session}/messages");
         let (status, body) =
@@ -141,7 +140,7 @@ impl Hostile {
 
     /// Returns `(stage, reason, reasonCode)` of every `checkpoint.refused` audit row.
     async fn refusals(&self) -> Vec<(String, String, Option<String>)> {
-        let events = self.running.state.store.audit_after(0, 1000).await.unwrap();
+        let events = self.running.store().audit_after(0, 1000).await.unwrap();
         events
             .into_iter()
             .filter(|event| event.action == "checkpoint.refused")
@@ -179,7 +178,7 @@ impl Hostile {
         found
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.shutdown.cancel();
         self.running.shutdown.cancel();
         tokio::time::timeout(WAIT, self.node)
@@ -232,8 +231,7 @@ async fn finding_3_a_hostile_node_cannot_plant_a_file_through_a_crafted_checkpoi
     );
     let stored = hostile
         .running
-        .state
-        .store
+        .store()
         .latest_checkpoint("reported")
         .await
         .unwrap();
@@ -244,13 +242,12 @@ async fn finding_3_a_hostile_node_cannot_plant_a_file_through_a_crafted_checkpoi
     let manifest = json!({"entries": crafted(&hostile.harness_root)});
     hostile
         .running
-        .state
-        .store
+        .store()
         .save_checkpoint(
             "reported",
             "crafted",
             &manifest,
-            gatehouse_gateway::clock::now_ms(),
+            gatehouse_gateway::now_ms(),
         )
         .await
         .unwrap();

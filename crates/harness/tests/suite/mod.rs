@@ -7,3 +7,4 @@ mod reconnect;
 mod startup;
 mod status;
 mod websocket;
+mod worker_lines;

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use gatehouse_gateway::audit::Audit;
-use gatehouse_gateway::tools::GatewayTools;
+use crate::audit::Audit;
+use crate::tools::GatewayTools;
 use gatehouse_policy::tool::LayerSource;
 use gatehouse_policy::tool::ToolLayer;
 use gatehouse_protocol::worker::GatewayToolParams;

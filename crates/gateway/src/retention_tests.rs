@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::audit::Audit;
+use crate::retention::GcSummary;
+use crate::retention::MediaRetention;
+use crate::retention::NewBlob;
+use crate::retention::RetentionConfig;
 use bytes::Bytes;
-use gatehouse_gateway::audit::Audit;
-use gatehouse_gateway::retention::GcSummary;
-use gatehouse_gateway::retention::MediaRetention;
-use gatehouse_gateway::retention::NewBlob;
-use gatehouse_gateway::retention::RetentionConfig;
 use gatehouse_media::MediaError;
 use gatehouse_media::MediaStore;
 use gatehouse_store::Store;
