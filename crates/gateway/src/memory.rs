@@ -57,6 +57,17 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a watch subscription may stay open.
 const WATCH_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// How long a watch whose line stream closed waits for its invoke's outcome, to log it.
+const WATCH_OUTCOME_GRACE: Duration = Duration::from_secs(5);
+
+/// How following a watch's lines ended.
+enum WatchEnd {
+    /// The stream closed: the invoke ended.
+    Closed,
+    /// A line was refused; the watch is given up and started again.
+    Abandoned,
+}
+
 /// The longest line of a memory watch: each is one short JSON string.
 const MAX_WATCH_LINE_BYTES: usize = 4096;
 
@@ -197,14 +208,16 @@ impl MemoryService {
                 return;
             }
         };
+        // Follows the watch's lines until the stream closes (the invoke ended: its outcome
+        // follows at once) or a line is refused (the watch is abandoned and restarted).
         let follow = async {
             loop {
                 let line = match lines.next_line().await {
                     Ok(Some(line)) => line,
-                    Ok(None) => return,
+                    Ok(None) => return WatchEnd::Closed,
                     Err(error) => {
                         tracing::warn!(error = %error, "the node sent an overlong watch line; restarting the watch");
-                        return;
+                        return WatchEnd::Abandoned;
                     }
                 };
                 match serde_json::from_str::<String>(line.trim()) {
@@ -222,13 +235,18 @@ impl MemoryService {
                 }
             }
         };
-        tokio::select! {
-            () = follow => {}
-            outcome = pending.finish(WATCH_LIFETIME) => {
-                if let Err(error) = outcome {
-                    tracing::info!(error = %loggable(&error), "the memory watch ended");
-                }
-            }
+        let finish = pending.finish(WATCH_LIFETIME);
+        tokio::pin!(finish);
+        // The stream closing and the outcome arriving race; either way the outcome is logged.
+        let outcome = tokio::select! {
+            end = follow => match end {
+                WatchEnd::Closed => tokio::time::timeout(WATCH_OUTCOME_GRACE, &mut finish).await.ok(),
+                WatchEnd::Abandoned => None,
+            },
+            outcome = &mut finish => Some(outcome),
+        };
+        if let Some(Err(error)) = outcome {
+            tracing::info!(error = %loggable(&error), "the memory watch ended");
         }
     }
 
