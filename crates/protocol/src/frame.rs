@@ -73,6 +73,15 @@ impl ResponseFrame {
         }
     }
 
+    /// Returns the plain acknowledgement of request `id` ([`Ack`]), the answer to a node's
+    /// `node.invoke.result` and `node.invoke.progress`.
+    pub fn ack(id: impl Into<String>) -> Self {
+        Self::success(
+            id,
+            serde_json::to_value(Ack { ok: true }).unwrap_or_default(),
+        )
+    }
+
     /// Returns a failed response to request `id`.
     pub fn failure(id: impl Into<String>, error: WireError) -> Self {
         Self {
@@ -96,6 +105,20 @@ pub struct EventFrame {
     /// A per-connection counter that increases by one with every event the sender emits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
+}
+
+/// The payload of a plain acknowledgement: `{"ok": true}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    /// Always true: a refusal is a failed response instead.
+    pub ok: bool,
+}
+
+/// The payload of the Gateway's keep-alive event [`names::TICK`]: `{"ts": MS}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tick {
+    /// The Gateway's clock, in milliseconds since the Unix epoch.
+    pub ts: i64,
 }
 
 /// Names of the methods and events of the link.

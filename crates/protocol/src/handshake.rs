@@ -205,6 +205,14 @@ pub struct ServerInfo {
     pub conn_id: String,
 }
 
+/// The `details` of the error a refused `connect` is answered with: the finer reason (for
+/// example `SIGNATURE_INVALID` or `CODE_EXPIRED`) beside the error's code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectRefusalDetails {
+    /// The finer reason, a stable code.
+    pub reason: String,
+}
+
 /// The `auth` object of [`HelloOk`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -12,9 +12,11 @@ use gatehouse_protocol::frame::Frame;
 use gatehouse_protocol::frame::MAX_FRAME_BYTES;
 use gatehouse_protocol::frame::MAX_PREAUTH_FRAME_BYTES;
 use gatehouse_protocol::frame::ResponseFrame;
+use gatehouse_protocol::frame::Tick;
 use gatehouse_protocol::frame::names;
 use gatehouse_protocol::handshake::ConnectChallenge;
 use gatehouse_protocol::handshake::ConnectParams;
+use gatehouse_protocol::handshake::ConnectRefusalDetails;
 use gatehouse_protocol::handshake::HelloAuth;
 use gatehouse_protocol::handshake::HelloOk;
 use gatehouse_protocol::handshake::HelloPolicy;
@@ -386,7 +388,7 @@ async fn run_connected(
                     let _ = outbound.send(close(ErrorCode::Timeout)).await;
                     return;
                 }
-                let tick = event_frame(names::TICK, &serde_json::json!({"ts": now_ms()}));
+                let tick = event_frame(names::TICK, &Tick { ts: now_ms() });
                 if outbound.send(Outbound::Text(tick)).await.is_err() || outbound.send(Outbound::Ping).await.is_err() {
                     return;
                 }
@@ -498,7 +500,7 @@ async fn handle_frame(
                     if !connection.complete(result) {
                         tracing::debug!(device_id = %connection.device_id, "result for an invoke nobody waits for");
                     }
-                    ResponseFrame::success(request.id, serde_json::json!({"ok": true}))
+                    ResponseFrame::ack(request.id)
                 }
                 Some(Err(_)) | None => ResponseFrame::failure(
                     request.id,
@@ -516,7 +518,7 @@ async fn handle_frame(
                     }
                 };
                 match refusal {
-                    None => ResponseFrame::success(request.id, serde_json::json!({"ok": true})),
+                    None => ResponseFrame::ack(request.id),
                     Some(refusal) => {
                         audit_node_refusal(
                             context,
@@ -650,8 +652,12 @@ async fn refuse(
         tracing::warn!(code = %refusal.code, reason = %refusal.reason, peer, "node connection refused");
     }
     if let Some(id) = request_id {
-        let error = WireError::new(refusal.code, refusal.message.clone())
-            .with_details(serde_json::json!({"reason": refusal.reason}));
+        let error = WireError::new(refusal.code, refusal.message.clone()).with_details(
+            serde_json::to_value(ConnectRefusalDetails {
+                reason: refusal.reason.as_str().to_owned(),
+            })
+            .unwrap_or_default(),
+        );
         let frame = Frame::Res(ResponseFrame::failure(id, error));
         let _ = outbound
             .send(Outbound::Text(

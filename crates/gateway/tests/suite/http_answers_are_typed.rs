@@ -1,9 +1,11 @@
 //! Every HTTP answer of the Gateway is a `gatehouse_api` type: no non-test source of the
 //! `http` module builds JSON with `json!`. The one exception is the `details` of an audit row
-//! (the arguments of `Audit::record` and `Audit::record_limited`), which are opaque by design.
+//! (the arguments of `Audit::record` and `Audit::record_limited`, the `details` of an
+//! `AuditRow` and the arguments of the link's `audit_node_refusal`), which are opaque by design.
 //!
 //! Likewise every result that goes to a node or comes from one is a serialized type: no
-//! non-test source of the Gateway tools (`src/tools.rs`) or of the Harness (`crates/harness/src`)
+//! non-test source of the Gateway tools (`src/tools.rs`), of the link (`src/link`) or of the
+//! Harness (`crates/harness/src`)
 //! builds JSON with `json!`, except the functions of [`NODE_ALLOWED`], each of which builds a
 //! payload that is opaque by design.
 
@@ -14,6 +16,13 @@ use syn::visit::Visit;
 
 /// The methods whose arguments may be built with `json!`: the audit trail's `details`.
 const AUDIT_METHODS: &[&str] = &["record", "record_limited"];
+
+/// The functions whose arguments may be built with `json!`: the link's audit helper, whose
+/// last argument is the row's `details`.
+const AUDIT_FUNCTIONS: &[&str] = &["audit_node_refusal"];
+
+/// The struct of an audit row, whose `details` field may be built with `json!`.
+const AUDIT_ROW: &str = "AuditRow";
 
 /// The functions of the Gateway tools and the Harness that may build JSON with `json!`, as
 /// (source file under `crates/`, `Type::function` or `function`, why the payload is opaque).
@@ -160,6 +169,32 @@ impl<'ast> Visit<'ast> for JsonScan {
         }
     }
 
+    fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+        let audit_helper = matches!(&*call.func, syn::Expr::Path(path)
+            if path.path.segments.last().is_some_and(|last| AUDIT_FUNCTIONS.iter().any(|name| last.ident == name)));
+        match audit_helper {
+            true => {}
+            false => syn::visit::visit_expr_call(self, call),
+        }
+    }
+
+    fn visit_expr_struct(&mut self, row: &'ast syn::ExprStruct) {
+        let is_audit_row = row
+            .path
+            .segments
+            .last()
+            .is_some_and(|last| last.ident == AUDIT_ROW);
+        for field in &row.fields {
+            let is_details = matches!(&field.member, syn::Member::Named(name) if name == "details");
+            if !(is_audit_row && is_details) {
+                self.visit_expr(&field.expr);
+            }
+        }
+        if let Some(rest) = &row.rest {
+            self.visit_expr(rest);
+        }
+    }
+
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
         match mac.path.segments.last() {
             Some(segment) if segment.ident == "json" => {
@@ -234,14 +269,26 @@ fn the_scan_finds_json_in_code_and_nested_macros_but_not_in_tests_or_audit_rows(
         mod tests { fn f() -> Value { serde_json::json!({}) } }
         #[test]
         fn g() { let _ = json!(null); }
+        fn row() -> AuditRow { AuditRow { actor: "a", details: json!({"d": 4}) } }
+        fn not_a_row() -> Other { Other { details: json!({"e": 5}) } }
+        fn helper() { audit_node_refusal(context, "x", json!({"f": 6})); frame(json!({"g": 7})); }
     "#;
-    assert_eq!(scan(source), vec![Finding { line: 2 }, Finding { line: 3 }]);
+    assert_eq!(
+        scan(source),
+        vec![
+            Finding { line: 2 },
+            Finding { line: 3 },
+            Finding { line: 12 },
+            Finding { line: 13 }
+        ]
+    );
 }
 
 #[test]
 fn no_node_bound_result_is_built_with_json_macro() {
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut sources = vec![crates.join("gateway/src/tools.rs")];
+    rust_sources(&crates.join("gateway/src/link"), &mut sources);
     rust_sources(&crates.join("harness/src"), &mut sources);
     assert!(
         sources.len() > 10,
