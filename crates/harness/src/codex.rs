@@ -35,8 +35,10 @@ use tokio::process::ChildStdin;
 use tokio::process::ChildStdout;
 use tokio::sync::oneshot;
 use tokio_util::codec::FramedRead;
+
+use crate::bounded_lines::BoundedLine;
+use crate::bounded_lines::BoundedLines;
 use tokio_util::codec::LinesCodec;
-use tokio_util::codec::LinesCodecError;
 use tokio_util::sync::CancellationToken;
 
 use crate::invoke::InvokeContext;
@@ -367,23 +369,20 @@ async fn kill_group(child: &mut Child) {
 }
 
 /// Forwards Codex's stderr to the log, line by line. A line longer than
-/// [`MAX_STDERR_LINE_BYTES`] is skipped (with a warning) and reading goes on, so Codex never
-/// blocks on a full pipe.
+/// [`MAX_STDERR_LINE_BYTES`] is skipped (with a warning), invalid UTF-8 is replaced, and
+/// reading goes on to the end of the pipe, so Codex never blocks on a full one.
 async fn forward_stderr(stderr: tokio::process::ChildStderr) {
-    let mut lines = FramedRead::new(
-        stderr,
-        LinesCodec::new_with_max_length(MAX_STDERR_LINE_BYTES),
-    );
+    let mut lines = FramedRead::new(stderr, BoundedLines::lossy(MAX_STDERR_LINE_BYTES));
     while let Some(line) = lines.next().await {
         match line {
-            Ok(line) => tracing::info!(target: "codex", "{line}"),
-            Err(LinesCodecError::MaxLineLengthExceeded) => {
+            Ok(BoundedLine::Line(line)) => tracing::info!(target: "codex", "{line}"),
+            Ok(BoundedLine::TooLong) => {
                 tracing::warn!(
                     limit = MAX_STDERR_LINE_BYTES,
                     "skipping an overlong line of codex stderr"
                 );
             }
-            Err(LinesCodecError::Io(_)) => return,
+            Err(_) => return,
         }
     }
 }
