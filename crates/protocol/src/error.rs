@@ -297,8 +297,8 @@ catalogue! {
         WorkspaceRestoreFailed = "WORKSPACE_RESTORE_FAILED", 502;
         /// The turn was aborted by its caller, or its runtime reported it interrupted.
         Aborted = "ABORTED", 503;
-        /// The Gateway stopped while the turn ran; at its next start the turn is marked
-        /// `interrupted` and never replayed.
+        /// The Gateway shut down or stopped while the turn ran; the turn is `interrupted` (at
+        /// shutdown, or at the next start after a crash) and never replayed.
         Interrupted = "INTERRUPTED", 503;
     }
 

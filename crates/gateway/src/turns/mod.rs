@@ -370,7 +370,7 @@ impl TurnEngine {
             Err(_) if cancel.is_cancelled() && self.shutdown.is_cancelled() => TurnEnd {
                 status: TurnStatus::Interrupted,
                 reply: None,
-                error_code: Some(String::from("SHUTDOWN")),
+                error_code: Some(ErrorCode::Interrupted.as_str().to_owned()),
                 error_message: Some(String::from(
                     "the gateway shut down while this turn ran; it is not replayed",
                 )),
