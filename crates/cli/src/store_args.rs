@@ -13,7 +13,12 @@ pub(crate) struct StoreArgs {
     /// password: add `?password-env=NAME` to read it from the variable NAME, or set PGPASSWORD
     /// or a password file (PGPASSFILE).
     // Parsed here rather than by clap: clap's error would echo the refused URL, password and all.
-    #[arg(long, env = "GATEHOUSE_STORE", value_name = "URL")]
+    #[arg(
+        long,
+        env = "GATEHOUSE_STORE",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     store: Option<String>,
 }
 

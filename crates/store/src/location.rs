@@ -72,6 +72,19 @@ impl fmt::Display for StoreLocation {
     }
 }
 
+/// The query parameters of a PostgreSQL store URL that are passed on to the driver; any other
+/// key is refused, so a mistyped one (which the driver would log with its value) never passes.
+const URL_PARAMS: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "application_name",
+    "options",
+    "host",
+    "port",
+    "dbname",
+    "user",
+];
+
 impl PostgresLocation {
     fn parse(text: &str) -> Result<Self, LocationError> {
         let url = url::Url::parse(text).map_err(|error| {
@@ -102,9 +115,26 @@ impl PostgresLocation {
                     )));
                 }
                 password_env = Some(value.into_owned());
-            } else {
+            } else if URL_PARAMS.contains(&key.as_ref()) {
                 kept.push((key.into_owned(), value.into_owned()));
+            } else {
+                // Neither the URL nor the key is echoed: a mistyped key (`Password=`,
+                // `passwd=`) may hold a password.
+                return Err(LocationError(format!(
+                    "the store URL has a parameter this store does not take; it takes {} and \
+                     {PASSWORD_ENV_PARAM}",
+                    URL_PARAMS.join(", ")
+                )));
             }
+        }
+        if url.fragment().is_some() {
+            // `postgres://user:pa#ss@host/db` parses with `#ss@host/db` as a fragment, hiding a
+            // password from the checks above.
+            return Err(LocationError(String::from(
+                "the store URL has a '#' fragment, which a PostgreSQL URL never has; if a \
+                 password is in it, move it to an environment variable named by \
+                 ?password-env=NAME",
+            )));
         }
         let mut url = url;
         if kept.is_empty() {
@@ -254,6 +284,14 @@ mod tests {
             .parse::<StoreLocation>()
             .unwrap_err();
         assert!(error.to_string().contains("1BAD"), "{error}");
+        for url in [
+            "postgres://gatehouse@db/gh?Password=s3cret",
+            "postgres://gatehouse@db/gh?passwd=s3cret",
+            "postgres://gatehouse:pa#s3cret@db/gh",
+        ] {
+            let error = url.parse::<StoreLocation>().unwrap_err().to_string();
+            assert!(!error.contains("s3cret"), "{error}");
+        }
         assert_eq!(
             redact("sqlite://u:s3cret@x"),
             "sqlite://u:***@x",

@@ -210,7 +210,7 @@ impl Store for PgStore {
         )
         .bind(&node.device_id)
         .bind(&node.public_key)
-        .bind(&node.display_name)
+        .bind(text(&node.display_name))
         .bind(&node.runtime)
         .bind(commands_json(&node.commands))
         .bind(&node.workspace_root)
@@ -252,7 +252,7 @@ impl Store for PgStore {
             "UPDATE nodes SET display_name = $1, runtime = $2, commands_json = $3::jsonb, \
              workspace_root = $4, last_seen_at_ms = $5 WHERE device_id = $6",
         )
-        .bind(&seen.display_name)
+        .bind(text(&seen.display_name))
         .bind(&seen.runtime)
         .bind(commands_json(&seen.commands))
         .bind(&seen.workspace_root)
@@ -281,11 +281,11 @@ impl Store for PgStore {
              VALUES ($1, $2, $3, $4, $5, $6::jsonb) RETURNING seq",
         )
         .bind(event.at_ms)
-        .bind(&event.actor)
-        .bind(&event.action)
-        .bind(&event.outcome)
-        .bind(&event.reason_code)
-        .bind(event.details.to_string())
+        .bind(text(&event.actor))
+        .bind(text(&event.action))
+        .bind(text(&event.outcome))
+        .bind(opt_text(event.reason_code.as_deref()))
+        .bind(json_text(&event.details))
         .fetch_one(&mut *tx)
         .await
         .map_err(|error| map_error(error, "audit event"))?;
@@ -518,9 +518,9 @@ impl Store for PgStore {
              RETURNING session_key",
         )
         .bind(end.status.as_str())
-        .bind(&end.reply)
-        .bind(&end.error_code)
-        .bind(&end.error_message)
+        .bind(opt_text(end.reply.as_deref()))
+        .bind(opt_text(end.error_code.as_deref()))
+        .bind(opt_text(end.error_message.as_deref()))
         .bind(end.now_ms)
         .bind(turn_id)
         .fetch_optional(&mut *tx)
@@ -1077,8 +1077,8 @@ async fn insert_message(
     .bind(seq)
     .bind(turn_id)
     .bind(role)
-    .bind(content)
-    .bind(tool_name)
+    .bind(text(content))
+    .bind(opt_text(tool_name))
     .bind(now_ms)
     .execute(&mut **tx)
     .await
@@ -1109,12 +1109,53 @@ async fn insert_event(
     .bind(session_key)
     .bind(seq)
     .bind(kind)
-    .bind(payload.to_string())
+    .bind(json_text(payload))
     .bind(now_ms)
     .execute(&mut **tx)
     .await
     .map_err(|e| map_error(e, "event"))?;
     Ok(seq)
+}
+
+/// The text PostgreSQL stores for `value`: NUL, which a `text` column refuses, becomes U+FFFD.
+/// Text from a node or a model may carry it; refusing the write would leave a turn unended, so
+/// the store keeps the text with the one character replaced.
+fn text(value: &str) -> std::borrow::Cow<'_, str> {
+    match value.contains('\0') {
+        true => std::borrow::Cow::Owned(value.replace('\0', "\u{fffd}")),
+        false => std::borrow::Cow::Borrowed(value),
+    }
+}
+
+/// [`text`] for an optional value.
+fn opt_text(value: Option<&str>) -> Option<std::borrow::Cow<'_, str>> {
+    value.map(text)
+}
+
+/// The JSON text PostgreSQL stores for `value` in a `jsonb` column, which refuses `\u0000` in
+/// strings: NUL in any string or key becomes U+FFFD, as in [`text`].
+fn json_text(value: &serde_json::Value) -> String {
+    fn clean(value: &serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::String(string) => {
+                serde_json::Value::String(text(string).into_owned())
+            }
+            serde_json::Value::Array(items) => {
+                serde_json::Value::Array(items.iter().map(clean).collect())
+            }
+            serde_json::Value::Object(map) => serde_json::Value::Object(
+                map.iter()
+                    .map(|(key, item)| (text(key).into_owned(), clean(item)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    let encoded = value.to_string();
+    match encoded.contains("\\u0000") {
+        true => clean(value).to_string(),
+        false => encoded,
+    }
 }
 
 fn commands_json(commands: &[String]) -> String {

@@ -1167,6 +1167,74 @@ mod postgres_only {
         );
     }
 
+    /// PostgreSQL refuses NUL in `text` and `jsonb`; text from a node or a model that carries
+    /// one is stored with U+FFFD instead, so a turn still ends and an audit row is still kept.
+    #[tokio::test]
+    async fn text_with_nul_is_stored_with_a_replacement_and_the_turn_still_ends() {
+        use gatehouse_store::model::NewTurnMessage;
+        use gatehouse_store::model::TurnEnd;
+        use gatehouse_store::model::TurnStatus;
+
+        let store = Target::postgres().await.open().await;
+        store
+            .admit_user_message(&message("s", "t1", "user\0text", None, QueueMode::Followup))
+            .await
+            .unwrap();
+        store.claim_next_turn("s", 2).await.unwrap().unwrap();
+        let tool = NewTurnMessage {
+            turn_id: "t1".into(),
+            role: "tool".into(),
+            content: "out\0put".into(),
+            tool_name: Some("ex\0ec".into()),
+            now_ms: 3,
+        };
+        store.commit_turn_message(&tool).await.unwrap().unwrap();
+        let end = TurnEnd {
+            status: TurnStatus::Completed,
+            reply: Some("re\0ply".into()),
+            error_code: None,
+            error_message: None,
+            now_ms: 4,
+        };
+        assert!(
+            store.finish_turn("t1", &end).await.unwrap(),
+            "the turn ended"
+        );
+        let mut audit = super::audit_event("tool.\0denied", 5);
+        audit.details = serde_json::json!({"turn\0Id": ["a\0b"]});
+        store.append_audit(&audit).await.unwrap();
+
+        let turn = store.turn("t1").await.unwrap().unwrap();
+        assert_eq!(
+            (turn.status, turn.reply.as_deref()),
+            (TurnStatus::Completed, Some("re\u{fffd}ply"))
+        );
+        let contents: Vec<(String, Option<String>)> = store
+            .transcript("s")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|message| (message.content, message.tool_name))
+            .collect();
+        assert_eq!(
+            contents,
+            vec![
+                ("user\u{fffd}text".to_owned(), None),
+                ("out\u{fffd}put".to_owned(), Some("ex\u{fffd}ec".to_owned())),
+            ]
+        );
+        let events = store.events_after("s", 0, 100).await.unwrap();
+        let completed = events.last().unwrap();
+        assert_eq!(completed.payload["reply"], "re\u{fffd}ply");
+        let rows = store.audit_after(0, 10).await.unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].action, "tool.\u{fffd}denied");
+        assert_eq!(
+            rows[0].details,
+            serde_json::json!({"turn\u{fffd}Id": ["a\u{fffd}b"]})
+        );
+    }
+
     /// The password comes from the variable the URL names, never from the URL.
     #[tokio::test]
     async fn a_password_variable_that_is_not_set_is_store_unavailable_with_its_name() {

@@ -11,6 +11,7 @@ use axum::extract::State;
 
 use crate::GatewayState;
 use crate::http::error::ApiError;
+use crate::http::error::store_error;
 
 /// The most events one answer carries; the client pages with `after=`.
 const AUDIT_PAGE: u32 = 1000;
@@ -24,10 +25,7 @@ pub(crate) async fn list_audit(
         .store
         .audit_after(query.after.unwrap_or(0), AUDIT_PAGE)
         .await
-        .map_err(|error| {
-            tracing::error!(error = %error, "cannot read the audit trail");
-            ApiError::internal(error.code())
-        })?;
+        .map_err(|error| store_error(&error))?;
     let events = events
         .into_iter()
         .map(|event| AuditEntry {

@@ -10,8 +10,8 @@
 //! another status, it says so explicitly with [`ApiError::with_status`]:
 //! - the rewritten rejections keep axum's own status (`INVALID_REQUEST` is also `422` for a body
 //!   that does not deserialize, `HTTP_ERROR` any status without a more specific code);
-//! - a store failure while a message is queued is `503` whatever its code, since retrying later
-//!   may succeed;
+//! - a store failure is `503` whatever its code ([`store_error`]), since retrying later may
+//!   succeed;
 //! - [`ApiError::internal`] is always `500`.
 //!
 //! A code relayed from a node or a runtime as text, which this build may not know, is answered
@@ -25,6 +25,7 @@ use axum::response::Response;
 use gatehouse_api::error::ErrorBody;
 use gatehouse_api::error::ErrorResponse;
 use gatehouse_protocol::error::ErrorCode;
+use gatehouse_store::StoreError;
 
 use crate::workspace::WorkspaceError;
 
@@ -226,5 +227,23 @@ impl From<WorkspaceError> for ApiError {
                 }
             }
         }
+    }
+}
+
+/// The answer to a failed store call: `507 STORAGE_FULL` when the disk is full, else `503` with
+/// the store's code (`STORE_UNAVAILABLE`, `STORE_FAILURE`, ...), since retrying later may
+/// succeed. The engine's own error is logged, never sent.
+pub(crate) fn store_error(error: &StoreError) -> ApiError {
+    // The engine's own error is the cause an operator needs; the answer never carries it.
+    let cause = std::error::Error::source(error).map(ToString::to_string);
+    tracing::error!(error = %error, cause = cause.as_deref().unwrap_or("none"), "store failure");
+    match error {
+        StoreError::DiskFull => ApiError::new(
+            ErrorCode::StorageFull,
+            "the gateway state disk is full; nothing was stored; free space and retry",
+        ),
+        // Any other store failure is 503 whatever its code: retrying later may succeed.
+        other => ApiError::new(other.code(), "the gateway store failed; retry later")
+            .with_status(StatusCode::SERVICE_UNAVAILABLE),
     }
 }

@@ -13,6 +13,7 @@ use axum::extract::State;
 use crate::GatewayState;
 use crate::clock::now_ms;
 use crate::http::error::ApiError;
+use crate::http::error::store_error;
 use crate::setup_code;
 
 /// `GET /v1/nodes`: every enrolled node, with the commands of its live connection when it is
@@ -20,10 +21,11 @@ use crate::setup_code;
 pub(crate) async fn list_nodes(
     State(state): State<Arc<GatewayState>>,
 ) -> Result<Json<NodeList>, ApiError> {
-    let nodes = state.store.nodes().await.map_err(|error| {
-        tracing::error!(error = %error, "cannot list nodes");
-        ApiError::internal(error.code())
-    })?;
+    let nodes = state
+        .store
+        .nodes()
+        .await
+        .map_err(|error| store_error(&error))?;
     let nodes = nodes
         .into_iter()
         .map(|node| {
@@ -79,10 +81,7 @@ pub(crate) async fn create_setup_code(
     };
     let issued = setup_code::issue(state.store.as_ref(), &url, ttl_seconds, now_ms())
         .await
-        .map_err(|error| {
-            tracing::error!(error = %error, "cannot issue a setup code");
-            ApiError::internal(error.code())
-        })?;
+        .map_err(|error| store_error(&error))?;
     state
         .audit
         .record(

@@ -22,6 +22,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::http::error::store_error;
 use axum::Json;
 use axum::extract::Path;
 use axum::extract::Query;
@@ -33,7 +34,6 @@ use axum::response::sse::Event;
 use axum::response::sse::KeepAlive;
 use axum::response::sse::Sse;
 use futures_util::Stream;
-use gatehouse_store::StoreError;
 use gatehouse_store::model::QueueMode;
 use gatehouse_store::model::TurnRecord;
 
@@ -412,21 +412,6 @@ fn check_session_key(key: &str) -> Result<(), ApiError> {
         false => Err(ApiError::invalid_request(
             "the session key must be 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
         )),
-    }
-}
-
-fn store_error(error: &StoreError) -> ApiError {
-    // The engine's own error is the cause an operator needs; the answer never carries it.
-    let cause = std::error::Error::source(error).map(ToString::to_string);
-    tracing::error!(error = %error, cause = cause.as_deref().unwrap_or("none"), "store failure");
-    match error {
-        StoreError::DiskFull => ApiError::new(
-            ErrorCode::StorageFull,
-            "the gateway state disk is full; nothing was stored; free space and retry",
-        ),
-        // Any other store failure is 503 whatever its code: retrying later may succeed.
-        other => ApiError::new(other.code(), "the gateway store failed; retry later")
-            .with_status(StatusCode::SERVICE_UNAVAILABLE),
     }
 }
 
