@@ -226,6 +226,53 @@ async fn while_postgres_is_unreachable_readyz_and_admission_say_store_unavailabl
     up.process.terminate();
 }
 
+/// A turn that ends while PostgreSQL is unreachable is not left running: its end is stored once
+/// the server is back, and the session takes its next message.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_ending_while_postgres_is_unreachable_is_recorded_when_it_is_back() {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().canonicalize().unwrap().join("data");
+    let direct = fresh_database().await;
+    let mut outage = Outage::new(&direct).await;
+    let mut through = direct.clone();
+    through.set_port(Some(outage.port)).unwrap();
+    let mut up = up_on(&data, &through);
+    up.wait_ready().await;
+
+    let (status, body) = up
+        .post("s", serde_json::json!({"text": "/slow 2000 late"}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let turn_id = body["turnId"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + WAIT;
+    while up.turn_status(&turn_id, 0).await["status"] != "running" {
+        assert!(Instant::now() < deadline, "the turn did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The reply comes while the server is away: the runtime cannot commit it and the engine
+    // cannot store the turn's end until the server is back.
+    outage.begin();
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    outage.end().await;
+    up.wait_ready().await;
+
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let turn = up.turn_status(&turn_id, 1).await;
+        let status = turn["status"].as_str().unwrap_or_default().to_owned();
+        if !matches!(status.as_str(), "queued" | "running") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the turn stayed {status} after the server came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    completed_turn(&up, "s", "/say after").await;
+    up.process.terminate();
+}
+
 #[test]
 fn a_store_url_with_a_password_is_refused_without_echoing_it() {
     let temp = tempfile::tempdir().unwrap();

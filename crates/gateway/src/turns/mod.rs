@@ -44,6 +44,13 @@ pub const DEFAULT_MAX_CONCURRENT_TURNS: usize = 64;
 /// The capacity of a running turn's steer channel.
 const STEER_CAPACITY: usize = 16;
 
+/// The first wait before the end of a turn is stored again after the store was unreachable; it
+/// doubles up to [`STORE_RETRY_MAX`] until the store answers or the Gateway shuts down.
+const STORE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The longest wait between two attempts to store the end of a turn.
+const STORE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Stages a turn's attachments on the Harness before dispatch.
 #[async_trait::async_trait]
 pub(crate) trait AttachmentStager: Send + Sync + 'static {
@@ -330,15 +337,32 @@ impl TurnEngine {
             permit = Arc::clone(&self.slots).acquire_owned() => permit.ok()?,
             () = self.shutdown.cancelled() => return None,
         };
-        match self.store.claim_next_turn(session_key, now_ms()).await {
-            Ok(Some(turn)) => {
-                self.metrics.queue_changed();
-                Some((turn, permit))
-            }
-            Ok(None) => None,
-            Err(error) => {
-                tracing::error!(error = %error, session_key, "cannot claim the next turn");
-                None
+        // While the store is unreachable the claim is retried (as the end of a turn is, see
+        // `finish_durably`), so queued turns run once it answers rather than at the next message.
+        let mut wait = STORE_RETRY_FIRST;
+        loop {
+            match self.store.claim_next_turn(session_key, now_ms()).await {
+                Ok(Some(turn)) => {
+                    self.metrics.queue_changed();
+                    return Some((turn, permit));
+                }
+                Ok(None) => return None,
+                Err(StoreError::Unavailable { .. }) if !self.shutdown.is_cancelled() => {
+                    tracing::warn!(
+                        session_key,
+                        retry_in_ms = wait.as_millis(),
+                        "the store is unreachable; the next turn is claimed when it answers"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.shutdown.cancelled() => return None,
+                    }
+                    wait = (wait * 2).min(STORE_RETRY_MAX);
+                }
+                Err(error) => {
+                    tracing::error!(error = %error, session_key, "cannot claim the next turn");
+                    return None;
+                }
             }
         }
     }
@@ -466,16 +490,60 @@ impl TurnEngine {
         };
         self.metrics
             .record_end(self.runtime_name(), outcome, started.elapsed());
-        match self.store.finish_turn(&turn.turn_id, end).await {
+        let stored = match self.finish_durably(&turn.turn_id, end).await {
+            // The store refused this end itself (not an outage): end the turn with a failure the
+            // Gateway writes, without the runtime's text, so the session is never left running.
+            Err(error) if !matches!(error, StoreError::Unavailable { .. }) => {
+                tracing::error!(error = %error, turn_id = %turn.turn_id, "cannot record the end of a turn; recording a store failure instead");
+                let fallback = TurnEnd {
+                    status: TurnStatus::Failed,
+                    reply: None,
+                    error_code: Some(ErrorCode::StoreFailure.as_str().to_owned()),
+                    error_message: Some(String::from(
+                        "the gateway could not store the result of this turn",
+                    )),
+                    now_ms: now_ms(),
+                };
+                self.finish_durably(&turn.turn_id, &fallback).await
+            }
+            other => other,
+        };
+        match stored {
             // A queued turn may end without running (an abort).
             Ok(true) => self.metrics.queue_changed(),
             Ok(false) => return,
             Err(error) => {
+                // Only at shutdown: the next start marks the turn `interrupted`.
                 tracing::error!(error = %error, turn_id = %turn.turn_id, "cannot record the end of a turn");
                 return;
             }
         }
         self.hub.sync(&turn.session_key).await;
+    }
+
+    /// Stores the end of a turn, retrying with a growing wait ([`STORE_RETRY_FIRST`] to
+    /// [`STORE_RETRY_MAX`]) while the store is unreachable, so an outage of the store delays the
+    /// end of a turn rather than leaving its session running for good. Gives up only when the
+    /// Gateway shuts down.
+    async fn finish_durably(&self, turn_id: &str, end: &TurnEnd) -> Result<bool, StoreError> {
+        let mut wait = STORE_RETRY_FIRST;
+        loop {
+            match self.store.finish_turn(turn_id, end).await {
+                Err(StoreError::Unavailable { .. }) if !self.shutdown.is_cancelled() => {
+                    tracing::warn!(
+                        turn_id,
+                        retry_in_ms = wait.as_millis(),
+                        "the store is unreachable; the end of the turn is stored when it answers"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.shutdown.cancelled() => {}
+                    }
+                    wait = (wait * 2).min(STORE_RETRY_MAX);
+                }
+                other => return other,
+            }
+        }
     }
 }
 
