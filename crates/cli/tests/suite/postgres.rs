@@ -167,6 +167,20 @@ async fn forward(listener: tokio::net::TcpListener, upstream: SocketAddr) {
     }
 }
 
+/// Starts `up` on a fresh database reached through an [`Outage`] forwarder, and waits until it
+/// is ready. The tempdir holds the data directory.
+async fn up_behind_outage() -> (tempfile::TempDir, Outage, Up) {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().canonicalize().unwrap().join("data");
+    let direct = fresh_database().await;
+    let outage = Outage::new(&direct).await;
+    let mut through = direct.clone();
+    through.set_port(Some(outage.port)).unwrap();
+    let up = up_on(&data, &through);
+    up.wait_ready().await;
+    (temp, outage, up)
+}
+
 async fn readyz(up: &Up) -> (u16, serde_json::Value) {
     let response = reqwest::Client::new()
         .get(format!("{}/readyz", up.url))
@@ -180,14 +194,7 @@ async fn readyz(up: &Up) -> (u16, serde_json::Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn while_postgres_is_unreachable_readyz_and_admission_say_store_unavailable_and_recover() {
-    let temp = tempfile::tempdir().unwrap();
-    let data = temp.path().canonicalize().unwrap().join("data");
-    let direct = fresh_database().await;
-    let mut outage = Outage::new(&direct).await;
-    let mut through = direct.clone();
-    through.set_port(Some(outage.port)).unwrap();
-    let mut up = up_on(&data, &through);
-    up.wait_ready().await;
+    let (_temp, mut outage, mut up) = up_behind_outage().await;
     completed_turn(&up, "s", "/say before").await;
 
     outage.begin();
@@ -230,14 +237,7 @@ async fn while_postgres_is_unreachable_readyz_and_admission_say_store_unavailabl
 /// the server is back, and the session takes its next message.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_turn_ending_while_postgres_is_unreachable_is_recorded_when_it_is_back() {
-    let temp = tempfile::tempdir().unwrap();
-    let data = temp.path().canonicalize().unwrap().join("data");
-    let direct = fresh_database().await;
-    let mut outage = Outage::new(&direct).await;
-    let mut through = direct.clone();
-    through.set_port(Some(outage.port)).unwrap();
-    let mut up = up_on(&data, &through);
-    up.wait_ready().await;
+    let (_temp, mut outage, mut up) = up_behind_outage().await;
 
     let (status, body) = up
         .post("s", serde_json::json!({"text": "/slow 2000 late"}))
