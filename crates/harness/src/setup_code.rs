@@ -4,7 +4,6 @@
 //! [`gatehouse_protocol::setup_code`]; this module reads a code from its file and checks its
 //! Gateway URL.
 
-use std::fmt;
 use std::path::Path;
 
 use gatehouse_protocol::setup_code::SetupCodeError;
@@ -18,12 +17,11 @@ use crate::gateway_url::normalize_gateway_url;
 /// Guarantees: the version is
 /// [`SETUP_CODE_VERSION`](gatehouse_protocol::setup_code::SETUP_CODE_VERSION), the bootstrap token is not empty and the
 /// URL is a normalized Gateway URL. It does not guarantee that the code has not expired or been
-/// used: only the Gateway knows. `Debug` never shows the token.
-#[derive(Clone, PartialEq, Eq)]
+/// used: only the Gateway knows. `Debug` never shows the token (it is the payload's).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetupCode {
-    url: String,
-    bootstrap_token: String,
-    expires_at_ms: i64,
+    /// The decoded payload, its URL replaced by the normalized one.
+    payload: SetupCodePayload,
 }
 
 impl SetupCode {
@@ -33,14 +31,10 @@ impl SetupCode {
     /// # Errors
     /// A [`SetupCodeError`] saying what is wrong.
     pub fn parse(text: &str) -> Result<SetupCode, SetupCodeError> {
-        let payload = SetupCodePayload::decode(text)?;
-        let url = normalize_gateway_url(&payload.url)
+        let mut payload = SetupCodePayload::decode(text)?;
+        payload.url = normalize_gateway_url(&payload.url)
             .map_err(|reason| SetupCodeError::InvalidUrl { reason })?;
-        Ok(SetupCode {
-            url,
-            bootstrap_token: payload.bootstrap_token,
-            expires_at_ms: payload.expires_at_ms,
-        })
+        Ok(SetupCode { payload })
     }
 
     /// Reads and parses the setup code in the file at `path`.
@@ -62,27 +56,17 @@ impl SetupCode {
 
     /// Returns the Gateway URL, normalized (see [`normalize_gateway_url`]).
     pub fn url(&self) -> &str {
-        &self.url
+        &self.payload.url
     }
 
     /// Returns the one-time bootstrap token. Never log it.
     pub fn bootstrap_token(&self) -> &str {
-        &self.bootstrap_token
+        &self.payload.bootstrap_token
     }
 
     /// Returns when the code expires, in Unix milliseconds.
     pub fn expires_at_ms(&self) -> i64 {
-        self.expires_at_ms
-    }
-}
-
-impl fmt::Debug for SetupCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SetupCode")
-            .field("url", &self.url)
-            .field("bootstrap_token", &"<redacted>")
-            .field("expires_at_ms", &self.expires_at_ms)
-            .finish()
+        self.payload.expires_at_ms
     }
 }
 
