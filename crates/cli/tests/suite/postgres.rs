@@ -273,6 +273,48 @@ async fn a_turn_ending_while_postgres_is_unreachable_is_recorded_when_it_is_back
     up.process.terminate();
 }
 
+/// A hostile node answers a turn with NUL characters, which PostgreSQL refuses in text and in
+/// `jsonb`: the turn still ends with the reply (NUL replaced), so the session is not left
+/// running and takes its next turn, whose failure carries NUL in its code and text.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_nodes_nul_characters_do_not_wedge_a_session() {
+    use crate::suite::hostile::HostileNode;
+    use crate::suite::hostile::NATIVE_COMMANDS;
+    use crate::suite::support::Gateway;
+
+    let dirs = crate::suite::support::dirs();
+    let store = fresh_database().await;
+    let gateway = Gateway::start_with(
+        &dirs.base.join("gateway"),
+        &dirs.base.join("logs"),
+        &["--store", store.as_str()],
+    );
+    let mut node = HostileNode::enroll(&gateway, 11, NATIVE_COMMANDS).await;
+
+    let first = crate::suite::support::post_message(&gateway, "s", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    node.finish(&invoke.id, serde_json::json!({"reply": "a\u{0}b"}))
+        .await;
+    let ended = crate::suite::support::wait_turn(&gateway, &first).await;
+    assert_eq!(
+        (ended["status"].as_str(), ended["reply"].as_str()),
+        (Some("completed"), Some("a\u{fffd}b")),
+        "{ended}"
+    );
+
+    // The session takes its next turn; the node fails it with NUL in its error text.
+    let second = crate::suite::support::post_message(&gateway, "s", "again").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    node.fail_with(&invoke.id, "FORGED\u{0}CODE", "bad\u{0}text")
+        .await;
+    let failed = crate::suite::support::wait_turn(&gateway, &second).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(
+        !failed.to_string().contains("\\u0000"),
+        "a NUL reached the answer: {failed}"
+    );
+}
+
 #[test]
 fn a_store_url_with_a_password_is_refused_without_echoing_it() {
     let temp = tempfile::tempdir().unwrap();
