@@ -424,8 +424,11 @@ impl NodeHost {
                 let auth = self.connect_auth()?;
                 let gateway_url = self.gateway_url();
                 let connect = connector.connect(gateway_url.as_deref());
-                let Ok(link) = tokio::time::timeout(reconnect.handshake_timeout, connect).await
-                else {
+                let opened = tokio::select! {
+                    () = shutdown.cancelled() => return Ok(SessionEnd::Shutdown),
+                    opened = tokio::time::timeout(reconnect.handshake_timeout, connect) => opened,
+                };
+                let Ok(link) = opened else {
                     return Err(NodeHostError::HandshakeTimeout {
                         waiting_for: "the link to open",
                     });
@@ -433,10 +436,10 @@ impl NodeHost {
                 self.session(link?, auth, gateway_url.as_deref(), reconnect, &shutdown)
                     .await
             };
-            let outcome = tokio::select! {
-                () = shutdown.cancelled() => return self.stopped().await,
-                outcome = attempt => outcome,
-            };
+            // The session watches `shutdown` itself and is awaited to its end: dropping it
+            // half-way would leave its last status write running on a blocking thread, landing
+            // after the host reported that it stopped.
+            let outcome = attempt.await;
             let delay = match outcome {
                 Ok(SessionEnd::Shutdown) => return self.stopped().await,
                 Ok(SessionEnd::Disconnected { reason }) => {
