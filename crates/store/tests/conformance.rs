@@ -1249,6 +1249,70 @@ mod postgres_only {
         let chain = format!("{error:?}");
         assert!(chain.contains("GATEHOUSE_TEST_UNSET_PASSWORD"), "{chain}");
     }
+
+    /// The password in the file `passfile=` names reaches the server. The test server asks
+    /// members of `gatehouse_password_users` for a password (scripts/test writes that line into
+    /// its `pg_hba.conf`), so the right line logs in and a wrong one is refused: the test would
+    /// fail if the file were not read, or if the server let the role in without a password.
+    #[tokio::test]
+    async fn a_passfile_password_logs_in_and_a_wrong_one_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+
+        let url = url::Url::parse(&super::support::fresh_postgres_database().await).unwrap();
+        let database = url.path().trim_start_matches('/').to_owned();
+        let role = format!("{database}_pw");
+        let mut admin = sqlx::PgConnection::connect(url.as_str()).await.unwrap();
+        // Concurrent test runs may create the group at once; either error means it exists.
+        sqlx::raw_sql(
+            "DO $$ BEGIN CREATE ROLE gatehouse_password_users NOLOGIN; \
+             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$",
+        )
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE {role} LOGIN PASSWORD 'right-pass' IN ROLE gatehouse_password_users"
+        )))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        let (host, port) = (url.host_str().unwrap(), url.port().unwrap_or(5432));
+        let dir = tempfile::tempdir().unwrap();
+        let login = |password: &str| {
+            let path = dir.path().join(format!("pgpass-{password}"));
+            std::fs::write(
+                &path,
+                format!("{host}:{port}:{database}:{role}:{password}\n"),
+            )
+            .unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let location: StoreLocation = format!(
+                "postgres://{role}@{host}:{port}/{database}?passfile={}",
+                path.display()
+            )
+            .parse()
+            .unwrap();
+            let StoreLocation::Postgres(location) = location else {
+                panic!("not postgres");
+            };
+            let options = location.connect_options().unwrap();
+            async move { sqlx::PgConnection::connect_with(&options).await }
+        };
+
+        let mut connection = login("right-pass").await.unwrap();
+        let user: String = sqlx::query_scalar("SELECT current_user::text")
+            .fetch_one(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!(user, role);
+        let Err(refused) = login("wrong-pass").await else {
+            panic!("the server let the role in with a wrong password");
+        };
+        let code = refused
+            .as_database_error()
+            .and_then(|error| error.code().map(std::borrow::Cow::into_owned));
+        assert_eq!(code.as_deref(), Some("28P01"), "{refused}");
+    }
 }
 
 /// The turn events the store writes itself are their typed payloads: each decodes into the type
