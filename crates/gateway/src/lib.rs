@@ -44,6 +44,7 @@ mod http;
 mod link;
 mod memory;
 mod metrics;
+mod readiness;
 mod retention;
 mod secrets;
 mod setup_code;
@@ -235,6 +236,8 @@ pub(crate) struct GatewayState {
     pub(crate) skills: Arc<skills::SkillsService>,
     /// Every `/metrics` family.
     pub(crate) metrics: metrics::GatewayMetrics,
+    /// The store ping `/readyz` callers share.
+    pub(crate) store_ping: readiness::SharedCheck,
 }
 
 /// What the embedding program plugs into the Gateway.
@@ -533,6 +536,7 @@ pub async fn start(
         memory,
         skills,
         metrics,
+        store_ping: readiness::SharedCheck::new(readiness::STORE_PING_REUSE),
     });
     let shutdown = CancellationToken::new();
     tokio::spawn(Arc::clone(&state.memory).run(shutdown.child_token()));

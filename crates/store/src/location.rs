@@ -234,6 +234,7 @@ impl PostgresLocation {
     }
 }
 
+#[cfg(any(feature = "postgres", test))]
 /// Reads `path`, which must be a regular file that only its owner may read, as libpq asks of a
 /// password file: no group or other permission bits, except that a file owned by root may be
 /// group-readable (how a mounted Kubernetes Secret with `fsGroup` looks). The path may be a
@@ -260,10 +261,7 @@ fn read_private_file(path: &std::path::Path) -> std::io::Result<String> {
 }
 
 /// The connection a password file line is looked up for.
-#[cfg_attr(
-    not(feature = "postgres"),
-    allow(dead_code, reason = "used by connect_options")
-)]
+#[cfg(any(feature = "postgres", test))]
 struct PassfileEntry<'a> {
     host: &'a str,
     port: u16,
@@ -271,10 +269,7 @@ struct PassfileEntry<'a> {
     user: &'a str,
 }
 
-#[cfg_attr(
-    not(feature = "postgres"),
-    allow(dead_code, reason = "used by connect_options")
-)]
+#[cfg(any(feature = "postgres", test))]
 impl PassfileEntry<'_> {
     /// Returns the password of the first line of `text` (libpq's password file format) that
     /// matches this connection.
@@ -294,6 +289,7 @@ impl PassfileEntry<'_> {
     }
 }
 
+#[cfg(any(feature = "postgres", test))]
 /// Splits one password file line into its five fields, undoing `\:` and `\\`; `None` for a
 /// line with fewer fields. Colons after the fourth belong to the password.
 fn split_passfile_line(line: &str) -> Option<Vec<String>> {

@@ -21,6 +21,7 @@ use axum::response::Response;
 
 use crate::GatewayState;
 use crate::http::error::ApiError;
+use crate::readiness::STORE_PING_TIMEOUT;
 
 /// The commands a node hosting the native runtime must serve to be ready.
 const NATIVE_COMMANDS: &[&str] = &[AGENT_TURN, AGENT_SESSION_STOP, AGENT_SESSION_RESTORE];
@@ -34,10 +35,29 @@ pub(crate) async fn healthz() -> Json<HealthResponse> {
 
 /// `GET /readyz`: `200` when the store answers and a node serving every command of its runtime
 /// is connected, else `503` with a code that says which check failed. It needs no token, so
-/// it names no node.
+/// it names no node, and callers share one store ping per [`crate::readiness::STORE_PING_REUSE`].
 pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
-    if let Err(error) = state.store.ping().await {
-        tracing::error!(error = %error, "store ping failed");
+    let store_answers = state
+        .store_ping
+        .run(|| async {
+            let ping = tokio::time::timeout(STORE_PING_TIMEOUT, state.store.ping()).await;
+            match ping {
+                Ok(Ok(())) => true,
+                Ok(Err(error)) => {
+                    tracing::error!(error = %error, "store ping failed");
+                    false
+                }
+                Err(_) => {
+                    tracing::error!(
+                        timeout_ms = STORE_PING_TIMEOUT.as_millis(),
+                        "store ping timed out"
+                    );
+                    false
+                }
+            }
+        })
+        .await;
+    if !store_answers {
         return ApiError::new(
             ErrorCode::StoreUnavailable,
             "the gateway store does not answer",
