@@ -90,6 +90,8 @@ impl fmt::Display for StoreLocation {
 const URL_PARAMS: &[&str] = &[
     "sslmode",
     "sslrootcert",
+    "sslcert",
+    "sslkey",
     "application_name",
     "options",
     "host",

@@ -1261,21 +1261,14 @@ mod postgres_only {
         let url = url::Url::parse(&super::support::fresh_postgres_database().await).unwrap();
         let database = url.path().trim_start_matches('/').to_owned();
         let role = format!("{database}_pw");
-        let mut admin = sqlx::PgConnection::connect(url.as_str()).await.unwrap();
-        // Concurrent test runs may create the group at once; either error means it exists.
-        sqlx::raw_sql(
-            "DO $$ BEGIN CREATE ROLE gatehouse_password_users NOLOGIN; \
-             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$",
+        member_role(
+            &url,
+            "gatehouse_password_users",
+            &role,
+            &database,
+            "PASSWORD 'right-pass'",
         )
-        .execute(&mut admin)
-        .await
-        .unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "CREATE ROLE {role} LOGIN PASSWORD 'right-pass' IN ROLE gatehouse_password_users"
-        )))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+        .await;
         let (host, port) = (url.host_str().unwrap(), url.port().unwrap_or(5432));
         let dir = tempfile::tempdir().unwrap();
         let login = |password: &str| {
@@ -1312,6 +1305,82 @@ mod postgres_only {
             .as_database_error()
             .and_then(|error| error.code().map(std::borrow::Cow::into_owned));
         assert_eq!(code.as_deref(), Some("28P01"), "{refused}");
+    }
+
+    /// Creates `role` as a login member of `group` (made when missing, by whichever concurrent
+    /// test gets there first) that owns `database`, so it may migrate it.
+    async fn member_role(url: &url::Url, group: &str, role: &str, database: &str, extra: &str) {
+        let mut admin = sqlx::PgConnection::connect(url.as_str()).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DO $$ BEGIN CREATE ROLE {group} NOLOGIN; \
+             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$; \
+             CREATE ROLE {role} LOGIN {extra} IN ROLE {group}; \
+             ALTER DATABASE {database} OWNER TO {role}"
+        )))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    }
+
+    /// The store reaches its server over TLS and verifies it. The test server admits members of
+    /// `gatehouse_tls_users` over TLS only (scripts/test's `pg_hba.conf`), with a certificate
+    /// signed by the test CA `GATEHOUSE_TEST_POSTGRES_CA` names: such a role opens the store
+    /// with `sslmode=verify-full` and that CA, and its session is encrypted; in clear the
+    /// server refuses it; without the CA the server's certificate is not trusted.
+    #[tokio::test]
+    async fn a_tls_only_role_opens_the_store_over_verified_tls_and_never_in_clear() {
+        const CA_ENV: &str = "GATEHOUSE_TEST_POSTGRES_CA";
+        let ca = std::env::var(CA_ENV).unwrap_or_else(|_| {
+            panic!("{CA_ENV} is not set: run scripts/test, which starts the test server with TLS")
+        });
+        let url = url::Url::parse(&super::support::fresh_postgres_database().await).unwrap();
+        let database = url.path().trim_start_matches('/').to_owned();
+        let role = format!("{database}_tls");
+        member_role(&url, "gatehouse_tls_users", &role, &database, "").await;
+        let at = |params: &[(&str, &str)]| {
+            let mut target = url.clone();
+            target.set_username(&role).unwrap();
+            target.query_pairs_mut().clear().extend_pairs(params);
+            let StoreLocation::Postgres(location) = target.as_str().parse().unwrap() else {
+                panic!("not postgres");
+            };
+            location
+        };
+
+        let verified = at(&[("sslmode", "verify-full"), ("sslrootcert", &ca)]);
+        let store = gatehouse_store::open(&StoreLocation::Postgres(verified.clone()))
+            .await
+            .unwrap();
+        store.ping().await.unwrap();
+        let options = verified.connect_options().unwrap();
+        let mut connection = sqlx::PgConnection::connect_with(&options).await.unwrap();
+        let encrypted: bool =
+            sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+                .fetch_one(&mut connection)
+                .await
+                .unwrap();
+        assert!(encrypted, "the session is not encrypted");
+
+        let clear = at(&[("sslmode", "disable")]).connect_options().unwrap();
+        let refused = sqlx::PgConnection::connect_with(&clear).await.unwrap_err();
+        let code = refused
+            .as_database_error()
+            .and_then(|error| error.code().map(std::borrow::Cow::into_owned));
+        assert_eq!(code.as_deref(), Some("28000"), "{refused}");
+        let Err(error) =
+            gatehouse_store::open(&StoreLocation::Postgres(at(&[("sslmode", "disable")]))).await
+        else {
+            panic!("the store opened in clear");
+        };
+        assert_eq!(error.code(), ErrorCode::StoreUnavailable);
+
+        let unknown_ca = at(&[("sslmode", "verify-full")]).connect_options().unwrap();
+        let untrusted = sqlx::PgConnection::connect_with(&unknown_ca)
+            .await
+            .unwrap_err();
+        // rustls's refusal, carried as an I/O error of the handshake.
+        let refusal = format!("{untrusted:?}");
+        assert!(refusal.contains("UnknownIssuer"), "{refusal}");
     }
 }
 
