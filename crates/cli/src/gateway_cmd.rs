@@ -103,7 +103,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let running = crate::embedded::start_gateway_with(config, extensions).await?;
         crate::embedded::announce(&running, "gatehouse gateway");
-        crate::signals::shutdown_signal().await;
+        crate::signals::until_shutdown(&running).await;
         tracing::info!("shutting down");
         running.shutdown.cancel();
         running.wait().await?;

@@ -1,4 +1,4 @@
-//! Waiting for SIGINT or SIGTERM.
+//! Waiting for SIGINT or SIGTERM, or for the Gateway to stop by itself.
 
 /// Returns when the process receives SIGINT or SIGTERM.
 pub(crate) async fn shutdown_signal() {
@@ -16,6 +16,15 @@ pub(crate) async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         () = terminate => {}
+    }
+}
+
+/// Returns when the process receives SIGINT or SIGTERM, or when the Gateway stops by itself
+/// (it lost its store to another Gateway; [`gatehouse_gateway::RunningGateway::wait`] says so).
+pub(crate) async fn until_shutdown(running: &gatehouse_gateway::RunningGateway) {
+    tokio::select! {
+        () = shutdown_signal() => {}
+        () = running.shutdown.cancelled() => {}
     }
 }
 

@@ -206,7 +206,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
         if let Some(file) = node.setup_code_file {
             remove_code_after_enrollment(file, harness_root.join("node").join("device-token.json"));
         }
-        crate::signals::shutdown_signal().await;
+        crate::signals::until_shutdown(&running).await;
         tracing::info!("shutting down");
         shutdown.cancel();
         running.shutdown.cancel();

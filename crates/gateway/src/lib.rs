@@ -104,6 +104,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gatehouse_policy::path::FileTransferPolicy;
+use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::Store;
 use gatehouse_store::location::StoreLocation;
 use tokio_util::sync::CancellationToken;
@@ -166,6 +167,9 @@ pub struct GatewayConfig {
     /// How long `/metrics` reuses the figures it read from the store and the memory index
     /// ([`DEFAULT_METRICS_REFRESH_INTERVAL`]); zero reads them at every scrape.
     pub metrics_refresh_interval: Duration,
+    /// How long a starting Gateway waits for another one to let go of the store before it
+    /// refuses to start with `STORE_IN_USE` ([`gatehouse_store::exclusive::DEFAULT_WAIT`]).
+    pub store_lock_wait: Duration,
 }
 
 impl GatewayConfig {
@@ -191,6 +195,7 @@ impl GatewayConfig {
             bundled_skills_dir: None,
             store: None,
             metrics_refresh_interval: metrics::DEFAULT_METRICS_REFRESH_INTERVAL,
+            store_lock_wait: gatehouse_store::exclusive::DEFAULT_WAIT,
         }
     }
 
@@ -343,9 +348,12 @@ pub struct RunningGateway {
     /// The address it listens on (with the real port when 0 was asked).
     pub local_addr: SocketAddr,
     state: Arc<GatewayState>,
-    /// Stops the server when cancelled.
+    /// Stops the server when cancelled; also cancelled by the Gateway itself when another
+    /// Gateway took its store over.
     pub shutdown: CancellationToken,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// Set when the Gateway stopped because it lost its store to another Gateway.
+    store_lost: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl RunningGateway {
@@ -389,15 +397,25 @@ impl RunningGateway {
         setup_code::issue(self.state.store.as_ref(), url, ttl_seconds, clock::now_ms()).await
     }
 
-    /// Waits for the server to stop (after [`RunningGateway::shutdown`] is cancelled).
+    /// Waits for the server to stop (after [`RunningGateway::shutdown`] is cancelled). The
+    /// store stays locked until the server has stopped.
     ///
     /// # Errors
-    /// The server's I/O error.
+    /// The server's I/O error, or an error with the code `STORE_IN_USE` when the Gateway
+    /// stopped because another Gateway took its store over.
     pub async fn wait(self) -> std::io::Result<()> {
-        match self.server.await {
+        let served = match self.server.await {
             Ok(result) => result,
             Err(join) => Err(std::io::Error::other(join)),
+        };
+        if self.store_lost.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::other(format!(
+                "{}: another gateway took this gateway's store over while its connection was \
+                 lost; this one stopped so that one gateway writes the store",
+                ErrorCode::StoreInUse.as_str()
+            )));
         }
+        served
     }
 }
 
@@ -417,6 +435,9 @@ pub async fn start(
     let location = config.store_location();
     // The location never holds a password (a store URL with one is refused), so it is logged.
     tracing::info!(store = %location, "opening the gateway store");
+    let store_lock = Arc::new(
+        gatehouse_store::exclusive::StoreLock::acquire(&location, config.store_lock_wait).await?,
+    );
     let store: Arc<dyn Store> = gatehouse_store::open(&location).await?;
     let media = Arc::new(
         gatehouse_media::MediaStore::open(&config.state_dir.join(MEDIA_DIR))?
@@ -554,8 +575,14 @@ pub async fn start(
                 tracing::debug!(error = %error, "cannot set TCP_NODELAY");
             }
         });
+    let store_lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tokio::spawn(stop_when_store_lost(
+        Arc::clone(&store_lock),
+        shutdown.clone(),
+        Arc::clone(&store_lost),
+    ));
     let server = tokio::spawn(async move {
-        axum::serve(
+        let served = axum::serve(
             listener,
             router.into_make_service_with_connect_info::<SocketAddr>(),
         )
@@ -563,14 +590,38 @@ pub async fn start(
             stop.cancelled().await;
             engine.shut_down();
         })
-        .await
+        .await;
+        // Another Gateway may take the store only once this one stopped serving.
+        drop(store_lock);
+        served
     });
     Ok(RunningGateway {
         local_addr,
         state,
         shutdown,
         server,
+        store_lost,
     })
+}
+
+/// Stops the Gateway (cancels `shutdown`, sets `lost`) when another Gateway took its store
+/// over; ends with the shutdown otherwise.
+async fn stop_when_store_lost(
+    lock: Arc<gatehouse_store::exclusive::StoreLock>,
+    shutdown: CancellationToken,
+    lost: Arc<std::sync::atomic::AtomicBool>,
+) {
+    tokio::select! {
+        () = lock.lost() => {
+            tracing::error!(
+                code = ErrorCode::StoreInUse.as_str(),
+                "another gateway took this gateway's store over; stopping"
+            );
+            lost.store(true, std::sync::atomic::Ordering::SeqCst);
+            shutdown.cancel();
+        }
+        () = shutdown.cancelled() => {}
+    }
 }
 
 /// Writes the audit trail's suppression summaries once per window, so a peer that flooded and

@@ -331,6 +331,10 @@ catalogue! {
         StorageFull = "STORAGE_FULL", 507;
         /// The store cannot be reached or is busy; retrying later may succeed.
         StoreUnavailable = "STORE_UNAVAILABLE", 503;
+        /// Another Gateway holds the store (its state directory's database, or the PostgreSQL
+        /// database): a Gateway refuses to start beside it, and stops when, after a lost
+        /// connection, another Gateway took its database over.
+        StoreInUse = "STORE_IN_USE", 503;
         /// The store failed or holds a corrupt record.
         StoreFailure = "STORE_FAILURE", 500;
         /// The Gateway's media quota (`--media-quota-bytes`) is used up; a native turn whose

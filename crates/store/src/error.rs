@@ -28,6 +28,15 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Another Gateway holds the store ([`crate::exclusive::StoreLock`]).
+    #[error(
+        "another gateway holds the store {store} (STORE_IN_USE); stop it first, or give this \
+         gateway a store of its own"
+    )]
+    InUse {
+        /// The store's location (never with a password).
+        store: String,
+    },
     /// A stored value could not be decoded (for example malformed JSON written by hand).
     #[error("stored {what} is corrupt")]
     Corrupt {
@@ -54,6 +63,7 @@ impl StoreError {
             StoreError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
             StoreError::DiskFull => ErrorCode::StorageFull,
             StoreError::Unavailable { .. } => ErrorCode::StoreUnavailable,
+            StoreError::InUse { .. } => ErrorCode::StoreInUse,
             StoreError::Corrupt { .. } | StoreError::Internal { .. } => ErrorCode::StoreFailure,
         }
     }

@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod error;
+pub mod exclusive;
 pub mod location;
 pub mod model;
 #[cfg(feature = "postgres")]

@@ -22,6 +22,7 @@ mod quotas;
 mod sandbox;
 mod scratch;
 mod skills;
+mod store_lock;
 mod support;
 mod up;
 mod worker_child;

@@ -17,7 +17,7 @@ use crate::suite::support::gatehouse;
 use crate::suite::up::Up;
 
 /// Creates an empty database on the test server and returns its URL.
-async fn fresh_database() -> url::Url {
+pub(crate) async fn fresh_database() -> url::Url {
     let server = std::env::var("GATEHOUSE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
         panic!(
             "GATEHOUSE_TEST_POSTGRES_URL is not set: this test needs a PostgreSQL server. Run \
@@ -112,14 +112,14 @@ async fn kill_9_on_postgres_under_64_clients_loses_no_acknowledged_message() {
 /// A TCP forwarder on loopback to the test server: stopping it is, to the Gateway, the server
 /// going away (every connection drops, new ones are refused); starting it again on the same port
 /// brings the server back.
-struct Outage {
-    port: u16,
+pub(crate) struct Outage {
+    pub(crate) port: u16,
     upstream: SocketAddr,
     forwarding: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Outage {
-    async fn new(server: &url::Url) -> Outage {
+    pub(crate) async fn new(server: &url::Url) -> Outage {
         let upstream = server.socket_addrs(|| Some(5432)).unwrap()[0];
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -133,14 +133,14 @@ impl Outage {
     }
 
     /// Drops every forwarded connection and stops listening.
-    fn begin(&mut self) {
+    pub(crate) fn begin(&mut self) {
         if let Some(forwarding) = self.forwarding.take() {
             forwarding.abort();
         }
     }
 
     /// Listens on the same port again.
-    async fn end(&mut self) {
+    pub(crate) async fn end(&mut self) {
         let deadline = Instant::now() + WAIT;
         let listener = loop {
             match tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await {
