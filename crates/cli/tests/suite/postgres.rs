@@ -17,7 +17,7 @@ use crate::suite::support::gatehouse;
 use crate::suite::up::Up;
 
 /// Creates an empty database on the test server and returns its URL.
-async fn fresh_database() -> url::Url {
+pub(crate) async fn fresh_database() -> url::Url {
     let server = std::env::var("GATEHOUSE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
         panic!(
             "GATEHOUSE_TEST_POSTGRES_URL is not set: this test needs a PostgreSQL server. Run \
@@ -43,7 +43,7 @@ async fn fresh_database() -> url::Url {
     url
 }
 
-fn up_on(data: &std::path::Path, store: &url::Url) -> Up {
+pub(crate) fn up_on(data: &std::path::Path, store: &url::Url) -> Up {
     let mut command = gatehouse();
     command.env("GATEHOUSE_STORE", store.as_str());
     Up::start_with(command, data)
@@ -112,7 +112,7 @@ async fn kill_9_on_postgres_under_64_clients_loses_no_acknowledged_message() {
 /// A TCP forwarder on loopback to the test server: stopping it is, to the Gateway, the server
 /// going away (every connection drops, new ones are refused); starting it again on the same port
 /// brings the server back.
-struct Outage {
+pub(crate) struct Outage {
     port: u16,
     upstream: SocketAddr,
     forwarding: Option<tokio::task::JoinHandle<()>>,
@@ -133,14 +133,14 @@ impl Outage {
     }
 
     /// Drops every forwarded connection and stops listening.
-    fn begin(&mut self) {
+    pub(crate) fn begin(&mut self) {
         if let Some(forwarding) = self.forwarding.take() {
             forwarding.abort();
         }
     }
 
     /// Listens on the same port again.
-    async fn end(&mut self) {
+    pub(crate) async fn end(&mut self) {
         let deadline = Instant::now() + WAIT;
         let listener = loop {
             match tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await {
@@ -169,7 +169,7 @@ async fn forward(listener: tokio::net::TcpListener, upstream: SocketAddr) {
 
 /// Starts `up` on a fresh database reached through an [`Outage`] forwarder, and waits until it
 /// is ready. The tempdir holds the data directory.
-async fn up_behind_outage() -> (tempfile::TempDir, Outage, Up) {
+pub(crate) async fn up_behind_outage() -> (tempfile::TempDir, Outage, Up) {
     let temp = tempfile::tempdir().unwrap();
     let data = temp.path().canonicalize().unwrap().join("data");
     let direct = fresh_database().await;
