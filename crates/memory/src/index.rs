@@ -4,7 +4,7 @@
 //!   range, text, embedding as little-endian f32), and `chunks_fts`, an FTS5 table over the
 //!   chunk texts (`unicode61`), keyed by chunk id; `meta` keeps the identity. The file uses a
 //!   rollback journal, not WAL, so a rebuilt file can be renamed over it.
-//! - [`IndexLocation::Postgres`] (feature `postgres`): tables of the schema `gatehouse_memory`
+//! - `IndexLocation::Postgres` (feature `postgres`): tables of the schema `gatehouse_memory`
 //!   in the Gateway store's PostgreSQL database (see `index/postgres.rs`), with a GIN-indexed
 //!   `tsvector` for the keyword leg and the vectors in the same table (`bytea`, the same
 //!   little-endian f32).
@@ -122,6 +122,21 @@ impl IndexIdentity {
             "{}|{}|{}|{}",
             self.embedder, self.model, self.dimensions, self.chunking
         )
+    }
+
+    /// Reads an identity back from its [`IndexIdentity::key`] (as [`IndexStats::identity`]
+    /// reports it), for opening a copy of an index with the identity it was built with. A model
+    /// name may itself hold `|`.
+    pub fn parse(key: &str) -> Option<Self> {
+        let (embedder, rest) = key.split_once('|')?;
+        let (rest, chunking) = rest.rsplit_once('|')?;
+        let (model, dimensions) = rest.rsplit_once('|')?;
+        Some(Self {
+            embedder: embedder.to_owned(),
+            model: model.to_owned(),
+            dimensions: dimensions.parse().ok()?,
+            chunking: chunking.to_owned(),
+        })
     }
 }
 
@@ -690,6 +705,24 @@ mod tests {
         );
         assert_eq!(fts_query(" ?! "), None);
         assert_eq!(fts_query("\" OR 1"), Some(String::from("\"OR\" AND \"1\"")));
+    }
+
+    #[test]
+    fn identities_parse_back_from_their_keys() {
+        let identity = IndexIdentity {
+            embedder: String::from("openai-compatible"),
+            model: String::from("org|embed-3"),
+            dimensions: 1536,
+            chunking: ChunkSettings::default().identity(),
+        };
+        assert_eq!(IndexIdentity::parse(&identity.key()), Some(identity));
+        let none = IndexIdentity::of(None, ChunkSettings::default());
+        assert_eq!(IndexIdentity::parse(&none.key()), Some(none));
+        assert_eq!(
+            IndexIdentity::parse("local|model|many|lines-v1:400:80"),
+            None
+        );
+        assert_eq!(IndexIdentity::parse("garbage"), None);
     }
 
     #[test]

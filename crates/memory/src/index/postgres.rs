@@ -17,7 +17,9 @@
 //!   change what matches. The query is never parsed as `tsquery` syntax from the user's text.
 //! - Scores: the matching chunks, the number of chunks and terms of the generation, and how
 //!   many chunks hold each query term are read in one snapshot, and
-//!   [`crate::rank::fts5_bm25`] ranks them as FTS5 does.
+//!   [`crate::rank::fts5_bm25`] ranks them as FTS5 does. Every chunk holding all the query's
+//!   terms is read and scored here (FTS5 ranks inside the engine), so a query of only common
+//!   words costs more than on SQLite.
 //! - Text: PostgreSQL `text` cannot hold NUL, so NUL in a path or a chunk is stored as U+FFFD
 //!   (both separate words, so the terms are the same).
 //! - Words longer than 2,047 bytes (PostgreSQL's longest lexeme) are counted in the length but
