@@ -679,22 +679,37 @@ fn assert_same_ranking(query: &str, sqlite: Vec<Ranked>, postgres: Vec<Ranked>) 
     sqlite
 }
 
-async fn both_indexed(embedder: Option<&BucketEmbedder>) -> (MemoryIndex, MemoryIndex) {
+/// The fixed corpus indexed on SQLite and on PostgreSQL. The targets are returned with the
+/// indexes: a SQLite target's tempdir must outlive its index.
+struct Both {
+    sqlite: MemoryIndex,
+    postgres: MemoryIndex,
+    _targets: [Target; 2],
+}
+
+async fn both_indexed(embedder: Option<&BucketEmbedder>) -> Both {
     let files = corpus();
     let files: Vec<(&str, &str)> = files
         .iter()
         .map(|(path, text)| (path.as_str(), text.as_str()))
         .collect();
-    let sqlite = indexed(&Target::sqlite(), embedder, &files).await;
-    let postgres = indexed(&Target::postgres().await, embedder, &files).await;
-    (sqlite, postgres)
+    let targets = [Target::sqlite(), Target::postgres().await];
+    Both {
+        sqlite: indexed(&targets[0], embedder, &files).await,
+        postgres: indexed(&targets[1], embedder, &files).await,
+        _targets: targets,
+    }
 }
 
 /// Keyword-only search ranks the fixed corpus in the same order with the same scores on both
 /// backends; the keyword leg itself (before recency and the cut) agrees too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyword_rankings_are_the_same_on_both_backends() {
-    let (sqlite, postgres) = both_indexed(None).await;
+    let Both {
+        sqlite,
+        postgres,
+        _targets,
+    } = both_indexed(None).await;
     let mut distinct_orders = 0;
     for query in QUERIES {
         let left = ranked(&sqlite, None, query).await;
@@ -748,7 +763,11 @@ async fn keyword_rankings_are_the_same_on_both_backends() {
 /// with the same scores on both backends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hybrid_rankings_are_the_same_on_both_backends() {
-    let (sqlite, postgres) = both_indexed(Some(&BUCKETS)).await;
+    let Both {
+        sqlite,
+        postgres,
+        _targets,
+    } = both_indexed(Some(&BUCKETS)).await;
     assert_eq!(postgres.vector_state(), &VectorState::Active);
     for query in QUERIES {
         let left = ranked(&sqlite, Some(&BUCKETS), query).await;
@@ -772,7 +791,11 @@ async fn hybrid_rankings_are_the_same_on_both_backends() {
 /// the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_index_copied_between_backends_searches_the_same() {
-    let (sqlite, postgres) = both_indexed(Some(&BUCKETS)).await;
+    let Both {
+        sqlite,
+        postgres,
+        _targets,
+    } = both_indexed(Some(&BUCKETS)).await;
     for (source, target) in [
         (&sqlite, Target::postgres().await),
         (&postgres, Target::sqlite()),
