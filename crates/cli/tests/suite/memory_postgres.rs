@@ -167,7 +167,7 @@ async fn memory_search_says_store_unavailable_while_postgres_is_unreachable_and_
         (503, Some("STORE_UNAVAILABLE")),
         "{body}"
     );
-    // A change made during the outage is indexed once the server is back, with no new change.
+    // A change made during the outage is indexed once the server is back, without a restart.
     std::fs::write(
         data.join("harness/workspace/memory/outage.md"),
         "Written while the database was away: the pager rota.\n",
