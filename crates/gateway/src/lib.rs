@@ -456,7 +456,7 @@ pub async fn start(
         tracing::error!(error = %error, "cannot collect checkpoint blobs at start");
     }
     let memory = memory::MemoryService::open(
-        &config.state_dir,
+        &memory::index_location(&location, &config.state_dir)?,
         extensions.memory_embedder.clone(),
         config.memory_embedder,
         Arc::clone(&registry),

@@ -7,10 +7,15 @@
 //!
 //! When no node serves the workspace, search answers from the retained index and says `stale`;
 //! `memory_get` fails with `DEPENDENCY_UNAVAILABLE`. Nothing is ever read from a local copy.
+//!
+//! The index lives where the store does: the SQLite file [`MEMORY_INDEX_FILE`] in the state
+//! directory beside a SQLite store, or the schema `gatehouse_memory` of the store's PostgreSQL
+//! database ([`index_location`]). On PostgreSQL a lost connection fails a search, a status or a
+//! sync with `STORE_UNAVAILABLE`, like the store's own calls, and the next call reconnects; a
+//! sync that failed is retried by the next change the node reports.
 
 use gatehouse_protocol::error::ErrorCode;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
@@ -26,6 +31,7 @@ use gatehouse_memory::chunk::ChunkSettings;
 use gatehouse_memory::embed::Embedder;
 use gatehouse_memory::embed::EmbedderKind;
 use gatehouse_memory::index::IndexIdentity;
+use gatehouse_memory::index::IndexLocation;
 use gatehouse_memory::index::MemoryIndex;
 use gatehouse_memory::index::VectorState;
 use gatehouse_memory::search::SearchOptions;
@@ -39,6 +45,7 @@ use gatehouse_protocol::memory::MemoryReadResult;
 use gatehouse_protocol::memory::MemoryRequest;
 use gatehouse_protocol::memory::WATCH_CHANGE;
 use gatehouse_protocol::memory::WORKSPACE_MEMORY;
+use gatehouse_store::location::StoreLocation;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -48,14 +55,48 @@ use crate::link::registry::InvokeError;
 use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
 
-/// The index file in the Gateway state directory.
+/// The index file in the Gateway state directory, when the store is SQLite.
 pub(crate) const MEMORY_INDEX_FILE: &str = "memory.db";
+
+/// Where the memory index lives for a Gateway whose store is at `store`: in the store's
+/// PostgreSQL database, or in [`MEMORY_INDEX_FILE`] under `state_dir` beside a SQLite store.
+///
+/// # Errors
+/// The PostgreSQL URL's password reference cannot be resolved, or this build has no PostgreSQL
+/// support (`STORE_UNAVAILABLE`).
+pub(crate) fn index_location(
+    store: &StoreLocation,
+    state_dir: &std::path::Path,
+) -> Result<IndexLocation, MemoryServiceError> {
+    match store {
+        StoreLocation::Sqlite(_) => Ok(IndexLocation::File(state_dir.join(MEMORY_INDEX_FILE))),
+        #[cfg(feature = "postgres")]
+        StoreLocation::Postgres(database) => database
+            .connect_options()
+            .map(|options| IndexLocation::Postgres(Box::new(options)))
+            .map_err(|error| {
+                MemoryServiceError::from(gatehouse_memory::index::IndexError::Unavailable(
+                    error.to_string(),
+                ))
+            }),
+        #[cfg(not(feature = "postgres"))]
+        StoreLocation::Postgres(_) => Err(MemoryServiceError::from(
+            gatehouse_memory::index::IndexError::Unavailable(String::from(
+                "this gatehouse was built without the postgres feature",
+            )),
+        )),
+    }
+}
 
 /// How long one `workspace.memory` request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a watch subscription may stay open.
 const WATCH_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// How long after a failed sync (the index's database down, say) it is tried again, while the
+/// node reports no change.
+const SYNC_RETRY: Duration = Duration::from_secs(5);
 
 /// How long a watch whose line stream closed waits for its invoke's outcome, to log it.
 const WATCH_OUTCOME_GRACE: Duration = Duration::from_secs(5);
@@ -99,6 +140,10 @@ impl MemoryServiceError {
             Self::Index(gatehouse_memory::MemoryError::Index(
                 gatehouse_memory::index::IndexError::DiskFull,
             )) => ErrorCode::StorageFull.as_str(),
+            // The index is in the store's PostgreSQL database: its outage is the store's.
+            Self::Index(gatehouse_memory::MemoryError::Index(
+                gatehouse_memory::index::IndexError::Unavailable(_),
+            )) => ErrorCode::StoreUnavailable.as_str(),
             Self::Index(_) => ErrorCode::MemoryIndexFailed.as_str(),
         }
     }
@@ -113,7 +158,6 @@ impl From<gatehouse_memory::index::IndexError> for MemoryServiceError {
 /// The memory index and its link to the Harness.
 pub struct MemoryService {
     index: tokio::sync::RwLock<Arc<MemoryIndex>>,
-    index_path: PathBuf,
     chunking: ChunkSettings,
     embedder: Option<Arc<dyn Embedder>>,
     registry: Arc<NodeRegistry>,
@@ -127,22 +171,21 @@ pub struct MemoryService {
 }
 
 impl MemoryService {
-    /// Opens the index under `state_dir` for `embedder`. `configured` is what the operator asked
-    /// for (`None` when unset): an unset or local embedder that is not available means keyword
-    /// search with a warning.
+    /// Opens the index at `location` ([`index_location`]) for `embedder`. `configured` is what
+    /// the operator asked for (`None` when unset): an unset or local embedder that is not
+    /// available means keyword search with a warning.
     ///
     /// # Errors
     /// The index cannot be opened.
     pub async fn open(
-        state_dir: &std::path::Path,
+        location: &IndexLocation,
         embedder: Option<Arc<dyn Embedder>>,
         configured: Option<EmbedderKind>,
         registry: Arc<NodeRegistry>,
     ) -> Result<Arc<Self>, MemoryServiceError> {
         let chunking = ChunkSettings::default();
-        let index_path = state_dir.join(MEMORY_INDEX_FILE);
         let identity = IndexIdentity::of(embedder.as_deref(), chunking);
-        let index = MemoryIndex::open(&index_path, identity, chunking).await?;
+        let index = MemoryIndex::open(location, identity, chunking).await?;
         let mut warnings = Vec::new();
         match (configured, &embedder) {
             (None, None) => warnings.push(String::from(
@@ -158,7 +201,6 @@ impl MemoryService {
         }
         Ok(Arc::new(Self {
             index: tokio::sync::RwLock::new(Arc::new(index)),
-            index_path,
             chunking,
             embedder,
             registry,
@@ -209,10 +251,23 @@ impl MemoryService {
             }
         };
         // Follows the watch's lines until the stream closes (the invoke ended: its outcome
-        // follows at once) or a line is refused (the watch is abandoned and restarted).
+        // follows at once) or a line is refused (the watch is abandoned and restarted). After a
+        // failed sync, a quiet stream retries it every SYNC_RETRY.
         let follow = async {
+            let mut retry = false;
             loop {
-                let line = match lines.next_line().await {
+                let next = if retry {
+                    match tokio::time::timeout(SYNC_RETRY, lines.next_line()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            retry = !self.sync_reported(node).await;
+                            continue;
+                        }
+                    }
+                } else {
+                    lines.next_line().await
+                };
+                let line = match next {
                     Ok(Some(line)) => line,
                     Ok(None) => return WatchEnd::Closed,
                     Err(error) => {
@@ -221,12 +276,9 @@ impl MemoryService {
                     }
                 };
                 match serde_json::from_str::<String>(line.trim()) {
-                    Ok(event) if event == WATCH_CHANGE => match self.sync_change(node).await {
-                        Ok(()) => self.mark_synced(),
-                        Err(error) => {
-                            tracing::warn!(code = error.code(), error = %loggable(&error), "memory sync failed");
-                        }
-                    },
+                    Ok(event) if event == WATCH_CHANGE => {
+                        retry = !self.sync_reported(node).await;
+                    }
                     Ok(_) => {
                         tracing::warn!("the node says the memory files are unavailable");
                         self.mark_stale();
@@ -391,6 +443,21 @@ impl MemoryService {
         self.sync(node).await
     }
 
+    /// Syncs after a change (or to retry a failed sync), marking the index in sync or logging
+    /// the failure; returns whether the sync completed.
+    async fn sync_reported(&self, node: &Arc<NodeConnection>) -> bool {
+        match self.sync_change(node).await {
+            Ok(()) => {
+                self.mark_synced();
+                true
+            }
+            Err(error) => {
+                tracing::warn!(code = error.code(), error = %loggable(&error), "memory sync failed; retrying");
+                false
+            }
+        }
+    }
+
     /// Whether answers come from a retained index that may be out of date.
     pub fn is_stale(&self) -> bool {
         self.stale.load(Ordering::SeqCst)
@@ -485,9 +552,10 @@ impl MemoryService {
         })
     }
 
-    /// Rebuilds the index from the Harness's files with the running configuration: into a
-    /// temporary file first, which then replaces the index at once. `progress` gets a report
-    /// after every file.
+    /// Rebuilds the index from the Harness's files with the running configuration: into a fresh
+    /// index beside the live one first (a temporary file on SQLite, a new generation on
+    /// PostgreSQL), which then replaces it at once. Searches meanwhile answer from the live
+    /// index. `progress` gets a report after every file.
     ///
     /// # Errors
     /// `DEPENDENCY_UNAVAILABLE` without a node; index and embedder failures. On failure the old
@@ -498,21 +566,37 @@ impl MemoryService {
     ) -> Result<MemoryStatus, MemoryServiceError> {
         let node = self.node()?;
         let _guard = self.sync_lock.lock().await;
-        let rebuild_path = self.index_path.with_extension("db.rebuild");
-        let _ = std::fs::remove_file(&rebuild_path);
         let identity = IndexIdentity::of(self.embedder.as_deref(), self.chunking);
-        let fresh = MemoryIndex::open(&rebuild_path, identity.clone(), self.chunking).await?;
-        let listing: MemoryListResult = self
-            .call(&node, &self.request(&node, MemoryOp::List))
-            .await?;
+        let live = Arc::clone(&*self.index.read().await);
+        let fresh = live.rebuild(identity).await?;
+        let total = match self.fill(&fresh, &node, &progress).await {
+            Ok(total) => total,
+            Err(error) => {
+                fresh.discard().await;
+                return Err(error);
+            }
+        };
+        let mut slot = self.index.write().await;
+        *slot = Arc::new(fresh.replace(&slot).await?);
+        drop(slot);
+        self.mark_synced();
+        tracing::info!(files = total, "rebuilt the memory index");
+        self.status().await
+    }
+
+    /// Indexes every file the node lists into `fresh`; returns how many there were.
+    async fn fill(
+        &self,
+        fresh: &MemoryIndex,
+        node: &Arc<NodeConnection>,
+        progress: &mpsc::Sender<ReindexProgress>,
+    ) -> Result<usize, MemoryServiceError> {
+        let listing: MemoryListResult =
+            self.call(node, &self.request(node, MemoryOp::List)).await?;
         let total = listing.files.len();
         let _ = progress.send(ReindexProgress { done: 0, total }).await;
         for (done, file) in listing.files.iter().enumerate() {
-            if let Err(error) = self.index_file(&fresh, &node, &file.path).await {
-                fresh.close().await;
-                let _ = std::fs::remove_file(&rebuild_path);
-                return Err(error);
-            }
+            self.index_file(fresh, node, &file.path).await?;
             let _ = progress
                 .send(ReindexProgress {
                     done: done + 1,
@@ -520,19 +604,7 @@ impl MemoryService {
                 })
                 .await;
         }
-        fresh.close().await;
-        let mut slot = self.index.write().await;
-        slot.close().await;
-        std::fs::rename(&rebuild_path, &self.index_path).map_err(|error| {
-            MemoryServiceError::Index(
-                gatehouse_memory::index::IndexError::Storage(error.to_string()).into(),
-            )
-        })?;
-        *slot = Arc::new(MemoryIndex::open(&self.index_path, identity, self.chunking).await?);
-        drop(slot);
-        self.mark_synced();
-        tracing::info!(files = total, "rebuilt the memory index");
-        self.status().await
+        Ok(total)
     }
 }
 
@@ -597,7 +669,7 @@ mod tests {
             1536,
         ));
         let service = MemoryService::open(
-            dir.path(),
+            &IndexLocation::File(dir.path().join(MEMORY_INDEX_FILE)),
             Some(embedder),
             Some(EmbedderKind::OpenAiCompatible),
             Arc::new(NodeRegistry::default()),
@@ -616,7 +688,7 @@ mod tests {
         let other = dir.path().join("other");
         std::fs::create_dir(&other).unwrap();
         let keyword_only = MemoryService::open(
-            &other,
+            &IndexLocation::File(other.join(MEMORY_INDEX_FILE)),
             None,
             Some(EmbedderKind::None),
             Arc::new(NodeRegistry::default()),

@@ -43,6 +43,53 @@ pub fn bm25_score(rank: f64) -> f64 {
     }
 }
 
+/// FTS5's `bm25()` parameter k1 (term frequency saturation).
+pub const BM25_K1: f64 = 1.2;
+/// FTS5's `bm25()` parameter b (length normalisation).
+pub const BM25_B: f64 = 0.75;
+
+/// What `bm25()` knows of the whole index: its rows (chunks) and their tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bm25Corpus {
+    /// Rows in the index.
+    pub rows: u64,
+    /// Tokens in all rows.
+    pub tokens: u64,
+}
+
+/// One phrase (here: one word) of a query, as `bm25()` sees it for one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bm25Phrase {
+    /// Rows that contain the phrase.
+    pub rows: u64,
+    /// Occurrences of the phrase in this row.
+    pub hits: u64,
+}
+
+/// The rank FTS5's `bm25()` gives a row of `length` tokens, computed the way SQLite computes it
+/// (`fts5_aux.c`): the sum over the query's phrases, in order and repeats included, of
+/// `idf × f × (k1 + 1) / (f + k1 × (1 − b + b × length / avgdl))` with
+/// `idf = ln((N − n + 0.5) / (n + 0.5))` (1e-6 when not positive), negated. The PostgreSQL
+/// backend ranks with it, so its keyword scores are the ones SQLite computes natively.
+pub fn fts5_bm25(corpus: Bm25Corpus, length: u64, phrases: &[Bm25Phrase]) -> f64 {
+    let rows = corpus.rows as f64;
+    let average = corpus.tokens as f64 / rows;
+    let length = length as f64;
+    let mut score = 0.0;
+    for phrase in phrases {
+        let matching = phrase.rows as f64;
+        let mut idf = ((rows - matching + 0.5) / (matching + 0.5)).ln();
+        if idf <= 0.0 {
+            idf = 1e-6;
+        }
+        let hits = phrase.hits as f64;
+        score += idf
+            * ((hits * (BM25_K1 + 1.0))
+                / (hits + BM25_K1 * (1.0 - BM25_B + BM25_B * length / average)));
+    }
+    -score
+}
+
 /// The score of a candidate: `0.7 × vector + 0.3 × keyword` when vectors are searched, else the
 /// keyword score alone.
 pub fn merged_score(candidate: &Candidate, hybrid: bool) -> f64 {

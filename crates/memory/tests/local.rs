@@ -52,7 +52,7 @@ async fn a_semantic_only_hit_is_found_without_a_shared_word() {
     let embedder = model();
     let chunking = ChunkSettings::default();
     let index = MemoryIndex::open(
-        &dir.path().join("memory.db"),
+        &gatehouse_memory::index::IndexLocation::File(dir.path().join("memory.db")),
         IndexIdentity::of(Some(&embedder), chunking),
         chunking,
     )

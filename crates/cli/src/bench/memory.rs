@@ -127,7 +127,7 @@ async fn measure(args: &MemoryBenchArgs) -> anyhow::Result<Report> {
     let chunking = ChunkSettings::default();
     let embedder = HashEmbedder;
     let index = MemoryIndex::open(
-        &temp.path().join("memory.db"),
+        &gatehouse_memory::index::IndexLocation::File(temp.path().join("memory.db")),
         IndexIdentity::of(Some(&embedder), chunking),
         chunking,
     )

@@ -10,6 +10,7 @@ mod hostile;
 mod hostile_node;
 mod link;
 mod memory;
+mod memory_postgres;
 mod metrics;
 mod mock_model;
 mod native;

@@ -43,7 +43,7 @@ pub(crate) async fn fresh_database() -> url::Url {
     url
 }
 
-fn up_on(data: &std::path::Path, store: &url::Url) -> Up {
+pub(crate) fn up_on(data: &std::path::Path, store: &url::Url) -> Up {
     let mut command = gatehouse();
     command.env("GATEHOUSE_STORE", store.as_str());
     Up::start_with(command, data)
@@ -169,7 +169,7 @@ async fn forward(listener: tokio::net::TcpListener, upstream: SocketAddr) {
 
 /// Starts `up` on a fresh database reached through an [`Outage`] forwarder, and waits until it
 /// is ready. The tempdir holds the data directory.
-async fn up_behind_outage() -> (tempfile::TempDir, Outage, Up) {
+pub(crate) async fn up_behind_outage() -> (tempfile::TempDir, Outage, Up) {
     let temp = tempfile::tempdir().unwrap();
     let data = temp.path().canonicalize().unwrap().join("data");
     let direct = fresh_database().await;

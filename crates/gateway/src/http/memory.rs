@@ -32,6 +32,10 @@ fn api_error(error: &MemoryServiceError) -> ApiError {
         MemoryServiceError::Index(_) if error.code() == ErrorCode::StorageFull => {
             StatusCode::INSUFFICIENT_STORAGE
         }
+        // The index's PostgreSQL database is down: the store's outage status.
+        MemoryServiceError::Index(_) if error.code() == ErrorCode::StoreUnavailable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         MemoryServiceError::Index(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     ApiError::with_text_code(status, error.code(), error.to_string())
