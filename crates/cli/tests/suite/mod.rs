@@ -22,6 +22,7 @@ mod quotas;
 mod sandbox;
 mod scratch;
 mod skills;
+mod state;
 mod support;
 mod up;
 mod worker_child;

@@ -17,7 +17,7 @@ use crate::suite::support::gatehouse;
 use crate::suite::up::Up;
 
 /// Creates an empty database on the test server and returns its URL.
-async fn fresh_database() -> url::Url {
+pub(crate) async fn fresh_database() -> url::Url {
     let server = std::env::var("GATEHOUSE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
         panic!(
             "GATEHOUSE_TEST_POSTGRES_URL is not set: this test needs a PostgreSQL server. Run \
@@ -43,13 +43,13 @@ async fn fresh_database() -> url::Url {
     url
 }
 
-fn up_on(data: &std::path::Path, store: &url::Url) -> Up {
+pub(crate) fn up_on(data: &std::path::Path, store: &url::Url) -> Up {
     let mut command = gatehouse();
     command.env("GATEHOUSE_STORE", store.as_str());
     Up::start_with(command, data)
 }
 
-async fn completed_turn(up: &Up, session: &str, text: &str) -> serde_json::Value {
+pub(crate) async fn completed_turn(up: &Up, session: &str, text: &str) -> serde_json::Value {
     let (status, body) = up.post(session, serde_json::json!({"text": text})).await;
     assert_eq!(status, 202, "{body}");
     let turn = up.turn_status(body["turnId"].as_str().unwrap(), 20).await;
