@@ -95,9 +95,6 @@ fn location(url: &str) -> anyhow::Result<StoreLocation> {
 async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
     let from = location(&args.from)?;
     let to = location(&args.to)?;
-    if from == to {
-        return Err(UsageError::new("--from and --to name the same store").into());
-    }
     let media = match (&args.media_from, &args.media_to) {
         (Some(source), Some(target)) => Some((
             open_media_url(source, MediaRole::Existing)?,

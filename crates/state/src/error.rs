@@ -22,6 +22,12 @@ pub enum StateError {
         /// The driver's error.
         source: sqlx::Error,
     },
+    /// The source and the target are the same store.
+    #[error("the source and the target are the same store ({store})")]
+    SameStore {
+        /// The store URL.
+        store: String,
+    },
     /// The source is not a Gateway store: it has no applied migrations.
     #[error("the source {store} is not a Gateway store (it has no migrations applied)")]
     NotAStore {

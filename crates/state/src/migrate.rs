@@ -154,6 +154,11 @@ pub async fn migrate(
     progress: &mut (dyn FnMut(Progress<'_>) + Send),
 ) -> Result<MigrationReport> {
     let source_id = source_identity(from);
+    if source_id == source_identity(to) {
+        return Err(StateError::SameStore {
+            store: from.to_string(),
+        });
+    }
     let source = Db::open_read_only(from).await?;
     let source_versions = source.schema_versions().await?;
     let Some(&source_version) = source_versions.last() else {
@@ -240,8 +245,9 @@ pub async fn migrate(
     })
 }
 
-/// The source as the markers name it: a SQLite file by its canonical path, so a rerun that
-/// spells the path differently still continues.
+/// A store as the markers name it: a SQLite file by its canonical path, so a rerun that spells
+/// the path differently still continues and a target that is the source under another spelling
+/// is refused.
 fn source_identity(from: &StoreLocation) -> String {
     match from {
         StoreLocation::Sqlite(path) => match std::fs::canonicalize(path) {

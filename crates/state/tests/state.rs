@@ -244,7 +244,7 @@ async fn a_store_moves_sqlite_to_postgres_and_back_with_its_order_and_counters()
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_copy_is_refused_into_a_store_with_state_and_into_one_holding_another_copy() {
+async fn a_copy_is_refused_into_a_store_with_state_one_holding_another_copy_or_its_source() {
     let dir = tempfile::tempdir().unwrap();
     let source = StoreLocation::Sqlite(dir.path().join("gateway.db"));
     populate(&gatehouse_store::open(&source).await.unwrap()).await;
@@ -267,6 +267,15 @@ async fn a_copy_is_refused_into_a_store_with_state_and_into_one_holding_another_
     assert!(
         matches!(refused, gatehouse_state::StateError::OtherSource { .. }),
         "{refused}"
+    );
+    // The source under another spelling is the same store, never a target.
+    let spelled = StoreLocation::Sqlite(dir.path().join(".").join("gateway.db"));
+    let same = gatehouse_state::migrate::migrate(&source, &spelled, &options, &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(same, gatehouse_state::StateError::SameStore { .. }),
+        "{same}"
     );
     let populated = gatehouse_state::migrate::migrate(&source, &other, &options, &mut |_| {})
         .await
