@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use gatehouse_state::db::Db;
+use gatehouse_state::db::Statement;
 use gatehouse_state::migrate::MigrateOptions;
 use gatehouse_state::tables::NOT_STATE;
 use gatehouse_state::tables::TABLES;
@@ -62,9 +63,17 @@ fn migration_tables(backend: &str) -> BTreeSet<String> {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         let words: Vec<&str> = text.split_whitespace().collect();
-        for window in words.windows(3) {
-            if window[0].eq_ignore_ascii_case("CREATE") && window[1].eq_ignore_ascii_case("TABLE") {
-                tables.insert(window[2].trim_end_matches('(').to_owned());
+        for (index, pair) in words.windows(2).enumerate() {
+            if pair[0].eq_ignore_ascii_case("CREATE") && pair[1].eq_ignore_ascii_case("TABLE") {
+                // `CREATE TABLE [IF NOT EXISTS] name (`
+                let mut name = index + 2;
+                if words
+                    .get(name)
+                    .is_some_and(|word| word.eq_ignore_ascii_case("IF"))
+                {
+                    name += 3;
+                }
+                tables.insert(words[name].trim_end_matches('(').to_owned());
             }
         }
     }
@@ -290,4 +299,88 @@ async fn a_copy_is_refused_into_a_store_with_state_one_holding_another_copy_or_i
         ),
         "{populated}"
     );
+}
+
+/// Plants, with foreign keys off, every kind of damage the check looks for apart from blobs:
+/// a turn of a missing session (with its message), a second running turn, a message of a
+/// missing turn, a gap in an event log, a missing latest checkpoint, and bindings to a missing
+/// session and a missing node.
+const DAMAGE: &[&str] = &[
+    "INSERT INTO turns (turn_id, session_key, turn_no, status, queue_mode, attachments_json, created_at_ms) \
+     VALUES ('t-orphan', 'gone', 1, 'queued', 'followup', '[]', 1)",
+    "UPDATE turns SET status = 'running' WHERE turn_id IN ('turn-0', 'turn-2')",
+    "INSERT INTO messages (session_key, seq, turn_id, role, content, created_at_ms) \
+     VALUES ('b', 2, 't-missing', 'assistant', 'x', 1)",
+    "UPDATE sessions SET next_message_seq = 3 WHERE session_key = 'b'",
+    "DELETE FROM session_events WHERE session_key = 'a' AND seq = 1",
+    "UPDATE sessions SET latest_checkpoint_id = 'ck-gone', node_id = 'node-gone' WHERE session_key = 'a'",
+    "INSERT INTO codex_threads (session_key, thread_id, bound_at_ms) VALUES ('ghost', 'th', 1)",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn state_check_reports_each_kind_of_damage_on_both_backends() {
+    use gatehouse_state::check::FindingCode;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = StoreLocation::Sqlite(dir.path().join("gateway.db"));
+    for location in [sqlite, fresh_postgres().await] {
+        populate(&gatehouse_store::open(&location).await.unwrap()).await;
+        let clean = gatehouse_state::check::check(&location, None)
+            .await
+            .unwrap();
+        assert!(clean.ok, "{location}: {:?}", clean.findings);
+        let db = Db::open_writable(&location).await.unwrap();
+        match &db {
+            Db::Sqlite(pool) => {
+                let mut connection = pool.acquire().await.unwrap();
+                sqlx::raw_sql("PRAGMA foreign_keys = OFF")
+                    .execute(&mut *connection)
+                    .await
+                    .unwrap();
+                for sql in DAMAGE {
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(*sql))
+                        .execute(&mut *connection)
+                        .await
+                        .unwrap();
+                }
+                sqlx::raw_sql("PRAGMA foreign_keys = ON")
+                    .execute(&mut *connection)
+                    .await
+                    .unwrap();
+            }
+            Db::Postgres(_) => {
+                // The test role owns the server: replica mode skips the foreign key triggers.
+                let mut statements = vec![Statement::plain(
+                    "SET LOCAL session_replication_role = replica",
+                )];
+                statements.extend(DAMAGE.iter().map(|sql| Statement::plain(*sql)));
+                db.execute_in_transaction(&statements).await.unwrap();
+            }
+        }
+        db.close().await;
+        let report = gatehouse_state::check::check(&location, None)
+            .await
+            .unwrap();
+        assert!(!report.ok);
+        let mut found: Vec<(FindingCode, Option<String>)> = report
+            .findings
+            .iter()
+            .map(|finding| (finding.code, finding.session_key.clone()))
+            .collect();
+        found.sort_by_key(|(code, session)| (format!("{code:?}"), session.clone()));
+        let mut expected = vec![
+            (FindingCode::CheckpointMissing, Some(String::from("a"))),
+            (
+                FindingCode::DanglingCodexBinding,
+                Some(String::from("ghost")),
+            ),
+            (FindingCode::DanglingNodeBinding, Some(String::from("a"))),
+            (FindingCode::EventSequenceBroken, Some(String::from("a"))),
+            (FindingCode::SessionMissing, Some(String::from("gone"))),
+            (FindingCode::SeveralRunningTurns, Some(String::from("a"))),
+            (FindingCode::TurnMissing, Some(String::from("b"))),
+        ];
+        expected.sort_by_key(|(code, session)| (format!("{code:?}"), session.clone()));
+        assert_eq!(found, expected, "{location}: {:?}", report.findings);
+    }
 }
