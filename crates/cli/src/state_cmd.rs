@@ -38,16 +38,16 @@ enum StateCommand {
 #[derive(Debug, clap::Args)]
 struct MigrateArgs {
     /// The store to copy from (`sqlite://PATH` or `postgres://...`); it is only read.
-    #[arg(long, value_name = "STORE_URL")]
+    #[arg(long, value_name = "URL")]
     from: String,
     /// The store to copy to; it is created and migrated when new.
-    #[arg(long, value_name = "STORE_URL")]
+    #[arg(long, value_name = "URL")]
     to: String,
     /// The media store to copy blobs from (`file://DIR`).
-    #[arg(long, value_name = "MEDIA_URL", requires = "media_to")]
+    #[arg(long, value_name = "URL", requires = "media_to")]
     media_from: Option<String>,
     /// The media store to copy blobs to (`file://DIR`).
-    #[arg(long, value_name = "MEDIA_URL", requires = "media_from")]
+    #[arg(long, value_name = "URL", requires = "media_from")]
     media_to: Option<String>,
     /// Delete the Gateway state the target already holds and copy the source in its place
     /// (without it, a target holding state that no earlier run of this copy wrote is refused).
@@ -68,10 +68,10 @@ struct MigrateArgs {
 #[derive(Debug, clap::Args)]
 struct CheckArgs {
     /// The store to check (`sqlite://PATH` or `postgres://...`); it is only read.
-    #[arg(long, value_name = "STORE_URL")]
+    #[arg(long, value_name = "URL")]
     store: String,
     /// The media store its checkpoints and attachments refer to (`file://DIR`).
-    #[arg(long, value_name = "MEDIA_URL")]
+    #[arg(long, value_name = "URL")]
     media: Option<String>,
     /// Print `{"store","ok","findings":[{"code","detail",...}]}` on stdout.
     #[arg(long)]
@@ -260,18 +260,10 @@ async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
 
 fn print_check(report: &CheckReport) {
     for finding in &report.findings {
-        crate::output::line(&format!("{}: {}", serde_code(finding.code), finding.detail));
+        crate::output::line(&format!("{}: {}", finding.code.as_str(), finding.detail));
     }
     crate::output::line(&match report.ok {
         true => format!("{}: ok", report.store),
         false => format!("{}: {} findings", report.store, report.findings.len()),
     });
-}
-
-/// The code as JSON writes it (`TRANSCRIPT_SEQUENCE_BROKEN`).
-fn serde_code(code: gatehouse_state::check::FindingCode) -> String {
-    serde_json::to_value(code)
-        .ok()
-        .and_then(|value| value.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }

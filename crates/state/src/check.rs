@@ -1,6 +1,7 @@
 //! Checking a Gateway store's integrity on either backend ([`check`]).
 //!
-//! The checks read only; each problem found is one typed [`Finding`]. They cover what the
+//! The checks read only; each problem found is one typed [`Finding`], whose code is one of the catalogue's store
+//! integrity codes. They cover what the
 //! store's own constraints do not: contiguous transcript and event sequence numbers per session
 //! (1 up to the session's counter), rows whose session, turn or checkpoint is gone, more than
 //! one running turn in a session, bindings to sessions or nodes that do not exist, and, given
@@ -9,6 +10,7 @@
 use std::collections::HashMap;
 
 use gatehouse_media::MediaStore;
+use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::location::StoreLocation;
 use gatehouse_store::model::Attachment;
 
@@ -34,8 +36,9 @@ pub struct CheckReport {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Finding {
-    /// What kind of problem it is.
-    pub code: FindingCode,
+    /// What kind of problem it is: one of the store integrity codes of the catalogue
+    /// (`TRANSCRIPT_SEQUENCE_BROKEN`, `ATTACHMENT_BLOB_MISSING`, ...).
+    pub code: ErrorCode,
     /// What was found, for a person.
     pub detail: String,
     /// The session concerned, when one is.
@@ -49,37 +52,8 @@ pub struct Finding {
     pub media_id: Option<String>,
 }
 
-/// The kinds of [`Finding`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum FindingCode {
-    /// A session's transcript is not numbered 1, 2, ... up to its counter (a gap, or a counter
-    /// that disagrees with the messages).
-    TranscriptSequenceBroken,
-    /// A session's event log is not numbered 1, 2, ... up to its counter.
-    EventSequenceBroken,
-    /// A turn, message, event or checkpoint belongs to a session that does not exist.
-    SessionMissing,
-    /// A message belongs to a turn that does not exist.
-    TurnMissing,
-    /// A session has more than one running turn.
-    SeveralRunningTurns,
-    /// A session's latest checkpoint does not exist.
-    CheckpointMissing,
-    /// A Codex thread binding names a session that does not exist.
-    DanglingCodexBinding,
-    /// A session is bound to a node that is not enrolled.
-    DanglingNodeBinding,
-    /// A checkpoint entry's blob is not in the media store.
-    CheckpointBlobMissing,
-    /// A turn attachment's blob is not in the media store.
-    AttachmentBlobMissing,
-    /// A pinned upload's blob is not in the media store.
-    PinnedBlobMissing,
-}
-
 impl Finding {
-    fn new(code: FindingCode, detail: String) -> Self {
+    fn new(code: ErrorCode, detail: String) -> Self {
         Self {
             code,
             detail,
@@ -151,8 +125,8 @@ async fn sequences(
         )
         .await?;
     let code = match table {
-        "messages" => FindingCode::TranscriptSequenceBroken,
-        _ => FindingCode::EventSequenceBroken,
+        "messages" => ErrorCode::TranscriptSequenceBroken,
+        _ => ErrorCode::EventSequenceBroken,
     };
     for row in rows {
         let [
@@ -205,7 +179,7 @@ async fn references(db: &Db, findings: &mut Vec<Finding>) -> Result<()> {
         for [session, what] in texts(rows) {
             findings.push(
                 Finding::new(
-                    FindingCode::SessionMissing,
+                    ErrorCode::SessionMissing,
                     format!("{table} row ({id} {what}) belongs to the missing session {session}"),
                 )
                 .session(&session),
@@ -222,7 +196,7 @@ async fn references(db: &Db, findings: &mut Vec<Finding>) -> Result<()> {
     for [session, turn] in texts(rows) {
         findings.push(
             Finding::new(
-                FindingCode::TurnMissing,
+                ErrorCode::TurnMissing,
                 format!("a message of session {session} belongs to the missing turn {turn}"),
             )
             .session(&session)
@@ -240,7 +214,7 @@ async fn references(db: &Db, findings: &mut Vec<Finding>) -> Result<()> {
         if let [Cell::Text(session), Cell::Int(count)] = row.as_slice() {
             findings.push(
                 Finding::new(
-                    FindingCode::SeveralRunningTurns,
+                    ErrorCode::SeveralRunningTurns,
                     format!("session {session} has {count} running turns"),
                 )
                 .session(session),
@@ -252,19 +226,19 @@ async fn references(db: &Db, findings: &mut Vec<Finding>) -> Result<()> {
             "SELECT s.session_key, s.latest_checkpoint_id FROM sessions s LEFT JOIN checkpoints c \
              ON c.checkpoint_id = s.latest_checkpoint_id \
              WHERE s.latest_checkpoint_id IS NOT NULL AND c.checkpoint_id IS NULL",
-            FindingCode::CheckpointMissing,
+            ErrorCode::CheckpointMissing,
             "latest checkpoint",
         ),
         (
             "SELECT b.session_key, b.thread_id FROM codex_threads b LEFT JOIN sessions s \
              ON s.session_key = b.session_key WHERE s.session_key IS NULL",
-            FindingCode::DanglingCodexBinding,
+            ErrorCode::DanglingCodexBinding,
             "Codex thread",
         ),
         (
             "SELECT s.session_key, s.node_id FROM sessions s LEFT JOIN nodes n \
              ON n.device_id = s.node_id WHERE s.node_id IS NOT NULL AND n.device_id IS NULL",
-            FindingCode::DanglingNodeBinding,
+            ErrorCode::DanglingNodeBinding,
             "node",
         ),
     ];
@@ -322,7 +296,7 @@ async fn blobs(db: &Db, media: &MediaStore, findings: &mut Vec<Finding>) -> Resu
             if !has_blob(media, &mut present, &id).await? {
                 findings.push(
                     Finding::new(
-                        FindingCode::CheckpointBlobMissing,
+                        ErrorCode::CheckpointBlobMissing,
                         format!("checkpoint {checkpoint} of session {session} needs the missing blob {id}"),
                     )
                     .session(&session)
@@ -349,7 +323,7 @@ async fn blobs(db: &Db, media: &MediaStore, findings: &mut Vec<Finding>) -> Resu
             if !has_blob(media, &mut present, &attachment.media_id).await? {
                 findings.push(
                     Finding::new(
-                        FindingCode::AttachmentBlobMissing,
+                        ErrorCode::AttachmentBlobMissing,
                         format!(
                             "turn {turn} of session {session} has the attachment {}, whose blob is missing",
                             attachment.media_id
@@ -372,7 +346,7 @@ async fn blobs(db: &Db, media: &MediaStore, findings: &mut Vec<Finding>) -> Resu
         if !has_blob(media, &mut present, &id).await? {
             findings.push(
                 Finding::new(
-                    FindingCode::PinnedBlobMissing,
+                    ErrorCode::PinnedBlobMissing,
                     format!("the blob {id} is pinned ({reason}) but missing"),
                 )
                 .media(&id),

@@ -319,7 +319,7 @@ const DAMAGE: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread")]
 async fn state_check_reports_each_kind_of_damage_on_both_backends() {
-    use gatehouse_state::check::FindingCode;
+    use gatehouse_protocol::error::ErrorCode as FindingCode;
 
     let dir = tempfile::tempdir().unwrap();
     let sqlite = StoreLocation::Sqlite(dir.path().join("gateway.db"));
