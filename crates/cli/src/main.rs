@@ -11,6 +11,7 @@ mod embedded;
 mod exit;
 mod gateway_cmd;
 mod logging;
+mod media_url;
 mod memory_cmd;
 mod memory_setup;
 mod mock_model_cmd;
@@ -25,6 +26,7 @@ mod scratch_cmd;
 mod setup_code_cmd;
 mod signals;
 mod skills_cmd;
+mod state_cmd;
 mod store_args;
 mod up_cmd;
 mod worker_cmd;
@@ -77,6 +79,8 @@ enum Command {
     Memory(memory_cmd::MemoryArgs),
     /// List the skills of both hosts.
     Skills(skills_cmd::SkillsArgs),
+    /// Move the Gateway state to another store, or check a store's integrity.
+    State(state_cmd::StateArgs),
 }
 
 fn main() -> ExitCode {
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
         Command::Scratch(args) => scratch_cmd::run(args),
         Command::Memory(args) => memory_cmd::run(args),
         Command::Skills(args) => skills_cmd::run(args),
+        Command::State(args) => state_cmd::run(args),
         Command::Worker(args) => worker_cmd::run(args),
     };
     telemetry.shutdown();
@@ -144,6 +149,7 @@ impl Command {
             Command::Scratch(_) => "scratch",
             Command::Memory(_) => "memory",
             Command::Skills(_) => "skills",
+            Command::State(_) => "state",
         }
     }
 }

@@ -36,11 +36,13 @@
 //! # Modules
 //! - [`error`]: [`MediaError`] and its stable codes.
 //! - [`filename`]: [`sanitize_filename`], shared with attachment staging.
+//! - [`transfer`]: listing the blobs and copying them to another store.
 
 #![deny(missing_docs)]
 
 pub mod error;
 pub mod filename;
+pub mod transfer;
 
 use std::path::Path;
 use std::sync::Arc;

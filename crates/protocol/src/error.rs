@@ -453,6 +453,33 @@ catalogue! {
         ToolInternal = "TOOL_INTERNAL", 500;
     }
 
+    /// Findings of `gatehouse state check`, each a problem in a Gateway store; they are never an
+    /// HTTP answer, so they carry the status of a broken store.
+    StateCheck = "Store integrity findings" {
+        /// A session's transcript is not numbered 1, 2, ... up to its counter.
+        TranscriptSequenceBroken = "TRANSCRIPT_SEQUENCE_BROKEN", 500;
+        /// A session's event log is not numbered 1, 2, ... up to its counter.
+        EventSequenceBroken = "EVENT_SEQUENCE_BROKEN", 500;
+        /// A turn, message, event or checkpoint belongs to a session that does not exist.
+        SessionMissing = "SESSION_MISSING", 500;
+        /// A message belongs to a turn that does not exist.
+        TurnMissing = "TURN_MISSING", 500;
+        /// A session has more than one running turn.
+        SeveralRunningTurns = "SEVERAL_RUNNING_TURNS", 500;
+        /// A session's latest checkpoint does not exist.
+        CheckpointMissing = "CHECKPOINT_MISSING", 500;
+        /// A Codex thread binding names a session that does not exist.
+        DanglingCodexBinding = "DANGLING_CODEX_BINDING", 500;
+        /// A session is bound to a node that is not enrolled.
+        DanglingNodeBinding = "DANGLING_NODE_BINDING", 500;
+        /// A checkpoint entry's blob is not in the media store.
+        CheckpointBlobMissing = "CHECKPOINT_BLOB_MISSING", 500;
+        /// A turn attachment's blob is not in the media store.
+        AttachmentBlobMissing = "ATTACHMENT_BLOB_MISSING", 500;
+        /// A pinned upload's blob is not in the media store.
+        PinnedBlobMissing = "PINNED_BLOB_MISSING", 500;
+    }
+
     /// Codes the node host reports in its log, its status file and its exit.
     NodeHost = "The node host" {
         /// The setup code file cannot be read.

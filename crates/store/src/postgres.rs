@@ -61,7 +61,7 @@ use crate::model::TurnStarted;
 use crate::model::TurnStatus;
 
 /// The most pooled connections of one Gateway.
-const POOL_CONNECTIONS: u32 = 16;
+pub const POOL_CONNECTIONS: u32 = 16;
 
 /// How long a call waits for a connection (including connecting) before it fails with
 /// [`StoreError::Unavailable`]: requests fail fast while the server is down instead of hanging.

@@ -1,6 +1,8 @@
 //! `gatehouse bench` as a real process, with few iterations: the output's shape, never its
 //! timing.
 
+use sqlx::Connection;
+
 use crate::suite::support::gatehouse;
 
 #[test]
@@ -125,4 +127,106 @@ fn bench_turn_prints_tracing_at_info_against_spans_disabled_and_the_otlp_cost() 
         export.contains(" spans in ") && !export.contains("loopback, 0 spans"),
         "{export}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_gateway_reports_postgres_admission_beside_sqlite_against_bare_inserts() {
+    let database = crate::suite::postgres::fresh_database().await;
+    let output = gatehouse()
+        .args([
+            "bench",
+            "gateway",
+            "--json",
+            "--sequential",
+            "3",
+            "--clients",
+            "4",
+        ])
+        .args(["--per-client", "2", "--store", database.as_str()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows: Vec<(String, String, u64)> = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            assert!(row["ratio"].as_f64().is_some_and(f64::is_finite), "{row}");
+            (
+                row["case"].as_str().unwrap().to_owned(),
+                row["baseline"].as_str().unwrap().to_owned(),
+                row["samples"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, u64)> = [
+        (
+            "sqlite: admit, 1 client (p50/p99)",
+            "bare sqlite insert, 1 client",
+            3,
+        ),
+        (
+            "sqlite: admit, 4 clients (p50/p99)",
+            "bare sqlite insert, 4 clients",
+            8,
+        ),
+        (
+            "postgres: admit, 1 client (p50/p99)",
+            "bare postgres insert, 1 client",
+            3,
+        ),
+        (
+            "postgres: admit, 4 clients (p50/p99)",
+            "bare postgres insert, 4 clients",
+            8,
+        ),
+    ]
+    .into_iter()
+    .map(|(case, baseline, samples)| (case.to_owned(), baseline.to_owned(), samples))
+    .collect();
+    assert_eq!(rows, expected, "{report}");
+    let notes = report["notes"].to_string();
+    for backend in ["sqlite", "postgres"] {
+        for clients in ["1 client x 3 messages", "4 clients x 2 messages"] {
+            assert!(
+                notes.contains(&format!("{backend}, {clients}: "))
+                    && notes.contains("inserts/s bare"),
+                "{notes}"
+            );
+        }
+    }
+    // The admissions went to PostgreSQL, and the bare table is gone.
+    let mut db = sqlx::PgConnection::connect(database.as_str())
+        .await
+        .unwrap();
+    let messages: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(messages, 3 + 8);
+    let baseline: Option<String> =
+        sqlx::query_scalar("SELECT to_regclass('gatehouse_bench_baseline_messages')::text")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+    assert_eq!(baseline, None);
+    // The store must be empty: a second run is refused, as is a SQLite URL.
+    let again = gatehouse()
+        .args(["bench", "gateway", "--sequential", "1", "--clients", "1"])
+        .args(["--per-client", "1", "--store", database.as_str()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let sqlite = gatehouse()
+        .args(["bench", "gateway", "--store", "sqlite://gateway.db"])
+        .output()
+        .unwrap();
+    assert_eq!(sqlite.status.code(), Some(2));
 }

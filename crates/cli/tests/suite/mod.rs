@@ -23,6 +23,7 @@ mod quotas;
 mod sandbox;
 mod scratch;
 mod skills;
+mod state;
 mod store_lock;
 mod support;
 mod up;

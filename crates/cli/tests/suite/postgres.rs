@@ -49,7 +49,7 @@ pub(crate) fn up_on(data: &std::path::Path, store: &url::Url) -> Up {
     Up::start_with(command, data)
 }
 
-async fn completed_turn(up: &Up, session: &str, text: &str) -> serde_json::Value {
+pub(crate) async fn completed_turn(up: &Up, session: &str, text: &str) -> serde_json::Value {
     let (status, body) = up.post(session, serde_json::json!({"text": text})).await;
     assert_eq!(status, 202, "{body}");
     let turn = up.turn_status(body["turnId"].as_str().unwrap(), 20).await;

@@ -1,0 +1,230 @@
+//! The catalogue of the Gateway store's tables, as the copier and the checks see them.
+//!
+//! Every table the migrations of either backend create is listed here with every column it ends
+//! up with, in the order rows must be inserted so each foreign key finds its parent. The test
+//! `every_table_and_column_of_the_schema_is_in_the_catalogue` compares this list with the
+//! migration files and with the live schema of a fresh store on both backends, so a table or
+//! column added to the schema and not here fails the build's tests rather than being left
+//! behind by a migration.
+
+/// How a column's value is read, written and hashed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A 64-bit integer (`INTEGER` on SQLite, `BIGINT` on PostgreSQL).
+    Int,
+    /// Text.
+    Text,
+    /// JSON text (`TEXT` on SQLite, `JSONB` on PostgreSQL).
+    Json,
+}
+
+/// One column of a table.
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    /// The column name.
+    pub name: &'static str,
+    /// Its kind.
+    pub kind: Kind,
+}
+
+/// One table of the Gateway store.
+#[derive(Debug, Clone, Copy)]
+pub struct Table {
+    /// The table name, the same on both backends.
+    pub name: &'static str,
+    /// The columns that are copied and hashed.
+    pub columns: &'static [Column],
+    /// The columns a PostgreSQL source is read in order of (its primary key, or the column
+    /// that keeps the order rows were saved in). A SQLite source is read in `rowid` order.
+    /// Rows are inserted into the target in that order, so its `rowid` (SQLite) or generated
+    /// order column (PostgreSQL) follows the source's.
+    pub postgres_order: &'static [&'static str],
+    /// A PostgreSQL identity column that is copied: after the copy its sequence is moved past
+    /// the largest copied value, so the next row the Gateway writes gets a new number.
+    pub identity: Option<&'static str>,
+    /// A PostgreSQL-only identity column that is not copied: the target generates it in the
+    /// order rows are inserted (SQLite keeps that order in `rowid`).
+    pub generated_order: Option<&'static str>,
+}
+
+const fn int(name: &'static str) -> Column {
+    Column {
+        name,
+        kind: Kind::Int,
+    }
+}
+
+const fn text(name: &'static str) -> Column {
+    Column {
+        name,
+        kind: Kind::Text,
+    }
+}
+
+const fn json(name: &'static str) -> Column {
+    Column {
+        name,
+        kind: Kind::Json,
+    }
+}
+
+/// Every table of the Gateway store, parents before children.
+pub const TABLES: &[Table] = &[
+    Table {
+        name: "nodes",
+        columns: &[
+            text("device_id"),
+            text("public_key"),
+            text("display_name"),
+            text("runtime"),
+            json("commands_json"),
+            text("workspace_root"),
+            text("device_token_sha256"),
+            int("enrolled_at_ms"),
+            int("last_seen_at_ms"),
+        ],
+        postgres_order: &["device_id"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
+        name: "setup_codes",
+        columns: &[
+            text("token_sha256"),
+            int("created_at_ms"),
+            int("expires_at_ms"),
+            int("used_at_ms"),
+            text("used_by_device_id"),
+        ],
+        postgres_order: &["token_sha256"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
+        name: "audit_events",
+        columns: &[
+            int("seq"),
+            int("at_ms"),
+            text("actor"),
+            text("action"),
+            text("outcome"),
+            text("reason_code"),
+            json("details_json"),
+        ],
+        postgres_order: &["seq"],
+        identity: Some("seq"),
+        generated_order: None,
+    },
+    Table {
+        name: "sessions",
+        columns: &[
+            text("session_key"),
+            text("runtime"),
+            int("created_at_ms"),
+            int("updated_at_ms"),
+            int("next_message_seq"),
+            int("next_event_seq"),
+            text("latest_checkpoint_id"),
+            text("node_id"),
+            int("node_bound_at_ms"),
+        ],
+        postgres_order: &["session_key"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
+        name: "turns",
+        columns: &[
+            text("turn_id"),
+            text("session_key"),
+            int("turn_no"),
+            text("status"),
+            text("queue_mode"),
+            text("idempotency_key"),
+            json("attachments_json"),
+            text("reply"),
+            text("error_code"),
+            text("error_message"),
+            int("created_at_ms"),
+            int("started_at_ms"),
+            int("ended_at_ms"),
+        ],
+        postgres_order: &["turn_id"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
+        name: "messages",
+        columns: &[
+            text("session_key"),
+            int("seq"),
+            text("turn_id"),
+            text("role"),
+            text("content"),
+            text("tool_name"),
+            int("created_at_ms"),
+        ],
+        postgres_order: &["session_key", "seq"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
+        name: "session_events",
+        columns: &[
+            text("session_key"),
+            int("seq"),
+            text("kind"),
+            json("payload_json"),
+            int("created_at_ms"),
+        ],
+        postgres_order: &["session_key", "seq"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
+        name: "checkpoints",
+        columns: &[
+            text("checkpoint_id"),
+            text("session_key"),
+            json("manifest_json"),
+            int("created_at_ms"),
+        ],
+        postgres_order: &["saved_order"],
+        identity: None,
+        generated_order: Some("saved_order"),
+    },
+    Table {
+        name: "codex_threads",
+        columns: &[text("session_key"), text("thread_id"), int("bound_at_ms")],
+        postgres_order: &["session_key"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
+        name: "checkpoint_blobs",
+        columns: &[text("media_id"), int("size_bytes"), int("registered_at_ms")],
+        postgres_order: &["media_id"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
+        name: "media_pins",
+        columns: &[text("media_id"), text("reason"), int("pinned_at_ms")],
+        postgres_order: &["media_id"],
+        identity: None,
+        generated_order: None,
+    },
+];
+
+/// The tables of the store that are not Gateway state and are never copied or checked: the
+/// engines' own bookkeeping and the copier's progress markers.
+pub const NOT_STATE: &[&str] = &[
+    "_sqlx_migrations",
+    "sqlite_sequence",
+    crate::migrate::PROGRESS_TABLE,
+];
+
+/// Returns the table called `name`.
+pub fn table(name: &str) -> Option<&'static Table> {
+    TABLES.iter().find(|table| table.name == name)
+}
