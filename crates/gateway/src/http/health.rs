@@ -32,15 +32,25 @@ pub(crate) async fn healthz() -> Json<HealthResponse> {
     })
 }
 
-/// `GET /readyz`: `200` when the store answers and a node serving every command of its runtime
-/// is connected, else `503` with a code that says which check failed. It needs no token, so
-/// it names no node.
+/// `GET /readyz`: `200` when the store and the media store answer and a node serving every
+/// command of its runtime is connected, else `503` with a code that says which check failed.
+/// The media store is probed at most every few seconds ([`gatehouse_media::READY_CACHE`]), so
+/// frequent probes of `/readyz` do not become requests to S3. It needs no token, so it names no
+/// node.
 pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
     if let Err(error) = state.store.ping().await {
         tracing::error!(error = %error, "store ping failed");
         return ApiError::new(
             ErrorCode::StoreUnavailable,
             "the gateway store does not answer",
+        )
+        .into_response();
+    }
+    if !state.media.ready().await {
+        return ApiError::with_text_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::MediaStoreFailure.as_str(),
+            "the media store does not answer",
         )
         .into_response();
     }

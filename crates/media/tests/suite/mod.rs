@@ -1,1 +1,2 @@
+mod s3;
 mod store;
