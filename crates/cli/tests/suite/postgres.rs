@@ -17,7 +17,7 @@ use crate::suite::support::gatehouse;
 use crate::suite::up::Up;
 
 /// Creates an empty database on the test server and returns its URL.
-async fn fresh_database() -> url::Url {
+pub(crate) async fn fresh_database() -> url::Url {
     let server = std::env::var("GATEHOUSE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
         panic!(
             "GATEHOUSE_TEST_POSTGRES_URL is not set: this test needs a PostgreSQL server. Run \
@@ -49,7 +49,7 @@ fn up_on(data: &std::path::Path, store: &url::Url) -> Up {
     Up::start_with(command, data)
 }
 
-async fn completed_turn(up: &Up, session: &str, text: &str) -> serde_json::Value {
+pub(crate) async fn completed_turn(up: &Up, session: &str, text: &str) -> serde_json::Value {
     let (status, body) = up.post(session, serde_json::json!({"text": text})).await;
     assert_eq!(status, 202, "{body}");
     let turn = up.turn_status(body["turnId"].as_str().unwrap(), 20).await;
@@ -57,7 +57,7 @@ async fn completed_turn(up: &Up, session: &str, text: &str) -> serde_json::Value
     turn
 }
 
-fn contents(transcript: &[serde_json::Value]) -> Vec<(String, String)> {
+pub(crate) fn contents(transcript: &[serde_json::Value]) -> Vec<(String, String)> {
     transcript
         .iter()
         .map(|message| {
@@ -112,14 +112,14 @@ async fn kill_9_on_postgres_under_64_clients_loses_no_acknowledged_message() {
 /// A TCP forwarder on loopback to the test server: stopping it is, to the Gateway, the server
 /// going away (every connection drops, new ones are refused); starting it again on the same port
 /// brings the server back.
-struct Outage {
-    port: u16,
+pub(crate) struct Outage {
+    pub(crate) port: u16,
     upstream: SocketAddr,
     forwarding: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Outage {
-    async fn new(server: &url::Url) -> Outage {
+    pub(crate) async fn new(server: &url::Url) -> Outage {
         let upstream = server.socket_addrs(|| Some(5432)).unwrap()[0];
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -133,14 +133,14 @@ impl Outage {
     }
 
     /// Drops every forwarded connection and stops listening.
-    fn begin(&mut self) {
+    pub(crate) fn begin(&mut self) {
         if let Some(forwarding) = self.forwarding.take() {
             forwarding.abort();
         }
     }
 
     /// Listens on the same port again.
-    async fn end(&mut self) {
+    pub(crate) async fn end(&mut self) {
         let deadline = Instant::now() + WAIT;
         let listener = loop {
             match tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await {
@@ -181,7 +181,7 @@ async fn up_behind_outage() -> (tempfile::TempDir, Outage, Up) {
     (temp, outage, up)
 }
 
-async fn readyz(up: &Up) -> (u16, serde_json::Value) {
+pub(crate) async fn readyz(up: &Up) -> (u16, serde_json::Value) {
     let response = reqwest::Client::new()
         .get(format!("{}/readyz", up.url))
         .timeout(WAIT)

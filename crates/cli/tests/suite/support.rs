@@ -42,6 +42,7 @@ pub(crate) fn gatehouse() -> Command {
     command
         .env_remove("GATEHOUSE_TOKEN")
         .env_remove("GATEHOUSE_STORE")
+        .env_remove("GATEHOUSE_MEDIA")
         .env_remove("GATEHOUSE_LOG_FORMAT")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
