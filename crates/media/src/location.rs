@@ -7,6 +7,7 @@
 //!
 //! Every refusal is a [`MediaLocationError`] with a stable [`MediaLocationError::code`].
 
+use gatehouse_protocol::error::ErrorCode;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -62,15 +63,15 @@ pub enum MediaLocationError {
 }
 
 impl MediaLocationError {
-    /// Returns the stable code of this refusal, for scripts and tests.
-    pub fn code(&self) -> &'static str {
+    /// Returns the stable code of this refusal.
+    pub fn code(&self) -> ErrorCode {
         match self {
-            MediaLocationError::UnknownScheme(_) => "MEDIA_URL_SCHEME",
-            MediaLocationError::EmptyPath => "MEDIA_URL_EMPTY_PATH",
-            MediaLocationError::EmptyBucket => "MEDIA_URL_EMPTY_BUCKET",
-            MediaLocationError::InvalidBucket(_) => "MEDIA_URL_BAD_BUCKET",
-            MediaLocationError::ExtraParts => "MEDIA_URL_EXTRA_PARTS",
-            MediaLocationError::InvalidPrefix(_) => "MEDIA_URL_BAD_PREFIX",
+            MediaLocationError::UnknownScheme(_) => ErrorCode::MediaUrlScheme,
+            MediaLocationError::EmptyPath => ErrorCode::MediaUrlEmptyPath,
+            MediaLocationError::EmptyBucket => ErrorCode::MediaUrlEmptyBucket,
+            MediaLocationError::InvalidBucket(_) => ErrorCode::MediaUrlBadBucket,
+            MediaLocationError::ExtraParts => ErrorCode::MediaUrlExtraParts,
+            MediaLocationError::InvalidPrefix(_) => ErrorCode::MediaUrlBadPrefix,
         }
     }
 }
