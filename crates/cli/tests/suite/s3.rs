@@ -16,6 +16,8 @@ use crate::suite::postgres::completed_turn;
 use crate::suite::postgres::contents;
 use crate::suite::postgres::fresh_database;
 use crate::suite::postgres::readyz;
+use crate::suite::support::Gateway;
+use crate::suite::support::Process;
 use crate::suite::support::WAIT;
 use crate::suite::support::files_under;
 use crate::suite::support::gatehouse;
@@ -35,27 +37,112 @@ fn s3_endpoint() -> url::Url {
 
 /// Creates a new bucket on the test server and returns its name.
 async fn fresh_bucket() -> String {
-    let bucket = format!(
+    let bucket = bucket_name();
+    create_bucket(&s3_endpoint(), &bucket).await;
+    bucket
+}
+
+/// Returns a bucket name no other test uses.
+fn bucket_name() -> String {
+    format!(
         "gh-cli-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos()
-    );
+    )
+}
+
+/// Creates `bucket` on the S3 API server at `endpoint`.
+async fn create_bucket(endpoint: &url::Url, bucket: &str) {
     let response = reqwest::Client::new()
-        .put(s3_endpoint().join(&bucket).unwrap())
+        .put(endpoint.join(bucket).unwrap())
         .send()
         .await
         .unwrap();
     assert!(response.status().is_success(), "{}", response.status());
-    bucket
 }
 
-/// Returns the keys under `prefix` in `bucket`, as the server lists them.
+/// A `moto_server` of the test's own (the one scripts/install installs, named by
+/// `GATEHOUSE_MOTO_SERVER`) on a fixed loopback port, so the test can stop it and start it again
+/// where the Gateway expects it. It keeps its objects in memory: a restart loses them.
+struct OwnS3 {
+    port: u16,
+    logs: PathBuf,
+    process: Option<Process>,
+}
+
+impl OwnS3 {
+    async fn start(logs: &Path) -> OwnS3 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut server = OwnS3 {
+            port,
+            logs: logs.to_path_buf(),
+            process: None,
+        };
+        server.restart().await;
+        server
+    }
+
+    fn endpoint(&self) -> url::Url {
+        url::Url::parse(&format!("http://127.0.0.1:{}", self.port)).unwrap()
+    }
+
+    /// Starts the server on its port and waits until it answers.
+    async fn restart(&mut self) {
+        let program = std::env::var("GATEHOUSE_MOTO_SERVER").unwrap_or_else(|_| {
+            panic!(
+                "GATEHOUSE_MOTO_SERVER is not set: this test starts an S3 API server of its own. \
+                 Run scripts/test, whose scripts/install names it, or set it to the path of \
+                 moto_server (pip install 'moto[server]')"
+            )
+        });
+        let log = self.logs.join(format!("moto-{}.log", self.port));
+        let child = std::process::Command::new(program)
+            .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let process = Process::from_child(child, log);
+        let probe = self.endpoint().join("moto-api/").unwrap();
+        let deadline = Instant::now() + WAIT;
+        while !reqwest::get(probe.clone())
+            .await
+            .is_ok_and(|response| response.status().is_success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not answer: {}",
+                process.stderr()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        self.process = Some(process);
+    }
+
+    /// Kills the server (SIGKILL): every connection drops and the port refuses new ones.
+    fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill();
+        }
+    }
+}
+
+/// Returns the keys under `prefix` in `bucket`, as the test server lists them.
 async fn bucket_keys(bucket: &str, prefix: &str) -> Vec<String> {
+    bucket_keys_at(&s3_endpoint(), bucket, prefix).await
+}
+
+/// Returns the keys under `prefix` in `bucket`, as the server at `endpoint` lists them.
+async fn bucket_keys_at(endpoint: &url::Url, bucket: &str, prefix: &str) -> Vec<String> {
     let listing = reqwest::Client::new()
-        .get(s3_endpoint().join(bucket).unwrap())
+        .get(endpoint.join(bucket).unwrap())
         .query(&[("list-type", "2"), ("prefix", prefix)])
         .send()
         .await
@@ -316,6 +403,117 @@ async fn while_s3_is_unreachable_uploads_and_checkpoints_fail_with_media_store_f
         "every acknowledged message is in the transcript"
     );
     up.process.terminate();
+}
+
+/// Waits until `/readyz` answers `503 MEDIA_STORE_FAILURE`.
+async fn wait_media_not_ready(up: &Up) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, body) = readyz(up).await;
+        if status == 503 && body["error"]["code"] == "MEDIA_STORE_FAILURE" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "readyz kept answering {status} {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_s3_server_fails_uploads_and_a_restarted_one_serves_without_a_gateway_restart() {
+    let temp = tempfile::tempdir().unwrap();
+    let base = temp.path().canonicalize().unwrap();
+    let data = base.join("data");
+    let mut s3 = OwnS3::start(&base).await;
+    let bucket = bucket_name();
+    create_bucket(&s3.endpoint(), &bucket).await;
+    let store = fresh_database().await;
+    let mut up = up_on(&data, &store, &format!("s3://{bucket}/g"), &s3.endpoint());
+    up.wait_ready().await;
+    let (status, body) = upload(&up, b"stored before the server stopped").await;
+    assert_eq!(status, 200, "{body}");
+
+    s3.stop();
+    let (status, refused) = upload(&up, b"sent while the server is stopped").await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (500, Some("MEDIA_STORE_FAILURE")),
+        "{refused}"
+    );
+    wait_media_not_ready(&up).await;
+
+    // The server comes back on the same port, empty (moto keeps nothing across a restart), so
+    // the bucket is made again; the same Gateway process stores and serves new uploads.
+    s3.restart().await;
+    create_bucket(&s3.endpoint(), &bucket).await;
+    up.wait_ready().await;
+    let (status, stored) = upload(&up, b"sent while the server is stopped").await;
+    assert_eq!(status, 200, "{stored}");
+    assert_eq!(
+        download(&up, stored["mediaId"].as_str().unwrap()).await,
+        (200, b"sent while the server is stopped".to_vec())
+    );
+    let keys = bucket_keys_at(&s3.endpoint(), &bucket, "g/").await;
+    assert!(
+        keys.contains(&format!(
+            "g/meta/{}.json",
+            stored["mediaId"].as_str().unwrap()
+        )),
+        "{keys:?}"
+    );
+    up.process.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_config_key_media_selects_the_directory_and_the_flag_wins_over_it() {
+    let temp = tempfile::tempdir().unwrap();
+    let base = temp.path().canonicalize().unwrap();
+    let configured = base.join("configured-media");
+    let config = base.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!("media = {:?}\n", format!("file://{}", configured.display())),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let upload_to = |gateway: &Gateway| {
+        let url = format!("{}/v1/media", gateway.url);
+        let token = gateway.token.clone();
+        async move {
+            let response = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .header("Content-Type", "text/plain")
+                .body("configured media")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status().as_u16(), 200);
+        }
+    };
+    let state = base.join("from-file");
+    let gateway = Gateway::start_with(&state, &base, &["--config", config]);
+    gateway.get("/readyz").await;
+    upload_to(&gateway).await;
+    assert!(
+        !files_under(&configured).is_empty(),
+        "the media key was not used"
+    );
+    assert!(files_under(&state.join("media")).is_empty());
+    drop(gateway);
+
+    let flagged = base.join("flag-media");
+    let state = base.join("from-flag");
+    let flag = format!("file://{}", flagged.display());
+    let gateway = Gateway::start_with(&state, &base, &["--config", config, "--media", &flag]);
+    gateway.get("/readyz").await;
+    upload_to(&gateway).await;
+    assert!(
+        !files_under(&flagged).is_empty(),
+        "the --media flag did not win over the config file"
+    );
 }
 
 #[test]
