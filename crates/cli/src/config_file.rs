@@ -33,6 +33,7 @@ pub(crate) struct GatewayFile {
     pub(crate) skills_dir: Option<PathBuf>,
     pub(crate) bundled_skills_dir: Option<PathBuf>,
     pub(crate) store: Option<String>,
+    pub(crate) media: Option<String>,
 }
 
 /// `gatehouse node --config`.

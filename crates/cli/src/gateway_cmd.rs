@@ -46,7 +46,7 @@ pub(crate) struct GatewayArgs {
     /// `max-concurrent-turns`, `media-max-bytes`, `media-quota-bytes`,
     /// `checkpoint-quota-bytes`, `checkpoints-kept`, `runtime`, `codex-command-approval`,
     /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`, `skills-dir`,
-    /// `bundled-skills-dir`, `store`); flags and their variables win over it.
+    /// `bundled-skills-dir`, `store`, `media`); flags and their variables win over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The interval of keep-alive ticks on node links, in milliseconds.

@@ -11,7 +11,7 @@
 //!   gateway: registry.example.com/gatehouse:0.1.0
 //!   harness: registry.example.com/gatehouse-codex:0.1.0   # dedicated only
 //! runtime:
-//!   gatewayStorageClassName: fast-rwo
+//!   gatewayStorageClassName: fast-rwo                    # not with gateway.store and .media, dedicated
 //!   harnessStorageClassName: standard-rwo                 # dedicated only
 //!   gatewayNodeSelector: {pool: control}                  # optional
 //!   nodeSelector: {pool: sandbox}                         # optional; Harness and embedded Pods
@@ -34,9 +34,25 @@
 //!   operatorNamespaceLabels: {kubernetes.io/metadata.name: operators}
 //!   channelSecrets: []                                    # optional: [{env, name, key}]
 //!   egressCidrs: []                                       # optional, port 443
+//!   store:                                                # optional; default SQLite on the claim
+//!     url: postgres://gatehouse@db.internal:5432/gatehouse?sslmode=require   # no password
+//!     passwordSecret: {name: main-postgres, key: password}  # optional; PGPASSWORD
+//!     egressCidrs: [10.20.0.0/16]                         # the URL's port (default 5432)
+//!   media:                                                # optional; default the claim
+//!     url: s3://gatehouse-media/main
+//!     endpoint: https://minio.storage.svc:9000            # optional; GATEHOUSE_S3_ENDPOINT
+//!     region: eu-west-1                                   # optional; GATEHOUSE_S3_REGION
+//!     pathStyle: true                                     # optional; GATEHOUSE_S3_PATH_STYLE
+//!     accessKeyIdSecret: {name: main-s3, key: accessKeyId}          # optional, with the next
+//!     secretAccessKeySecret: {name: main-s3, key: secretAccessKey}
+//!     egressCidrs: [0.0.0.0/0]                            # the endpoint's port (default 443)
 //! harness:                                                # dedicated only
 //!   setupCodeSecret: {name: main-setup-code, key: setupCode}
 //! ```
+//!
+//! A dedicated Gateway with both `gateway.store` and `gateway.media` keeps nothing that must
+//! survive its Pod, so it gets no claim (and takes no `runtime.gatewayStorageClassName`); the
+//! embedded Pod keeps its claim for the Harness. Credentials are only ever Secret references.
 //!
 //! Parsing is strict: an unknown key, a value of the wrong type, a missing required key or a value
 //! the topology refuses is an error that names the dotted key path.
@@ -221,7 +237,8 @@ pub(crate) struct Images {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RuntimeSettings {
-    pub(crate) gateway_storage_class_name: String,
+    #[serde(default)]
+    pub(crate) gateway_storage_class_name: Option<String>,
     #[serde(default)]
     pub(crate) harness_storage_class_name: Option<String>,
     #[serde(default)]
@@ -324,6 +341,70 @@ pub(crate) struct GatewaySettings {
     pub(crate) channel_secrets: Option<Vec<ChannelSecret>>,
     #[serde(default)]
     pub(crate) egress_cidrs: Option<Vec<String>>,
+    #[serde(default)]
+    pub(crate) store: Option<StoreSettings>,
+    #[serde(default)]
+    pub(crate) media: Option<MediaSettings>,
+}
+
+/// `gateway.store`: the Gateway state in PostgreSQL.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StoreSettings {
+    pub(crate) url: String,
+    #[serde(default)]
+    pub(crate) password_secret: Option<SecretKeyRef>,
+    pub(crate) egress_cidrs: Vec<String>,
+}
+
+impl StoreSettings {
+    /// Returns the parsed URL; [`InstallationSpec::validate`] checked that it is PostgreSQL.
+    pub(crate) fn location(&self) -> Option<gatehouse_store::location::PostgresLocation> {
+        match self.url.parse() {
+            Ok(gatehouse_store::location::StoreLocation::Postgres(location)) => Some(location),
+            Ok(gatehouse_store::location::StoreLocation::Sqlite(_)) | Err(_) => None,
+        }
+    }
+
+    /// Returns the port the Gateway dials: the URL's, else PostgreSQL's 5432.
+    pub(crate) fn port(&self) -> u16 {
+        self.location()
+            .and_then(|location| url::Url::parse(location.url()).ok()?.port())
+            .unwrap_or(5432)
+    }
+
+    /// Returns the variable the password goes into: the one the URL's `password-env` names,
+    /// else `PGPASSWORD`.
+    pub(crate) fn password_env(&self) -> String {
+        self.location()
+            .and_then(|location| location.password_env().map(str::to_owned))
+            .unwrap_or_else(|| String::from("PGPASSWORD"))
+    }
+}
+
+/// `gateway.media`: the media store on S3.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct MediaSettings {
+    pub(crate) url: String,
+    #[serde(default)]
+    pub(crate) endpoint: Option<String>,
+    #[serde(default)]
+    pub(crate) region: Option<String>,
+    #[serde(default)]
+    pub(crate) path_style: Option<bool>,
+    #[serde(default)]
+    pub(crate) access_key_id_secret: Option<SecretKeyRef>,
+    #[serde(default)]
+    pub(crate) secret_access_key_secret: Option<SecretKeyRef>,
+    pub(crate) egress_cidrs: Vec<String>,
+}
+
+impl MediaSettings {
+    /// Returns the port the Gateway dials: the endpoint's, else HTTPS's 443.
+    pub(crate) fn port(&self) -> u16 {
+        self.endpoint.as_deref().and_then(url_port).unwrap_or(443)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -366,10 +447,22 @@ impl InstallationSpec {
             (false, None) => {}
         }
 
-        check_dns_subdomain(
-            "runtime.gatewayStorageClassName",
+        self.check_store_and_media()?;
+        match (
+            self.has_gateway_claim(),
             &self.runtime.gateway_storage_class_name,
-        )?;
+        ) {
+            (true, Some(class)) => check_dns_subdomain("runtime.gatewayStorageClassName", class)?,
+            (true, None) => return Err(missing("runtime.gatewayStorageClassName")),
+            (false, Some(_)) => {
+                return Err(invalid(
+                    "runtime.gatewayStorageClassName",
+                    "a dedicated Gateway with gateway.store and gateway.media has no claim; \
+                     remove this key",
+                ));
+            }
+            (false, None) => {}
+        }
         match (dedicated, &self.runtime.harness_storage_class_name) {
             (true, Some(class)) => check_dns_subdomain("runtime.harnessStorageClassName", class)?,
             (true, None) => return Err(missing("runtime.harnessStorageClassName")),
@@ -445,6 +538,94 @@ impl InstallationSpec {
             (true, None) => return Err(missing("harness")),
             (false, Some(_)) => return Err(embedded_refuses("harness")),
             (false, None) => {}
+        }
+        Ok(())
+    }
+
+    /// Returns whether the Gateway's state needs a claim: always for the embedded Pod (it holds
+    /// the Harness too), and for a dedicated Gateway unless both its store and its media are
+    /// external.
+    pub(crate) fn has_gateway_claim(&self) -> bool {
+        !self.topology.is_dedicated()
+            || self.gateway.store.is_none()
+            || self.gateway.media.is_none()
+    }
+
+    /// Checks `gateway.store` and `gateway.media`: a PostgreSQL URL without a password, an S3
+    /// URL the media store takes, and credentials only as Secret references.
+    fn check_store_and_media(&self) -> Result<()> {
+        if let Some(store) = &self.gateway.store {
+            match store
+                .url
+                .parse::<gatehouse_store::location::StoreLocation>()
+            {
+                Ok(gatehouse_store::location::StoreLocation::Postgres(_)) => {}
+                Ok(gatehouse_store::location::StoreLocation::Sqlite(_)) => {
+                    return Err(invalid(
+                        "gateway.store.url",
+                        "SQLite lives on the Gateway claim; remove gateway.store to use it",
+                    ));
+                }
+                // The store's own refusal: it shows a literal password redacted.
+                Err(error) => return Err(invalid("gateway.store.url", error.to_string())),
+            }
+            if let Some(secret) = &store.password_secret {
+                check_secret_ref("gateway.store.passwordSecret", secret)?;
+                let password_env = store.password_env();
+                let taken = password_env != "PGPASSWORD"
+                    && RESERVED_ENV_PREFIXES
+                        .iter()
+                        .any(|prefix| password_env.starts_with(prefix))
+                    || self
+                        .gateway
+                        .channel_secrets
+                        .iter()
+                        .flatten()
+                        .any(|channel| channel.env == password_env);
+                if taken {
+                    return Err(invalid(
+                        "gateway.store.url",
+                        format!(
+                            "password-env={password_env} names a variable the renderer or a \
+                             channel secret sets; name another one"
+                        ),
+                    ));
+                }
+            }
+            check_cidrs("gateway.store.egressCidrs", &store.egress_cidrs)?;
+        }
+        if let Some(media) = &self.gateway.media {
+            match media.url.parse::<gatehouse_media::MediaLocation>() {
+                Ok(gatehouse_media::MediaLocation::S3(_)) => {}
+                Ok(gatehouse_media::MediaLocation::File(_)) => {
+                    return Err(invalid(
+                        "gateway.media.url",
+                        "local media lives on the Gateway claim; remove gateway.media to use it",
+                    ));
+                }
+                Err(error) => {
+                    return Err(invalid(
+                        "gateway.media.url",
+                        format!("{error} [{}]", error.code()),
+                    ));
+                }
+            }
+            if let Some(endpoint) = &media.endpoint {
+                check_url("gateway.media.endpoint", endpoint)?;
+            }
+            if let Some(region) = &media.region {
+                check_non_empty("gateway.media.region", region)?;
+            }
+            match (&media.access_key_id_secret, &media.secret_access_key_secret) {
+                (Some(id), Some(secret)) => {
+                    check_secret_ref("gateway.media.accessKeyIdSecret", id)?;
+                    check_secret_ref("gateway.media.secretAccessKeySecret", secret)?;
+                }
+                (None, None) => {}
+                (Some(_), None) => return Err(missing("gateway.media.secretAccessKeySecret")),
+                (None, Some(_)) => return Err(missing("gateway.media.accessKeyIdSecret")),
+            }
+            check_cidrs("gateway.media.egressCidrs", &media.egress_cidrs)?;
         }
         Ok(())
     }
@@ -713,11 +894,13 @@ fn check_labels(path: &str, labels: &BTreeMap<String, String>) -> Result<()> {
 /// Environment names the renderer sets itself, which a channel secret must not override. The
 /// model key variable is among them: the embedded Pod carries both, and a Gateway must never
 /// hold a variable of that name.
-const RESERVED_ENV_PREFIXES: [&str; 4] = [
+const RESERVED_ENV_PREFIXES: [&str; 6] = [
     "GATEHOUSE_",
     "CODEX_",
     "TMPDIR",
     crate::render::MODEL_KEY_ENV,
+    "AWS_",
+    "PGPASSWORD",
 ];
 
 fn check_channel_secrets(channels: &[ChannelSecret]) -> Result<()> {

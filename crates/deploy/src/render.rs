@@ -8,14 +8,16 @@
 //!
 //! | topology | objects |
 //! |---|---|
-//! | dedicated | ServiceAccounts `<agent>-gateway` and `<agent>-harness`; PVCs `gateway-state-<agent-hash>` (10Gi RWO) and `harness-state-<agent-hash>` (40Gi RWO); Service `<agent>-gateway`; NetworkPolicies `<agent>-default-deny`, `<agent>-gateway`, `<agent>-harness`; Deployments `<agent>-gateway` and `<agent>-harness` |
+//! | dedicated | ServiceAccounts `<agent>-gateway` and `<agent>-harness`; PVCs `gateway-state-<agent-hash>` (10Gi RWO; not rendered when `gateway.store` and `gateway.media` are both set) and `harness-state-<agent-hash>` (40Gi RWO); Service `<agent>-gateway`; NetworkPolicies `<agent>-default-deny`, `<agent>-gateway`, `<agent>-harness`; Deployments `<agent>-gateway` and `<agent>-harness` |
 //! | embedded | ServiceAccount `<agent>`; PVC `gateway-state-<agent-hash>` (10Gi RWO); Service `<agent>`; NetworkPolicies `<agent>-default-deny`, `<agent>-embedded`; Deployment `<agent>` |
 //!
 //! The Pods run the real commands, and nothing else:
 //!
 //! - the Gateway runs `gatehouse gateway`, configured through the variables the binary reads
 //!   (`GATEHOUSE_STATE_DIR`, `GATEHOUSE_LISTEN`, `GATEHOUSE_PUBLIC_URL`, `GATEHOUSE_RUNTIME`,
-//!   `GATEHOUSE_TOKEN`). Its one port, [`GATEWAY_PORT`], serves the operator API, `/healthz`,
+//!   `GATEHOUSE_TOKEN`, and with `gateway.store` and `gateway.media` `GATEHOUSE_STORE`,
+//!   `GATEHOUSE_MEDIA`, `GATEHOUSE_S3_*`, and the database password and S3 keys from Secrets
+//!   only). Its one port, [`GATEWAY_PORT`], serves the operator API, `/healthz`,
 //!   `/readyz`, `/metrics` and the node WebSocket `/node`. The memory embedder variables are read by the memory feature;
 //! - the Harness runs `gatehouse node` with every setting as a flag, and the model credential in
 //!   the variable named by `--model-key-env` ([`MODEL_KEY_ENV`]). It listens on no port, so its
@@ -322,15 +324,25 @@ impl<'a> Context<'a> {
             .harness_storage_class_name
             .clone()
             .unwrap_or_default();
-        vec![
+        let mut objects = vec![
             Object::ServiceAccount(self.service_account(&gateway_name, Role::Gateway)),
             Object::ServiceAccount(self.service_account(&harness_name, Role::Harness)),
-            Object::PersistentVolumeClaim(self.claim(
-                &self.gateway_claim,
-                Role::Gateway,
-                &spec.runtime.gateway_storage_class_name,
-                GATEWAY_CLAIM_SIZE,
-            )),
+        ];
+        if spec.has_gateway_claim() {
+            objects.push(Object::PersistentVolumeClaim(
+                self.claim(
+                    &self.gateway_claim,
+                    Role::Gateway,
+                    &spec
+                        .runtime
+                        .gateway_storage_class_name
+                        .clone()
+                        .unwrap_or_default(),
+                    GATEWAY_CLAIM_SIZE,
+                ),
+            ));
+        }
+        objects.extend([
             Object::PersistentVolumeClaim(self.claim(
                 &self.harness_claim,
                 Role::Harness,
@@ -343,7 +355,8 @@ impl<'a> Context<'a> {
             Object::NetworkPolicy(self.harness_policy()),
             Object::Deployment(Box::new(self.gateway_deployment())),
             Object::Deployment(Box::new(self.harness_deployment())),
-        ]
+        ]);
+        objects
     }
 
     fn embedded_objects(&self) -> Vec<Object> {
@@ -351,12 +364,18 @@ impl<'a> Context<'a> {
         let name = self.agent_id.to_owned();
         vec![
             Object::ServiceAccount(self.service_account(&name, Role::Embedded)),
-            Object::PersistentVolumeClaim(self.claim(
-                &self.gateway_claim,
-                Role::Embedded,
-                &spec.runtime.gateway_storage_class_name,
-                GATEWAY_CLAIM_SIZE,
-            )),
+            Object::PersistentVolumeClaim(
+                self.claim(
+                    &self.gateway_claim,
+                    Role::Embedded,
+                    &spec
+                        .runtime
+                        .gateway_storage_class_name
+                        .clone()
+                        .unwrap_or_default(),
+                    GATEWAY_CLAIM_SIZE,
+                ),
+            ),
             Object::Service(self.service(&name, Role::Embedded)),
             Object::NetworkPolicy(self.default_deny_policy()),
             Object::NetworkPolicy(self.gateway_policy(Role::Embedded)),
@@ -517,6 +536,12 @@ impl<'a> Context<'a> {
         {
             egress.push(cidr_egress_rule(cidrs, 443));
         }
+        if let Some(store) = &spec.gateway.store {
+            egress.push(cidr_egress_rule(&store.egress_cidrs, store.port()));
+        }
+        if let Some(media) = &spec.gateway.media {
+            egress.push(cidr_egress_rule(&media.egress_cidrs, media.port()));
+        }
         let name = match role {
             Role::Embedded => format!("{}-embedded", self.agent_id),
             Role::Gateway | Role::Harness | Role::Agent => self.gateway_name(),
@@ -606,12 +631,52 @@ impl<'a> Context<'a> {
         if let Some(secret) = &spec.memory.credential_secret {
             env.push(env_secret("GATEHOUSE_MEMORY_EMBEDDING_API_KEY", secret));
         }
+        env.extend(self.store_and_media_env());
         for channel in spec.gateway.channel_secrets.iter().flatten() {
             let secret = SecretKeyRef {
                 name: channel.name.clone(),
                 key: channel.key.clone(),
             };
             env.push(env_secret(&channel.env, &secret));
+        }
+        env
+    }
+
+    /// Returns the settings of `gateway.store` and `gateway.media`: the URLs (which hold no
+    /// secret) and the S3 endpoint settings as values, the database password and the S3 keys as
+    /// Secret references only. Without S3 keys the Gateway takes the Pod's workload identity.
+    fn store_and_media_env(&self) -> Vec<EnvVar> {
+        let gateway = &self.installation.spec.gateway;
+        let mut env = Vec::new();
+        if let Some(store) = &gateway.store {
+            env.push(env_value("GATEHOUSE_STORE", &store.url));
+            if let Some(secret) = &store.password_secret {
+                env.push(env_secret(&store.password_env(), secret));
+            }
+        }
+        if let Some(media) = &gateway.media {
+            env.push(env_value("GATEHOUSE_MEDIA", &media.url));
+            if let Some(endpoint) = &media.endpoint {
+                env.push(env_value("GATEHOUSE_S3_ENDPOINT", endpoint));
+                if endpoint.starts_with("http://") {
+                    env.push(env_value("AWS_ALLOW_HTTP", "true"));
+                }
+            }
+            if let Some(region) = &media.region {
+                env.push(env_value("GATEHOUSE_S3_REGION", region));
+            }
+            if let Some(path_style) = media.path_style {
+                env.push(env_value(
+                    "GATEHOUSE_S3_PATH_STYLE",
+                    if path_style { "true" } else { "false" },
+                ));
+            }
+            if let (Some(id), Some(secret)) =
+                (&media.access_key_id_secret, &media.secret_access_key_secret)
+            {
+                env.push(env_secret("AWS_ACCESS_KEY_ID", id));
+                env.push(env_secret("AWS_SECRET_ACCESS_KEY", secret));
+            }
         }
         env
     }
@@ -637,7 +702,10 @@ impl<'a> Context<'a> {
     }
 
     /// The dedicated Gateway: `gatehouse gateway` with its claim mounted at
-    /// `/var/lib/gatehouse/gateway` and its state directory (media included) below it.
+    /// `/var/lib/gatehouse/gateway` and its state directory (media included) below it. With
+    /// the store and the media external, an `emptyDir` takes the claim's place: what remains in
+    /// the state directory (the operator token file, which `GATEHOUSE_TOKEN` overrides, and the
+    /// memory index, built from the Harness's memory files) need not outlive the Pod.
     fn gateway_deployment(&self) -> Deployment {
         let spec = &self.installation.spec;
         let container = Container {
@@ -664,7 +732,14 @@ impl<'a> Context<'a> {
             containers: vec![container],
             node_selector: spec.runtime.gateway_node_selector.clone(),
             volumes: Some(vec![
-                claim_volume("gateway-state", &self.gateway_claim),
+                match spec.has_gateway_claim() {
+                    true => claim_volume("gateway-state", &self.gateway_claim),
+                    false => Volume {
+                        name: String::from("gateway-state"),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Volume::default()
+                    },
+                },
                 tmp_volume(),
             ]),
             ..self.pod_spec_base(&self.gateway_name())

@@ -164,6 +164,9 @@ pub struct GatewayConfig {
     /// Where the Gateway state lives; `None` is the SQLite file [`DATABASE_FILE`] in the state
     /// directory.
     pub store: Option<StoreLocation>,
+    /// Where the media store keeps its blobs; `None` is the directory [`MEDIA_DIR`] in the state
+    /// directory.
+    pub media: Option<gatehouse_media::MediaLocation>,
     /// How long `/metrics` reuses the figures it read from the store and the memory index
     /// ([`DEFAULT_METRICS_REFRESH_INTERVAL`]); zero reads them at every scrape.
     pub metrics_refresh_interval: Duration,
@@ -194,6 +197,7 @@ impl GatewayConfig {
             skills_dir: None,
             bundled_skills_dir: None,
             store: None,
+            media: None,
             metrics_refresh_interval: metrics::DEFAULT_METRICS_REFRESH_INTERVAL,
             store_lock_wait: gatehouse_store::exclusive::DEFAULT_WAIT,
         }
@@ -205,6 +209,14 @@ impl GatewayConfig {
         self.store
             .clone()
             .unwrap_or_else(|| StoreLocation::Sqlite(self.state_dir.join(DATABASE_FILE)))
+    }
+
+    /// Returns where the media store keeps its blobs: [`GatewayConfig::media`], else the
+    /// directory [`MEDIA_DIR`] in the state directory.
+    pub fn media_location(&self) -> gatehouse_media::MediaLocation {
+        self.media
+            .clone()
+            .unwrap_or_else(|| gatehouse_media::MediaLocation::File(self.state_dir.join(MEDIA_DIR)))
     }
 }
 
@@ -227,7 +239,7 @@ pub(crate) struct GatewayState {
     pub(crate) workspace: Arc<dyn WorkspaceAccess>,
     /// What node sessions need.
     pub(crate) link: LinkContext,
-    /// The content-addressed media store under `<state>/media/`.
+    /// The content-addressed media store (`<state>/media/` unless `--media` names another).
     pub(crate) media: Arc<gatehouse_media::MediaStore>,
     /// The checkpoint quota and the collection of checkpoint blobs; uploads hold its guard.
     pub(crate) retention: Arc<retention::MediaRetention>,
@@ -439,8 +451,11 @@ pub async fn start(
         gatehouse_store::exclusive::StoreLock::acquire(&location, config.store_lock_wait).await?,
     );
     let store: Arc<dyn Store> = gatehouse_store::open(&location).await?;
+    let media_location = config.media_location();
+    // A media URL holds no secret (S3 credentials come from the environment), so it is logged.
+    tracing::info!(media = %media_location, "opening the media store");
     let media = Arc::new(
-        gatehouse_media::MediaStore::open(&config.state_dir.join(MEDIA_DIR))?
+        gatehouse_media::MediaStore::open_location(&media_location)?
             .with_quota(config.media_quota_bytes),
     );
     let registry = Arc::new(NodeRegistry::default());

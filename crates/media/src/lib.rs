@@ -8,8 +8,11 @@
 //! no id can address another object.
 //!
 //! The store sits behind `Arc<dyn ObjectStore>`: [`MediaStore::open`] roots a
-//! [`LocalFileSystem`] at a directory, and [`MediaStore::with_object_store`] accepts any other
-//! backend (S3, in-memory).
+//! [`LocalFileSystem`] at a directory, [`MediaStore::open_location`] opens what a media URL
+//! ([`MediaLocation`]: `file://DIR` or `s3://BUCKET/PREFIX`) names, and
+//! [`MediaStore::with_object_store`] accepts any other backend (in-memory, for tests). The keys
+//! below are relative to the URL's prefix, so stores under two prefixes of one bucket never see
+//! each other's objects.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), gatehouse_media::MediaError> {
@@ -37,15 +40,22 @@
 //! - [`error`]: [`MediaError`] and its stable codes.
 //! - [`filename`]: [`sanitize_filename`], shared with attachment staging.
 //! - [`transfer`]: listing the blobs and copying them to another store.
+//! - [`location`]: [`MediaLocation`], the parsed media URL.
+//! - `s3` (with the `s3` feature): the S3 backend, configured from the environment.
 
 #![deny(missing_docs)]
 
 pub mod error;
 pub mod filename;
 pub mod transfer;
+pub mod location;
+#[cfg(feature = "s3")]
+pub mod s3;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
 use std::time::SystemTime;
 use std::time::UNIX_EPOCH;
 
@@ -68,6 +78,7 @@ use sha2::Digest;
 pub use crate::error::MediaError;
 pub use crate::error::Result;
 pub use crate::filename::sanitize_filename;
+pub use crate::location::MediaLocation;
 
 /// The length of a media id: a BLAKE3 digest in lowercase hex.
 pub const MEDIA_ID_LEN: usize = 64;
@@ -77,6 +88,13 @@ pub const MAX_MIME_TYPE_BYTES: usize = 255;
 
 /// The version written into every metadata object.
 const META_VERSION: u32 = 1;
+
+/// How long [`MediaStore::ready`] reuses the answer of its last probe.
+pub const READY_CACHE: Duration = Duration::from_secs(5);
+
+/// The key [`MediaStore::ready`] asks the backend about; it is never written, so the answer is
+/// "not found" from a store that works.
+const READY_PROBE_KEY: &str = "meta/readiness-probe";
 
 /// What the store knows about one stored blob.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +133,9 @@ pub struct MediaStore {
     quota_bytes: Option<u64>,
     /// The bytes of blobs stored (and reserved by `put`s in flight), shared by the clones.
     used: Arc<UsedBytes>,
+    /// When the backend was last probed by [`MediaStore::ready`], and whether it answered. The
+    /// lock is held across the probe, so concurrent callers share one.
+    readiness: Arc<tokio::sync::Mutex<Option<(Instant, bool)>>>,
 }
 
 /// The running count behind the quota, taken by listing the store once.
@@ -157,13 +178,77 @@ impl MediaStore {
         Ok(Self::with_object_store(Arc::new(local)))
     }
 
+    /// Opens the store `location` names: [`MediaStore::open`] for a directory, the S3 backend
+    /// (configured from the environment, see `s3`) for a bucket. Nothing is sent to S3 yet: an
+    /// unreachable endpoint fails the first call, not the opening.
+    ///
+    /// # Errors
+    /// [`MediaError::Open`] when the directory cannot be created, the S3 settings in the
+    /// environment are unusable, or this build has no S3 support.
+    pub fn open_location(location: &MediaLocation) -> Result<Self, MediaError> {
+        // Variables that are not UTF-8 are none of the S3 settings.
+        let env = std::env::vars_os().filter_map(|(name, value)| {
+            Some((name.into_string().ok()?, value.into_string().ok()?))
+        });
+        Self::open_location_with_env(location, env)
+    }
+
+    /// [`MediaStore::open_location`] with the S3 settings read from `env` instead of the
+    /// process environment (a test's own endpoint and keys).
+    ///
+    /// # Errors
+    /// As [`MediaStore::open_location`].
+    pub fn open_location_with_env(
+        location: &MediaLocation,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, MediaError> {
+        match location {
+            MediaLocation::File(dir) => Self::open(dir),
+            #[cfg(feature = "s3")]
+            MediaLocation::S3(s3) => Ok(Self::with_object_store(crate::s3::open(
+                s3,
+                &env.into_iter().collect(),
+            )?)),
+            #[cfg(not(feature = "s3"))]
+            MediaLocation::S3(s3) => {
+                drop(env);
+                Err(MediaError::Open(std::io::Error::other(format!(
+                    "cannot open {s3}: this gatehouse was built without S3 support (the `s3` \
+                     feature)"
+                ))))
+            }
+        }
+    }
+
     /// Returns a store over any object store backend.
     pub fn with_object_store(objects: Arc<dyn ObjectStore>) -> Self {
         Self {
             objects,
             quota_bytes: None,
             used: Arc::default(),
+            readiness: Arc::default(),
         }
+    }
+
+    /// Returns whether the backend answers, probing it (a `HEAD` of a key that is never
+    /// written) at most once per [`READY_CACHE`]; between probes the last answer is returned.
+    /// A failed probe is logged with its cause.
+    pub async fn ready(&self) -> bool {
+        let mut last = self.readiness.lock().await;
+        if let Some((at, ready)) = *last
+            && at.elapsed() < READY_CACHE
+        {
+            return ready;
+        }
+        let ready = match self.objects.head(&ObjectPath::from(READY_PROBE_KEY)).await {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => true,
+            Err(error) => {
+                tracing::error!(error = %error, "the media store does not answer");
+                false
+            }
+        };
+        *last = Some((Instant::now(), ready));
+        ready
     }
 
     /// Returns this store with a quota: `put` refuses to create a blob that would take the total

@@ -350,6 +350,20 @@ catalogue! {
         MediaCorrupt = "MEDIA_CORRUPT", 500;
         /// The media store failed.
         MediaStoreFailure = "MEDIA_STORE_FAILURE", 500;
+        /// The media URL (`--media`) is neither `file://DIR` nor `s3://BUCKET/PREFIX`.
+        MediaUrlScheme = "MEDIA_URL_SCHEME", 400;
+        /// A `file://` media URL names no directory.
+        MediaUrlEmptyPath = "MEDIA_URL_EMPTY_PATH", 400;
+        /// An `s3://` media URL names no bucket.
+        MediaUrlEmptyBucket = "MEDIA_URL_EMPTY_BUCKET", 400;
+        /// The bucket of an `s3://` media URL is not a valid S3 bucket name.
+        MediaUrlBadBucket = "MEDIA_URL_BAD_BUCKET", 400;
+        /// The prefix of an `s3://` media URL has an empty, `.` or `..` segment or a control
+        /// character.
+        MediaUrlBadPrefix = "MEDIA_URL_BAD_PREFIX", 400;
+        /// An `s3://` media URL carries credentials, a port, a query or a fragment, which belong in
+        /// the environment.
+        MediaUrlExtraParts = "MEDIA_URL_EXTRA_PARTS", 400;
     }
 
     /// Codes of documents and of the memory index.

@@ -37,6 +37,15 @@ const NOT_CODES: &[(&str, &str)] = &[
         "the environment variable Codex reads its home from",
     ),
     ("RUST_LOG", "the log filter variable of Codex"),
+    (
+        "AWS_ALLOW_HTTP",
+        "the S3 client's variable that allows a plain-HTTP endpoint",
+    ),
+    ("AWS_ACCESS_KEY_ID", "the S3 client's access key variable"),
+    (
+        "AWS_SECRET_ACCESS_KEY",
+        "the S3 client's secret key variable",
+    ),
     ("XDG_DATA_HOME", "the platform data directory variable"),
     (
         "CARGO_PKG_VERSION",

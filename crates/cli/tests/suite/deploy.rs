@@ -177,3 +177,36 @@ fn a_missing_installation_file_exits_2() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("cannot read installation file"));
 }
+
+#[test]
+fn render_with_postgres_and_s3_drops_the_gateway_claim_and_refuses_inline_passwords() {
+    let output = render(&example("dedicated-postgres-s3"));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let objects = gatehouse_deploy::manifest::parse_manifests(&stdout(&output)).unwrap();
+    let claims: Vec<String> = objects
+        .iter()
+        .filter_map(|object| match object {
+            Object::PersistentVolumeClaim(claim) => claim.metadata.name.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    assert!(claims[0].starts_with("harness-state-"), "{claims:?}");
+    let yaml = stdout(&output);
+    assert!(yaml.contains("value: s3://gatehouse-media/main"), "{yaml}");
+    assert!(yaml.contains("name: PGPASSWORD"), "{yaml}");
+
+    let output = render_variant(
+        "dedicated-postgres-s3",
+        "postgres://gatehouse@db.internal:5432/",
+        "postgres://gatehouse:hunter2@db.internal:5432/",
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("gateway.store.url"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!stderr(&output).contains("hunter2"), "{}", stderr(&output));
+    assert!(output.stdout.is_empty());
+}

@@ -20,6 +20,7 @@ mod observability;
 mod postgres;
 mod quick_start;
 mod quotas;
+mod s3;
 mod sandbox;
 mod scratch;
 mod skills;

@@ -57,7 +57,7 @@ pub(crate) async fn completed_turn(up: &Up, session: &str, text: &str) -> serde_
     turn
 }
 
-fn contents(transcript: &[serde_json::Value]) -> Vec<(String, String)> {
+pub(crate) fn contents(transcript: &[serde_json::Value]) -> Vec<(String, String)> {
     transcript
         .iter()
         .map(|message| {
@@ -181,7 +181,7 @@ pub(crate) async fn up_behind_outage() -> (tempfile::TempDir, Outage, Up) {
     (temp, outage, up)
 }
 
-async fn readyz(up: &Up) -> (u16, serde_json::Value) {
+pub(crate) async fn readyz(up: &Up) -> (u16, serde_json::Value) {
     let response = reqwest::Client::new()
         .get(format!("{}/readyz", up.url))
         .timeout(WAIT)

@@ -38,10 +38,15 @@ pub(crate) fn terminate(child: &mut Child) -> std::process::ExitStatus {
 
 pub(crate) fn gatehouse() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gatehouse"));
-    // Never inherit an operator token, a store or log settings from the developer's shell.
+    // Never inherit an operator token, a store, S3 overrides or log settings from the developer's
+    // shell.
     command
         .env_remove("GATEHOUSE_TOKEN")
         .env_remove("GATEHOUSE_STORE")
+        .env_remove("GATEHOUSE_MEDIA")
+        .env_remove("GATEHOUSE_S3_ENDPOINT")
+        .env_remove("GATEHOUSE_S3_REGION")
+        .env_remove("GATEHOUSE_S3_PATH_STYLE")
         .env_remove("GATEHOUSE_LOG_FORMAT")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")

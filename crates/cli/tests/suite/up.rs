@@ -21,7 +21,7 @@ use crate::suite::support::gatehouse;
 pub(crate) struct Up {
     pub(crate) process: Process,
     pub(crate) url: String,
-    token: String,
+    pub(crate) token: String,
     pub(crate) lines: Vec<String>,
 }
 

@@ -1,5 +1,6 @@
 //! The integration test modules.
 
+mod external_state;
 mod golden;
 mod installation_errors;
 mod manifests;

@@ -10,6 +10,10 @@ pub(crate) const DEDICATED_NATIVE: &str =
     include_str!("../../../../deploy/examples/dedicated-native.yaml");
 pub(crate) const DEDICATED_CODEX: &str =
     include_str!("../../../../deploy/examples/dedicated-codex.yaml");
+/// A dedicated native agent with its Gateway state in PostgreSQL and its media on S3; not in
+/// [`EXAMPLES`], whose names are the topologies.
+pub(crate) const DEDICATED_POSTGRES_S3: &str =
+    include_str!("../../../../deploy/examples/dedicated-postgres-s3.yaml");
 
 /// Every example, by name.
 pub(crate) const EXAMPLES: [(&str, &str); 3] = [

@@ -33,9 +33,11 @@ pub(crate) async fn healthz() -> Json<HealthResponse> {
     })
 }
 
-/// `GET /readyz`: `200` when the store answers and a node serving every command of its runtime
-/// is connected, else `503` with a code that says which check failed. It needs no token, so
-/// it names no node, and callers share one store ping per [`crate::readiness::STORE_PING_REUSE`].
+/// `GET /readyz`: `200` when the store and the media store answer and a node serving every
+/// command of its runtime is connected, else `503` with a code that says which check failed.
+/// It needs no token, so it names no node, and its callers share one store ping per
+/// [`crate::readiness::STORE_PING_REUSE`] and one media probe per [`gatehouse_media::READY_CACHE`]:
+/// frequent probes never become frequent requests to PostgreSQL or S3.
 pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
     let store_answers = state
         .store_ping
@@ -61,6 +63,14 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
         return ApiError::new(
             ErrorCode::StoreUnavailable,
             "the gateway store does not answer",
+        )
+        .into_response();
+    }
+    if !state.media.ready().await {
+        return ApiError::with_text_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::MediaStoreFailure.as_str(),
+            "the media store does not answer",
         )
         .into_response();
     }

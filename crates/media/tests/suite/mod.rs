@@ -1,2 +1,3 @@
+mod s3;
 mod store;
 mod transfer;
