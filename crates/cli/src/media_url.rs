@@ -1,11 +1,8 @@
-//! Media store URLs of `gatehouse state`: `file://DIR`, a local directory.
-//!
-//! This is the one place that turns such a URL into a [`MediaStore`], so other schemes (an
-//! object store) plug in here without touching the commands.
-
-use std::path::PathBuf;
+//! Media store URLs of `gatehouse state`: `file://DIR` or `s3://BUCKET/PREFIX`, parsed by
+//! [`MediaLocation`] exactly as `--media` is, and opened as a [`MediaStore`].
 
 use gatehouse_media::MediaStore;
+use gatehouse_media::location::MediaLocation;
 
 use crate::exit::UsageError;
 
@@ -18,25 +15,27 @@ pub(crate) enum MediaRole {
     Create,
 }
 
-/// Opens the media store `url` names.
+/// Opens the media store `url` names; an `s3://` store is configured from the environment
+/// (`AWS_*`, `GATEHOUSE_S3_*`) as the Gateway's is.
 ///
 /// # Errors
-/// A usage error for a URL that is not `file://DIR` or a source directory that does not
-/// exist; the media store's error when it cannot be opened.
+/// A usage error naming the code of a URL that is neither `file://DIR` nor
+/// `s3://BUCKET/PREFIX`, or of a source directory that does not exist; the media store's error
+/// when it cannot be opened.
 pub(crate) fn open_media_url(url: &str, role: MediaRole) -> anyhow::Result<MediaStore> {
-    let Some(dir) = url.strip_prefix("file://").filter(|dir| !dir.is_empty()) else {
-        return Err(UsageError::new(format!(
-            "the media URL '{url}' is not file://DIR, for example file:///var/lib/gatehouse/gateway/media"
-        ))
-        .into());
-    };
-    let dir = PathBuf::from(dir);
-    if role == MediaRole::Existing && !dir.is_dir() {
+    let location: MediaLocation =
+        url.parse()
+            .map_err(|error: gatehouse_media::location::MediaLocationError| {
+                UsageError::new(format!("{} ({})", error, error.code().as_str()))
+            })?;
+    if let (MediaLocation::File(dir), MediaRole::Existing) = (&location, role)
+        && !dir.is_dir()
+    {
         return Err(UsageError::new(format!(
             "the media directory {} does not exist",
             dir.display()
         ))
         .into());
     }
-    Ok(MediaStore::open(&dir)?)
+    Ok(MediaStore::open_location(&location)?)
 }

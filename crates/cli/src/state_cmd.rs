@@ -7,10 +7,13 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use gatehouse_protocol::error::ErrorCode;
 use gatehouse_state::check::CheckReport;
 use gatehouse_state::migrate::MigrateOptions;
 use gatehouse_state::migrate::MigrationReport;
 use gatehouse_state::migrate::Progress;
+use gatehouse_store::StoreError;
+use gatehouse_store::exclusive::StoreLock;
 use gatehouse_store::location::StoreLocation;
 
 use crate::exit::UsageError;
@@ -43,10 +46,10 @@ struct MigrateArgs {
     /// The store to copy to; it is created and migrated when new.
     #[arg(long, value_name = "URL")]
     to: String,
-    /// The media store to copy blobs from (`file://DIR`).
+    /// The media store to copy blobs from (`file://DIR` or `s3://BUCKET/PREFIX`).
     #[arg(long, value_name = "URL", requires = "media_to")]
     media_from: Option<String>,
-    /// The media store to copy blobs to (`file://DIR`).
+    /// The media store to copy blobs to (`file://DIR` or `s3://BUCKET/PREFIX`).
     #[arg(long, value_name = "URL", requires = "media_from")]
     media_to: Option<String>,
     /// Delete the Gateway state the target already holds and copy the source in its place
@@ -70,7 +73,8 @@ struct CheckArgs {
     /// The store to check (`sqlite://PATH` or `postgres://...`); it is only read.
     #[arg(long, value_name = "URL")]
     store: String,
-    /// The media store its checkpoints and attachments refer to (`file://DIR`).
+    /// The media store its checkpoints and attachments refer to (`file://DIR` or
+    /// `s3://BUCKET/PREFIX`).
     #[arg(long, value_name = "URL")]
     media: Option<String>,
     /// Print `{"store","ok","findings":[{"code","detail",...}]}` on stdout.
@@ -102,6 +106,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
         )),
         _ => None,
     };
+    let _locks = lock_both(&from, &to).await?;
     let options = MigrateOptions {
         replace_target: args.replace_target,
         batch_rows: args.batch_rows,
@@ -129,6 +134,41 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
         true => ExitCode::SUCCESS,
         false => ExitCode::from(1),
     })
+}
+
+/// Takes the exclusive use of both stores ([`StoreLock`], as a Gateway does), so that no
+/// Gateway serves either while they are copied. A source whose lock file cannot be created (a
+/// read-only copy of a SQLite file) is copied with a warning; a store a Gateway holds is refused.
+///
+/// # Errors
+/// `STORE_IN_USE` when a Gateway holds either store; the target's lock errors.
+async fn lock_both(from: &StoreLocation, to: &StoreLocation) -> anyhow::Result<Vec<StoreLock>> {
+    let in_use = |which: &str, location: &StoreLocation| {
+        anyhow::anyhow!(
+            "the {which} store {location} is in use ({}): stop the Gateway that serves it \
+             before moving it{}",
+            ErrorCode::StoreInUse.as_str(),
+            match which {
+                "target" => ", and check that the target is not the source",
+                _ => "",
+            }
+        )
+    };
+    let mut locks = Vec::new();
+    match StoreLock::acquire(from, Duration::ZERO).await {
+        Ok(lock) => locks.push(lock),
+        Err(StoreError::InUse { .. }) => return Err(in_use("source", from)),
+        Err(error) => crate::output::error_line(&format!(
+            "warning: cannot lock the source store {from} ({error}); make sure no Gateway \
+             serves it during the copy"
+        )),
+    }
+    match StoreLock::acquire(to, Duration::ZERO).await {
+        Ok(lock) => locks.push(lock),
+        Err(StoreError::InUse { .. }) => return Err(in_use("target", to)),
+        Err(error) => return Err(error.into()),
+    }
+    Ok(locks)
 }
 
 fn print_migration(report: &MigrationReport) {

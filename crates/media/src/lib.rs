@@ -47,10 +47,10 @@
 
 pub mod error;
 pub mod filename;
-pub mod transfer;
 pub mod location;
 #[cfg(feature = "s3")]
 pub mod s3;
+pub mod transfer;
 
 use std::path::Path;
 use std::sync::Arc;
