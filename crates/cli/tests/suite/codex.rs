@@ -37,13 +37,19 @@ struct Setup {
 
 impl Setup {
     async fn start(gateway_args: &[&str]) -> Setup {
+        Setup::start_with_env(gateway_args, &[]).await
+    }
+
+    /// Starts the setup with `gateway_env` in the Gateway's environment.
+    async fn start_with_env(gateway_args: &[&str], gateway_env: &[(&str, &str)]) -> Setup {
         let dirs = dirs();
         let logs = dirs.base.join("logs");
         let (mock, mock_url) = mock_model(&logs);
-        let gateway = Gateway::start_with(
+        let gateway = Gateway::start_with_env(
             &dirs.base.join("gateway"),
             &logs,
             &[&["--runtime", "codex"], gateway_args].concat(),
+            gateway_env,
         );
         let code = gateway.setup_code(600);
         let harness = dirs.base.join("harness");
@@ -404,7 +410,36 @@ async fn a_declined_command_does_not_run_and_the_decline_is_audited() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gateway_restart_continues_the_same_codex_thread() {
-    let setup = Setup::start(&[]).await;
+    restart_continues_the_same_codex_thread(&[], &[]).await;
+}
+
+/// The same restart with the Gateway's state in PostgreSQL and its blobs on S3: the thread
+/// binding the second turn resumes is read back from PostgreSQL.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_restart_continues_the_same_codex_thread_on_postgres_and_s3() {
+    use sqlx::Connection;
+
+    let external = crate::suite::s3::ExternalState::new().await;
+    restart_continues_the_same_codex_thread(&external.args(), &external.envs()).await;
+    let mut database = sqlx::PgConnection::connect(&external.store).await.unwrap();
+    let bound: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM codex_threads WHERE session_key = 's'")
+            .fetch_one(&mut database)
+            .await
+            .unwrap();
+    assert_eq!(
+        bound, 1,
+        "the session's thread binding is not in PostgreSQL"
+    );
+}
+
+/// Runs a turn, restarts the Gateway (SIGKILL, then the same port and state) and checks that
+/// the next turn runs on the same Codex thread with the earlier exchange in its context.
+async fn restart_continues_the_same_codex_thread(
+    gateway_args: &[&str],
+    gateway_env: &[(&str, &str)],
+) {
+    let setup = Setup::start_with_env(gateway_args, gateway_env).await;
     let first = turn(&setup.gateway, "s", "/say remember the word heron").await;
     assert_eq!(first["status"], "completed", "{first}");
     let thread_of = |request: &serde_json::Value| {
@@ -425,11 +460,12 @@ async fn a_gateway_restart_continues_the_same_codex_thread() {
     } = setup;
     let listen = gateway.url.trim_start_matches("http://").to_owned();
     drop(gateway);
-    let gateway = Gateway::start_on(
+    let gateway = Gateway::start_on_with_env(
         &listen,
         &dirs.base.join("gateway"),
         &dirs.base.join("logs"),
-        &["--runtime", "codex"],
+        &[&["--runtime", "codex"], gateway_args].concat(),
+        gateway_env,
     );
     gateway.wait_ready().await;
     let setup = Setup {

@@ -47,10 +47,22 @@ async fn dedicated(capacity: &str) -> Dedicated {
 }
 
 async fn dedicated_with(capacity: &str, extra: &[&str]) -> Dedicated {
+    dedicated_on(capacity, extra, &[], &[]).await
+}
+
+/// A dedicated setup whose Gateway takes `gateway_args` and `gateway_env` (for example its
+/// store and media store elsewhere) and whose node takes `extra`.
+async fn dedicated_on(
+    capacity: &str,
+    extra: &[&str],
+    gateway_args: &[&str],
+    gateway_env: &[(&str, &str)],
+) -> Dedicated {
     let dirs = dirs();
     let logs = dirs.base.join("logs");
     let (mock, mock_url) = mock_model(&logs);
-    let gateway = Gateway::start(&dirs.base.join("gateway"), &logs);
+    let gateway =
+        Gateway::start_with_env(&dirs.base.join("gateway"), &logs, gateway_args, gateway_env);
     let code = gateway.setup_code(600);
     let harness = dirs.base.join("harness");
     let model = format!("openai-chat:{mock_url}/v1:mock-model");
@@ -381,6 +393,42 @@ async fn file_tools_cannot_escape_the_session_workspace() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_session_workspace_is_rebuilt_from_its_checkpoint() {
     let setup = dedicated("8").await;
+    lost_workspace_is_rebuilt_from_its_checkpoint(&setup).await;
+    // The checkpoint lives in the Gateway's store and media, not on the Harness.
+    let in_gateway_state = files_under(&setup.gateway.state_dir).iter().any(|file| {
+        String::from_utf8_lossy(&std::fs::read(file).unwrap()).contains("dir/keep.txt")
+    });
+    assert!(
+        in_gateway_state,
+        "the checkpoint manifest is not in the Gateway state"
+    );
+}
+
+/// The same dedicated checkpoint round trip with the Gateway's state in PostgreSQL and its
+/// blobs on S3: the checkpoint is in the bucket and the database, nothing of it in the
+/// Gateway's state directory, and the lost workspace comes back from there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_session_workspace_is_rebuilt_from_a_checkpoint_on_postgres_and_s3() {
+    let external = crate::suite::s3::ExternalState::new().await;
+    let setup = dedicated_on("8", &[], &external.args(), &external.envs()).await;
+    lost_workspace_is_rebuilt_from_its_checkpoint(&setup).await;
+    let blobs = external.keys().await;
+    assert!(
+        blobs.iter().any(|key| key.starts_with("gateway/blobs/")),
+        "no checkpoint blob in the bucket: {blobs:?}"
+    );
+    let in_gateway_state = files_under(&setup.gateway.state_dir).iter().any(|file| {
+        String::from_utf8_lossy(&std::fs::read(file).unwrap()).contains("dir/keep.txt")
+    });
+    assert!(
+        !in_gateway_state,
+        "the checkpoint was written to the Gateway's state directory"
+    );
+}
+
+/// Writes files, an executable, a link and a `.git/` directory in a session, deletes the
+/// session workspace on the Harness, and checks that the next turn finds everything but `.git/`.
+async fn lost_workspace_is_rebuilt_from_its_checkpoint(setup: &Dedicated) {
     let gateway = &setup.gateway;
     let wrote = turn(
         gateway,
@@ -421,14 +469,6 @@ async fn a_lost_session_workspace_is_rebuilt_from_its_checkpoint() {
     );
     // `.git/` is not part of a checkpoint.
     assert!(!workspace.join(".git").exists());
-    // The checkpoint lives in the Gateway's store and media, not on the Harness.
-    let in_gateway_state = files_under(&gateway.state_dir).iter().any(|file| {
-        String::from_utf8_lossy(&std::fs::read(file).unwrap()).contains("dir/keep.txt")
-    });
-    assert!(
-        in_gateway_state,
-        "the checkpoint manifest is not in the Gateway state"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -158,6 +158,65 @@ async fn bucket_keys_at(endpoint: &url::Url, bucket: &str, prefix: &str) -> Vec<
         .collect()
 }
 
+/// A fresh PostgreSQL database and a fresh bucket on the test servers, for a Gateway to keep
+/// its state and blobs in (`--store`, `--media`, and the S3 settings in its environment).
+pub(crate) struct ExternalState {
+    /// The store URL.
+    pub(crate) store: String,
+    /// The media URL (`s3://BUCKET/gateway`).
+    pub(crate) media: String,
+    /// The bucket.
+    pub(crate) bucket: String,
+    /// The S3 endpoint and credentials, as the Gateway's environment.
+    env: Vec<(&'static str, String)>,
+}
+
+impl ExternalState {
+    /// Creates the database and the bucket.
+    pub(crate) async fn new() -> ExternalState {
+        let bucket = fresh_bucket().await;
+        ExternalState {
+            store: fresh_database().await.to_string(),
+            media: format!("s3://{bucket}/gateway"),
+            env: s3_env(&s3_endpoint()),
+            bucket,
+        }
+    }
+
+    /// Returns the Gateway arguments that select the store and the media store.
+    pub(crate) fn args(&self) -> [&str; 4] {
+        ["--store", &self.store, "--media", &self.media]
+    }
+
+    /// Returns the S3 settings for the Gateway's environment.
+    pub(crate) fn envs(&self) -> Vec<(&str, &str)> {
+        self.env
+            .iter()
+            .map(|(name, value)| (*name, value.as_str()))
+            .collect()
+    }
+
+    /// Returns the keys of the Gateway's objects in the bucket.
+    pub(crate) async fn keys(&self) -> Vec<String> {
+        bucket_keys(&self.bucket, "gateway/").await
+    }
+}
+
+/// The S3 settings of a Gateway using the server at `endpoint`: credentials in the environment
+/// only.
+fn s3_env(endpoint: &url::Url) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL", endpoint.to_string()),
+        ("AWS_ALLOW_HTTP", "true".to_owned()),
+        ("AWS_REGION", "us-east-1".to_owned()),
+        ("AWS_ACCESS_KEY_ID", "gatehouse-test".to_owned()),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            "gatehouse-test-secret-5b1f".to_owned(),
+        ),
+    ]
+}
+
 /// Starts `up` on `data` with the store at `store` and the media under `media` on the S3
 /// server at `endpoint`, with its credentials in the environment only.
 fn up_on(data: &Path, store: &url::Url, media: &str, endpoint: &url::Url) -> Up {
@@ -165,11 +224,7 @@ fn up_on(data: &Path, store: &url::Url, media: &str, endpoint: &url::Url) -> Up 
     command
         .env("GATEHOUSE_STORE", store.as_str())
         .env("GATEHOUSE_MEDIA", media)
-        .env("AWS_ENDPOINT_URL", endpoint.as_str())
-        .env("AWS_ALLOW_HTTP", "true")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "gatehouse-test")
-        .env("AWS_SECRET_ACCESS_KEY", "gatehouse-test-secret-5b1f");
+        .envs(s3_env(endpoint));
     Up::start_with(command, data)
 }
 

@@ -134,17 +134,26 @@ impl Gateway {
         extra: &[&str],
         envs: &[(&str, &str)],
     ) -> Gateway {
-        let mut command = gatehouse();
-        command
-            .args(gateway_args("127.0.0.1:0", state_dir, extra))
-            .envs(envs.iter().copied());
-        Self::launch(command, state_dir, logs)
+        Self::start_on_with_env("127.0.0.1:0", state_dir, logs, extra, envs)
     }
 
     /// Starts a Gateway listening on `listen` (for a restart on the same port).
     pub(crate) fn start_on(listen: &str, state_dir: &Path, logs: &Path, extra: &[&str]) -> Gateway {
+        Self::start_on_with_env(listen, state_dir, logs, extra, &[])
+    }
+
+    /// Starts a Gateway listening on `listen`, with extra environment variables.
+    pub(crate) fn start_on_with_env(
+        listen: &str,
+        state_dir: &Path,
+        logs: &Path,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Gateway {
         let mut command = gatehouse();
-        command.args(gateway_args(listen, state_dir, extra));
+        command
+            .args(gateway_args(listen, state_dir, extra))
+            .envs(envs.iter().copied());
         Self::launch(command, state_dir, logs)
     }
 
