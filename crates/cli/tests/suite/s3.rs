@@ -196,6 +196,16 @@ impl ExternalState {
             .collect()
     }
 
+    /// Starts `gatehouse up` on `data` with this store and media store.
+    pub(crate) fn up(&self, data: &Path) -> Up {
+        let mut command = gatehouse();
+        command
+            .env("GATEHOUSE_STORE", &self.store)
+            .env("GATEHOUSE_MEDIA", &self.media)
+            .envs(self.envs());
+        Up::start_with(command, data)
+    }
+
     /// Returns the keys of the Gateway's objects in the bucket.
     pub(crate) async fn keys(&self) -> Vec<String> {
         bucket_keys(&self.bucket, "gateway/").await

@@ -132,7 +132,17 @@ async fn populated_installation() -> Installation {
 
 /// Runs `gatehouse state ARGS` and returns its exit code, stdout and stderr.
 fn state(args: &[&str]) -> (i32, String, String) {
-    let output = gatehouse().arg("state").args(args).output().unwrap();
+    state_with_env(args, &[])
+}
+
+/// Runs `gatehouse state ARGS` with `envs` in its environment (an S3 media store's settings).
+fn state_with_env(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
+    let output = gatehouse()
+        .arg("state")
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8(output.stdout).unwrap(),
@@ -143,9 +153,14 @@ fn state(args: &[&str]) -> (i32, String, String) {
 /// Runs `gatehouse state migrate --json ARGS` and returns its summary, after checking it
 /// succeeded.
 fn migrate(args: &[&str]) -> serde_json::Value {
+    migrate_with_env(args, &[])
+}
+
+/// [`migrate`] with `envs` in the environment of `gatehouse state migrate`.
+fn migrate_with_env(args: &[&str], envs: &[(&str, &str)]) -> serde_json::Value {
     let mut full = vec!["migrate", "--json"];
     full.extend_from_slice(args);
-    let (code, stdout, stderr) = state(&full);
+    let (code, stdout, stderr) = state_with_env(&full, envs);
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["verified"], true, "{report}");
@@ -173,23 +188,72 @@ async fn a_sqlite_installation_moved_to_postgres_serves_the_same_sessions_and_re
     let before = populated_installation().await;
     let target = fresh_database().await;
     let moved = before.data.parent().unwrap().join("moved");
-    // The Harness moves with the installation (its identity, not its session workspaces); the
-    // Gateway's media goes where the new installation's Gateway keeps it.
+    // The Gateway's media goes where the new installation's Gateway keeps it by default.
+    let media_to = format!("file://{}", moved.join("gateway/media").display());
+    move_and_serve(&before, &moved, &target, &media_to, &[], &|data| {
+        up_on(data, &target)
+    })
+    .await;
+}
+
+/// The same move with the media into an S3 bucket, and the moved installation served from
+/// PostgreSQL and S3.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sqlite_installation_moved_to_postgres_and_s3_serves_the_same_sessions_and_restores_a_checkpoint()
+ {
+    let before = populated_installation().await;
+    let external = crate::suite::s3::ExternalState::new().await;
+    let target = url::Url::parse(&external.store).unwrap();
+    let moved = before.data.parent().unwrap().join("moved");
+    move_and_serve(
+        &before,
+        &moved,
+        &target,
+        &external.media,
+        &external.envs(),
+        &|data| external.up(data),
+    )
+    .await;
+    let blobs = external.keys().await;
+    assert!(
+        blobs.iter().any(|key| key.starts_with("gateway/blobs/")),
+        "{blobs:?}"
+    );
+    assert!(
+        !moved.join("gateway/media").exists(),
+        "the moved installation keeps media on its disk"
+    );
+}
+
+/// Moves `before` into the database `target` with its media into `media_to` (`envs` configure
+/// it), starts the moved installation in `moved` with `start`, and checks that it serves the
+/// same sessions, transcripts, audit trail and media, restores a checkpoint and goes on.
+async fn move_and_serve(
+    before: &Installation,
+    moved: &Path,
+    target: &url::Url,
+    media_to: &str,
+    envs: &[(&str, &str)],
+    start: &dyn Fn(&Path) -> Up,
+) {
+    // The Harness moves with the installation (its identity, not its session workspaces).
     copy_dir(
         &before.data.join("harness/node"),
         &moved.join("harness/node"),
     );
-    let media_to = format!("file://{}", moved.join("gateway/media").display());
-    let report = migrate(&[
-        "--from",
-        &before.store(),
-        "--to",
-        target.as_str(),
-        "--media-from",
-        &before.media(),
-        "--media-to",
-        &media_to,
-    ]);
+    let report = migrate_with_env(
+        &[
+            "--from",
+            &before.store(),
+            "--to",
+            target.as_str(),
+            "--media-from",
+            &before.media(),
+            "--media-to",
+            media_to,
+        ],
+        envs,
+    );
     assert_eq!(report["resumed"], false);
     let copied = rows(&report, "targetRows");
     assert_eq!(copied, rows(&report, "sourceRows"));
@@ -208,10 +272,13 @@ async fn a_sqlite_installation_moved_to_postgres_serves_the_same_sessions_and_re
     assert_eq!(media["verified"], true, "{report}");
     assert!(media["copied"].as_u64().unwrap() >= 2, "{report}");
     // Both stores pass the check, the target with its new media.
-    let (code, stdout, _) = state(&["check", "--store", target.as_str(), "--media", &media_to]);
+    let (code, stdout, _) = state_with_env(
+        &["check", "--store", target.as_str(), "--media", media_to],
+        envs,
+    );
     assert_eq!(code, 0, "{stdout}");
 
-    let up = up_on(&moved, &target);
+    let up = start(moved);
     up.wait_ready().await;
     assert_eq!(get(&up, "/v1/sessions").await, before.sessions);
     for (key, transcript) in &before.transcripts {
@@ -225,7 +292,7 @@ async fn a_sqlite_installation_moved_to_postgres_serves_the_same_sessions_and_re
     assert_eq!(audit[..before.audit.len()], before.audit[..]);
     let bytes = reqwest::Client::new()
         .get(format!("{}/v1/media/{}", up.url, before.media_id))
-        .bearer_auth(token(&moved))
+        .bearer_auth(token(moved))
         .send()
         .await
         .unwrap();
