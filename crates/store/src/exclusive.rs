@@ -12,10 +12,14 @@
 //!   releases it when the process ends, however it ends.
 //! - PostgreSQL: a session-level advisory lock ([`GATEWAY_LOCK_KEY`]) held on a connection of
 //!   its own, which the server releases when that connection closes, so also when the process
-//!   dies. The connection is checked every [`CHECK_INTERVAL`]; when it is lost (the server
-//!   restarted, the network failed) the lock is taken again as soon as the server answers. If
-//!   another Gateway took it meanwhile, this one no longer owns the store:
-//!   [`StoreLock::lost`] resolves, and the Gateway stops rather than write beside the other.
+//!   dies; its session asks for TCP keepalives after 5 s and ends itself after 30 s idle, so a
+//!   dead or cut-off host lets go within about half a minute rather than the system's two
+//!   hours. Every [`CHECK_INTERVAL`] the session is asked whether it still holds the lock; when
+//!   it does not answer or no longer holds it (the server restarted, the network failed or
+//!   stalled), the lock is taken again as soon as the server answers, ending this Gateway's
+//!   own earlier session first if that one still holds it. If another Gateway took it
+//!   meanwhile, this one no longer owns the store: [`StoreLock::lost`] resolves, and the
+//!   Gateway stops rather than write beside the other.
 //!   (Several Gateway replicas on one database are a later, lease-based design; until then one
 //!   Gateway owns a database.)
 
@@ -177,34 +181,98 @@ mod postgres {
     use crate::StoreError;
     use crate::location::PostgresLocation;
 
+    /// The lock, held by the session of `connection` (server process `backend_pid`).
+    struct Holding {
+        connection: PgConnection,
+        backend_pid: i32,
+    }
+
     /// What one attempt to take the lock found.
     enum Attempt {
         /// The lock is ours, on this connection.
-        Taken(PgConnection),
-        /// Another session holds it.
-        Held,
+        Taken(Holding),
+        /// Another session holds it: the server process `holder`, when it could be seen.
+        Held { holder: Option<i32> },
     }
+
+    /// Settings of the lock's session, so that the server ends it (and releases the lock) soon
+    /// after its Gateway host died or was cut off, instead of after the system's TCP keepalive
+    /// time (two hours by default): keepalive probes after 5 s of silence, and (PostgreSQL 14
+    /// and later) an idle session ended after 30 s, while [`keep`] speaks every 2 s. A setting
+    /// the server does not know is skipped.
+    const SESSION_SETTINGS: [&str; 4] = [
+        "SET tcp_keepalives_idle = 5",
+        "SET tcp_keepalives_interval = 2",
+        "SET tcp_keepalives_count = 3",
+        "SET idle_session_timeout = '30s'",
+    ];
+
+    /// The condition on `pg_locks` that selects the Gateway's advisory lock in this database
+    /// (a `bigint` key shows as its high and low 32 bits, `objsubid` 1).
+    const THE_LOCK: &str = "locktype = 'advisory' AND granted AND objsubid = 1 \
+         AND classid = ($1 >> 32)::oid AND objid = ($1 & 4294967295)::oid \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
 
     /// Connects and tries the lock once.
     async fn attempt(options: &PgConnectOptions) -> Result<Attempt, sqlx::Error> {
         let mut connection = PgConnection::connect_with(options).await?;
+        for setting in SESSION_SETTINGS {
+            if let Err(error) = sqlx::raw_sql(setting).execute(&mut connection).await {
+                tracing::debug!(setting, error = %error, "the server refused a lock session setting");
+            }
+        }
         let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(GATEWAY_LOCK_KEY)
             .fetch_one(&mut connection)
             .await?;
         if taken {
-            return Ok(Attempt::Taken(connection));
+            let backend_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut connection)
+                .await?;
+            return Ok(Attempt::Taken(Holding {
+                connection,
+                backend_pid,
+            }));
         }
+        let holder: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT pid FROM pg_locks WHERE {THE_LOCK} LIMIT 1"
+        )))
+        .bind(GATEWAY_LOCK_KEY)
+        .fetch_optional(&mut connection)
+        .await?;
         let _ = connection.close().await;
-        Ok(Attempt::Held)
+        Ok(Attempt::Held { holder })
+    }
+
+    /// Returns whether the session of `connection` still holds the lock (a pooler between the
+    /// Gateway and the server could have handed it another session).
+    async fn still_held(connection: &mut PgConnection) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE {THE_LOCK} AND pid = pg_backend_pid())"
+        )))
+        .bind(GATEWAY_LOCK_KEY)
+        .fetch_one(connection)
+        .await
+    }
+
+    /// Ends the server process `pid`, the Gateway's own earlier lock session that a stall cut
+    /// off from it, so that its lock is released (a role may end its own sessions).
+    async fn end_own_session(options: &PgConnectOptions, pid: i32) -> Result<(), sqlx::Error> {
+        let mut connection = PgConnection::connect_with(options).await?;
+        sqlx::query("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .execute(&mut connection)
+            .await?;
+        let _ = connection.close().await;
+        Ok(())
     }
 
     /// Tries once to take the lock of `database`; `None` while another Gateway holds it.
     pub(super) async fn try_take(database: &PostgresLocation) -> crate::Result<Option<Held>> {
         let options = database.connect_options()?;
-        let connection = match attempt(&options).await {
-            Ok(Attempt::Taken(connection)) => connection,
-            Ok(Attempt::Held) => return Ok(None),
+        let holding = match attempt(&options).await {
+            Ok(Attempt::Taken(holding)) => holding,
+            Ok(Attempt::Held { .. }) => return Ok(None),
             Err(error) => {
                 return Err(StoreError::Unavailable {
                     source: Box::new(error),
@@ -212,34 +280,47 @@ mod postgres {
             }
         };
         let (raise, lost) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(keep(connection, options, raise));
+        let task = tokio::spawn(keep(holding, options, raise));
         Ok(Some(Held::Postgres { task, lost }))
     }
 
-    /// Holds the lock on `connection`, checking it every [`CHECK_INTERVAL`]; re-takes it on a
-    /// new connection when that one breaks, and raises `lost` (then ends) when, once the server
-    /// answers, another session holds it.
+    /// Holds the lock, checking every [`CHECK_INTERVAL`] that its session still holds it; when
+    /// the check fails (the connection broke or stalled, or the session lost the lock), takes
+    /// it again on a new connection. The Gateway's own earlier session still holding it is a
+    /// stall, not another Gateway: that session is ended and the lock taken again. Raises
+    /// `lost` (then ends) only when, once the server answers, another session holds it.
     async fn keep(
-        mut connection: PgConnection,
+        mut holding: Holding,
         options: PgConnectOptions,
         lost: tokio::sync::watch::Sender<bool>,
     ) {
         loop {
             tokio::time::sleep(CHECK_INTERVAL).await;
-            let check = tokio::time::timeout(ATTEMPT_TIMEOUT, connection.ping()).await;
-            if matches!(check, Ok(Ok(()))) {
+            let check = tokio::time::timeout(ATTEMPT_TIMEOUT, still_held(&mut holding.connection));
+            if matches!(check.await, Ok(Ok(true))) {
                 continue;
             }
             tracing::warn!(
                 "lost the connection that holds the gateway's store lock; taking it again"
             );
-            connection = loop {
+            let own_pid = holding.backend_pid;
+            // Closes this side of the old session; the server may keep it a little longer.
+            drop(holding);
+            holding = loop {
                 match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt(&options)).await {
-                    Ok(Ok(Attempt::Taken(connection))) => {
+                    Ok(Ok(Attempt::Taken(holding))) => {
                         tracing::info!("took the gateway's store lock again");
-                        break connection;
+                        break holding;
                     }
-                    Ok(Ok(Attempt::Held)) => {
+                    Ok(Ok(Attempt::Held { holder: Some(pid) })) if pid == own_pid => {
+                        if let Err(error) = end_own_session(&options, pid).await {
+                            tracing::warn!(error = %error, "cannot end the earlier lock session");
+                        }
+                        tokio::time::sleep(CHECK_INTERVAL / 4).await;
+                    }
+                    // Released between the two queries: try again.
+                    Ok(Ok(Attempt::Held { holder: None })) => {}
+                    Ok(Ok(Attempt::Held { holder: Some(_) })) => {
                         tracing::error!(
                             code = gatehouse_protocol::error::ErrorCode::StoreInUse.as_str(),
                             "another gateway took this store while the connection was lost"

@@ -1382,6 +1382,134 @@ mod postgres_only {
         let refusal = format!("{untrusted:?}");
         assert!(refusal.contains("UnknownIssuer"), "{refusal}");
     }
+
+    /// The pid of the session holding the Gateway's store lock in `database`, if any.
+    async fn lock_holder(database: &str) -> Option<i32> {
+        let mut admin = sqlx::PgConnection::connect(database).await.unwrap();
+        sqlx::query_scalar(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+             AND classid = ($1 >> 32)::oid AND objid = ($1 & 4294967295)::oid \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .bind(gatehouse_store::exclusive::GATEWAY_LOCK_KEY)
+        .fetch_optional(&mut admin)
+        .await
+        .unwrap()
+    }
+
+    /// One direction of a forwarded connection: copies `from` to `to` until either ends, or
+    /// stops carrying anything (holding both open) once `frozen` is set.
+    async fn carry(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        use tokio::io::AsyncReadExt;
+        use tokio::io::AsyncWriteExt;
+
+        let mut buffer = vec![0_u8; 8192];
+        loop {
+            let read = match from.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => read,
+            };
+            if frozen.load(std::sync::atomic::Ordering::SeqCst) {
+                // A stalled path: the bytes are lost and the sockets stay open.
+                std::future::pending::<()>().await;
+            }
+            if to.write_all(&buffer[..read]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The freeze switches of a [`freezable_forwarder`]'s connections, in the order they opened.
+    type Switches =
+        std::sync::Arc<std::sync::Mutex<Vec<std::sync::Arc<std::sync::atomic::AtomicBool>>>>;
+
+    /// A TCP forwarder to the test server whose open connections can be frozen: they stay
+    /// open but carry nothing more, as on a stalled network path, while new connections pass.
+    async fn freezable_forwarder(upstream: std::net::SocketAddr) -> (u16, Switches) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let switches = Switches::default();
+        let registry = std::sync::Arc::clone(&switches);
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let frozen = std::sync::Arc::default();
+                registry
+                    .lock()
+                    .unwrap()
+                    .push(std::sync::Arc::clone(&frozen));
+                let (client_read, client_write) = inbound.into_split();
+                let (server_read, server_write) = outbound.into_split();
+                tokio::spawn(carry(
+                    client_read,
+                    server_write,
+                    std::sync::Arc::clone(&frozen),
+                ));
+                tokio::spawn(carry(server_read, client_write, frozen));
+            }
+        });
+        (port, switches)
+    }
+
+    /// A stalled path to the server is not another Gateway: the lock's connection stops
+    /// answering while its session still holds the lock on the server; the keeper ends that
+    /// session of its own, takes the lock again on a new connection, and `lost` never fires.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_lock_connection_is_taken_over_by_the_same_gateway_not_lost() {
+        use gatehouse_store::exclusive::StoreLock;
+
+        let direct = url::Url::parse(&super::support::fresh_postgres_database().await).unwrap();
+        let upstream = direct.socket_addrs(|| Some(5432)).unwrap()[0];
+        let (port, switches) = freezable_forwarder(upstream).await;
+        let mut through = direct.clone();
+        through.set_port(Some(port)).unwrap();
+        let location: StoreLocation = through.as_str().parse().unwrap();
+        let lock = StoreLock::acquire(&location, std::time::Duration::ZERO)
+            .await
+            .unwrap();
+        let first = lock_holder(direct.as_str())
+            .await
+            .expect("the lock is held");
+
+        for switch in switches.lock().unwrap().iter() {
+            switch.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let second = loop {
+            match lock_holder(direct.as_str()).await {
+                Some(pid) if pid != first => break pid,
+                _ => {}
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the lock was not taken again"
+            );
+            let lost = tokio::time::timeout(std::time::Duration::from_millis(200), lock.lost());
+            assert!(
+                lost.await.is_err(),
+                "the stall was taken for another gateway"
+            );
+        };
+        assert_ne!(second, first);
+        let lost = tokio::time::timeout(std::time::Duration::from_secs(3), lock.lost());
+        assert!(
+            lost.await.is_err(),
+            "the lock was given up after it was taken again"
+        );
+        // Still exclusive: nobody else gets it.
+        let Err(error) =
+            StoreLock::acquire(&direct.as_str().parse().unwrap(), std::time::Duration::ZERO).await
+        else {
+            panic!("a second lock was taken");
+        };
+        assert_eq!(error.code(), ErrorCode::StoreInUse);
+    }
 }
 
 /// The turn events the store writes itself are their typed payloads: each decodes into the type
