@@ -92,6 +92,10 @@ const META_VERSION: u32 = 1;
 /// How long [`MediaStore::ready`] reuses the answer of its last probe.
 pub const READY_CACHE: Duration = Duration::from_secs(5);
 
+/// How long one readiness probe may take before the store counts as not answering: an endpoint
+/// that accepts connections and never answers must not hold readiness for the request timeout.
+pub const READY_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The key [`MediaStore::ready`] asks the backend about; it is never written, so the answer is
 /// "not found" from a store that works.
 const READY_PROBE_KEY: &str = "meta/readiness-probe";
@@ -240,10 +244,19 @@ impl MediaStore {
         {
             return ready;
         }
-        let ready = match self.objects.head(&ObjectPath::from(READY_PROBE_KEY)).await {
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => true,
-            Err(error) => {
+        let key = ObjectPath::from(READY_PROBE_KEY);
+        let probe = self.objects.head(&key);
+        let ready = match tokio::time::timeout(READY_PROBE_TIMEOUT, probe).await {
+            Ok(Ok(_) | Err(object_store::Error::NotFound { .. })) => true,
+            Ok(Err(error)) => {
                 tracing::error!(error = %error, "the media store does not answer");
+                false
+            }
+            Err(_) => {
+                tracing::error!(
+                    timeout_ms = READY_PROBE_TIMEOUT.as_millis(),
+                    "the media store did not answer its readiness probe in time"
+                );
                 false
             }
         };

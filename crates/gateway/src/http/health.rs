@@ -66,7 +66,10 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
         )
         .into_response();
     }
-    if !state.media.ready().await {
+    // An endpoint that accepts connections and never answers must not hold `/readyz` for the
+    // S3 request timeout.
+    let media_answers = tokio::time::timeout(STORE_PING_TIMEOUT, state.media.ready()).await;
+    if !matches!(media_answers, Ok(true)) {
         return ApiError::with_text_code(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::MediaStoreFailure.as_str(),

@@ -288,6 +288,28 @@ async fn a_dead_endpoint_fails_with_media_store_failure() {
     assert!(!store.ready().await);
 }
 
+/// An endpoint that accepts connections and never answers (a hung proxy) makes the store not
+/// ready within its probe timeout, not after the S3 request timeout and its retries.
+#[tokio::test]
+async fn a_silent_endpoint_is_not_ready_within_the_probe_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent = format!("http://{}", listener.local_addr().unwrap());
+    // Accepts every connection and holds it open without a byte in answer.
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let location: MediaLocation = "s3://gatehouse-silent/x".parse().unwrap();
+    let store = MediaStore::open_location_with_env(&location, s3_env(&silent)).unwrap();
+    // Well past the probe timeout, well short of the request timeout (60 s) with its retries.
+    let bound = gatehouse_media::READY_PROBE_TIMEOUT * 4;
+    let ready = tokio::time::timeout(bound, store.ready()).await;
+    assert_eq!(ready, Ok(false), "readiness waited on the silent endpoint");
+    holder.abort();
+}
+
 #[tokio::test]
 async fn gatehouse_s3_variables_override_the_aws_ones() {
     let bucket = new_bucket("override").await;
