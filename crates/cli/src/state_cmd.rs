@@ -106,25 +106,50 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
         )),
         _ => None,
     };
-    let _locks = lock_both(&from, &to).await?;
+    let locks = lock_both(&from, &to).await?;
     let options = MigrateOptions {
         replace_target: args.replace_target,
         batch_rows: args.batch_rows,
         pause_after_batch: args.pause_ms.map(Duration::from_millis),
     };
     let mut display = ProgressDisplay::new();
-    let mut report = gatehouse_state::migrate::migrate(&from, &to, &options, &mut |event| {
-        display.show(event);
-    })
-    .await?;
-    if let Some((source, target)) = &media {
-        let copied = gatehouse_state::media::copy_media(source, target, &mut |event| {
+    let copy = async {
+        let mut report = gatehouse_state::migrate::migrate(&from, &to, &options, &mut |event| {
             display.show(event);
         })
         .await?;
-        report.verified &= copied.verified;
-        report.media = Some(copied);
-    }
+        if let Some((source, target)) = &media {
+            let copied = gatehouse_state::media::copy_media(source, target, &mut |event| {
+                display.show(event);
+            })
+            .await?;
+            report.verified &= copied.verified;
+            report.media = Some(copied);
+        }
+        anyhow::Ok(report)
+    };
+    // A lock lost to a Gateway during the copy (after a broken connection) ends it: the copy
+    // must not write beside a Gateway. A rerun resumes where it stopped.
+    let lost = async {
+        match locks.is_empty() {
+            // `select_all` of nothing would panic; the target is always locked, but be safe.
+            true => std::future::pending::<()>().await,
+            false => {
+                futures_util::future::select_all(locks.iter().map(|lock| Box::pin(lock.lost())))
+                    .await;
+            }
+        }
+    };
+    let report = tokio::select! {
+        report = copy => report?,
+        () = lost => {
+            return Err(anyhow::anyhow!(
+                "{}: a Gateway took one of the stores during the copy; stop it, then run the \
+                 same command again to resume",
+                ErrorCode::StoreInUse.as_str()
+            ));
+        }
+    };
     display.finish();
     match args.json {
         true => crate::output::json(&report),

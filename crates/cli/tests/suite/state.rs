@@ -589,3 +589,39 @@ async fn state_check_finds_a_sequence_gap_and_a_missing_blob_on_sqlite_and_postg
     assert_eq!(code, 1, "{report}");
     assert_eq!(codes(&report), expected, "{report}");
 }
+
+/// A store a Gateway serves is neither copied from nor into: `migrate` takes both stores'
+/// locks as a Gateway does, refuses with `STORE_IN_USE`, and writes nothing to the target.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_a_gateway_serves_is_refused_as_source_and_as_target() {
+    let temp = tempfile::tempdir().unwrap();
+    let state_dir = temp.path().join("gateway");
+    let serving = crate::suite::support::Gateway::start(&state_dir, temp.path());
+    let source = format!("sqlite://{}", state_dir.join("gateway.db").display());
+    let target = fresh_database().await;
+
+    let (code, stdout, stderr) = state(&["migrate", "--from", &source, "--to", target.as_str()]);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("STORE_IN_USE") && stderr.contains("source"),
+        "{stderr}"
+    );
+    let mut database = sqlx::PgConnection::connect(target.as_str()).await.unwrap();
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+    )
+    .fetch_one(&mut database)
+    .await
+    .unwrap();
+    assert_eq!(tables, 0, "the refused copy wrote to its target");
+
+    let other = temp.path().join("other.db");
+    let other = format!("sqlite://{}", other.display());
+    let (code, _, stderr) = state(&["migrate", "--from", &other, "--to", &source]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("STORE_IN_USE") && stderr.contains("target"),
+        "{stderr}"
+    );
+    assert_eq!(serving.get("/v1/sessions").await.status(), 200);
+}
