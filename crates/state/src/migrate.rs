@@ -154,7 +154,7 @@ pub async fn migrate(
     progress: &mut (dyn FnMut(Progress<'_>) + Send),
 ) -> Result<MigrationReport> {
     let source_id = source_identity(from);
-    if source_id == source_identity(to) {
+    if source_id == source_identity(to) || same_file(from, to) {
         return Err(StateError::SameStore {
             store: from.to_string(),
         });
@@ -255,6 +255,21 @@ fn source_identity(from: &StoreLocation) -> String {
             Err(_) => from.to_string(),
         },
         StoreLocation::Postgres(_) => from.to_string(),
+    }
+}
+
+/// Returns whether `from` and `to` are SQLite paths of one file (a hard link or a bind mount
+/// of it has another canonical path): device and inode decide. `--replace-target` would
+/// otherwise empty the very file it reads.
+fn same_file(from: &StoreLocation, to: &StoreLocation) -> bool {
+    use std::os::unix::fs::MetadataExt;
+
+    let (StoreLocation::Sqlite(from), StoreLocation::Sqlite(to)) = (from, to) else {
+        return false;
+    };
+    match (std::fs::metadata(from), std::fs::metadata(to)) {
+        (Ok(from), Ok(to)) => (from.dev(), from.ino()) == (to.dev(), to.ino()),
+        _ => false,
     }
 }
 

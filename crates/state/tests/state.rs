@@ -286,6 +286,26 @@ async fn a_copy_is_refused_into_a_store_with_state_one_holding_another_copy_or_i
         matches!(same, gatehouse_state::StateError::SameStore { .. }),
         "{same}"
     );
+    // So is a hard link to it, whose canonical path differs: replacing the target would
+    // empty the source.
+    let linked = dir.path().join("linked.db");
+    std::fs::hard_link(dir.path().join("gateway.db"), &linked).unwrap();
+    let replace = gatehouse_state::migrate::MigrateOptions {
+        replace_target: true,
+        ..options.clone()
+    };
+    let same = gatehouse_state::migrate::migrate(
+        &source,
+        &StoreLocation::Sqlite(linked),
+        &replace,
+        &mut |_| {},
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(same, gatehouse_state::StateError::SameStore { .. }),
+        "{same}"
+    );
     let populated = gatehouse_state::migrate::migrate(&source, &other, &options, &mut |_| {})
         .await
         .unwrap_err();
