@@ -35,7 +35,7 @@
 //!   channelSecrets: []                                    # optional: [{env, name, key}]
 //!   egressCidrs: []                                       # optional, port 443
 //!   store:                                                # optional; default SQLite on the claim
-//!     url: postgres://gatehouse@db.internal:5432/gatehouse?sslmode=require   # no password
+//!     url: postgres://gatehouse@db.internal:5432/gatehouse?sslmode=verify-full   # no password
 //!     passwordSecret: {name: main-postgres, key: password}  # optional; PGPASSWORD
 //!     egressCidrs: [10.20.0.0/16]                         # the URL's port (default 5432)
 //!   media:                                                # optional; default the claim

@@ -116,7 +116,7 @@ fn the_gateway_gets_the_store_and_media_settings_and_secrets_by_reference_only()
     let env = env_of(support::DEDICATED_POSTGRES_S3, "main-gateway");
     assert_eq!(
         value(&env, "GATEHOUSE_STORE").as_deref(),
-        Some("postgres://gatehouse@db.internal:5432/gatehouse?sslmode=require")
+        Some("postgres://gatehouse@db.internal:5432/gatehouse?sslmode=verify-full")
     );
     assert_eq!(
         value(&env, "GATEHOUSE_MEDIA").as_deref(),
@@ -239,7 +239,7 @@ fn the_gateway_may_reach_postgres_and_s3_on_their_ports_only() {
 #[test]
 fn bad_store_and_media_settings_are_refused_naming_the_key() {
     let base = support::DEDICATED_POSTGRES_S3;
-    let store_url = "postgres://gatehouse@db.internal:5432/gatehouse?sslmode=require";
+    let store_url = "postgres://gatehouse@db.internal:5432/gatehouse?sslmode=verify-full";
     let cases: Vec<(String, &str)> = vec![
         (
             support::replace(
