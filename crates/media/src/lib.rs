@@ -427,6 +427,9 @@ impl MediaStore {
         let mut usage = MediaUsage::default();
         while let Some(meta) = listing.next().await {
             let meta = meta.map_err(|source| MediaError::Store { source })?;
+            if blob_id(&meta.location).is_none() {
+                continue;
+            }
             usage.n_blobs += 1;
             usage.bytes = usage.bytes.saturating_add(meta.size);
         }
@@ -578,6 +581,25 @@ fn checked_mime_type(mime_type: &str) -> Result<String> {
 fn blob_key(id: &str) -> ObjectPath {
     debug_assert!(check_id(id).is_ok(), "blob_key needs a validated id");
     ObjectPath::from(format!("blobs/{}/{id}", &id[..2]))
+}
+
+/// Returns the id of a listed key that is exactly a blob key of this store
+/// (`blobs/<first 2 hex>/<id>`), and `None` for anything else under `blobs/`: a deeper key (the
+/// blobs of another store whose prefix lies inside this one's, as `PREFIX/blobs/x/...`) or a
+/// stray object is neither counted nor copied.
+pub(crate) fn blob_id(key: &ObjectPath) -> Option<&str> {
+    let mut parts = key.parts();
+    let (Some(top), Some(shard), Some(name), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let id = key.filename()?;
+    let is_blob = top.as_ref() == "blobs"
+        && name.as_ref() == id
+        && check_id(id).is_ok()
+        && shard.as_ref() == &id[..2];
+    is_blob.then_some(id)
 }
 
 /// The metadata key of a validated id: `meta/<id>.json`.

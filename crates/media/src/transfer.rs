@@ -32,8 +32,8 @@ pub enum CopyOutcome {
 }
 
 impl MediaStore {
-    /// Returns the ids of every stored blob, sorted. Keys under `blobs/` that are not a valid
-    /// id are left out.
+    /// Returns the ids of every stored blob, sorted. Keys under `blobs/` that are not exactly
+    /// a blob key (`blobs/<first 2 hex>/<id>`) are left out.
     ///
     /// # Errors
     /// [`MediaError::Store`] when the backend cannot list.
@@ -43,10 +43,8 @@ impl MediaStore {
         let mut ids = Vec::new();
         while let Some(meta) = listing.next().await {
             let meta = meta.map_err(|source| MediaError::Store { source })?;
-            if let Some(name) = meta.location.filename()
-                && check_id(name).is_ok()
-            {
-                ids.push(name.to_owned());
+            if let Some(id) = crate::blob_id(&meta.location) {
+                ids.push(id.to_owned());
             }
         }
         ids.sort_unstable();

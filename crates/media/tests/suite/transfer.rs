@@ -52,3 +52,24 @@ async fn a_copy_keeps_the_record_skips_intact_blobs_and_replaces_damaged_ones() 
     assert_eq!(error.code(), "MEDIA_CORRUPT");
     assert!(!target.contains(&second.id).await.unwrap());
 }
+
+/// A store whose root lies inside another store's `blobs/` (two installations sharing a bucket,
+/// one prefix inside the other) is none of the outer store's business: its blobs are neither
+/// listed, counted for the quota, nor copied by the outer one.
+#[tokio::test]
+async fn blobs_of_a_store_nested_under_this_one_are_not_this_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let outer = MediaStore::open(dir.path()).unwrap();
+    let nested = MediaStore::open(&dir.path().join("blobs").join("ab")).unwrap();
+    let own = outer
+        .put(Bytes::from_static(b"outer"), "text/plain", None)
+        .await
+        .unwrap();
+    nested
+        .put(Bytes::from_static(b"nested"), "text/plain", None)
+        .await
+        .unwrap();
+    assert_eq!(outer.ids().await.unwrap(), vec![own.id.clone()]);
+    let usage = outer.usage().await.unwrap();
+    assert_eq!((usage.n_blobs, usage.bytes), (1, 5));
+}
