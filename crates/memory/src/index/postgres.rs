@@ -48,6 +48,10 @@ use crate::rank::Bm25Corpus;
 use crate::rank::Bm25Phrase;
 use crate::rank::Candidate;
 
+/// The bound on each statement of a keyword search, which runs one count per distinct word of
+/// a query the model wrote and reads every chunk holding all of them.
+const SEARCH_STATEMENT_TIMEOUT: &str = "SET LOCAL statement_timeout = '10s'";
+
 /// The index's own pooled connections: a sync or a reindex never takes the store's.
 const POOL_CONNECTIONS: u32 = 4;
 
@@ -307,6 +311,12 @@ impl PgBackend {
         // One snapshot: the counts and the matches agree even while a sync writes.
         let mut tx = self.pool.begin().await.map_err(pg_error)?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(pg_error)?;
+        // The query comes from the model: however many common words it holds, it may not keep
+        // the server busy for longer than this.
+        sqlx::query(SEARCH_STATEMENT_TIMEOUT)
             .execute(&mut *tx)
             .await
             .map_err(pg_error)?;
