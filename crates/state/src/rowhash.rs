@@ -12,6 +12,8 @@ use crate::error::StateError;
 use crate::tables::Kind;
 use crate::tables::Table;
 
+pub use gatehouse_store::scrub_nul;
+
 /// Accumulates the digests of a table's rows.
 #[derive(Debug)]
 pub struct TableHasher {
@@ -81,14 +83,6 @@ fn tagged(hasher: &mut blake3::Hasher, tag: u8, bytes: &[u8]) {
     hasher.update(&[tag]);
     hasher.update(&(bytes.len() as u64).to_le_bytes());
     hasher.update(bytes);
-}
-
-/// Returns `value` with NUL replaced by U+FFFD, as the PostgreSQL backend stores text.
-pub fn scrub_nul(value: &str) -> std::borrow::Cow<'_, str> {
-    match value.contains('\0') {
-        true => std::borrow::Cow::Owned(value.replace('\0', "\u{fffd}")),
-        false => std::borrow::Cow::Borrowed(value),
-    }
 }
 
 /// Returns the canonical form of the JSON text `text`: object keys sorted, no whitespace, NUL in

@@ -54,6 +54,16 @@ use crate::model::StoreFigures;
 use crate::model::TurnEnd;
 use crate::model::TurnRecord;
 
+/// Returns `value` with NUL replaced by U+FFFD: the text a PostgreSQL store keeps for it,
+/// since a `text` column refuses NUL. Text from a node or a model may carry it; refusing the
+/// write would leave a turn unended. Copies and checks of a store compare text in this form.
+pub fn scrub_nul(value: &str) -> std::borrow::Cow<'_, str> {
+    match value.contains('\0') {
+        true => std::borrow::Cow::Owned(value.replace('\0', "\u{fffd}")),
+        false => std::borrow::Cow::Borrowed(value),
+    }
+}
+
 /// Opens the store at `location`, applying pending migrations.
 ///
 /// # Errors

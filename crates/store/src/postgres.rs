@@ -1117,14 +1117,9 @@ async fn insert_event(
     Ok(seq)
 }
 
-/// The text PostgreSQL stores for `value`: NUL, which a `text` column refuses, becomes U+FFFD.
-/// Text from a node or a model may carry it; refusing the write would leave a turn unended, so
-/// the store keeps the text with the one character replaced.
+/// The text PostgreSQL stores for `value` ([`crate::scrub_nul`]).
 fn text(value: &str) -> std::borrow::Cow<'_, str> {
-    match value.contains('\0') {
-        true => std::borrow::Cow::Owned(value.replace('\0', "\u{fffd}")),
-        false => std::borrow::Cow::Borrowed(value),
-    }
+    crate::scrub_nul(value)
 }
 
 /// [`text`] for an optional value.
