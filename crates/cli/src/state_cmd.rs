@@ -225,7 +225,9 @@ fn print_migration(report: &MigrationReport) {
     crate::output::line(&match report.verified {
         true => format!("{} copied to {} and verified", report.source, report.target),
         false => format!(
-            "the copy of {} in {} does not match the source",
+            "the copy of {} in {} does not match the source; if the source changed since an \
+             interrupted run (a Gateway served it in between), a rerun keeps the tables it \
+             already finished: run again with --replace-target to copy everything anew",
             report.source, report.target
         ),
     });
