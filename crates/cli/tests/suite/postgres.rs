@@ -192,17 +192,13 @@ pub(crate) async fn readyz(up: &Up) -> (u16, serde_json::Value) {
     (status, response.json().await.unwrap())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn while_postgres_is_unreachable_readyz_and_admission_say_store_unavailable_and_recover() {
-    let (_temp, mut outage, mut up) = up_behind_outage().await;
-    completed_turn(&up, "s", "/say before").await;
-
-    outage.begin();
+/// Waits until `/readyz` answers `503` with `code`.
+pub(crate) async fn wait_readyz_refuses_with(up: &Up, code: &str) {
     let deadline = Instant::now() + WAIT;
     loop {
-        let (status, body) = readyz(&up).await;
-        if status == 503 && body["error"]["code"] == "STORE_UNAVAILABLE" {
-            break;
+        let (status, body) = readyz(up).await;
+        if status == 503 && body["error"]["code"] == code {
+            return;
         }
         assert!(
             Instant::now() < deadline,
@@ -210,6 +206,15 @@ async fn while_postgres_is_unreachable_readyz_and_admission_say_store_unavailabl
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn while_postgres_is_unreachable_readyz_and_admission_say_store_unavailable_and_recover() {
+    let (_temp, mut outage, mut up) = up_behind_outage().await;
+    completed_turn(&up, "s", "/say before").await;
+
+    outage.begin();
+    wait_readyz_refuses_with(&up, "STORE_UNAVAILABLE").await;
     let (status, body) = up.post("s", serde_json::json!({"text": "/say lost"})).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),

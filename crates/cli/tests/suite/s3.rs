@@ -15,7 +15,6 @@ use crate::suite::postgres::Outage;
 use crate::suite::postgres::completed_turn;
 use crate::suite::postgres::contents;
 use crate::suite::postgres::fresh_database;
-use crate::suite::postgres::readyz;
 use crate::suite::support::Gateway;
 use crate::suite::support::Process;
 use crate::suite::support::WAIT;
@@ -418,18 +417,7 @@ async fn while_s3_is_unreachable_uploads_and_checkpoints_fail_with_media_store_f
         (Some("failed"), Some("MEDIA_STORE_FAILURE")),
         "{failed}"
     );
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (status, body) = readyz(&up).await;
-        if status == 503 && body["error"]["code"] == "MEDIA_STORE_FAILURE" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "readyz kept answering {status} {body}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    wait_media_not_ready(&up).await;
 
     outage.end().await;
     up.wait_ready().await;
@@ -472,18 +460,7 @@ async fn while_s3_is_unreachable_uploads_and_checkpoints_fail_with_media_store_f
 
 /// Waits until `/readyz` answers `503 MEDIA_STORE_FAILURE`.
 async fn wait_media_not_ready(up: &Up) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (status, body) = readyz(up).await;
-        if status == 503 && body["error"]["code"] == "MEDIA_STORE_FAILURE" {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "readyz kept answering {status} {body}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    crate::suite::postgres::wait_readyz_refuses_with(up, "MEDIA_STORE_FAILURE").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
