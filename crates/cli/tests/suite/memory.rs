@@ -166,8 +166,20 @@ async fn an_edit_on_the_harness_is_found_by_memory_search_from_a_native_turn() {
         refused["reply"].as_str().unwrap().contains("POLICY_DENIED"),
         "{refused}"
     );
-    // The index lives in the Gateway state, the note text never in the Harness-side node state.
-    assert!(setup.gateway.state_dir.join("memory.db").is_file());
+    // The index lives in the Gateway's state (its own file, or the schema beside the store in
+    // PostgreSQL), the note text never in the Harness-side node state.
+    match crate::suite::backend::external(&setup.gateway.state_dir) {
+        None => assert!(setup.gateway.state_dir.join("memory.db").is_file()),
+        Some(external) => {
+            use sqlx::Connection;
+            let mut connection = sqlx::PgConnection::connect(&external.store).await.unwrap();
+            let chunks: i64 = sqlx::query_scalar("SELECT count(*) FROM gatehouse_memory.chunks")
+                .fetch_one(&mut connection)
+                .await
+                .unwrap();
+            assert!(chunks > 0, "the memory index in PostgreSQL holds no chunk");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -395,13 +395,24 @@ async fn a_lost_session_workspace_is_rebuilt_from_its_checkpoint() {
     let setup = dedicated("8").await;
     lost_workspace_is_rebuilt_from_its_checkpoint(&setup).await;
     // The checkpoint lives in the Gateway's store and media, not on the Harness.
-    let in_gateway_state = files_under(&setup.gateway.state_dir).iter().any(|file| {
-        String::from_utf8_lossy(&std::fs::read(file).unwrap()).contains("dir/keep.txt")
-    });
-    assert!(
-        in_gateway_state,
-        "the checkpoint manifest is not in the Gateway state"
-    );
+    match crate::suite::backend::external(&setup.gateway.state_dir) {
+        None => {
+            let in_gateway_state = files_under(&setup.gateway.state_dir).iter().any(|file| {
+                String::from_utf8_lossy(&std::fs::read(file).unwrap()).contains("dir/keep.txt")
+            });
+            assert!(
+                in_gateway_state,
+                "the checkpoint manifest is not in the Gateway state"
+            );
+        }
+        Some(external) => {
+            let blobs = external.keys().await;
+            assert!(
+                blobs.iter().any(|key| key.starts_with("gateway/blobs/")),
+                "no checkpoint blob in the bucket: {blobs:?}"
+            );
+        }
+    }
 }
 
 /// The same dedicated checkpoint round trip with the Gateway's state in PostgreSQL and its

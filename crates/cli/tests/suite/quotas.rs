@@ -63,12 +63,29 @@ async fn exec(gateway: &Gateway, session: &str, command: &str) -> serde_json::Va
 
 /// Returns the blob files of the Gateway's media store, by file name (the media id), with
 /// their contents.
-fn media_blobs(gateway: &Gateway) -> BTreeMap<String, Vec<u8>> {
+async fn media_blobs(gateway: &Gateway) -> BTreeMap<String, Vec<u8>> {
+    if let Some(external) = crate::suite::backend::external(&gateway.state_dir) {
+        return external.blobs().await;
+    }
     files_under(&gateway.state_dir.join("media/blobs"))
         .into_iter()
         .map(|file| {
             let name = file.file_name().unwrap().to_string_lossy().into_owned();
             (name, std::fs::read(&file).unwrap())
+        })
+        .collect()
+}
+
+/// Returns every file of the Gateway's media store (blobs and records) with its size.
+async fn media_objects(gateway: &Gateway) -> Vec<(String, u64)> {
+    if let Some(external) = crate::suite::backend::external(&gateway.state_dir) {
+        return external.objects().await;
+    }
+    files_under(&gateway.state_dir.join("media"))
+        .into_iter()
+        .map(|file| {
+            let size = std::fs::metadata(&file).unwrap().len();
+            (file.display().to_string(), size)
         })
         .collect()
 }
@@ -134,7 +151,7 @@ async fn finding_6_checkpoint_quota_fails_the_turn_and_keeps_the_last_good_check
         setup._node.stderr(),
         gateway.process.stderr()
     );
-    let good_blobs = media_blobs(gateway);
+    let good_blobs = media_blobs(gateway).await;
     assert_eq!(good_blobs.len(), 2, "keep.txt and medium");
 
     // 15 MB more than the 10 MB quota allows: the turn fails with the quota's code.
@@ -156,7 +173,7 @@ async fn finding_6_checkpoint_quota_fails_the_turn_and_keeps_the_last_good_check
     assert_eq!(refused[0]["details"]["sessionKey"], "q");
     assert_eq!(refused[0]["details"]["quotaBytes"], 10_000_000);
     // Nothing of the refused checkpoint was stored.
-    assert_eq!(media_blobs(gateway), good_blobs);
+    assert_eq!(media_blobs(gateway).await, good_blobs);
 
     // The session workspace is lost; the next turn rebuilds it from the last good checkpoint.
     let workspace = session_workspace_with(&setup.harness, "keep.txt");
@@ -213,7 +230,7 @@ async fn finding_6_unreferenced_checkpoint_blobs_are_collected() {
         let overwrite = exec(gateway, "gc", "head -c 3000000 /dev/urandom > big").await;
         assert_eq!(overwrite["status"], "completed", "{overwrite}");
         let current = std::fs::read(workspace.join("big")).unwrap();
-        let blobs = media_blobs(gateway);
+        let blobs = media_blobs(gateway).await;
         // Exactly the attachment and the current checkpoint's files remain.
         let mut expected: Vec<&[u8]> = vec![&attachment, b"small\n", &current];
         expected.sort();
@@ -230,11 +247,8 @@ async fn finding_6_unreferenced_checkpoint_blobs_are_collected() {
         }
         old_bigs.push(current);
     }
-    let media_files = files_under(&gateway.state_dir.join("media"));
-    let media_bytes: u64 = media_files
-        .iter()
-        .map(|file| std::fs::metadata(file).unwrap().len())
-        .sum();
+    let media_files = media_objects(gateway).await;
+    let media_bytes: u64 = media_files.iter().map(|(_, size)| size).sum();
     // Three blobs and their three records: about one 3 MB file, never the 12 MB written.
     assert_eq!(media_files.len(), 6, "{media_files:?}");
     assert!(media_bytes < 3_100_000, "{media_bytes}");
@@ -286,7 +300,7 @@ async fn finding_6_media_quota_refuses_uploads_over_http() {
     );
     // The same bytes again need no room; nothing of the refused upload was written.
     assert_eq!(upload(vec![1; 600_000]).await.unwrap().status(), 200);
-    assert_eq!(media_blobs(&gateway).len(), 1);
+    assert_eq!(media_blobs(&gateway).await.len(), 1);
 
     // The config file's key sets the same quota.
     let config = dirs.base.join("gateway.toml");

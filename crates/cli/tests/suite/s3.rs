@@ -159,6 +159,7 @@ async fn bucket_keys_at(endpoint: &url::Url, bucket: &str, prefix: &str) -> Vec<
 
 /// A fresh PostgreSQL database and a fresh bucket on the test servers, for a Gateway to keep
 /// its state and blobs in (`--store`, `--media`, and the S3 settings in its environment).
+#[derive(Clone)]
 pub(crate) struct ExternalState {
     /// The store URL.
     pub(crate) store: String,
@@ -208,6 +209,67 @@ impl ExternalState {
     /// Returns the keys of the Gateway's objects in the bucket.
     pub(crate) async fn keys(&self) -> Vec<String> {
         bucket_keys(&self.bucket, "gateway/").await
+    }
+
+    /// Returns the Gateway's objects in the bucket (blobs and their records) with their sizes:
+    /// what `<state>/media` holds for a local media store.
+    pub(crate) async fn objects(&self) -> Vec<(String, u64)> {
+        use futures_util::TryStreamExt;
+        use object_store::ObjectStore;
+
+        let prefix = object_store::path::Path::from("gateway");
+        let listed: Vec<object_store::ObjectMeta> = self
+            .client()
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .unwrap();
+        listed
+            .into_iter()
+            .map(|meta| (meta.location.to_string(), meta.size))
+            .collect()
+    }
+
+    /// Returns the Gateway's blobs in the bucket (`gateway/blobs/<2 hex>/<id>`), by media id,
+    /// with their contents: what `<state>/media/blobs` holds for a local media store.
+    pub(crate) async fn blobs(&self) -> std::collections::BTreeMap<String, Vec<u8>> {
+        use object_store::ObjectStoreExt;
+
+        let client = self.client();
+        let mut blobs = std::collections::BTreeMap::new();
+        for key in bucket_keys(&self.bucket, "gateway/blobs/").await {
+            let [_, _, _, id] = key.split('/').collect::<Vec<_>>()[..] else {
+                continue;
+            };
+            let object = client
+                .get(&object_store::path::Path::from(key.as_str()))
+                .await
+                .unwrap_or_else(|error| panic!("{key}: {error}"));
+            blobs.insert(id.to_owned(), object.bytes().await.unwrap().to_vec());
+        }
+        blobs
+    }
+
+    /// Returns an S3 client of the test's own for the bucket, with the test credentials.
+    fn client(&self) -> object_store::aws::AmazonS3 {
+        let mut builder = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(&self.bucket)
+            .with_virtual_hosted_style_request(false);
+        for (name, value) in &self.env {
+            let key = match *name {
+                "AWS_ENDPOINT_URL" => object_store::aws::AmazonS3ConfigKey::Endpoint,
+                "AWS_ALLOW_HTTP" => {
+                    builder = builder.with_allow_http(value == "true");
+                    continue;
+                }
+                "AWS_REGION" => object_store::aws::AmazonS3ConfigKey::Region,
+                "AWS_ACCESS_KEY_ID" => object_store::aws::AmazonS3ConfigKey::AccessKeyId,
+                "AWS_SECRET_ACCESS_KEY" => object_store::aws::AmazonS3ConfigKey::SecretAccessKey,
+                other => panic!("no S3 setting for {other}"),
+            };
+            builder = builder.with_config(key, value);
+        }
+        builder.build().unwrap()
     }
 }
 

@@ -67,7 +67,7 @@ async fn get(up: &Up, path: &str) -> serde_json::Value {
 async fn populated_installation() -> Installation {
     let temp = tempfile::tempdir().unwrap();
     let data = temp.path().canonicalize().unwrap().join("data");
-    let mut up = Up::start(&data);
+    let mut up = Up::start_local(&data);
     up.wait_ready().await;
     // A native turn whose workspace change is kept as a checkpoint.
     completed_turn(
@@ -596,7 +596,7 @@ async fn state_check_finds_a_sequence_gap_and_a_missing_blob_on_sqlite_and_postg
 async fn a_store_a_gateway_serves_is_refused_as_source_and_as_target() {
     let temp = tempfile::tempdir().unwrap();
     let state_dir = temp.path().join("gateway");
-    let serving = crate::suite::support::Gateway::start(&state_dir, temp.path());
+    let serving = crate::suite::support::Gateway::start_local(&state_dir, temp.path());
     let source = format!("sqlite://{}", state_dir.join("gateway.db").display());
     let target = fresh_database().await;
 

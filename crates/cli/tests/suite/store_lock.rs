@@ -36,7 +36,7 @@ fn second_gateway(state: &std::path::Path, extra: &[&str]) -> (Option<i32>, Stri
 async fn a_second_gateway_on_the_same_sqlite_state_refuses_to_start_and_the_first_serves_on() {
     let temp = tempfile::tempdir().unwrap();
     let state = temp.path().join("state");
-    let first = Gateway::start(&state, temp.path());
+    let first = Gateway::start_local(&state, temp.path());
     assert_eq!(first.get("/healthz").await.status(), 200);
 
     let (code, stderr) = second_gateway(&state, &[]);

@@ -123,6 +123,14 @@ impl Gateway {
         Self::start_with(state_dir, logs, &[])
     }
 
+    /// Starts a Gateway on its local SQLite file and media directory whatever
+    /// `GATEHOUSE_TEST_BACKEND` says, for a test of those files.
+    pub(crate) fn start_local(state_dir: &Path, logs: &Path) -> Gateway {
+        let store = crate::suite::backend::local_store_args(state_dir);
+        let args: Vec<&str> = store.iter().map(String::as_str).collect();
+        Self::start_with(state_dir, logs, &args)
+    }
+
     pub(crate) fn start_with(state_dir: &Path, logs: &Path, extra: &[&str]) -> Gateway {
         Self::start_on("127.0.0.1:0", state_dir, logs, extra)
     }
@@ -178,6 +186,7 @@ impl Gateway {
     }
 
     fn launch(mut command: Command, state_dir: &Path, logs: &Path) -> Gateway {
+        crate::suite::backend::apply(&mut command, state_dir);
         let stderr_log = logs.join(format!("gateway-{}.log", unique()));
         let mut child = command
             .stdout(Stdio::piped())

@@ -30,6 +30,14 @@ impl Up {
         Up::start_with(gatehouse(), data)
     }
 
+    /// Starts `up` on `data` with its local SQLite file and media directory whatever
+    /// `GATEHOUSE_TEST_BACKEND` says, for a test of those files.
+    pub(crate) fn start_local(data: &Path) -> Up {
+        let mut command = gatehouse();
+        crate::suite::backend::keep_local(&mut command, &data.join("gateway"));
+        Up::start_with(command, data)
+    }
+
     /// Starts `command` (a [`gatehouse`] command with its environment set) as `up` on `data`.
     pub(crate) fn start_with(mut command: Command, data: &Path) -> Up {
         command
@@ -45,6 +53,7 @@ impl Up {
         gateway_state: &Path,
         logs: &Path,
     ) -> Up {
+        crate::suite::backend::apply(&mut command, gateway_state);
         std::fs::create_dir_all(logs).unwrap();
         let stderr_log = logs.join(format!("up-{}.log", std::process::id()));
         let mut child = command
@@ -513,6 +522,8 @@ async fn a_full_gateway_disk_gives_clear_errors_and_keeps_acknowledged_messages(
         .arg(data.join("harness"))
         // The state is only visible inside the namespace, so the token is passed in.
         .env("GATEHOUSE_TOKEN", "disk-full-test-token");
+    // The disk that fills is the one under the state directory, so the store stays there.
+    crate::suite::backend::keep_local(&mut command, &gateway_state);
     let mut up = Up::spawn(
         command,
         Some("disk-full-test-token"),
