@@ -45,6 +45,8 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "s3")]
+pub mod aws_profile;
 pub mod error;
 pub mod filename;
 pub mod location;

@@ -3,8 +3,10 @@
 //!
 //! The standard variables are read as `object_store` reads them (`AWS_ENDPOINT_URL`,
 //! `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
-//! `AWS_ALLOW_HTTP=true` for a plain-HTTP endpoint, `AWS_WEB_IDENTITY_TOKEN_FILE`, ...); without
-//! keys in the environment, `object_store` asks the container or instance credential endpoint.
+//! `AWS_ALLOW_HTTP=true` for a plain-HTTP endpoint, `AWS_WEB_IDENTITY_TOKEN_FILE`, ...). Without
+//! keys in the environment the profile's keys, region and endpoint come from the standard shared
+//! files (`~/.aws/credentials` and `~/.aws/config`, `AWS_PROFILE`; see [`crate::aws_profile`]);
+//! with none there either, `object_store` asks the container or instance credential endpoint.
 //! [`ENDPOINT_ENV`], [`REGION_ENV`] and [`PATH_STYLE_ENV`] override the endpoint, the region and
 //! the addressing style. Credentials never come from the media URL or the command line.
 //!
@@ -72,6 +74,21 @@ pub(crate) fn open(
         if let Ok(config_key) = key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
             builder = builder.with_config(config_key, value);
         }
+    }
+    let profile = crate::aws_profile::read(env).map_err(open_error)?;
+    if let Some((id, secret)) = profile.keys {
+        builder = builder
+            .with_access_key_id(id)
+            .with_secret_access_key(secret);
+    }
+    if let Some(token) = profile.session_token {
+        builder = builder.with_token(token);
+    }
+    if let Some(region) = profile.region {
+        builder = builder.with_region(region);
+    }
+    if let Some(endpoint) = profile.endpoint {
+        builder = builder.with_endpoint(endpoint);
     }
     let env = |name: &str| env.get(name).filter(|value| !value.is_empty()).cloned();
     if let Some(endpoint) = env(ENDPOINT_ENV) {

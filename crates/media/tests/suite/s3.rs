@@ -333,3 +333,65 @@ async fn gatehouse_s3_variables_override_the_aws_ones() {
         "{error:?}"
     );
 }
+
+/// With no keys, region or endpoint in the environment, the profile in the standard shared
+/// files supplies all three: the store reaches the server named by the config file's
+/// `endpoint_url`, signs with the credentials file's keys (without any, `object_store` would
+/// ask the instance credential endpoint, which does not exist here), and round-trips a blob.
+#[tokio::test]
+async fn the_standard_aws_files_supply_keys_region_and_endpoint() {
+    let bucket = new_bucket("profile").await;
+    let location: MediaLocation = format!("s3://{bucket}/p").parse().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let aws = home.path().join(".aws");
+    std::fs::create_dir(&aws).unwrap();
+    std::fs::write(
+        aws.join("credentials"),
+        "[media]\naws_access_key_id = gatehouse-test\naws_secret_access_key = from-the-file\n",
+    )
+    .unwrap();
+    std::fs::write(
+        aws.join("config"),
+        format!(
+            "[profile media]\nregion = us-east-1\nendpoint_url = {}\n",
+            endpoint()
+        ),
+    )
+    .unwrap();
+    let env: Vec<(String, String)> = [
+        ("HOME", home.path().display().to_string()),
+        ("AWS_PROFILE", "media".to_owned()),
+        ("AWS_ALLOW_HTTP", "true".to_owned()),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect();
+    let store = MediaStore::open_location_with_env(&location, env.clone()).unwrap();
+    let record = store
+        .put(
+            Bytes::from_static(b"signed from a profile"),
+            "text/plain",
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        &store.get(&record.id).await.unwrap().1[..],
+        b"signed from a profile"
+    );
+    assert!(
+        keys(&bucket)
+            .await
+            .iter()
+            .any(|key| key.starts_with("p/blobs/"))
+    );
+    // A profile that is in neither file is refused when the store is opened, by name.
+    let mut unknown = env;
+    unknown.push(("AWS_PROFILE".to_owned(), "absent-profile".to_owned()));
+    let error = MediaStore::open_location_with_env(&location, unknown).unwrap_err();
+    assert_eq!(error.code(), "MEDIA_STORE_FAILURE");
+    assert!(
+        format!("{error:?}").contains("'absent-profile'"),
+        "{error:?}"
+    );
+}
