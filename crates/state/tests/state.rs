@@ -22,36 +22,14 @@ use gatehouse_store::model::NewAuditEvent;
 use gatehouse_store::model::NewUserMessage;
 use gatehouse_store::model::QueueMode;
 use pretty_assertions::assert_eq;
-use sqlx::Connection;
 
 /// Creates an empty database on the test server and returns its location.
 async fn fresh_postgres() -> StoreLocation {
-    let server = std::env::var("GATEHOUSE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "GATEHOUSE_TEST_POSTGRES_URL is not set: these tests need a PostgreSQL server. Run \
-             scripts/test, which starts a throwaway one, or set it to \
-             postgres://USER@127.0.0.1:PORT/postgres for a server where USER may create databases"
-        )
-    });
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let name = format!(
-        "gh_state_{}_{}_{}",
-        std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
-    let mut admin = sqlx::PgConnection::connect(&server).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
+    gatehouse_testkit::fresh_postgres_database("state")
         .await
-        .unwrap();
-    let _ = admin.close().await;
-    let mut url = url::Url::parse(&server).unwrap();
-    url.set_path(&name);
-    url.as_str().parse().unwrap()
+        .as_str()
+        .parse()
+        .unwrap()
 }
 
 /// Returns the names of the tables the migration files of `backend` create.

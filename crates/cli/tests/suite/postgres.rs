@@ -18,29 +18,7 @@ use crate::suite::up::Up;
 
 /// Creates an empty database on the test server and returns its URL.
 pub(crate) async fn fresh_database() -> url::Url {
-    let server = std::env::var("GATEHOUSE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "GATEHOUSE_TEST_POSTGRES_URL is not set: this test needs a PostgreSQL server. Run \
-             scripts/test, which starts a throwaway one, or set it to \
-             postgres://USER@127.0.0.1:PORT/postgres for a server where USER may create databases"
-        )
-    });
-    let name = format!(
-        "gh_cli_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
-    let mut admin = sqlx::PgConnection::connect(&server).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(&server).unwrap();
-    url.set_path(&name);
-    url
+    gatehouse_testkit::fresh_postgres_database("cli").await
 }
 
 pub(crate) fn up_on(data: &std::path::Path, store: &url::Url) -> Up {

@@ -9,6 +9,9 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use gatehouse_testkit::create_bucket;
+use gatehouse_testkit::fresh_bucket;
+use gatehouse_testkit::s3_endpoint;
 use pretty_assertions::assert_eq;
 
 use crate::suite::postgres::Outage;
@@ -22,45 +25,9 @@ use crate::suite::support::files_under;
 use crate::suite::support::gatehouse;
 use crate::suite::up::Up;
 
-/// Returns the test S3 endpoint; a test that needs it fails when it is not set.
-fn s3_endpoint() -> url::Url {
-    let endpoint = std::env::var("GATEHOUSE_TEST_S3_ENDPOINT").unwrap_or_else(|_| {
-        panic!(
-            "GATEHOUSE_TEST_S3_ENDPOINT is not set: this test needs an S3 API server. Run \
-             scripts/test, which starts moto_server, or start one and set \
-             GATEHOUSE_TEST_S3_ENDPOINT=http://127.0.0.1:PORT"
-        )
-    });
-    url::Url::parse(&endpoint).unwrap()
-}
-
-/// Creates a new bucket on the test server and returns its name.
-async fn fresh_bucket() -> String {
-    let bucket = bucket_name();
-    create_bucket(&s3_endpoint(), &bucket).await;
-    bucket
-}
-
-/// Returns a bucket name no other test uses.
+/// Returns a bucket name no other test uses, for a server of the test's own.
 fn bucket_name() -> String {
-    format!(
-        "gh-cli-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    )
-}
-
-/// Creates `bucket` on the S3 API server at `endpoint`.
-async fn create_bucket(endpoint: &url::Url, bucket: &str) {
-    let response = reqwest::Client::new()
-        .put(endpoint.join(bucket).unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert!(response.status().is_success(), "{}", response.status());
+    gatehouse_testkit::unique_name("gh-cli", '-')
 }
 
 /// A `moto_server` of the test's own (the one scripts/install installs, named by
@@ -174,7 +141,7 @@ pub(crate) struct ExternalState {
 impl ExternalState {
     /// Creates the database and the bucket.
     pub(crate) async fn new() -> ExternalState {
-        let bucket = fresh_bucket().await;
+        let bucket = fresh_bucket("cli").await;
         ExternalState {
             store: fresh_database().await.to_string(),
             media: format!("s3://{bucket}/gateway"),
@@ -356,7 +323,7 @@ async fn up_on_postgres_and_s3_keeps_media_and_checkpoints_in_the_bucket_across_
     let temp = tempfile::tempdir().unwrap();
     let data = temp.path().canonicalize().unwrap().join("data");
     let store = fresh_database().await;
-    let bucket = fresh_bucket().await;
+    let bucket = fresh_bucket("cli").await;
     let media = format!("s3://{bucket}/gateway");
     let endpoint = s3_endpoint();
     let mut up = up_on(&data, &store, &media, &endpoint);
@@ -436,7 +403,7 @@ async fn while_s3_is_unreachable_uploads_and_checkpoints_fail_with_media_store_f
     let temp = tempfile::tempdir().unwrap();
     let data = temp.path().canonicalize().unwrap().join("data");
     let store = fresh_database().await;
-    let bucket = fresh_bucket().await;
+    let bucket = fresh_bucket("cli").await;
     let media = format!("s3://{bucket}/gw");
     // The Gateway reaches S3 through a forwarder: stopping it is, to the Gateway, the server
     // going away; the objects stay on the server behind it, so what was acknowledged can be

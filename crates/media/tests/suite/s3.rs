@@ -2,8 +2,6 @@
 //! `GATEHOUSE_TEST_S3_ENDPOINT`. Each test makes its own bucket, so tests never share objects.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
-use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use gatehouse_media::MediaError;
@@ -18,17 +16,12 @@ use object_store::PutPayload;
 use object_store::path::Path as ObjectPath;
 use pretty_assertions::assert_eq;
 
-/// The variable naming the test S3 endpoint.
-const ENDPOINT_VAR: &str = "GATEHOUSE_TEST_S3_ENDPOINT";
-
-/// Returns the test S3 endpoint; a test that needs it fails when it is not set.
+/// Returns the test S3 endpoint, as the Gateway's environment would name it.
 fn endpoint() -> String {
-    std::env::var(ENDPOINT_VAR).unwrap_or_else(|_| {
-        panic!(
-            "{ENDPOINT_VAR} is not set: run the tests with scripts/test, which starts an S3 API \
-             server (moto_server), or start one and set {ENDPOINT_VAR}=http://127.0.0.1:PORT"
-        )
-    })
+    gatehouse_testkit::s3_endpoint()
+        .as_str()
+        .trim_end_matches('/')
+        .to_owned()
 }
 
 /// The environment the Gateway would be given for `endpoint`.
@@ -43,27 +36,6 @@ fn s3_env(endpoint: &str) -> Vec<(String, String)> {
     .into_iter()
     .map(|(name, value)| (name.to_owned(), value.to_owned()))
     .collect()
-}
-
-/// Creates a new bucket on the test server and returns its name.
-async fn new_bucket(tag: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let bucket = format!(
-        "gh-{tag}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    );
-    let response = reqwest::Client::new()
-        .put(format!("{}/{bucket}", endpoint()))
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "creating the bucket {bucket}: {}",
-        response.status()
-    );
-    bucket
 }
 
 /// Opens the media store `url` names on the test server.
@@ -97,7 +69,7 @@ async fn keys(bucket: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn put_get_and_dedupe_over_s3() {
-    let bucket = new_bucket("roundtrip").await;
+    let bucket = gatehouse_testkit::fresh_bucket("roundtrip").await;
     let store = open(&format!("s3://{bucket}/gateway"));
     let bytes = Bytes::from_static(b"hello from s3\n");
     let record = store
@@ -146,7 +118,7 @@ async fn put_get_and_dedupe_over_s3() {
 async fn the_server_refuses_a_second_create_of_a_key() {
     // `PutMode::Create` is what makes a repeated put a no-op: the server must refuse to
     // replace an existing key (S3's conditional write, `If-None-Match: *`).
-    let bucket = new_bucket("create").await;
+    let bucket = gatehouse_testkit::fresh_bucket("create").await;
     let raw = raw_bucket(&bucket);
     let key = ObjectPath::from("k");
     let create = || PutOptions::from(PutMode::Create);
@@ -167,7 +139,7 @@ async fn the_server_refuses_a_second_create_of_a_key() {
 
 #[tokio::test]
 async fn prefixes_of_one_bucket_are_isolated() {
-    let bucket = new_bucket("prefix").await;
+    let bucket = gatehouse_testkit::fresh_bucket("prefix").await;
     let one = open(&format!("s3://{bucket}/one"));
     let two = open(&format!("s3://{bucket}/two/nested/"));
     let record = one
@@ -198,7 +170,7 @@ async fn prefixes_of_one_bucket_are_isolated() {
 
 #[tokio::test]
 async fn the_quota_and_the_id_checks_hold_over_s3() {
-    let bucket = new_bucket("quota").await;
+    let bucket = gatehouse_testkit::fresh_bucket("quota").await;
     let url = format!("s3://{bucket}/q");
     let first = open(&url)
         .put(
@@ -312,7 +284,7 @@ async fn a_silent_endpoint_is_not_ready_within_the_probe_timeout() {
 
 #[tokio::test]
 async fn gatehouse_s3_variables_override_the_aws_ones() {
-    let bucket = new_bucket("override").await;
+    let bucket = gatehouse_testkit::fresh_bucket("override").await;
     let location: MediaLocation = format!("s3://{bucket}/o").parse().unwrap();
     // AWS_ENDPOINT_URL names a dead endpoint; GATEHOUSE_S3_ENDPOINT the live one wins.
     let mut env = s3_env("http://127.0.0.1:9");
@@ -340,7 +312,7 @@ async fn gatehouse_s3_variables_override_the_aws_ones() {
 /// ask the instance credential endpoint, which does not exist here), and round-trips a blob.
 #[tokio::test]
 async fn the_standard_aws_files_supply_keys_region_and_endpoint() {
-    let bucket = new_bucket("profile").await;
+    let bucket = gatehouse_testkit::fresh_bucket("profile").await;
     let location: MediaLocation = format!("s3://{bucket}/p").parse().unwrap();
     let home = tempfile::tempdir().unwrap();
     let aws = home.path().join(".aws");
