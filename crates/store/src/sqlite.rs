@@ -1125,6 +1125,14 @@ fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
             // SQLITE_FULL, and SQLITE_IOERR_SHMSIZE: SQLite grows the WAL index (`-shm`) by
             // writing to each new page, and reports a full disk there as this I/O error.
             Some("13" | "4874") => return StoreError::DiskFull,
+            // SQLITE_BUSY (with its _RECOVERY and _SNAPSHOT forms) and SQLITE_LOCKED: another
+            // connection held the file past the busy timeout. Nothing was written; a retry later
+            // may succeed.
+            Some("5" | "261" | "517" | "6" | "262") => {
+                return StoreError::Unavailable {
+                    source: Box::new(error),
+                };
+            }
             _ => {}
         }
         if database.message().contains("disk is full") {
@@ -1135,6 +1143,12 @@ fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
         && (io.raw_os_error() == Some(28) || io.kind() == std::io::ErrorKind::StorageFull)
     {
         return StoreError::DiskFull;
+    }
+    // Every pooled connection stayed busy past the pool's acquire timeout.
+    if matches!(error, sqlx::Error::PoolTimedOut) {
+        return StoreError::Unavailable {
+            source: Box::new(error),
+        };
     }
     StoreError::Internal {
         source: Box::new(error),
@@ -1148,6 +1162,55 @@ mod tests {
     use crate::model::QueueMode;
     use crate::sqlite::POOL_CONNECTIONS;
     use crate::sqlite::SqliteStore;
+
+    fn message(turn_id: &str) -> NewUserMessage {
+        NewUserMessage {
+            session_key: String::from("s"),
+            runtime: String::from("native"),
+            turn_id: turn_id.to_owned(),
+            text: String::from("hello"),
+            attachments: Vec::new(),
+            idempotency_key: None,
+            queue_mode: QueueMode::Followup,
+            now_ms: 1,
+        }
+    }
+
+    /// A file another process holds locked past the busy timeout is "busy, retry later"
+    /// (`STORE_UNAVAILABLE`, 503), not a store failure; nothing of the refused admission is
+    /// written, and the next one after the lock is gone succeeds.
+    #[tokio::test]
+    async fn a_file_locked_past_the_busy_timeout_is_unavailable_not_a_failure() {
+        use sqlx::Connection;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.db");
+        let store = SqliteStore::open(&path).await.unwrap();
+        let mut holder = sqlx::SqliteConnection::connect_with(
+            &sqlx::sqlite::SqliteConnectOptions::new().filename(&path),
+        )
+        .await
+        .unwrap();
+        sqlx::raw_sql("BEGIN EXCLUSIVE")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let refused = store.admit_user_message(&message("turn-1")).await;
+        let error = refused.expect_err("the file is locked");
+        assert_eq!(
+            error.code(),
+            gatehouse_protocol::error::ErrorCode::StoreUnavailable,
+            "{error:?}"
+        );
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let admitted = store.admit_user_message(&message("turn-2")).await.unwrap();
+        assert!(admitted.created);
+        assert_eq!(admitted.turn.turn_id, "turn-2");
+        assert!(store.turn("turn-1").await.unwrap().is_none());
+    }
 
     #[tokio::test]
     async fn a_transaction_sqlite_ended_on_its_own_leaves_no_spoiled_connection_in_the_pool() {
