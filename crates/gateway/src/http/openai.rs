@@ -118,7 +118,7 @@ pub(crate) async fn chat_completions(
         .rev()
         .find(|message| message.role == "user")
         .and_then(|message| message.content.as_ref())
-        .map(|content| content.text())
+        .map(gatehouse_api::openai::ChatContent::text)
         .ok_or_else(|| ApiError::invalid_request("messages holds no user message"))?;
     let idempotency_key = header_text(&headers, IDEMPOTENCY_HEADER)?;
     let session_key = match header_text(&headers, SESSION_HEADER)? {
