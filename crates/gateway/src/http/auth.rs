@@ -9,7 +9,8 @@
 //! `chat` key is limited to, is `403 SCOPE_DENIED` (audited with the key's name, at most
 //! [`crate::audit::LIMITED_ROWS_PER_WINDOW`] rows per key per minute). The principal travels to
 //! the handler as a request extension, so each audit row of the request names the key; nothing
-//! about a key but its name is ever logged or audited.
+//! about a key but its name is ever logged or audited. A key's requests per minute are counted
+//! here too ([`crate::http::limits`]).
 
 use std::sync::Arc;
 
@@ -248,6 +249,17 @@ pub(crate) async fn authenticate(
         Ok(principal) => principal,
         Err(error) => return error.into_response(),
     };
+    if let Some(key) = principal.key()
+        && let Err(error) = state
+            .key_limits
+            .admit_request(key, std::time::Instant::now())
+    {
+        tracing::info!(
+            actor = principal.actor(),
+            "request over the key's rate limit"
+        );
+        return error.into_response();
+    }
     let route = request
         .extensions()
         .get::<MatchedPath>()

@@ -8,6 +8,7 @@
 //! - `audit`: `/v1/audit`;
 //! - `auth`: the bearer token as a principal, and the one table of the scopes of each route;
 //! - `keys`: `/v1/keys`;
+//! - `limits`: the rate limits of API keys;
 //! - `openai`: `/v1/models`, `/v1/chat/completions`, with errors in OpenAI's shape;
 //! - `workspace_files`: `/v1/agents/{agent}/workspace/{path}`;
 //! - `documents`: `/v1/agents/{agent}/files/{name}`;
@@ -26,6 +27,7 @@ mod documents;
 pub mod error;
 mod health;
 mod keys;
+pub(crate) mod limits;
 mod media;
 mod memory;
 mod metrics;

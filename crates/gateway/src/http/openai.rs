@@ -138,7 +138,7 @@ pub(crate) async fn chat_completions(
         idempotency_key,
         queue_mode: None,
     };
-    let admitted = sessions::admit_message(&state, &session_key, message).await?;
+    let admitted = sessions::admit_message(&state, &principal, &session_key, message).await?;
     let follower = TurnFollower {
         state: Arc::clone(&state),
         turn: admitted.turn,

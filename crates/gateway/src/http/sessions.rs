@@ -58,13 +58,14 @@ pub(crate) const MAX_WAIT_SECONDS: u64 = 60;
 
 pub(crate) async fn post_message(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     Path(session_key): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     check_session_key(&session_key)?;
     let body: MessageParams = serde_json::from_slice(&body)
         .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))?;
-    let admitted = admit_message(&state, &session_key, body).await?;
+    let admitted = admit_message(&state, &principal, &session_key, body).await?;
     let accepted = MessageAccepted {
         session_key,
         turn_id: admitted.turn.turn_id,
@@ -75,13 +76,16 @@ pub(crate) async fn post_message(
 
 /// Checks a message's text, attachments and idempotency key and admits it to `session_key`
 /// (already checked with [`check_session_key`]): what `POST /v1/sessions/{key}/messages` and
-/// `POST /v1/chat/completions` both do before they answer.
+/// `POST /v1/chat/completions` both do before they answer. The turn counts against the
+/// concurrent turns of `principal`'s key until it ends ([`crate::http::limits`]).
 ///
 /// # Errors
-/// `INVALID_REQUEST` or `PAYLOAD_TOO_LARGE` for a message outside the limits; a store failure
-/// ([`store_error`]) when nothing was admitted.
+/// `INVALID_REQUEST` or `PAYLOAD_TOO_LARGE` for a message outside the limits; `429
+/// RATE_LIMITED` when the key's turns are all taken; a store failure ([`store_error`]) when
+/// nothing was admitted.
 pub(crate) async fn admit_message(
     state: &Arc<GatewayState>,
+    principal: &Principal,
     session_key: &str,
     body: MessageParams,
 ) -> Result<Admitted, ApiError> {
@@ -107,7 +111,16 @@ pub(crate) async fn admit_message(
         ));
     }
     let queue_mode = body.queue_mode.unwrap_or(QueueMode::Followup);
-    state
+    let slots = match principal.key() {
+        Some(key) => {
+            state
+                .key_limits
+                .reserve_turn(state.store.as_ref(), key)
+                .await?
+        }
+        None => None,
+    };
+    let admitted = state
         .turns
         .admit(IncomingMessage {
             session_key: session_key.to_owned(),
@@ -119,7 +132,11 @@ pub(crate) async fn admit_message(
         .await
         .map_err(|error| match error {
             crate::turns::AdmitError::Store(store) => store_error(&store),
-        })
+        })?;
+    if let Some(slots) = slots {
+        slots.hold(&admitted.turn.turn_id);
+    }
+    Ok(admitted)
 }
 
 pub(crate) async fn get_turn(

@@ -604,3 +604,145 @@ async fn issue_17_audit_rows_name_the_key_and_never_hold_its_secret() {
         (StatusCode::CONFLICT, &serde_json::json!("ALREADY_EXISTS"))
     );
 }
+
+/// A runtime whose turns wait for a permit, then answer `done`.
+struct GatedRuntime {
+    permits: tokio::sync::Semaphore,
+}
+
+#[async_trait::async_trait]
+impl TurnRuntime for GatedRuntime {
+    fn name(&self) -> &str {
+        "gated"
+    }
+
+    fn supports_steer(&self) -> bool {
+        false
+    }
+
+    async fn run_turn(&self, _input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure> {
+        self.permits.acquire().await.unwrap().forget();
+        sink.commit("assistant", "done", None).await?;
+        Ok(String::from("done"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn issue_17_a_key_over_its_requests_per_minute_gets_429_with_retry_after() {
+    let gateway = echo_gateway().await;
+    let limited = create_key(
+        &gateway,
+        serde_json::json!({"name": "slow", "scopes": ["read"], "requestsPerMinute": 2}),
+    )
+    .await;
+    let other = create_key(
+        &gateway,
+        serde_json::json!({"name": "free", "scopes": ["read"]}),
+    )
+    .await;
+    for _ in 0..2 {
+        let (status, body) = status_and_body(
+            &gateway,
+            request_with(&limited.key, "GET", "/v1/sessions", None),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let response = gateway
+        .router
+        .clone()
+        .oneshot(request_with(&limited.key, "GET", "/v1/sessions", None))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = response.headers()[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(body["error"]["code"], "RATE_LIMITED", "{body}");
+    // On the OpenAI routes the refusal has OpenAI's shape.
+    let (status, body) = status_and_body(
+        &gateway,
+        request_with(&limited.key, "GET", "/v1/models", None),
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        (&body["error"]["type"], &body["error"]["code"]),
+        (
+            &serde_json::json!("rate_limit_error"),
+            &serde_json::json!("RATE_LIMITED")
+        )
+    );
+    // Other keys and the operator token are not limited by it.
+    for bearer in [other.key.as_str(), TOKEN] {
+        let (status, _) =
+            status_and_body(&gateway, request_with(bearer, "GET", "/v1/sessions", None)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn issue_17_a_key_over_its_concurrent_turns_gets_429_until_a_turn_ends() {
+    let runtime = Arc::new(GatedRuntime {
+        permits: tokio::sync::Semaphore::new(0),
+    });
+    let gateway = gateway_with(
+        workspace(),
+        Some(Arc::clone(&runtime) as Arc<dyn TurnRuntime>),
+        8,
+    )
+    .await;
+    let app = create_key(
+        &gateway,
+        serde_json::json!({"name": "one-at-a-time", "scopes": ["chat"], "concurrentTurns": 1}),
+    )
+    .await;
+    let post = |session: &str| {
+        request_with(
+            &app.key,
+            "POST",
+            &format!("/v1/sessions/{session}/messages"),
+            Some(serde_json::json!({"text": "work"})),
+        )
+    };
+    let (status, first) = status_and_body(&gateway, post("a")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{first}");
+    let (status, refused) = status_and_body(&gateway, post("b")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
+    assert_eq!(refused["error"]["code"], "RATE_LIMITED");
+    // The operator is not limited by the key.
+    let (status, _) = status_and_body(
+        &gateway,
+        request_with(
+            TOKEN,
+            "POST",
+            "/v1/sessions/c/messages",
+            Some(serde_json::json!({"text": "op"})),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    runtime.permits.add_permits(1);
+    let turn_id = first["turnId"].as_str().unwrap();
+    let (_, turn) = status_and_body(
+        &gateway,
+        request_with(
+            &app.key,
+            "GET",
+            &format!("/v1/turns/{turn_id}?wait=20"),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(turn["status"], "completed", "{turn}");
+    let (status, again) = status_and_body(&gateway, post("b")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{again}");
+    runtime.permits.add_permits(2);
+}

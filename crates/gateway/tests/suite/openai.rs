@@ -283,7 +283,7 @@ async fn issue_17_errors_have_openais_shape_with_the_stable_code() {
     let last: serde_json::Value = serde_json::from_str(
         text.lines()
             .filter_map(|line| line.strip_prefix("data: "))
-            .last()
+            .next_back()
             .unwrap(),
     )
     .unwrap();
