@@ -117,7 +117,7 @@ async fn issue_17_the_openai_python_sdk_chats_through_a_chat_key() {
     let mut command = gatehouse();
     command
         .env("MOCK_MODEL_KEY", "mock-model-key")
-        .env("RUST_LOG", "debug")
+        .env("GATEHOUSE_LOG", "debug")
         .args(["up", "--listen", "127.0.0.1:0", "--data"])
         .arg(&data)
         .args([
@@ -151,7 +151,23 @@ async fn issue_17_the_openai_python_sdk_chats_through_a_chat_key() {
         serde_json::json!({"name": "app1", "key": key, "scopes": ["chat"], "sessions": "app1-"})
     );
     // Without --json only the key is printed.
-    let (code, bare) = keys_cli(&up, &data, &["create", "--name", "dash", "--scope", "read"]);
+    let (code, bare) = keys_cli(
+        &up,
+        &data,
+        &[
+            "create",
+            "--name",
+            "dash",
+            "--scope",
+            "read",
+            "--expires-in",
+            "3600",
+            "--requests-per-minute",
+            "100",
+            "--concurrent-turns",
+            "2",
+        ],
+    );
     assert_eq!(code, 0, "{bare}");
     assert!(
         bare.trim().starts_with("ghk_") && !bare.trim().contains(' '),
@@ -224,6 +240,21 @@ async fn issue_17_the_openai_python_sdk_chats_through_a_chat_key() {
         .collect();
     assert_eq!(names, vec!["app1", "dash"]);
     assert!(listed["keys"][0]["lastUsedAtMs"].is_i64(), "{listed}");
+    let dash = &listed["keys"][1];
+    assert_eq!(
+        (
+            &dash["scopes"],
+            &dash["requestsPerMinute"],
+            &dash["concurrentTurns"]
+        ),
+        (
+            &serde_json::json!(["read"]),
+            &serde_json::json!(100),
+            &serde_json::json!(2)
+        ),
+        "{listed}"
+    );
+    assert!(dash["expiresAtMs"].as_i64().unwrap() > dash["createdAtMs"].as_i64().unwrap());
     let (code, text) = keys_cli(&up, &data, &["list"]);
     assert_eq!(code, 0);
     assert!(
@@ -252,7 +283,7 @@ async fn issue_17_the_openai_python_sdk_chats_through_a_chat_key() {
     );
     let secret = key.strip_prefix("ghk_").unwrap();
     let log = up.process.stderr();
-    assert!(log.contains("app1"), "the log names the key");
+    assert!(log.contains("key:app1"), "the log names the key");
     assert!(!log.contains(secret), "the log holds the secret");
     assert!(!audit.contains(secret), "the audit trail holds the secret");
     for file in files_under(&data) {

@@ -249,6 +249,8 @@ pub(crate) async fn authenticate(
         Ok(principal) => principal,
         Err(error) => return error.into_response(),
     };
+    // The request's span (and so each of its log lines) names the key.
+    tracing::Span::current().record("actor", principal.actor());
     if let Some(key) = principal.key()
         && let Err(error) = state
             .key_limits
