@@ -113,7 +113,10 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route(
             "/chat/completions",
             post(openai::chat_completions)
-                .route_layer(axum::middleware::from_fn(require_json_content_type)),
+                .route_layer(axum::middleware::from_fn(require_json_content_type))
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    openai::MAX_COMPLETION_BODY_BYTES,
+                )),
         )
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),

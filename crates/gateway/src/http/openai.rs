@@ -80,6 +80,11 @@ use crate::turns::events::Subscription;
 /// answer is `TIMEOUT`, and the turn goes on (`GET /v1/turns/{id}` follows it).
 pub(crate) const COMPLETION_WAIT: Duration = Duration::from_secs(600);
 
+/// The largest body of `POST /v1/chat/completions`, larger than the other JSON routes' 2 MiB:
+/// a client sends the whole conversation every time, though only its last user message is read
+/// (and held to the message limit of 256 KiB).
+pub(crate) const MAX_COMPLETION_BODY_BYTES: usize = 16 * 1024 * 1024;
+
 /// The largest error body [`error_shape`] reads to rewrite it.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 

@@ -126,6 +126,19 @@ async fn issue_17_a_completion_is_a_turn_of_the_named_session_with_the_last_user
         .unwrap();
     complete(&gateway, request).await;
     assert_eq!(user_texts(&gateway, "team-b").await, vec!["by user"]);
+    // A long conversation is accepted past the other routes' 2 MiB: only its last user message
+    // is read.
+    let history = serde_json::json!([
+        {"role": "user", "content": "x".repeat(3 * 1024 * 1024)},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "short"},
+    ]);
+    let long = complete(
+        &gateway,
+        completion_request(history, false, &[("x-gatehouse-session", "team-c")]),
+    )
+    .await;
+    assert_eq!(long.choices[0].message.content, "echo: short");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
