@@ -13,6 +13,10 @@ use crate::error::ErrorBody;
 use crate::error::ErrorResponse;
 use crate::events::EventsQuery;
 use crate::health::HealthResponse;
+use crate::keys::ApiKeyCreated;
+use crate::keys::ApiKeyList;
+use crate::keys::ApiKeyParams;
+use crate::keys::ApiKeyRevoked;
 use crate::memory::MemorySearchAnswer;
 use crate::memory::MemorySearchQuery;
 use crate::memory::MemoryStatus;
@@ -224,6 +228,31 @@ impl Client {
     /// [`ClientError`].
     pub async fn skills(&self) -> Result<SkillsView, ClientError> {
         self.answer(self.get("/v1/skills")).await
+    }
+
+    /// `POST /v1/keys`: creates an API key; its secret is in the answer only.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn create_key(&self, params: &ApiKeyParams) -> Result<ApiKeyCreated, ClientError> {
+        self.answer(self.post("/v1/keys").json(params)).await
+    }
+
+    /// `GET /v1/keys`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn keys(&self) -> Result<ApiKeyList, ClientError> {
+        self.answer(self.get("/v1/keys")).await
+    }
+
+    /// `DELETE /v1/keys/{name}`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn revoke_key(&self, name: &str) -> Result<ApiKeyRevoked, ClientError> {
+        let url = format!("{}/v1/keys/{name}", self.base_url);
+        self.answer(self.authorized(self.http.delete(url))).await
     }
 
     fn get(&self, path: &str) -> reqwest::RequestBuilder {

@@ -31,6 +31,8 @@
 //! - [`memory`]: the `/v1/memory/...` routes;
 //! - [`skills`]: `GET /v1/skills`;
 //! - [`audit`]: `GET /v1/audit`;
+//! - [`keys`]: `POST`/`GET /v1/keys`, `DELETE /v1/keys/{name}`;
+//! - [`openai`]: `GET /v1/models`, `POST /v1/chat/completions` (the OpenAI-compatible routes);
 //! - [`schema`]: the JSON Schema of all of them;
 //! - `client` (feature `client`): a typed client of the routes the CLI calls.
 
@@ -43,9 +45,11 @@ pub mod documents;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod keys;
 pub mod media;
 pub mod memory;
 pub mod nodes;
+pub mod openai;
 pub mod schema;
 pub mod sessions;
 pub mod skills;

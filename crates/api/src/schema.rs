@@ -14,9 +14,11 @@ use crate::documents;
 use crate::error;
 use crate::events;
 use crate::health;
+use crate::keys;
 use crate::media;
 use crate::memory;
 use crate::nodes;
+use crate::openai;
 use crate::sessions;
 use crate::skills;
 
@@ -38,6 +40,7 @@ fn reference<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
 pub fn api_schema() -> Value {
     let mut generator = SchemaGenerator::default();
     let error = reference::<error::ErrorResponse>(&mut generator);
+    let openai_error = reference::<openai::OpenAiErrorResponse>(&mut generator);
     let bytes = Value::String(String::from("the raw bytes"));
     let ndjson = reference::<memory::ReindexLine>(&mut generator);
     let routes = [
@@ -202,6 +205,41 @@ pub fn api_schema() -> Value {
             body: None,
             answer: reference::<skills::SkillsView>(&mut generator),
         },
+        RouteTypes {
+            method: "POST",
+            path: "/v1/keys",
+            query: None,
+            body: Some(reference::<keys::ApiKeyParams>(&mut generator)),
+            answer: reference::<keys::ApiKeyCreated>(&mut generator),
+        },
+        RouteTypes {
+            method: "GET",
+            path: "/v1/keys",
+            query: None,
+            body: None,
+            answer: reference::<keys::ApiKeyList>(&mut generator),
+        },
+        RouteTypes {
+            method: "DELETE",
+            path: "/v1/keys/{name}",
+            query: None,
+            body: None,
+            answer: reference::<keys::ApiKeyRevoked>(&mut generator),
+        },
+        RouteTypes {
+            method: "GET",
+            path: "/v1/models",
+            query: None,
+            body: None,
+            answer: reference::<openai::ModelList>(&mut generator),
+        },
+        RouteTypes {
+            method: "POST",
+            path: "/v1/chat/completions",
+            query: None,
+            body: Some(reference::<openai::ChatCompletionParams>(&mut generator)),
+            answer: reference::<openai::ChatCompletion>(&mut generator),
+        },
     ];
     // The event payloads and error details are not the answer of a route on their own; they
     // are listed so that their shapes are part of the fixture too.
@@ -251,6 +289,10 @@ pub fn api_schema() -> Value {
             events::STREAM_DROPPED,
             reference::<events::StreamDropped>(&mut generator),
         ),
+        (
+            "chat.completion.chunk",
+            reference::<openai::ChatCompletionChunk>(&mut generator),
+        ),
     ] {
         extras.insert(String::from(name), schema);
     }
@@ -280,7 +322,13 @@ pub fn api_schema() -> Value {
                 entry.insert(String::from("body"), body);
             }
             entry.insert(String::from("answer"), route.answer);
-            entry.insert(String::from("error"), error.clone());
+            // The OpenAI-compatible routes answer errors in OpenAI's shape.
+            let route_error =
+                match route.path.starts_with("/v1/models") || route.path.starts_with("/v1/chat/") {
+                    true => openai_error.clone(),
+                    false => error.clone(),
+                };
+            entry.insert(String::from("error"), route_error);
             Value::Object(entry)
         })
         .collect();

@@ -10,6 +10,7 @@ mod doctor_cmd;
 mod embedded;
 mod exit;
 mod gateway_cmd;
+mod keys_cmd;
 mod logging;
 mod media_url;
 mod memory_cmd;
@@ -66,6 +67,8 @@ enum Command {
     Node(node_cmd::NodeArgs),
     /// Print a one-time enrollment code for a Harness node.
     SetupCode(setup_code_cmd::SetupCodeArgs),
+    /// Create, list or revoke the Gateway's scoped API keys.
+    Keys(keys_cmd::KeysArgs),
     /// Serve the deterministic mock model over HTTP.
     MockModel(mock_model_cmd::MockModelArgs),
     /// Run one native worker (started by the node host; reads its envelope on stdin).
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
         Command::Gateway(args) => gateway_cmd::run(args),
         Command::Node(args) => node_cmd::run(args),
         Command::SetupCode(args) => setup_code_cmd::run(args),
+        Command::Keys(args) => keys_cmd::run(args),
         Command::MockModel(args) => mock_model_cmd::run(args),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Scratch(args) => scratch_cmd::run(args),
@@ -143,6 +147,7 @@ impl Command {
             Command::Gateway(_) => "gateway",
             Command::Node(_) => "node",
             Command::SetupCode(_) => "setup-code",
+            Command::Keys(_) => "keys",
             Command::MockModel(_) => "mock-model",
             Command::Worker(_) => "worker",
             Command::Doctor(_) => "doctor",

@@ -85,7 +85,8 @@ pub(crate) fn run(args: MemoryArgs) -> anyhow::Result<ExitCode> {
 
 /// Prints the Gateway's error body on stdout, as the command always has, and returns the
 /// error to exit with.
-fn refused(error: ClientError) -> anyhow::Error {
+/// Prints the Gateway's error answer (its JSON, with the stable code) and returns the error.
+pub(crate) fn refused(error: ClientError) -> anyhow::Error {
     match &error {
         ClientError::Api { error: body, .. } => crate::output::json(&ErrorResponse {
             error: body.clone(),

@@ -58,9 +58,6 @@ pub(crate) const WRITE_ACTION: &str = "agents.files.write";
 /// The JSON pointer of the content in a write body and in error details.
 pub(crate) const CONTENT_POINTER: &str = "/content";
 
-/// The actor of every document call: `/v1` only admits the operator.
-const ACTOR: &str = "operator";
-
 /// One of the four Agent documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DocumentName {
@@ -321,6 +318,7 @@ pub(crate) async fn read_document(
 pub(crate) async fn write_document(
     workspace: &dyn WorkspaceAccess,
     audit: &Audit,
+    actor: &str,
     agent: &str,
     name: DocumentName,
     content: &DocumentContent,
@@ -346,7 +344,7 @@ pub(crate) async fn write_document(
             }
             tracing::info!(agent, name = name.as_str(), size, "document written");
             audit
-                .record(ACTOR, WRITE_ACTION, "succeeded", None, details)
+                .record(actor, WRITE_ACTION, "succeeded", None, details)
                 .await;
             Ok(size)
         }
@@ -370,7 +368,7 @@ pub(crate) async fn write_document(
                 "document write did not succeed"
             );
             audit
-                .record(ACTOR, WRITE_ACTION, outcome, Some(reason_code), details)
+                .record(actor, WRITE_ACTION, outcome, Some(reason_code), details)
                 .await;
             Err(DocumentError::Workspace(error))
         }
@@ -382,6 +380,7 @@ pub(crate) async fn write_document(
 /// `name` are what the caller asked for, when known. Nothing of the body is recorded.
 pub(crate) async fn record_denial(
     audit: &Audit,
+    actor: &str,
     action: &str,
     agent: Option<&str>,
     name: Option<&str>,
@@ -390,7 +389,7 @@ pub(crate) async fn record_denial(
     tracing::info!(action, agent, name, reason_code, "document call denied");
     audit
         .record(
-            ACTOR,
+            actor,
             action,
             "denied",
             Some(reason_code),

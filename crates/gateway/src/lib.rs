@@ -255,6 +255,10 @@ pub(crate) struct GatewayState {
     pub(crate) metrics: metrics::GatewayMetrics,
     /// The store ping `/readyz` callers share.
     pub(crate) store_ping: readiness::SharedCheck,
+    /// When this Gateway started, Unix milliseconds (the `created` of `GET /v1/models`).
+    pub(crate) started_at_ms: i64,
+    /// The API keys' request windows and unended turns, for their rate limits.
+    pub(crate) key_limits: http::limits::KeyLimiter,
 }
 
 /// What the embedding program plugs into the Gateway.
@@ -573,6 +577,8 @@ pub async fn start(
         skills,
         metrics,
         store_ping: readiness::SharedCheck::new(readiness::STORE_PING_REUSE),
+        started_at_ms: clock::now_ms(),
+        key_limits: http::limits::KeyLimiter::default(),
     });
     let shutdown = CancellationToken::new();
     tokio::spawn(Arc::clone(&state.memory).run(shutdown.child_token()));

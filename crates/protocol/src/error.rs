@@ -123,6 +123,12 @@ catalogue! {
         Unauthorized = "UNAUTHORIZED", 401;
         /// The caller is authenticated but may not do this.
         Forbidden = "FORBIDDEN", 403;
+        /// The API key is valid, but the route is outside its scopes, or the session is outside
+        /// the session-key prefix the key is limited to.
+        ScopeDenied = "SCOPE_DENIED", 403;
+        /// The API key sent more requests in a minute, or has more turns queued or running, than
+        /// its limits allow; retry after the `Retry-After` seconds.
+        RateLimited = "RATE_LIMITED", 429;
         /// The command is not declared by the node or not known to it.
         UnknownCommand = "UNKNOWN_COMMAND", 502;
         /// The peer that would serve the request is not connected.

@@ -214,6 +214,23 @@ pub const TABLES: &[Table] = &[
         identity: None,
         generated_order: None,
     },
+    Table {
+        name: "api_keys",
+        columns: &[
+            text("name"),
+            text("secret_sha256"),
+            json("scopes_json"),
+            text("session_prefix"),
+            int("created_at_ms"),
+            int("expires_at_ms"),
+            int("last_used_at_ms"),
+            int("requests_per_minute"),
+            int("concurrent_turns"),
+        ],
+        postgres_order: &["name"],
+        identity: None,
+        generated_order: None,
+    },
 ];
 
 /// The tables of the store that are not Gateway state and are never copied or checked: the

@@ -36,12 +36,14 @@ use async_trait::async_trait;
 pub use crate::error::Result;
 pub use crate::error::StoreError;
 use crate::model::Admitted;
+use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventRecord;
 use crate::model::MessageRecord;
+use crate::model::NewApiKey;
 use crate::model::NewAuditEvent;
 use crate::model::NewSetupCode;
 use crate::model::NewTurnMessage;
@@ -88,6 +90,34 @@ pub async fn open(location: &location::StoreLocation) -> Result<Arc<dyn Store>> 
 /// What the Gateway needs from its storage.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// Records a new API key (by the hash of its secret).
+    ///
+    /// # Errors
+    /// [`StoreError::AlreadyExists`] when a key has that name (or that hash: a broken random
+    /// source).
+    async fn insert_api_key(&self, key: &NewApiKey) -> Result<()>;
+
+    /// Returns every API key, ordered by name.
+    ///
+    /// # Errors
+    /// Storage failures; [`StoreError::Corrupt`] for unreadable scopes.
+    async fn api_keys(&self) -> Result<Vec<ApiKeyRecord>>;
+
+    /// Returns the key whose secret hashes to `secret_sha256`, unless there is none or it has
+    /// expired at `now_ms`, and records its use when the stored use is older than
+    /// [`model::API_KEY_LAST_USED_RESOLUTION_MS`]. Every call reads the store, so a key revoked
+    /// on one replica is refused by the next request on any replica.
+    ///
+    /// # Errors
+    /// Storage failures; [`StoreError::Corrupt`] for unreadable scopes.
+    async fn use_api_key(&self, secret_sha256: &str, now_ms: i64) -> Result<Option<ApiKeyRecord>>;
+
+    /// Deletes the key `name` and returns whether it existed; its name may then be reused.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn revoke_api_key(&self, name: &str) -> Result<bool>;
+
     /// Checks that the store answers; used by readiness.
     ///
     /// # Errors

@@ -589,3 +589,136 @@ impl TurnEnd {
         }
     }
 }
+
+/// What an API key may do; each `/v1` route needs one of these (the Gateway's route table).
+// It is also the wire form of a scope in `POST /v1/keys` and `GET /v1/keys` (`"chat"`, ...), so
+// it is serialized as the wire writes it; the doc line above is its description in the API's
+// JSON Schema.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Post messages, read its sessions' turns, transcripts and events, upload media, and the
+    /// OpenAI-compatible routes.
+    Chat,
+    /// Every `GET` route.
+    Read,
+    /// The four Agent documents.
+    Documents,
+    /// Everything, keys and setup codes included.
+    Admin,
+}
+
+impl Scope {
+    /// Every scope, in the order of the contract.
+    pub const ALL: [Scope; 4] = [Scope::Chat, Scope::Read, Scope::Documents, Scope::Admin];
+
+    /// Returns the scope as stored and accepted by the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Chat => "chat",
+            Scope::Read => "read",
+            Scope::Documents => "documents",
+            Scope::Admin => "admin",
+        }
+    }
+
+    /// Parses a scope.
+    pub fn parse(text: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|scope| scope.as_str() == text)
+    }
+}
+
+/// An API key to record. Only the hash of its secret reaches the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewApiKey {
+    /// The key's unique name; the only thing about it that logs and the audit trail show.
+    pub name: String,
+    /// Lowercase hex SHA-256 of the secret.
+    pub secret_sha256: String,
+    /// What it may do; never empty.
+    pub scopes: Vec<Scope>,
+    /// The session-key prefix its session routes are limited to.
+    pub session_prefix: Option<String>,
+    /// When it was created.
+    pub created_at_ms: i64,
+    /// When it stops being accepted; `None`: never.
+    pub expires_at_ms: Option<i64>,
+    /// The most requests it may send per minute; `None`: unlimited.
+    pub requests_per_minute: Option<u32>,
+    /// The most turns its requests may have running at once; `None`: unlimited.
+    pub concurrent_turns: Option<u32>,
+}
+
+/// A stored API key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyRecord {
+    /// The key's unique name.
+    pub name: String,
+    /// Lowercase hex SHA-256 of the secret (the secret itself is never stored).
+    pub secret_sha256: String,
+    /// What it may do.
+    pub scopes: Vec<Scope>,
+    /// The session-key prefix its session routes are limited to.
+    pub session_prefix: Option<String>,
+    /// When it was created.
+    pub created_at_ms: i64,
+    /// When it stops being accepted.
+    pub expires_at_ms: Option<i64>,
+    /// When a request last presented it, to within [`API_KEY_LAST_USED_RESOLUTION_MS`].
+    pub last_used_at_ms: Option<i64>,
+    /// The most requests it may send per minute.
+    pub requests_per_minute: Option<u32>,
+    /// The most turns its requests may have running at once.
+    pub concurrent_turns: Option<u32>,
+}
+
+/// How stale an API key's `last_used_at_ms` may be: a request records its use only when the
+/// stored time is older than this, so a busy key costs one write a minute, not one a request.
+pub const API_KEY_LAST_USED_RESOLUTION_MS: i64 = 60_000;
+
+/// Returns the stored JSON text of `scopes` (an array of their names).
+pub(crate) fn scopes_json(scopes: &[Scope]) -> String {
+    serde_json::Value::from(
+        scopes
+            .iter()
+            .map(|scope| scope.as_str())
+            .collect::<Vec<&str>>(),
+    )
+    .to_string()
+}
+
+/// Parses stored scopes.
+///
+/// # Errors
+/// [`crate::StoreError::Corrupt`] when the text is not an array of scope names.
+pub(crate) fn parse_scopes(text: &str) -> crate::Result<Vec<Scope>> {
+    serde_json::from_str(text).map_err(|_| crate::StoreError::Corrupt {
+        what: "api key scopes",
+    })
+}
+
+/// Reads a stored rate limit.
+///
+/// # Errors
+/// [`crate::StoreError::Corrupt`] for a value outside `u32`.
+pub(crate) fn stored_limit(value: Option<i64>) -> crate::Result<Option<u32>> {
+    value
+        .map(|value| {
+            u32::try_from(value).map_err(|_| crate::StoreError::Corrupt {
+                what: "api key limit",
+            })
+        })
+        .transpose()
+}

@@ -34,7 +34,9 @@ use crate::error::StoreError;
 use crate::location::PostgresLocation;
 use gatehouse_protocol::error::ErrorCode;
 
+use crate::model::API_KEY_LAST_USED_RESOLUTION_MS;
 use crate::model::Admitted;
+use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
 use crate::model::EnrollOutcome;
@@ -43,6 +45,7 @@ use crate::model::EventPayload;
 use crate::model::EventRecord;
 use crate::model::INTERRUPTED_MESSAGE;
 use crate::model::MessageRecord;
+use crate::model::NewApiKey;
 use crate::model::NewAuditEvent;
 use crate::model::NewSetupCode;
 use crate::model::NewTurnMessage;
@@ -137,6 +140,16 @@ impl PgStore {
     }
 }
 
+/// The columns of an [`ApiKeyRecord`], as [`api_key_from_row`] reads them (a macro, so each
+/// query stays one literal).
+macro_rules! api_key_columns {
+    () => {
+        "name, secret_sha256, scopes_json::text AS scopes_json, \
+         session_prefix, created_at_ms, expires_at_ms, last_used_at_ms, requests_per_minute, \
+         concurrent_turns"
+    };
+}
+
 #[async_trait]
 impl Store for PgStore {
     async fn ping(&self) -> Result<()> {
@@ -147,6 +160,82 @@ impl Store for PgStore {
                 source: Box::new(error),
             })?;
         Ok(())
+    }
+
+    async fn insert_api_key(&self, key: &NewApiKey) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO api_keys (name, secret_sha256, scopes_json, session_prefix, created_at_ms, \
+             expires_at_ms, requests_per_minute, concurrent_turns) \
+             VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8)",
+        )
+        .bind(text(&key.name))
+        .bind(&key.secret_sha256)
+        .bind(crate::model::scopes_json(&key.scopes))
+        .bind(key.session_prefix.as_deref().map(text))
+        .bind(key.created_at_ms)
+        .bind(key.expires_at_ms)
+        .bind(key.requests_per_minute.map(i64::from))
+        .bind(key.concurrent_turns.map(i64::from))
+        .execute(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "api key"))?;
+        Ok(())
+    }
+
+    async fn api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            api_key_columns!(),
+            " FROM api_keys ORDER BY name"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "api keys"))?;
+        rows.iter().map(api_key_from_row).collect()
+    }
+
+    async fn use_api_key(&self, secret_sha256: &str, now_ms: i64) -> Result<Option<ApiKeyRecord>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            api_key_columns!(),
+            " FROM api_keys WHERE secret_sha256 = $1 \
+             AND (expires_at_ms IS NULL OR expires_at_ms > $2)"
+        ))
+        .bind(secret_sha256)
+        .bind(now_ms)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "api key"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let mut key = api_key_from_row(&row)?;
+        if key
+            .last_used_at_ms
+            .is_none_or(|used| used <= now_ms - API_KEY_LAST_USED_RESOLUTION_MS)
+        {
+            sqlx::query(
+                "UPDATE api_keys SET last_used_at_ms = $1 WHERE name = $2 \
+                 AND (last_used_at_ms IS NULL OR last_used_at_ms <= $3)",
+            )
+            .bind(now_ms)
+            .bind(&key.name)
+            .bind(now_ms - API_KEY_LAST_USED_RESOLUTION_MS)
+            .execute(&self.pool)
+            .await
+            .map_err(|error| map_error(error, "api key use"))?;
+            key.last_used_at_ms = Some(now_ms);
+        }
+        Ok(Some(key))
+    }
+
+    async fn revoke_api_key(&self, name: &str) -> Result<bool> {
+        let deleted = sqlx::query("DELETE FROM api_keys WHERE name = $1")
+            .bind(text(name))
+            .execute(&self.pool)
+            .await
+            .map_err(|error| map_error(error, "api key"))?;
+        Ok(deleted.rows_affected() == 1)
     }
 
     async fn insert_setup_code(&self, code: &NewSetupCode) -> Result<()> {
@@ -1030,6 +1119,21 @@ fn checkpoint_from_row(row: &PgRow) -> Result<(String, serde_json::Value)> {
         get(row, "checkpoint_id")?,
         json(row, "manifest_json", "checkpoint")?,
     ))
+}
+
+fn api_key_from_row(row: &PgRow) -> Result<ApiKeyRecord> {
+    let scopes: String = get(row, "scopes_json")?;
+    Ok(ApiKeyRecord {
+        name: get(row, "name")?,
+        secret_sha256: get(row, "secret_sha256")?,
+        scopes: crate::model::parse_scopes(&scopes)?,
+        session_prefix: get(row, "session_prefix")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        expires_at_ms: get(row, "expires_at_ms")?,
+        last_used_at_ms: get(row, "last_used_at_ms")?,
+        requests_per_minute: crate::model::stored_limit(get(row, "requests_per_minute")?)?,
+        concurrent_turns: crate::model::stored_limit(get(row, "concurrent_turns")?)?,
+    })
 }
 
 fn node_from_row(row: &PgRow) -> Result<NodeRecord> {

@@ -17,7 +17,9 @@ use crate::error::Result;
 use crate::error::StoreError;
 use gatehouse_protocol::error::ErrorCode;
 
+use crate::model::API_KEY_LAST_USED_RESOLUTION_MS;
 use crate::model::Admitted;
+use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
 use crate::model::EnrollOutcome;
@@ -26,6 +28,7 @@ use crate::model::EventPayload;
 use crate::model::EventRecord;
 use crate::model::INTERRUPTED_MESSAGE;
 use crate::model::MessageRecord;
+use crate::model::NewApiKey;
 use crate::model::NewAuditEvent;
 use crate::model::NewSetupCode;
 use crate::model::NewTurnMessage;
@@ -101,8 +104,92 @@ impl SqliteStore {
     }
 }
 
+/// The columns of an [`ApiKeyRecord`], as [`api_key_from_row`] reads them (a macro, so each
+/// query stays one literal).
+macro_rules! api_key_columns {
+    () => {
+        "name, secret_sha256, scopes_json, session_prefix, created_at_ms, \
+         expires_at_ms, last_used_at_ms, requests_per_minute, concurrent_turns"
+    };
+}
+
 #[async_trait]
 impl Store for SqliteStore {
+    async fn insert_api_key(&self, key: &NewApiKey) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO api_keys (name, secret_sha256, scopes_json, session_prefix, created_at_ms, \
+             expires_at_ms, requests_per_minute, concurrent_turns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&key.name)
+        .bind(&key.secret_sha256)
+        .bind(crate::model::scopes_json(&key.scopes))
+        .bind(&key.session_prefix)
+        .bind(key.created_at_ms)
+        .bind(key.expires_at_ms)
+        .bind(key.requests_per_minute.map(i64::from))
+        .bind(key.concurrent_turns.map(i64::from))
+        .execute(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "api key"))?;
+        Ok(())
+    }
+
+    async fn api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            api_key_columns!(),
+            " FROM api_keys ORDER BY name"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "api keys"))?;
+        rows.iter().map(api_key_from_row).collect()
+    }
+
+    async fn use_api_key(&self, secret_sha256: &str, now_ms: i64) -> Result<Option<ApiKeyRecord>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            api_key_columns!(),
+            " FROM api_keys WHERE secret_sha256 = ? \
+             AND (expires_at_ms IS NULL OR expires_at_ms > ?)"
+        ))
+        .bind(secret_sha256)
+        .bind(now_ms)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "api key"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let mut key = api_key_from_row(&row)?;
+        if key
+            .last_used_at_ms
+            .is_none_or(|used| used <= now_ms - API_KEY_LAST_USED_RESOLUTION_MS)
+        {
+            sqlx::query(
+                "UPDATE api_keys SET last_used_at_ms = ? WHERE name = ? \
+                 AND (last_used_at_ms IS NULL OR last_used_at_ms <= ?)",
+            )
+            .bind(now_ms)
+            .bind(&key.name)
+            .bind(now_ms - API_KEY_LAST_USED_RESOLUTION_MS)
+            .execute(&self.pool)
+            .await
+            .map_err(|error| map_error(error, "api key use"))?;
+            key.last_used_at_ms = Some(now_ms);
+        }
+        Ok(Some(key))
+    }
+
+    async fn revoke_api_key(&self, name: &str) -> Result<bool> {
+        let deleted = sqlx::query("DELETE FROM api_keys WHERE name = ?")
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(|error| map_error(error, "api key"))?;
+        Ok(deleted.rows_affected() == 1)
+    }
+
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1")
             .execute(&self.pool)
@@ -1081,6 +1168,21 @@ fn node_from_row(row: &SqliteRow) -> Result<NodeRecord> {
         device_token_sha256: get(row, "device_token_sha256")?,
         enrolled_at_ms: get(row, "enrolled_at_ms")?,
         last_seen_at_ms: get(row, "last_seen_at_ms")?,
+    })
+}
+
+fn api_key_from_row(row: &SqliteRow) -> Result<ApiKeyRecord> {
+    let scopes: String = get(row, "scopes_json")?;
+    Ok(ApiKeyRecord {
+        name: get(row, "name")?,
+        secret_sha256: get(row, "secret_sha256")?,
+        scopes: crate::model::parse_scopes(&scopes)?,
+        session_prefix: get(row, "session_prefix")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        expires_at_ms: get(row, "expires_at_ms")?,
+        last_used_at_ms: get(row, "last_used_at_ms")?,
+        requests_per_minute: crate::model::stored_limit(get(row, "requests_per_minute")?)?,
+        concurrent_turns: crate::model::stored_limit(get(row, "concurrent_turns")?)?,
     })
 }
 

@@ -16,10 +16,13 @@ use std::sync::Arc;
 
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::Store;
+use gatehouse_store::model::API_KEY_LAST_USED_RESOLUTION_MS;
+use gatehouse_store::model::ApiKeyRecord;
 use gatehouse_store::model::Attachment;
 use gatehouse_store::model::CheckpointBlob;
 use gatehouse_store::model::EnrollOutcome;
 use gatehouse_store::model::Enrollment;
+use gatehouse_store::model::NewApiKey;
 use gatehouse_store::model::NewAuditEvent;
 use gatehouse_store::model::NewSetupCode;
 use gatehouse_store::model::NewTurnMessage;
@@ -27,6 +30,7 @@ use gatehouse_store::model::NewUserMessage;
 use gatehouse_store::model::NodeRecord;
 use gatehouse_store::model::NodeSeen;
 use gatehouse_store::model::QueueMode;
+use gatehouse_store::model::Scope;
 use gatehouse_store::model::SessionMove;
 use gatehouse_store::model::TurnEnd;
 use gatehouse_store::model::TurnStatus;
@@ -74,6 +78,8 @@ conformance!(
     a_codex_thread_binding_is_kept_and_replaced_per_session,
     turn_events_are_their_typed_payloads,
     finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle,
+    api_keys_are_created_once_per_name_listed_and_revoked,
+    an_api_key_is_found_by_its_hash_until_it_expires_and_records_its_use,
 );
 
 fn node(device_id: &str) -> NodeRecord {
@@ -1069,7 +1075,7 @@ mod postgres_only {
                 .fetch_all(&mut connection)
                 .await
                 .unwrap();
-        assert_eq!(applied, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(applied, vec![1, 2, 3, 4, 5, 6, 7]);
     }
 
     /// The server drops the connection in the middle of an admission's transaction (a trigger
@@ -1598,5 +1604,107 @@ async fn turn_events_are_their_typed_payloads(target: Target) {
             turn_id: "t1".into(),
             queue_mode: QueueMode::Steer,
         }
+    );
+}
+
+fn new_key(name: &str, hash: &str, expires_at_ms: Option<i64>) -> NewApiKey {
+    NewApiKey {
+        name: name.into(),
+        secret_sha256: hash.into(),
+        scopes: vec![Scope::Chat, Scope::Read],
+        session_prefix: Some("app1-".into()),
+        created_at_ms: 5,
+        expires_at_ms,
+        requests_per_minute: Some(60),
+        concurrent_turns: None,
+    }
+}
+
+/// Returns the record [`new_key`] stores, as it is read back.
+fn stored_key(key: &NewApiKey, last_used_at_ms: Option<i64>) -> ApiKeyRecord {
+    ApiKeyRecord {
+        name: key.name.clone(),
+        secret_sha256: key.secret_sha256.clone(),
+        scopes: key.scopes.clone(),
+        session_prefix: key.session_prefix.clone(),
+        created_at_ms: key.created_at_ms,
+        expires_at_ms: key.expires_at_ms,
+        last_used_at_ms,
+        requests_per_minute: key.requests_per_minute,
+        concurrent_turns: key.concurrent_turns,
+    }
+}
+
+async fn api_keys_are_created_once_per_name_listed_and_revoked(target: Target) {
+    let store = target.open().await;
+    let dashboard = NewApiKey {
+        scopes: vec![Scope::Read],
+        session_prefix: None,
+        requests_per_minute: None,
+        ..new_key("dashboard", "h-dashboard", None)
+    };
+    let app = new_key("app", "h-app", Some(1_000));
+    store.insert_api_key(&dashboard).await.unwrap();
+    store.insert_api_key(&app).await.unwrap();
+    let duplicate = store
+        .insert_api_key(&new_key("app", "h-other", None))
+        .await
+        .unwrap_err();
+    assert_eq!(duplicate.code(), ErrorCode::AlreadyExists);
+    let same_hash = store
+        .insert_api_key(&new_key("other", "h-app", None))
+        .await
+        .unwrap_err();
+    assert_eq!(same_hash.code(), ErrorCode::AlreadyExists);
+    // Listed by name, and kept across a reopen.
+    let store = target.open().await;
+    assert_eq!(
+        store.api_keys().await.unwrap(),
+        vec![stored_key(&app, None), stored_key(&dashboard, None)]
+    );
+    assert!(store.revoke_api_key("app").await.unwrap());
+    assert!(!store.revoke_api_key("app").await.unwrap());
+    assert_eq!(store.use_api_key("h-app", 10).await.unwrap(), None);
+    assert_eq!(
+        store.api_keys().await.unwrap(),
+        vec![stored_key(&dashboard, None)]
+    );
+    // A revoked key's name may be given to a new key.
+    let again = new_key("app", "h-app-2", None);
+    store.insert_api_key(&again).await.unwrap();
+    assert_eq!(
+        store.use_api_key("h-app-2", 10).await.unwrap(),
+        Some(stored_key(&again, Some(10)))
+    );
+}
+
+async fn an_api_key_is_found_by_its_hash_until_it_expires_and_records_its_use(target: Target) {
+    let store = target.open().await;
+    let key = new_key("app", "h-app", Some(1_000_000));
+    store.insert_api_key(&key).await.unwrap();
+    assert_eq!(store.use_api_key("h-unknown", 10).await.unwrap(), None);
+    // The first use is recorded; a use within the resolution is not written again.
+    assert_eq!(
+        store.use_api_key("h-app", 100).await.unwrap(),
+        Some(stored_key(&key, Some(100)))
+    );
+    assert_eq!(
+        store.use_api_key("h-app", 200).await.unwrap(),
+        Some(stored_key(&key, Some(100)))
+    );
+    let later = 100 + API_KEY_LAST_USED_RESOLUTION_MS;
+    assert_eq!(
+        store.use_api_key("h-app", later).await.unwrap(),
+        Some(stored_key(&key, Some(later)))
+    );
+    assert_eq!(
+        store.api_keys().await.unwrap(),
+        vec![stored_key(&key, Some(later))]
+    );
+    // At its expiry it is refused, and the refusal records no use.
+    assert_eq!(store.use_api_key("h-app", 1_000_000).await.unwrap(), None);
+    assert_eq!(
+        store.api_keys().await.unwrap(),
+        vec![stored_key(&key, Some(later))]
     );
 }

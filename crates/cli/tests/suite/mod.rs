@@ -18,6 +18,7 @@ mod native;
 mod node_cli;
 mod node_host_files;
 mod observability;
+mod openai_sdk;
 mod postgres;
 mod quick_start;
 mod quotas;

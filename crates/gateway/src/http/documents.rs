@@ -16,6 +16,7 @@ use gatehouse_api::error::ContentErrorDetails;
 use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::Path;
@@ -29,6 +30,7 @@ use crate::GatewayState;
 use crate::documents;
 use crate::documents::DocumentError;
 use crate::documents::DocumentName;
+use crate::http::auth::Principal;
 use crate::http::error::ApiError;
 
 /// The header browsers send with the relation of the page to the target.
@@ -36,10 +38,11 @@ const SEC_FETCH_SITE: &str = "sec-fetch-site";
 
 pub(crate) async fn get_document(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<Document>, ApiError> {
-    let (_agent, name) = admit(&state, &headers, path, documents::READ_ACTION).await?;
+    let (_agent, name) = admit(&state, &principal, &headers, path, documents::READ_ACTION).await?;
     let content = documents::read_document(state.workspace.as_ref(), name).await?;
     Ok(Json(Document {
         name: name.as_str().to_owned(),
@@ -49,16 +52,18 @@ pub(crate) async fn get_document(
 
 pub(crate) async fn put_document(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
     body: Body,
 ) -> Result<Json<DocumentWritten>, ApiError> {
-    let (agent, name) = admit(&state, &headers, path, documents::WRITE_ACTION).await?;
+    let (agent, name) = admit(&state, &principal, &headers, path, documents::WRITE_ACTION).await?;
     let raw = read_limited_body(&headers, body).await?;
     let content = documents::decode_write_body(&raw)?;
     let size = documents::write_document(
         state.workspace.as_ref(),
         &state.audit,
+        principal.actor(),
         &agent,
         name,
         &content,
@@ -73,6 +78,7 @@ pub(crate) async fn put_document(
 /// Refuses cross-site requests (audited), unknown agents and unknown names.
 async fn admit(
     state: &GatewayState,
+    principal: &Principal,
     headers: &HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
     action: &str,
@@ -84,6 +90,7 @@ async fn admit(
         };
         documents::record_denial(
             &state.audit,
+            principal.actor(),
             action,
             agent,
             name,

@@ -43,6 +43,8 @@ pub struct ApiError {
     pub message: String,
     /// Structured context; never content or secrets.
     pub details: Option<serde_json::Value>,
+    /// The seconds of a `Retry-After` header, for a `429`.
+    pub retry_after_seconds: Option<u64>,
 }
 
 /// Returns the HTTP status of `code` in the catalogue.
@@ -64,7 +66,15 @@ impl ApiError {
             code: code.to_owned(),
             message: message.into(),
             details: None,
+            retry_after_seconds: None,
         }
+    }
+
+    /// Returns the same error answered with `Retry-After: seconds`.
+    #[must_use]
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after_seconds = Some(seconds);
+        self
     }
 
     /// Returns the same error with another status, for a route documented to answer its code
@@ -107,7 +117,13 @@ impl IntoResponse for ApiError {
                 details: self.details,
             },
         };
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(seconds) = self.retry_after_seconds {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -224,6 +240,7 @@ impl From<WorkspaceError> for ApiError {
                     code: remote.code,
                     message: remote.message,
                     details: remote.details,
+                    retry_after_seconds: None,
                 }
             }
         }

@@ -10,6 +10,7 @@ use gatehouse_api::media::MediaUploaded;
 use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Json;
 use axum::body::Body;
 use axum::body::Bytes;
@@ -25,6 +26,7 @@ use gatehouse_media::MediaError;
 
 use crate::GatewayState;
 use crate::clock::now_ms;
+use crate::http::auth::Principal;
 use crate::http::error::ApiError;
 
 /// The MIME type of an upload without `Content-Type`.
@@ -35,6 +37,7 @@ const FILENAME_HEADER: &str = "x-filename";
 
 pub(crate) async fn upload_media(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<MediaUploaded>, ApiError> {
@@ -75,7 +78,7 @@ pub(crate) async fn upload_media(
     state
         .audit
         .record(
-            "operator",
+            principal.actor(),
             "media.upload",
             "succeeded",
             None,

@@ -6,6 +6,10 @@
 //! - `health`: `/healthz`, `/readyz`;
 //! - `nodes`: `/v1/nodes`, `/v1/nodes/setup-codes`;
 //! - `audit`: `/v1/audit`;
+//! - `auth`: the bearer token as a principal, and the one table of the scopes of each route;
+//! - `keys`: `/v1/keys`;
+//! - `limits`: the rate limits of API keys;
+//! - `openai`: `/v1/models`, `/v1/chat/completions`, with errors in OpenAI's shape;
 //! - `workspace_files`: `/v1/agents/{agent}/workspace/{path}`;
 //! - `documents`: `/v1/agents/{agent}/files/{name}`;
 //! - `sessions`: messages, turns, sessions, transcripts, the event stream, abort, stop, move;
@@ -18,14 +22,18 @@
 //! - `request_trace`: the request span and `X-Request-Id`.
 
 mod audit;
+pub(crate) mod auth;
 mod documents;
 pub mod error;
 mod health;
+mod keys;
+pub(crate) mod limits;
 mod media;
 mod memory;
 mod metrics;
 mod node_socket;
 mod nodes;
+mod openai;
 mod request_trace;
 mod sessions;
 mod skills;
@@ -36,7 +44,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Request;
-use axum::extract::State;
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use axum::response::Response;
@@ -47,7 +54,7 @@ use crate::GatewayState;
 use crate::http::error::ApiError;
 
 /// Returns the router: `/healthz`, `/readyz`, `/metrics`, `/node`, and `/v1/...` behind the
-/// operator bearer token. Every error it answers, its own rejections included, has the API's
+/// operator bearer token or an API key whose scopes open the route ([`auth`]). Every error it answers, its own rejections included, has the API's
 /// JSON shape ([`error::json_error_shape`]), and carries an `X-Request-Id` under an
 /// `http_request` span ([`request_trace::layer`]).
 pub fn app(state: Arc<GatewayState>) -> Router {
@@ -88,10 +95,35 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route("/memory/get", get(memory::get))
         .route("/memory/status", get(memory::status))
         .route("/memory/reindex", post(memory::reindex))
+        .route(
+            "/keys",
+            post(keys::create_key)
+                .get(keys::list_keys)
+                .route_layer(axum::middleware::from_fn(require_json_content_type)),
+        )
+        .route("/keys/{name}", axum::routing::delete(keys::revoke_key))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
-            require_operator,
+            auth::authenticate,
         ));
+    // The OpenAI-compatible routes answer every error, the authentication layer's included, in
+    // OpenAI's shape, so their layer wraps the authentication.
+    let openai_routes = Router::new()
+        .route("/models", get(openai::list_models))
+        .route(
+            "/chat/completions",
+            post(openai::chat_completions)
+                .route_layer(axum::middleware::from_fn(require_json_content_type))
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    openai::MAX_COMPLETION_BODY_BYTES,
+                )),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            auth::authenticate,
+        ))
+        .layer(axum::middleware::map_response(openai::error_shape));
+    let v1 = v1.merge(openai_routes);
     let metrics_state = Arc::clone(&state);
     let router = Router::new()
         .route("/healthz", get(health::healthz))
@@ -128,28 +160,5 @@ async fn require_json_content_type(request: Request, next: Next) -> Response {
         )
         .into_response(),
         Some(_) | None => next.run(request).await,
-    }
-}
-
-/// Refuses `/v1` requests without `Authorization: Bearer <operator token>`.
-async fn require_operator(
-    State(state): State<Arc<GatewayState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let presented = request
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    match presented {
-        Some(token) if state.operator_token.matches(token.trim()) => next.run(request).await,
-        Some(_) => {
-            ApiError::unauthorized("the bearer token is not the operator token").into_response()
-        }
-        None => ApiError::unauthorized(
-            "send Authorization: Bearer <token>; the token is in <gateway-state>/operator-token",
-        )
-        .into_response(),
     }
 }

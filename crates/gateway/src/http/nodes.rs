@@ -7,11 +7,13 @@ use gatehouse_api::nodes::SetupCode;
 use gatehouse_api::nodes::SetupCodeParams;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 
 use crate::GatewayState;
 use crate::clock::now_ms;
+use crate::http::auth::Principal;
 use crate::http::error::ApiError;
 use crate::http::error::store_error;
 use crate::setup_code;
@@ -51,6 +53,7 @@ pub(crate) async fn list_nodes(
 /// address, never from the request.
 pub(crate) async fn create_setup_code(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     body: axum::body::Bytes,
 ) -> Result<Json<SetupCode>, ApiError> {
     let request = match body.is_empty() {
@@ -85,7 +88,7 @@ pub(crate) async fn create_setup_code(
     state
         .audit
         .record(
-            "operator",
+            principal.actor(),
             "node.setup_code.issue",
             "succeeded",
             None,

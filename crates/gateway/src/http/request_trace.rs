@@ -100,6 +100,7 @@ fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
         method = %request.method(),
         route,
         request_id,
+        actor = tracing::field::Empty,
         status = tracing::field::Empty,
     )
 }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::http::error::store_error;
+use axum::Extension;
 use axum::Json;
 use axum::extract::Path;
 use axum::extract::Query;
@@ -34,10 +35,12 @@ use axum::response::sse::Event;
 use axum::response::sse::KeepAlive;
 use axum::response::sse::Sse;
 use futures_util::Stream;
+use gatehouse_store::model::Admitted;
 use gatehouse_store::model::QueueMode;
 use gatehouse_store::model::TurnRecord;
 
 use crate::GatewayState;
+use crate::http::auth::Principal;
 use crate::http::error::ApiError;
 use crate::turns::IncomingMessage;
 use crate::turns::events::Lagged;
@@ -55,12 +58,37 @@ pub(crate) const MAX_WAIT_SECONDS: u64 = 60;
 
 pub(crate) async fn post_message(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     Path(session_key): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     check_session_key(&session_key)?;
     let body: MessageParams = serde_json::from_slice(&body)
         .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))?;
+    let admitted = admit_message(&state, &principal, &session_key, body).await?;
+    let accepted = MessageAccepted {
+        session_key,
+        turn_id: admitted.turn.turn_id,
+        status: admitted.turn.status,
+    };
+    Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+}
+
+/// Checks a message's text, attachments and idempotency key and admits it to `session_key`
+/// (already checked with [`check_session_key`]): what `POST /v1/sessions/{key}/messages` and
+/// `POST /v1/chat/completions` both do before they answer. The turn counts against the
+/// concurrent turns of `principal`'s key until it ends ([`crate::http::limits`]).
+///
+/// # Errors
+/// `INVALID_REQUEST` or `PAYLOAD_TOO_LARGE` for a message outside the limits; `429
+/// RATE_LIMITED` when the key's turns are all taken; a store failure ([`store_error`]) when
+/// nothing was admitted.
+pub(crate) async fn admit_message(
+    state: &Arc<GatewayState>,
+    principal: &Principal,
+    session_key: &str,
+    body: MessageParams,
+) -> Result<Admitted, ApiError> {
     if body.text.trim().is_empty() {
         return Err(ApiError::invalid_request("text must not be empty"));
     }
@@ -83,10 +111,19 @@ pub(crate) async fn post_message(
         ));
     }
     let queue_mode = body.queue_mode.unwrap_or(QueueMode::Followup);
+    let slots = match principal.key() {
+        Some(key) => {
+            state
+                .key_limits
+                .reserve_turn(state.store.as_ref(), key)
+                .await?
+        }
+        None => None,
+    };
     let admitted = state
         .turns
         .admit(IncomingMessage {
-            session_key: session_key.clone(),
+            session_key: session_key.to_owned(),
             text: body.text,
             attachments: body.attachments,
             idempotency_key: body.idempotency_key,
@@ -96,12 +133,10 @@ pub(crate) async fn post_message(
         .map_err(|error| match error {
             crate::turns::AdmitError::Store(store) => store_error(&store),
         })?;
-    let accepted = MessageAccepted {
-        session_key,
-        turn_id: admitted.turn.turn_id,
-        status: admitted.turn.status,
-    };
-    Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+    if let Some(slots) = slots {
+        slots.hold(&admitted.turn.turn_id);
+    }
+    Ok(admitted)
 }
 
 pub(crate) async fn get_turn(
@@ -110,20 +145,34 @@ pub(crate) async fn get_turn(
     Query(query): Query<TurnQuery>,
 ) -> Result<Json<Turn>, ApiError> {
     let wait = Duration::from_secs(query.wait.unwrap_or(0).min(MAX_WAIT_SECONDS));
-    let turn = load_turn(&state, &turn_id).await?;
+    let turn = wait_for_turn_end(&state, &turn_id, wait).await?;
+    Ok(Json(turn_answer(turn)))
+}
+
+/// Returns the turn `turn_id` once it has ended, or as it is when `wait` passes first (at once
+/// for a zero `wait`).
+///
+/// # Errors
+/// `NOT_FOUND` for an unknown turn; a store failure.
+pub(crate) async fn wait_for_turn_end(
+    state: &GatewayState,
+    turn_id: &str,
+    wait: Duration,
+) -> Result<TurnRecord, ApiError> {
+    let turn = load_turn(state, turn_id).await?;
     if turn.status.is_terminal() || wait.is_zero() {
-        return Ok(Json(turn_answer(turn)));
+        return Ok(turn);
     }
     let mut events = state.hub.subscribe(&turn.session_key);
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         // Read after subscribing, so an end that happens in between is not missed.
-        let turn = load_turn(&state, &turn_id).await?;
+        let turn = load_turn(state, turn_id).await?;
         if turn.status.is_terminal() {
-            return Ok(Json(turn_answer(turn)));
+            return Ok(turn);
         }
         match tokio::time::timeout_at(deadline, events.recv()).await {
-            Err(_elapsed) => return Ok(Json(turn_answer(turn))),
+            Err(_elapsed) => return Ok(turn),
             Ok(Ok(_)) => {}
             // Dropped for falling behind: subscribe afresh, then look at the turn again.
             Ok(Err(Lagged)) => events = state.hub.subscribe(&turn.session_key),
@@ -179,6 +228,7 @@ pub(crate) async fn get_transcript(
 
 pub(crate) async fn abort_session(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     Path(session_key): Path<String>,
 ) -> Result<Json<AbortResponse>, ApiError> {
     check_session_key(&session_key)?;
@@ -186,7 +236,7 @@ pub(crate) async fn abort_session(
     state
         .audit
         .record(
-            "operator",
+            principal.actor(),
             "session.abort",
             "succeeded",
             None,
@@ -364,7 +414,7 @@ fn sse_event(event: &SessionEvent) -> Event {
     }
 }
 
-async fn load_turn(state: &GatewayState, turn_id: &str) -> Result<TurnRecord, ApiError> {
+pub(crate) async fn load_turn(state: &GatewayState, turn_id: &str) -> Result<TurnRecord, ApiError> {
     state
         .store
         .turn(turn_id)
@@ -397,7 +447,7 @@ fn turn_answer(turn: TurnRecord) -> Turn {
 
 /// Session keys: 1 to 128 characters of letters, digits, `.`, `_`, `:` and `-`, starting with a
 /// letter or digit.
-fn check_session_key(key: &str) -> Result<(), ApiError> {
+pub(crate) fn check_session_key(key: &str) -> Result<(), ApiError> {
     let valid = !key.is_empty()
         && key.len() <= 128
         && key
@@ -420,6 +470,7 @@ fn check_session_key(key: &str) -> Result<(), ApiError> {
 /// that is bound to no node has no worker: nothing is sent anywhere.
 pub(crate) async fn stop_session(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     Path(session_key): Path<String>,
 ) -> Result<Json<StopResponse>, ApiError> {
     check_session_key(&session_key)?;
@@ -436,7 +487,7 @@ pub(crate) async fn stop_session(
     state
         .audit
         .record(
-            "operator",
+            principal.actor(),
             "session.stop",
             "succeeded",
             None,
@@ -490,6 +541,7 @@ async fn stop_worker(
 /// workspace on the new node from the latest checkpoint. Audited as `session.moved`.
 pub(crate) async fn move_session(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     Path(session_key): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Json<MoveResponse>, ApiError> {
@@ -527,7 +579,7 @@ pub(crate) async fn move_session(
             state
                 .audit
                 .record(
-                    "operator",
+                    principal.actor(),
                     "session.moved",
                     "denied",
                     Some(code.as_str()),
@@ -559,7 +611,7 @@ pub(crate) async fn move_session(
     state
         .audit
         .record(
-            "operator",
+            principal.actor(),
             "session.moved",
             "succeeded",
             None,

@@ -1,0 +1,99 @@
+//! `POST /v1/keys`, `GET /v1/keys` and `DELETE /v1/keys/{name}`: scoped API keys.
+//!
+//! A key is sent as `Authorization: Bearer <key>`, like the operator token. Its secret is
+//! answered once, by `POST /v1/keys`; the Gateway keeps only its hash.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::Serialize;
+
+pub use gatehouse_store::model::Scope;
+
+/// The body of `POST /v1/keys`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ApiKeyParams {
+    /// The key's unique name: 1 to 64 letters, digits, `.`, `_` or `-`, starting with a letter
+    /// or digit. It is the only thing about the key that logs and the audit trail show.
+    pub name: String,
+    /// What the key may do; at least one.
+    pub scopes: Vec<Scope>,
+    /// For a key with the `chat` scope: the session-key prefix its session routes are limited
+    /// to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<String>,
+    /// How long the key stays valid; it never expires when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_seconds: Option<u64>,
+    /// The most requests the key may send per minute; unlimited when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
+    /// The most turns the key's requests may have running at once; unlimited when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent_turns: Option<u32>,
+}
+
+/// The answer of `POST /v1/keys`: the key's secret, shown this once, and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyCreated {
+    /// The key's name.
+    pub name: String,
+    /// The secret to send as `Authorization: Bearer <key>`; the Gateway cannot show it again.
+    pub key: String,
+    /// What it may do.
+    pub scopes: Vec<Scope>,
+    /// The session-key prefix it is limited to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<String>,
+    /// When it expires, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    /// Its requests per minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
+    /// Its concurrent turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent_turns: Option<u32>,
+}
+
+/// The answer of `GET /v1/keys`: every key, by name (never a secret or its hash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ApiKeyList {
+    /// The keys, ordered by name.
+    pub keys: Vec<ApiKeySummary>,
+}
+
+/// One key as `GET /v1/keys` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeySummary {
+    /// The key's name.
+    pub name: String,
+    /// What it may do.
+    pub scopes: Vec<Scope>,
+    /// The session-key prefix it is limited to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<String>,
+    /// When it was created, Unix milliseconds.
+    pub created_at_ms: i64,
+    /// When it expires, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    /// When a request last presented it, Unix milliseconds, to within a minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at_ms: Option<i64>,
+    /// Its requests per minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
+    /// Its concurrent turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent_turns: Option<u32>,
+}
+
+/// The answer of `DELETE /v1/keys/{name}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ApiKeyRevoked {
+    /// Whether a key of that name existed; it is refused from the next request on.
+    pub revoked: bool,
+}
