@@ -10,7 +10,9 @@
 //!   precedence than the credentials file, the same three key names.
 //!
 //! The environment always wins: keys in the environment are used whole and no file is read for
-//! them, and `AWS_REGION`/`AWS_ENDPOINT_URL` win over the config file. A file named by its
+//! them, and `AWS_REGION`/`AWS_ENDPOINT_URL` win over the config file; an environment that names
+//! keys, region and endpoint (and no `AWS_PROFILE`) has no file read at all, so a Gateway that
+//! runs with a `HOME` it may not read needs nothing of it. A file named by its
 //! variable must exist; the default files may be absent. A profile named by `AWS_PROFILE` must
 //! be found in one of the files, and a key id without its secret (or the reverse) is refused:
 //! a misconfigured profile fails when the store is opened rather than falling back to another
@@ -128,6 +130,13 @@ impl SharedFile {
 /// pair.
 pub fn read(env: &BTreeMap<String, String>) -> Result<Profile, String> {
     let set = |name: &str| env.get(name).is_some_and(|value| !value.is_empty());
+    let keys_set = set("AWS_ACCESS_KEY_ID") || set("AWS_SECRET_ACCESS_KEY");
+    let region_set = set("AWS_REGION") || set("AWS_DEFAULT_REGION");
+    let endpoint_set = set("AWS_ENDPOINT_URL") || set("AWS_ENDPOINT");
+    if keys_set && region_set && endpoint_set && !set(PROFILE_ENV) {
+        // The environment says everything a profile could: no file is read.
+        return Ok(Profile::default());
+    }
     let named_profile = env.get(PROFILE_ENV).filter(|value| !value.is_empty());
     let profile = named_profile.map_or("default", String::as_str);
     let credentials_file = SharedFile::locate(env, CREDENTIALS_FILE_ENV, "credentials");
@@ -154,7 +163,7 @@ pub fn read(env: &BTreeMap<String, String>) -> Result<Profile, String> {
             .cloned()
     };
     let mut found = Profile::default();
-    if !set("AWS_ACCESS_KEY_ID") && !set("AWS_SECRET_ACCESS_KEY") {
+    if !keys_set {
         match (lookup("aws_access_key_id"), lookup("aws_secret_access_key")) {
             (Some(id), Some(secret)) => {
                 found.keys = Some((id, secret));
@@ -177,10 +186,10 @@ pub fn read(env: &BTreeMap<String, String>) -> Result<Profile, String> {
             .and_then(|section| section.get(key))
             .cloned()
     };
-    if !set("AWS_REGION") && !set("AWS_DEFAULT_REGION") {
+    if !region_set {
         found.region = config_value("region");
     }
-    if !set("AWS_ENDPOINT_URL") && !set("AWS_ENDPOINT") {
+    if !endpoint_set {
         found.endpoint = config_value("endpoint_url");
     }
     Ok(found)
@@ -265,6 +274,18 @@ mod tests {
             .with(PROFILE_ENV, "media")
             .with("AWS_ACCESS_KEY_ID", "AKIDENV")
             .with("AWS_REGION", "us-east-2")
+            .with("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
+        assert_eq!(read(&env.0).unwrap(), Profile::default());
+    }
+
+    #[test]
+    fn a_complete_environment_reads_no_file() {
+        // The named credentials file does not exist; it is not even opened.
+        let env = Env(BTreeMap::new())
+            .with(CREDENTIALS_FILE_ENV, "/nonexistent/credentials")
+            .with("AWS_ACCESS_KEY_ID", "AKIDENV")
+            .with("AWS_SECRET_ACCESS_KEY", "env-secret")
+            .with("AWS_REGION", "us-east-1")
             .with("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
         assert_eq!(read(&env.0).unwrap(), Profile::default());
     }

@@ -38,6 +38,28 @@ const NOT_CODES: &[(&str, &str)] = &[
     ),
     ("RUST_LOG", "the log filter variable of Codex"),
     (
+        "AWS_PROFILE",
+        "the AWS variable naming the shared-file profile",
+    ),
+    (
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "the AWS variable naming the shared credentials file",
+    ),
+    (
+        "AWS_CONFIG_FILE",
+        "the AWS variable naming the shared config file",
+    ),
+    ("AWS_REGION", "the AWS variable naming the region"),
+    (
+        "AWS_DEFAULT_REGION",
+        "the older AWS variable naming the region",
+    ),
+    ("AWS_ENDPOINT_URL", "the AWS variable naming the endpoint"),
+    (
+        "AWS_ENDPOINT",
+        "object_store's variable naming the endpoint",
+    ),
+    (
         "AWS_ALLOW_HTTP",
         "the S3 client's variable that allows a plain-HTTP endpoint",
     ),
