@@ -78,7 +78,12 @@ pub struct ChatMessageParam {
 }
 
 /// The content of a request message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+///
+/// Decoded by hand rather than as an untagged enum: serde buffers an untagged value whole in a
+/// generic tree before it tries each variant, which made a 16 MiB body of a long array cost the
+/// Gateway hundreds of megabytes before it was refused. The hand-written visitor decodes a
+/// string or a sequence of parts directly and stops at the first element that is not a part.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ChatContent {
     /// Plain text.
@@ -99,6 +104,41 @@ impl ChatContent {
                 .collect::<Vec<&str>>()
                 .join("\n"),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for ChatContent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ContentVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for ContentVisitor {
+            type Value = ChatContent;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a string or a list of content parts")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ChatContent, E> {
+                Ok(ChatContent::Text(text.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<ChatContent, E> {
+                Ok(ChatContent::Text(text))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut sequence: A,
+            ) -> Result<ChatContent, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(part) = sequence.next_element::<ChatContentPart>()? {
+                    parts.push(part);
+                }
+                Ok(ChatContent::Parts(parts))
+            }
+        }
+
+        deserializer.deserialize_any(ContentVisitor)
     }
 }
 

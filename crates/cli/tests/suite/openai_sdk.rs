@@ -295,3 +295,57 @@ async fn issue_17_the_openai_python_sdk_chats_through_a_chat_key() {
         );
     }
 }
+
+/// A completion that names no session gets a session of its own, used for that one turn; its
+/// worker is stopped when the turn ends, so such requests never fill the node's worker slots
+/// (with one slot, each of several anonymous completions is answered; before, the second was
+/// refused with `WORKER_CAPACITY_EXHAUSTED` until an operator stopped the first session).
+#[tokio::test(flavor = "multi_thread")]
+async fn anonymous_completions_give_their_worker_slot_back() {
+    let dirs = dirs();
+    let data = dirs.base.join("data");
+    let mut command = gatehouse();
+    command
+        .args(["up", "--listen", "127.0.0.1:0", "--capacity", "1", "--data"])
+        .arg(&data);
+    let up = Up::spawn(command, None, &data.join("gateway"), &data);
+    up.wait_ready().await;
+    let client = reqwest::Client::new();
+    for round in 0..3 {
+        let text = format!("/say round {round}");
+        let deadline = std::time::Instant::now() + crate::suite::support::WAIT;
+        loop {
+            let answer = client
+                .post(format!("{}/v1/chat/completions", up.url))
+                .bearer_auth(&up.token)
+                .json(&serde_json::json!({
+                    "model": "main",
+                    "messages": [{"role": "user", "content": text}],
+                }))
+                .send()
+                .await
+                .unwrap();
+            let status = answer.status().as_u16();
+            let body: serde_json::Value = answer.json().await.unwrap();
+            if status == 200 {
+                assert_eq!(
+                    body["choices"][0]["message"]["content"],
+                    format!("round {round}"),
+                    "{body}"
+                );
+                break;
+            }
+            // The previous session's worker is released just after its turn ends.
+            assert_eq!(
+                (status, body["error"]["code"].as_str()),
+                (503, Some("WORKER_CAPACITY_EXHAUSTED")),
+                "{body}"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the one worker slot never came back: {body}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+}

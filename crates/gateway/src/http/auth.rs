@@ -155,11 +155,18 @@ pub(crate) const ROUTE_SCOPES: &[RouteScope] = &[
 
 /// Returns the row of `method` and `path` (a route template, with or without `/v1`); `None`
 /// for a route that is not listed (open to `admin` only).
+/// A `HEAD` request is the `GET` of the same route without its body, so it has the `GET`
+/// row's scopes.
 pub(crate) fn route_scope(method: &Method, path: &str) -> Option<&'static RouteScope> {
     let path = path.strip_prefix("/v1").unwrap_or(path);
+    let method = if method == Method::HEAD {
+        Method::GET.as_str()
+    } else {
+        method.as_str()
+    };
     ROUTE_SCOPES
         .iter()
-        .find(|row| row.method == method.as_str() && row.path.strip_prefix("/v1") == Some(path))
+        .find(|row| row.method == method && row.path.strip_prefix("/v1") == Some(path))
 }
 
 /// Who sent a request: the operator token or an API key, with what it may do.
@@ -185,6 +192,22 @@ impl Principal {
             actor: format!("key:{}", key.name),
             key: Some(key),
         }
+    }
+
+    /// Returns whether this principal may still be served, for an answer that outlives its
+    /// request's check (an event stream, a followed turn): always for the operator token; for
+    /// a key, whether the store still holds it unexpired. A store that cannot answer counts as
+    /// no: a long-lived answer ends rather than go on unchecked.
+    pub(crate) async fn still_valid(&self, store: &dyn gatehouse_store::Store) -> bool {
+        let Some(key) = &self.key else {
+            return true;
+        };
+        matches!(
+            store
+                .use_api_key(&key.secret_sha256, crate::clock::now_ms())
+                .await,
+            Ok(Some(_))
+        )
     }
 
     /// Returns the actor of the request's audit rows: `operator` or `key:NAME`.
@@ -229,6 +252,10 @@ impl Principal {
         }
     }
 }
+
+/// How often an answer that outlives its request (an event stream, a followed turn) checks that
+/// its key was not revoked and has not expired; past that it ends.
+pub(crate) const KEY_RECHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Why a request was refused before its handler.
 enum Refusal {

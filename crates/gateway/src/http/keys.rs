@@ -75,6 +75,14 @@ pub(crate) async fn create_key(
             "requestsPerMinute and concurrentTurns must be at least 1 (leave them out for no limit)",
         ));
     }
+    if params
+        .concurrent_turns
+        .is_some_and(|turns| turns > MAX_CONCURRENT_TURNS)
+    {
+        return Err(ApiError::invalid_request(format!(
+            "concurrentTurns must be at most {MAX_CONCURRENT_TURNS} (leave it out for no limit)"
+        )));
+    }
     let secret = random_token().map_err(|error| {
         tracing::error!(error = %error, "cannot draw a key secret");
         ApiError::internal(ErrorCode::Internal)
@@ -202,12 +210,17 @@ fn check_name(name: &str) -> Result<(), ApiError> {
     }
 }
 
+/// The largest concurrent-turns limit: each admission of a limited key checks each of its
+/// unended turns in the store.
+pub(crate) const MAX_CONCURRENT_TURNS: u32 = 64;
+
 /// A session prefix: 1 to [`MAX_SESSION_PREFIX_BYTES`] characters a session key may hold, on a
-/// key that has the `chat` scope (the only one it limits) and not `admin` (which it cannot).
+/// key whose only scope is `chat`: `read` reads every session, `admin` does everything, so a
+/// prefix beside them would promise an isolation the key does not have.
 fn check_session_prefix(prefix: &str, scopes: &[Scope]) -> Result<(), ApiError> {
-    if !scopes.contains(&Scope::Chat) || scopes.contains(&Scope::Admin) {
+    if scopes != [Scope::Chat] {
         return Err(ApiError::invalid_request(
-            "sessions limits the chat scope: give it to a key with chat and without admin",
+            "sessions limits the chat scope: give it to a key whose only scope is chat",
         ));
     }
     let valid = !prefix.is_empty()

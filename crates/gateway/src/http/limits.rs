@@ -7,8 +7,14 @@
 //! key's first request after the previous window ended; `Retry-After` is the rest of the window.
 //! A key's turns are those its messages created that have not ended (the store says which);
 //! `Retry-After` is then [`TURN_RETRY_AFTER_SECONDS`], since when a turn ends is not known.
+//!
+//! The counts belong to the key itself (its secret's hash), not to its name: a key revoked and
+//! created again under the same name starts with nothing of the old one's. Each key's turns
+//! have a lock of their own, so a key that waits on the store while it checks its turns holds
+//! up no other key.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -28,8 +34,10 @@ pub(crate) const TURN_RETRY_AFTER_SECONDS: u64 = 1;
 /// The request windows and the unended turns of the keys that have limits.
 #[derive(Debug, Default)]
 pub(crate) struct KeyLimiter {
+    /// By the key's secret hash.
     windows: parking_lot::Mutex<HashMap<String, Window>>,
-    turns: tokio::sync::Mutex<HashMap<String, Vec<String>>>,
+    /// By the key's secret hash: the turns its messages created that were not seen ending.
+    turns: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Vec<String>>>>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -40,17 +48,15 @@ struct Window {
 
 /// A key's turn slots, held while one of its messages is admitted, so two messages of the key
 /// cannot both take the last slot.
-pub(crate) struct TurnSlots<'a> {
-    turns: tokio::sync::MutexGuard<'a, HashMap<String, Vec<String>>>,
-    name: String,
+pub(crate) struct TurnSlots {
+    held: tokio::sync::OwnedMutexGuard<Vec<String>>,
 }
 
-impl TurnSlots<'_> {
+impl TurnSlots {
     /// Counts `turn_id` (the turn the message was admitted to) against the key until it ends.
     pub(crate) fn hold(mut self, turn_id: &str) {
-        let held = self.turns.entry(self.name.clone()).or_default();
-        if !held.iter().any(|held| held == turn_id) {
-            held.push(turn_id.to_owned());
+        if !self.held.iter().any(|held| held == turn_id) {
+            self.held.push(turn_id.to_owned());
         }
     }
 }
@@ -65,7 +71,7 @@ impl KeyLimiter {
             return Ok(());
         };
         let mut windows = self.windows.lock();
-        let window = windows.entry(key.name.clone()).or_insert(Window {
+        let window = windows.entry(key.secret_sha256.clone()).or_insert(Window {
             started: now,
             requests: 0,
         });
@@ -97,12 +103,17 @@ impl KeyLimiter {
         &self,
         store: &dyn Store,
         key: &ApiKeyRecord,
-    ) -> Result<Option<TurnSlots<'_>>, ApiError> {
+    ) -> Result<Option<TurnSlots>, ApiError> {
         let Some(limit) = key.concurrent_turns else {
             return Ok(None);
         };
-        let mut turns = self.turns.lock().await;
-        let held = turns.entry(key.name.clone()).or_default();
+        let slots = Arc::clone(
+            self.turns
+                .lock()
+                .entry(key.secret_sha256.clone())
+                .or_default(),
+        );
+        let mut held = slots.lock_owned().await;
         let mut unended = Vec::with_capacity(held.len());
         for turn_id in held.iter() {
             let turn = store
@@ -123,9 +134,6 @@ impl KeyLimiter {
             )
             .with_retry_after(TURN_RETRY_AFTER_SECONDS));
         }
-        Ok(Some(TurnSlots {
-            turns,
-            name: key.name.clone(),
-        }))
+        Ok(Some(TurnSlots { held }))
     }
 }

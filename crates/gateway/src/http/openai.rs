@@ -83,7 +83,7 @@ pub(crate) const COMPLETION_WAIT: Duration = Duration::from_secs(600);
 /// The largest body of `POST /v1/chat/completions`, larger than the other JSON routes' 2 MiB:
 /// a client sends the whole conversation every time, though only its last user message is read
 /// (and held to the message limit of 256 KiB).
-pub(crate) const MAX_COMPLETION_BODY_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_COMPLETION_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// The largest error body [`error_shape`] reads to rewrite it.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -126,11 +126,14 @@ pub(crate) async fn chat_completions(
         .map(gatehouse_api::openai::ChatContent::text)
         .ok_or_else(|| ApiError::invalid_request("messages holds no user message"))?;
     let idempotency_key = header_text(&headers, IDEMPOTENCY_HEADER)?;
-    let session_key = match header_text(&headers, SESSION_HEADER)? {
-        Some(session_key) => session_key,
+    let (session_key, one_turn) = match header_text(&headers, SESSION_HEADER)? {
+        Some(session_key) => (session_key, false),
         None => match params.user {
-            Some(user) => user,
-            None => new_session_key(&principal, idempotency_key.as_deref())?,
+            Some(user) => (user, false),
+            None => (
+                new_session_key(&principal, idempotency_key.as_deref())?,
+                true,
+            ),
         },
     };
     sessions::check_session_key(&session_key)?;
@@ -144,10 +147,15 @@ pub(crate) async fn chat_completions(
         queue_mode: None,
     };
     let admitted = sessions::admit_message(&state, &principal, &session_key, message).await?;
+    if one_turn {
+        release_when_ended(Arc::clone(&state), admitted.turn.clone());
+    }
     let follower = TurnFollower {
         state: Arc::clone(&state),
         turn: admitted.turn,
         live,
+        principal,
+        recheck: sessions::key_recheck(),
         checked_end: false,
     };
     let answer = Answer {
@@ -159,6 +167,34 @@ pub(crate) async fn chat_completions(
         true => Ok(stream_answer(answer, follower).into_response()),
         false => complete_answer(answer, follower).await,
     }
+}
+
+/// Stops the worker of a session a request made for itself ([`new_session_key`]) once its turn
+/// ends, whether or not the client is still connected: nothing sends to that session again (a
+/// retry with the same `Idempotency-Key` finds its ended turn in the store), so its worker slot
+/// goes back to the node instead of staying taken until an operator stops it.
+fn release_when_ended(state: Arc<GatewayState>, turn: TurnRecord) {
+    tokio::spawn(async move {
+        let mut follower = TurnFollower {
+            live: state.hub.subscribe(&turn.session_key),
+            state: Arc::clone(&state),
+            turn,
+            principal: Principal::operator(),
+            recheck: sessions::key_recheck(),
+            checked_end: false,
+        };
+        loop {
+            match follower.next().await {
+                Ok(TurnPiece::End(_)) => break,
+                Ok(TurnPiece::Text(_) | TurnPiece::Tool(_)) => {}
+                Err(error) => {
+                    tracing::info!(turn = %follower.turn.turn_id, error = %error.message, "stopped following a one-turn session");
+                    return;
+                }
+            }
+        }
+        sessions::release_worker(&state, &follower.turn.session_key).await;
+    });
 }
 
 /// What every chunk and completion of one request repeats.
@@ -199,6 +235,9 @@ struct TurnFollower {
     state: Arc<GatewayState>,
     turn: TurnRecord,
     live: Subscription,
+    /// Who asked, checked again every [`crate::http::auth::KEY_RECHECK_INTERVAL`].
+    principal: Principal,
+    recheck: tokio::time::Interval,
     /// Whether the stored turn was read since the subscription started (a turn that had ended
     /// before, as for a retried idempotency key, sends no more events).
     checked_end: bool,
@@ -215,7 +254,18 @@ impl TurnFollower {
                     return Ok(TurnPiece::End(stored));
                 }
             }
-            let event = match self.live.recv().await {
+            let received = tokio::select! {
+                received = self.live.recv() => received,
+                _ = self.recheck.tick() => {
+                    if self.principal.still_valid(self.state.store.as_ref()).await {
+                        continue;
+                    }
+                    return Err(ApiError::unauthorized(
+                        "the key of this request was revoked or has expired",
+                    ));
+                }
+            };
+            let event = match received {
                 Ok(event) => event,
                 Err(Lagged) => {
                     // Dropped for falling behind: follow afresh; what streamed meanwhile is lost,
@@ -444,7 +494,12 @@ fn new_session_key(
 ) -> Result<String, ApiError> {
     let id = match idempotency_key {
         Some(key) => {
-            let scoped = format!("{}\n{key}", principal.actor());
+            // Scoped to the key itself (its secret's hash), not its name, so a key created
+            // again under a revoked key's name never lands in the old key's sessions.
+            let owner = principal
+                .key()
+                .map_or(principal.actor(), |record| record.secret_sha256.as_str());
+            let scoped = format!("{owner}\n{key}");
             sha256_hex(scoped.as_bytes())[..32].to_owned()
         }
         None => sha256_hex(

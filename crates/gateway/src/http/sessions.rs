@@ -40,6 +40,7 @@ use gatehouse_store::model::QueueMode;
 use gatehouse_store::model::TurnRecord;
 
 use crate::GatewayState;
+use crate::http::auth::KEY_RECHECK_INTERVAL;
 use crate::http::auth::Principal;
 use crate::http::error::ApiError;
 use crate::turns::IncomingMessage;
@@ -258,6 +259,9 @@ enum StreamPhase {
 
 struct EventStream {
     state: Arc<GatewayState>,
+    /// Who opened the stream, checked again every [`KEY_RECHECK_INTERVAL`].
+    principal: Principal,
+    recheck: tokio::time::Interval,
     session_key: String,
     live: Subscription,
     /// Counts this stream in `/metrics` while it is open.
@@ -288,7 +292,27 @@ impl EventStream {
                         }
                     }
                 }
-                StreamPhase::Live => match self.live.recv().await {
+                StreamPhase::Live => match tokio::select! {
+                    received = self.live.recv() => received,
+                    _ = self.recheck.tick() => {
+                        if self.principal.still_valid(self.state.store.as_ref()).await {
+                            continue;
+                        }
+                        self.phase = StreamPhase::Done;
+                        let dropped = StreamDropped {
+                            code: ErrorCode::Unauthorized.as_str().to_owned(),
+                            message: String::from(
+                                "the key that opened this stream was revoked or has expired",
+                            ),
+                            resume_after: self.last,
+                        };
+                        return Some(
+                            Event::default()
+                                .event(STREAM_DROPPED)
+                                .data(event_json(&dropped)),
+                        );
+                    }
+                } {
                     Ok(event) if event.durable && event.seq <= self.last => {}
                     Ok(event) => {
                         if event.durable {
@@ -359,6 +383,7 @@ impl EventStream {
 /// it, and a client that falls behind ends with `stream.dropped` (`SLOW_CONSUMER`).
 pub(crate) async fn session_events(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     Path(session_key): Path<String>,
     Query(query): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
@@ -369,6 +394,8 @@ pub(crate) async fn session_events(
     let mut stream = EventStream {
         _subscriber: state.metrics.sse_subscriber(),
         state: Arc::clone(&state),
+        principal,
+        recheck: key_recheck(),
         session_key,
         live,
         last: after,
@@ -391,6 +418,17 @@ pub(crate) async fn session_events(
         Some((Ok(event), stream))
     });
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// Returns the timer of [`Principal::still_valid`] checks for a long-lived answer: the first
+/// tick comes one interval from now (the request itself was just checked).
+pub(crate) fn key_recheck() -> tokio::time::Interval {
+    let mut interval = tokio::time::interval_at(
+        tokio::time::Instant::now() + KEY_RECHECK_INTERVAL,
+        KEY_RECHECK_INTERVAL,
+    );
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
 }
 
 /// Returns the SSE event of a session event: its kind as the name, its payload's fields and its
@@ -495,6 +533,30 @@ pub(crate) async fn stop_session(
         )
         .await;
     Ok(Json(StopResponse { stopped, aborted }))
+}
+
+/// Stops the worker of `session_key` on the node the session is bound to, if any, for a
+/// session nothing will send to again; a node that is gone or refuses is logged, not an error
+/// (its worker went with it, or the node's own idle handling ends it).
+pub(crate) async fn release_worker(state: &GatewayState, session_key: &str) {
+    let owner = match state.store.session_node(session_key).await {
+        Ok(Some(owner)) => owner,
+        Ok(None) => return,
+        Err(error) => {
+            tracing::warn!(session = session_key, error = %error, "cannot find the session's node to release its worker");
+            return;
+        }
+    };
+    match stop_worker(state, &owner, session_key, false).await {
+        Ok(stopped) => tracing::debug!(
+            session = session_key,
+            stopped,
+            "released the worker of a one-turn session"
+        ),
+        Err(error) => {
+            tracing::info!(session = session_key, error = %error.message, "could not release the worker of a one-turn session")
+        }
+    }
 }
 
 /// Stops the worker of `session_key` on node `node_id` (and with `discard` deletes the

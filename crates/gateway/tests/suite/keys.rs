@@ -122,7 +122,7 @@ pub(crate) async fn create_key(gateway: &TestGateway, body: serde_json::Value) -
 }
 
 /// Posts `text` to `session` with the operator token, waits for the turn and returns its id.
-async fn finished_turn(gateway: &TestGateway, session: &str, text: &str) -> String {
+pub(crate) async fn finished_turn(gateway: &TestGateway, session: &str, text: &str) -> String {
     let (status, accepted) = status_and_body(
         gateway,
         request_with(
