@@ -215,6 +215,13 @@ pub const TABLES: &[Table] = &[
         generated_order: None,
     },
     Table {
+        name: "media_grants",
+        columns: &[text("media_id"), text("grantee"), int("granted_at_ms")],
+        postgres_order: &["media_id", "grantee"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
         name: "api_keys",
         columns: &[
             text("name"),

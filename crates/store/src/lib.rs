@@ -334,6 +334,25 @@ pub trait Store: Send + Sync + 'static {
     /// Storage failures.
     async fn pin_media(&self, media_id: &str, reason: &str, now_ms: i64) -> Result<()>;
 
+    /// Lets `grantee` (`key:<secret sha256>` or `session:<session key>`) read `media_id`; a
+    /// grant that exists is kept as it is.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn grant_media(&self, media_id: &str, grantee: &str, now_ms: i64) -> Result<()>;
+
+    /// Returns whether `media_id` was granted to `key_grantee` or to a session whose key starts
+    /// with `session_prefix`.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn media_granted(
+        &self,
+        media_id: &str,
+        key_grantee: &str,
+        session_prefix: &str,
+    ) -> Result<bool>;
+
     /// Binds `session_key` to the Codex thread `thread_id`, replacing an earlier binding.
     ///
     /// # Errors

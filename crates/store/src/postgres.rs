@@ -935,6 +935,41 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn grant_media(&self, media_id: &str, grantee: &str, now_ms: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO media_grants (media_id, grantee, granted_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (media_id, grantee) DO NOTHING",
+        )
+        .bind(media_id)
+        .bind(grantee)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "media grant"))?;
+        Ok(())
+    }
+
+    async fn media_granted(
+        &self,
+        media_id: &str,
+        key_grantee: &str,
+        session_prefix: &str,
+    ) -> Result<bool> {
+        // substr rather than LIKE: a prefix may hold `_`, which LIKE reads as a wildcard.
+        let sessions = format!("session:{session_prefix}");
+        let found: Option<String> = sqlx::query_scalar(
+            "SELECT media_id FROM media_grants WHERE media_id = $1 \
+             AND (grantee = $2 OR substr(grantee, 1, length($3)) = $3) LIMIT 1",
+        )
+        .bind(media_id)
+        .bind(key_grantee)
+        .bind(sessions)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "media grant"))?;
+        Ok(found.is_some())
+    }
+
     async fn bind_codex_thread(
         &self,
         session_key: &str,

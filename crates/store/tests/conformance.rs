@@ -79,6 +79,7 @@ conformance!(
     turn_events_are_their_typed_payloads,
     finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle,
     api_keys_are_created_once_per_name_listed_and_revoked,
+    media_grants_name_a_key_or_the_sessions_under_a_prefix,
     an_api_key_is_found_by_its_hash_until_it_expires_and_records_its_use,
 );
 
@@ -1075,7 +1076,7 @@ mod postgres_only {
                 .fetch_all(&mut connection)
                 .await
                 .unwrap();
-        assert_eq!(applied, vec![1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     }
 
     /// The server drops the connection in the middle of an admission's transaction (a trigger
@@ -1707,4 +1708,39 @@ async fn an_api_key_is_found_by_its_hash_until_it_expires_and_records_its_use(ta
         store.api_keys().await.unwrap(),
         vec![stored_key(&key, Some(later))]
     );
+}
+
+/// A grant names the key that uploaded a blob or a session that holds it; a prefix matches
+/// session grants literally (its `_` is no wildcard), granting twice keeps one grant, and grants
+/// survive a reopen.
+async fn media_grants_name_a_key_or_the_sessions_under_a_prefix(target: Target) {
+    let store = target.open().await;
+    store.grant_media("m1", "key:aaa", 1).await.unwrap();
+    store.grant_media("m1", "key:aaa", 2).await.unwrap();
+    store.grant_media("m2", "session:app_1-x", 1).await.unwrap();
+    let store = target.open().await;
+    assert!(store.media_granted("m1", "key:aaa", "app1-").await.unwrap());
+    assert!(!store.media_granted("m1", "key:bbb", "app1-").await.unwrap());
+    assert!(!store.media_granted("m2", "key:aaa", "app1-").await.unwrap());
+    assert!(
+        store
+            .media_granted("m2", "key:bbb", "app_1-")
+            .await
+            .unwrap()
+    );
+    assert!(store.media_granted("m2", "key:bbb", "app_").await.unwrap());
+    // `_` in a prefix is a character, not a wildcard: `appX1-` would match `app_1-` in LIKE.
+    assert!(
+        !store
+            .media_granted("m2", "key:bbb", "appX1-")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .media_granted("m2", "key:bbb", "app_1-xy")
+            .await
+            .unwrap()
+    );
+    assert!(!store.media_granted("m3", "key:aaa", "").await.unwrap());
 }

@@ -220,6 +220,39 @@ impl Principal {
         self.key.as_ref()
     }
 
+    /// Returns the media grantee of this principal's uploads (`key:<secret sha256>`), `None` for
+    /// the operator token.
+    pub(crate) fn media_grantee(&self) -> Option<String> {
+        self.key
+            .as_ref()
+            .map(|key| format!("key:{}", key.secret_sha256))
+    }
+
+    /// Checks that this principal may read or attach `media_id`: a key limited to a session
+    /// prefix only when it uploaded the blob or a session under its prefix holds it; every
+    /// other principal always. A refusal is the answer for a blob that does not exist, so a
+    /// limited key learns nothing of other apps' media.
+    ///
+    /// # Errors
+    /// `404 MEDIA_NOT_FOUND` when it may not; a store failure.
+    pub(crate) async fn check_media(
+        &self,
+        store: &dyn gatehouse_store::Store,
+        media_id: &str,
+    ) -> Result<(), ApiError> {
+        let (Some(prefix), Some(grantee)) = (self.session_prefix(), self.media_grantee()) else {
+            return Ok(());
+        };
+        match store.media_granted(media_id, &grantee, prefix).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ApiError::new(
+                ErrorCode::MediaNotFound,
+                format!("media {media_id} not found"),
+            )),
+            Err(error) => Err(crate::http::error::store_error(&error)),
+        }
+    }
+
     /// Returns the session-key prefix this principal's sessions must start with, if any.
     pub(crate) fn session_prefix(&self) -> Option<&str> {
         self.key.as_ref()?.session_prefix.as_deref()

@@ -73,6 +73,15 @@ pub(crate) async fn upload_media(
             tracing::error!(error = %error, media_id = %record.id, "cannot pin an upload");
             return Err(ApiError::internal(error.code()));
         }
+        if let Some(grantee) = principal.media_grantee()
+            && let Err(error) = state
+                .store
+                .grant_media(&record.id, &grantee, now_ms())
+                .await
+        {
+            tracing::error!(error = %error, media_id = %record.id, "cannot record the upload's key");
+            return Err(ApiError::internal(error.code()));
+        }
         record
     };
     state
@@ -99,8 +108,12 @@ pub(crate) async fn upload_media(
 
 pub(crate) async fn download_media(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     Path(media_id): Path<String>,
 ) -> Result<Response, ApiError> {
+    principal
+        .check_media(state.store.as_ref(), &media_id)
+        .await?;
     let (record, bytes) = state.media.get(&media_id).await.map_err(media_error)?;
     let content_type = HeaderValue::from_str(&record.mime_type)
         .unwrap_or(HeaderValue::from_static(DEFAULT_MIME_TYPE));

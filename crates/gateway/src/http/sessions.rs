@@ -111,6 +111,11 @@ pub(crate) async fn admit_message(
             "idempotencyKey must be 1 to 256 characters",
         ));
     }
+    for attachment in &body.attachments {
+        principal
+            .check_media(state.store.as_ref(), &attachment.media_id)
+            .await?;
+    }
     let queue_mode = body.queue_mode.unwrap_or(QueueMode::Followup);
     let slots = match principal.key() {
         Some(key) => {
@@ -121,6 +126,19 @@ pub(crate) async fn admit_message(
         }
         None => None,
     };
+    // The session holds its attachments from now on: a key limited to its prefix may read them.
+    let session_grantee = format!("session:{session_key}");
+    for attachment in &body.attachments {
+        state
+            .store
+            .grant_media(
+                &attachment.media_id,
+                &session_grantee,
+                crate::clock::now_ms(),
+            )
+            .await
+            .map_err(|error| store_error(&error))?;
+    }
     let admitted = state
         .turns
         .admit(IncomingMessage {

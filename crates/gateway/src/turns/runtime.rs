@@ -263,6 +263,15 @@ impl TurnSink {
 
     /// Records that a reply artifact was fetched from the Harness into the media store.
     pub async fn artifact_stored(&self, path: &str, media_id: &str, size: u64) {
+        // The session holds its reply artifacts: a key limited to its prefix may download them.
+        let grantee = format!("session:{}", self.session_key);
+        if let Err(error) = self
+            .store
+            .grant_media(media_id, &grantee, crate::clock::now_ms())
+            .await
+        {
+            tracing::error!(error = %error, media_id, "cannot record the session of a reply artifact");
+        }
         let stored = ArtifactStored {
             turn_id: self.turn_id.clone(),
             path: path.to_owned(),

@@ -173,3 +173,111 @@ async fn a_completion_whose_content_is_a_long_array_of_numbers_is_refused() {
         "{answer}"
     );
 }
+
+/// Uploads `bytes` with `bearer` and returns the media id.
+async fn upload(
+    gateway: &crate::suite::support::TestGateway,
+    bearer: &str,
+    bytes: &'static str,
+) -> String {
+    let request = Request::builder()
+        .method("POST")
+        .uri("/v1/media")
+        .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from(bytes))
+        .unwrap();
+    let (status, body) = status_and_body(gateway, request).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["mediaId"].as_str().unwrap().to_owned()
+}
+
+/// Media ids are content hashes every uploader shares, so a key limited to a session prefix
+/// reads or attaches a blob only when it uploaded it or a session under its prefix holds it;
+/// anything else answers as a blob that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_prefix_limited_key_reads_only_its_own_and_its_sessions_media() {
+    let gateway = echo_gateway().await;
+    let app1 = create_key(
+        &gateway,
+        serde_json::json!({"name": "app1", "scopes": ["chat"], "sessions": "app1-"}),
+    )
+    .await;
+    let app2 = create_key(
+        &gateway,
+        serde_json::json!({"name": "app2", "scopes": ["chat"], "sessions": "app2-"}),
+    )
+    .await;
+    let payroll = upload(&gateway, &app2.key, "app2's payroll").await;
+    let own = upload(&gateway, &app1.key, "app1's notes").await;
+    let get =
+        |bearer: &str, id: &str| request_with(bearer, "GET", &format!("/v1/media/{id}"), None);
+    let download = |bearer: String, id: String| {
+        let router = gateway.router.clone();
+        async move { router.oneshot(get(&bearer, &id)).await.unwrap().status() }
+    };
+    let (status, body) = status_and_body(&gateway, get(&app1.key, &payroll)).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("MEDIA_NOT_FOUND")),
+        "{body}"
+    );
+    let attach = |id: &str| {
+        Some(serde_json::json!({"text": "see attached", "attachments": [{"mediaId": id}]}))
+    };
+    let (status, body) = status_and_body(
+        &gateway,
+        request_with(
+            &app1.key,
+            "POST",
+            "/v1/sessions/app1-a/messages",
+            attach(&payroll),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("MEDIA_NOT_FOUND")),
+        "{body}"
+    );
+    // Its own upload, and the other app's through its own key and the operator token.
+    assert_eq!(
+        download(app1.key.clone(), own.clone()).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        download(app2.key.clone(), payroll.clone()).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        download(TOKEN.to_owned(), payroll.clone()).await,
+        StatusCode::OK
+    );
+    let (status, body) = status_and_body(
+        &gateway,
+        request_with(
+            &app1.key,
+            "POST",
+            "/v1/sessions/app1-a/messages",
+            attach(&own),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // Once a session under app1- holds the blob (the operator attached it there), app1 reads it.
+    let (status, body) = status_and_body(
+        &gateway,
+        request_with(
+            TOKEN,
+            "POST",
+            "/v1/sessions/app1-b/messages",
+            attach(&payroll),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(
+        download(app1.key.clone(), payroll.clone()).await,
+        StatusCode::OK
+    );
+}
