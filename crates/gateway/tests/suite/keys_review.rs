@@ -24,24 +24,27 @@ async fn a_head_request_has_the_scopes_of_its_get() {
         serde_json::json!({"name": "dash", "scopes": ["read"]}),
     )
     .await;
-    // A HEAD answer has no body to read, only its status.
-    let head = |key: String| {
-        let router = gateway.router.clone();
-        async move {
-            router
-                .oneshot(request_with(&key, "HEAD", "/v1/sessions", None))
-                .await
-                .unwrap()
-                .status()
-        }
-    };
-    assert_eq!(head(dash.key.clone()).await, StatusCode::OK);
+    assert_eq!(
+        status_of(
+            &gateway,
+            request_with(&dash.key, "HEAD", "/v1/sessions", None)
+        )
+        .await,
+        StatusCode::OK
+    );
     let documents = create_key(
         &gateway,
         serde_json::json!({"name": "docs", "scopes": ["documents"]}),
     )
     .await;
-    assert_eq!(head(documents.key.clone()).await, StatusCode::FORBIDDEN);
+    assert_eq!(
+        status_of(
+            &gateway,
+            request_with(&documents.key, "HEAD", "/v1/sessions", None)
+        )
+        .await,
+        StatusCode::FORBIDDEN
+    );
 }
 
 /// A session prefix beside `read` (which reads every session) or other scopes would promise an
@@ -174,6 +177,20 @@ async fn a_completion_whose_content_is_a_long_array_of_numbers_is_refused() {
     );
 }
 
+/// Sends `request` and returns only its status (a `HEAD` answer or a download has no JSON body).
+async fn status_of(
+    gateway: &crate::suite::support::TestGateway,
+    request: Request<Body>,
+) -> StatusCode {
+    gateway
+        .router
+        .clone()
+        .oneshot(request)
+        .await
+        .unwrap()
+        .status()
+}
+
 /// Uploads `bytes` with `bearer` and returns the media id.
 async fn upload(
     gateway: &crate::suite::support::TestGateway,
@@ -212,10 +229,6 @@ async fn a_prefix_limited_key_reads_only_its_own_and_its_sessions_media() {
     let own = upload(&gateway, &app1.key, "app1's notes").await;
     let get =
         |bearer: &str, id: &str| request_with(bearer, "GET", &format!("/v1/media/{id}"), None);
-    let download = |bearer: String, id: String| {
-        let router = gateway.router.clone();
-        async move { router.oneshot(get(&bearer, &id)).await.unwrap().status() }
-    };
     let (status, body) = status_and_body(&gateway, get(&app1.key, &payroll)).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
@@ -242,15 +255,15 @@ async fn a_prefix_limited_key_reads_only_its_own_and_its_sessions_media() {
     );
     // Its own upload, and the other app's through its own key and the operator token.
     assert_eq!(
-        download(app1.key.clone(), own.clone()).await,
+        status_of(&gateway, get(&app1.key, &own)).await,
         StatusCode::OK
     );
     assert_eq!(
-        download(app2.key.clone(), payroll.clone()).await,
+        status_of(&gateway, get(&app2.key, &payroll)).await,
         StatusCode::OK
     );
     assert_eq!(
-        download(TOKEN.to_owned(), payroll.clone()).await,
+        status_of(&gateway, get(TOKEN, &payroll)).await,
         StatusCode::OK
     );
     let (status, body) = status_and_body(
@@ -277,7 +290,7 @@ async fn a_prefix_limited_key_reads_only_its_own_and_its_sessions_media() {
     .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(
-        download(app1.key.clone(), payroll.clone()).await,
+        status_of(&gateway, get(&app1.key, &payroll)).await,
         StatusCode::OK
     );
 }
