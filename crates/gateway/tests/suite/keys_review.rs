@@ -19,32 +19,18 @@ use crate::suite::support::TOKEN;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_head_request_has_the_scopes_of_its_get() {
     let gateway = echo_gateway().await;
-    let dash = create_key(
-        &gateway,
-        serde_json::json!({"name": "dash", "scopes": ["read"]}),
-    )
-    .await;
-    assert_eq!(
-        status_of(
+    for (name, scope, expected) in [
+        ("dash", "read", StatusCode::OK),
+        ("docs", "documents", StatusCode::FORBIDDEN),
+    ] {
+        let key = create_key(
             &gateway,
-            request_with(&dash.key, "HEAD", "/v1/sessions", None)
+            serde_json::json!({"name": name, "scopes": [scope]}),
         )
-        .await,
-        StatusCode::OK
-    );
-    let documents = create_key(
-        &gateway,
-        serde_json::json!({"name": "docs", "scopes": ["documents"]}),
-    )
-    .await;
-    assert_eq!(
-        status_of(
-            &gateway,
-            request_with(&documents.key, "HEAD", "/v1/sessions", None)
-        )
-        .await,
-        StatusCode::FORBIDDEN
-    );
+        .await;
+        let head = request_with(&key.key, "HEAD", "/v1/sessions", None);
+        assert_eq!(status_of(&gateway, head).await, expected, "{scope}");
+    }
 }
 
 /// A session prefix beside `read` (which reads every session) or other scopes would promise an
