@@ -324,13 +324,27 @@ async fn two_hundred_sessions_times_five_messages_are_each_stored_once_in_order(
         sessions.push(tokio::spawn(async move {
             let key = format!("load-{session}");
             for message in 0..5 {
-                let (status, body) = up
-                    .post(
-                        &key,
-                        serde_json::json!({"text": format!("{key} message {message}")}),
-                    )
-                    .await;
-                assert_eq!(status, 202, "{body}");
+                // A busy store may answer 503 STORE_UNAVAILABLE ("retry later"); the client
+                // retries with the same idempotency key, as the API says, and the message must
+                // still be stored exactly once.
+                let body = serde_json::json!({
+                    "text": format!("{key} message {message}"),
+                    "idempotencyKey": format!("{key}-{message}"),
+                });
+                let deadline = Instant::now() + WAIT;
+                loop {
+                    let (status, answer) = up.post(&key, body.clone()).await;
+                    if status == 202 {
+                        break;
+                    }
+                    assert_eq!(
+                        (status, answer["error"]["code"].as_str()),
+                        (503, Some("STORE_UNAVAILABLE")),
+                        "{answer}"
+                    );
+                    assert!(Instant::now() < deadline, "the store stayed busy: {answer}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
             }
             key
         }));
