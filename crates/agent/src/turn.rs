@@ -9,6 +9,8 @@ use gatehouse_model::ModelRequest;
 use gatehouse_model::ToolCall;
 use gatehouse_model::ToolInput;
 use gatehouse_model::ToolSpec;
+use gatehouse_model::Usage;
+use gatehouse_protocol::worker::TokenUsage;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -41,6 +43,9 @@ pub struct TurnOutput {
     /// model call's assistant text (when not empty), tool calls, and tool results. The next turn's
     /// history is the old history followed by these.
     pub new_messages: Vec<Message>,
+    /// The tokens of the turn's model calls, summed over the calls whose stream reported them;
+    /// `None` when none did.
+    pub usage: Option<TokenUsage>,
 }
 
 /// Who a completed message is from.
@@ -120,6 +125,7 @@ pub async fn run_turn(
     let mut messages = history;
     messages.extend(user_texts.into_iter().map(|text| Message::User { text }));
     let specs: Vec<ToolSpec> = tools.specs();
+    let mut usage: Option<TokenUsage> = None;
     for _ in 0..MAX_MODEL_CALLS_PER_TURN {
         let model_request = ModelRequest {
             system: system.clone(),
@@ -132,7 +138,8 @@ pub async fn run_turn(
             step = stream_model(model, &model_request, &mut *events) => step,
         };
         messages = model_request.messages;
-        let (text, calls) = step?;
+        let (text, calls, step_usage) = step?;
+        usage = add_usage(usage, step_usage);
         if !text.is_empty() {
             messages.push(Message::Assistant { text: text.clone() });
             events(AgentEvent::MessageCompleted {
@@ -145,6 +152,7 @@ pub async fn run_turn(
             return Ok(TurnOutput {
                 reply: text,
                 new_messages: messages.split_off(n_history),
+                usage,
             });
         }
         messages.extend(calls.iter().cloned().map(Message::ToolCall));
@@ -186,7 +194,23 @@ pub async fn run_turn(
     })
 }
 
-/// Streams one model call, forwarding text deltas; returns its text and tool calls.
+/// Returns `total` with a model call's `step` added; either may be absent.
+fn add_usage(total: Option<TokenUsage>, step: Option<Usage>) -> Option<TokenUsage> {
+    let step = step.map(|step| TokenUsage {
+        input_tokens: step.input_tokens,
+        output_tokens: step.output_tokens,
+        total_tokens: step.total_tokens,
+    });
+    match (total, step) {
+        (Some(total), Some(step)) => Some(total.plus(step)),
+        (total, step) => total.or(step),
+    }
+}
+
+/// What one model call gave: its text, its tool calls and its token counts, when reported.
+type Step = (String, Vec<ToolCall>, Option<Usage>);
+
+/// Streams one model call, forwarding text deltas; returns its text, tool calls and usage.
 ///
 /// The call runs under a `model_call` span with the model name, and, when it ends, its outcome
 /// (`ok` or the error's code) and its duration; a cancelled call closes the span without them.
@@ -194,7 +218,7 @@ async fn stream_model(
     model: &dyn ModelClient,
     request: &ModelRequest,
     events: &mut (dyn FnMut(AgentEvent) + Send),
-) -> Result<(String, Vec<ToolCall>)> {
+) -> Result<Step> {
     let span = tracing::info_span!(
         "model_call",
         model = model.model(),
@@ -223,7 +247,7 @@ async fn stream_model_events(
     model: &dyn ModelClient,
     request: &ModelRequest,
     events: &mut (dyn FnMut(AgentEvent) + Send),
-) -> Result<(String, Vec<ToolCall>)> {
+) -> Result<Step> {
     let mut stream = model
         .stream(request)
         .await
@@ -233,7 +257,7 @@ async fn stream_model_events(
         match event.map_err(|source| AgentError::Model { source })? {
             ModelEvent::TextDelta(delta) => events(AgentEvent::TextDelta(delta)),
             ModelEvent::ToolCall(call) => calls.push(call),
-            ModelEvent::Completed { text, .. } => return Ok((text, calls)),
+            ModelEvent::Completed { text, usage } => return Ok((text, calls, usage)),
         }
     }
     Err(AgentError::Model {

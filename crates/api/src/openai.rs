@@ -64,6 +64,17 @@ pub struct ChatCompletionParams {
     /// The session, when no `X-Gatehouse-Session` header names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Options of a streamed answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+}
+
+/// The `stream_options` of a [`ChatCompletionParams`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamOptions {
+    /// Send one more chunk before `data: [DONE]`, with no choices and the turn's `usage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_usage: Option<bool>,
 }
 
 /// One message of a chat completion request.
@@ -202,6 +213,16 @@ pub struct ChatUsage {
     pub total_tokens: u64,
 }
 
+impl From<gatehouse_protocol::worker::TokenUsage> for ChatUsage {
+    fn from(usage: gatehouse_protocol::worker::TokenUsage) -> Self {
+        Self {
+            prompt_tokens: usage.input_tokens,
+            completion_tokens: usage.output_tokens,
+            total_tokens: usage.total_tokens,
+        }
+    }
+}
+
 /// One `data:` event of a streamed chat completion.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatCompletionChunk {
@@ -213,8 +234,12 @@ pub struct ChatCompletionChunk {
     pub created: i64,
     /// The agent.
     pub model: String,
-    /// One choice.
+    /// One choice; none in the usage chunk.
     pub choices: Vec<ChunkChoice>,
+    /// The turn's tokens, in the usage chunk only (sent when the request's
+    /// `stream_options.include_usage` is true and the model reported them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ChatUsage>,
 }
 
 /// The one choice of a [`ChatCompletionChunk`].

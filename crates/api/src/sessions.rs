@@ -65,6 +65,9 @@ pub struct Turn {
     /// Why it did not complete, once failed, interrupted or aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<TurnError>,
+    /// The tokens the completed turn's model calls used, when the model reported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<gatehouse_protocol::worker::TokenUsage>,
 }
 
 /// The answer of `GET /v1/sessions`.

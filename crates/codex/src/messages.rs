@@ -522,6 +522,8 @@ pub enum ServerNotification {
     TurnStarted(TurnNotification),
     /// `turn/completed`: the turn ended (completed, interrupted or failed).
     TurnCompleted(TurnNotification),
+    /// `thread/tokenUsage/updated`: the tokens of the thread after a model response.
+    TokenUsageUpdated(TokenUsageNotification),
     /// Any other method, which the driver ignores.
     Other {
         /// The method.
@@ -543,6 +545,7 @@ impl ServerNotification {
             "warning" => Self::Warning(decode(method, params)?),
             "turn/started" => Self::TurnStarted(decode(method, params)?),
             "turn/completed" => Self::TurnCompleted(decode(method, params)?),
+            "thread/tokenUsage/updated" => Self::TokenUsageUpdated(decode(method, params)?),
             other => Self::Other {
                 method: other.to_owned(),
             },
@@ -610,6 +613,43 @@ pub struct TurnNotification {
     pub thread_id: String,
     /// The turn.
     pub turn: Turn,
+}
+
+/// The params of `thread/tokenUsage/updated`, sent after every model response of a turn (and
+/// again after a thread resume).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsageNotification {
+    /// The thread.
+    pub thread_id: String,
+    /// The turn the model response belongs to.
+    pub turn_id: String,
+    /// The counts.
+    pub token_usage: ThreadTokenUsage,
+}
+
+/// The `tokenUsage` of a [`TokenUsageNotification`]: the thread's running total and the last
+/// model response's counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadTokenUsage {
+    /// The whole thread so far.
+    pub total: TokenBreakdown,
+    /// The last model response.
+    pub last: TokenBreakdown,
+}
+
+/// The token counts of a [`ThreadTokenUsage`]; the other counts Codex sends (cached input,
+/// reasoning output) are parts of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenBreakdown {
+    /// All tokens.
+    pub total_tokens: u64,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
 }
 
 // --- Server requests ---------------------------------------------------------------------

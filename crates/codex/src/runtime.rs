@@ -27,6 +27,7 @@ use gatehouse_gateway::NodeConnection;
 use gatehouse_gateway::RuntimeParts;
 use gatehouse_gateway::TurnFailure;
 use gatehouse_gateway::TurnInput;
+use gatehouse_gateway::TurnReply;
 use gatehouse_gateway::TurnRuntime;
 use gatehouse_gateway::TurnSink;
 use gatehouse_gateway::loggable;
@@ -34,6 +35,7 @@ use gatehouse_gateway::without_codex_excluded;
 use gatehouse_protocol::codex::CODEX_APPSERVER;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::worker::GatewayToolParams;
+use gatehouse_protocol::worker::TokenUsage;
 
 use crate::messages::ApprovalResponse;
 use crate::messages::CodexErrorInfo;
@@ -572,7 +574,11 @@ impl TurnRuntime for CodexRuntime {
         }
     }
 
-    async fn run_turn(&self, mut input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure> {
+    async fn run_turn(
+        &self,
+        mut input: TurnInput,
+        sink: TurnSink,
+    ) -> Result<TurnReply, TurnFailure> {
         let connection = self.connection(self.config.node_grace).await?;
         let thread_id = self.thread_for(&connection, &input.session_key).await?;
         let mut messages = connection.rpc.subscribe(&thread_id);
@@ -633,7 +639,10 @@ impl TurnRuntime for CodexRuntime {
         connection.rpc.unsubscribe(&thread_id);
         let reply = outcome?;
         self.store_artifacts(&connection, &reply, &sink).await;
-        Ok(reply)
+        Ok(TurnReply {
+            text: reply,
+            usage: state.usage(),
+        })
     }
 }
 
@@ -675,6 +684,7 @@ pub struct TurnState {
     codex_turn: String,
     reply: Option<String>,
     last_error: Option<(String, String)>,
+    usage: Option<TokenUsage>,
 }
 
 impl TurnState {
@@ -684,7 +694,14 @@ impl TurnState {
             codex_turn,
             reply: None,
             last_error: None,
+            usage: None,
         }
+    }
+
+    /// Returns the tokens of the turn's model responses so far: the sum of the `last` counts of
+    /// the turn's `thread/tokenUsage/updated` notifications, or `None` before the first.
+    pub fn usage(&self) -> Option<TokenUsage> {
+        self.usage
     }
 
     /// Returns what to do for `notification`; the last event is [`TurnEvent::Ended`] once the
@@ -806,7 +823,20 @@ impl TurnState {
                 };
                 vec![TurnEvent::Ended(outcome)]
             }
+            ServerNotification::TokenUsageUpdated(updated)
+                if updated.turn_id == self.codex_turn =>
+            {
+                let last = updated.token_usage.last;
+                let last = TokenUsage {
+                    input_tokens: last.input_tokens,
+                    output_tokens: last.output_tokens,
+                    total_tokens: last.total_tokens,
+                };
+                self.usage = Some(self.usage.map_or(last, |usage| usage.plus(last)));
+                Vec::new()
+            }
             ServerNotification::TurnCompleted(_)
+            | ServerNotification::TokenUsageUpdated(_)
             | ServerNotification::TurnStarted(_)
             | ServerNotification::Other { .. } => Vec::new(),
         }

@@ -93,7 +93,7 @@ pub use crate::turns::events::SUBSCRIBER_MAX_BYTES;
 /// The interface a turn runtime implements, and the bounds of what it reports.
 pub use crate::turns::runtime::{
     MAX_MESSAGE_BYTES, MAX_TOOL_ARGUMENTS_BYTES, MAX_TURN_STORED_BYTES, TurnFailure, TurnInput,
-    TurnRuntime, TurnSink,
+    TurnReply, TurnRuntime, TurnSink,
 };
 /// The Harness workspace as the Gateway reaches it.
 pub use crate::workspace::{WorkspaceAccess, WorkspaceError, WorkspaceFile, WriteMode, Written};

@@ -402,9 +402,9 @@ impl WorkerSupervisor {
                 }
             };
             match event {
-                WorkerEvent::Done { reply } => {
+                WorkerEvent::Done { reply, usage } => {
                     kill_on_drop.worker = None;
-                    return Ok(AgentTurnResult { reply });
+                    return Ok(AgentTurnResult { reply, usage });
                 }
                 WorkerEvent::Failed { code, message } => {
                     kill_on_drop.worker = None;

@@ -312,6 +312,7 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
                 emit(&WorkerEvent::Checkpoint { entries });
                 emit(&WorkerEvent::Done {
                     reply: output.reply,
+                    usage: output.usage,
                 });
             }
             Err(error) => emit(&WorkerEvent::Failed {

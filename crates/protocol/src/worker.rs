@@ -185,6 +185,36 @@ pub struct AgentSessionRestoreResult {
 pub struct AgentTurnResult {
     /// The final reply.
     pub reply: String,
+    /// The tokens the turn's model calls used, summed over the calls that reported them; absent
+    /// when none did (or from a node host that does not report usage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenUsage>,
+}
+
+/// Token counts, as a model reports them. It is also the `usage` of `GET /v1/turns/{id}`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsage {
+    /// Tokens read (the prompt).
+    pub input_tokens: u64,
+    /// Tokens written (the answer).
+    pub output_tokens: u64,
+    /// Both, as the model counted them.
+    pub total_tokens: u64,
+}
+
+impl TokenUsage {
+    /// Returns the sum of `self` and `other`, saturating.
+    #[must_use]
+    pub fn plus(self, other: Self) -> Self {
+        Self {
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+            total_tokens: self.total_tokens.saturating_add(other.total_tokens),
+        }
+    }
 }
 
 /// Parameters of `agent.session.stop`.
@@ -402,6 +432,9 @@ pub enum WorkerEvent {
     Done {
         /// The reply.
         reply: String,
+        /// The tokens the turn used, when the model reported them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<TokenUsage>,
     },
     /// The turn failed.
     Failed {

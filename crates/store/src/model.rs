@@ -1,6 +1,7 @@
 //! Records the store reads and writes. Times are Unix milliseconds.
 
 use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::worker::TokenUsage;
 use serde_json::Value;
 
 /// A setup code to record.
@@ -337,6 +338,8 @@ pub struct TurnRecord {
     pub started_at_ms: Option<i64>,
     /// When it ended.
     pub ended_at_ms: Option<i64>,
+    /// The tokens its model calls used, when completed and the model reported them.
+    pub usage: Option<TokenUsage>,
 }
 
 /// How a turn ended.
@@ -350,6 +353,8 @@ pub struct TurnEnd {
     pub error_code: Option<String>,
     /// The error message otherwise.
     pub error_message: Option<String>,
+    /// The tokens the turn used, when completed and reported.
+    pub usage: Option<TokenUsage>,
     /// The time.
     pub now_ms: i64,
 }
@@ -557,6 +562,42 @@ impl TurnFailed {
                 message: Some(INTERRUPTED_MESSAGE.to_owned()),
             },
         }
+    }
+}
+
+/// The `input_tokens`, `output_tokens` and `total_tokens` columns of `usage` (counts past
+/// `i64::MAX` are stored as `i64::MAX`).
+pub(crate) fn usage_columns(usage: Option<TokenUsage>) -> [Option<i64>; 3] {
+    let column = |count: u64| Some(i64::try_from(count).unwrap_or(i64::MAX));
+    match usage {
+        Some(usage) => [
+            column(usage.input_tokens),
+            column(usage.output_tokens),
+            column(usage.total_tokens),
+        ],
+        None => [None; 3],
+    }
+}
+
+/// The usage stored in the three columns of [`usage_columns`]: none unless all three are set.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for a negative count.
+pub(crate) fn usage_from_columns(
+    columns: [Option<i64>; 3],
+) -> Result<Option<TokenUsage>, crate::StoreError> {
+    let count = |value: i64| {
+        u64::try_from(value).map_err(|_| crate::StoreError::Corrupt {
+            what: "token usage",
+        })
+    };
+    match columns {
+        [Some(input), Some(output), Some(total)] => Ok(Some(TokenUsage {
+            input_tokens: count(input)?,
+            output_tokens: count(output)?,
+            total_tokens: count(total)?,
+        })),
+        _ => Ok(None),
     }
 }
 

@@ -62,6 +62,8 @@ use crate::model::TurnQueued;
 use crate::model::TurnRecord;
 use crate::model::TurnStarted;
 use crate::model::TurnStatus;
+use crate::model::usage_columns;
+use crate::model::usage_from_columns;
 
 /// The most pooled connections of one Gateway.
 pub const POOL_CONNECTIONS: u32 = 16;
@@ -507,6 +509,7 @@ impl Store for PgStore {
                     created_at_ms: message.now_ms,
                     started_at_ms: None,
                     ended_at_ms: None,
+                    usage: None,
                 }
             }
         };
@@ -600,11 +603,12 @@ impl Store for PgStore {
     }
 
     async fn finish_turn(&self, turn_id: &str, end: &TurnEnd) -> Result<bool> {
+        let [input_tokens, output_tokens, total_tokens] = usage_columns(end.usage);
         let mut tx = self.begin("turn").await?;
         let session_key: Option<String> = sqlx::query_scalar(
             "UPDATE turns SET status = $1, reply = $2, error_code = $3, error_message = $4, \
-             ended_at_ms = $5 WHERE turn_id = $6 AND status IN ('queued', 'running') \
-             RETURNING session_key",
+             ended_at_ms = $5, input_tokens = $7, output_tokens = $8, total_tokens = $9 \
+             WHERE turn_id = $6 AND status IN ('queued', 'running') RETURNING session_key",
         )
         .bind(end.status.as_str())
         .bind(opt_text(end.reply.as_deref()))
@@ -612,6 +616,9 @@ impl Store for PgStore {
         .bind(opt_text(end.error_message.as_deref()))
         .bind(end.now_ms)
         .bind(turn_id)
+        .bind(input_tokens)
+        .bind(output_tokens)
+        .bind(total_tokens)
         .fetch_optional(&mut *tx)
         .await
         .map_err(|e| map_error(e, "turn"))?;
@@ -1093,7 +1100,7 @@ const NODE_COLUMNS: &str = "SELECT device_id, public_key, display_name, runtime,
 
 const TURN_COLUMNS: &str = "SELECT turn_id, session_key, turn_no, status, queue_mode, \
     attachments_json::text AS attachments_json, reply, error_code, error_message, created_at_ms, \
-    started_at_ms, ended_at_ms FROM turns";
+    started_at_ms, ended_at_ms, input_tokens, output_tokens, total_tokens FROM turns";
 
 const MESSAGE_COLUMNS: &str =
     "SELECT seq, turn_id, role, content, tool_name, created_at_ms FROM messages";
@@ -1135,6 +1142,11 @@ fn turn_from_row(row: &PgRow) -> Result<TurnRecord> {
         created_at_ms: get(row, "created_at_ms")?,
         started_at_ms: get(row, "started_at_ms")?,
         ended_at_ms: get(row, "ended_at_ms")?,
+        usage: usage_from_columns([
+            get(row, "input_tokens")?,
+            get(row, "output_tokens")?,
+            get(row, "total_tokens")?,
+        ])?,
     })
 }
 

@@ -45,6 +45,8 @@ use crate::model::TurnQueued;
 use crate::model::TurnRecord;
 use crate::model::TurnStarted;
 use crate::model::TurnStatus;
+use crate::model::usage_columns;
+use crate::model::usage_from_columns;
 
 /// The number of pooled connections; SQLite serializes writers anyway.
 const POOL_CONNECTIONS: u32 = 8;
@@ -484,6 +486,7 @@ impl Store for SqliteStore {
                     created_at_ms: message.now_ms,
                     started_at_ms: None,
                     ended_at_ms: None,
+                    usage: None,
                 }
             }
         };
@@ -567,9 +570,11 @@ impl Store for SqliteStore {
     }
 
     async fn finish_turn(&self, turn_id: &str, end: &TurnEnd) -> Result<bool> {
+        let [input_tokens, output_tokens, total_tokens] = usage_columns(end.usage);
         let mut tx = self.begin_write().await.map_err(|e| map_error(e, "turn"))?;
         let session_key: Option<String> = sqlx::query_scalar(
-            "UPDATE turns SET status = ?, reply = ?, error_code = ?, error_message = ?, ended_at_ms = ? \
+            "UPDATE turns SET status = ?, reply = ?, error_code = ?, error_message = ?, ended_at_ms = ?, \
+             input_tokens = ?, output_tokens = ?, total_tokens = ? \
              WHERE turn_id = ? AND status IN ('queued', 'running') RETURNING session_key",
         )
         .bind(end.status.as_str())
@@ -577,6 +582,9 @@ impl Store for SqliteStore {
         .bind(&end.error_code)
         .bind(&end.error_message)
         .bind(end.now_ms)
+        .bind(input_tokens)
+        .bind(output_tokens)
+        .bind(total_tokens)
         .bind(turn_id)
         .fetch_optional(&mut *tx)
         .await
@@ -1084,7 +1092,8 @@ impl Store for SqliteStore {
 }
 
 const TURN_COLUMNS: &str = "SELECT turn_id, session_key, turn_no, status, queue_mode, attachments_json, reply, \
-    error_code, error_message, created_at_ms, started_at_ms, ended_at_ms FROM turns";
+    error_code, error_message, created_at_ms, started_at_ms, ended_at_ms, input_tokens, output_tokens, \
+    total_tokens FROM turns";
 
 const MESSAGE_COLUMNS: &str =
     "SELECT seq, turn_id, role, content, tool_name, created_at_ms FROM messages";
@@ -1111,6 +1120,11 @@ fn turn_from_row(row: &SqliteRow) -> Result<TurnRecord> {
         created_at_ms: get(row, "created_at_ms")?,
         started_at_ms: get(row, "started_at_ms")?,
         ended_at_ms: get(row, "ended_at_ms")?,
+        usage: usage_from_columns([
+            get(row, "input_tokens")?,
+            get(row, "output_tokens")?,
+            get(row, "total_tokens")?,
+        ])?,
     })
 }
 

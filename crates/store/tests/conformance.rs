@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::worker::TokenUsage;
 use gatehouse_store::Store;
 use gatehouse_store::model::API_KEY_LAST_USED_RESOLUTION_MS;
 use gatehouse_store::model::ApiKeyRecord;
@@ -81,6 +82,7 @@ conformance!(
     api_keys_are_created_once_per_name_listed_and_revoked,
     media_grants_name_a_key_or_the_sessions_under_a_prefix,
     an_api_key_is_found_by_its_hash_until_it_expires_and_records_its_use,
+    a_completed_turns_usage_is_stored_with_it,
 );
 
 fn node(device_id: &str) -> NodeRecord {
@@ -151,6 +153,7 @@ fn completed(reply: &str, now_ms: i64) -> TurnEnd {
         reply: Some(reply.into()),
         error_code: None,
         error_message: None,
+        usage: None,
         now_ms,
     }
 }
@@ -514,6 +517,7 @@ async fn turns_run_one_at_a_time_in_order_and_fence_stale_writers(target: Target
         reply: None,
         error_code: Some("MODEL_FAILURE".into()),
         error_message: Some("boom".into()),
+        usage: None,
         now_ms: 8,
     };
     assert!(store.finish_turn("t2", &failed).await.unwrap());
@@ -1076,7 +1080,23 @@ mod postgres_only {
                 .fetch_all(&mut connection)
                 .await
                 .unwrap();
-        assert_eq!(applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        // Every migration file once, in order.
+        let n_files = std::fs::read_dir(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/postgres"),
+        )
+        .unwrap()
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".sql")
+        })
+        .count();
+        let expected: Vec<i64> = (1..=i64::try_from(n_files).unwrap()).collect();
+        assert!(expected.len() >= 9, "{expected:?}");
+        assert_eq!(applied, expected);
     }
 
     /// The server drops the connection in the middle of an admission's transaction (a trigger
@@ -1201,6 +1221,7 @@ mod postgres_only {
             reply: Some("re\0ply".into()),
             error_code: None,
             error_message: None,
+            usage: None,
             now_ms: 4,
         };
         assert!(
@@ -1540,6 +1561,7 @@ async fn turn_events_are_their_typed_payloads(target: Target) {
         reply: None,
         error_code: None,
         error_message: Some("no code".into()),
+        usage: None,
         now_ms: 3,
     };
     assert!(store.finish_turn("t1", &end).await.unwrap());
@@ -1743,4 +1765,39 @@ async fn media_grants_name_a_key_or_the_sessions_under_a_prefix(target: Target) 
             .unwrap()
     );
     assert!(!store.media_granted("m3", "key:aaa", "").await.unwrap());
+}
+
+async fn a_completed_turns_usage_is_stored_with_it(target: Target) {
+    // Past 32 bits, so a column narrower than 64 bits would lose it.
+    let usage = TokenUsage {
+        input_tokens: 5_000_000_000,
+        output_tokens: 7,
+        total_tokens: 5_000_000_007,
+    };
+    {
+        let store = target.open().await;
+        for (turn_id, now_ms) in [("t1", 1), ("t2", 3)] {
+            store
+                .admit_user_message(&message("s", turn_id, "hi", None, QueueMode::Followup))
+                .await
+                .unwrap();
+            store.claim_next_turn("s", now_ms).await.unwrap().unwrap();
+            let mut end = completed("ok", now_ms + 1);
+            if turn_id == "t1" {
+                end.usage = Some(usage);
+            }
+            assert!(store.finish_turn(turn_id, &end).await.unwrap());
+        }
+    }
+    let store = target.open().await;
+    let first = store.turn("t1").await.unwrap().unwrap();
+    assert_eq!(
+        (first.status, first.usage),
+        (TurnStatus::Completed, Some(usage))
+    );
+    let second = store.turn("t2").await.unwrap().unwrap();
+    assert_eq!(
+        second.usage, None,
+        "a turn whose model reported nothing has no usage"
+    );
 }

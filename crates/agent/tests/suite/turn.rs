@@ -320,3 +320,95 @@ async fn several_user_texts_are_one_turn() {
     assert_eq!(output.reply, "second");
     assert_eq!(output.new_messages.len(), 3);
 }
+
+/// A model whose calls report the token counts of `usages`, one per call: every call but the
+/// last asks for `ls`, the last answers `done`.
+#[derive(Debug)]
+struct UsageModel {
+    usages: Vec<Option<gatehouse_model::Usage>>,
+    n_calls: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl ModelClient for UsageModel {
+    fn model(&self) -> &str {
+        "usage"
+    }
+
+    async fn stream(&self, _request: &ModelRequest) -> gatehouse_model::Result<ModelEventStream> {
+        let n_call = self.n_calls.fetch_add(1, Ordering::SeqCst);
+        let usage = self.usages[n_call];
+        let last = n_call + 1 == self.usages.len();
+        let mut events = Vec::new();
+        if !last {
+            events.push(Ok(ModelEvent::ToolCall(ToolCall {
+                call_id: format!("call_{n_call}"),
+                name: String::from("ls"),
+                input: ToolInput::Function {
+                    arguments_json: String::from("{}"),
+                },
+            })));
+        }
+        events.push(Ok(ModelEvent::Completed {
+            text: if last {
+                String::from("done")
+            } else {
+                String::new()
+            },
+            usage,
+        }));
+        Ok(Box::pin(futures_util::stream::iter(events)))
+    }
+}
+
+#[tokio::test]
+async fn a_turns_usage_sums_the_model_calls_that_reported_it() {
+    let usage = |input_tokens, output_tokens| {
+        Some(gatehouse_model::Usage {
+            input_tokens,
+            output_tokens,
+            total_tokens: input_tokens + output_tokens,
+        })
+    };
+    let tokens = |input_tokens, output_tokens| {
+        Some(gatehouse_protocol::worker::TokenUsage {
+            input_tokens,
+            output_tokens,
+            total_tokens: input_tokens + output_tokens,
+        })
+    };
+    let cases = [
+        (vec![usage(7, 3), usage(11, 2)], tokens(18, 5)),
+        (vec![usage(7, 3), usage(11, 2), usage(20, 1)], tokens(38, 6)),
+        (vec![None, usage(11, 2)], tokens(11, 2)),
+        (vec![usage(7, 3), None], tokens(7, 3)),
+        (vec![None, None], None),
+        (vec![None], None),
+    ];
+    let session = Session::new();
+    let ctx = session.files_only();
+    for (usages, expected) in cases {
+        let n_calls = usages.len();
+        let model = UsageModel {
+            usages: usages.clone(),
+            n_calls: AtomicUsize::new(0),
+        };
+        let output = tokio::time::timeout(
+            WAIT_LIMIT,
+            gatehouse_agent::run_turn(
+                &model,
+                bare_request(vec![String::from("go")]),
+                &ToolSet::native(),
+                &ctx,
+                &mut |_event| {},
+                &CancellationToken::new(),
+            ),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(output.reply, "done", "{usages:?}");
+        assert_eq!(model.n_calls.load(Ordering::SeqCst), n_calls, "{usages:?}");
+        assert_eq!(output.usage, expected, "{usages:?}");
+    }
+}

@@ -14,6 +14,7 @@ use gatehouse_api::sessions::MessageParams;
 use gatehouse_gateway::GatewayConfig;
 use gatehouse_gateway::TurnFailure;
 use gatehouse_gateway::TurnInput;
+use gatehouse_gateway::TurnReply;
 use gatehouse_gateway::TurnRuntime;
 use gatehouse_gateway::TurnSink;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -62,7 +63,7 @@ impl TurnRuntime for ParkedRuntime {
         false
     }
 
-    async fn run_turn(&self, input: TurnInput, _sink: TurnSink) -> Result<String, TurnFailure> {
+    async fn run_turn(&self, input: TurnInput, _sink: TurnSink) -> Result<TurnReply, TurnFailure> {
         input.cancel.cancelled().await;
         Err(TurnFailure::new(ErrorCode::Aborted, "benchmark over"))
     }

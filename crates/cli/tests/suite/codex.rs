@@ -181,6 +181,18 @@ async fn a_codex_turn_runs_on_the_harness_with_the_key_only_there() {
     );
     let roles = labelled(&setup.transcript("s1").await, "role");
     assert_eq!(roles, vec!["user:/say hi", "assistant:hi"]);
+    // Codex's token counts of the turn (its `thread/tokenUsage/updated`) are the turn's usage.
+    let usage = &said["usage"];
+    let count = |name: &str| usage[name].as_u64().unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        count("inputTokens") > 0 && count("outputTokens") > 0,
+        "{said}"
+    );
+    assert_eq!(
+        count("totalTokens"),
+        count("inputTokens") + count("outputTokens"),
+        "{said}"
+    );
 
     // Codex called the mock with the Harness's key.
     let requests = setup.mock_requests().await;

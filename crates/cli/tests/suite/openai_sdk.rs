@@ -35,16 +35,24 @@ said = client.chat.completions.create(
 )
 seen["content"] = said.choices[0].message.content
 seen["finish"] = said.choices[0].finish_reason
+seen["usage"] = [said.usage.prompt_tokens, said.usage.completion_tokens, said.usage.total_tokens]
 
-pieces, finishes = [], []
+pieces, finishes, usages = [], [], []
 for chunk in client.chat.completions.create(
-    model="main", messages=[{"role": "user", "content": "/say hello"}], stream=True
+    model="main",
+    messages=[{"role": "user", "content": "/say hello"}],
+    stream=True,
+    stream_options={"include_usage": True},
 ):
     for choice in chunk.choices:
         if choice.delta.content:
             pieces.append(choice.delta.content)
         finishes.append(choice.finish_reason)
+    if chunk.usage is not None:
+        usage = chunk.usage
+        usages.append([len(chunk.choices), usage.prompt_tokens, usage.completion_tokens, usage.total_tokens])
 seen["streamed"] = "".join(pieces)
+seen["streamUsage"] = usages
 seen["pieces"] = len(pieces)
 seen["streamFinish"] = finishes[-1]
 
@@ -189,6 +197,18 @@ async fn issue_17_the_openai_python_sdk_chats_through_a_chat_key() {
         "the SDK script failed: {stderr}\n{stdout}"
     );
     let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    // `usage` is what the model reported for the turn's one call: the mock's count for a new
+    // session's `/say hello` (the stream's in one more chunk, with no choices).
+    let view = gatehouse_mockmodel::ModelRequestView {
+        items: vec![gatehouse_mockmodel::ViewItem::User {
+            text: String::from("/say hello"),
+        }],
+    };
+    let usage = gatehouse_mockmodel::usage(&view, &gatehouse_mockmodel::plan(&view));
+    assert!(
+        usage.input_tokens > 0 && usage.output_tokens > 0,
+        "{usage:?}"
+    );
     assert_eq!(
         seen,
         serde_json::json!({
@@ -196,7 +216,9 @@ async fn issue_17_the_openai_python_sdk_chats_through_a_chat_key() {
             "models": ["main"],
             "content": "hello",
             "finish": "stop",
+            "usage": [usage.input_tokens, usage.output_tokens, usage.total_tokens()],
             "streamed": "hello",
+            "streamUsage": [[0, usage.input_tokens, usage.output_tokens, usage.total_tokens()]],
             "pieces": seen["pieces"],
             "streamFinish": "stop",
             "session": ["remember-the-first-turn", "second-turn"],

@@ -30,6 +30,7 @@ use gatehouse_codex::messages::decode;
 use gatehouse_codex::messages::encode;
 use gatehouse_codex::runtime::TurnEvent;
 use gatehouse_codex::runtime::TurnState;
+use gatehouse_protocol::worker::TokenUsage;
 use pretty_assertions::assert_eq;
 
 /// The driver's view of one recorded turn.
@@ -47,6 +48,8 @@ struct TurnView {
     committed: Vec<(&'static str, String)>,
     /// The reply, or the failure code; `None` when the turn never ended in the recording.
     outcome: Option<Result<String, String>>,
+    /// The turn's token usage as the driver summed it when the turn ended.
+    usage: Option<TokenUsage>,
 }
 
 /// Replays the fixture `name` and returns the driver's view of each turn, in order.
@@ -189,7 +192,9 @@ fn replay(name: &str) -> Vec<TurnView> {
                     continue;
                 };
                 let view = turns.last_mut().expect(&context);
-                for event in state.observe(notification) {
+                let events = state.observe(notification);
+                let usage = state.usage();
+                for event in events {
                     match event {
                         TurnEvent::Delta(text) => view.deltas.push_str(&text),
                         TurnEvent::ToolStarted { tool, .. } => view.started.push(tool),
@@ -199,6 +204,7 @@ fn replay(name: &str) -> Vec<TurnView> {
                         }
                         TurnEvent::Ended(outcome) => {
                             view.outcome = Some(outcome.map_err(|failure| failure.code));
+                            view.usage = usage;
                             current = None;
                             break;
                         }
@@ -289,6 +295,17 @@ fn commands_patches_and_gateway_tools_replay_into_tool_events() {
             "the mock model echoes the tool output: {reply}"
         );
     }
+    // Each turn's usage sums the `last` counts of its two model responses (the tool call, then
+    // the answer); the thread's running `total` of the recording is not counted twice.
+    let usage = |input_tokens, output_tokens, total_tokens| {
+        Some(TokenUsage {
+            input_tokens,
+            output_tokens,
+            total_tokens,
+        })
+    };
+    assert_eq!(turns[0].usage, usage(253 + 281, 1 + 20, 254 + 301));
+    assert_eq!(turns[1].usage, usage(335 + 360, 1 + 18, 336 + 378));
     assert_eq!(turns[0].committed[0].0, "tool");
     assert!(
         turns[0].committed[0]

@@ -15,7 +15,9 @@
 //! - without `stream` the answer waits for the turn's end (at most [`COMPLETION_WAIT`]); with it,
 //!   Server-Sent Events of chunks carry the reply as it streams and end with `data: [DONE]`; a
 //!   turn that fails mid-stream ends the stream with an error event instead;
-//! - `usage` is left out: the Gateway's turn events do not carry the model's token counts.
+//! - `usage` is the turn's token counts, summed over its model calls, when the model reported
+//!   them (it is left out otherwise); a stream sends it in one more chunk with no choices
+//!   before `data: [DONE]` when the request's `stream_options.include_usage` is true.
 //!
 //! Every error of these routes, the authentication layer's and axum's own included, is in
 //! OpenAI's shape with the Gateway's stable code in `code` ([`error_shape`]).
@@ -50,6 +52,7 @@ use gatehouse_api::openai::ChatCompletion;
 use gatehouse_api::openai::ChatCompletionChunk;
 use gatehouse_api::openai::ChatCompletionMessage;
 use gatehouse_api::openai::ChatCompletionParams;
+use gatehouse_api::openai::ChatUsage;
 use gatehouse_api::openai::ChunkChoice;
 use gatehouse_api::openai::ChunkDelta;
 use gatehouse_api::openai::IDEMPOTENCY_HEADER;
@@ -164,7 +167,13 @@ pub(crate) async fn chat_completions(
         model: params.model,
     };
     match params.stream.unwrap_or(false) {
-        true => Ok(stream_answer(answer, follower).into_response()),
+        true => {
+            let include_usage = params
+                .stream_options
+                .and_then(|options| options.include_usage)
+                .unwrap_or(false);
+            Ok(stream_answer(answer, follower, include_usage).into_response())
+        }
         false => complete_answer(answer, follower).await,
     }
 }
@@ -205,17 +214,29 @@ struct Answer {
 }
 
 impl Answer {
+    /// A chunk with the next piece of the reply.
     fn chunk(&self, delta: ChunkDelta, finish_reason: Option<String>) -> ChatCompletionChunk {
+        let choice = ChunkChoice {
+            index: 0,
+            delta,
+            finish_reason,
+        };
+        self.chunk_of(vec![choice], None)
+    }
+
+    /// The chunk after the last choice that carries the turn's `usage`.
+    fn usage_chunk(&self, usage: ChatUsage) -> ChatCompletionChunk {
+        self.chunk_of(Vec::new(), Some(usage))
+    }
+
+    fn chunk_of(&self, choices: Vec<ChunkChoice>, usage: Option<ChatUsage>) -> ChatCompletionChunk {
         ChatCompletionChunk {
             id: self.id.clone(),
             object: CHUNK_OBJECT.to_owned(),
             created: self.created,
             model: self.model.clone(),
-            choices: vec![ChunkChoice {
-                index: 0,
-                delta,
-                finish_reason,
-            }],
+            choices,
+            usage,
         }
     }
 }
@@ -227,7 +248,7 @@ enum TurnPiece {
     /// A line of tool activity.
     Tool(String),
     /// The turn ended; its stored record.
-    End(TurnRecord),
+    End(Box<TurnRecord>),
 }
 
 /// Follows one turn through its session's live events.
@@ -251,7 +272,7 @@ impl TurnFollower {
                 self.checked_end = true;
                 let stored = sessions::load_turn(&self.state, &self.turn.turn_id).await?;
                 if stored.status.is_terminal() {
-                    return Ok(TurnPiece::End(stored));
+                    return Ok(TurnPiece::End(Box::new(stored)));
                 }
             }
             let received = tokio::select! {
@@ -297,7 +318,7 @@ impl TurnFollower {
                 }
                 TURN_COMPLETED | TURN_FAILED => {
                     let stored = sessions::load_turn(&self.state, &self.turn.turn_id).await?;
-                    return Ok(TurnPiece::End(stored));
+                    return Ok(TurnPiece::End(Box::new(stored)));
                 }
                 _ => {}
             }
@@ -325,7 +346,7 @@ async fn complete_answer(answer: Answer, mut follower: TurnFollower) -> Result<R
         match piece {
             TurnPiece::Text(_) => {}
             TurnPiece::Tool(line) => tools.push_str(&line),
-            TurnPiece::End(turn) => break turn,
+            TurnPiece::End(turn) => break *turn,
         }
     };
     let reply = turn_outcome(&ended)?;
@@ -342,7 +363,7 @@ async fn complete_answer(answer: Answer, mut follower: TurnFollower) -> Result<R
             },
             finish_reason: String::from("stop"),
         }],
-        usage: None,
+        usage: ended.usage.map(ChatUsage::from),
     };
     Ok(Json(completion).into_response())
 }
@@ -377,6 +398,8 @@ enum StreamPhase {
     Start,
     /// Following the turn; whether any reply text was sent.
     Turn { sent_text: bool },
+    /// The usage chunk is next.
+    Usage(ChatUsage),
     /// `data: [DONE]` is next.
     Done,
     /// Nothing more.
@@ -387,10 +410,11 @@ enum StreamPhase {
 fn stream_answer(
     answer: Answer,
     follower: TurnFollower,
+    include_usage: bool,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let events = futures_util::stream::unfold(
         (answer, follower, StreamPhase::Start),
-        |(answer, mut follower, phase)| async move {
+        move |(answer, mut follower, phase)| async move {
             let (event, next) = match phase {
                 StreamPhase::Start => {
                     let delta = ChunkDelta {
@@ -433,15 +457,22 @@ fn stream_answer(
                                 role: None,
                                 content,
                             };
+                            let next = match turn.usage {
+                                Some(usage) if include_usage => StreamPhase::Usage(usage.into()),
+                                _ => StreamPhase::Done,
+                            };
                             (
                                 json_event(&answer.chunk(delta, Some(String::from("stop")))),
-                                StreamPhase::Done,
+                                next,
                             )
                         }
                         Err(error) => (json_event(&openai_error(&error)), StreamPhase::Ended),
                     },
                     Err(error) => (json_event(&openai_error(&error)), StreamPhase::Ended),
                 },
+                StreamPhase::Usage(usage) => {
+                    (json_event(&answer.usage_chunk(usage)), StreamPhase::Done)
+                }
                 StreamPhase::Done => (Event::default().data(STREAM_DONE), StreamPhase::Ended),
                 StreamPhase::Ended => return None,
             };

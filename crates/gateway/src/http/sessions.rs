@@ -498,6 +498,7 @@ fn turn_answer(turn: TurnRecord) -> Turn {
         status: turn.status,
         reply: turn.reply,
         error,
+        usage: turn.usage,
     }
 }
 

@@ -35,6 +35,7 @@ use crate::metrics::TurnMetrics;
 use crate::turns::events::EventHub;
 use crate::turns::runtime::TurnFailure;
 use crate::turns::runtime::TurnInput;
+use crate::turns::runtime::TurnReply;
 use crate::turns::runtime::TurnRuntime;
 use crate::turns::runtime::TurnSink;
 
@@ -386,9 +387,10 @@ impl TurnEngine {
         let end = match outcome {
             Ok(reply) => TurnEnd {
                 status: TurnStatus::Completed,
-                reply: Some(reply),
+                reply: Some(reply.text),
                 error_code: None,
                 error_message: None,
+                usage: reply.usage,
                 now_ms: now_ms(),
             },
             Err(_) if cancel.is_cancelled() && self.shutdown.is_cancelled() => TurnEnd {
@@ -398,6 +400,7 @@ impl TurnEngine {
                 error_message: Some(String::from(
                     "the gateway shut down while this turn ran; it is not replayed",
                 )),
+                usage: None,
                 now_ms: now_ms(),
             },
             Err(_) if cancel.is_cancelled() => TurnEnd {
@@ -405,6 +408,7 @@ impl TurnEngine {
                 reply: None,
                 error_code: Some(String::from(ErrorCode::Aborted)),
                 error_message: Some(String::from("the turn was aborted")),
+                usage: None,
                 now_ms: now_ms(),
             },
             Err(failure) => {
@@ -415,6 +419,7 @@ impl TurnEngine {
                     reply: None,
                     error_code: Some(failure.code),
                     error_message: Some(failure.message),
+                    usage: None,
                     now_ms: now_ms(),
                 }
             }
@@ -435,7 +440,7 @@ impl TurnEngine {
         turn: &TurnRecord,
         cancel: CancellationToken,
         steer: mpsc::Receiver<String>,
-    ) -> Result<String, TurnFailure> {
+    ) -> Result<TurnReply, TurnFailure> {
         let user_texts: Vec<String> = self
             .store
             .turn_user_messages(&turn.turn_id)
@@ -502,6 +507,7 @@ impl TurnEngine {
                     error_message: Some(String::from(
                         "the gateway could not store the result of this turn",
                     )),
+                    usage: None,
                     now_ms: now_ms(),
                 };
                 self.finish_durably(&turn.turn_id, &fallback).await

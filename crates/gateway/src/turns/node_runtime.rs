@@ -43,6 +43,7 @@ use crate::retention::MediaRetention;
 use crate::retention::NewBlob;
 use crate::turns::runtime::TurnFailure;
 use crate::turns::runtime::TurnInput;
+use crate::turns::runtime::TurnReply;
 use crate::turns::runtime::TurnRuntime;
 use crate::turns::runtime::TurnSink;
 
@@ -325,7 +326,7 @@ impl TurnRuntime for NodeRuntime {
         false
     }
 
-    async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure> {
+    async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<TurnReply, TurnFailure> {
         let node = self.owner_node(&input.session_key).await?;
         let checkpoint = self
             .store
@@ -507,7 +508,7 @@ impl NodeRuntime {
         node: &Arc<NodeConnection>,
         params: &AgentTurnParams,
         sink: &TurnSink,
-    ) -> Result<String, TurnFailure> {
+    ) -> Result<TurnReply, TurnFailure> {
         let (progress, mut lines) = node.progress_lines(MAX_PROGRESS_LINE_BYTES);
         // Only while this invoke runs may the node call Gateway tools for the turn.
         let _hold = node.hold_turn(&params.session_key, &params.turn_id);
@@ -591,7 +592,10 @@ impl NodeRuntime {
                 "the node sent more than the gateway buffers for a turn; it was stopped",
             ),
         })?;
-        Ok(result.reply)
+        Ok(TurnReply {
+            text: result.reply,
+            usage: result.usage,
+        })
     }
 }
 

@@ -20,6 +20,7 @@ use gatehouse_api::events::ToolStarted;
 use gatehouse_api::events::TruncatedArguments;
 use gatehouse_api::sessions::TurnError;
 use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::worker::TokenUsage;
 use gatehouse_store::Store;
 use gatehouse_store::model::NewTurnMessage;
 use tokio::sync::mpsc;
@@ -94,6 +95,23 @@ impl TurnFailure {
     }
 }
 
+/// What a completed turn gives back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnReply {
+    /// The turn's reply.
+    pub text: String,
+    /// The tokens the turn's model calls used, when the model reported them; stored with the
+    /// turn and answered as `usage` by `GET /v1/turns/{id}` and the chat completions.
+    pub usage: Option<TokenUsage>,
+}
+
+impl From<String> for TurnReply {
+    /// A reply whose model reported no usage.
+    fn from(text: String) -> Self {
+        Self { text, usage: None }
+    }
+}
+
 /// Runs turns.
 #[async_trait::async_trait]
 pub trait TurnRuntime: Send + Sync + 'static {
@@ -104,11 +122,11 @@ pub trait TurnRuntime: Send + Sync + 'static {
     fn supports_steer(&self) -> bool;
 
     /// Runs one turn to its end. Complete messages are committed through `sink` as they finish;
-    /// the returned text is the turn's reply.
+    /// the returned [`TurnReply`] is the turn's reply and its token usage.
     ///
     /// # Errors
     /// A [`TurnFailure`] with a stable code; the Gateway records it and the session stays usable.
-    async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure>;
+    async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<TurnReply, TurnFailure>;
 
     /// Whether the runtime can take a turn now, beyond a connected node (for Codex: an
     /// initialized app-server connection). `/readyz` reports the failure's code and message.

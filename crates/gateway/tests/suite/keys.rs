@@ -12,6 +12,7 @@ use axum::http::header;
 use gatehouse_api::keys::ApiKeyCreated;
 use gatehouse_gateway::TurnFailure;
 use gatehouse_gateway::TurnInput;
+use gatehouse_gateway::TurnReply;
 use gatehouse_gateway::TurnRuntime;
 use gatehouse_gateway::TurnSink;
 use gatehouse_store::model::NewApiKey;
@@ -28,9 +29,21 @@ use crate::suite::support::WriteAnswer;
 use crate::suite::support::gateway_with;
 use crate::suite::support::operator_request;
 
-/// A runtime that answers `echo: TEXT` in two deltas; a text `/tool NAME` first records a call
-/// of tool `NAME`, and `/fail CODE` fails the turn with that code.
+/// A runtime that answers `echo: TEXT` in two deltas and reports [`echo_usage`]; a text
+/// `/tool NAME` first records a call of tool `NAME`, and `/fail CODE` fails the turn with that
+/// code.
 pub(crate) struct EchoRuntime;
+
+/// The usage [`EchoRuntime`] reports for a turn of `text` answered `reply`: their byte counts.
+pub(crate) fn echo_usage(text: &str, reply: &str) -> gatehouse_protocol::worker::TokenUsage {
+    let input_tokens = u64::try_from(text.len()).unwrap();
+    let output_tokens = u64::try_from(reply.len()).unwrap();
+    gatehouse_protocol::worker::TokenUsage {
+        input_tokens,
+        output_tokens,
+        total_tokens: input_tokens + output_tokens,
+    }
+}
 
 #[async_trait::async_trait]
 impl TurnRuntime for EchoRuntime {
@@ -42,7 +55,7 @@ impl TurnRuntime for EchoRuntime {
         false
     }
 
-    async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure> {
+    async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<TurnReply, TurnFailure> {
         let text = input.user_texts.join("+");
         if let Some(code) = text.strip_prefix("/fail ") {
             return Err(TurnFailure::new(code, "the model failed"));
@@ -56,7 +69,10 @@ impl TurnRuntime for EchoRuntime {
         sink.delta(first);
         sink.delta(second);
         sink.commit("assistant", &reply, None).await?;
-        Ok(reply)
+        Ok(TurnReply {
+            usage: Some(echo_usage(&text, &reply)),
+            text: reply,
+        })
     }
 }
 
@@ -620,10 +636,10 @@ impl TurnRuntime for GatedRuntime {
         false
     }
 
-    async fn run_turn(&self, _input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure> {
+    async fn run_turn(&self, _input: TurnInput, sink: TurnSink) -> Result<TurnReply, TurnFailure> {
         self.permits.acquire().await.unwrap().forget();
         sink.commit("assistant", "done", None).await?;
-        Ok(String::from("done"))
+        Ok(String::from("done").into())
     }
 }
 

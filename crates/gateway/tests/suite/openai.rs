@@ -8,11 +8,13 @@ use axum::http::StatusCode;
 use axum::http::header;
 use gatehouse_api::openai::ChatCompletion;
 use gatehouse_api::openai::ChatCompletionChunk;
+use gatehouse_api::openai::ChatUsage;
 use gatehouse_api::openai::ModelList;
 use pretty_assertions::assert_eq;
 use tower::ServiceExt;
 
 use crate::suite::keys::echo_gateway;
+use crate::suite::keys::echo_usage;
 use crate::suite::keys::request_with;
 use crate::suite::keys::status_and_body;
 use crate::suite::support::TOKEN;
@@ -24,6 +26,14 @@ fn completion_request(
     stream: bool,
     headers: &[(&str, &str)],
 ) -> Request<Body> {
+    completion_request_of(
+        &serde_json::json!({"model": "main", "messages": messages, "stream": stream}),
+        headers,
+    )
+}
+
+/// Returns a `POST /v1/chat/completions` of `body` with the operator token and `headers`.
+fn completion_request_of(body: &serde_json::Value, headers: &[(&str, &str)]) -> Request<Body> {
     let mut builder = Request::builder()
         .method("POST")
         .uri("/v1/chat/completions")
@@ -32,12 +42,7 @@ fn completion_request(
     for (name, value) in headers {
         builder = builder.header(*name, *value);
     }
-    builder
-        .body(Body::from(
-            serde_json::json!({"model": "main", "messages": messages, "stream": stream})
-                .to_string(),
-        ))
-        .unwrap()
+    builder.body(Body::from(body.to_string())).unwrap()
 }
 
 fn user(text: &str) -> serde_json::Value {
@@ -166,6 +171,23 @@ async fn issue_17_an_idempotency_key_answers_the_same_turn_again() {
     }
 }
 
+/// Returns the chunks of a streamed answer, checking that it ends with `data: [DONE]`.
+async fn chunks_of(response: axum::response::Response) -> Vec<ChatCompletionChunk> {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
+    data[..data.len() - 1]
+        .iter()
+        .map(|chunk| serde_json::from_str(chunk).unwrap())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn issue_17_a_streamed_completion_joins_to_the_reply_and_ends_with_done() {
     let gateway = echo_gateway().await;
@@ -180,19 +202,11 @@ async fn issue_17_a_streamed_completion_joins_to_the_reply_and_ends_with_done() 
         response.headers()[header::CONTENT_TYPE].to_str().unwrap(),
         "text/event-stream"
     );
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    let text = String::from_utf8(bytes.to_vec()).unwrap();
-    let data: Vec<&str> = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("data: "))
-        .collect();
-    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
-    let chunks: Vec<ChatCompletionChunk> = data[..data.len() - 1]
-        .iter()
-        .map(|chunk| serde_json::from_str(chunk).unwrap())
-        .collect();
+    let chunks = chunks_of(response).await;
+    assert!(
+        chunks.iter().all(|chunk| chunk.usage.is_none()),
+        "usage is sent only when asked for"
+    );
     let joined: String = chunks
         .iter()
         .filter_map(|chunk| chunk.choices[0].delta.content.as_deref())
@@ -301,4 +315,57 @@ async fn issue_17_errors_have_openais_shape_with_the_stable_code() {
     )
     .unwrap();
     assert_eq!(last["error"]["code"], "MODEL_UNAVAILABLE", "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn issue_17_usage_is_the_tokens_the_turn_reported() {
+    let gateway = echo_gateway().await;
+    let expected = |text: &str| ChatUsage::from(echo_usage(text, &format!("echo: {text}")));
+    let completion = complete(
+        &gateway,
+        completion_request(user("/say hi"), false, &[("x-gatehouse-session", "u1")]),
+    )
+    .await;
+    assert_eq!(completion.usage, Some(expected("/say hi")));
+    // The turn keeps it: `GET /v1/turns/{id}` answers it too.
+    let turn_id = completion.id.strip_prefix("chatcmpl-").unwrap();
+    let (status, turn) = status_and_body(
+        &gateway,
+        request_with(TOKEN, "GET", &format!("/v1/turns/{turn_id}"), None),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{turn}");
+    let usage = echo_usage("/say hi", "echo: /say hi");
+    assert_eq!(
+        turn["usage"],
+        serde_json::json!({
+            "inputTokens": usage.input_tokens,
+            "outputTokens": usage.output_tokens,
+            "totalTokens": usage.total_tokens,
+        })
+    );
+    // Streamed with `stream_options.include_usage`: one more chunk, with no choices, after the
+    // one that says `stop`.
+    let body = serde_json::json!({
+        "model": "main",
+        "messages": user("/say streamed"),
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let response = gateway
+        .router
+        .clone()
+        .oneshot(completion_request_of(&body, &[]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let chunks = chunks_of(response).await;
+    let (last, rest) = chunks.split_last().unwrap();
+    assert_eq!(last.usage, Some(expected("/say streamed")));
+    assert!(last.choices.is_empty(), "{last:?}");
+    assert!(rest.iter().all(|chunk| chunk.usage.is_none()));
+    assert_eq!(
+        rest.last().unwrap().choices[0].finish_reason.as_deref(),
+        Some("stop")
+    );
 }

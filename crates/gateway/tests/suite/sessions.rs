@@ -13,6 +13,7 @@ use axum::http::StatusCode;
 use futures_util::StreamExt;
 use gatehouse_gateway::TurnFailure;
 use gatehouse_gateway::TurnInput;
+use gatehouse_gateway::TurnReply;
 use gatehouse_gateway::TurnRuntime;
 use gatehouse_gateway::TurnSink;
 use pretty_assertions::assert_eq;
@@ -86,7 +87,11 @@ impl TurnRuntime for ScriptedRuntime {
         self.steer
     }
 
-    async fn run_turn(&self, mut input: TurnInput, sink: TurnSink) -> Result<String, TurnFailure> {
+    async fn run_turn(
+        &self,
+        mut input: TurnInput,
+        sink: TurnSink,
+    ) -> Result<TurnReply, TurnFailure> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         self.started.lock().unwrap().push(input.user_texts.clone());
@@ -116,7 +121,7 @@ impl TurnRuntime for ScriptedRuntime {
         self.running.fetch_sub(1, Ordering::SeqCst);
         let reply = format!("reply to {}", texts.join("+"));
         sink.commit("assistant", &reply, None).await?;
-        Ok(reply)
+        Ok(reply.into())
     }
 }
 
@@ -220,7 +225,7 @@ impl TurnRuntime for FailingRuntime {
         false
     }
 
-    async fn run_turn(&self, _input: TurnInput, _sink: TurnSink) -> Result<String, TurnFailure> {
+    async fn run_turn(&self, _input: TurnInput, _sink: TurnSink) -> Result<TurnReply, TurnFailure> {
         Err(TurnFailure::new(&self.code, self.message.clone()))
     }
 }

@@ -11,6 +11,7 @@ impl Serve<AgentSessionStop, ()> for Stop {
         Box::pin(async move {
             Ok(AgentTurnResult {
                 reply: String::new(),
+                usage: None,
             })
         })
     }
