@@ -45,6 +45,8 @@ pub(crate) struct NodeFile {
     pub(crate) runtime: Option<RuntimeKind>,
     pub(crate) setup_code_file: Option<PathBuf>,
     pub(crate) capacity: Option<u32>,
+    pub(crate) worker_retirement: Option<crate::worker_args::RetirementMode>,
+    pub(crate) worker_idle_seconds: Option<u64>,
     pub(crate) display_name: Option<String>,
     pub(crate) scratch: Option<PathBuf>,
     pub(crate) model: Option<String>,

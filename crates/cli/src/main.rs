@@ -30,6 +30,7 @@ mod skills_cmd;
 mod state_cmd;
 mod store_args;
 mod up_cmd;
+mod worker_args;
 mod worker_cmd;
 
 use std::process::ExitCode;

@@ -91,6 +91,8 @@ pub(crate) struct NodeArgs {
     codex_bin: Option<PathBuf>,
     #[command(flatten)]
     sandbox: crate::sandbox_setup::SandboxArgs,
+    #[command(flatten)]
+    retirement: crate::worker_args::RetirementArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -132,6 +134,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         exec_timeout_seconds,
         codex_bin,
         sandbox,
+        retirement,
     } = args;
     if let Some(NodeCommand::Health(health_args)) = command {
         return Ok(run_health(&health_args));
@@ -151,6 +154,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     if !(1..=1024).contains(&capacity) {
         return Err(UsageError::new("capacity must be between 1 and 1024").into());
     }
+    let retirement = retirement.resolve(file.worker_retirement, file.worker_idle_seconds)?;
     let model = model.or(file.model).unwrap_or_else(|| String::from("mock"));
     let model_key_env = model_key_env
         .or(file.model_key_env)
@@ -206,6 +210,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     let workers = gatehouse_harness::worker::WorkerSettings {
         program,
         capacity: capacity as usize,
+        retirement,
         model: model.to_string(),
         model_key_env: model.key_env().unwrap_or(&model_key_env_name).to_owned(),
         allow_unsandboxed: allow_unsandboxed_exec,

@@ -67,6 +67,8 @@ pub(crate) struct UpArgs {
     store: crate::store_args::StoreArgs,
     #[command(flatten)]
     sandbox: crate::sandbox_setup::SandboxArgs,
+    #[command(flatten)]
+    retirement: crate::worker_args::RetirementArgs,
 }
 
 /// The four Agent documents created on first start, with short defaults.
@@ -159,6 +161,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
         let workers = WorkerSettings {
             program: std::env::current_exe()?,
             capacity: args.capacity as usize,
+            retirement: args.retirement.resolve(None, None)?,
             model: model.to_string(),
             model_key_env: args.model_key_env.clone(),
             allow_unsandboxed: args.allow_unsandboxed_exec,

@@ -276,6 +276,7 @@ impl NodeHost {
                     absolute_root,
                 ));
                 figures = supervisor.figures();
+                crate::worker::spawn_idle_retirement(&supervisor);
                 commands.register::<AgentTurn>(crate::worker::AgentTurnHandler {
                     supervisor: Arc::clone(&supervisor),
                 });

@@ -1,9 +1,14 @@
 //! The native runtime on the node host: one `gatehouse worker` child process per hosted session,
 //! and the `agent.turn` and `agent.session.stop` commands the Gateway invokes.
 //!
-//! - Capacity is fixed at start (1..=1024). A new session past it is refused with
-//!   `WORKER_CAPACITY_EXHAUSTED`; a running worker is never displaced; stopping a session frees
-//!   its slot.
+//! - Capacity is fixed at start (1..=1024). A session holds a slot from its first turn until
+//!   its worker is retired or the session is stopped. A worker with no running turn is *idle*:
+//!   under [`WorkerRetirement::Idle`] (the default) a new session that finds every slot taken
+//!   gets the slot of the least recently used idle worker, which is stopped first, and a worker
+//!   idle for the configured time is stopped by itself; its session workspace stays on disk and
+//!   its next turn starts a new worker. Only when every slot runs a turn (or under
+//!   [`WorkerRetirement::Never`], when every slot is taken) is a new session refused with
+//!   `WORKER_CAPACITY_EXHAUSTED`. A running worker is never displaced.
 //! - A worker gets its launch envelope on stdin (never argv), an environment scrubbed to `HOME`,
 //!   `PATH`, `LANG`, `TMPDIR` and the model-key variable, and a private `TMPDIR` (created, then
 //!   chmod 0700 even when it existed). It runs in its own process group.
@@ -71,6 +76,31 @@ pub const DEFAULT_CAPACITY: usize = 8;
 /// The largest number of worker slots.
 pub const MAX_CAPACITY: usize = 1024;
 
+/// How long a worker may stay idle before it is stopped, by default: 10 minutes.
+pub const DEFAULT_WORKER_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// When an idle worker (one with no running turn) gives its slot back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerRetirement {
+    /// When a new session needs a slot and none is free, the least recently used idle worker is
+    /// stopped and its slot given to the new session; and a worker idle for `after` is stopped.
+    Idle {
+        /// How long a worker may stay idle.
+        after: std::time::Duration,
+    },
+    /// Never: a worker keeps its slot until its session is stopped, and a new session past
+    /// capacity is refused (the original system's behaviour).
+    Never,
+}
+
+impl Default for WorkerRetirement {
+    fn default() -> Self {
+        Self::Idle {
+            after: DEFAULT_WORKER_IDLE,
+        }
+    }
+}
+
 /// How the node host runs workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerSettings {
@@ -78,6 +108,8 @@ pub struct WorkerSettings {
     pub program: PathBuf,
     /// Worker slots, 1..=1024.
     pub capacity: usize,
+    /// When idle workers give their slot back.
+    pub retirement: WorkerRetirement,
     /// The model spec workers use (`mock` or `API:URL:MODEL`).
     pub model: String,
     /// The name of the environment variable holding the model key, passed to workers as is.
@@ -158,11 +190,115 @@ impl Worker {
     }
 }
 
+/// One session's worker slot.
+struct Slot {
+    /// The worker, once started; `None` before the first turn and after a crash or an abort.
+    worker: tokio::sync::Mutex<Option<Worker>>,
+    /// Whether a turn holds the slot, and since when it is idle.
+    usage: std::sync::Mutex<SlotUsage>,
+}
+
+/// How a [`Slot`] is being used.
+struct SlotUsage {
+    /// The turns holding the slot ([`SlotLease`]s); taken only under the supervisor's map lock.
+    leases: usize,
+    /// When the last lease ended (or the slot was made).
+    idle_since: tokio::time::Instant,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Self {
+            worker: tokio::sync::Mutex::new(None),
+            usage: std::sync::Mutex::new(SlotUsage {
+                leases: 0,
+                idle_since: tokio::time::Instant::now(),
+            }),
+        }
+    }
+
+    /// Returns since when the slot is idle, or `None` while a turn holds it.
+    fn idle_since(&self) -> Option<tokio::time::Instant> {
+        let usage = self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (usage.leases == 0).then_some(usage.idle_since)
+    }
+}
+
+/// A turn's hold on its session's slot: while it lives the worker is not idle and is never
+/// retired; dropping it marks the slot idle from now.
+struct SlotLease {
+    slot: Arc<Slot>,
+}
+
+impl SlotLease {
+    /// Takes a lease on `slot`; called only under the supervisor's map lock, so a slot chosen
+    /// for retirement as idle cannot be leased meanwhile.
+    fn take(slot: &Arc<Slot>) -> Self {
+        slot.usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .leases += 1;
+        Self {
+            slot: Arc::clone(slot),
+        }
+    }
+}
+
+impl Drop for SlotLease {
+    fn drop(&mut self) {
+        let mut usage = self
+            .slot
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        usage.leases = usage.leases.saturating_sub(1);
+        usage.idle_since = tokio::time::Instant::now();
+    }
+}
+
+/// Stops the worker of a slot no longer in the supervisor's map: the worker's background
+/// processes first (unsandboxed jobs run in process groups of their own), then its own group.
+async fn retire(slot: &Slot) {
+    if let Some(mut worker) = slot.worker.lock().await.take() {
+        let _ = worker.stop_background().await;
+        worker.kill_group();
+        let _ = worker.child.wait().await;
+    }
+}
+
+/// Retires idle workers of `supervisor` as [`WorkerRetirement::Idle`] says, until the
+/// supervisor is dropped: it looks every quarter of the idle time (at least every 30 s, at most
+/// every 100 ms), so a worker is stopped at most a quarter of that time late.
+pub(crate) fn spawn_idle_retirement(supervisor: &Arc<WorkerSupervisor>) {
+    let WorkerRetirement::Idle { after } = supervisor.settings.retirement else {
+        return;
+    };
+    let period = (after / 4).clamp(
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_secs(30),
+    );
+    let supervisor = Arc::downgrade(supervisor);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(supervisor) = supervisor.upgrade() else {
+                return;
+            };
+            supervisor.retire_idle(after).await;
+        }
+    });
+}
+
 /// Runs workers, at most `capacity` at once.
 pub(crate) struct WorkerSupervisor {
     settings: WorkerSettings,
     root: PathBuf,
-    workers: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Worker>>>>>,
+    workers: tokio::sync::Mutex<HashMap<String, Arc<Slot>>>,
     /// The slots in use and the capacity, for the node's `node.report`; updated whenever a
     /// session takes or gives back a slot.
     figures: tokio::sync::watch::Sender<NodeReport>,
@@ -198,28 +334,77 @@ impl WorkerSupervisor {
         });
     }
 
-    /// Returns the session's worker slot, claiming a new one when the session has none.
-    async fn slot(
-        &self,
-        session_key: &str,
-    ) -> Result<Arc<tokio::sync::Mutex<Option<Worker>>>, WireError> {
+    /// Returns a lease on the session's worker slot, claiming a new slot when the session has
+    /// none. With every slot taken, the least recently used idle worker is retired first
+    /// (under [`WorkerRetirement::Idle`]); with none idle the session is refused.
+    async fn slot(&self, session_key: &str) -> Result<SlotLease, WireError> {
         let mut workers = self.workers.lock().await;
         if let Some(slot) = workers.get(session_key) {
-            return Ok(Arc::clone(slot));
+            return Ok(SlotLease::take(slot));
         }
         if workers.len() >= self.settings.capacity {
-            return Err(WireError::new(
-                ErrorCode::WorkerCapacityExhausted,
-                format!(
-                    "all {} worker slots are taken by other sessions; stop a session to free one",
-                    self.settings.capacity
-                ),
-            ));
+            let idle = match self.settings.retirement {
+                WorkerRetirement::Idle { .. } => workers
+                    .iter()
+                    .filter_map(|(key, slot)| slot.idle_since().map(|since| (since, key)))
+                    .min()
+                    .map(|(_, key)| key.clone()),
+                WorkerRetirement::Never => None,
+            };
+            let Some(idle) = idle else {
+                let message = match self.settings.retirement {
+                    WorkerRetirement::Idle { .. } => format!(
+                        "all {} worker slots are running turns of other sessions; retry when one ends",
+                        self.settings.capacity
+                    ),
+                    WorkerRetirement::Never => format!(
+                        "all {} worker slots are taken by other sessions; stop a session to free one",
+                        self.settings.capacity
+                    ),
+                };
+                return Err(WireError::new(ErrorCode::WorkerCapacityExhausted, message));
+            };
+            // Retired under the map lock, so no turn of that session starts a new worker while
+            // the old one (and its background processes) still runs in its workspace.
+            if let Some(slot) = workers.remove(&idle) {
+                tracing::info!(
+                    session_key = %idle,
+                    for_session = session_key,
+                    "retiring the least recently used idle worker for a new session"
+                );
+                retire(&slot).await;
+            }
         }
-        let slot = Arc::new(tokio::sync::Mutex::new(None));
-        workers.insert(session_key.to_owned(), Arc::clone(&slot));
+        let slot = Arc::new(Slot::new());
+        let lease = SlotLease::take(&slot);
+        workers.insert(session_key.to_owned(), slot);
         self.publish_slots_in_use(workers.len());
-        Ok(slot)
+        Ok(lease)
+    }
+
+    /// Stops every worker idle for `after` or longer, giving its slot back.
+    async fn retire_idle(&self, after: std::time::Duration) {
+        let mut workers = self.workers.lock().await;
+        let now = tokio::time::Instant::now();
+        let expired: Vec<String> = workers
+            .iter()
+            .filter(|(_, slot)| {
+                slot.idle_since()
+                    .is_some_and(|since| now.saturating_duration_since(since) >= after)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for session_key in expired {
+            if let Some(slot) = workers.remove(&session_key) {
+                tracing::info!(
+                    session_key,
+                    idle_seconds = after.as_secs(),
+                    "retiring an idle worker"
+                );
+                retire(&slot).await;
+            }
+        }
+        self.publish_slots_in_use(workers.len());
     }
 
     async fn stop(&self, session_key: &str) -> bool {
@@ -231,12 +416,7 @@ impl WorkerSupervisor {
         };
         match slot {
             Some(slot) => {
-                if let Some(mut worker) = slot.lock().await.take() {
-                    // Unsandboxed jobs run in groups of their own: end them before the worker.
-                    let _ = worker.stop_background().await;
-                    worker.kill_group();
-                    let _ = worker.child.wait().await;
-                }
+                retire(&slot).await;
                 true
             }
             None => false,
@@ -321,8 +501,8 @@ impl WorkerSupervisor {
                 "the session workspace is missing; restore it from the checkpoint",
             ));
         }
-        let slot = self.slot(&params.session_key).await?;
-        let mut guard = slot.lock().await;
+        let lease = self.slot(&params.session_key).await?;
+        let mut guard = lease.slot.worker.lock().await;
         // Before the node host touches the session workspace, no process of an earlier turn
         // runs there any more.
         self.stop_background(&params.session_key, &mut guard).await;

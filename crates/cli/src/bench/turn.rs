@@ -61,6 +61,7 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
     let workers = WorkerSettings {
         program: std::env::current_exe()?,
         capacity: args.cold_iterations + 4,
+        retirement: gatehouse_harness::worker::WorkerRetirement::default(),
         model: String::from("mock"),
         model_key_env: String::from("OPENAI_API_KEY"),
         allow_unsandboxed: false,

@@ -31,3 +31,4 @@ mod store_lock;
 mod support;
 mod up;
 mod worker_child;
+mod worker_retirement;

@@ -33,20 +33,20 @@ fn workers() -> Vec<WorkerProcess> {
         .collect()
 }
 
-struct Dedicated {
+pub(crate) struct Dedicated {
     _dirs: Dirs,
-    gateway: Gateway,
+    pub(crate) gateway: Gateway,
     node: Process,
     mock: Process,
     mock_url: String,
-    harness: std::path::PathBuf,
+    pub(crate) harness: std::path::PathBuf,
 }
 
 async fn dedicated(capacity: &str) -> Dedicated {
     dedicated_with(capacity, &[]).await
 }
 
-async fn dedicated_with(capacity: &str, extra: &[&str]) -> Dedicated {
+pub(crate) async fn dedicated_with(capacity: &str, extra: &[&str]) -> Dedicated {
     dedicated_on(capacity, extra, &[], &[]).await
 }
 
@@ -192,9 +192,11 @@ async fn dedicated_turns_run_on_the_harness_with_the_key_only_there() {
     drop(setup.node);
 }
 
+/// With `--worker-retirement never` (the original system's behaviour) idle workers keep their
+/// slots, so a third session on two slots is refused until an operator stops one.
 #[tokio::test(flavor = "multi_thread")]
-async fn capacity_refuses_a_new_session_until_one_stops() {
-    let setup = dedicated("2").await;
+async fn with_retirement_never_capacity_refuses_a_new_session_until_one_stops() {
+    let setup = dedicated_with("2", &["--worker-retirement", "never"]).await;
     let gateway = &setup.gateway;
     assert_eq!(turn(gateway, "a", "/say one").await["status"], "completed");
     assert_eq!(turn(gateway, "b", "/say two").await["status"], "completed");

@@ -71,6 +71,7 @@ pub(crate) async fn start_with_worker(write_worker: impl FnOnce(&Path) -> PathBu
     let workers = WorkerSettings {
         program: write_worker(&base),
         capacity: 4,
+        retirement: gatehouse_harness::worker::WorkerRetirement::default(),
         model: String::from("mock"),
         model_key_env: String::from("HOSTILE_TEST_KEY"),
         allow_unsandboxed: true,
