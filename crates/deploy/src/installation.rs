@@ -21,6 +21,10 @@
 //!       namespace: gatehouse-acme
 //!       claimName: main-scratch
 //!       claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11
+//!   workerCapacity: 8                                     # optional; native topologies, 1..1024
+//!   resources:                                            # optional; see crate::resources
+//!     gateway: {requests: {cpu: 250m, memory: 512Mi}, limits: {cpu: "2", memory: 2Gi}}
+//!     harness: {limits: {memory: 8Gi}}                    # `embedded: {...}` for embedded
 //! model:                                                  # the Harness only
 //!   api: openai-responses                                 # optional: openai-responses | openai-chat
 //!   endpoint: https://api.openai.com/v1
@@ -247,6 +251,12 @@ pub(crate) struct RuntimeSettings {
     pub(crate) gateway_node_selector: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub(crate) scratch_volumes: Option<Vec<ScratchVolumeBinding>>,
+    /// The native worker slots of the Harness (`--capacity`).
+    #[serde(default)]
+    pub(crate) worker_capacity: Option<u32>,
+    /// Requests and limits over the defaults of [`crate::resources`].
+    #[serde(default)]
+    pub(crate) resources: Option<crate::resources::ResourceSettings>,
 }
 
 /// An operator-owned scratch claim bound to exactly one agent.
@@ -484,6 +494,12 @@ impl InstallationSpec {
             }
             self.check_scratch_bindings(bindings)?;
         }
+
+        crate::resources::check(
+            self.runtime.resources.as_ref(),
+            self.runtime.worker_capacity,
+            self.topology,
+        )?;
 
         check_url("model.endpoint", &self.model.endpoint)?;
         check_non_empty("model.name", &self.model.name)?;

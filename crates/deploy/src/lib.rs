@@ -20,6 +20,7 @@
 //!   topology rules and the exact scratch-binding match;
 //! - [`render`]: deterministic rendering into typed `k8s-openapi` objects and YAML;
 //! - [`manifest`]: parsing YAML back into typed objects, refusing unknown fields;
+//! - [`resources`]: every container's CPU and memory requests and limits, and their defaults;
 //! - [`error`]: the error type and its stable codes.
 
 #![deny(missing_docs)]
@@ -29,4 +30,5 @@ pub mod error;
 pub mod installation;
 pub mod manifest;
 pub mod render;
+pub mod resources;
 mod strict;

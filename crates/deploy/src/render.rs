@@ -77,6 +77,9 @@ use crate::installation::SecretKeyRef;
 use crate::installation::Topology;
 use crate::installation::url_port;
 use crate::manifest;
+use crate::resources;
+use crate::resources::Group;
+use crate::resources::Resolved;
 
 /// The label naming the agent on every rendered object.
 pub const LABEL_AGENT: &str = "gatehouse.dev/agent";
@@ -193,7 +196,7 @@ impl Manifest {
 /// Returns [`DeployError::InvalidManifest`] when an object fails to serialize or does not parse
 /// back into its typed form without unknown fields. That is a defect of the renderer.
 pub fn render(installation: &Installation) -> Result<Rendered> {
-    let context = Context::new(installation);
+    let context = Context::new(installation)?;
     let objects = match installation.topology() {
         Topology::Embedded => context.embedded_objects(),
         Topology::DedicatedNative | Topology::DedicatedCodex => context.dedicated_objects(),
@@ -294,16 +297,45 @@ struct Context<'a> {
     agent_id: &'a str,
     gateway_claim: String,
     harness_claim: String,
+    /// The native worker slots (`--capacity`).
+    worker_capacity: u32,
+    /// The resources of each container group.
+    gateway_resources: Resolved,
+    harness_resources: Resolved,
+    embedded_resources: Resolved,
+    init_resources: Resolved,
 }
 
 impl<'a> Context<'a> {
-    fn new(installation: &'a Installation) -> Self {
+    fn new(installation: &'a Installation) -> Result<Self> {
         let agent_hash = installation.agent_hash();
-        Self {
+        let spec = &installation.spec;
+        let settings = spec.runtime.resources.as_ref();
+        let worker_capacity = spec
+            .runtime
+            .worker_capacity
+            .unwrap_or(resources::DEFAULT_WORKER_CAPACITY);
+        let resolve = |group| resources::resolve(settings, group, spec.topology, worker_capacity);
+        Ok(Self {
             installation,
             agent_id: installation.agent_id(),
             gateway_claim: format!("gateway-state-{agent_hash}"),
             harness_claim: format!("harness-state-{agent_hash}"),
+            worker_capacity,
+            gateway_resources: resolve(Group::Gateway)?,
+            harness_resources: resolve(Group::Harness)?,
+            embedded_resources: resolve(Group::Embedded)?,
+            init_resources: resolve(Group::StorageInit)?,
+        })
+    }
+
+    /// Returns `--capacity N` for a topology with native workers, else nothing.
+    fn capacity_args(&self) -> Vec<String> {
+        match self.installation.topology() {
+            Topology::Embedded | Topology::DedicatedNative => {
+                vec![String::from("--capacity"), self.worker_capacity.to_string()]
+            }
+            Topology::DedicatedCodex => Vec::new(),
         }
     }
 
@@ -711,7 +743,8 @@ impl<'a> Context<'a> {
         let container = Container {
             name: String::from("gateway"),
             image: Some(spec.images.gateway.clone()),
-            image_pull_policy: Some(String::from("IfNotPresent")),
+            image_pull_policy: Some(pull_policy(&spec.images.gateway)),
+            resources: Some(self.gateway_resources.requirements()),
             args: Some(vec![String::from("gateway")]),
             env: Some(self.gateway_env()),
             ports: Some(vec![container_port("http", GATEWAY_PORT)]),
@@ -769,6 +802,7 @@ impl<'a> Context<'a> {
             format!("{SETUP_CODE_DIR}/{SETUP_CODE_FILE}"),
         ];
         args.extend(self.model_args());
+        args.extend(self.capacity_args());
         let mut annotations = BTreeMap::new();
         let mut mounts = vec![VolumeMount {
             name: String::from("harness-root"),
@@ -825,7 +859,8 @@ impl<'a> Context<'a> {
         let container = Container {
             name: String::from("harness"),
             image: Some(image.clone()),
-            image_pull_policy: Some(String::from("IfNotPresent")),
+            image_pull_policy: Some(pull_policy(&image)),
+            resources: Some(self.harness_resources.requirements()),
             args: Some(args),
             env: Some(vec![self.model_key_env()]),
             liveness_probe: Some(exec_probe(health, 10)),
@@ -841,6 +876,7 @@ impl<'a> Context<'a> {
                 "harness-state",
                 &subdirs,
                 &[String::from("node")],
+                &self.init_resources,
             )]),
             containers: vec![container],
             node_selector: spec.runtime.node_selector.clone(),
@@ -865,12 +901,14 @@ impl<'a> Context<'a> {
             self.installation.topology().runtime().to_owned(),
         ];
         args.extend(self.model_args());
+        args.extend(self.capacity_args());
         let mut env = self.gateway_secret_env();
         env.push(self.model_key_env());
         let container = Container {
             name: String::from("gatehouse"),
             image: Some(spec.images.gateway.clone()),
-            image_pull_policy: Some(String::from("IfNotPresent")),
+            image_pull_policy: Some(pull_policy(&spec.images.gateway)),
+            resources: Some(self.embedded_resources.requirements()),
             args: Some(args),
             env: Some(env),
             ports: Some(vec![container_port("http", GATEWAY_PORT)]),
@@ -891,6 +929,7 @@ impl<'a> Context<'a> {
                 "state",
                 &roots,
                 &roots,
+                &self.init_resources,
             )]),
             containers: vec![container],
             node_selector: spec.runtime.node_selector.clone(),
@@ -977,6 +1016,7 @@ fn storage_init_container(
     volume: &str,
     dirs: &[String],
     private_dirs: &[String],
+    resources: &Resolved,
 ) -> Container {
     let on_claim = |dirs: &[String]| -> String {
         dirs.iter()
@@ -992,7 +1032,8 @@ fn storage_init_container(
     Container {
         name: String::from("prepare-storage"),
         image: Some(image.to_owned()),
-        image_pull_policy: Some(String::from("IfNotPresent")),
+        image_pull_policy: Some(pull_policy(image)),
+        resources: Some(resources.requirements()),
         command: Some(vec![String::from("/bin/sh"), String::from("-c"), script]),
         security_context: Some(container_security_context()),
         volume_mounts: Some(vec![VolumeMount {
@@ -1001,6 +1042,15 @@ fn storage_init_container(
             ..VolumeMount::default()
         }]),
         ..Container::default()
+    }
+}
+
+/// Returns the pull policy of `image`: `IfNotPresent` for an image pinned by digest, which
+/// cannot change, and `Always` for a tag, which can move to another image.
+fn pull_policy(image: &str) -> String {
+    match image.contains("@sha256:") {
+        true => String::from("IfNotPresent"),
+        false => String::from("Always"),
     }
 }
 

@@ -210,3 +210,153 @@ fn render_with_postgres_and_s3_drops_the_gateway_claim_and_refuses_inline_passwo
     assert!(!stderr(&output).contains("hunter2"), "{}", stderr(&output));
     assert!(output.stdout.is_empty());
 }
+
+/// Renders every example into a directory of its own under `base`, one file per object, and
+/// returns the directories.
+fn render_examples_into(base: &Path) -> Vec<PathBuf> {
+    [
+        "embedded",
+        "dedicated-native",
+        "dedicated-codex",
+        "dedicated-postgres-s3",
+    ]
+    .into_iter()
+    .map(|name| {
+        let out = base.join(name);
+        let output = gatehouse()
+            .args(["deploy", "render", "--config"])
+            .arg(example(name))
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{name}: {}", stderr(&output));
+        out
+    })
+    .collect()
+}
+
+/// The Kubernetes version the manifests are checked against: the one the renderer's
+/// `k8s-openapi` types are built for (its `v1_33` feature).
+const KUBERNETES_VERSION: &str = "1.33.0";
+
+#[test]
+fn rendered_manifests_pass_kubernetes_validate_strict() {
+    let validate = crate::suite::support::installed(
+        "GATEHOUSE_KUBERNETES_VALIDATE",
+        "kubernetes-validate==1.37.0",
+    );
+    let base = tempfile::tempdir().unwrap();
+    for dir in render_examples_into(base.path()) {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        files.sort();
+        assert!(files.len() >= 5, "{}", dir.display());
+        let output = Command::new(&validate)
+            .args(["--strict", "--kubernetes-version", KUBERNETES_VERSION])
+            .args(&files)
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}: {}{}",
+            dir.display(),
+            stdout(&output),
+            stderr(&output)
+        );
+        // Every file was judged valid, none skipped as unknown.
+        let said = stdout(&output);
+        assert_eq!(
+            said.lines()
+                .filter(|line| line.contains(" passed for resource "))
+                .count(),
+            files.len(),
+            "{said}"
+        );
+    }
+}
+
+#[test]
+fn rendered_manifests_pass_checkov_with_only_the_documented_exceptions() {
+    let checkov = crate::suite::support::installed("GATEHOUSE_CHECKOV", "checkov==3.3.30");
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/checkov.yaml");
+    // Not tempfile's default `.tmp` name: checkov skips hidden directories.
+    let base = tempfile::Builder::new()
+        .prefix("manifests-")
+        .tempdir()
+        .unwrap();
+    render_examples_into(base.path());
+    let output = Command::new(&checkov)
+        .arg("--config-file")
+        .arg(&config)
+        .arg("--directory")
+        .arg(base.path())
+        .args(["--output", "json", "--skip-download", "--compact"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "checkov printed no JSON report: {}{}",
+            stdout(&output),
+            stderr(&output)
+        )
+    });
+    let failed: Vec<String> = report["results"]["failed_checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|check| {
+            format!(
+                "{} {} {}",
+                check["check_id"], check["resource"], check["file_path"]
+            )
+        })
+        .collect();
+    assert_eq!(failed, Vec::<String>::new(), "checkov failed checks");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let summary = &report["summary"];
+    // The checks really ran over every object: thousands of them over the four renders.
+    assert!(summary["passed"].as_u64().unwrap() > 500, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    // Each exception the configuration lists is documented with its reason, and is still
+    // needed: run alone, its check fails somewhere.
+    let listed = std::fs::read_to_string(&config).unwrap();
+    let skipped: Vec<String> = listed
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("- "))
+        .filter(|id| id.starts_with("CKV"))
+        .map(str::to_owned)
+        .collect();
+    assert!(!skipped.is_empty(), "{listed}");
+    let operations = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md"),
+    )
+    .unwrap();
+    for check in &skipped {
+        assert!(
+            operations.contains(&format!("`{check}`")),
+            "{check} is not documented"
+        );
+        let alone = Command::new(&checkov)
+            .args(["--framework", "kubernetes", "--check", check])
+            .arg("--directory")
+            .arg(base.path())
+            .args([
+                "--output",
+                "json",
+                "--skip-download",
+                "--compact",
+                "--quiet",
+            ])
+            .output()
+            .unwrap();
+        assert_ne!(
+            alone.status.code(),
+            Some(0),
+            "{check} passes without its exception, so drop it from deploy/checkov.yaml"
+        );
+    }
+}

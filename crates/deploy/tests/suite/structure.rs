@@ -430,6 +430,8 @@ fn the_embedded_pod_runs_up_with_the_model_flags() {
             "openai-responses:https://api.openai.com/v1:gpt-5",
             "--model-key-env",
             "OPENAI_API_KEY",
+            "--capacity",
+            "8",
         ]
     );
     let env_names: Vec<String> = container
@@ -894,6 +896,137 @@ fn no_network_rule_allows_every_peer_or_every_port() {
                 assert!(!rule.from.as_ref().unwrap().is_empty(), "{rule:?}");
                 assert!(!rule.ports.as_ref().unwrap().is_empty(), "{rule:?}");
             }
+        }
+    }
+}
+
+/// Returns `(requests, limits)` of `container` as `[cpu, memory]` text, or panics naming what
+/// is missing.
+fn resources_of(container: &Container) -> ([String; 2], [String; 2]) {
+    let resources = container
+        .resources
+        .as_ref()
+        .unwrap_or_else(|| panic!("{} has no resources", container.name));
+    let pick = |amounts: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+                side: &str| {
+        let amounts = amounts
+            .as_ref()
+            .unwrap_or_else(|| panic!("{} has no {side}", container.name));
+        ["cpu", "memory"].map(|kind| {
+            amounts
+                .get(kind)
+                .unwrap_or_else(|| panic!("{} has no {side}.{kind}", container.name))
+                .0
+                .clone()
+        })
+    };
+    (
+        pick(&resources.requests, "requests"),
+        pick(&resources.limits, "limits"),
+    )
+}
+
+#[test]
+fn every_container_has_cpu_and_memory_requests_and_limits() {
+    for (name, text) in support::EXAMPLES
+        .into_iter()
+        .chain([("dedicated-postgres-s3", support::DEDICATED_POSTGRES_S3)])
+    {
+        for deployment in support::deployments(&support::render_text(text)) {
+            for container in all_containers(&deployment) {
+                let (requests, limits) = resources_of(container);
+                assert!(
+                    requests
+                        .iter()
+                        .chain(&limits)
+                        .all(|value| !value.is_empty()),
+                    "{name}: {}",
+                    container.name
+                );
+            }
+        }
+    }
+    // The documented defaults: the Harness's memory grows with its worker slots.
+    let native = support::render_text(support::DEDICATED_NATIVE);
+    let harness = pod(&support::deployment(&native, "main-harness")).containers[0].clone();
+    assert_eq!(
+        resources_of(&harness),
+        (
+            [String::from("500m"), String::from("768Mi")],
+            [String::from("4"), String::from("5120Mi")]
+        )
+    );
+}
+
+#[test]
+fn worker_capacity_and_resources_come_from_the_installation_file() {
+    let text = support::replace(
+        support::DEDICATED_NATIVE,
+        "  gatewayStorageClassName: fast-rwo\n",
+        "  gatewayStorageClassName: fast-rwo\n  workerCapacity: 2\n  resources:\n    \
+         gateway: {requests: {cpu: 100m}, limits: {memory: 3Gi}}\n",
+    );
+    let rendered = support::render_text(&text);
+    let harness = pod(&support::deployment(&rendered, "main-harness")).containers[0].clone();
+    let args = harness.args.clone().unwrap();
+    let at = args.iter().position(|arg| arg == "--capacity").unwrap();
+    assert_eq!(args[at + 1], "2");
+    assert_eq!(
+        resources_of(&harness),
+        (
+            [String::from("500m"), String::from("384Mi")],
+            [String::from("4"), String::from("2048Mi")]
+        )
+    );
+    let gateway = pod(&support::deployment(&rendered, "main-gateway")).containers[0].clone();
+    assert_eq!(
+        resources_of(&gateway),
+        (
+            [String::from("100m"), String::from("512Mi")],
+            [String::from("2"), String::from("3Gi")]
+        )
+    );
+    // A request past its limit is refused, naming the key.
+    let too_much = support::replace(
+        support::DEDICATED_NATIVE,
+        "  gatewayStorageClassName: fast-rwo\n",
+        "  gatewayStorageClassName: fast-rwo\n  resources:\n    \
+         harness: {requests: {memory: 64Gi}}\n",
+    );
+    match Installation::from_yaml(&too_much) {
+        Err(DeployError::InvalidValue { path, .. }) => {
+            assert_eq!(path, "runtime.resources.harness.requests.memory");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_image_pinned_by_digest_is_pulled_if_not_present_and_a_tag_always() {
+    let native = support::render_text(support::DEDICATED_NATIVE);
+    for deployment in support::deployments(&native) {
+        for container in all_containers(&deployment) {
+            assert!(container.image.as_deref().unwrap().contains("@sha256:"));
+            assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        }
+    }
+    let tagged = support::DEDICATED_NATIVE.replace(
+        &format!(
+            "@sha256:{}",
+            hex::encode(sha2::Sha256::digest(b"gatehouse:0.1.0"))
+        ),
+        "",
+    );
+    assert!(!tagged.contains("@sha256:"));
+    for deployment in support::deployments(&support::render_text(&tagged)) {
+        for container in all_containers(&deployment) {
+            assert_eq!(
+                container.image_pull_policy.as_deref(),
+                Some("Always"),
+                "a tag can move to another image"
+            );
         }
     }
 }
