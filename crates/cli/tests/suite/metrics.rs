@@ -451,3 +451,76 @@ async fn metrics_show_every_family_after_a_scripted_run() {
         Vec::<&Sample>::new()
     );
 }
+
+/// The worker slots in use across every node, as `/metrics` shows them.
+fn slots_in_use(exposition: &Exposition) -> f64 {
+    exposition
+        .matching("gatehouse_node_worker_slots_in_use", &[])
+        .iter()
+        .map(|sample| sample.value)
+        .sum()
+}
+
+/// Two native node hosts of one agent: each new session goes to the less loaded one, as their
+/// reports show it, so four sessions one after another take two slots on each (issue 16).
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_16_new_sessions_are_placed_on_the_least_loaded_of_two_nodes() {
+    let dirs = dirs();
+    let logs = dirs.base.join("logs");
+    let (_mock, mock_url) = mock_model(&logs);
+    let gateway = Gateway::start(&dirs.base.join("gateway"), &logs);
+    let model = format!("openai-chat:{mock_url}/v1:mock-model");
+    let nodes: Vec<_> = ["harness-a", "harness-b"]
+        .into_iter()
+        .map(|root| {
+            start_node_with(
+                &gateway,
+                &dirs.base.join(root),
+                Some(&gateway.setup_code(600)),
+                &logs,
+                &[
+                    "--model",
+                    &model,
+                    "--model-key-env",
+                    "MOCK_MODEL_KEY",
+                    "--capacity",
+                    "2",
+                ],
+                &[("MOCK_MODEL_KEY", "mock-model-test-key")],
+            )
+        })
+        .collect();
+    gateway.wait_ready().await;
+    scrape_until(&gateway, "both nodes' reports", |exposition| {
+        exposition
+            .matching("gatehouse_node_worker_capacity", &[])
+            .iter()
+            .map(|sample| sample.value)
+            .sum::<f64>()
+            == 4.0
+    })
+    .await;
+    for n in 0..4 {
+        let session = format!("s{n}");
+        let done = turn(&gateway, &session, &format!("/say {session}")).await;
+        assert_eq!(done["reply"], session.as_str(), "{done}");
+        // The next placement sees this session's slot.
+        scrape_until(&gateway, "the new session's slot", |exposition| {
+            slots_in_use(exposition) == f64::from(n + 1)
+        })
+        .await;
+    }
+    let sessions = gateway.get_json("/v1/sessions").await;
+    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for session in sessions["sessions"].as_array().unwrap() {
+        *per_node
+            .entry(session["nodeId"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(
+        per_node.values().copied().collect::<Vec<_>>(),
+        vec![2, 2],
+        "{sessions}"
+    );
+    drop(nodes);
+}

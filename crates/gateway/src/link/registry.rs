@@ -207,6 +207,18 @@ impl NodeConnection {
         *self.report.lock()
     }
 
+    /// Returns `(worker slots in use, capacity)` from the last report, as `u64`s to compare
+    /// loads by cross-multiplying; `(0, 1)` for a node without a report or without workers.
+    fn load(&self) -> (u64, u64) {
+        match self.report() {
+            Some(report) if report.worker_capacity > 0 => (
+                u64::from(report.worker_slots_in_use),
+                u64::from(report.worker_capacity),
+            ),
+            _ => (0, 1),
+        }
+    }
+
     /// Returns a progress channel for an invoke on this connection: the sink to pass to
     /// [`NodeRegistry::start_invoke`], and its lines, each at most `max_line` bytes. Both ends
     /// charge this connection's budget.
@@ -456,6 +468,35 @@ impl NodeRegistry {
                 .filter(|connection| connection.serves_all(commands))
         })
         .await
+    }
+
+    /// Returns the node a new session is placed on: among the connected nodes serving every
+    /// command in `commands`, the least loaded by its last `node.report` (worker slots in use
+    /// over its capacity; a node that has not reported, or hosts no workers, counts as empty),
+    /// and the most recently connected among equally loaded ones. The reports lag a session's
+    /// first turn by a moment, so sessions that start at once may land on the same node.
+    pub fn find_placement(&self, commands: &[&str]) -> Option<Arc<NodeConnection>> {
+        self.all()
+            .into_iter()
+            .filter(|connection| connection.serves_all(commands))
+            .min_by(|a, b| {
+                let (a_used, a_capacity) = a.load();
+                let (b_used, b_capacity) = b.load();
+                (a_used * b_capacity)
+                    .cmp(&(b_used * a_capacity))
+                    .then_with(|| {
+                        (b.connected_at_ms, b.conn_id).cmp(&(a.connected_at_ms, a.conn_id))
+                    })
+            })
+    }
+
+    /// Returns [`Self::find_placement`], waiting up to `grace` for a node to connect.
+    pub async fn wait_placement(
+        &self,
+        commands: &[&str],
+        grace: Duration,
+    ) -> Option<Arc<NodeConnection>> {
+        self.wait_for(grace, || self.find_placement(commands)).await
     }
 
     /// Returns a node serving every command in `commands`, waiting up to `grace` for one to
@@ -806,6 +847,60 @@ mod tests {
     use super::ConnectionIdentity;
     use super::MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT;
     use super::NodeConnection;
+
+    /// A connected native node `device_id`, connected at `connected_at_ms`, whose last report
+    /// says `report` (`(slots in use, capacity)`), or none.
+    fn native_node(
+        device_id: &str,
+        connected_at_ms: i64,
+        report: Option<(u32, u32)>,
+    ) -> std::sync::Arc<NodeConnection> {
+        let (outbound, _receiver) = tokio::sync::mpsc::channel(1);
+        let identity = ConnectionIdentity {
+            device_id: device_id.to_owned(),
+            display_name: device_id.to_owned(),
+            runtime: gatehouse_protocol::runtime::RuntimeKind::Native,
+            commands: vec![String::from("agent.turn")],
+            workspace_root: None,
+        };
+        let connection = NodeConnection::new(identity, 1, connected_at_ms, outbound);
+        if let Some((worker_slots_in_use, worker_capacity)) = report {
+            connection.set_report(gatehouse_protocol::report::NodeReport {
+                worker_slots_in_use,
+                worker_capacity,
+            });
+        }
+        std::sync::Arc::new(connection)
+    }
+
+    #[test]
+    fn issue_16_a_new_session_goes_to_the_least_loaded_node_the_newest_among_equals() {
+        // Each node: its id, when it connected, its last report; then the node expected.
+        type Nodes<'a> = &'a [(&'a str, i64, Option<(u32, u32)>)];
+        let cases: &[(Nodes<'_>, &str)] = &[
+            // By share of slots in use, not by count: 3 of 16 is less loaded than 1 of 2.
+            (&[("a", 1, Some((1, 2))), ("b", 2, Some((3, 16)))], "b"),
+            (&[("a", 2, Some((2, 8))), ("b", 1, Some((1, 8)))], "b"),
+            // A full node only when every node is full.
+            (&[("a", 1, Some((8, 8))), ("b", 2, Some((7, 8)))], "b"),
+            // Equal loads: the most recently connected.
+            (&[("a", 1, Some((1, 4))), ("b", 2, Some((2, 8)))], "b"),
+            (&[("a", 3, Some((1, 4))), ("b", 2, Some((2, 8)))], "a"),
+            // A node that has not reported yet counts as empty.
+            (&[("a", 1, Some((1, 8))), ("b", 2, None)], "b"),
+            (&[("a", 1, Some((0, 8))), ("b", 2, None)], "b"),
+        ];
+        for (nodes, expected) in cases {
+            let registry = super::NodeRegistry::default();
+            for (device_id, connected_at_ms, report) in *nodes {
+                registry.insert(native_node(device_id, *connected_at_ms, *report));
+            }
+            let placed = registry.find_placement(&["agent.turn"]).expect("a node");
+            assert_eq!(placed.device_id, *expected, "{nodes:?}");
+        }
+        let registry = super::NodeRegistry::default();
+        assert!(registry.find_placement(&["agent.turn"]).is_none());
+    }
 
     #[test]
     fn finding_5_a_connection_has_a_bounded_number_of_gateway_tool_slots() {

@@ -364,8 +364,8 @@ impl TurnRuntime for NodeRuntime {
 }
 
 impl NodeRuntime {
-    /// Returns the connection of the session's own node, binding an unbound session to a node
-    /// serving `agent.turn` first.
+    /// Returns the connection of the session's own node, binding an unbound session first to
+    /// the node [`NodeRegistry::find_placement`] picks (the least loaded serving `agent.turn`).
     ///
     /// # Errors
     /// `DEPENDENCY_UNAVAILABLE` when no node serves the native runtime, and
@@ -384,7 +384,7 @@ impl NodeRuntime {
             None => {
                 let Some(node) = self
                     .registry
-                    .wait_serving(&[AgentTurn::NAME], DEFAULT_NODE_GRACE)
+                    .wait_placement(&[AgentTurn::NAME], DEFAULT_NODE_GRACE)
                     .await
                 else {
                     return Err(TurnFailure::new(
