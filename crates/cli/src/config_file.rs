@@ -34,6 +34,7 @@ pub(crate) struct GatewayFile {
     pub(crate) bundled_skills_dir: Option<PathBuf>,
     pub(crate) store: Option<String>,
     pub(crate) media: Option<String>,
+    pub(crate) move_sessions_after: Option<u64>,
 }
 
 /// `gatehouse node --config`.

@@ -42,11 +42,17 @@ pub(crate) struct GatewayArgs {
     quotas: crate::quota_args::QuotaArgs,
     #[command(flatten)]
     store: crate::store_args::StoreArgs,
+    /// Move a session whose node has been away this many seconds to another connected node at
+    /// its next turn, restoring its workspace there from the last checkpoint (default: never;
+    /// a session waits for its node, or for an operator's `POST /v1/sessions/{key}/move`).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    move_sessions_after: Option<u64>,
     /// A TOML file with the same settings in kebab-case (`state`, `listen`, `public-url`,
     /// `max-concurrent-turns`, `media-max-bytes`, `media-quota-bytes`,
     /// `checkpoint-quota-bytes`, `checkpoints-kept`, `runtime`, `codex-command-approval`,
     /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`, `skills-dir`,
-    /// `bundled-skills-dir`, `store`, `media`); flags and their variables win over it.
+    /// `bundled-skills-dir`, `store`, `media`, `move-sessions-after`); flags and their variables
+    /// win over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The interval of keep-alive ticks on node links, in milliseconds.
@@ -77,6 +83,10 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     }
     quotas.apply(&mut config);
     store.apply(&mut config)?;
+    config.session_move_after = match args.move_sessions_after.or(file.move_sessions_after) {
+        Some(0) => return Err(UsageError::new("move-sessions-after must be at least 1").into()),
+        seconds => seconds.map(Duration::from_secs),
+    };
     config.tick_interval = Duration::from_millis(args.tick_interval_ms.max(100));
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     let memory_embedder = memory_skills.apply(&mut config)?;

@@ -173,6 +173,10 @@ pub struct GatewayConfig {
     /// How long a starting Gateway waits for another one to let go of the store before it
     /// refuses to start with `STORE_IN_USE` ([`gatehouse_store::exclusive::DEFAULT_WAIT`]).
     pub store_lock_wait: Duration,
+    /// How long a session's node may be away before the session's next turn moves it to
+    /// another connected node (its workspace restored there from the last checkpoint); `None`
+    /// (the default) never moves a session by itself.
+    pub session_move_after: Option<Duration>,
 }
 
 impl GatewayConfig {
@@ -200,6 +204,7 @@ impl GatewayConfig {
             media: None,
             metrics_refresh_interval: metrics::DEFAULT_METRICS_REFRESH_INTERVAL,
             store_lock_wait: gatehouse_store::exclusive::DEFAULT_WAIT,
+            session_move_after: None,
         }
     }
 
@@ -546,7 +551,8 @@ pub async fn start(
                 Arc::clone(&retention),
                 turns::node_runtime::DEFAULT_TURN_TIMEOUT,
             )
-            .with_skills(Arc::clone(&skills)),
+            .with_skills(Arc::clone(&skills))
+            .with_session_move_after(config.session_move_after),
         )),
         (None, None, FallbackRuntime::Off) => None,
     };

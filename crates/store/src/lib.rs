@@ -389,6 +389,20 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
     ) -> Result<String>;
 
+    /// Binds `session_key` to `to` only while it is bound to `from`, whatever its turns are
+    /// doing: the dispatch of a session's own running turn moves it off a node that is gone.
+    /// Returns whether it moved.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn rebind_session_node(
+        &self,
+        session_key: &str,
+        from: &str,
+        to: &str,
+        now_ms: i64,
+    ) -> Result<bool>;
+
     /// Binds `session_key` to `to` (`None`: unbound, so the next dispatch binds it afresh), in
     /// one transaction that first checks no turn of the session is running.
     ///

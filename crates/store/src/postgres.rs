@@ -1049,6 +1049,27 @@ impl Store for PgStore {
         Ok(bound)
     }
 
+    async fn rebind_session_node(
+        &self,
+        session_key: &str,
+        from: &str,
+        to: &str,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let updated = sqlx::query(
+            "UPDATE sessions SET node_id = $1, node_bound_at_ms = $2 \
+             WHERE session_key = $3 AND node_id = $4",
+        )
+        .bind(to)
+        .bind(now_ms)
+        .bind(session_key)
+        .bind(from)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "session node"))?;
+        Ok(updated.rows_affected() == 1)
+    }
+
     async fn move_session_node(
         &self,
         session_key: &str,

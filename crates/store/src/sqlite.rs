@@ -1045,6 +1045,27 @@ impl Store for SqliteStore {
         Ok(bound)
     }
 
+    async fn rebind_session_node(
+        &self,
+        session_key: &str,
+        from: &str,
+        to: &str,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let updated = sqlx::query(
+            "UPDATE sessions SET node_id = ?, node_bound_at_ms = ? \
+             WHERE session_key = ? AND node_id = ?",
+        )
+        .bind(to)
+        .bind(now_ms)
+        .bind(session_key)
+        .bind(from)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "session node"))?;
+        Ok(updated.rows_affected() == 1)
+    }
+
     async fn move_session_node(
         &self,
         session_key: &str,

@@ -83,6 +83,7 @@ conformance!(
     media_grants_name_a_key_or_the_sessions_under_a_prefix,
     an_api_key_is_found_by_its_hash_until_it_expires_and_records_its_use,
     a_completed_turns_usage_is_stored_with_it,
+    a_session_is_rebound_only_from_the_node_it_is_bound_to,
 );
 
 fn node(device_id: &str) -> NodeRecord {
@@ -1799,5 +1800,48 @@ async fn a_completed_turns_usage_is_stored_with_it(target: Target) {
     assert_eq!(
         second.usage, None,
         "a turn whose model reported nothing has no usage"
+    );
+}
+
+async fn a_session_is_rebound_only_from_the_node_it_is_bound_to(target: Target) {
+    let store = target.open().await;
+    store
+        .admit_user_message(&message("s", "t1", "hi", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.bind_session_node("s", "node-a", 1).await.unwrap(),
+        "node-a"
+    );
+    // Even while its turn runs (the dispatch of that turn moves it).
+    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    assert!(
+        !store
+            .rebind_session_node("s", "node-b", "node-c", 3)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .rebind_session_node("s", "node-a", "node-b", 3)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .rebind_session_node("s", "node-a", "node-c", 4)
+            .await
+            .unwrap(),
+        "a second rebind from the old node moved it again"
+    );
+    assert!(
+        !store
+            .rebind_session_node("nope", "node-a", "node-b", 4)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.session_node("s").await.unwrap().as_deref(),
+        Some("node-b")
     );
 }

@@ -17,6 +17,7 @@ mod mock_model;
 mod native;
 mod node_cli;
 mod node_host_files;
+mod node_loss;
 mod observability;
 mod openai_sdk;
 mod postgres;

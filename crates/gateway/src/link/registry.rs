@@ -401,6 +401,20 @@ pub struct NodeRegistry {
     next_id: AtomicU64,
     connected: tokio::sync::Notify,
     metrics: LinkMetrics,
+    /// When each node that connected since the start last disconnected.
+    disconnected: Mutex<HashMap<String, tokio::time::Instant>>,
+    /// When the registry was made (the Gateway started).
+    started: StartedAt,
+}
+
+/// The moment a [`NodeRegistry`] was made.
+#[derive(Debug)]
+struct StartedAt(tokio::time::Instant);
+
+impl Default for StartedAt {
+    fn default() -> Self {
+        Self(tokio::time::Instant::now())
+    }
 }
 
 impl NodeRegistry {
@@ -419,9 +433,25 @@ impl NodeRegistry {
         let replaced = self
             .connections
             .lock()
-            .insert(connection.device_id.clone(), connection);
+            .insert(connection.device_id.clone(), connection.clone());
+        self.disconnected.lock().remove(&connection.device_id);
         self.connected.notify_waiters();
         replaced
+    }
+
+    /// Returns how long `device_id` has been away: since its last connection ended, or since
+    /// the Gateway started when it has not connected since; `None` while it is connected.
+    pub fn absent_for(&self, device_id: &str) -> Option<Duration> {
+        if self.connections.lock().contains_key(device_id) {
+            return None;
+        }
+        let since = self
+            .disconnected
+            .lock()
+            .get(device_id)
+            .copied()
+            .unwrap_or(self.started.0);
+        Some(since.elapsed())
     }
 
     /// Removes the connection `conn_id` of `device_id`, unless a newer one replaced it.
@@ -432,6 +462,9 @@ impl NodeRegistry {
             .is_some_and(|connection| connection.conn_id == conn_id)
         {
             connections.remove(device_id);
+            self.disconnected
+                .lock()
+                .insert(device_id.to_owned(), tokio::time::Instant::now());
         }
     }
 

@@ -70,6 +70,8 @@ pub(crate) struct NodeRuntime {
     retention: Arc<MediaRetention>,
     turn_timeout: Duration,
     skills: Option<Arc<crate::skills::SkillsService>>,
+    /// How long a session's node may be away before its next turn moves it.
+    session_move_after: Option<Duration>,
 }
 
 /// The roles a node may commit to a transcript.
@@ -96,7 +98,16 @@ impl NodeRuntime {
             retention,
             turn_timeout,
             skills: None,
+            session_move_after: None,
         }
+    }
+
+    /// Moves a session whose node has been away for `after` or longer to another node at its
+    /// next turn; `None` never does.
+    #[must_use]
+    pub(crate) fn with_session_move_after(mut self, after: Option<Duration>) -> Self {
+        self.session_move_after = after;
+        self
     }
 
     /// Gives native turns the skills prompt block and copies of the Gateway's skills.
@@ -404,11 +415,17 @@ impl NodeRuntime {
                 owner
             }
         };
+        if let Some(node) = self.move_if_gone(session_key, &owner).await? {
+            return Ok(node);
+        }
         if let Some(node) = self
             .registry
             .wait_node(&owner, &[AgentTurn::NAME], DEFAULT_NODE_GRACE)
             .await
         {
+            return Ok(node);
+        }
+        if let Some(node) = self.move_if_gone(session_key, &owner).await? {
             return Ok(node);
         }
         let code = ErrorCode::SessionNodeUnavailable;
@@ -433,6 +450,65 @@ impl NodeRuntime {
                 "the session is bound to node {owner}, which is not connected; reconnect it, or move the session with POST /v1/sessions/{session_key}/move"
             ),
         ))
+    }
+
+    /// Moves the session off `owner` when the Gateway is configured to
+    /// ([`Self::with_session_move_after`]) and `owner` has been away that long: binds it to the
+    /// node [`NodeRegistry::find_placement`] picks and returns that node; the turn then finds
+    /// no session workspace there and restores it from the latest checkpoint. Audited as
+    /// `session.moved` by the Gateway. Returns `None` when the session stays.
+    ///
+    /// # Errors
+    /// A store failure.
+    async fn move_if_gone(
+        &self,
+        session_key: &str,
+        owner: &str,
+    ) -> Result<Option<Arc<NodeConnection>>, TurnFailure> {
+        let Some(after) = self.session_move_after else {
+            return Ok(None);
+        };
+        let Some(away) = self
+            .registry
+            .absent_for(owner)
+            .filter(|away| *away >= after)
+        else {
+            return Ok(None);
+        };
+        let Some(node) = self.registry.find_placement(&[AgentTurn::NAME]) else {
+            return Ok(None);
+        };
+        let moved = self
+            .store
+            .rebind_session_node(session_key, owner, &node.device_id, crate::clock::now_ms())
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+        if !moved {
+            // Moved meanwhile (by an operator): the next turn follows the new binding.
+            return Ok(None);
+        }
+        tracing::warn!(
+            session_key,
+            from = owner,
+            to = %node.device_id,
+            away_seconds = away.as_secs(),
+            "the session's node has been away too long; moved the session"
+        );
+        self.audit
+            .record(
+                "gateway",
+                "session.moved",
+                "succeeded",
+                None,
+                serde_json::json!({
+                    "sessionKey": session_key,
+                    "from": owner,
+                    "to": node.device_id,
+                    "awaySeconds": away.as_secs(),
+                }),
+            )
+            .await;
+        Ok(Some(node))
     }
 
     /// Audits (rate-limited per node) and logs a refusal of what `node` sent for a turn, and
