@@ -108,6 +108,7 @@ def screenshot(driver, name):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     for width in WIDTHS:
         driver.set_window_size(width, 900)
+        driver.execute_script("window.scrollTo(0, 0);")
         time.sleep(0.2)
         scroll_width = driver.execute_script("return document.documentElement.scrollWidth;")
         client_width = driver.execute_script("return document.documentElement.clientWidth;")
@@ -218,6 +219,51 @@ def chat_checks(driver):
     partial = [text for text in after_reload if text != final]
     check(partial, f"deltas streamed into the page after the reload: {after_reload}")
     ok(f"reload mid-reply resumed with after={resumed}; the rest arrived ({partial[0]!r}, then all)")
+
+    send(driver, '/tool write {"path":"tool-note.txt","content":"written by a tool"}')
+    wait_for(
+        driver,
+        lambda d: any(c.startswith("tool write -> ") for c in transcript_contents(d)),
+        "the reply after the tool result",
+    )
+    tool = wait_for(
+        driver,
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#transcript details.msg.tool"),
+        "the tool message",
+    )[0]
+    check(tool.get_attribute("open") is None, "a tool message starts collapsed")
+    tool.find_element(By.TAG_NAME, "summary").click()
+    check(tool.get_attribute("open") is not None, "a tool message opens on click")
+    tool_output = tool.find_element(By.TAG_NAME, "pre").text
+    check(tool_output and "tool write" in tool.text, f"the tool output is shown: {tool.text!r}")
+    ok(f"a tool call and its result are a collapsible message: {tool_output!r}")
+
+    upload = pathlib.Path(tempfile.mkdtemp()) / "notes.txt"
+    upload_bytes = f"attached {time.time_ns()}\n"
+    upload.write_text(upload_bytes, encoding="utf-8")
+    driver.find_element(By.ID, "attachment").send_keys(str(upload))
+    wait_for(driver, lambda d: "notes.txt" in (text_of(d, "#attachments") or ""), "the upload")
+    driver.execute_script("document.getElementById('queue-mode').value = 'followup';")
+    send(driver, "/say with an attachment")
+    wait_for(driver, lambda d: "with an attachment" in transcript_contents(d), "the reply")
+    check(not text_of(driver, "#attachments"), "the attachment list is empty after sending")
+    harness_root = WORKSPACE.parent
+    staged = [
+        path for path in harness_root.rglob("*notes.txt")
+        if path.is_file() and path.read_text(encoding="utf-8") == upload_bytes
+    ]
+    check(staged, "the attachment was staged into the session's workspace on the Harness")
+    ok(f"an uploaded attachment reached the Harness: {staged[0].relative_to(harness_root)}")
+
+    send(driver, "/hang")
+    wait_for(driver, lambda d: "running" in (text_of(d, "#chat-status") or ""), "the hanging turn")
+    driver.find_element(By.ID, "abort").click()
+    wait_for(
+        driver,
+        lambda d: "aborted" in (text_of(d, "#chat-status") or ""),
+        "the abort",
+    )
+    ok(f"Abort stops the running turn: {text_of(driver, '#chat-status')}")
 
     send(driver, f"/say {IMG_PAYLOAD}{SCRIPT_PAYLOAD}")
     wait_for(
@@ -331,9 +377,18 @@ def admin_pages(driver):
     ok("the nodes page lists the node and issues a setup code")
     screenshot(driver, "nodes")
 
+    skill = WORKSPACE / "skills" / "hostile"
+    skill.mkdir(parents=True, exist_ok=True)
+    description = f"Says {IMG_PAYLOAD} and {SCRIPT_PAYLOAD}".replace("'", "''")
+    (skill / "SKILL.md").write_text(
+        f"---\nname: hostile\ndescription: '{description}'\n---\n# hostile\n",
+        encoding="utf-8",
+    )
     driver.get(f"{BASE}/console/skills")
-    wait_for(driver, lambda d: "skills" in (text_of(d, "#skills-status") or ""), "the skills")
-    ok(f"the skills page loads: {text_of(driver, '#skills-status')}")
+    wait_for(driver, lambda d: "hostile" in (text_of(d, "#skills tbody") or ""), "the skills")
+    check(SCRIPT_PAYLOAD in text_of(driver, "#skills tbody"), "the description is shown as text")
+    assert_not_pwned(driver, "the skills page")
+    ok(f"the skills page shows a hostile description as text: {text_of(driver, '#skills-status')}")
     screenshot(driver, "skills")
 
     driver.get(f"{BASE}/console/audit")

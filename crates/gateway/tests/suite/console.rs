@@ -456,3 +456,43 @@ async fn issue_18_a_cross_site_login_is_refused() {
         assert!(answer.body.contains("FORBIDDEN"), "{}", answer.body);
     }
 }
+
+#[tokio::test]
+async fn issue_18_a_malformed_login_or_logout_is_an_html_page_not_plain_text() {
+    let gateway = fresh_gateway().await;
+    for (path, content_type, body) in [
+        (
+            "/console/login",
+            "application/x-www-form-urlencoded",
+            "nokey=1",
+        ),
+        (
+            "/console/login",
+            "application/json",
+            r#"{"key":"test-token"}"#,
+        ),
+        ("/console/logout", "text/plain", "csrf=x"),
+    ] {
+        let request = Request::builder()
+            .method("POST")
+            .uri(path)
+            .header(header::HOST, HOST)
+            .header("sec-fetch-site", "same-origin")
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::from(body))
+            .unwrap();
+        let answer = send(&gateway, request).await;
+        assert!(answer.status.is_client_error(), "{path}: {}", answer.status);
+        assert_eq!(
+            answer.headers[header::CONTENT_TYPE],
+            "text/html; charset=utf-8",
+            "{path} {content_type}"
+        );
+        assert!(
+            answer.body.contains(r#"id="error-message""#),
+            "{}",
+            answer.body
+        );
+        assert!(answer.headers.get(header::SET_COOKIE).is_none());
+    }
+}

@@ -28,6 +28,7 @@ use axum::Router;
 use axum::extract::Path;
 use axum::extract::Query;
 use axum::extract::State;
+use axum::extract::rejection::FormRejection;
 use axum::http::HeaderMap;
 use axum::http::HeaderValue;
 use axum::http::Method;
@@ -617,11 +618,15 @@ impl std::fmt::Debug for LoginForm {
 async fn login(
     State(state): State<Arc<GatewayState>>,
     headers: HeaderMap,
-    Form(form): Form<LoginForm>,
+    form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
     if let Err(error) = same_origin::check(&headers) {
         return error_page(&error);
     }
+    let Form(form) = match form {
+        Ok(form) => form,
+        Err(rejection) => return form_rejection_page(&rejection),
+    };
     let principal = match principal_of_token(&state, form.key.trim()).await {
         Ok(principal) => principal,
         Err(error) if error.status == StatusCode::UNAUTHORIZED => {
@@ -677,11 +682,15 @@ struct LogoutForm {
 async fn logout(
     State(state): State<Arc<GatewayState>>,
     headers: HeaderMap,
-    Form(form): Form<LogoutForm>,
+    form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Response {
     if let Err(error) = same_origin::check(&headers) {
         return error_page(&error);
     }
+    let Form(form) = match form {
+        Ok(form) => form,
+        Err(rejection) => return form_rejection_page(&rejection),
+    };
     if let Some(session_id) = cookie_value(&headers, COOKIE_NAME) {
         let found = state.console_sessions.find(session_id, now_ms());
         if let Some((session, _)) = found {
@@ -714,6 +723,12 @@ async fn logout(
         secure_attribute(&state, &headers)
     );
     with_cookie(Redirect::to("/console/").into_response(), &cookie)
+}
+
+/// Returns the page of a form body axum could not read (a wrong `Content-Type`, a missing
+/// field), with axum's status and its explanation, so no console answer is plain text.
+fn form_rejection_page(rejection: &FormRejection) -> Response {
+    plain_page(rejection.status(), "Refused", &rejection.body_text())
 }
 
 /// `GET /console/login` and `GET /console/logout`: back to the console.

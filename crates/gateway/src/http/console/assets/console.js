@@ -135,6 +135,7 @@
     const liveReplies = new Map();
     const attachments = [];
     let refreshTimer = null;
+    let lastRenderedSeq = -Infinity;
     let source = null;
 
     function renderMessage(message) {
@@ -159,7 +160,14 @@
     async function refreshTranscript() {
       try {
         const answer = await apiJson("GET", `${base}/transcript`);
-        transcript.replaceChildren(...answer.messages.map(renderMessage));
+        // The transcript only grows: append what is new and keep the rest as it is, so an
+        // opened tool message stays open.
+        for (const message of answer.messages) {
+          if (message.seq > lastRenderedSeq) {
+            transcript.append(renderMessage(message));
+            lastRenderedSeq = message.seq;
+          }
+        }
         const completed = new Set(
           answer.messages.filter((m) => m.role === "assistant").map((m) => m.turnId),
         );
