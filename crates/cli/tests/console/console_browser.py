@@ -368,6 +368,10 @@ def admin_pages(driver):
     driver.get(f"{BASE}/console/nodes")
     wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#nodes tbody tr"), "nodes")
     check("connected" in text_of(driver, "#nodes tbody"), "the embedded node is listed")
+    check(
+        "worker slots in use" in text_of(driver, "#nodes tbody"),
+        f"the node's capacity and slots are shown: {text_of(driver, '#nodes tbody')}",
+    )
     driver.find_element(By.CSS_SELECTOR, "#setup-code-form button").click()
     wait_for(
         driver,

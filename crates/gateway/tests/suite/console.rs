@@ -496,3 +496,53 @@ async fn issue_18_a_malformed_login_or_logout_is_an_html_page_not_plain_text() {
         assert!(answer.headers.get(header::SET_COOKIE).is_none());
     }
 }
+
+/// An event stream opened with the console's cookie ends with `stream.dropped` once the console
+/// session is logged out, though the key itself stays valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn issue_18_a_logged_out_sessions_event_stream_ends() {
+    let gateway = fresh_gateway().await;
+    let key = create_key(
+        &gateway,
+        serde_json::json!({"name": "watcher", "scopes": ["read"]}),
+    )
+    .await;
+    let login = log_in(&gateway, &key).await;
+    let response = gateway
+        .router
+        .clone()
+        .oneshot(cookie_request(
+            "GET",
+            "/v1/sessions/watched/events?after=0",
+            &login.cookie,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let logout = cookie_request_builder("POST", "/console/logout", &login.cookie)
+        .header("sec-fetch-site", "same-origin")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("csrf={}", login.csrf)))
+        .unwrap();
+    assert_eq!(send(&gateway, logout).await.status, StatusCode::SEE_OTHER);
+    let bytes = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        axum::body::to_bytes(response.into_body(), usize::MAX),
+    )
+    .await
+    .expect("the stream of a logged-out console session did not end")
+    .unwrap();
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    assert!(
+        text.contains("event: stream.dropped") && text.contains("UNAUTHORIZED"),
+        "{text}"
+    );
+    // The key itself still works with its bearer token.
+    let mut request = operator_request("GET", "/v1/sessions", Body::empty());
+    request.headers_mut().insert(
+        header::AUTHORIZATION,
+        format!("Bearer {key}").parse().unwrap(),
+    );
+    let (status, _) = gateway.send(request).await;
+    assert_eq!(status, StatusCode::OK);
+}

@@ -202,10 +202,11 @@ async fn sessions_page(State(state): State<Arc<GatewayState>>, headers: HeaderMa
         true => None,
         false => viewer.principal.session_prefix(),
     };
-    let sessions: Vec<_> = sessions
+    let mut sessions: Vec<_> = sessions
         .into_iter()
         .filter(|session| prefix.is_none_or(|prefix| session.session_key.starts_with(prefix)))
         .collect();
+    sessions.sort_by_key(|session| std::cmp::Reverse(session.updated_at_ms));
     let new_key = default_session_key(&viewer.principal);
     let body = html! {
         h1 { "Sessions" }
@@ -227,7 +228,7 @@ async fn sessions_page(State(state): State<Arc<GatewayState>>, headers: HeaderMa
                         th scope="col" { "Last activity" }
                     } }
                     tbody {
-                        @for session in sessions.iter().rev() {
+                        @for session in &sessions {
                             tr {
                                 td { a href=(format!("/console/chat?session={}", session.session_key)) { (session.session_key) } }
                                 td { (session.runtime) }
@@ -370,7 +371,8 @@ fn nodes_body(may_issue: bool) -> Markup {
             caption { "Enrolled nodes" }
             thead { tr {
                 th scope="col" { "Node" } th scope="col" { "Name" } th scope="col" { "Connected" }
-                th scope="col" { "Runtime" } th scope="col" { "Commands" } th scope="col" { "Last seen" }
+                th scope="col" { "Runtime" } th scope="col" { "Capacity" }
+                th scope="col" { "Commands" } th scope="col" { "Last seen" }
             } }
             tbody {}
         } }

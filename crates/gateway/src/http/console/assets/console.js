@@ -124,6 +124,28 @@
     }
   }
 
+  // Gives each cell of the page's tables its column's heading as `data-label`, which the style
+  // sheet shows beside the value where a narrow screen stacks a row's cells; rows added later
+  // are labelled as they arrive.
+  function labelTables() {
+    for (const table of document.querySelectorAll("main table")) {
+      const headings = Array.from(table.querySelectorAll("thead th"), (th) => th.textContent);
+      const tbody = table.querySelector("tbody");
+      if (!tbody) continue;
+      const label = () => {
+        for (const row of tbody.rows) {
+          Array.from(row.cells).forEach((cell, index) => {
+            if (headings[index] && cell.dataset.label !== headings[index]) {
+              cell.dataset.label = headings[index];
+            }
+          });
+        }
+      };
+      label();
+      new MutationObserver(label).observe(tbody, { childList: true });
+    }
+  }
+
   // ---- Chat ----------------------------------------------------------------------------
 
   function chatPage() {
@@ -136,6 +158,17 @@
     const attachments = [];
     let refreshTimer = null;
     let lastRenderedSeq = -Infinity;
+    // The furthest state seen per turn: the answer to a POST may arrive after the stream already
+    // said the turn started, and must not set the status line back to queued.
+    const turnRanks = new Map();
+    const RANKS = { queued: 0, running: 1 };
+
+    function showTurn(turnId, status, detail, isError) {
+      const rank = status in RANKS ? RANKS[status] : 2;
+      if ((turnRanks.get(turnId) ?? -1) > rank) return;
+      turnRanks.set(turnId, rank);
+      setStatus("chat-status", `turn ${turnId} ${status}${detail ? `: ${detail}` : ""}`, isError);
+    }
     let source = null;
 
     function renderMessage(message) {
@@ -231,14 +264,14 @@
     }
 
     const handlers = {
-      "turn.queued": (data) => setStatus("chat-status", `turn ${data.turnId} queued`),
-      "turn.started": (data) => setStatus("chat-status", `turn ${data.turnId} running`),
+      "turn.queued": (data) => showTurn(data.turnId, "queued"),
+      "turn.started": (data) => showTurn(data.turnId, "running"),
       "message.delta": (data) => {
         const content = liveReply(data.turnId).querySelector(".content");
         content.append(document.createTextNode(data.text));
       },
       "message.completed": () => scheduleRefresh(),
-      "tool.started": (data) => setStatus("chat-status", `turn ${data.turnId}: running tool ${data.tool}`),
+      "tool.started": (data) => showTurn(data.turnId, "running", `tool ${data.tool}`),
       "tool.completed": () => scheduleRefresh(),
       "artifact.stored": (data) => addArtifact(data),
       "artifact.refused": (data) =>
@@ -252,13 +285,13 @@
           reply.dataset.done = "true";
           reply.classList.remove("streaming");
         }
-        setStatus("chat-status", `turn ${data.turnId} ${data.status}`);
+        showTurn(data.turnId, data.status);
         scheduleRefresh();
       },
       "turn.failed": (data) => {
         const reply = liveReplies.get(data.turnId);
         if (reply) reply.dataset.done = "true";
-        setStatus("chat-status", `turn ${data.turnId} ${data.status}: ${data.error.code}: ${data.error.message}`, true);
+        showTurn(data.turnId, data.status, `${data.error.code}: ${data.error.message}`, true);
         scheduleRefresh();
       },
       "stream.dropped": (data) => {
@@ -355,7 +388,7 @@
           message.value = "";
           attachments.length = 0;
           renderAttachments();
-          setStatus("chat-status", `turn ${accepted.turnId} ${accepted.status}`);
+          showTurn(accepted.turnId, accepted.status);
           scheduleRefresh();
         } catch (error) {
           setStatus("chat-status", `not sent: ${error.describe()}`, true);
@@ -452,6 +485,13 @@
             el("td", {}, node.displayName),
             el("td", {}, node.connected ? "connected" : "not connected"),
             el("td", {}, node.runtime),
+            el(
+              "td",
+              {},
+              node.workerCapacity === undefined
+                ? "—"
+                : `${node.workerSlotsInUse} of ${node.workerCapacity} worker slots in use`,
+            ),
             el("td", {}, el("details", {}, el("summary", {}, `${node.commands.length} commands`), el("p", { className: "mono" }, node.commands.join(", ")))),
             el("td", {}, formatMs(node.lastSeenAt)),
           ),
@@ -744,6 +784,7 @@
   };
 
   localizeTimes();
+  labelTables();
   const start = pages[document.body.dataset.page];
   if (start) start();
   document.body.dataset.ready = scopes.length ? "true" : "login";
