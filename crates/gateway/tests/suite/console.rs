@@ -458,7 +458,7 @@ async fn issue_18_a_cross_site_login_is_refused() {
 }
 
 #[tokio::test]
-async fn issue_18_a_malformed_login_or_logout_is_an_html_page_not_plain_text() {
+async fn issue_18_every_console_refusal_is_an_html_page_not_plain_text() {
     let gateway = fresh_gateway().await;
     for (path, content_type, body) in [
         (
@@ -494,6 +494,34 @@ async fn issue_18_a_malformed_login_or_logout_is_an_html_page_not_plain_text() {
             answer.body
         );
         assert!(answer.headers.get(header::SET_COOKIE).is_none());
+    }
+    // axum's own refusals (a method the route does not take, a malformed query) are pages too.
+    for (method, uri) in [
+        ("PUT", "/console/"),
+        ("DELETE", "/console/login"),
+        ("GET", "/console/chat?session=a&session=b"),
+    ] {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .unwrap();
+        let answer = send(&gateway, request).await;
+        assert!(
+            answer.status.is_client_error(),
+            "{method} {uri}: {}",
+            answer.status
+        );
+        assert_eq!(
+            answer.headers[header::CONTENT_TYPE],
+            "text/html; charset=utf-8",
+            "{method} {uri}"
+        );
+        assert!(
+            answer.body.contains(r#"id="error-message""#),
+            "{}",
+            answer.body
+        );
     }
 }
 

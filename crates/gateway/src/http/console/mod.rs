@@ -789,10 +789,34 @@ async fn asset(Path(file): Path<String>) -> Response {
         .into_response()
 }
 
+/// Replaces an error answer that is not HTML (axum's own rejections: an unknown method, a bad
+/// path or query) with a console page of the same status, so no console answer is plain text.
+fn html_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_html = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/html"));
+    if is_html || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let mut page = plain_page(
+        status,
+        "Refused",
+        "The console cannot serve this request; go back to the console and try again.",
+    );
+    if let Some(allow) = response.headers().get(header::ALLOW) {
+        page.headers_mut().insert(header::ALLOW, allow.clone());
+    }
+    page
+}
+
 /// Adds the console's security headers to every answer of its routes. The referrer policy is
 /// `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null` with the
 /// console's own form posts, which the origin check could not tell from a forged one.
-async fn security_headers(mut response: Response) -> Response {
+async fn security_headers(response: Response) -> Response {
+    let mut response = html_errors(response);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
