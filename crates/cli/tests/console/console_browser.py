@@ -1,13 +1,16 @@
 """Drives the Gatehouse console in headless Chromium through selenium.
 
 Run by crates/cli/tests/suite/console.rs against a real `gatehouse up` (mock model), which passes
-everything in the environment:
+everything in the environment. The first argument names the scenario: `pages` (every page, with
+the native runtime) or `artifacts` (a reply artifact of the Codex runtime, logged in with the
+operator token).
 
 - GATEHOUSE_CONSOLE_URL: the Gateway's base URL.
-- GATEHOUSE_CONSOLE_ADMIN_KEY, GATEHOUSE_CONSOLE_CHAT_KEY: an admin key and a chat key limited
-  to the session prefix GATEHOUSE_CONSOLE_CHAT_PREFIX.
+- GATEHOUSE_CONSOLE_ADMIN_KEY, GATEHOUSE_CONSOLE_CHAT_KEY: an admin key (or the operator token)
+  and a chat key limited to the session prefix GATEHOUSE_CONSOLE_CHAT_PREFIX (`pages` only).
 - GATEHOUSE_CONSOLE_WORKSPACE: the Harness's Agent workspace directory.
 - GATEHOUSE_CONSOLE_SCREENSHOTS: where each page's screenshot at 1280 and 390 px goes.
+- GATEHOUSE_CONSOLE_SCRATCH: an empty directory for the files the script uploads.
 - GATEHOUSE_CHROMIUM, GATEHOUSE_CHROMEDRIVER: the browser and its driver.
 
 Every check raises on failure, so the script exits non-zero with the reason; each passed check
@@ -18,6 +21,7 @@ import http.server
 import json
 import os
 import pathlib
+import sys
 import tempfile
 import threading
 import time
@@ -31,10 +35,11 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 BASE = os.environ["GATEHOUSE_CONSOLE_URL"].rstrip("/")
 ADMIN_KEY = os.environ["GATEHOUSE_CONSOLE_ADMIN_KEY"]
-CHAT_KEY = os.environ["GATEHOUSE_CONSOLE_CHAT_KEY"]
-CHAT_PREFIX = os.environ["GATEHOUSE_CONSOLE_CHAT_PREFIX"]
+CHAT_KEY = os.environ.get("GATEHOUSE_CONSOLE_CHAT_KEY", "")
+CHAT_PREFIX = os.environ.get("GATEHOUSE_CONSOLE_CHAT_PREFIX", "")
 WORKSPACE = pathlib.Path(os.environ["GATEHOUSE_CONSOLE_WORKSPACE"])
 SCREENSHOTS = pathlib.Path(os.environ["GATEHOUSE_CONSOLE_SCREENSHOTS"])
+SCRATCH = pathlib.Path(os.environ["GATEHOUSE_CONSOLE_SCRATCH"])
 WAIT_SECONDS = 30
 SESSION = "console-e2e"
 WIDTHS = (1280, 390)
@@ -238,7 +243,7 @@ def chat_checks(driver):
     check(tool_output and "tool write" in tool.text, f"the tool output is shown: {tool.text!r}")
     ok(f"a tool call and its result are a collapsible message: {tool_output!r}")
 
-    upload = pathlib.Path(tempfile.mkdtemp()) / "notes.txt"
+    upload = SCRATCH / "notes.txt"
     upload_bytes = f"attached {time.time_ns()}\n"
     upload.write_text(upload_bytes, encoding="utf-8")
     driver.find_element(By.ID, "attachment").send_keys(str(upload))
@@ -499,39 +504,76 @@ def logout_checks(driver):
     ok("logout ends the session on the server")
 
 
-def main():
-    profile = tempfile.mkdtemp(prefix="gatehouse-console-browser-")
-    driver = start_browser(profile)
-    try:
-        driver.get(f"{BASE}/console/")
-        wait_for(driver, lambda d: d.find_elements(By.ID, "login-form"), "the login page")
-        screenshot(driver, "login")
-        log_in(driver, ADMIN_KEY)
-        cookie = session_cookie(driver)
-        check(cookie["httpOnly"] and cookie["sameSite"] == "Strict", f"cookie flags: {cookie}")
-        check(cookie["value"] != ADMIN_KEY, "the cookie is not the key")
-        stored = driver.execute_script(
-            "return JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + location.href + document.cookie;"
-        )
-        check(ADMIN_KEY not in stored, "the key is in no storage, URL or script-visible cookie")
-        check(
-            nav_titles(driver)
-            == ["Sessions", "Chat", "Agent documents", "Nodes", "Memory", "Skills", "Audit", "API keys"],
-            f"an admin key's navigation is {nav_titles(driver)}",
-        )
-        ok("logged in with an admin key; the cookie is HttpOnly and SameSite=Strict")
+def artifact_checks(driver):
+    log_in(driver, ADMIN_KEY)
+    check(text_of(driver, "#whoami") == "operator", "logged in with the operator token")
+    driver.get(f"{BASE}/console/chat?session=codex-artifacts")
+    wait_for(driver, lambda d: d.find_elements(By.ID, "send-form"), "the chat page")
+    artifact_bytes = f"artifact {time.time_ns()}\n"
+    (WORKSPACE / "report.txt").write_text(artifact_bytes, encoding="utf-8")
+    send(driver, "/say MEDIA:report.txt")
+    link = wait_for(
+        driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#artifacts a"), "the artifact link"
+    )[0]
+    check(link.text == "report.txt", f"the artifact is listed by its path: {link.text!r}")
+    check(link.get_attribute("download") == "report.txt", "the artifact downloads as report.txt")
+    downloaded = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0]).then(r => r.text()).then(done);",
+        link.get_attribute("href"),
+    )
+    check(downloaded == artifact_bytes, f"the artifact holds {downloaded!r}")
+    ok("a reply artifact is listed and downloads")
+    send(driver, "/say MEDIA:../gateway/operator-token")
+    refusal = wait_for(
+        driver,
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#artifacts li.error"),
+        "the refusal of an artifact outside the workspace",
+    )[0].text
+    check(refusal.startswith("../gateway/operator-token refused: "), f"the refusal says {refusal!r}")
+    check(len(driver.find_elements(By.CSS_SELECTOR, "#artifacts a")) == 1, "no second artifact")
+    ok(f"an artifact outside the workspace is listed as refused: {refusal}")
+    screenshot(driver, "chat-artifacts")
 
-        chat_checks(driver)
-        documents_checks(driver)
-        memory_checks(driver)
-        admin_pages(driver)
-        cross_site_checks(driver)
-        logout_checks(driver)
-        chat_key_checks(driver)
-        assert_not_pwned(driver, "the last page")
-        print(json.dumps({"passed": True}), flush=True)
-    finally:
-        driver.quit()
+
+def pages(driver):
+    driver.get(f"{BASE}/console/")
+    wait_for(driver, lambda d: d.find_elements(By.ID, "login-form"), "the login page")
+    screenshot(driver, "login")
+    log_in(driver, ADMIN_KEY)
+    cookie = session_cookie(driver)
+    check(cookie["httpOnly"] and cookie["sameSite"] == "Strict", f"cookie flags: {cookie}")
+    check(cookie["value"] != ADMIN_KEY, "the cookie is not the key")
+    stored = driver.execute_script(
+        "return JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + location.href + document.cookie;"
+    )
+    check(ADMIN_KEY not in stored, "the key is in no storage, URL or script-visible cookie")
+    check(
+        nav_titles(driver)
+        == ["Sessions", "Chat", "Agent documents", "Nodes", "Memory", "Skills", "Audit", "API keys"],
+        f"an admin key's navigation is {nav_titles(driver)}",
+    )
+    ok("logged in with an admin key; the cookie is HttpOnly and SameSite=Strict")
+
+    chat_checks(driver)
+    documents_checks(driver)
+    memory_checks(driver)
+    admin_pages(driver)
+    cross_site_checks(driver)
+    logout_checks(driver)
+    chat_key_checks(driver)
+    assert_not_pwned(driver, "the last page")
+
+
+def main():
+    scenario = {"pages": pages, "artifacts": artifact_checks}[sys.argv[1]]
+    with tempfile.TemporaryDirectory(prefix="gatehouse-console-browser-") as profile:
+        driver = start_browser(profile)
+        try:
+            scenario(driver)
+            print(json.dumps({"passed": True}), flush=True)
+        finally:
+            driver.quit()
 
 
 if __name__ == "__main__":

@@ -7,13 +7,18 @@
 //! selenium come from scripts/install (`GATEHOUSE_CHROMIUM`, `GATEHOUSE_CHROMEDRIVER`, the venv
 //! of `GATEHOUSE_PYTHON`); the test fails with their names when one is missing.
 //!
-//! The screenshots of every page at 1280 and 390 px wide are kept as the test's artifacts in
-//! `$GATEHOUSE_TEST_ARTIFACTS/console`, else `console-screenshots` in cargo's per-target
-//! temporary directory.
+//! A second test runs the chat against `gatehouse up --runtime codex`, whose replies name
+//! artifacts, logged in with the operator token.
+//!
+//! The screenshots of every page at 1280 and 390 px wide are kept as the tests' artifacts in
+//! `$GATEHOUSE_TEST_ARTIFACTS/console/SCENARIO`, else `console-screenshots/SCENARIO` in cargo's
+//! per-target temporary directory.
 
+use std::path::Path;
 use std::path::PathBuf;
 use std::process::Command;
 
+use crate::suite::support::codex_bin;
 use crate::suite::support::dirs;
 use crate::suite::support::gatehouse;
 use crate::suite::support::installed;
@@ -41,12 +46,13 @@ const PAGES: &[&str] = &[
     "keys",
 ];
 
-/// Returns where this run's screenshots go (emptied first).
-fn screenshot_dir() -> PathBuf {
-    let dir = match std::env::var_os("GATEHOUSE_TEST_ARTIFACTS") {
+/// Returns where a scenario's screenshots go (emptied first).
+fn screenshot_dir(scenario: &str) -> PathBuf {
+    let root = match std::env::var_os("GATEHOUSE_TEST_ARTIFACTS") {
         Some(root) => PathBuf::from(root).join("console"),
         None => PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots"),
     };
+    let dir = root.join(scenario);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -61,11 +67,65 @@ async fn create_key(up: &Up, body: serde_json::Value) -> String {
     created["key"].as_str().unwrap().to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn issue_18_the_console_works_in_a_real_browser() {
+/// Runs the browser script's `scenario` against `up` (data directory `data`) with `keys` (the
+/// names and values of its key variables) and returns the directory of its screenshots. Fails
+/// with the script's output and the Gateway's log when a check fails.
+fn run_browser(scenario: &str, up: &Up, data: &Path, keys: &[(&str, &str)]) -> PathBuf {
     let python = installed("GATEHOUSE_PYTHON", "a Python venv with selenium==4.51.0");
     let chromium = installed("GATEHOUSE_CHROMIUM", "Debian's chromium");
     let chromedriver = installed("GATEHOUSE_CHROMEDRIVER", "Debian's chromium-driver");
+    let screenshots = screenshot_dir(scenario);
+    let scratch = data.join("browser-scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let output = Command::new(&python)
+        .arg(SCRIPT)
+        .arg(scenario)
+        .env("GATEHOUSE_CONSOLE_URL", &up.url)
+        .envs(keys.iter().copied())
+        .env(
+            "GATEHOUSE_CONSOLE_WORKSPACE",
+            data.join("harness").join("workspace"),
+        )
+        .env("GATEHOUSE_CONSOLE_SCREENSHOTS", &screenshots)
+        .env("GATEHOUSE_CONSOLE_SCRATCH", &scratch)
+        .env("GATEHOUSE_CHROMIUM", &chromium)
+        .env("GATEHOUSE_CHROMEDRIVER", &chromedriver)
+        // Selenium must use the given driver and never look for one on the network.
+        .env("SE_OFFLINE", "true")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the browser script ({scenario}) failed:\n{stdout}\n{stderr}\nGateway log:\n{}",
+        up.process.stderr()
+    );
+    assert!(
+        stdout.trim_end().ends_with(r#"{"passed": true}"#),
+        "{stdout}"
+    );
+    screenshots
+}
+
+/// Asserts that `dir` holds a PNG screenshot of each of `pages` at both widths.
+fn assert_screenshots(dir: &Path, pages: &[&str]) {
+    for page in pages {
+        for width in [1280, 390] {
+            let shot = dir.join(format!("{page}-{width}.png"));
+            let bytes = std::fs::read(&shot)
+                .unwrap_or_else(|error| panic!("no screenshot {}: {error}", shot.display()));
+            assert!(
+                bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+                "{}",
+                shot.display()
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_18_the_console_works_in_a_real_browser() {
     let dirs = dirs();
     let data = dirs.base.join("data");
     let mut command = gatehouse();
@@ -85,50 +145,18 @@ async fn issue_18_the_console_works_in_a_real_browser() {
         serde_json::json!({"name": "console-chat", "scopes": ["chat"], "sessions": CHAT_PREFIX}),
     )
     .await;
-    let screenshots = screenshot_dir();
 
-    let output = Command::new(&python)
-        .arg(SCRIPT)
-        .env("GATEHOUSE_CONSOLE_URL", &up.url)
-        .env("GATEHOUSE_CONSOLE_ADMIN_KEY", &admin_key)
-        .env("GATEHOUSE_CONSOLE_CHAT_KEY", &chat_key)
-        .env("GATEHOUSE_CONSOLE_CHAT_PREFIX", CHAT_PREFIX)
-        .env(
-            "GATEHOUSE_CONSOLE_WORKSPACE",
-            data.join("harness").join("workspace"),
-        )
-        .env("GATEHOUSE_CONSOLE_SCREENSHOTS", &screenshots)
-        .env("GATEHOUSE_CHROMIUM", &chromium)
-        .env("GATEHOUSE_CHROMEDRIVER", &chromedriver)
-        // Selenium must use the given driver and never look for one on the network.
-        .env("SE_OFFLINE", "true")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the browser script failed:\n{stdout}\n{stderr}\nGateway log:\n{}",
-        up.process.stderr()
+    let screenshots = run_browser(
+        "pages",
+        &up,
+        &data,
+        &[
+            ("GATEHOUSE_CONSOLE_ADMIN_KEY", &admin_key),
+            ("GATEHOUSE_CONSOLE_CHAT_KEY", &chat_key),
+            ("GATEHOUSE_CONSOLE_CHAT_PREFIX", CHAT_PREFIX),
+        ],
     );
-    assert!(
-        stdout.trim_end().ends_with(r#"{"passed": true}"#),
-        "{stdout}"
-    );
-
-    // Every page at both widths, as PNG files.
-    for page in PAGES {
-        for width in [1280, 390] {
-            let shot = screenshots.join(format!("{page}-{width}.png"));
-            let bytes = std::fs::read(&shot)
-                .unwrap_or_else(|error| panic!("no screenshot {}: {error}", shot.display()));
-            assert!(
-                bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
-                "{}",
-                shot.display()
-            );
-        }
-    }
+    assert_screenshots(&screenshots, PAGES);
 
     // The console's logins and logouts are audited by key name, and no secret reached the audit
     // trail or the log.
@@ -149,4 +177,37 @@ async fn issue_18_the_console_works_in_a_real_browser() {
         assert!(!audit_text.contains(secret.as_str()), "a key in the audit");
         assert!(!log.contains(secret.as_str()), "a key in the log");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_18_the_consoles_chat_downloads_a_codex_reply_artifact() {
+    let codex = codex_bin();
+    let dirs = dirs();
+    let data = dirs.base.join("data");
+    let mut command = gatehouse();
+    command
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--runtime",
+            "codex",
+            "--codex-bin",
+        ])
+        .arg(&codex)
+        .arg("--data")
+        .arg(&data);
+    let up = Up::spawn(command, None, &data.join("gateway"), &data);
+    up.wait_ready().await;
+    let screenshots = run_browser(
+        "artifacts",
+        &up,
+        &data,
+        &[("GATEHOUSE_CONSOLE_ADMIN_KEY", &up.token)],
+    );
+    assert_screenshots(&screenshots, &["chat-artifacts"]);
+    assert!(
+        !up.process.stderr().contains(&up.token),
+        "the operator token in the log"
+    );
 }

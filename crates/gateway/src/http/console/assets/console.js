@@ -275,7 +275,9 @@
       "tool.completed": () => scheduleRefresh(),
       "artifact.stored": (data) => addArtifact(data),
       "artifact.refused": (data) =>
-        setStatus("chat-status", `artifact ${data.path} refused: ${data.error.code}`, true),
+        byId("artifacts").append(
+          el("li", { className: "error" }, `${data.path} refused: ${data.error.code}: ${data.error.message}`),
+        ),
       "turn.completed": (data) => {
         const reply = liveReplies.get(data.turnId);
         if (reply && typeof data.reply === "string") {
