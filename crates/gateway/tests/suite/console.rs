@@ -439,6 +439,52 @@ async fn issue_18_a_chat_key_sees_only_sessions_and_chat() {
 }
 
 #[tokio::test]
+async fn issue_18_a_documents_key_sees_only_the_documents_and_no_session() {
+    let gateway = fresh_gateway().await;
+    let (status, _) = gateway
+        .send(operator_request(
+            "POST",
+            "/v1/sessions/private-1/messages",
+            Body::from(r#"{"text":"hi"}"#),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let key = create_key(
+        &gateway,
+        serde_json::json!({"name": "editor", "scopes": ["documents"]}),
+    )
+    .await;
+    let login = log_in(&gateway, &key).await;
+    let page = send(&gateway, cookie_request("GET", "/console/", &login.cookie)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(!page.body.contains("private-1"), "{}", page.body);
+    let links: Vec<&str> = page
+        .body
+        .split(r#"<li><a href=""#)
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap())
+        .collect();
+    assert_eq!(links, ["/console/documents"]);
+    let chat = send(
+        &gateway,
+        cookie_request("GET", "/console/chat", &login.cookie),
+    )
+    .await;
+    assert_eq!(chat.status, StatusCode::FORBIDDEN);
+    let documents = send(
+        &gateway,
+        cookie_request("GET", "/console/documents", &login.cookie),
+    )
+    .await;
+    assert_eq!(documents.status, StatusCode::OK);
+    assert!(
+        documents.body.contains(r#"id="doc-save""#),
+        "{}",
+        documents.body
+    );
+}
+
+#[tokio::test]
 async fn issue_18_a_cross_site_login_is_refused() {
     let gateway = fresh_gateway().await;
     for (name, value) in [

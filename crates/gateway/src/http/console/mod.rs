@@ -156,11 +156,10 @@ impl Page {
     }
 
     /// Returns whether `principal` may see the page: the scopes of the `/v1` routes it reads.
-    /// A `chat` key sees the sessions and the chat only.
+    /// A `chat` key sees the sessions and the chat only; a `documents` key the documents only.
     fn is_open_to(self, principal: &Principal) -> bool {
         match self {
-            Page::Sessions => true,
-            Page::Chat => principal.has(Scope::Chat) || principal.has(Scope::Read),
+            Page::Sessions | Page::Chat => principal.has(Scope::Chat) || principal.has(Scope::Read),
             Page::Documents => principal.has(Scope::Documents) || principal.has(Scope::Read),
             Page::Nodes | Page::Memory | Page::Skills | Page::Audit => principal.has(Scope::Read),
             Page::Keys => principal.has(Scope::Admin),
@@ -193,6 +192,15 @@ async fn sessions_page(State(state): State<Arc<GatewayState>>, headers: HeaderMa
         Ok(None) => return login_page(StatusCode::OK, None),
         Err(response) => return response,
     };
+    // `/console/` is every key's landing page; one that may not list sessions sees only the
+    // navigation to its pages.
+    if !Page::Sessions.is_open_to(&viewer.principal) {
+        let body = html! {
+            h1 { "Gatehouse console" }
+            p #no-sessions { "This key's scopes list no sessions; its pages are above." }
+        };
+        return page_response(StatusCode::OK, Page::Sessions, &viewer, body);
+    }
     let sessions = match state.store.sessions().await {
         Ok(sessions) => sessions,
         Err(error) => return error_page(&crate::http::error::store_error(&error)),
