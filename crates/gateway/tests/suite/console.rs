@@ -112,6 +112,14 @@ async fn create_key(gateway: &TestGateway, body: serde_json::Value) -> String {
     created["key"].as_str().unwrap().to_owned()
 }
 
+/// Returns the targets of a console page's navigation links, in order.
+fn nav_links(body: &str) -> Vec<&str> {
+    body.split(r#"<li><a href=""#)
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap())
+        .collect()
+}
+
 fn error_code(answer: &Answer) -> String {
     let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
     body["error"]["code"].as_str().unwrap().to_owned()
@@ -390,12 +398,7 @@ async fn issue_18_a_chat_key_sees_only_sessions_and_chat() {
     .await;
     let login = log_in(&gateway, &key).await;
     let page = send(&gateway, cookie_request("GET", "/console/", &login.cookie)).await;
-    let links: Vec<&str> = page
-        .body
-        .split(r#"<li><a href=""#)
-        .skip(1)
-        .map(|rest| rest.split('"').next().unwrap())
-        .collect();
+    let links = nav_links(&page.body);
     assert_eq!(links, ["/console/", "/console/chat"]);
     // A new chat opens under the key's prefix.
     assert!(
@@ -458,12 +461,7 @@ async fn issue_18_a_documents_key_sees_only_the_documents_and_no_session() {
     let page = send(&gateway, cookie_request("GET", "/console/", &login.cookie)).await;
     assert_eq!(page.status, StatusCode::OK);
     assert!(!page.body.contains("private-1"), "{}", page.body);
-    let links: Vec<&str> = page
-        .body
-        .split(r#"<li><a href=""#)
-        .skip(1)
-        .map(|rest| rest.split('"').next().unwrap())
-        .collect();
+    let links = nav_links(&page.body);
     assert_eq!(links, ["/console/documents"]);
     let chat = send(
         &gateway,
