@@ -57,8 +57,9 @@ use axum::routing::post;
 use crate::GatewayState;
 use crate::http::error::ApiError;
 
-/// Returns the router: `/healthz`, `/readyz`, `/metrics`, `/node`, `/console/...` ([`console`]), and `/v1/...` behind the
-/// operator bearer token or an API key whose scopes open the route ([`auth`]). Every error it answers, its own rejections included, has the API's
+/// Returns the router: `/healthz`, `/readyz`, `/metrics`, `/node`, `/console/...` ([`console`]),
+/// and `/v1/...` behind the operator bearer token, an API key whose scopes open the route, or a
+/// console session cookie ([`auth`]). Every error it answers, its own rejections included, has the API's
 /// JSON shape ([`error::json_error_shape`]), and carries an `X-Request-Id` under an
 /// `http_request` span ([`request_trace::layer`]).
 pub fn app(state: Arc<GatewayState>) -> Router {

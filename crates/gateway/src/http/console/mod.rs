@@ -309,6 +309,8 @@ fn default_session_key(principal: &Principal) -> String {
     format!("{}console", principal.session_prefix().unwrap_or_default())
 }
 
+/// The chat page: the transcript, the reply in progress, the artifacts, and (for a key that
+/// may send) the message form with the queue mode, attachments, Send and Abort.
 fn chat_body(session_key: &str, may_send: bool) -> Markup {
     html! {
         h1 { "Chat" }
@@ -350,6 +352,8 @@ fn chat_body(session_key: &str, may_send: bool) -> Markup {
     }
 }
 
+/// The documents page: the file, Reload, Save (for a key that may write), the content and its
+/// size against the 16 KiB limit.
 fn documents_body(may_save: bool) -> Markup {
     html! {
         h1 { "Agent documents" }
@@ -372,6 +376,7 @@ fn documents_body(may_save: bool) -> Markup {
     }
 }
 
+/// The nodes page, with the setup-code form for an admin key.
 fn nodes_body(may_issue: bool) -> Markup {
     html! {
         h1 { "Nodes" }
@@ -398,6 +403,7 @@ fn nodes_body(may_issue: bool) -> Markup {
     }
 }
 
+/// The memory page: search, the index status, and Reindex for an admin key.
 fn memory_body(may_reindex: bool) -> Markup {
     html! {
         h1 { "Memory" }
@@ -420,6 +426,7 @@ fn memory_body(may_reindex: bool) -> Markup {
     }
 }
 
+/// The skills page.
 fn skills_body() -> Markup {
     html! {
         h1 { "Skills" }
@@ -438,6 +445,7 @@ fn skills_body() -> Markup {
     }
 }
 
+/// The audit page: the action and actor filters, the table and its pager.
 fn audit_body() -> Markup {
     html! {
         h1 { "Audit" }
@@ -467,6 +475,7 @@ fn audit_body() -> Markup {
     }
 }
 
+/// The API keys page (admin): the keys, revocation, and the form that creates one.
 fn keys_body() -> Markup {
     html! {
         h1 { "API keys" }
@@ -600,6 +609,7 @@ fn error_page(error: &ApiError) -> Response {
     plain_page(error.status, "Refused", &message)
 }
 
+/// Returns `markup` as an HTML answer that no cache keeps.
 fn html_response(status: StatusCode, markup: Markup) -> Response {
     (
         status,
@@ -763,6 +773,7 @@ fn secure_attribute(state: &GatewayState, headers: &HeaderMap) -> &'static str {
     }
 }
 
+/// Adds a `Set-Cookie` header to `response`.
 fn with_cookie(mut response: Response, cookie: &str) -> Response {
     match HeaderValue::from_str(cookie) {
         Ok(value) => {
