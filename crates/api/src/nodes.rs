@@ -28,6 +28,13 @@ pub struct NodeSummary {
     pub commands: Vec<String>,
     /// When it was last seen, Unix milliseconds.
     pub last_seen_at: i64,
+    /// The node's worker capacity (`--capacity`), from its last `node.report`; absent while it
+    /// is not connected or before its first report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_capacity: Option<u32>,
+    /// The worker slots its sessions hold now, from the same report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_slots_in_use: Option<u32>,
 }
 
 /// The body of `POST /v1/nodes/setup-codes`; an empty body is the same as `{}`.

@@ -43,6 +43,9 @@ fn every_answer_keeps_the_contract_field_names() {
     );
     round_trip::<nodes::NodeList>(json!({"nodes": [{"nodeId": "n", "displayName": "d",
         "connected": true, "runtime": "native", "commands": ["file.fetch"], "lastSeenAt": 7}]}));
+    round_trip::<nodes::NodeList>(json!({"nodes": [{"nodeId": "n", "displayName": "d",
+        "connected": true, "runtime": "native", "commands": [], "lastSeenAt": 7,
+        "workerCapacity": 8, "workerSlotsInUse": 1}]}));
     round_trip::<nodes::SetupCode>(json!({"setupCode": "c", "expiresAtMs": 9}));
     round_trip::<sessions::MessageAccepted>(
         json!({"sessionKey": "s", "turnId": "t", "status": "queued"}),

@@ -264,6 +264,8 @@ pub(crate) struct GatewayState {
     pub(crate) started_at_ms: i64,
     /// The API keys' request windows and unended turns, for their rate limits.
     pub(crate) key_limits: http::limits::KeyLimiter,
+    /// The console's login sessions (cookie id to key), kept in this process only.
+    pub(crate) console_sessions: Arc<http::console::session::ConsoleSessions>,
 }
 
 /// What the embedding program plugs into the Gateway.
@@ -585,6 +587,7 @@ pub async fn start(
         store_ping: readiness::SharedCheck::new(readiness::STORE_PING_REUSE),
         started_at_ms: clock::now_ms(),
         key_limits: http::limits::KeyLimiter::default(),
+        console_sessions: Arc::new(http::console::session::ConsoleSessions::default()),
     });
     let shutdown = CancellationToken::new();
     tokio::spawn(Arc::clone(&state.memory).run(shutdown.child_token()));

@@ -5,6 +5,7 @@ mod bench;
 mod cli_basics;
 mod codex;
 mod config_file;
+mod console;
 mod deploy;
 mod doctor;
 mod hostile;

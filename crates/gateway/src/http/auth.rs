@@ -11,6 +11,14 @@
 //! the handler as a request extension, so each audit row of the request names the key; nothing
 //! about a key but its name is ever logged or audited. A key's requests per minute are counted
 //! here too ([`crate::http::limits`]).
+//!
+//! A request without an `Authorization` header may instead carry the console's session cookie
+//! ([`crate::http::console`]): the session names the key that logged in, which is found in the
+//! store again on every request exactly like a bearer key, so revocation and expiry apply to
+//! console users at once. A state-changing request (any method but `GET` and `HEAD`) made with
+//! the cookie must also come from the console's own origin ([`same_origin::check`]) and echo the
+//! session's CSRF token in `X-Gatehouse-Csrf`; otherwise it is `403 FORBIDDEN` before any
+//! handler runs.
 
 use std::sync::Arc;
 
@@ -32,14 +40,24 @@ use crate::GatewayState;
 use crate::audit::AuditRow;
 use crate::audit::Limited;
 use crate::clock::now_ms;
+use crate::http::console::session::COOKIE_NAME;
+use crate::http::console::session::ConsoleLease;
+use crate::http::console::session::ConsoleSession;
+use crate::http::console::session::Identity;
+use crate::http::console::session::cookie_value;
 use crate::http::error::ApiError;
 use crate::http::error::store_error;
+use crate::http::same_origin;
 use crate::secrets::secrets_equal;
 use crate::secrets::sha256_hex;
 
 /// The start of every API key's secret, so a leaked one is recognisable (and a secret scanner
 /// can look for it).
 pub(crate) const KEY_PREFIX: &str = "ghk_";
+
+/// The header a state-changing request made with the console's cookie carries the session's
+/// CSRF token in.
+pub(crate) const CSRF_HEADER: &str = "x-gatehouse-csrf";
 
 /// The audit actor of the operator token.
 pub(crate) const OPERATOR_ACTOR: &str = "operator";
@@ -176,6 +194,8 @@ pub(crate) struct Principal {
     actor: String,
     /// The key, for an API key; `None` for the operator token.
     key: Option<ApiKeyRecord>,
+    /// The console session the request came through, when it came with the cookie.
+    console: Option<ConsoleLease>,
 }
 
 impl Principal {
@@ -184,6 +204,7 @@ impl Principal {
         Self {
             actor: OPERATOR_ACTOR.to_owned(),
             key: None,
+            console: None,
         }
     }
 
@@ -191,14 +212,31 @@ impl Principal {
         Self {
             actor: format!("key:{}", key.name),
             key: Some(key),
+            console: None,
+        }
+    }
+
+    /// Returns who a console session of this principal acts as.
+    pub(crate) fn identity(&self) -> Identity {
+        match &self.key {
+            None => Identity::Operator,
+            Some(key) => Identity::Key {
+                secret_sha256: key.secret_sha256.clone(),
+            },
         }
     }
 
     /// Returns whether this principal may still be served, for an answer that outlives its
     /// request's check (an event stream, a followed turn): always for the operator token; for
     /// a key, whether the store still holds it unexpired. A store that cannot answer counts as
-    /// no: a long-lived answer ends rather than go on unchecked.
+    /// no: a long-lived answer ends rather than go on unchecked. A principal that came through
+    /// a console session is also no longer valid once that session is logged out or expired.
     pub(crate) async fn still_valid(&self, store: &dyn gatehouse_store::Store) -> bool {
+        if let Some(lease) = &self.console
+            && !lease.is_live(crate::clock::now_ms())
+        {
+            return false;
+        }
         let Some(key) = &self.key else {
             return true;
         };
@@ -258,7 +296,9 @@ impl Principal {
         self.key.as_ref()?.session_prefix.as_deref()
     }
 
-    fn has(&self, scope: Scope) -> bool {
+    /// Returns whether this principal holds `scope` (`admin` and the operator token hold every
+    /// scope).
+    pub(crate) fn has(&self, scope: Scope) -> bool {
         match &self.key {
             None => true,
             Some(key) => key.scopes.contains(&scope) || key.scopes.contains(&Scope::Admin),
@@ -305,7 +345,7 @@ pub(crate) async fn authenticate(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let principal = match principal_of(&state, request.headers()).await {
+    let principal = match principal_of(&state, request.method(), request.headers()).await {
         Ok(principal) => principal,
         Err(error) => return error.into_response(),
     };
@@ -349,18 +389,92 @@ pub(crate) async fn authenticate(
     next.run(request).await
 }
 
-/// Resolves the bearer token of `request`.
-async fn principal_of(state: &GatewayState, headers: &HeaderMap) -> Result<Principal, ApiError> {
+/// Resolves the bearer token of a request, else its console session cookie.
+async fn principal_of(
+    state: &GatewayState,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Principal, ApiError> {
     let presented = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim);
-    let Some(token) = presented else {
+    if let Some(token) = presented {
+        return principal_of_token(state, token).await;
+    }
+    if let Some(session_id) = cookie_value(headers, COOKIE_NAME) {
+        return principal_of_console(state, method, headers, session_id)
+            .await
+            .map(|(principal, _)| principal);
+    }
+    Err(ApiError::unauthorized(
+        "send Authorization: Bearer <token>; the token is in <gateway-state>/operator-token",
+    ))
+}
+
+/// Resolves the console session `session_id`: its key found in the store again, and for a
+/// state-changing request the same-origin check and the CSRF token.
+///
+/// # Errors
+/// `401 UNAUTHORIZED` for an unknown or ended session or a key that is gone (which also ends
+/// the session); `403 FORBIDDEN` for a cross-origin request or a missing or wrong CSRF token.
+pub(crate) async fn principal_of_console(
+    state: &GatewayState,
+    method: &Method,
+    headers: &HeaderMap,
+    session_id: &str,
+) -> Result<(Principal, ConsoleSession), ApiError> {
+    let Some((session, lease)) = state.console_sessions.find(session_id, now_ms()) else {
         return Err(ApiError::unauthorized(
-            "send Authorization: Bearer <token>; the token is in <gateway-state>/operator-token",
+            "the console session has ended; log in again at /console/",
         ));
     };
+    let changes_state = !(method == Method::GET || method == Method::HEAD);
+    if changes_state {
+        same_origin::check(headers)?;
+        let presented = headers
+            .get(CSRF_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        if !session.csrf_matches(presented) {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "a state-changing console request must carry the session's X-Gatehouse-Csrf token",
+            ));
+        }
+    }
+    let mut principal = match &session.identity {
+        Identity::Operator => Principal::operator(),
+        Identity::Key { secret_sha256 } => {
+            let found = state
+                .store
+                .use_api_key(secret_sha256, now_ms())
+                .await
+                .map_err(|error| store_error(&error))?;
+            match found {
+                Some(key) => Principal::api_key(key),
+                None => {
+                    state.console_sessions.remove(session_id);
+                    return Err(ApiError::unauthorized(
+                        "the API key of this console session is unknown, revoked or expired; log in again",
+                    ));
+                }
+            }
+        }
+    };
+    principal.console = Some(lease);
+    Ok((principal, session))
+}
+
+/// Resolves a presented token: the operator token, or an API key found by its hash.
+///
+/// # Errors
+/// `401 UNAUTHORIZED` for a token that is neither; a store failure.
+pub(crate) async fn principal_of_token(
+    state: &GatewayState,
+    token: &str,
+) -> Result<Principal, ApiError> {
     if state.operator_token.matches(token) {
         return Ok(Principal::operator());
     }

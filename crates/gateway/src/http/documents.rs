@@ -32,9 +32,7 @@ use crate::documents::DocumentError;
 use crate::documents::DocumentName;
 use crate::http::auth::Principal;
 use crate::http::error::ApiError;
-
-/// The header browsers send with the relation of the page to the target.
-const SEC_FETCH_SITE: &str = "sec-fetch-site";
+use crate::http::same_origin;
 
 pub(crate) async fn get_document(
     State(state): State<Arc<GatewayState>>,
@@ -83,7 +81,7 @@ async fn admit(
     path: Result<Path<(String, String)>, PathRejection>,
     action: &str,
 ) -> Result<(String, DocumentName), ApiError> {
-    if is_cross_site(headers) {
+    if same_origin::is_cross_site(headers) {
         let (agent, name) = match &path {
             Ok(Path((agent, name))) => (Some(agent.as_str()), Some(name.as_str())),
             Err(_) => (None, None),
@@ -114,16 +112,6 @@ async fn admit(
     documents::check_agent(&agent)?;
     let name = DocumentName::parse(&name)?;
     Ok((agent, name))
-}
-
-/// Returns true when any `sec-fetch-site` header says `cross-site`, in any case.
-fn is_cross_site(headers: &HeaderMap) -> bool {
-    headers.get_all(SEC_FETCH_SITE).iter().any(|value| {
-        value
-            .as_bytes()
-            .trim_ascii()
-            .eq_ignore_ascii_case(b"cross-site")
-    })
 }
 
 /// Reads the whole body, refusing it as soon as it is over [`documents::MAX_BODY_BYTES`], so a

@@ -18,11 +18,14 @@
 //! - `skills`: `/v1/skills`;
 //! - `metrics`: `/metrics`;
 //! - `node_socket`: `/node`;
+//! - `console`: `/console/...`, the web console, and its login sessions;
+//! - `same_origin`: the `Sec-Fetch-Site` and `Origin` checks of browser requests;
 //! - [`error`]: [`error::ApiError`], the error shape of every answer, and the fallback;
 //! - `request_trace`: the request span and `X-Request-Id`.
 
 mod audit;
 pub(crate) mod auth;
+pub(crate) mod console;
 mod documents;
 pub mod error;
 mod health;
@@ -35,6 +38,7 @@ mod node_socket;
 mod nodes;
 mod openai;
 mod request_trace;
+mod same_origin;
 mod sessions;
 mod skills;
 mod workspace_files;
@@ -53,8 +57,9 @@ use axum::routing::post;
 use crate::GatewayState;
 use crate::http::error::ApiError;
 
-/// Returns the router: `/healthz`, `/readyz`, `/metrics`, `/node`, and `/v1/...` behind the
-/// operator bearer token or an API key whose scopes open the route ([`auth`]). Every error it answers, its own rejections included, has the API's
+/// Returns the router: `/healthz`, `/readyz`, `/metrics`, `/node`, `/console/...` ([`console`]),
+/// and `/v1/...` behind the operator bearer token, an API key whose scopes open the route, or a
+/// console session cookie ([`auth`]). Every error it answers, its own rejections included, has the API's
 /// JSON shape ([`error::json_error_shape`]), and carries an `X-Request-Id` under an
 /// `http_request` span ([`request_trace::layer`]).
 pub fn app(state: Arc<GatewayState>) -> Router {
@@ -132,8 +137,10 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route("/node", get(node_socket::node_socket))
         .nest("/v1", v1)
         .fallback(error::not_found)
-        .with_state(state)
+        .with_state(Arc::clone(&state))
         .layer(axum::middleware::map_response(error::json_error_shape))
+        // The console answers HTML, so it sits outside the JSON error layer.
+        .merge(console::router(state))
         .layer(axum::middleware::from_fn_with_state(
             metrics_state,
             crate::metrics::track_http,

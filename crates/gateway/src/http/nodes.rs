@@ -18,8 +18,8 @@ use crate::http::error::ApiError;
 use crate::http::error::store_error;
 use crate::setup_code;
 
-/// `GET /v1/nodes`: every enrolled node, with the commands of its live connection when it is
-/// connected.
+/// `GET /v1/nodes`: every enrolled node, with the commands of its live connection and the worker
+/// slots of its last report when it is connected.
 pub(crate) async fn list_nodes(
     State(state): State<Arc<GatewayState>>,
 ) -> Result<Json<NodeList>, ApiError> {
@@ -35,6 +35,7 @@ pub(crate) async fn list_nodes(
             let commands = live.as_ref().map_or(node.commands.clone(), |connection| {
                 connection.commands.clone()
             });
+            let report = live.as_ref().and_then(|connection| connection.report());
             NodeSummary {
                 node_id: node.device_id,
                 display_name: node.display_name,
@@ -42,6 +43,8 @@ pub(crate) async fn list_nodes(
                 runtime: node.runtime,
                 commands,
                 last_seen_at: node.last_seen_at_ms,
+                worker_capacity: report.map(|report| report.worker_capacity),
+                worker_slots_in_use: report.map(|report| report.worker_slots_in_use),
             }
         })
         .collect();

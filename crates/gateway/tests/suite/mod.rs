@@ -1,3 +1,4 @@
+mod console;
 mod documents;
 mod http_answers_are_typed;
 mod keys;
