@@ -18,7 +18,6 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::suite::support::codex_bin;
 use crate::suite::support::dirs;
 use crate::suite::support::gatehouse;
 use crate::suite::support::installed;
@@ -181,23 +180,9 @@ async fn issue_18_the_console_works_in_a_real_browser() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn issue_18_the_consoles_chat_downloads_a_codex_reply_artifact() {
-    let codex = codex_bin();
     let dirs = dirs();
     let data = dirs.base.join("data");
-    let mut command = gatehouse();
-    command
-        .args([
-            "up",
-            "--listen",
-            "127.0.0.1:0",
-            "--runtime",
-            "codex",
-            "--codex-bin",
-        ])
-        .arg(&codex)
-        .arg("--data")
-        .arg(&data);
-    let up = Up::spawn(command, None, &data.join("gateway"), &data);
+    let up = Up::start_codex(&data);
     up.wait_ready().await;
     let screenshots = run_browser(
         "artifacts",

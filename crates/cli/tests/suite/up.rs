@@ -38,6 +38,18 @@ impl Up {
         Up::start_with(command, data)
     }
 
+    /// Starts `up --runtime codex` on `data`, with the Codex the test script installed.
+    pub(crate) fn start_codex(data: &Path) -> Up {
+        let mut command = gatehouse();
+        command
+            .args(["up", "--listen", "127.0.0.1:0", "--runtime", "codex"])
+            .arg("--codex-bin")
+            .arg(crate::suite::support::codex_bin())
+            .arg("--data")
+            .arg(data);
+        Up::spawn(command, None, &data.join("gateway"), data)
+    }
+
     /// Starts `command` (a [`gatehouse`] command with its environment set) as `up` on `data`.
     pub(crate) fn start_with(mut command: Command, data: &Path) -> Up {
         command
@@ -665,22 +677,8 @@ async fn an_attachment_is_staged_on_the_harness_and_read_by_the_turn() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn up_runs_the_codex_runtime_with_the_mock_model() {
-    let codex = crate::suite::support::codex_bin();
     let (_temp, data) = data_dir();
-    let mut command = gatehouse();
-    command
-        .args([
-            "up",
-            "--listen",
-            "127.0.0.1:0",
-            "--runtime",
-            "codex",
-            "--codex-bin",
-        ])
-        .arg(&codex)
-        .arg("--data")
-        .arg(&data);
-    let up = Up::spawn(command, None, &data.join("gateway"), &data);
+    let up = Up::start_codex(&data);
     up.wait_ready().await;
     let (status, body) = up
         .post(

@@ -380,15 +380,7 @@ fn documents_body(may_save: bool) -> Markup {
 fn nodes_body(may_issue: bool) -> Markup {
     html! {
         h1 { "Nodes" }
-        div.table-wrap { table #nodes {
-            caption { "Enrolled nodes" }
-            thead { tr {
-                th scope="col" { "Node" } th scope="col" { "Name" } th scope="col" { "Connected" }
-                th scope="col" { "Runtime" } th scope="col" { "Capacity" }
-                th scope="col" { "Commands" } th scope="col" { "Last seen" }
-            } }
-            tbody {}
-        } }
+        (empty_table("nodes", "Enrolled nodes", &["Node", "Name", "Connected", "Runtime", "Capacity", "Commands", "Last seen"]))
         @if may_issue {
             h2 { "Enroll a node" }
             form #setup-code-form.inline {
@@ -426,19 +418,23 @@ fn memory_body(may_reindex: bool) -> Markup {
     }
 }
 
+/// An empty table `id` with `caption` and one column header per `headers`, which the page's
+/// script fills from the API.
+fn empty_table(id: &str, caption: &str, headers: &[&str]) -> Markup {
+    html! {
+        div.table-wrap { table #(id) {
+            caption { (caption) }
+            thead { tr { @for header in headers { th scope="col" { (header) } } } }
+            tbody {}
+        } }
+    }
+}
+
 /// The skills page.
 fn skills_body() -> Markup {
     html! {
         h1 { "Skills" }
-        div.table-wrap { table #skills {
-            caption { "Every skill of both hosts" }
-            thead { tr {
-                th scope="col" { "Name" } th scope="col" { "Host" } th scope="col" { "Tier" }
-                th scope="col" { "Available" } th scope="col" { "Shadowed by" }
-                th scope="col" { "Description" }
-            } }
-            tbody {}
-        } }
+        (empty_table("skills", "Every skill of both hosts", &["Name", "Host", "Tier", "Available", "Shadowed by", "Description"]))
         h2 { "Skipped" }
         ul #skills-skipped {}
         p #skills-status role="status" {}
@@ -457,15 +453,7 @@ fn audit_body() -> Markup {
             input #audit-actor type="search";
             button type="submit" { "Filter" }
         }
-        div.table-wrap { table #audit {
-            caption { "Audit trail, newest first" }
-            thead { tr {
-                th scope="col" { "Seq" } th scope="col" { "At" } th scope="col" { "Actor" }
-                th scope="col" { "Action" } th scope="col" { "Outcome" } th scope="col" { "Code" }
-                th scope="col" { "Details" }
-            } }
-            tbody {}
-        } }
+        (empty_table("audit", "Audit trail, newest first", &["Seq", "At", "Actor", "Action", "Outcome", "Code", "Details"]))
         nav.pager aria-label="Audit pages" {
             button #audit-newer type="button" { "Newer" }
             span #audit-page {}
@@ -479,14 +467,7 @@ fn audit_body() -> Markup {
 fn keys_body() -> Markup {
     html! {
         h1 { "API keys" }
-        div.table-wrap { table #keys {
-            caption { "Keys (never their secrets)" }
-            thead { tr {
-                th scope="col" { "Name" } th scope="col" { "Scopes" } th scope="col" { "Sessions" }
-                th scope="col" { "Expires" } th scope="col" { "Last used" } th scope="col" { "Revoke" }
-            } }
-            tbody {}
-        } }
+        (empty_table("keys", "Keys (never their secrets)", &["Name", "Scopes", "Sessions", "Expires", "Last used", "Revoke"]))
         h2 { "Create a key" }
         form #key-form {
             div.controls {
