@@ -618,3 +618,44 @@ async fn issue_18_a_logged_out_sessions_event_stream_ends() {
     let (status, _) = gateway.send(request).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_console_login_counts_against_the_keys_requests_per_minute() {
+    let gateway = fresh_gateway().await;
+    let key = create_key(
+        &gateway,
+        serde_json::json!({"name": "slow", "scopes": ["chat"], "requestsPerMinute": 2}),
+    )
+    .await;
+    let statuses: Vec<StatusCode> = {
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            statuses.push(send(&gateway, login_request(&key)).await.status);
+        }
+        statuses
+    };
+    assert_eq!(
+        statuses,
+        vec![
+            StatusCode::SEE_OTHER,
+            StatusCode::SEE_OTHER,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_second_console_cookie_of_the_same_name_is_no_session() {
+    let gateway = fresh_gateway().await;
+    let login = log_in(&gateway, TOKEN).await;
+    let alone = send(
+        &gateway,
+        cookie_request("GET", "/v1/sessions", &login.cookie),
+    )
+    .await;
+    assert_eq!(alone.status, StatusCode::OK, "{}", alone.body);
+    // Another service on the same host (any port) can plant a cookie of the name.
+    let planted = format!("{}; gatehouse_console=planted", login.cookie);
+    let refused = send(&gateway, cookie_request("GET", "/v1/sessions", &planted)).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{}", refused.body);
+}

@@ -639,11 +639,26 @@ async fn login(
         }
         Err(error) => return error_page(&error),
     };
+    // A login is one of the key's requests: its per-minute limit holds here too.
+    if let Some(key) = principal.key()
+        && let Err(error) = state
+            .key_limits
+            .admit_request(key, std::time::Instant::now())
+    {
+        return error_page(&error);
+    }
     let created = state
         .console_sessions
         .create(principal.identity(), principal.actor(), now_ms());
     let (session_id, _) = match created {
-        Ok(created) => created,
+        Ok(Some(created)) => created,
+        Ok(None) => {
+            return plain_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Login failed",
+                "The Gateway holds as many console sessions as it keeps; try again later.",
+            );
+        }
         Err(error) => {
             tracing::error!(error = %error, "cannot draw a console session id");
             return plain_page(

@@ -22,9 +22,13 @@ pub(crate) const COOKIE_NAME: &str = "gatehouse_console";
 /// expires earlier ends it earlier.
 pub(crate) const SESSION_TTL_MS: i64 = 12 * 60 * 60 * 1000;
 
-/// The most console sessions kept at once; a login past it drops the oldest, so logins cannot
-/// grow the Gateway's memory without bound.
+/// The most console sessions kept at once, so logins cannot grow the Gateway's memory without
+/// bound; a login past it is refused, and no one else's session is dropped for it.
 pub(crate) const MAX_SESSIONS: usize = 4096;
+
+/// The most console sessions of one key (or of the operator token) at once; a login of that
+/// key past it drops that key's oldest session, never another key's.
+pub(crate) const MAX_SESSIONS_PER_KEY: usize = 16;
 
 /// Who a console session acts as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +92,9 @@ impl ConsoleLease {
 }
 
 impl ConsoleSessions {
-    /// Starts a session for `identity` and returns its cookie id and its CSRF token.
+    /// Starts a session for `identity` and returns its cookie id and its CSRF token; `None`
+    /// when [`MAX_SESSIONS`] sessions of other keys are live. A key past
+    /// [`MAX_SESSIONS_PER_KEY`] loses its own oldest session.
     ///
     /// # Errors
     /// The system's random source failed.
@@ -97,7 +103,7 @@ impl ConsoleSessions {
         identity: Identity,
         actor: &str,
         now_ms: i64,
-    ) -> std::io::Result<(String, ConsoleSession)> {
+    ) -> std::io::Result<Option<(String, ConsoleSession)>> {
         let id = crate::secrets::random_token()?;
         let session = ConsoleSession {
             identity,
@@ -107,17 +113,24 @@ impl ConsoleSessions {
         };
         let mut sessions = self.sessions.lock();
         sessions.retain(|_, kept| kept.expires_at_ms > now_ms);
-        if sessions.len() >= MAX_SESSIONS {
-            let oldest = sessions
+        let own: Vec<(&String, i64)> = sessions
+            .iter()
+            .filter(|(_, kept)| kept.identity == session.identity)
+            .map(|(id_sha256, kept)| (id_sha256, kept.expires_at_ms))
+            .collect();
+        if own.len() >= MAX_SESSIONS_PER_KEY {
+            let oldest = own
                 .iter()
-                .min_by_key(|(_, kept)| kept.expires_at_ms)
-                .map(|(id_sha256, _)| id_sha256.clone());
+                .min_by_key(|(_, expires_at_ms)| *expires_at_ms)
+                .map(|(id_sha256, _)| (*id_sha256).clone());
             if let Some(oldest) = oldest {
                 sessions.remove(&oldest);
             }
+        } else if sessions.len() >= MAX_SESSIONS {
+            return Ok(None);
         }
         sessions.insert(sha256_hex(id.as_bytes()), session.clone());
-        Ok((id, session))
+        Ok(Some((id, session)))
     }
 
     /// Returns the unexpired session of cookie id `id`, with a lease on it.
@@ -151,14 +164,21 @@ impl ConsoleSessions {
 
 /// Returns the value of the cookie `name` among the request's `Cookie` headers.
 pub(crate) fn cookie_value<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
-    headers
+    let mut values = headers
         .get_all(axum::http::header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value.trim())
+        .filter(|(key, _)| *key == name)
+        .map(|(_, value)| value.trim());
+    let first = values.next()?;
+    // Two cookies of one name: one may be planted by another service of the same host (a
+    // browser sends a host's cookies to every port), so neither is trusted.
+    match values.next() {
+        Some(_) => None,
+        None => Some(first),
+    }
 }
 
 #[cfg(test)]
@@ -170,6 +190,7 @@ mod tests {
         let sessions = Arc::new(ConsoleSessions::default());
         let (id, created) = sessions
             .create(Identity::Operator, "operator", 1_000)
+            .unwrap()
             .unwrap();
         let (found, lease) = sessions.find(&id, 2_000).unwrap();
         assert_eq!(found.identity, Identity::Operator);
@@ -180,6 +201,7 @@ mod tests {
         assert!(sessions.find(&id, 1_000 + SESSION_TTL_MS).is_none());
         let (id, _) = sessions
             .create(Identity::Operator, "operator", 1_000)
+            .unwrap()
             .unwrap();
         let (_, lease) = sessions.find(&id, 2_000).unwrap();
         assert!(sessions.remove(&id));
@@ -188,21 +210,35 @@ mod tests {
     }
 
     #[test]
-    fn logins_past_the_bound_drop_the_oldest_session() {
+    fn a_keys_logins_past_its_bound_drop_its_own_oldest_session_only() {
         let sessions = Arc::new(ConsoleSessions::default());
-        let (first, _) = sessions.create(Identity::Operator, "operator", 0).unwrap();
-        for n_login in 1..MAX_SESSIONS {
-            sessions
-                .create(
-                    Identity::Operator,
-                    "operator",
-                    i64::try_from(n_login).unwrap(),
-                )
-                .unwrap();
+        let key = |n: usize| Identity::Key {
+            secret_sha256: format!("{n:064x}"),
+        };
+        let (operator, _) = sessions
+            .create(Identity::Operator, "operator", 0)
+            .unwrap()
+            .unwrap();
+        // One key logging in again and again drops only its own oldest session.
+        let (first, _) = sessions.create(key(1), "key:a", 1).unwrap().unwrap();
+        for n_login in 0..MAX_SESSIONS_PER_KEY * 4 {
+            let at = 2 + i64::try_from(n_login).unwrap();
+            sessions.create(key(1), "key:a", at).unwrap().unwrap();
         }
-        assert!(sessions.find(&first, 1).is_some());
-        sessions.create(Identity::Operator, "operator", 1).unwrap();
-        assert!(sessions.find(&first, 1).is_none());
+        assert!(sessions.find(&first, 3).is_none());
+        assert!(
+            sessions.find(&operator, 3).is_some(),
+            "another key's logins ended the operator's session"
+        );
+        assert_eq!(sessions.sessions.lock().len(), 1 + MAX_SESSIONS_PER_KEY);
+        // Past the bound of all sessions a new login is refused; no live session is dropped.
+        let mut n_key = 2;
+        while sessions.sessions.lock().len() < MAX_SESSIONS {
+            sessions.create(key(n_key), "key:b", 100).unwrap().unwrap();
+            n_key += 1;
+        }
+        assert!(sessions.create(key(n_key), "key:c", 100).unwrap().is_none());
+        assert!(sessions.find(&operator, 101).is_some());
         assert_eq!(sessions.sessions.lock().len(), MAX_SESSIONS);
     }
 
@@ -214,5 +250,8 @@ mod tests {
         assert_eq!(cookie_value(&headers, COOKIE_NAME), Some("abc"));
         assert_eq!(cookie_value(&headers, "b"), Some("2"));
         assert_eq!(cookie_value(&headers, "c"), None);
+        // A second cookie of the name (planted by another port of the host) is no session.
+        headers.append("cookie", "gatehouse_console=planted".parse().unwrap());
+        assert_eq!(cookie_value(&headers, COOKIE_NAME), None);
     }
 }

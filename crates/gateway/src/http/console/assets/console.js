@@ -677,11 +677,35 @@
       byId("audit-older").disabled = pageIndex >= pages - 1;
     }
 
+    // Returns whether any audit event comes after `seq`.
+    async function anyAfter(seq) {
+      return (await apiJson("GET", `/v1/audit?after=${seq}`)).events.length > 0;
+    }
+
+    // Returns a seq at most one API page (1000 events) before the newest event: the API reads
+    // forward from a seq, so the newest are found by doubling a probe past the end and then
+    // halving the gap.
+    async function nearTheEnd() {
+      let below = 0;
+      let above = 1000;
+      while (await anyAfter(above)) {
+        below = above;
+        above *= 2;
+      }
+      while (above - below > 1000) {
+        const middle = Math.floor((below + above) / 2);
+        if (await anyAfter(middle)) below = middle;
+        else above = middle;
+      }
+      return below;
+    }
+
     async function load() {
       try {
-        let after = 0;
+        // The newest events, at most AUDIT_MAX_PAGES pages of them: read forward from there.
+        let after = Math.max(0, (await nearTheEnd()) - (AUDIT_MAX_PAGES - 1) * 1000);
         const loaded = [];
-        for (let n = 0; n < AUDIT_MAX_PAGES; n += 1) {
+        for (let n = 0; n <= AUDIT_MAX_PAGES; n += 1) {
           const answer = await apiJson("GET", `/v1/audit?after=${after}`);
           loaded.push(...answer.events);
           if (answer.events.length === 0) break;
