@@ -33,13 +33,14 @@ fn worker_of(harness: &Path, session: &str) -> Option<u32> {
         .map(|(pid, _, _)| pid)
 }
 
-/// Waits until `session` has no worker under `harness`.
-async fn wait_retired(harness: &Path, session: &str) {
+/// Waits until `session` has a worker under `harness` (`running`) or has none.
+async fn wait_worker(harness: &Path, session: &str, running: bool) {
     let deadline = std::time::Instant::now() + WAIT;
-    while worker_of(harness, session).is_some() {
+    while worker_of(harness, session).is_some() != running {
         assert!(
             std::time::Instant::now() < deadline,
-            "the worker of {session} was never retired"
+            "the worker of {session} never {}",
+            if running { "started" } else { "stopped" }
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
@@ -73,7 +74,7 @@ async fn issue_16_a_new_session_takes_the_slot_of_the_least_recently_used_idle_w
 
     // Both slots are taken by idle workers: a third session gets b's.
     assert_reply(&turn(gateway, "c", "/say three").await, "three");
-    wait_retired(harness, "b").await;
+    wait_worker(harness, "b", false).await;
     assert_eq!(
         worker_of(harness, "a"),
         Some(a_worker),
@@ -91,7 +92,7 @@ async fn issue_16_a_new_session_takes_the_slot_of_the_least_recently_used_idle_w
             .contains("b's file"),
         "{read}"
     );
-    wait_retired(harness, "a").await;
+    wait_worker(harness, "a", false).await;
     assert!(worker_of(harness, "c").is_some());
 }
 
@@ -106,7 +107,8 @@ async fn issue_16_with_every_slot_running_a_turn_a_new_session_is_refused_and_no
     ];
     for (turn_id, session) in hanging.iter().zip(["a", "b"]) {
         wait_running(gateway, turn_id).await;
-        assert!(worker_of(harness, session).is_some());
+        // The turn runs once the Gateway dispatched it; its worker starts a moment later.
+        wait_worker(harness, session, true).await;
     }
     let workers = [worker_of(harness, "a"), worker_of(harness, "b")];
     let refused = turn(gateway, "c", "/say three").await;
@@ -164,7 +166,7 @@ async fn issue_16_an_idle_worker_stops_after_worker_idle_seconds_and_its_session
     )
     .await;
     assert_eq!(wrote["status"], "completed", "{wrote}");
-    wait_retired(harness, "s").await;
+    wait_worker(harness, "s", false).await;
     let read = turn(gateway, "s", r#"/tool read {"path":"kept.txt"}"#).await;
     assert!(
         read["reply"]
