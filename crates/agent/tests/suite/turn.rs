@@ -163,6 +163,17 @@ async fn a_model_error_keeps_its_code() {
     }
 }
 
+/// The model's call of `ls` with no arguments, with the id `call_N`.
+fn ls_call(n_call: usize) -> ToolCall {
+    ToolCall {
+        call_id: format!("call_{n_call}"),
+        name: String::from("ls"),
+        input: ToolInput::Function {
+            arguments_json: String::from("{}"),
+        },
+    }
+}
+
 /// A model that asks for `ls` on every call.
 #[derive(Debug, Default)]
 struct LoopingModel {
@@ -178,13 +189,7 @@ impl ModelClient for LoopingModel {
     async fn stream(&self, _request: &ModelRequest) -> gatehouse_model::Result<ModelEventStream> {
         let n_call = self.n_calls.fetch_add(1, Ordering::SeqCst) + 1;
         let events = vec![
-            Ok(ModelEvent::ToolCall(ToolCall {
-                call_id: format!("call_{n_call}"),
-                name: String::from("ls"),
-                input: ToolInput::Function {
-                    arguments_json: String::from("{}"),
-                },
-            })),
+            Ok(ModelEvent::ToolCall(ls_call(n_call))),
             Ok(ModelEvent::Completed {
                 text: String::new(),
                 usage: None,
@@ -341,13 +346,7 @@ impl ModelClient for UsageModel {
         let last = n_call + 1 == self.usages.len();
         let mut events = Vec::new();
         if !last {
-            events.push(Ok(ModelEvent::ToolCall(ToolCall {
-                call_id: format!("call_{n_call}"),
-                name: String::from("ls"),
-                input: ToolInput::Function {
-                    arguments_json: String::from("{}"),
-                },
-            })));
+            events.push(Ok(ModelEvent::ToolCall(ls_call(n_call))));
         }
         events.push(Ok(ModelEvent::Completed {
             text: if last {

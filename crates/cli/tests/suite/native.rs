@@ -33,6 +33,15 @@ fn workers() -> Vec<WorkerProcess> {
         .collect()
 }
 
+/// Asserts that `turn` failed with the stable code `code`.
+pub(crate) fn assert_failed_with(turn: &serde_json::Value, code: &str) {
+    assert_eq!(
+        (turn["status"].as_str(), turn["error"]["code"].as_str()),
+        (Some("failed"), Some(code)),
+        "{turn}"
+    );
+}
+
 pub(crate) struct Dedicated {
     _dirs: Dirs,
     pub(crate) gateway: Gateway,
@@ -201,14 +210,7 @@ async fn with_retirement_never_capacity_refuses_a_new_session_until_one_stops() 
     assert_eq!(turn(gateway, "a", "/say one").await["status"], "completed");
     assert_eq!(turn(gateway, "b", "/say two").await["status"], "completed");
     let refused = turn(gateway, "c", "/say three").await;
-    assert_eq!(
-        (
-            refused["status"].as_str(),
-            refused["error"]["code"].as_str()
-        ),
-        (Some("failed"), Some("WORKER_CAPACITY_EXHAUSTED")),
-        "{refused}"
-    );
+    assert_failed_with(&refused, "WORKER_CAPACITY_EXHAUSTED");
     // Existing sessions keep their workers.
     assert_eq!(turn(gateway, "a", "/say again").await["reply"], "again");
     let stopped = reqwest::Client::new()

@@ -8,6 +8,7 @@ use std::path::Path;
 use pretty_assertions::assert_eq;
 use sha2::Digest;
 
+use crate::suite::native::assert_failed_with;
 use crate::suite::native::dedicated_with;
 use crate::suite::support::Gateway;
 use crate::suite::support::WAIT;
@@ -112,14 +113,7 @@ async fn issue_16_with_every_slot_running_a_turn_a_new_session_is_refused_and_no
     }
     let workers = [worker_of(harness, "a"), worker_of(harness, "b")];
     let refused = turn(gateway, "c", "/say three").await;
-    assert_eq!(
-        (
-            refused["status"].as_str(),
-            refused["error"]["code"].as_str()
-        ),
-        (Some("failed"), Some("WORKER_CAPACITY_EXHAUSTED")),
-        "{refused}"
-    );
+    assert_failed_with(&refused, "WORKER_CAPACITY_EXHAUSTED");
     // The running turns go on, on the same workers.
     for turn_id in &hanging {
         let status = gateway.get_json(&format!("/v1/turns/{turn_id}")).await;

@@ -615,18 +615,26 @@ impl std::fmt::Debug for LoginForm {
     }
 }
 
+/// Returns the form of a console POST that came from the console's own origin, or the HTML
+/// page that refuses it (a cross-origin request, or a form that does not decode).
+fn same_origin_form<T>(
+    headers: &HeaderMap,
+    form: Result<Form<T>, FormRejection>,
+) -> Result<T, Box<Response>> {
+    same_origin::check(headers).map_err(|error| Box::new(error_page(&error)))?;
+    form.map(|Form(form)| form)
+        .map_err(|rejection| Box::new(form_rejection_page(&rejection)))
+}
+
 /// `POST /console/login`: the key of the form, checked like a bearer token, becomes a session.
 async fn login(
     State(state): State<Arc<GatewayState>>,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
-    if let Err(error) = same_origin::check(&headers) {
-        return error_page(&error);
-    }
-    let Form(form) = match form {
+    let form = match same_origin_form(&headers, form) {
         Ok(form) => form,
-        Err(rejection) => return form_rejection_page(&rejection),
+        Err(page) => return *page,
     };
     let principal = match principal_of_token(&state, form.key.trim()).await {
         Ok(principal) => principal,
@@ -700,12 +708,9 @@ async fn logout(
     headers: HeaderMap,
     form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Response {
-    if let Err(error) = same_origin::check(&headers) {
-        return error_page(&error);
-    }
-    let Form(form) = match form {
+    let form = match same_origin_form(&headers, form) {
         Ok(form) => form,
-        Err(rejection) => return form_rejection_page(&rejection),
+        Err(page) => return *page,
     };
     if let Some(session_id) = cookie_value(&headers, COOKIE_NAME) {
         let found = state.console_sessions.find(session_id, now_ms());
