@@ -45,6 +45,8 @@ use crate::skills::SkillsDiscovery;
 use crate::skills::SkillsRequest;
 use crate::worker::AgentSessionRestoreParams;
 use crate::worker::AgentSessionRestoreResult;
+use crate::worker::AgentSessionSourceParams;
+use crate::worker::AgentSessionSourceResult;
 use crate::worker::AgentSessionStopParams;
 use crate::worker::AgentSessionStopResult;
 use crate::worker::AgentTurnParams;
@@ -154,6 +156,9 @@ command_definitions! {
         /// `agent.session.restore`: rebuild a session workspace from a checkpoint.
         AgentSessionRestore = crate::worker::AGENT_SESSION_RESTORE
             => AgentSessionRestoreParams, AgentSessionRestoreResult;
+        /// `agent.session.source`: fetch a repository commit into a missing session workspace.
+        AgentSessionSource = crate::worker::AGENT_SESSION_SOURCE
+            => AgentSessionSourceParams, AgentSessionSourceResult;
         /// `agent.session.stop`: stop a session's worker.
         AgentSessionStop = crate::worker::AGENT_SESSION_STOP
             => AgentSessionStopParams, AgentSessionStopResult;

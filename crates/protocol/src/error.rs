@@ -329,6 +329,17 @@ catalogue! {
         SkillCleanupFailed = "SKILL_CLEANUP_FAILED", 500;
     }
 
+    /// Codes of session workspace sources (`empty`, `repository`, `worktree`).
+    Source = "Session workspace sources" {
+        /// The session's workspace source cannot change: the session has messages.
+        SessionSourceLocked = "SESSION_SOURCE_LOCKED", 409;
+        /// The session's repository cannot be fetched, or its ref does not resolve to a commit.
+        SourceUnavailable = "SOURCE_UNAVAILABLE", 502;
+        /// The previous turn's workspace result is still being reconciled with the session's
+        /// worktree; the turn waited for it and gave up.
+        WorkspaceReconciling = "WORKSPACE_RECONCILING", 503;
+    }
+
     /// Codes of the Gateway's store and media store.
     Storage = "Store and media" {
         /// The record already exists.

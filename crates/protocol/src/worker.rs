@@ -116,6 +116,11 @@ pub struct AgentTurnParams {
     /// it with `agent.session.restore` first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_id: Option<String>,
+    /// The session workspace must already exist (it came from a workspace source): a node whose
+    /// session workspace is missing refuses the turn with `WORKSPACE_MISSING` even without a
+    /// checkpoint, and the Gateway rebuilds it first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub workspace_required: bool,
     /// The Gateway-provided tools this turn may call (after the Gateway's tool policy).
     #[serde(default)]
     pub gateway_tools: Vec<GatewayToolSpec>,
@@ -177,6 +182,51 @@ pub struct AgentSessionRestoreResult {
     /// How many entries were restored.
     #[serde(default)]
     pub restored: u64,
+}
+
+/// `agent.session.source`: fetch one commit of a repository into a session's missing execution
+/// workspace (the `repository` and `worktree` workspace sources).
+pub const AGENT_SESSION_SOURCE: &str = "agent.session.source";
+
+/// Parameters of `agent.session.source`.
+///
+/// The node host fetches with its own `git` and its own credentials (the Gateway holds none for
+/// repositories), into a cache of its own outside every session workspace, and writes the
+/// commit's files into the session workspace through directory handles that never follow a
+/// link. The workspace must not exist yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSessionSourceParams {
+    /// The session whose workspace is created.
+    pub session_key: String,
+    /// The repository: a `file://`, `https://` or `ssh://` URL.
+    pub url: String,
+    /// The branch, tag or commit to resolve when `commit` is absent; absent means the
+    /// repository's `HEAD`.
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The pinned commit (40 lowercase hex digits) to fetch instead of resolving `ref`: sent for
+    /// every fetch after the first, so a moved ref never changes the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Also answer every written entry with its content (the `worktree` source, whose first
+    /// tree the Gateway keeps); the answer is then bounded like a checkpoint manifest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub report: bool,
+}
+
+/// Result of `agent.session.source`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSessionSourceResult {
+    /// The commit written, 40 lowercase hex digits.
+    pub commit: String,
+    /// How many entries were written.
+    #[serde(default)]
+    pub written: u64,
+    /// With `report`: every written entry, each file with its content, in path order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<CheckpointEntry>,
 }
 
 /// Result of `agent.turn`.

@@ -1020,6 +1020,7 @@ mod tests {
             user_texts: vec![String::from("hello")],
             attachments: Vec::new(),
             checkpoint_id: None,
+            workspace_required: false,
             gateway_tools: Vec::new(),
             skills_prompt: None,
             skill_copies: Vec::new(),

@@ -355,6 +355,7 @@ impl TurnRuntime for NodeRuntime {
             user_texts: input.user_texts.clone(),
             attachments: input.attachments.clone(),
             checkpoint_id: checkpoint.as_ref().map(|(id, _)| id.clone()),
+            workspace_required: false,
             gateway_tools: self.tools.offered(),
             skills_prompt,
             skill_copies,
