@@ -18,7 +18,10 @@ pub use gatehouse_store::model::TurnCompleted;
 pub use gatehouse_store::model::TurnFailed;
 pub use gatehouse_store::model::TurnQueued;
 pub use gatehouse_store::model::TurnStarted;
+pub use gatehouse_store::model::WorkspaceConflict;
 
+/// The event name of [`WorkspaceConflict`].
+pub const WORKSPACE_CONFLICT: &str = WorkspaceConflict::KIND;
 /// The event name of [`TurnQueued`].
 pub const TURN_QUEUED: &str = TurnQueued::KIND;
 /// The event name of [`TurnStarted`].
@@ -187,6 +190,8 @@ pub enum SessionEvent {
     TurnFailed(TurnFailed),
     /// `stream.dropped`.
     StreamDropped(StreamDropped),
+    /// `workspace.conflict`.
+    WorkspaceConflict(WorkspaceConflict),
     /// An event this build does not know.
     Other {
         /// The event's name.
@@ -215,6 +220,7 @@ impl SessionEvent {
             TURN_COMPLETED => SessionEvent::TurnCompleted(serde_json::from_value(payload)?),
             TURN_FAILED => SessionEvent::TurnFailed(serde_json::from_value(payload)?),
             STREAM_DROPPED => SessionEvent::StreamDropped(serde_json::from_value(payload)?),
+            WORKSPACE_CONFLICT => SessionEvent::WorkspaceConflict(serde_json::from_value(payload)?),
             other => SessionEvent::Other {
                 name: other.to_owned(),
             },
@@ -235,6 +241,7 @@ impl SessionEvent {
             SessionEvent::ArtifactRefused(event) => Some(&event.turn_id),
             SessionEvent::TurnCompleted(event) => Some(&event.turn_id),
             SessionEvent::TurnFailed(event) => Some(&event.turn_id),
+            SessionEvent::WorkspaceConflict(event) => Some(&event.turn_id),
             SessionEvent::StreamDropped(_) | SessionEvent::Other { .. } => None,
         }
     }

@@ -8,8 +8,12 @@ use serde::Serialize;
 
 pub use gatehouse_store::model::Attachment;
 pub use gatehouse_store::model::QueueMode;
+pub use gatehouse_store::model::RepositorySpec;
+pub use gatehouse_store::model::ResultState;
+pub use gatehouse_store::model::SessionWorkspace;
 pub use gatehouse_store::model::TurnError;
 pub use gatehouse_store::model::TurnStatus;
+pub use gatehouse_store::model::WorkspaceSource;
 
 /// The body of `POST /v1/sessions/{key}/messages`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -68,6 +72,89 @@ pub struct Turn {
     /// The tokens the completed turn's model calls used, when the model reported them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<gatehouse_protocol::worker::TokenUsage>,
+    /// A `worktree` session's turn: what became of its workspace result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<TurnWorkspace>,
+}
+
+/// What became of a `worktree` session turn's workspace result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnWorkspace {
+    /// `staged` until it is merged into the worktree, then `applied`.
+    pub state: ResultState,
+    /// The name the worker's whole result is kept under (`refs/gatehouse/worker-results/…`;
+    /// `gatehouse session export` writes it as a ref).
+    pub staged_ref: String,
+    /// The paths taken from the result (added, changed or deleted).
+    pub applied: Vec<String>,
+    /// The paths changed on both sides since the merge base, which kept the worktree's version.
+    pub conflicts: Vec<String>,
+}
+
+/// The body of `PUT /v1/sessions/{key}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionParams {
+    /// Where the session's execution workspace comes from.
+    pub workspace: WorkspaceSource,
+}
+
+/// The answer of `PUT /v1/sessions/{key}` (`201` when it created the session).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCreated {
+    /// The session.
+    pub session_key: String,
+    /// Its workspace source.
+    pub workspace: SessionWorkspace,
+}
+
+/// The answer of `GET /v1/sessions/{key}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    /// The session key.
+    pub session_key: String,
+    /// The runtime it runs on: `native` or `codex`.
+    pub runtime: String,
+    /// Its workspace source, with the pinned commit once the first turn resolved it.
+    pub workspace: SessionWorkspace,
+    /// When it was created, Unix milliseconds.
+    pub created_at: i64,
+    /// When it last changed, Unix milliseconds.
+    pub updated_at: i64,
+    /// The turn running now, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_turn_id: Option<String>,
+    /// The node the session is bound to, once a turn ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+}
+
+/// The answer of `PUT /v1/sessions/{key}/worktree/{path}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeWritten {
+    /// The file written.
+    pub path: String,
+    /// The worktree version the edit made.
+    pub version: i64,
+    /// Lowercase hex SHA-256 of the content.
+    pub sha256: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Whether it is executable.
+    pub executable: bool,
+}
+
+/// The query of `PUT /v1/sessions/{key}/worktree/{path}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeWriteQuery {
+    /// Make the file executable (`true`); a regular file when left out.
+    #[serde(default)]
+    pub executable: bool,
 }
 
 /// The answer of `GET /v1/sessions`.

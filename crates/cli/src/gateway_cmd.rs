@@ -60,6 +60,19 @@ pub(crate) struct GatewayArgs {
     tick_interval_ms: u64,
 }
 
+/// The hidden test hook that pauses each worktree apply
+/// ([`GatewayConfig::worktree_apply_delay`]), in milliseconds.
+const WORKTREE_APPLY_DELAY_ENV: &str = "GATEHOUSE_TEST_WORKTREE_APPLY_DELAY_MS";
+
+/// Returns the pause before each worktree apply: zero unless the hidden test hook
+/// `GATEHOUSE_TEST_WORKTREE_APPLY_DELAY_MS` names one.
+pub(crate) fn worktree_apply_delay() -> Duration {
+    std::env::var(WORKTREE_APPLY_DELAY_ENV)
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_millis)
+}
+
 /// Runs `gatehouse gateway` until SIGINT or SIGTERM.
 pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     let file: crate::config_file::GatewayFile = crate::config_file::load(args.config.as_deref())?;
@@ -88,6 +101,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         seconds => seconds.map(Duration::from_secs),
     };
     config.tick_interval = Duration::from_millis(args.tick_interval_ms.max(100));
+    config.worktree_apply_delay = worktree_apply_delay();
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     let memory_embedder = memory_skills.apply(&mut config)?;
     let mut extensions = match args.runtime.or(file.runtime).unwrap_or_default() {

@@ -139,6 +139,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     create_default_documents(&harness_root.join("workspace"))?;
     let gateway_state_dir = gateway_state.clone();
     let mut config = GatewayConfig::with_defaults(gateway_state, args.listen);
+    config.worktree_apply_delay = crate::gateway_cmd::worktree_apply_delay();
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     args.quotas.apply(&mut config);
     args.store.apply(&mut config)?;

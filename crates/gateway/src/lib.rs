@@ -53,6 +53,7 @@ mod staging;
 mod tools;
 mod turns;
 mod workspace;
+mod worktree;
 
 /// The audit trail, its bounds and its per-peer rate limit.
 pub use crate::audit::{
@@ -177,6 +178,10 @@ pub struct GatewayConfig {
     /// another connected node (its workspace restored there from the last checkpoint); `None`
     /// (the default) never moves a session by itself.
     pub session_move_after: Option<Duration>,
+    /// A pause before each worktree result is applied; zero (the default) outside tests. The
+    /// CLI reads it from the hidden `GATEHOUSE_TEST_WORKTREE_APPLY_DELAY_MS`, so a test can
+    /// observe a result while it is staged (back-pressure, a kill between staging and apply).
+    pub worktree_apply_delay: Duration,
 }
 
 impl GatewayConfig {
@@ -205,6 +210,7 @@ impl GatewayConfig {
             metrics_refresh_interval: metrics::DEFAULT_METRICS_REFRESH_INTERVAL,
             store_lock_wait: gatehouse_store::exclusive::DEFAULT_WAIT,
             session_move_after: None,
+            worktree_apply_delay: Duration::ZERO,
         }
     }
 
@@ -523,6 +529,14 @@ pub async fn start(
         source,
     })?;
     let hub = Arc::new(EventHub::new(Arc::clone(&store)));
+    let worktrees = Arc::new(worktree::WorktreeService::new(
+        Arc::clone(&store),
+        Arc::clone(&hub),
+        config.worktree_apply_delay,
+    ));
+    // Results staged before a crash are applied before the turns that were running are
+    // marked interrupted (TurnEngine::recover), and are never replayed.
+    worktrees.recover().await;
     let stager = Arc::new(staging::WorkspaceStager::new(
         Arc::clone(&workspace),
         Arc::clone(&media),
@@ -554,7 +568,8 @@ pub async fn start(
                 turns::node_runtime::DEFAULT_TURN_TIMEOUT,
             )
             .with_skills(Arc::clone(&skills))
-            .with_session_move_after(config.session_move_after),
+            .with_session_move_after(config.session_move_after)
+            .with_worktrees(Arc::clone(&worktrees)),
         )),
         (None, None, FallbackRuntime::Off) => None,
     };

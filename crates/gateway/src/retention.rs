@@ -200,6 +200,39 @@ impl MediaRetention {
         ))
     }
 
+    /// Lists `blobs` as collectable blobs, writes them, then runs `commit` (which makes
+    /// something refer to them), all under the shared side of the collection lock, so the
+    /// blobs cannot be collected before `commit` refers to them. A blob nothing refers to
+    /// afterwards (`commit` failed or wrote nothing) is collected by a later run.
+    ///
+    /// # Errors
+    /// The media store's code (`MEDIA_QUOTA_EXCEEDED` when it is full), or the store's.
+    pub(crate) async fn write_blobs_then<T>(
+        &self,
+        blobs: Vec<NewBlob>,
+        commit: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, TurnFailure> {
+        let _writing = self.lock.read().await;
+        let listed: Vec<CheckpointBlob> = blobs
+            .iter()
+            .map(|blob| CheckpointBlob {
+                media_id: blob.media_id.clone(),
+                size_bytes: blob.bytes.len() as u64,
+            })
+            .collect();
+        self.store
+            .register_checkpoint_blobs(&listed, now_ms())
+            .await
+            .map_err(store_failure)?;
+        for blob in blobs {
+            self.media
+                .put(blob.bytes, "application/octet-stream", None)
+                .await
+                .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+        }
+        commit.await.map_err(store_failure)
+    }
+
     /// Stores a checkpoint: lists `new_blobs` as checkpoint blobs, writes them, commits the
     /// checkpoint as the session's latest, then applies retention and collects. On failure
     /// nothing is committed, the blobs already written are collected, and the session keeps

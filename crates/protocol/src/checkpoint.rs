@@ -71,6 +71,9 @@ pub enum ManifestViolation {
     InvalidTarget(&'static str),
     /// A `file` whose fields contradict each other, or a `symlink` with file fields.
     Inconsistent(&'static str),
+    /// A link whose target is absolute or leads out of the tree (only where links must stay
+    /// inside, see [`validate_contained_links`]).
+    LinkOutside,
 }
 
 impl ManifestViolation {
@@ -86,6 +89,7 @@ impl ManifestViolation {
             ManifestViolation::UnknownKind => "unknown_kind",
             ManifestViolation::InvalidTarget(_) => "invalid_target",
             ManifestViolation::Inconsistent(_) => "inconsistent",
+            ManifestViolation::LinkOutside => "link_outside",
         }
     }
 
@@ -105,6 +109,9 @@ impl ManifestViolation {
                 String::from("the entry is below a symbolic link entry")
             }
             ManifestViolation::BelowFile => String::from("the entry is below a file entry"),
+            ManifestViolation::LinkOutside => {
+                String::from("the link's target is absolute or leads out of the tree")
+            }
             ManifestViolation::UnknownKind => {
                 format!("the kind is neither {KIND_FILE:?} nor {KIND_SYMLINK:?}")
             }
@@ -162,6 +169,54 @@ impl std::fmt::Display for ManifestError {
 }
 
 impl std::error::Error for ManifestError {}
+
+/// Checks that every link of a manifest stays inside its tree: its target is relative, and
+/// resolved as text from the link's directory (each `..` leaving one directory, never
+/// following another link) it never climbs above the tree's root. A worktree the Gateway keeps
+/// (the `worktree` workspace source) is checked with this as well as [`validate_manifest`], so
+/// a link in it can never point people or tools that read the tree at something outside.
+///
+/// # Errors
+/// [`ManifestViolation::LinkOutside`] for the first link that leaves the tree.
+pub fn validate_contained_links(entries: &[CheckpointEntry]) -> Result<(), ManifestError> {
+    for (index, entry) in entries.iter().enumerate() {
+        let Some(target) = entry
+            .target
+            .as_deref()
+            .filter(|_| entry.kind == KIND_SYMLINK)
+        else {
+            continue;
+        };
+        if link_leaves_tree(&entry.path, target) {
+            return Err(ManifestError::at(
+                index,
+                entry,
+                ManifestViolation::LinkOutside,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a link at `path` with `target` points out of the tree (see
+/// [`validate_contained_links`]).
+pub fn link_leaves_tree(path: &str, target: &str) -> bool {
+    if target.starts_with('/') {
+        return true;
+    }
+    let mut depth = path.split('/').count().saturating_sub(1);
+    for segment in target.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => match depth.checked_sub(1) {
+                Some(up) => depth = up,
+                None => return true,
+            },
+            _ => depth += 1,
+        }
+    }
+    false
+}
 
 /// Checks a checkpoint manifest against every rule of this module.
 ///

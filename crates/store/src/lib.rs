@@ -48,13 +48,21 @@ use crate::model::NewAuditEvent;
 use crate::model::NewSetupCode;
 use crate::model::NewTurnMessage;
 use crate::model::NewUserMessage;
+use crate::model::NewWorktreeVersion;
 use crate::model::NodeRecord;
 use crate::model::NodeSeen;
+use crate::model::ResultApply;
 use crate::model::SessionMove;
 use crate::model::SessionRecord;
+use crate::model::SessionWorkspace;
 use crate::model::StoreFigures;
+use crate::model::StoredManifest;
 use crate::model::TurnEnd;
 use crate::model::TurnRecord;
+use crate::model::WorkspaceSet;
+use crate::model::WorkspaceSource;
+use crate::model::WorktreeResult;
+use crate::model::WorktreeVersion;
 
 /// Returns `value` with NUL replaced by U+FFFD: the text a PostgreSQL store keeps for it,
 /// since a `text` column refuses NUL. Text from a node or a model may carry it; refusing the
@@ -414,4 +422,107 @@ pub trait Store: Send + Sync + 'static {
         to: Option<&str>,
         now_ms: i64,
     ) -> Result<SessionMove>;
+    /// Sets the workspace source of `session_key`, creating the session (on `runtime`) when it
+    /// does not exist, in one transaction. A session that has messages keeps its source: the
+    /// answer is [`WorkspaceSet::Locked`] unless `source` is the one it has. Setting a
+    /// `worktree` source without `from` also writes the worktree's first, empty version; a
+    /// replaced source forgets the worktree versions of the one before.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn set_session_workspace(
+        &self,
+        session_key: &str,
+        runtime: &str,
+        source: &WorkspaceSource,
+        now_ms: i64,
+    ) -> Result<WorkspaceSet>;
+
+    /// Returns the workspace source of `session_key` (`empty` when none was set); `None` when
+    /// the session does not exist.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn session_workspace(&self, session_key: &str) -> Result<Option<SessionWorkspace>>;
+
+    /// Pins the commit of the session's repository unless one is pinned already, and returns
+    /// the pinned commit: the first pin wins.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when the session does not exist; storage failures.
+    async fn pin_session_commit(&self, session_key: &str, commit: &str) -> Result<String>;
+
+    /// Returns version `version` of the session's worktree, or its head when `version` is
+    /// `None`; `None` when there is no such version.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn worktree_version(
+        &self,
+        session_key: &str,
+        version: Option<i64>,
+    ) -> Result<Option<WorktreeVersion>>;
+
+    /// Writes the next worktree version, only while the head is `expected_head` (0: no
+    /// version yet). Returns whether it was written.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn save_worktree_version(
+        &self,
+        version: &NewWorktreeVersion,
+        now_ms: i64,
+    ) -> Result<bool>;
+
+    /// Returns the merge base of the session's worktree: the tree its execution workspace was
+    /// last known to hold; `None` before its first dispatch.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn worktree_base(&self, session_key: &str) -> Result<Option<StoredManifest>>;
+
+    /// Sets the merge base of the session's worktree (at the first dispatch, to the tree sent).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn set_worktree_base(&self, session_key: &str, base: &StoredManifest) -> Result<()>;
+
+    /// Stores a worker's result for a `worktree` session as `staged`; staging the same turn
+    /// twice keeps the first.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn stage_worktree_result(
+        &self,
+        turn_id: &str,
+        session_key: &str,
+        staged_ref: &str,
+        manifest: &StoredManifest,
+        now_ms: i64,
+    ) -> Result<()>;
+
+    /// Returns the results still `staged` (of one session, or of every session), oldest
+    /// first.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn staged_worktree_results(
+        &self,
+        session_key: Option<&str>,
+    ) -> Result<Vec<WorktreeResult>>;
+
+    /// Returns the worktree result of `turn_id`, if it has one.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn worktree_result(&self, turn_id: &str) -> Result<Option<WorktreeResult>>;
+
+    /// Applies a staged result in one transaction: writes `merged` as the next worktree
+    /// version (only while the head is `expected_head`), makes the result the merge base, and
+    /// records the result `applied` with its outcome. Returns false, writing nothing, when the
+    /// head moved or the result is no longer staged.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn apply_worktree_result(&self, apply: &ResultApply, now_ms: i64) -> Result<bool>;
 }

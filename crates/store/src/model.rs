@@ -763,3 +763,339 @@ pub(crate) fn stored_limit(value: Option<i64>) -> crate::Result<Option<u32>> {
         })
         .transpose()
 }
+
+/// Where a session's execution workspace comes from, as `PUT /v1/sessions/{key}` sets it and
+/// `GET /v1/sessions/{key}` shows it. A session nobody set a source for is `empty`.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(tag = "source", rename_all = "camelCase", deny_unknown_fields)]
+pub enum WorkspaceSource {
+    /// An empty workspace; the Gateway keeps checkpoints of it.
+    Empty,
+    /// A repository commit, fetched by the Harness; checkpoints accumulate on top of it.
+    Repository {
+        /// A `file://`, `https://` or `ssh://` URL, without credentials.
+        url: String,
+        /// The branch, tag or commit; the repository's `HEAD` when left out.
+        #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+        reference: Option<String>,
+    },
+    /// A worktree the Gateway keeps, which every turn's result is merged into.
+    Worktree {
+        /// The repository the worktree starts from; empty when left out.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<RepositorySpec>,
+    },
+}
+
+impl WorkspaceSource {
+    /// The repository the source fetches from, if any.
+    #[must_use]
+    pub fn repository(&self) -> Option<RepositorySpec> {
+        match self {
+            Self::Empty | Self::Worktree { from: None } => None,
+            Self::Repository { url, reference } => Some(RepositorySpec {
+                url: url.clone(),
+                reference: reference.clone(),
+            }),
+            Self::Worktree { from: Some(from) } => Some(from.clone()),
+        }
+    }
+
+    /// Whether the Gateway keeps a worktree for the session.
+    #[must_use]
+    pub fn is_worktree(&self) -> bool {
+        matches!(self, Self::Worktree { .. })
+    }
+}
+
+/// A repository and the ref to start from.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct RepositorySpec {
+    /// A `file://`, `https://` or `ssh://` URL, without credentials.
+    pub url: String,
+    /// The branch, tag or commit; the repository's `HEAD` when left out.
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+}
+
+/// A session's workspace source and the commit it was pinned to.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct SessionWorkspace {
+    /// The source.
+    #[serde(flatten)]
+    pub source: WorkspaceSource,
+    /// The commit the repository's ref resolved to at the first dispatch (40 hex digits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// What [`crate::Store::set_session_workspace`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkspaceSet {
+    /// The session was created with the source.
+    Created,
+    /// The session had no message yet; its source is now this one.
+    Replaced,
+    /// The session already had this source.
+    Unchanged,
+    /// The session has messages and another source, which stays.
+    Locked(SessionWorkspace),
+}
+
+/// One entry of a stored tree (a checkpoint's or a worktree's): a regular file, whose content
+/// is the media blob `media_id`, or a link, kept as its target and never followed.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredEntry {
+    /// The path relative to the workspace.
+    pub path: String,
+    /// `file` or `symlink`.
+    pub kind: String,
+    /// Whether the file is executable.
+    #[serde(default)]
+    pub executable: bool,
+    /// Lowercase hex SHA-256 of the content (files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// The size in bytes (files).
+    #[serde(default)]
+    pub size: u64,
+    /// The link target (links).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The media blob of the content (files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_id: Option<String>,
+}
+
+/// A stored tree: its entries in path order.
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct StoredManifest {
+    /// The entries.
+    pub entries: Vec<StoredEntry>,
+}
+
+/// Why a worktree version exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorktreeOrigin {
+    /// The worktree's first tree (empty, or the `from` repository's commit).
+    Start,
+    /// A Gateway-side edit (`PUT /v1/sessions/{key}/worktree/{path}`).
+    Edit,
+    /// A turn's result, merged in.
+    Turn,
+}
+
+impl WorktreeOrigin {
+    /// The stored name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Edit => "edit",
+            Self::Turn => "turn",
+        }
+    }
+
+    /// Parses a stored name.
+    ///
+    /// # Errors
+    /// [`crate::StoreError::Corrupt`] for an unknown name.
+    pub fn parse(text: &str) -> crate::Result<Self> {
+        match text {
+            "start" => Ok(Self::Start),
+            "edit" => Ok(Self::Edit),
+            "turn" => Ok(Self::Turn),
+            _ => Err(crate::StoreError::Corrupt {
+                what: "worktree version origin",
+            }),
+        }
+    }
+}
+
+/// One version of a session's worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorktreeVersion {
+    /// The session.
+    pub session_key: String,
+    /// From 1; the largest is the head.
+    pub version: i64,
+    /// Why it exists.
+    pub origin: WorktreeOrigin,
+    /// The turn whose result it merged (origin `turn`).
+    pub turn_id: Option<String>,
+    /// Who made it: `gateway`, `operator` or `key:NAME`.
+    pub actor: String,
+    /// The tree.
+    pub manifest: StoredManifest,
+    /// When it was made.
+    pub created_at_ms: i64,
+}
+
+/// Whether a staged worktree result was applied.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultState {
+    /// Stored, not yet merged into the worktree.
+    Staged,
+    /// Merged into the worktree.
+    Applied,
+}
+
+/// A worker's result for a `worktree` session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorktreeResult {
+    /// The turn.
+    pub turn_id: String,
+    /// The session.
+    pub session_key: String,
+    /// The name the result is kept under: `refs/gatehouse/worker-results/<turn id>`.
+    pub staged_ref: String,
+    /// The tree the worker reported.
+    pub manifest: StoredManifest,
+    /// Whether it was applied.
+    pub state: ResultState,
+    /// The paths the apply took from the result.
+    pub applied: Vec<String>,
+    /// The paths changed on both sides, which kept the worktree's version.
+    pub conflicts: Vec<String>,
+    /// The worktree version the apply made.
+    pub version: Option<i64>,
+    /// When it was staged.
+    pub staged_at_ms: i64,
+}
+
+/// What applying a staged result writes, in one transaction: the merged tree as the next
+/// worktree version (only if the head is still `expected_head`), the result as the merge base,
+/// and the result's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultApply {
+    /// The turn whose result is applied.
+    pub turn_id: String,
+    /// The session.
+    pub session_key: String,
+    /// The head version the merge was computed against.
+    pub expected_head: i64,
+    /// The merged tree.
+    pub merged: StoredManifest,
+    /// The paths taken from the result.
+    pub applied: Vec<String>,
+    /// The paths that kept the worktree's version.
+    pub conflicts: Vec<String>,
+}
+
+/// A new worktree version written by a Gateway-side edit or the worktree's start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWorktreeVersion {
+    /// The session.
+    pub session_key: String,
+    /// The head it replaces (0 for the first version).
+    pub expected_head: i64,
+    /// Why it exists.
+    pub origin: WorktreeOrigin,
+    /// Who made it.
+    pub actor: String,
+    /// The tree.
+    pub manifest: StoredManifest,
+}
+
+/// Parses a stored manifest.
+///
+/// # Errors
+/// [`crate::StoreError::Corrupt`] when the text is not a manifest.
+pub(crate) fn parse_manifest(text: &str) -> crate::Result<StoredManifest> {
+    serde_json::from_str(text).map_err(|_| crate::StoreError::Corrupt {
+        what: "stored manifest",
+    })
+}
+
+/// Parses a stored list of paths.
+///
+/// # Errors
+/// [`crate::StoreError::Corrupt`] when the text is not an array of strings.
+pub(crate) fn parse_paths(text: Option<&str>) -> crate::Result<Vec<String>> {
+    text.map_or(Ok(Vec::new()), |text| {
+        serde_json::from_str(text).map_err(|_| crate::StoreError::Corrupt {
+            what: "worktree result paths",
+        })
+    })
+}
+
+/// Serializes a workspace source for the `workspace_json` column.
+///
+/// # Errors
+/// [`crate::StoreError::Internal`] if it cannot be serialized.
+pub(crate) fn workspace_json(source: &WorkspaceSource) -> crate::Result<String> {
+    serde_json::to_string(source).map_err(|error| crate::StoreError::Internal {
+        source: Box::new(error),
+    })
+}
+
+/// Reads the `workspace_json` and `workspace_commit` columns (`NULL`: `empty`).
+///
+/// # Errors
+/// [`crate::StoreError::Corrupt`] when the text is not a source.
+pub(crate) fn stored_workspace(
+    json: Option<&str>,
+    commit: Option<String>,
+) -> crate::Result<SessionWorkspace> {
+    let source = match json {
+        None => WorkspaceSource::Empty,
+        Some(text) => serde_json::from_str(text).map_err(|_| crate::StoreError::Corrupt {
+            what: "session workspace source",
+        })?,
+    };
+    Ok(SessionWorkspace { source, commit })
+}
+
+/// Serializes a stored manifest.
+///
+/// # Errors
+/// [`crate::StoreError::Internal`] if it cannot be serialized.
+pub(crate) fn manifest_json(manifest: &StoredManifest) -> crate::Result<String> {
+    serde_json::to_string(manifest).map_err(|error| crate::StoreError::Internal {
+        source: Box::new(error),
+    })
+}
+
+/// Serializes a list of paths.
+///
+/// # Errors
+/// [`crate::StoreError::Internal`] if it cannot be serialized.
+pub(crate) fn paths_json(paths: &[String]) -> crate::Result<String> {
+    serde_json::to_string(paths).map_err(|error| crate::StoreError::Internal {
+        source: Box::new(error),
+    })
+}
+
+/// `workspace.conflict`: a turn's result changed paths the worktree had also changed since the
+/// merge base; the worktree kept its versions of them (durable).
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceConflict {
+    /// The turn whose result was applied.
+    pub turn_id: String,
+    /// The paths that kept the worktree's version, in order.
+    pub conflicts: Vec<String>,
+    /// The name the worker's whole result is kept under.
+    pub staged_ref: String,
+}
+
+impl EventPayload for WorkspaceConflict {
+    const KIND: &'static str = "workspace.conflict";
+}

@@ -50,20 +50,36 @@ use crate::model::NewAuditEvent;
 use crate::model::NewSetupCode;
 use crate::model::NewTurnMessage;
 use crate::model::NewUserMessage;
+use crate::model::NewWorktreeVersion;
 use crate::model::NodeRecord;
 use crate::model::NodeSeen;
 use crate::model::QueueMode;
+use crate::model::ResultApply;
+use crate::model::ResultState;
 use crate::model::SessionMove;
 use crate::model::SessionRecord;
+use crate::model::SessionWorkspace;
 use crate::model::StoreFigures;
+use crate::model::StoredManifest;
 use crate::model::TurnEnd;
 use crate::model::TurnFailed;
 use crate::model::TurnQueued;
 use crate::model::TurnRecord;
 use crate::model::TurnStarted;
 use crate::model::TurnStatus;
+use crate::model::WorkspaceSet;
+use crate::model::WorkspaceSource;
+use crate::model::WorktreeOrigin;
+use crate::model::WorktreeResult;
+use crate::model::WorktreeVersion;
+use crate::model::manifest_json;
+use crate::model::parse_manifest;
+use crate::model::parse_paths;
+use crate::model::paths_json;
+use crate::model::stored_workspace;
 use crate::model::usage_columns;
 use crate::model::usage_from_columns;
+use crate::model::workspace_json;
 
 /// The most pooled connections of one Gateway.
 pub const POOL_CONNECTIONS: u32 = 16;
@@ -140,6 +156,15 @@ impl PgStore {
     ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
         self.pool.begin().await.map_err(|e| map_error(e, what))
     }
+}
+
+/// The columns of a [`WorktreeResult`], as [`worktree_result_from_row`] reads them.
+macro_rules! worktree_result_columns {
+    () => {
+        "SELECT turn_id, session_key, staged_ref, manifest_json::text AS manifest_json, state, \
+         applied_json::text AS applied_json, conflicts_json::text AS conflicts_json, version, \
+         staged_at_ms FROM worktree_results"
+    };
 }
 
 /// The columns of an [`ApiKeyRecord`], as [`api_key_from_row`] reads them (a macro, so each
@@ -1113,6 +1138,290 @@ impl Store for PgStore {
             .map_err(|e| map_error(e, "session node"))?;
         Ok(SessionMove::Moved { from })
     }
+
+    async fn set_session_workspace(
+        &self,
+        session_key: &str,
+        runtime: &str,
+        source: &WorkspaceSource,
+        now_ms: i64,
+    ) -> Result<WorkspaceSet> {
+        let source_json = workspace_json(source)?;
+        let mut tx = self.begin("session").await?;
+        let created: Option<String> = sqlx::query_scalar(
+            "INSERT INTO sessions (session_key, runtime, created_at_ms, updated_at_ms, \
+             workspace_json) VALUES ($1, $2, $3, $3, $4::jsonb) \
+             ON CONFLICT (session_key) DO NOTHING RETURNING session_key",
+        )
+        .bind(session_key)
+        .bind(runtime)
+        .bind(now_ms)
+        .bind(&source_json)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        let outcome = match created {
+            Some(_) => WorkspaceSet::Created,
+            None => {
+                // The row lock keeps an admission from adding the first message meanwhile.
+                let row = sqlx::query(
+                    "SELECT workspace_json::text AS workspace_json, workspace_commit, \
+                     next_message_seq FROM sessions WHERE session_key = $1 FOR UPDATE",
+                )
+                .bind(session_key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "session"))?;
+                let current = stored_workspace(
+                    get::<Option<String>>(&row, "workspace_json")?.as_deref(),
+                    get(&row, "workspace_commit")?,
+                )?;
+                let next_seq: i64 = get(&row, "next_message_seq")?;
+                if current.source == *source {
+                    return Ok(WorkspaceSet::Unchanged);
+                }
+                if next_seq > 1 {
+                    return Ok(WorkspaceSet::Locked(current));
+                }
+                sqlx::query(
+                    "UPDATE sessions SET workspace_json = $1::jsonb, workspace_commit = NULL, \
+                     worktree_base_json = NULL, updated_at_ms = $2 WHERE session_key = $3",
+                )
+                .bind(&source_json)
+                .bind(now_ms)
+                .bind(session_key)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "session"))?;
+                sqlx::query("DELETE FROM worktree_versions WHERE session_key = $1")
+                    .bind(session_key)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| map_error(e, "worktree"))?;
+                WorkspaceSet::Replaced
+            }
+        };
+        if matches!(source, WorkspaceSource::Worktree { from: None }) {
+            sqlx::query(
+                "INSERT INTO worktree_versions (session_key, version, origin, turn_id, actor, \
+                 manifest_json, created_at_ms) VALUES ($1, 1, $2, NULL, 'gateway', $3::jsonb, $4)",
+            )
+            .bind(session_key)
+            .bind(WorktreeOrigin::Start.as_str())
+            .bind(manifest_json(&StoredManifest::default())?)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "worktree"))?;
+        }
+        tx.commit().await.map_err(|e| map_error(e, "session"))?;
+        Ok(outcome)
+    }
+
+    async fn session_workspace(&self, session_key: &str) -> Result<Option<SessionWorkspace>> {
+        let row = sqlx::query(
+            "SELECT workspace_json::text AS workspace_json, workspace_commit FROM sessions \
+             WHERE session_key = $1",
+        )
+        .bind(session_key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        row.map(|row| {
+            stored_workspace(
+                get::<Option<String>>(&row, "workspace_json")?.as_deref(),
+                get(&row, "workspace_commit")?,
+            )
+        })
+        .transpose()
+    }
+
+    async fn pin_session_commit(&self, session_key: &str, commit: &str) -> Result<String> {
+        let pinned: Option<Option<String>> = sqlx::query_scalar(
+            "UPDATE sessions SET workspace_commit = coalesce(workspace_commit, $1) \
+             WHERE session_key = $2 RETURNING workspace_commit",
+        )
+        .bind(commit)
+        .bind(session_key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        match pinned {
+            Some(Some(pinned)) => Ok(pinned),
+            _ => Err(StoreError::NotFound { what: "session" }),
+        }
+    }
+
+    async fn worktree_version(
+        &self,
+        session_key: &str,
+        version: Option<i64>,
+    ) -> Result<Option<WorktreeVersion>> {
+        let row = sqlx::query(
+            "SELECT session_key, version, origin, turn_id, actor, \
+             manifest_json::text AS manifest_json, created_at_ms FROM worktree_versions \
+             WHERE session_key = $1 AND ($2::bigint IS NULL OR version = $2) \
+             ORDER BY version DESC LIMIT 1",
+        )
+        .bind(session_key)
+        .bind(version)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        row.as_ref().map(worktree_version_from_row).transpose()
+    }
+
+    async fn save_worktree_version(
+        &self,
+        version: &NewWorktreeVersion,
+        now_ms: i64,
+    ) -> Result<bool> {
+        // Two writers that read the same head both insert head + 1: the primary key lets one.
+        let inserted = sqlx::query(
+            "INSERT INTO worktree_versions (session_key, version, origin, turn_id, actor, \
+             manifest_json, created_at_ms) \
+             SELECT $1, $2 + 1, $3, NULL, $4, $5::jsonb, $6 \
+             WHERE (SELECT coalesce(max(version), 0) FROM worktree_versions \
+                    WHERE session_key = $1) = $2 \
+             ON CONFLICT (session_key, version) DO NOTHING",
+        )
+        .bind(&version.session_key)
+        .bind(version.expected_head)
+        .bind(version.origin.as_str())
+        .bind(&version.actor)
+        .bind(manifest_json(&version.manifest)?)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        Ok(inserted.rows_affected() == 1)
+    }
+
+    async fn worktree_base(&self, session_key: &str) -> Result<Option<StoredManifest>> {
+        let base: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT worktree_base_json::text FROM sessions WHERE session_key = $1",
+        )
+        .bind(session_key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        base.flatten().as_deref().map(parse_manifest).transpose()
+    }
+
+    async fn set_worktree_base(&self, session_key: &str, base: &StoredManifest) -> Result<()> {
+        sqlx::query("UPDATE sessions SET worktree_base_json = $1::jsonb WHERE session_key = $2")
+            .bind(manifest_json(base)?)
+            .bind(session_key)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_error(e, "worktree"))?;
+        Ok(())
+    }
+
+    async fn stage_worktree_result(
+        &self,
+        turn_id: &str,
+        session_key: &str,
+        staged_ref: &str,
+        manifest: &StoredManifest,
+        now_ms: i64,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO worktree_results (turn_id, session_key, staged_ref, manifest_json, \
+             state, staged_at_ms) VALUES ($1, $2, $3, $4::jsonb, 'staged', $5) \
+             ON CONFLICT (turn_id) DO NOTHING",
+        )
+        .bind(turn_id)
+        .bind(session_key)
+        .bind(staged_ref)
+        .bind(manifest_json(manifest)?)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "worktree result"))?;
+        Ok(())
+    }
+
+    async fn staged_worktree_results(
+        &self,
+        session_key: Option<&str>,
+    ) -> Result<Vec<WorktreeResult>> {
+        let rows = sqlx::query(concat!(
+            worktree_result_columns!(),
+            " WHERE state = 'staged' AND ($1::text IS NULL OR session_key = $1) \
+             ORDER BY staged_at_ms, turn_id COLLATE \"C\"",
+        ))
+        .bind(session_key)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "worktree result"))?;
+        rows.iter().map(worktree_result_from_row).collect()
+    }
+
+    async fn worktree_result(&self, turn_id: &str) -> Result<Option<WorktreeResult>> {
+        let row = sqlx::query(concat!(worktree_result_columns!(), " WHERE turn_id = $1"))
+            .bind(turn_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| map_error(e, "worktree result"))?;
+        row.as_ref().map(worktree_result_from_row).transpose()
+    }
+
+    async fn apply_worktree_result(&self, apply: &ResultApply, now_ms: i64) -> Result<bool> {
+        let mut tx = self.begin("worktree").await?;
+        // Locking the result row serializes two applies of one result.
+        let staged: Option<String> = sqlx::query_scalar(
+            "SELECT manifest_json::text FROM worktree_results \
+             WHERE turn_id = $1 AND state = 'staged' FOR UPDATE",
+        )
+        .bind(&apply.turn_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree result"))?;
+        let Some(staged) = staged else {
+            return Ok(false);
+        };
+        let inserted = sqlx::query(
+            "INSERT INTO worktree_versions (session_key, version, origin, turn_id, actor, \
+             manifest_json, created_at_ms) \
+             SELECT $1, $2 + 1, $3, $4, 'gateway', $5::jsonb, $6 \
+             WHERE (SELECT coalesce(max(version), 0) FROM worktree_versions \
+                    WHERE session_key = $1) = $2 \
+             ON CONFLICT (session_key, version) DO NOTHING",
+        )
+        .bind(&apply.session_key)
+        .bind(apply.expected_head)
+        .bind(WorktreeOrigin::Turn.as_str())
+        .bind(&apply.turn_id)
+        .bind(manifest_json(&apply.merged)?)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        if inserted.rows_affected() != 1 {
+            return Ok(false);
+        }
+        sqlx::query("UPDATE sessions SET worktree_base_json = $1::jsonb WHERE session_key = $2")
+            .bind(&staged)
+            .bind(&apply.session_key)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "worktree"))?;
+        sqlx::query(
+            "UPDATE worktree_results SET state = 'applied', applied_json = $1::jsonb, \
+             conflicts_json = $2::jsonb, version = $3, applied_at_ms = $4 WHERE turn_id = $5",
+        )
+        .bind(paths_json(&apply.applied)?)
+        .bind(paths_json(&apply.conflicts)?)
+        .bind(apply.expected_head + 1)
+        .bind(now_ms)
+        .bind(&apply.turn_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree result"))?;
+        tx.commit().await.map_err(|e| map_error(e, "worktree"))?;
+        Ok(true)
+    }
 }
 
 const NODE_COLUMNS: &str = "SELECT device_id, public_key, display_name, runtime, \
@@ -1384,4 +1693,39 @@ fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
     StoreError::Internal {
         source: Box::new(error),
     }
+}
+
+fn worktree_version_from_row(row: &PgRow) -> Result<WorktreeVersion> {
+    Ok(WorktreeVersion {
+        session_key: get(row, "session_key")?,
+        version: get(row, "version")?,
+        origin: WorktreeOrigin::parse(&get::<String>(row, "origin")?)?,
+        turn_id: get(row, "turn_id")?,
+        actor: get(row, "actor")?,
+        manifest: parse_manifest(&get::<String>(row, "manifest_json")?)?,
+        created_at_ms: get(row, "created_at_ms")?,
+    })
+}
+
+fn worktree_result_from_row(row: &PgRow) -> Result<WorktreeResult> {
+    let state = match get::<String>(row, "state")?.as_str() {
+        "staged" => ResultState::Staged,
+        "applied" => ResultState::Applied,
+        _ => {
+            return Err(StoreError::Corrupt {
+                what: "worktree result state",
+            });
+        }
+    };
+    Ok(WorktreeResult {
+        turn_id: get(row, "turn_id")?,
+        session_key: get(row, "session_key")?,
+        staged_ref: get(row, "staged_ref")?,
+        manifest: parse_manifest(&get::<String>(row, "manifest_json")?)?,
+        state,
+        applied: parse_paths(get::<Option<String>>(row, "applied_json")?.as_deref())?,
+        conflicts: parse_paths(get::<Option<String>>(row, "conflicts_json")?.as_deref())?,
+        version: get(row, "version")?,
+        staged_at_ms: get(row, "staged_at_ms")?,
+    })
 }

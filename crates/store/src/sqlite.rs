@@ -33,20 +33,36 @@ use crate::model::NewAuditEvent;
 use crate::model::NewSetupCode;
 use crate::model::NewTurnMessage;
 use crate::model::NewUserMessage;
+use crate::model::NewWorktreeVersion;
 use crate::model::NodeRecord;
 use crate::model::NodeSeen;
 use crate::model::QueueMode;
+use crate::model::ResultApply;
+use crate::model::ResultState;
 use crate::model::SessionMove;
 use crate::model::SessionRecord;
+use crate::model::SessionWorkspace;
 use crate::model::StoreFigures;
+use crate::model::StoredManifest;
 use crate::model::TurnEnd;
 use crate::model::TurnFailed;
 use crate::model::TurnQueued;
 use crate::model::TurnRecord;
 use crate::model::TurnStarted;
 use crate::model::TurnStatus;
+use crate::model::WorkspaceSet;
+use crate::model::WorkspaceSource;
+use crate::model::WorktreeOrigin;
+use crate::model::WorktreeResult;
+use crate::model::WorktreeVersion;
+use crate::model::manifest_json;
+use crate::model::parse_manifest;
+use crate::model::parse_paths;
+use crate::model::paths_json;
+use crate::model::stored_workspace;
 use crate::model::usage_columns;
 use crate::model::usage_from_columns;
+use crate::model::workspace_json;
 
 /// The number of pooled connections; SQLite serializes writers anyway.
 const POOL_CONNECTIONS: u32 = 8;
@@ -1110,6 +1126,322 @@ impl Store for SqliteStore {
             .map_err(|e| map_error(e, "session node"))?;
         Ok(SessionMove::Moved { from })
     }
+
+    async fn set_session_workspace(
+        &self,
+        session_key: &str,
+        runtime: &str,
+        source: &WorkspaceSource,
+        now_ms: i64,
+    ) -> Result<WorkspaceSet> {
+        let source_json = workspace_json(source)?;
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "session"))?;
+        let row = sqlx::query(
+            "SELECT workspace_json, workspace_commit, next_message_seq FROM sessions \
+             WHERE session_key = ?",
+        )
+        .bind(session_key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        let outcome = match row {
+            None => {
+                sqlx::query(
+                    "INSERT INTO sessions (session_key, runtime, created_at_ms, updated_at_ms, \
+                     workspace_json) VALUES (?, ?, ?, ?, ?)",
+                )
+                .bind(session_key)
+                .bind(runtime)
+                .bind(now_ms)
+                .bind(now_ms)
+                .bind(&source_json)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "session"))?;
+                WorkspaceSet::Created
+            }
+            Some(row) => {
+                let current = stored_workspace(
+                    get::<Option<String>>(&row, "workspace_json")?.as_deref(),
+                    get(&row, "workspace_commit")?,
+                )?;
+                let next_seq: i64 = get(&row, "next_message_seq")?;
+                if current.source == *source {
+                    return Ok(WorkspaceSet::Unchanged);
+                }
+                if next_seq > 1 {
+                    return Ok(WorkspaceSet::Locked(current));
+                }
+                sqlx::query(
+                    "UPDATE sessions SET workspace_json = ?, workspace_commit = NULL, \
+                     worktree_base_json = NULL, updated_at_ms = ? WHERE session_key = ?",
+                )
+                .bind(&source_json)
+                .bind(now_ms)
+                .bind(session_key)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "session"))?;
+                sqlx::query("DELETE FROM worktree_versions WHERE session_key = ?")
+                    .bind(session_key)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| map_error(e, "worktree"))?;
+                WorkspaceSet::Replaced
+            }
+        };
+        if matches!(source, WorkspaceSource::Worktree { from: None }) {
+            sqlx::query(
+                "INSERT INTO worktree_versions (session_key, version, origin, turn_id, actor, \
+                 manifest_json, created_at_ms) VALUES (?, 1, ?, NULL, 'gateway', ?, ?)",
+            )
+            .bind(session_key)
+            .bind(WorktreeOrigin::Start.as_str())
+            .bind(manifest_json(&StoredManifest::default())?)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "worktree"))?;
+        }
+        tx.commit().await.map_err(|e| map_error(e, "session"))?;
+        Ok(outcome)
+    }
+
+    async fn session_workspace(&self, session_key: &str) -> Result<Option<SessionWorkspace>> {
+        let row = sqlx::query(
+            "SELECT workspace_json, workspace_commit FROM sessions WHERE session_key = ?",
+        )
+        .bind(session_key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        row.map(|row| {
+            stored_workspace(
+                get::<Option<String>>(&row, "workspace_json")?.as_deref(),
+                get(&row, "workspace_commit")?,
+            )
+        })
+        .transpose()
+    }
+
+    async fn pin_session_commit(&self, session_key: &str, commit: &str) -> Result<String> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "session"))?;
+        sqlx::query(
+            "UPDATE sessions SET workspace_commit = ? \
+             WHERE session_key = ? AND workspace_commit IS NULL",
+        )
+        .bind(commit)
+        .bind(session_key)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "session"))?;
+        let pinned: Option<Option<String>> =
+            sqlx::query_scalar("SELECT workspace_commit FROM sessions WHERE session_key = ?")
+                .bind(session_key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "session"))?;
+        let Some(Some(pinned)) = pinned else {
+            return Err(StoreError::NotFound { what: "session" });
+        };
+        tx.commit().await.map_err(|e| map_error(e, "session"))?;
+        Ok(pinned)
+    }
+
+    async fn worktree_version(
+        &self,
+        session_key: &str,
+        version: Option<i64>,
+    ) -> Result<Option<WorktreeVersion>> {
+        let row = sqlx::query(
+            "SELECT session_key, version, origin, turn_id, actor, manifest_json, created_at_ms \
+             FROM worktree_versions WHERE session_key = ? AND (? IS NULL OR version = ?) \
+             ORDER BY version DESC LIMIT 1",
+        )
+        .bind(session_key)
+        .bind(version)
+        .bind(version)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        row.as_ref().map(worktree_version_from_row).transpose()
+    }
+
+    async fn save_worktree_version(
+        &self,
+        version: &NewWorktreeVersion,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "worktree"))?;
+        let head: i64 = sqlx::query_scalar(
+            "SELECT coalesce(max(version), 0) FROM worktree_versions WHERE session_key = ?",
+        )
+        .bind(&version.session_key)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        if head != version.expected_head {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO worktree_versions (session_key, version, origin, turn_id, actor, \
+             manifest_json, created_at_ms) VALUES (?, ?, ?, NULL, ?, ?, ?)",
+        )
+        .bind(&version.session_key)
+        .bind(head + 1)
+        .bind(version.origin.as_str())
+        .bind(&version.actor)
+        .bind(manifest_json(&version.manifest)?)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        tx.commit().await.map_err(|e| map_error(e, "worktree"))?;
+        Ok(true)
+    }
+
+    async fn worktree_base(&self, session_key: &str) -> Result<Option<StoredManifest>> {
+        let base: Option<Option<String>> =
+            sqlx::query_scalar("SELECT worktree_base_json FROM sessions WHERE session_key = ?")
+                .bind(session_key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| map_error(e, "worktree"))?;
+        base.flatten().as_deref().map(parse_manifest).transpose()
+    }
+
+    async fn set_worktree_base(&self, session_key: &str, base: &StoredManifest) -> Result<()> {
+        sqlx::query("UPDATE sessions SET worktree_base_json = ? WHERE session_key = ?")
+            .bind(manifest_json(base)?)
+            .bind(session_key)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_error(e, "worktree"))?;
+        Ok(())
+    }
+
+    async fn stage_worktree_result(
+        &self,
+        turn_id: &str,
+        session_key: &str,
+        staged_ref: &str,
+        manifest: &StoredManifest,
+        now_ms: i64,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO worktree_results (turn_id, session_key, staged_ref, manifest_json, \
+             state, staged_at_ms) VALUES (?, ?, ?, ?, 'staged', ?) \
+             ON CONFLICT (turn_id) DO NOTHING",
+        )
+        .bind(turn_id)
+        .bind(session_key)
+        .bind(staged_ref)
+        .bind(manifest_json(manifest)?)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "worktree result"))?;
+        Ok(())
+    }
+
+    async fn staged_worktree_results(
+        &self,
+        session_key: Option<&str>,
+    ) -> Result<Vec<WorktreeResult>> {
+        let rows = sqlx::query(
+            "SELECT turn_id, session_key, staged_ref, manifest_json, state, applied_json, \
+             conflicts_json, version, staged_at_ms FROM worktree_results \
+             WHERE state = 'staged' AND (? IS NULL OR session_key = ?) \
+             ORDER BY staged_at_ms, rowid",
+        )
+        .bind(session_key)
+        .bind(session_key)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "worktree result"))?;
+        rows.iter().map(worktree_result_from_row).collect()
+    }
+
+    async fn worktree_result(&self, turn_id: &str) -> Result<Option<WorktreeResult>> {
+        let row = sqlx::query(
+            "SELECT turn_id, session_key, staged_ref, manifest_json, state, applied_json, \
+             conflicts_json, version, staged_at_ms FROM worktree_results WHERE turn_id = ?",
+        )
+        .bind(turn_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "worktree result"))?;
+        row.as_ref().map(worktree_result_from_row).transpose()
+    }
+
+    async fn apply_worktree_result(&self, apply: &ResultApply, now_ms: i64) -> Result<bool> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "worktree"))?;
+        let head: i64 = sqlx::query_scalar(
+            "SELECT coalesce(max(version), 0) FROM worktree_versions WHERE session_key = ?",
+        )
+        .bind(&apply.session_key)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        let staged: Option<String> = sqlx::query_scalar(
+            "SELECT manifest_json FROM worktree_results WHERE turn_id = ? AND state = 'staged'",
+        )
+        .bind(&apply.turn_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree result"))?;
+        let Some(staged) = staged else {
+            return Ok(false);
+        };
+        if head != apply.expected_head {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO worktree_versions (session_key, version, origin, turn_id, actor, \
+             manifest_json, created_at_ms) VALUES (?, ?, ?, ?, 'gateway', ?, ?)",
+        )
+        .bind(&apply.session_key)
+        .bind(head + 1)
+        .bind(WorktreeOrigin::Turn.as_str())
+        .bind(&apply.turn_id)
+        .bind(manifest_json(&apply.merged)?)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        sqlx::query("UPDATE sessions SET worktree_base_json = ? WHERE session_key = ?")
+            .bind(&staged)
+            .bind(&apply.session_key)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "worktree"))?;
+        sqlx::query(
+            "UPDATE worktree_results SET state = 'applied', applied_json = ?, \
+             conflicts_json = ?, version = ?, applied_at_ms = ? WHERE turn_id = ?",
+        )
+        .bind(paths_json(&apply.applied)?)
+        .bind(paths_json(&apply.conflicts)?)
+        .bind(head + 1)
+        .bind(now_ms)
+        .bind(&apply.turn_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree result"))?;
+        tx.commit().await.map_err(|e| map_error(e, "worktree"))?;
+        Ok(true)
+    }
 }
 
 const TURN_COLUMNS: &str = "SELECT turn_id, session_key, turn_no, status, queue_mode, attachments_json, reply, \
@@ -1426,4 +1758,39 @@ mod tests {
             assert!(admitted.is_ok(), "admission {index}: {admitted:?}");
         }
     }
+}
+
+fn worktree_version_from_row(row: &SqliteRow) -> Result<WorktreeVersion> {
+    Ok(WorktreeVersion {
+        session_key: get(row, "session_key")?,
+        version: get(row, "version")?,
+        origin: WorktreeOrigin::parse(&get::<String>(row, "origin")?)?,
+        turn_id: get(row, "turn_id")?,
+        actor: get(row, "actor")?,
+        manifest: parse_manifest(&get::<String>(row, "manifest_json")?)?,
+        created_at_ms: get(row, "created_at_ms")?,
+    })
+}
+
+fn worktree_result_from_row(row: &SqliteRow) -> Result<WorktreeResult> {
+    let state = match get::<String>(row, "state")?.as_str() {
+        "staged" => ResultState::Staged,
+        "applied" => ResultState::Applied,
+        _ => {
+            return Err(StoreError::Corrupt {
+                what: "worktree result state",
+            });
+        }
+    };
+    Ok(WorktreeResult {
+        turn_id: get(row, "turn_id")?,
+        session_key: get(row, "session_key")?,
+        staged_ref: get(row, "staged_ref")?,
+        manifest: parse_manifest(&get::<String>(row, "manifest_json")?)?,
+        state,
+        applied: parse_paths(get::<Option<String>>(row, "applied_json")?.as_deref())?,
+        conflicts: parse_paths(get::<Option<String>>(row, "conflicts_json")?.as_deref())?,
+        version: get(row, "version")?,
+        staged_at_ms: get(row, "staged_at_ms")?,
+    })
 }

@@ -34,3 +34,4 @@ mod support;
 mod up;
 mod worker_child;
 mod worker_retirement;
+mod worktree;

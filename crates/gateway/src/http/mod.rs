@@ -42,6 +42,7 @@ mod same_origin;
 mod sessions;
 mod skills;
 mod workspace_files;
+mod worktree;
 
 use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
@@ -92,6 +93,23 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route("/sessions/{key}/abort", post(sessions::abort_session))
         .route("/sessions/{key}/stop", post(sessions::stop_session))
         .route("/sessions/{key}/move", post(sessions::move_session))
+        .route(
+            "/sessions/{key}",
+            get(worktree::get_session).put(worktree::put_session),
+        )
+        .route("/sessions/{key}/worktree.tar", get(worktree::worktree_tar))
+        .route(
+            "/sessions/{key}/worktree/diff",
+            get(worktree::worktree_diff),
+        )
+        .route(
+            "/sessions/{key}/worktree/{*path}",
+            get(worktree::read_worktree_file)
+                .put(worktree::write_worktree_file)
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    worktree::MAX_WORKTREE_FILE_BYTES,
+                )),
+        )
         .route("/turns/{turn_id}", get(sessions::get_turn))
         .route("/media", post(media::upload_media))
         .route("/media/{media_id}", get(media::download_media))

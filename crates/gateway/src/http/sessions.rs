@@ -165,7 +165,21 @@ pub(crate) async fn get_turn(
 ) -> Result<Json<Turn>, ApiError> {
     let wait = Duration::from_secs(query.wait.unwrap_or(0).min(MAX_WAIT_SECONDS));
     let turn = wait_for_turn_end(&state, &turn_id, wait).await?;
-    Ok(Json(turn_answer(turn)))
+    let workspace = state
+        .store
+        .worktree_result(&turn.turn_id)
+        .await
+        .map_err(|error| store_error(&error))?
+        .map(|result| gatehouse_api::sessions::TurnWorkspace {
+            state: result.state,
+            staged_ref: result.staged_ref,
+            applied: result.applied,
+            conflicts: result.conflicts,
+        });
+    Ok(Json(Turn {
+        workspace,
+        ..turn_answer(turn)
+    }))
 }
 
 /// Returns the turn `turn_id` once it has ended, or as it is when `wait` passes first (at once
@@ -499,6 +513,7 @@ fn turn_answer(turn: TurnRecord) -> Turn {
         reply: turn.reply,
         error,
         usage: turn.usage,
+        workspace: None,
     }
 }
 

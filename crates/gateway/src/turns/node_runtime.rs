@@ -20,6 +20,7 @@ use gatehouse_media::MediaStore;
 use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
 use gatehouse_protocol::checkpoint::ManifestError;
 use gatehouse_protocol::checkpoint::truncated;
+use gatehouse_protocol::checkpoint::validate_contained_links;
 use gatehouse_protocol::checkpoint::validate_manifest;
 use gatehouse_protocol::command::AgentSessionRestore;
 use gatehouse_protocol::command::AgentTurn;
@@ -32,6 +33,7 @@ use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_store::Store;
+use gatehouse_store::model::StoredManifest;
 
 use crate::audit::Audit;
 use crate::audit::AuditRow;
@@ -72,6 +74,8 @@ pub(crate) struct NodeRuntime {
     skills: Option<Arc<crate::skills::SkillsService>>,
     /// How long a session's node may be away before its next turn moves it.
     session_move_after: Option<Duration>,
+    /// The worktrees of `worktree` sessions, which every result of theirs is merged into.
+    worktrees: Option<Arc<crate::worktree::WorktreeService>>,
 }
 
 /// The roles a node may commit to a transcript.
@@ -99,6 +103,7 @@ impl NodeRuntime {
             turn_timeout,
             skills: None,
             session_move_after: None,
+            worktrees: None,
         }
     }
 
@@ -107,6 +112,16 @@ impl NodeRuntime {
     #[must_use]
     pub(crate) fn with_session_move_after(mut self, after: Option<Duration>) -> Self {
         self.session_move_after = after;
+        self
+    }
+
+    /// Merges the results of `worktree` sessions into their worktrees.
+    #[must_use]
+    pub(crate) fn with_worktrees(
+        mut self,
+        worktrees: Arc<crate::worktree::WorktreeService>,
+    ) -> Self {
+        self.worktrees = Some(worktrees);
         self
     }
 
@@ -130,8 +145,14 @@ impl NodeRuntime {
         session_key: &str,
         turn_id: &str,
         entries: Vec<CheckpointEntry>,
+        worktree: Option<&Arc<crate::worktree::WorktreeService>>,
     ) -> Result<(), TurnFailure> {
-        if let Err(error) = validate_manifest(&entries) {
+        let checked = validate_manifest(&entries).and_then(|()| match worktree {
+            // A worktree is read by people and tools outside the sandbox: no link may lead out.
+            Some(_) => validate_contained_links(&entries),
+            None => Ok(()),
+        });
+        if let Err(error) = checked {
             return Err(self
                 .refuse_checkpoint(node, session_key, CheckpointStage::Report, &error)
                 .await);
@@ -210,7 +231,59 @@ impl NodeRuntime {
             .collect();
         self.retention
             .commit_checkpoint(session_key, turn_id, &checkpoint_id, &manifest, new_blobs)
+            .await?;
+        let Some(worktrees) = worktree else {
+            return Ok(());
+        };
+        let result: StoredManifest = serde_json::from_value(manifest)
+            .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
+        worktrees.stage(session_key, turn_id, &result).await
+    }
+
+    /// Before a turn of a `worktree` session: waits for the previous result to be applied, and
+    /// at the first dispatch makes the worktree's head the merge base and, when it holds
+    /// anything, the workspace's inventory (committed as the session's checkpoint, which the
+    /// node restores into the missing workspace). Returns whether the session is a worktree
+    /// session.
+    async fn prepare_worktree(
+        &self,
+        input: &TurnInput,
+    ) -> Result<Option<&Arc<crate::worktree::WorktreeService>>, TurnFailure> {
+        let Some(worktrees) = &self.worktrees else {
+            return Ok(None);
+        };
+        let source = self
+            .store
+            .session_workspace(&input.session_key)
             .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+        if !source.is_some_and(|workspace| workspace.source.is_worktree()) {
+            return Ok(None);
+        }
+        worktrees
+            .wait_reconciled(&input.session_key, crate::worktree::RECONCILE_WAIT)
+            .await?;
+        let Some(inventory) = worktrees.first_dispatch(&input.session_key).await? else {
+            return Ok(Some(worktrees));
+        };
+        if !inventory.entries.is_empty() {
+            let manifest = serde_json::to_value(&inventory)
+                .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
+            let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
+                .to_hex()
+                .to_string();
+            self.retention
+                .commit_checkpoint(
+                    &input.session_key,
+                    &input.turn_id,
+                    &checkpoint_id,
+                    &manifest,
+                    Vec::new(),
+                )
+                .await?;
+        }
+        worktrees.set_base(&input.session_key, &inventory).await?;
+        Ok(Some(worktrees))
     }
 
     /// Rebuilds the session's lost workspace on `node` from `checkpoint`.
@@ -338,6 +411,7 @@ impl TurnRuntime for NodeRuntime {
     }
 
     async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<TurnReply, TurnFailure> {
+        let worktree = self.prepare_worktree(&input).await?;
         let node = self.owner_node(&input.session_key).await?;
         let checkpoint = self
             .store
@@ -362,13 +436,13 @@ impl TurnRuntime for NodeRuntime {
             // The trace context travels in the invoke envelope; the node host fills this in.
             traceparent: None,
         };
-        match self.invoke_turn(&node, &params, &sink).await {
+        match self.invoke_turn(&node, &params, &sink, worktree).await {
             Err(failure) if failure.code == ErrorCode::WorkspaceMissing => {
                 let Some(checkpoint) = &checkpoint else {
                     return Err(failure);
                 };
                 self.restore(&node, &input.session_key, checkpoint).await?;
-                self.invoke_turn(&node, &params, &sink).await
+                self.invoke_turn(&node, &params, &sink, worktree).await
             }
             outcome => outcome,
         }
@@ -585,6 +659,7 @@ impl NodeRuntime {
         node: &Arc<NodeConnection>,
         params: &AgentTurnParams,
         sink: &TurnSink,
+        worktree: Option<&Arc<crate::worktree::WorktreeService>>,
     ) -> Result<TurnReply, TurnFailure> {
         let (progress, mut lines) = node.progress_lines(MAX_PROGRESS_LINE_BYTES);
         // Only while this invoke runs may the node call Gateway tools for the turn.
@@ -614,8 +689,14 @@ impl NodeRuntime {
                 };
                 match serde_json::from_str::<WorkerEvent>(&line) {
                     Ok(WorkerEvent::Checkpoint { entries }) => {
-                        self.accept_checkpoint(node, &params.session_key, &params.turn_id, entries)
-                            .await?;
+                        self.accept_checkpoint(
+                            node,
+                            &params.session_key,
+                            &params.turn_id,
+                            entries,
+                            worktree,
+                        )
+                        .await?;
                     }
                     Ok(event) => self.relay_event(node, params, sink, event).await?,
                     Err(_) => {

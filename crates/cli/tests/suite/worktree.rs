@@ -1,0 +1,391 @@
+//! Issue 19: `worktree` sessions through a real `gatehouse up` with the mock model: the agent's
+//! changes (edits, an executable, a link, a deletion) reach the Gateway's worktree, a Gateway-side
+//! edit survives a conflicting agent edit, a result staged when the Gateway dies is applied once
+//! at the next start, a new turn waits for the previous result and gives up after 15 s, and a
+//! result with a link out of the tree is refused whole.
+
+use std::path::Path;
+use std::time::Duration;
+use std::time::Instant;
+
+use pretty_assertions::assert_eq;
+
+use crate::suite::support::WAIT;
+use crate::suite::support::gatehouse;
+use crate::suite::up::Up;
+
+/// A read of a worktree path: status, `x-gatehouse-*` headers, body.
+struct Read {
+    status: u16,
+    executable: Option<String>,
+    link_target: Option<String>,
+    version: Option<String>,
+    body: Vec<u8>,
+}
+
+async fn read(up: &Up, session: &str, path: &str) -> Read {
+    let response = reqwest::Client::new()
+        .get(format!("{}/v1/sessions/{session}/{path}", up.url))
+        .bearer_auth(&up.token)
+        .timeout(WAIT)
+        .send()
+        .await
+        .unwrap();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|value| value.to_str().unwrap().to_owned())
+    };
+    let (executable, link_target, version) = (
+        header("x-gatehouse-executable"),
+        header("x-gatehouse-link-target"),
+        header("x-gatehouse-worktree-version"),
+    );
+    let status = response.status().as_u16();
+    let body = response.bytes().await.unwrap().to_vec();
+    Read {
+        status,
+        executable,
+        link_target,
+        version,
+        body,
+    }
+}
+
+async fn write(up: &Up, session: &str, path: &str, content: &str) -> serde_json::Value {
+    let response = reqwest::Client::new()
+        .put(format!("{}/v1/sessions/{session}/worktree/{path}", up.url))
+        .bearer_auth(&up.token)
+        .body(content.to_owned())
+        .timeout(WAIT)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Creates `session` as a worktree session.
+async fn create_worktree_session(up: &Up, session: &str) {
+    let (status, body) = up
+        .request(
+            reqwest::Method::PUT,
+            &format!("/v1/sessions/{session}"),
+            Some(serde_json::json!({"workspace": {"source": "worktree"}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["workspace"]["source"], "worktree", "{body}");
+}
+
+/// Posts one message and returns its turn once it ended.
+async fn run(up: &Up, session: &str, text: &str) -> serde_json::Value {
+    let (status, accepted) = up.post(session, serde_json::json!({"text": text})).await;
+    assert_eq!(status, 202, "{accepted}");
+    up.turn_status(accepted["turnId"].as_str().unwrap(), 60)
+        .await
+}
+
+fn exec(command: &str) -> String {
+    format!("/tool exec {}", serde_json::json!({"command": command}))
+}
+
+/// Waits until the turn's workspace result is applied and returns the turn.
+async fn applied(up: &Up, turn_id: &str) -> serde_json::Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let turn = up.turn_status(turn_id, 0).await;
+        if turn["workspace"]["state"] == "applied" {
+            return turn;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the result was never applied: {turn}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().canonicalize().unwrap().join("data");
+    (temp, data)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_19_a_worktree_takes_the_agents_changes_and_keeps_its_own_on_conflict() {
+    let (_temp, data) = data_dir();
+    let up = Up::start(&data);
+    up.wait_ready().await;
+    create_worktree_session(&up, "w1").await;
+    // The worktree's first files, written on the Gateway side before the first turn: they are
+    // the workspace's inventory.
+    write(&up, "w1", "a.txt", "one\n").await;
+    write(&up, "w1", "c.txt", "gone\n").await;
+    let first = run(
+        &up,
+        "w1",
+        &exec(
+            "cat a.txt c.txt && printf 'agent\\n' > a.txt && printf '#!/bin/sh\\necho b\\n' > b.sh \
+             && chmod +x b.sh && ln -s a.txt l && rm c.txt",
+        ),
+    )
+    .await;
+    assert_eq!(first["status"], "completed", "{first}");
+    let reply = first["reply"].as_str().unwrap();
+    assert!(
+        reply.contains("one") && reply.contains("gone"),
+        "the inventory did not reach the workspace: {first}"
+    );
+    let first = applied(&up, first["turnId"].as_str().unwrap()).await;
+    assert_eq!(
+        first["workspace"]["conflicts"],
+        serde_json::json!([]),
+        "{first}"
+    );
+    assert_eq!(
+        first["workspace"]["applied"],
+        serde_json::json!(["a.txt", "b.sh", "c.txt", "l"]),
+        "{first}"
+    );
+    let a = read(&up, "w1", "worktree/a.txt").await;
+    assert_eq!((a.status, a.body.as_slice()), (200, &b"agent\n"[..]));
+    let b = read(&up, "w1", "worktree/b.sh").await;
+    assert_eq!((b.status, b.executable.as_deref()), (200, Some("true")));
+    let l = read(&up, "w1", "worktree/l").await;
+    assert_eq!((l.status, l.link_target.as_deref()), (200, Some("a.txt")));
+    assert_eq!(read(&up, "w1", "worktree/c.txt").await.status, 404);
+    // The archive holds exactly that: the link as a link, the script executable.
+    let tar = read(&up, "w1", "worktree.tar").await;
+    assert_eq!(tar.status, 200);
+    let listing = list_tar(&data, &tar.body);
+    assert_eq!(
+        listing,
+        vec![
+            String::from("-rw-r--r-- a.txt"),
+            String::from("-rwxr-xr-x b.sh"),
+            String::from("lrwxrwxrwx l -> a.txt"),
+        ]
+    );
+
+    // A Gateway-side edit of a.txt, then a turn that edits a.txt and adds d.txt.
+    write(&up, "w1", "a.txt", "gateway\n").await;
+    let second = run(
+        &up,
+        "w1",
+        &exec("printf 'agent two\\n' > a.txt && printf 'dee\\n' > d.txt"),
+    )
+    .await;
+    assert_eq!(second["status"], "completed", "{second}");
+    let turn_id = second["turnId"].as_str().unwrap().to_owned();
+    let second = applied(&up, &turn_id).await;
+    assert_eq!(
+        second["workspace"]["conflicts"],
+        serde_json::json!(["a.txt"]),
+        "{second}"
+    );
+    assert_eq!(
+        second["workspace"]["applied"],
+        serde_json::json!(["d.txt"]),
+        "{second}"
+    );
+    assert_eq!(
+        second["workspace"]["stagedRef"],
+        format!("refs/gatehouse/worker-results/{turn_id}"),
+        "{second}"
+    );
+    assert_eq!(read(&up, "w1", "worktree/a.txt").await.body, b"gateway\n");
+    assert_eq!(read(&up, "w1", "worktree/d.txt").await.body, b"dee\n");
+    let diff = String::from_utf8(read(&up, "w1", "worktree/diff").await.body).unwrap();
+    for expected in [
+        "diff --git a/b.sh b/b.sh\nnew file mode 100755",
+        "+gateway",
+        "+dee",
+        "diff --git a/l b/l\nnew file mode 120000",
+    ] {
+        assert!(
+            diff.contains(expected),
+            "{expected:?} is not in the diff:\n{diff}"
+        );
+    }
+    let events = session_events(&up, "w1").await;
+    assert!(
+        events.contains("event: workspace.conflict") && events.contains(&turn_id),
+        "no workspace.conflict event: {events}"
+    );
+    let (status, session) = up
+        .request(reqwest::Method::GET, "/v1/sessions/w1", None)
+        .await;
+    assert_eq!(
+        (status, &session["workspace"]["source"]),
+        (200, &serde_json::json!("worktree"))
+    );
+    // The source is locked once the session has messages.
+    let (status, refused) = up
+        .request(
+            reqwest::Method::PUT,
+            "/v1/sessions/w1",
+            Some(serde_json::json!({"workspace": {"source": "empty"}})),
+        )
+        .await;
+    assert_eq!(
+        (status, &refused["error"]["code"]),
+        (409, &serde_json::json!("SESSION_SOURCE_LOCKED"))
+    );
+}
+
+/// Lists a tar archive with the system `tar`, one `MODE PATH[ -> TARGET]` per entry.
+fn list_tar(scratch: &Path, archive: &[u8]) -> Vec<String> {
+    std::fs::create_dir_all(scratch).unwrap();
+    let file = scratch.join("worktree.tar");
+    std::fs::write(&file, archive).unwrap();
+    let output = std::process::Command::new("tar")
+        .arg("-tvf")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            format!("{} {}", fields[0], fields[5..].join(" "))
+        })
+        .collect()
+}
+
+/// Reads the session's durable events from the start, for a moment.
+async fn session_events(up: &Up, session: &str) -> String {
+    let mut response = reqwest::Client::new()
+        .get(format!("{}/v1/sessions/{session}/events?after=0", up.url))
+        .bearer_auth(&up.token)
+        .send()
+        .await
+        .unwrap();
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, response.chunk()).await {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        if text.contains("workspace.conflict") && text.contains("turn.completed") {
+            break;
+        }
+    }
+    text
+}
+
+/// Starts `up` on `data` with every worktree apply held back `delay_ms`.
+fn start_delayed(data: &Path, delay_ms: u64) -> Up {
+    let mut command = gatehouse();
+    command.env(
+        "GATEHOUSE_TEST_WORKTREE_APPLY_DELAY_MS",
+        delay_ms.to_string(),
+    );
+    Up::start_with(command, data)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_19_a_turn_waits_for_the_previous_result_then_fails_reconciling() {
+    let (_temp, data) = data_dir();
+    let up = start_delayed(&data, 60_000);
+    up.wait_ready().await;
+    create_worktree_session(&up, "w2").await;
+    let first = run(&up, "w2", &exec("printf 'x\\n' > x.txt")).await;
+    assert_eq!(first["status"], "completed", "{first}");
+    assert_eq!(first["workspace"]["state"], "staged", "{first}");
+    let started = Instant::now();
+    let second = run(&up, "w2", "/say after").await;
+    assert_eq!(second["status"], "failed", "{second}");
+    assert_eq!(second["error"]["code"], "WORKSPACE_RECONCILING", "{second}");
+    assert!(
+        second["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the previous turn's workspace result is still reconciling"),
+        "{second}"
+    );
+    // It waited for the result first (the figure is a floor, not a timing assertion).
+    assert!(started.elapsed() >= Duration::from_secs(15), "{second}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_19_a_result_staged_when_the_gateway_died_is_applied_once_at_the_next_start() {
+    let (_temp, data) = data_dir();
+    let mut up = start_delayed(&data, 600_000);
+    up.wait_ready().await;
+    create_worktree_session(&up, "w3").await;
+    write(&up, "w3", "a.txt", "base\n").await;
+    let turn = run(
+        &up,
+        "w3",
+        &exec("printf 'agent\\n' > a.txt && printf 'new\\n' > n.txt"),
+    )
+    .await;
+    assert_eq!(turn["status"], "completed", "{turn}");
+    assert_eq!(turn["workspace"]["state"], "staged", "{turn}");
+    let turn_id = turn["turnId"].as_str().unwrap().to_owned();
+    // Staged, not applied: the worktree still has the Gateway's version.
+    assert_eq!(read(&up, "w3", "worktree/a.txt").await.body, b"base\n");
+    up.process.kill();
+    let up = Up::start(&data);
+    up.wait_ready().await;
+    let turn = applied(&up, &turn_id).await;
+    assert_eq!(turn["status"], "completed", "{turn}");
+    assert_eq!(
+        turn["workspace"]["applied"],
+        serde_json::json!(["a.txt", "n.txt"]),
+        "{turn}"
+    );
+    let a = read(&up, "w3", "worktree/a.txt").await;
+    assert_eq!(a.body, b"agent\n");
+    // Versions: the start, the edit, and one apply: applied once.
+    assert_eq!(a.version.as_deref(), Some("3"));
+    assert_eq!(read(&up, "w3", "worktree/n.txt").await.body, b"new\n");
+    // The turn was not replayed: its two messages are the transcript.
+    let roles: Vec<String> = up
+        .transcript("w3")
+        .await
+        .iter()
+        .map(|message| message["role"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(roles.first().map(String::as_str), Some("user"));
+    assert_eq!(
+        roles.iter().filter(|role| *role == "user").count(),
+        1,
+        "{roles:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_19_a_result_with_a_link_out_of_the_tree_is_refused_whole() {
+    let (_temp, data) = data_dir();
+    let up = Up::start(&data);
+    up.wait_ready().await;
+    create_worktree_session(&up, "w4").await;
+    write(&up, "w4", "a.txt", "kept\n").await;
+    // An absolute link, then a relative one that climbs out: each result is refused whole.
+    for (command, link) in [
+        (
+            "printf 'changed\\n' > a.txt && ln -s /etc/passwd out",
+            "out",
+        ),
+        ("rm out && ln -s ../../outside out2", "out2"),
+    ] {
+        let turn = run(&up, "w4", &exec(command)).await;
+        assert_eq!(turn["status"], "failed", "{turn}");
+        assert_eq!(turn["error"]["code"], "CHECKPOINT_INVALID", "{turn}");
+        assert!(turn.get("workspace").is_none(), "{turn}");
+        let a = read(&up, "w4", "worktree/a.txt").await;
+        assert_eq!(
+            (a.body.as_slice(), a.version.as_deref()),
+            (&b"kept\n"[..], Some("2"))
+        );
+        assert_eq!(
+            read(&up, "w4", &format!("worktree/{link}")).await.status,
+            404
+        );
+    }
+}

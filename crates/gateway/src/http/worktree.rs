@@ -1,0 +1,611 @@
+//! Session workspace sources and `worktree` sessions' worktrees:
+//! - `PUT /v1/sessions/{key}` sets a session's source before its first message, and
+//!   `GET /v1/sessions/{key}` shows it;
+//! - `GET`/`PUT /v1/sessions/{key}/worktree/{path}` read a file or link of the worktree's head
+//!   and write a file (a Gateway-side edit: the "local" side of the next merge);
+//! - `GET /v1/sessions/{key}/worktree.tar` is the head as a tar archive, and
+//!   `GET /v1/sessions/{key}/worktree/diff` a unified diff of the head against the worktree's
+//!   start.
+//!
+//! A file is answered as its bytes (`application/octet-stream`, `X-Gatehouse-Executable`); a
+//! link as its target text with `X-Gatehouse-Link-Target`, never followed. A root file named
+//! `diff` is not reachable as a path (the route answers the diff): it is in the tar archive.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::Path;
+use axum::extract::Query;
+use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::http::StatusCode;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use bytes::Bytes;
+use gatehouse_api::sessions::Session;
+use gatehouse_api::sessions::SessionCreated;
+use gatehouse_api::sessions::SessionParams;
+use gatehouse_api::sessions::WorkspaceSource;
+use gatehouse_api::sessions::WorktreeWriteQuery;
+use gatehouse_api::sessions::WorktreeWritten;
+use gatehouse_protocol::checkpoint::KIND_FILE;
+use gatehouse_protocol::checkpoint::KIND_SYMLINK;
+use gatehouse_protocol::checkpoint::validate_entry;
+use gatehouse_protocol::checkpoint::validate_manifest;
+use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::worker::CheckpointEntry;
+use gatehouse_store::model::NewWorktreeVersion;
+use gatehouse_store::model::StoredEntry;
+use gatehouse_store::model::StoredManifest;
+use gatehouse_store::model::WorkspaceSet;
+use gatehouse_store::model::WorktreeOrigin;
+use gatehouse_store::model::WorktreeVersion;
+use sha2::Digest;
+
+use crate::GatewayState;
+use crate::http::auth::Principal;
+use crate::http::error::ApiError;
+use crate::http::error::store_error;
+use crate::http::sessions::check_session_key;
+use crate::retention::NewBlob;
+
+/// The largest file a Gateway-side edit writes (the bound of a whole checkpoint).
+pub(crate) const MAX_WORKTREE_FILE_BYTES: usize =
+    gatehouse_protocol::worker::MAX_CHECKPOINT_BYTES as usize;
+
+/// How often an edit that lost a race with another write of the worktree tries again.
+const EDIT_ATTEMPTS: usize = 8;
+
+/// `PUT /v1/sessions/{key}` with `{"workspace": SOURCE}`: sets the session's workspace source
+/// before its first message (`201` when it creates the session, `200` otherwise); a session
+/// with messages keeps its source (`409 SESSION_SOURCE_LOCKED` for another one). Audited as
+/// `session.source`.
+pub(crate) async fn put_session(
+    State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
+    Path(session_key): Path<String>,
+    Json(params): Json<SessionParams>,
+) -> Result<Response, ApiError> {
+    check_session_key(&session_key)?;
+    check_source(&params.workspace)?;
+    if params.workspace.repository().is_some() {
+        return Err(ApiError::new(
+            ErrorCode::SourceUnavailable,
+            "this Gateway does not fetch repositories yet: use the empty source or a worktree without `from`",
+        )
+        .with_status(StatusCode::NOT_IMPLEMENTED));
+    }
+    let native = gatehouse_protocol::runtime::RuntimeKind::Native.as_str();
+    if params.workspace != WorkspaceSource::Empty && state.turns.runtime_name() != native {
+        return Err(ApiError::invalid_request(format!(
+            "the {} source needs the native runtime; this Gateway runs {}",
+            source_name(&params.workspace),
+            state.turns.runtime_name()
+        )));
+    }
+    let outcome = state
+        .store
+        .set_session_workspace(
+            &session_key,
+            state.turns.runtime_name(),
+            &params.workspace,
+            crate::clock::now_ms(),
+        )
+        .await
+        .map_err(|error| store_error(&error))?;
+    let status = match outcome {
+        WorkspaceSet::Created => StatusCode::CREATED,
+        WorkspaceSet::Replaced | WorkspaceSet::Unchanged => StatusCode::OK,
+        WorkspaceSet::Locked(current) => {
+            return Err(ApiError::new(
+                ErrorCode::SessionSourceLocked,
+                format!(
+                    "the session has messages, so its workspace source ({}) cannot change; use a new session key",
+                    source_name(&current.source)
+                ),
+            ));
+        }
+    };
+    state
+        .audit
+        .record(
+            principal.actor(),
+            "session.source",
+            "succeeded",
+            None,
+            serde_json::json!({
+                "sessionKey": session_key,
+                "source": source_name(&params.workspace),
+            }),
+        )
+        .await;
+    let workspace = state
+        .store
+        .session_workspace(&session_key)
+        .await
+        .map_err(|error| store_error(&error))?
+        .ok_or_else(|| ApiError::not_found(format!("no session {session_key}")))?;
+    Ok((
+        status,
+        Json(SessionCreated {
+            session_key,
+            workspace,
+        }),
+    )
+        .into_response())
+}
+
+/// `GET /v1/sessions/{key}`: the session with its workspace source.
+pub(crate) async fn get_session(
+    State(state): State<Arc<GatewayState>>,
+    Path(session_key): Path<String>,
+) -> Result<Json<Session>, ApiError> {
+    check_session_key(&session_key)?;
+    let missing = || ApiError::not_found(format!("no session {session_key}"));
+    let workspace = state
+        .store
+        .session_workspace(&session_key)
+        .await
+        .map_err(|error| store_error(&error))?
+        .ok_or_else(missing)?;
+    let session = state
+        .store
+        .sessions()
+        .await
+        .map_err(|error| store_error(&error))?
+        .into_iter()
+        .find(|session| session.session_key == session_key)
+        .ok_or_else(missing)?;
+    Ok(Json(Session {
+        session_key,
+        runtime: session.runtime,
+        workspace,
+        created_at: session.created_at_ms,
+        updated_at: session.updated_at_ms,
+        active_turn_id: session.active_turn_id,
+        node_id: session.node_id,
+    }))
+}
+
+/// Returns the name of a source kind, as audit rows and messages say it.
+fn source_name(source: &WorkspaceSource) -> &'static str {
+    match source {
+        WorkspaceSource::Empty => "empty",
+        WorkspaceSource::Repository { .. } => "repository",
+        WorkspaceSource::Worktree { .. } => "worktree",
+    }
+}
+
+/// Refuses a repository the Harness would refuse: a URL that is not `file://`, `https://` or
+/// `ssh://`, or that carries a password (credentials live on the Harness side only, in its git
+/// configuration), and a ref git would not take.
+fn check_source(source: &WorkspaceSource) -> Result<(), ApiError> {
+    let Some(repository) = source.repository() else {
+        return Ok(());
+    };
+    let url = url::Url::parse(&repository.url).map_err(|error| {
+        ApiError::invalid_request(format!("the repository URL is invalid: {error}"))
+    })?;
+    if !matches!(url.scheme(), "file" | "https" | "ssh") {
+        return Err(ApiError::invalid_request(
+            "the repository URL must be file://, https:// or ssh://",
+        ));
+    }
+    if url.password().is_some() {
+        return Err(ApiError::invalid_request(
+            "the repository URL carries a password; credentials belong in the Harness's git configuration, never in the URL",
+        ));
+    }
+    if let Some(reference) = &repository.reference {
+        let valid = !reference.is_empty()
+            && reference.len() <= 255
+            && !reference.starts_with('-')
+            && !reference.contains("..")
+            && !reference
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || ":~^?*[\\".contains(c));
+        if !valid {
+            return Err(ApiError::invalid_request(
+                "the ref is not a branch, tag or commit name git accepts",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Returns the head of the session's worktree.
+async fn head(state: &GatewayState, session_key: &str) -> Result<WorktreeVersion, ApiError> {
+    check_session_key(session_key)?;
+    state
+        .store
+        .worktree_version(session_key, None)
+        .await
+        .map_err(|error| store_error(&error))?
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "session {session_key} has no worktree: it is not a worktree session, or its worktree starts from its repository at its first turn"
+            ))
+        })
+}
+
+/// `GET /v1/sessions/{key}/worktree/{path}`: a file's bytes or a link's target.
+pub(crate) async fn read_worktree_file(
+    State(state): State<Arc<GatewayState>>,
+    Path((session_key, path)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let head = head(&state, &session_key).await?;
+    let Some(entry) = head
+        .manifest
+        .entries
+        .iter()
+        .find(|entry| entry.path == path)
+    else {
+        return Err(ApiError::not_found(format!(
+            "the worktree has no file or link {path:?}"
+        )));
+    };
+    let version = HeaderValue::from(head.version);
+    if entry.kind == KIND_SYMLINK {
+        let target = entry.target.clone().unwrap_or_default();
+        let mut response = target.clone().into_response();
+        if let Ok(value) = HeaderValue::from_str(&target) {
+            response
+                .headers_mut()
+                .insert("x-gatehouse-link-target", value);
+        }
+        response
+            .headers_mut()
+            .insert("x-gatehouse-worktree-version", version);
+        return Ok(response);
+    }
+    let bytes = blob(&state, entry).await?;
+    let mut response = bytes.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(
+        "x-gatehouse-executable",
+        HeaderValue::from_static(if entry.executable { "true" } else { "false" }),
+    );
+    headers.insert("x-gatehouse-worktree-version", version);
+    Ok(response)
+}
+
+/// Reads the content of a worktree file from the media store.
+async fn blob(state: &GatewayState, entry: &StoredEntry) -> Result<Bytes, ApiError> {
+    let Some(media_id) = &entry.media_id else {
+        return Err(ApiError::new(
+            ErrorCode::StoreFailure,
+            format!("the worktree file {:?} has no stored content", entry.path),
+        ));
+    };
+    state
+        .media
+        .get(media_id)
+        .await
+        .map(|(_, bytes)| bytes)
+        .map_err(|error| ApiError::new(error.code(), error.to_string()))
+}
+
+/// `PUT /v1/sessions/{key}/worktree/{path}` (`?executable=true`): writes a file of the
+/// worktree, a new version; the next merge keeps it where the agent changed the path too.
+pub(crate) async fn write_worktree_file(
+    State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
+    Path((session_key, path)): Path<(String, String)>,
+    Query(query): Query<WorktreeWriteQuery>,
+    body: Bytes,
+) -> Result<Json<WorktreeWritten>, ApiError> {
+    if body.len() > MAX_WORKTREE_FILE_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("a worktree file is at most {MAX_WORKTREE_FILE_BYTES} bytes"),
+        ));
+    }
+    let sha256 = hex::encode(sha2::Sha256::digest(&body));
+    let size = body.len() as u64;
+    let checked = CheckpointEntry {
+        path: path.clone(),
+        kind: String::from(KIND_FILE),
+        executable: query.executable,
+        sha256: Some(sha256.clone()),
+        size,
+        target: None,
+        content_base64: None,
+    };
+    validate_entry(&checked).map_err(|violation| {
+        ApiError::new(
+            ErrorCode::InvalidPath,
+            format!("the path is refused: {}", violation.reason()),
+        )
+    })?;
+    let media_id = gatehouse_media::media_id(&body);
+    let entry = StoredEntry {
+        path: path.clone(),
+        kind: String::from(KIND_FILE),
+        executable: query.executable,
+        sha256: Some(sha256.clone()),
+        size,
+        target: None,
+        media_id: Some(media_id.clone()),
+    };
+    for _ in 0..EDIT_ATTEMPTS {
+        let head = head(&state, &session_key).await?;
+        let manifest = with_entry(&head.manifest, entry.clone())?;
+        let version = NewWorktreeVersion {
+            session_key: session_key.clone(),
+            expected_head: head.version,
+            origin: WorktreeOrigin::Edit,
+            actor: principal.actor().to_owned(),
+            manifest,
+        };
+        let store = Arc::clone(&state.store);
+        let written = state
+            .retention
+            .write_blobs_then(
+                vec![NewBlob {
+                    media_id: media_id.clone(),
+                    bytes: body.clone(),
+                }],
+                async move {
+                    store
+                        .save_worktree_version(&version, crate::clock::now_ms())
+                        .await
+                },
+            )
+            .await
+            .map_err(|failure| {
+                ApiError::with_text_code(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &failure.code,
+                    failure.message,
+                )
+            })?;
+        if written {
+            state
+                .audit
+                .record(
+                    principal.actor(),
+                    "worktree.write",
+                    "succeeded",
+                    None,
+                    serde_json::json!({
+                        "sessionKey": session_key,
+                        "path": path,
+                        "size": size,
+                        "version": head.version + 1,
+                    }),
+                )
+                .await;
+            return Ok(Json(WorktreeWritten {
+                path,
+                version: head.version + 1,
+                sha256,
+                size,
+                executable: query.executable,
+            }));
+        }
+    }
+    Err(ApiError::new(
+        ErrorCode::StoreUnavailable,
+        "the worktree kept changing while the file was written; retry",
+    ))
+}
+
+/// Returns `manifest` with `entry` put in its path's place, refused when the result breaks the
+/// manifest rules (a file or link in the way, a bound passed).
+fn with_entry(manifest: &StoredManifest, entry: StoredEntry) -> Result<StoredManifest, ApiError> {
+    let mut entries: Vec<StoredEntry> = manifest
+        .entries
+        .iter()
+        .filter(|existing| existing.path != entry.path)
+        .cloned()
+        .collect();
+    entries.push(entry);
+    entries.sort_by(|left, right| left.path.cmp(&right.path));
+    let checked: Vec<CheckpointEntry> = entries.iter().map(checkpoint_entry).collect();
+    validate_manifest(&checked).map_err(|error| {
+        ApiError::new(
+            ErrorCode::InvalidPath,
+            format!(
+                "the worktree cannot hold the file: {} ({})",
+                error,
+                error.violation.reason()
+            ),
+        )
+    })?;
+    Ok(StoredManifest { entries })
+}
+
+/// Returns a stored entry as the manifest rules see it (without content).
+pub(crate) fn checkpoint_entry(entry: &StoredEntry) -> CheckpointEntry {
+    CheckpointEntry {
+        path: entry.path.clone(),
+        kind: entry.kind.clone(),
+        executable: entry.executable,
+        sha256: entry.sha256.clone(),
+        size: entry.size,
+        target: entry.target.clone(),
+        content_base64: None,
+    }
+}
+
+/// `GET /v1/sessions/{key}/worktree.tar`: the head as a tar archive (files with their modes,
+/// links as links), in path order.
+pub(crate) async fn worktree_tar(
+    State(state): State<Arc<GatewayState>>,
+    Path(session_key): Path<String>,
+) -> Result<Response, ApiError> {
+    let head = head(&state, &session_key).await?;
+    let mut builder = tar::Builder::new(Vec::new());
+    let mtime = u64::try_from(head.created_at_ms / 1000).unwrap_or(0);
+    let tar_failure = |error: std::io::Error| {
+        tracing::error!(error = %error, "cannot build a worktree archive");
+        ApiError::internal(ErrorCode::Internal)
+    };
+    for entry in &head.manifest.entries {
+        let mut header = tar::Header::new_gnu();
+        header.set_mtime(mtime);
+        if entry.kind == KIND_SYMLINK {
+            header.set_entry_type(tar::EntryType::Symlink);
+            header.set_mode(0o777);
+            header.set_size(0);
+            builder
+                .append_link(
+                    &mut header,
+                    &entry.path,
+                    entry.target.as_deref().unwrap_or_default(),
+                )
+                .map_err(tar_failure)?;
+            continue;
+        }
+        let bytes = blob(&state, entry).await?;
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(if entry.executable { 0o755 } else { 0o644 });
+        header.set_size(bytes.len() as u64);
+        builder
+            .append_data(&mut header, &entry.path, bytes.as_ref())
+            .map_err(tar_failure)?;
+    }
+    let archive = builder.into_inner().map_err(tar_failure)?;
+    let mut response = archive.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-tar"),
+    );
+    response.headers_mut().insert(
+        "x-gatehouse-worktree-version",
+        HeaderValue::from(head.version),
+    );
+    Ok(response)
+}
+
+/// `GET /v1/sessions/{key}/worktree/diff`: a unified diff (git's form) of the head against the
+/// worktree's first version; links diff as their target text, and files that are not UTF-8 as
+/// `Binary files … differ`.
+pub(crate) async fn worktree_diff(
+    State(state): State<Arc<GatewayState>>,
+    Path(session_key): Path<String>,
+) -> Result<Response, ApiError> {
+    let head = head(&state, &session_key).await?;
+    let start = state
+        .store
+        .worktree_version(&session_key, Some(1))
+        .await
+        .map_err(|error| store_error(&error))?
+        .map(|version| version.manifest)
+        .unwrap_or_default();
+    let mut text = String::new();
+    let old: std::collections::BTreeMap<&str, &StoredEntry> = start
+        .entries
+        .iter()
+        .map(|entry| (entry.path.as_str(), entry))
+        .collect();
+    let new: std::collections::BTreeMap<&str, &StoredEntry> = head
+        .manifest
+        .entries
+        .iter()
+        .map(|entry| (entry.path.as_str(), entry))
+        .collect();
+    let paths: std::collections::BTreeSet<&str> = old.keys().chain(new.keys()).copied().collect();
+    for path in paths {
+        let (before, after) = (old.get(path).copied(), new.get(path).copied());
+        if let (Some(before), Some(after)) = (before, after)
+            && before.kind == after.kind
+            && before.executable == after.executable
+            && before.sha256 == after.sha256
+            && before.target == after.target
+        {
+            continue;
+        }
+        let before_text = match before {
+            Some(entry) => Some(content(&state, entry).await?),
+            None => None,
+        };
+        let after_text = match after {
+            Some(entry) => Some(content(&state, entry).await?),
+            None => None,
+        };
+        text.push_str(&file_diff(path, before, after, before_text, after_text));
+    }
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/x-diff; charset=utf-8"),
+    );
+    Ok(response)
+}
+
+/// Returns what a diff compares of an entry: a link's target, a file's content.
+async fn content(state: &GatewayState, entry: &StoredEntry) -> Result<Bytes, ApiError> {
+    match entry.kind.as_str() {
+        KIND_SYMLINK => Ok(Bytes::from(entry.target.clone().unwrap_or_default())),
+        _ => blob(state, entry).await,
+    }
+}
+
+/// Returns git's mode of an entry.
+fn mode(entry: &StoredEntry) -> &'static str {
+    match (entry.kind.as_str(), entry.executable) {
+        (KIND_SYMLINK, _) => "120000",
+        (_, true) => "100755",
+        (_, false) => "100644",
+    }
+}
+
+/// Returns the diff of one path.
+fn file_diff(
+    path: &str,
+    before: Option<&StoredEntry>,
+    after: Option<&StoredEntry>,
+    before_text: Option<Bytes>,
+    after_text: Option<Bytes>,
+) -> String {
+    let mut out = format!("diff --git a/{path} b/{path}\n");
+    match (before, after) {
+        (None, Some(after)) => out.push_str(&format!("new file mode {}\n", mode(after))),
+        (Some(before), None) => out.push_str(&format!("deleted file mode {}\n", mode(before))),
+        (Some(before), Some(after)) if mode(before) != mode(after) => {
+            out.push_str(&format!(
+                "old mode {}\nnew mode {}\n",
+                mode(before),
+                mode(after)
+            ));
+        }
+        _ => {}
+    }
+    let old_name = before.map_or_else(|| String::from("/dev/null"), |_| format!("a/{path}"));
+    let new_name = after.map_or_else(|| String::from("/dev/null"), |_| format!("b/{path}"));
+    let empty = Bytes::new();
+    let (old_bytes, new_bytes) = (
+        before_text.unwrap_or_else(|| empty.clone()),
+        after_text.unwrap_or(empty),
+    );
+    if old_bytes == new_bytes {
+        return out;
+    }
+    match (
+        std::str::from_utf8(&old_bytes),
+        std::str::from_utf8(&new_bytes),
+    ) {
+        (Ok(old_text), Ok(new_text)) => {
+            let diff = similar::TextDiff::from_lines(old_text, new_text);
+            out.push_str(
+                &diff
+                    .unified_diff()
+                    .context_radius(3)
+                    .header(&old_name, &new_name)
+                    .to_string(),
+            );
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        _ => out.push_str(&format!("Binary files {old_name} and {new_name} differ\n")),
+    }
+    out
+}
