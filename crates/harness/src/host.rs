@@ -8,6 +8,7 @@ use std::time::Duration;
 use gatehouse_fsops::Root;
 use gatehouse_policy::path::FileTransferPolicy;
 use gatehouse_protocol::command::AgentSessionRestore;
+use gatehouse_protocol::command::AgentSessionSource;
 use gatehouse_protocol::command::AgentSessionStop;
 use gatehouse_protocol::command::AgentTurn;
 use gatehouse_protocol::command::CodexAppServer;
@@ -281,6 +282,9 @@ impl NodeHost {
                     supervisor: Arc::clone(&supervisor),
                 });
                 commands.register::<AgentSessionRestore>(crate::worker::SessionRestoreHandler {
+                    supervisor: Arc::clone(&supervisor),
+                });
+                commands.register::<AgentSessionSource>(crate::source::SessionSourceHandler {
                     supervisor: Arc::clone(&supervisor),
                 });
                 commands

@@ -32,6 +32,9 @@
 //! - `node/` (0700): `identity.json` and, after enrollment, `device-token.json` (both 0600).
 //! - `workspace/`: the Agent workspace, the only tree file commands touch.
 //! - `node/status.json` (0600): the status `gatehouse node health` reads; see [`status`].
+//! - `sessions/<id>/workspace`: the execution workspace of each session hosted by workers.
+//! - `sources/<id>` (`sources/` 0700): the bare repository each session's `agent.session.source`
+//!   fetches into, outside every session workspace.
 //! - `tmp/` (0700).
 //!
 //! # Modules
@@ -46,6 +49,8 @@
 //! - [`worker`]: the supervisor of the native runtime's `gatehouse worker` children.
 //! - [`worker_child`]: the loop of one such child; its [`worker_child::WorkerChildError`] ends the
 //!   child process and never crosses the link.
+//! - `source`: `agent.session.source`, a repository commit fetched into a missing session
+//!   workspace with the node host's own `git`.
 //! - `report`: the `node.report` the node sends the Gateway, since it listens on no port.
 //! - [`error`]: the node host's error type, [`NodeHostError`].
 
@@ -67,6 +72,7 @@ mod session;
 pub mod setup_code;
 mod skill_copies;
 mod skills_commands;
+mod source;
 mod state;
 pub mod status;
 pub mod worker;

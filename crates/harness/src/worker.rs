@@ -41,6 +41,8 @@ use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::report::NodeReport;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
 use gatehouse_protocol::worker::AgentSessionRestoreResult;
+use gatehouse_protocol::worker::AgentSessionSourceParams;
+use gatehouse_protocol::worker::AgentSessionSourceResult;
 use gatehouse_protocol::worker::AgentSessionStopParams;
 use gatehouse_protocol::worker::AgentSessionStopResult;
 use gatehouse_protocol::worker::AgentTurnParams;
@@ -487,18 +489,38 @@ impl WorkerSupervisor {
         Ok(restored)
     }
 
+    /// Writes one commit of a repository into the session's missing workspace
+    /// (`agent.session.source`, see [`crate::source`]): the parameters are checked first, then
+    /// the session's worker is stopped as for a restore, then the commit is fetched and written.
+    ///
+    /// # Errors
+    /// `INVALID_PARAMS` for refused parameters, `EXISTS_NO_OVERWRITE` when the workspace
+    /// exists, `SOURCE_UNAVAILABLE` when the commit cannot be had or written within the bounds.
+    pub(crate) async fn source(
+        &self,
+        params: AgentSessionSourceParams,
+    ) -> Result<AgentSessionSourceResult, WireError> {
+        let request = crate::source::SourceRequest::parse(&params)?;
+        // A worker holding an old directory must not serve the new one, and no background
+        // process may run while the workspace is written.
+        self.stop(&params.session_key).await;
+        crate::source::fetch_into_session(&self.root, &params.session_key, &request).await
+    }
+
     /// Runs one turn on the session's worker, streaming its events as progress lines.
     async fn run_turn(
         &self,
         mut params: AgentTurnParams,
         context: &mut InvokeContext,
     ) -> Result<AgentTurnResult, WireError> {
-        if params.checkpoint_id.is_some() && !self.has_session_workspace(&params.session_key) {
-            // The workspace was lost (node replaced, disk wiped): the Gateway restores it first.
+        let workspace_expected = params.checkpoint_id.is_some() || params.workspace_required;
+        if workspace_expected && !self.has_session_workspace(&params.session_key) {
+            // The workspace was lost (node replaced, disk wiped), or it comes from a workspace
+            // source: the Gateway restores or fetches it first.
             self.stop(&params.session_key).await;
             return Err(WireError::new(
                 ErrorCode::WorkspaceMissing,
-                "the session workspace is missing; restore it from the checkpoint",
+                "the session workspace is missing; restore it from the checkpoint or its source",
             ));
         }
         let lease = self.slot(&params.session_key).await?;
@@ -781,28 +803,35 @@ pub(crate) fn session_dir_name(session_key: &str) -> String {
     hex::encode(&sha2::Sha256::digest(session_key.as_bytes())[..16])
 }
 
-/// Deletes the session's directory `<root>/sessions/<id>` (its execution workspace) through
-/// directory handles, never following a link the sandbox planted; returns whether it existed.
-/// The session's worker must be stopped first.
+/// Deletes the session's directory `<root>/sessions/<id>` (its execution workspace) and its
+/// source cache `<root>/sources/<id>` through directory handles, never following a link the
+/// sandbox planted; returns whether the session directory existed. The session's worker must
+/// be stopped first.
 pub(crate) fn discard_session_dir(root: &Path, session_key: &str) -> Result<bool, WireError> {
-    let sessions = match Dir::open(root).and_then(|root| root.open_dir("sessions")) {
-        Ok(sessions) => sessions,
+    let id = session_dir_name(session_key);
+    let existed = remove_below_root(root, "sessions", &id)?;
+    remove_below_root(root, crate::source::SOURCES_DIR, &id)?;
+    Ok(existed)
+}
+
+/// Removes `<root>/<parent>/<name>` through handles; returns whether it existed.
+fn remove_below_root(root: &Path, parent: &str, name: &str) -> Result<bool, WireError> {
+    let parent = match Dir::open(root).and_then(|root| root.open_dir(parent)) {
+        Ok(parent) => parent,
         Err(error) if error.code() == ErrorCode::NotFound => return Ok(false),
         Err(error) => return Err(error.to_wire()),
     };
-    sessions
-        .remove(&session_dir_name(session_key))
-        .map_err(|error| error.to_wire())
+    parent.remove(name).map_err(|error| error.to_wire())
 }
 
 /// The name of a session's execution workspace in its session directory.
-const SESSION_WORKSPACE: &str = "workspace";
+pub(crate) const SESSION_WORKSPACE: &str = "workspace";
 
 /// The mode of the node host's private directories.
-const PRIVATE_DIR_MODE: u32 = 0o700;
+pub(crate) const PRIVATE_DIR_MODE: u32 = 0o700;
 
 /// Opens `<root>/sessions/<id>`, creating the missing directories 0700, one handle at a time.
-fn open_session_dir(root: &Path, id: &str) -> gatehouse_fsops::Result<Dir> {
+pub(crate) fn open_session_dir(root: &Path, id: &str) -> gatehouse_fsops::Result<Dir> {
     Dir::open(root)?
         .ensure_dir("sessions", PRIVATE_DIR_MODE)?
         .ensure_dir(id, PRIVATE_DIR_MODE)
@@ -892,73 +921,148 @@ const STAGED_FILE_MODE: u32 = 0o644;
 /// the checkpoint entries into it.
 ///
 /// The manifest is checked first ([`validate_manifest`]: canonical paths, nothing below a link,
-/// known kinds, the bounds), then every entry is created through directory handles: parents
-/// with `mkdirat` and `O_NOFOLLOW` opens, files as temporary files renamed into place with their
-/// mode, links with `symlinkat`. A link is never followed, so even an entry below a link that
-/// the check missed could not be written through it.
+/// known kinds, the bounds), then each file's content is decoded and checked against its hash
+/// as [`write_new_workspace`] writes the entries.
 ///
 /// # Errors
-/// `CHECKPOINT_INVALID` for a manifest the rules refuse; `EXISTS_NO_OVERWRITE` when the
-/// workspace exists; `INVALID_PARAMS` for a file without content; `INTEGRITY_FAILURE` for
-/// content that does not match its hash; fsops codes for I/O failures.
+/// `CHECKPOINT_INVALID` for a manifest the rules refuse; `INVALID_PARAMS` for a file without
+/// content; `INTEGRITY_FAILURE` for content that does not match its hash; and the errors of
+/// [`write_new_workspace`].
 fn restore_entries(session_dir: &Dir, entries: &[CheckpointEntry]) -> Result<usize, WireError> {
     validate_manifest(entries).map_err(|error| error.to_wire())?;
-    let workspace = match session_dir.create_dir(SESSION_WORKSPACE, PRIVATE_DIR_MODE) {
-        Ok(workspace) => workspace,
-        Err(gatehouse_fsops::FsError::ExistsNoOverwrite { .. }) => {
-            return Err(WireError::new(
-                ErrorCode::ExistsNoOverwrite,
-                "the session workspace exists; it is not overwritten",
-            ));
-        }
-        Err(error) => return Err(error.to_wire()),
-    };
-    let mut restored = 0;
-    for entry in entries {
-        let rel = gatehouse_fsops::RelPath::parse(&entry.path).map_err(|error| error.to_wire())?;
-        let Some((parent, name)) = rel.split_last() else {
-            return Err(WireError::new(
-                ErrorCode::InvalidPath,
-                "an entry names the workspace itself",
-            ));
-        };
-        let parent_dir = workspace
-            .ensure_dirs(&parent, STAGED_DIR_MODE)
-            .map_err(|error| error.to_wire())?;
+    let decoded = entries.iter().enumerate().map(|(index, entry)| {
         match (entry.kind.as_str(), &entry.content_base64, &entry.target) {
             (KIND_FILE, Some(content), _) => {
-                let bytes = gatehouse_fsops::commands::decode_base64_strict(content)
+                let content = gatehouse_fsops::commands::decode_base64_strict(content)
                     .map_err(|error| error.to_wire())?;
-                let sha256 = gatehouse_fsops::commands::sha256_hex(&bytes);
+                let sha256 = gatehouse_fsops::commands::sha256_hex(&content);
                 if entry.sha256.as_deref() != Some(sha256.as_str()) {
                     return Err(WireError::new(
                         ErrorCode::IntegrityFailure,
-                        format!("the content of entry {restored} does not match its sha256"),
+                        format!("the content of entry {index} does not match its sha256"),
                     ));
                 }
-                let mode = match entry.executable {
-                    true => 0o755,
-                    false => STAGED_FILE_MODE,
-                };
-                parent_dir
-                    .write_file(name, &bytes, mode, Overwrite::Deny)
-                    .map_err(|error| error.to_wire())?;
+                Ok(NewEntry {
+                    path: entry.path.clone(),
+                    kind: NewEntryKind::File {
+                        content,
+                        executable: entry.executable,
+                    },
+                })
             }
-            (KIND_SYMLINK, _, Some(target)) => {
-                parent_dir
-                    .symlink(name, target)
-                    .map_err(|error| error.to_wire())?;
-            }
-            _ => {
-                return Err(WireError::new(
-                    ErrorCode::InvalidParams,
-                    format!("entry {restored} is incomplete"),
-                ));
-            }
+            (KIND_SYMLINK, _, Some(target)) => Ok(NewEntry {
+                path: entry.path.clone(),
+                kind: NewEntryKind::Symlink {
+                    target: target.clone(),
+                },
+            }),
+            _ => Err(WireError::new(
+                ErrorCode::InvalidParams,
+                format!("entry {index} is incomplete"),
+            )),
         }
-        restored += 1;
+    });
+    write_new_workspace(session_dir, decoded)
+}
+
+/// One entry written into a new session workspace by [`write_new_workspace`], its content
+/// decoded.
+pub(crate) struct NewEntry {
+    /// The path relative to the session workspace; parsed as a [`gatehouse_fsops::RelPath`].
+    pub(crate) path: String,
+    /// What is written there.
+    pub(crate) kind: NewEntryKind,
+}
+
+/// What a [`NewEntry`] is.
+pub(crate) enum NewEntryKind {
+    /// A regular file, mode 0755 when `executable`, else 0644.
+    File {
+        /// The file's bytes.
+        content: Vec<u8>,
+        /// Whether the file is executable.
+        executable: bool,
+    },
+    /// A symbolic link; its target is text, stored as given and never resolved.
+    Symlink {
+        /// The link target.
+        target: String,
+    },
+}
+
+/// Creates the session workspace `workspace` in `session_dir` (nothing may be there) and writes
+/// `entries` into it, in order; returns how many were written. The one writer of
+/// `agent.session.restore` and `agent.session.source`.
+///
+/// Every entry is created through directory handles: parents with `mkdirat` and `O_NOFOLLOW`
+/// opens (mode 0755), files as temporary files renamed into place with their mode (never over
+/// anything), links with `symlinkat`. A link is never followed, so even an entry below a link
+/// that the caller's checks missed could not be written through it. The entries are consumed
+/// one at a time, so a caller can produce each one as it is written. When an entry fails, the
+/// partly written workspace is removed again (through handles), so a retry starts afresh.
+///
+/// # Errors
+/// `EXISTS_NO_OVERWRITE` when the workspace exists; the first error `entries` yields;
+/// `INVALID_PATH` for an entry naming the workspace itself; fsops codes for I/O failures.
+pub(crate) fn write_new_workspace(
+    session_dir: &Dir,
+    entries: impl Iterator<Item = Result<NewEntry, WireError>>,
+) -> Result<usize, WireError> {
+    let workspace = match session_dir.create_dir(SESSION_WORKSPACE, PRIVATE_DIR_MODE) {
+        Ok(workspace) => workspace,
+        Err(gatehouse_fsops::FsError::ExistsNoOverwrite { .. }) => {
+            return Err(workspace_exists());
+        }
+        Err(error) => return Err(error.to_wire()),
+    };
+    let mut written = 0;
+    for entry in entries {
+        let outcome = entry.and_then(|entry| write_new_entry(&workspace, &entry));
+        if let Err(error) = outcome {
+            if let Err(cleanup) = session_dir.remove(SESSION_WORKSPACE) {
+                tracing::warn!(error = %cleanup, "cannot remove a partly written session workspace");
+            }
+            return Err(error);
+        }
+        written += 1;
     }
-    Ok(restored)
+    Ok(written)
+}
+
+/// Writes one entry of [`write_new_workspace`].
+fn write_new_entry(workspace: &Dir, entry: &NewEntry) -> Result<(), WireError> {
+    let rel = gatehouse_fsops::RelPath::parse(&entry.path).map_err(|error| error.to_wire())?;
+    let Some((parent, name)) = rel.split_last() else {
+        return Err(WireError::new(
+            ErrorCode::InvalidPath,
+            "an entry names the workspace itself",
+        ));
+    };
+    let parent_dir = workspace
+        .ensure_dirs(&parent, STAGED_DIR_MODE)
+        .map_err(|error| error.to_wire())?;
+    match &entry.kind {
+        NewEntryKind::File {
+            content,
+            executable,
+        } => {
+            let mode = match executable {
+                true => 0o755,
+                false => STAGED_FILE_MODE,
+            };
+            parent_dir.write_file(name, content, mode, Overwrite::Deny)
+        }
+        NewEntryKind::Symlink { target } => parent_dir.symlink(name, target),
+    }
+    .map_err(|error| error.to_wire())
+}
+
+/// The error of a session workspace that exists where a new one is to be created.
+pub(crate) fn workspace_exists() -> WireError {
+    WireError::new(
+        ErrorCode::ExistsNoOverwrite,
+        "the session workspace exists; it is not overwritten",
+    )
 }
 
 /// `agent.session.restore`.

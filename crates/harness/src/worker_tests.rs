@@ -137,10 +137,13 @@ fn a_restore_refuses_content_that_does_not_match_its_hash() {
     let mut forged = file("a.txt", b"original", false);
     forged.sha256 = Some(gatehouse_fsops::commands::sha256_hex(b"other"));
     forged.size = b"original".len() as u64;
+    // The forged entry comes after a good one: the partly written workspace is removed.
+    let manifest = [file("good.txt", b"good", false), forged];
     assert_eq!(
-        restore_entries(&session, &[forged]).unwrap_err().code,
+        restore_entries(&session, &manifest).unwrap_err().code,
         "INTEGRITY_FAILURE"
     );
+    assert!(!harness.session_dir.join("workspace").exists());
 }
 
 /// Issue 12: a session moved away is deleted from its old node, through handles: a link the
@@ -161,4 +164,82 @@ fn finding_4_a_moved_session_is_discarded_without_following_planted_links() {
     assert!(harness.session_dir.exists(), "another session was touched");
     // Discarding what is not there is not an error.
     assert!(!crate::worker::discard_session_dir(&harness.root, "moved").unwrap());
+}
+
+fn turn(
+    session_key: &str,
+    workspace_required: bool,
+) -> gatehouse_protocol::worker::AgentTurnParams {
+    gatehouse_protocol::worker::AgentTurnParams {
+        session_key: session_key.to_owned(),
+        turn_id: String::from("t1"),
+        history: Vec::new(),
+        user_texts: vec![String::from("hello")],
+        attachments: Vec::new(),
+        checkpoint_id: None,
+        workspace_required,
+        gateway_tools: Vec::new(),
+        skills_prompt: None,
+        skill_copies: Vec::new(),
+        traceparent: None,
+    }
+}
+
+fn invoke_context() -> crate::invoke::InvokeContext {
+    let outbound = crate::invoke::Outbound::new(tokio::sync::mpsc::channel(8).0, 1 << 20);
+    crate::invoke::InvokeContext {
+        params_json: None,
+        progress: crate::invoke::ProgressSender::new(
+            outbound,
+            String::from("invoke"),
+            String::from("node"),
+        ),
+        input: tokio::sync::mpsc::channel(1).1,
+    }
+}
+
+/// A turn of a session whose workspace came from a source is refused on a node that lacks the
+/// workspace, even without a checkpoint, and the workspace is not made empty in its place.
+#[tokio::test]
+async fn a_turn_that_requires_its_workspace_is_refused_when_it_is_missing() {
+    let harness = harness();
+    let settings = crate::worker::WorkerSettings {
+        program: std::path::PathBuf::from("/nonexistent/gatehouse"),
+        capacity: 1,
+        retirement: crate::worker::WorkerRetirement::Never,
+        model: String::from("mock"),
+        model_key_env: String::from("WORKER_TEST_KEY"),
+        allow_unsandboxed: false,
+        scratch: None,
+        hidden_paths: Vec::new(),
+        denied_tools: Vec::new(),
+        exec_timeout_seconds: 10,
+        sandbox: gatehouse_protocol::worker::SandboxSettings::default(),
+        telemetry_env: Vec::new(),
+    };
+    let supervisor = crate::worker::WorkerSupervisor::new(settings, harness.root.clone());
+    let workspace = harness
+        .root
+        .join("sessions")
+        .join(crate::worker::session_dir_name("sourced"))
+        .join("workspace");
+    let error = supervisor
+        .run_turn(turn("sourced", true), &mut invoke_context())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, "WORKSPACE_MISSING", "{error:?}");
+    assert!(!workspace.exists(), "the refused turn made a workspace");
+    // Without the flag the turn goes on (and fails only because this worker cannot start).
+    let error = supervisor
+        .run_turn(turn("sourced", false), &mut invoke_context())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, "INTERNAL", "{error:?}");
+    assert!(workspace.is_dir());
+    // Once the workspace exists, the flag lets the turn through.
+    let error = supervisor
+        .run_turn(turn("sourced", true), &mut invoke_context())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, "INTERNAL", "{error:?}");
 }

@@ -77,6 +77,7 @@ async fn a_node_enrolls_serves_the_workspace_and_reconnects_without_a_second_enr
         listed[0]["commands"],
         serde_json::json!([
             "agent.session.restore",
+            "agent.session.source",
             "agent.session.stop",
             "agent.turn",
             "dir.list",
