@@ -128,6 +128,7 @@ async fn follow(events: reqwest::Response, turn_id: &str) -> anyhow::Result<Exit
                 | SessionEvent::ArtifactStored(_)
                 | SessionEvent::ArtifactRefused(_)
                 | SessionEvent::StreamDropped(_)
+                | SessionEvent::WorkspaceConflict(_)
                 | SessionEvent::Other { .. } => {}
             }
         }

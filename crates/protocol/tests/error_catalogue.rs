@@ -29,6 +29,42 @@ const BLESS_ENV: &str = "GATEHOUSE_BLESS";
 /// are allowed by prefix.
 const NOT_CODES: &[(&str, &str)] = &[
     (
+        "GIT_DIR",
+        "a git variable the node host clears before it runs git",
+    ),
+    (
+        "GIT_WORK_TREE",
+        "a git variable the node host clears before it runs git",
+    ),
+    (
+        "GIT_INDEX_FILE",
+        "a git variable the node host clears before it runs git",
+    ),
+    (
+        "GIT_OBJECT_DIRECTORY",
+        "a git variable the node host clears before it runs git",
+    ),
+    (
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "a git variable the node host clears before it runs git",
+    ),
+    (
+        "GIT_COMMON_DIR",
+        "a git variable the node host clears before it runs git",
+    ),
+    (
+        "GIT_NAMESPACE",
+        "a git variable the node host clears before it runs git",
+    ),
+    (
+        "GIT_TERMINAL_PROMPT",
+        "the git variable that keeps it from asking for credentials",
+    ),
+    (
+        "GIT_ALLOW_PROTOCOL",
+        "the git variable naming the transports it may use",
+    ),
+    (
         "OPENAI_API_KEY",
         "the default name of the model key variable",
     ),

@@ -1659,6 +1659,41 @@ fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
     }
 }
 
+fn worktree_version_from_row(row: &SqliteRow) -> Result<WorktreeVersion> {
+    Ok(WorktreeVersion {
+        session_key: get(row, "session_key")?,
+        version: get(row, "version")?,
+        origin: WorktreeOrigin::parse(&get::<String>(row, "origin")?)?,
+        turn_id: get(row, "turn_id")?,
+        actor: get(row, "actor")?,
+        manifest: parse_manifest(&get::<String>(row, "manifest_json")?)?,
+        created_at_ms: get(row, "created_at_ms")?,
+    })
+}
+
+fn worktree_result_from_row(row: &SqliteRow) -> Result<WorktreeResult> {
+    let state = match get::<String>(row, "state")?.as_str() {
+        "staged" => ResultState::Staged,
+        "applied" => ResultState::Applied,
+        _ => {
+            return Err(StoreError::Corrupt {
+                what: "worktree result state",
+            });
+        }
+    };
+    Ok(WorktreeResult {
+        turn_id: get(row, "turn_id")?,
+        session_key: get(row, "session_key")?,
+        staged_ref: get(row, "staged_ref")?,
+        manifest: parse_manifest(&get::<String>(row, "manifest_json")?)?,
+        state,
+        applied: parse_paths(get::<Option<String>>(row, "applied_json")?.as_deref())?,
+        conflicts: parse_paths(get::<Option<String>>(row, "conflicts_json")?.as_deref())?,
+        version: get(row, "version")?,
+        staged_at_ms: get(row, "staged_at_ms")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use crate::Store;
@@ -1758,39 +1793,4 @@ mod tests {
             assert!(admitted.is_ok(), "admission {index}: {admitted:?}");
         }
     }
-}
-
-fn worktree_version_from_row(row: &SqliteRow) -> Result<WorktreeVersion> {
-    Ok(WorktreeVersion {
-        session_key: get(row, "session_key")?,
-        version: get(row, "version")?,
-        origin: WorktreeOrigin::parse(&get::<String>(row, "origin")?)?,
-        turn_id: get(row, "turn_id")?,
-        actor: get(row, "actor")?,
-        manifest: parse_manifest(&get::<String>(row, "manifest_json")?)?,
-        created_at_ms: get(row, "created_at_ms")?,
-    })
-}
-
-fn worktree_result_from_row(row: &SqliteRow) -> Result<WorktreeResult> {
-    let state = match get::<String>(row, "state")?.as_str() {
-        "staged" => ResultState::Staged,
-        "applied" => ResultState::Applied,
-        _ => {
-            return Err(StoreError::Corrupt {
-                what: "worktree result state",
-            });
-        }
-    };
-    Ok(WorktreeResult {
-        turn_id: get(row, "turn_id")?,
-        session_key: get(row, "session_key")?,
-        staged_ref: get(row, "staged_ref")?,
-        manifest: parse_manifest(&get::<String>(row, "manifest_json")?)?,
-        state,
-        applied: parse_paths(get::<Option<String>>(row, "applied_json")?.as_deref())?,
-        conflicts: parse_paths(get::<Option<String>>(row, "conflicts_json")?.as_deref())?,
-        version: get(row, "version")?,
-        staged_at_ms: get(row, "staged_at_ms")?,
-    })
 }

@@ -389,3 +389,91 @@ async fn issue_19_a_result_with_a_link_out_of_the_tree_is_refused_whole() {
         );
     }
 }
+
+/// Runs `git` in `dir` and returns its trimmed standard output.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "git {args:?}: {output:?}");
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_19_a_repository_session_is_pinned_to_its_commit_and_rebuilt_from_it() {
+    let (temp, data) = data_dir();
+    let source = temp.path().canonicalize().unwrap().join("source");
+    std::fs::create_dir_all(&source).unwrap();
+    git(&source, &["init", "-q", "-b", "main"]);
+    std::fs::write(source.join("a.txt"), "tagged\n").unwrap();
+    git(&source, &["add", "a.txt"]);
+    git(&source, &["commit", "-q", "-m", "one"]);
+    git(&source, &["tag", "v1"]);
+    let tagged = git(&source, &["rev-parse", "v1^{commit}"]);
+    let url = format!("file://{}", source.display());
+    let up = Up::start(&data);
+    up.wait_ready().await;
+    let (status, created) = up
+        .request(
+            reqwest::Method::PUT,
+            "/v1/sessions/r1",
+            Some(
+                serde_json::json!({"workspace": {"source": "repository", "url": url, "ref": "v1"}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let first = run(&up, "r1", &exec("cat a.txt && printf 'mine\\n' > mine.txt")).await;
+    assert_eq!(first["status"], "completed", "{first}");
+    assert!(
+        first["reply"].as_str().unwrap().contains("tagged"),
+        "{first}"
+    );
+    let (_, session) = up
+        .request(reqwest::Method::GET, "/v1/sessions/r1", None)
+        .await;
+    assert_eq!(session["workspace"]["commit"], tagged, "{session}");
+    // The tag moves; the session stays on its commit.
+    std::fs::write(source.join("a.txt"), "moved\n").unwrap();
+    git(&source, &["commit", "-q", "-am", "two"]);
+    git(&source, &["tag", "-f", "v1"]);
+    // The session workspace is deleted (the move discards it on the node): the next turn
+    // rebuilds it from the pinned commit and the agent's checkpointed change.
+    let (status, moved) = up
+        .request(
+            reqwest::Method::POST,
+            "/v1/sessions/r1/move",
+            Some(serde_json::json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{moved}");
+    let second = run(&up, "r1", &exec("cat a.txt mine.txt")).await;
+    assert_eq!(second["status"], "completed", "{second}");
+    let reply = second["reply"].as_str().unwrap();
+    assert!(
+        reply.contains("tagged") && reply.contains("mine") && !reply.contains("moved"),
+        "{second}"
+    );
+    let (_, session) = up
+        .request(reqwest::Method::GET, "/v1/sessions/r1", None)
+        .await;
+    assert_eq!(session["workspace"]["commit"], tagged, "{session}");
+    // A ref that does not resolve fails the first turn.
+    let (status, _) = up
+        .request(
+            reqwest::Method::PUT,
+            "/v1/sessions/r2",
+            Some(serde_json::json!({"workspace": {"source": "repository", "url": url, "ref": "no-such-tag"}})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let failed = run(&up, "r2", "/say hi").await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["error"]["code"].as_str()),
+        (Some("failed"), Some("SOURCE_UNAVAILABLE")),
+        "{failed}"
+    );
+}

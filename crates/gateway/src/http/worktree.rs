@@ -70,13 +70,6 @@ pub(crate) async fn put_session(
 ) -> Result<Response, ApiError> {
     check_session_key(&session_key)?;
     check_source(&params.workspace)?;
-    if params.workspace.repository().is_some() {
-        return Err(ApiError::new(
-            ErrorCode::SourceUnavailable,
-            "this Gateway does not fetch repositories yet: use the empty source or a worktree without `from`",
-        )
-        .with_status(StatusCode::NOT_IMPLEMENTED));
-    }
     let native = gatehouse_protocol::runtime::RuntimeKind::Native.as_str();
     if params.workspace != WorkspaceSource::Empty && state.turns.runtime_name() != native {
         return Err(ApiError::invalid_request(format!(

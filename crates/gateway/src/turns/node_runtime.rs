@@ -23,17 +23,26 @@ use gatehouse_protocol::checkpoint::truncated;
 use gatehouse_protocol::checkpoint::validate_contained_links;
 use gatehouse_protocol::checkpoint::validate_manifest;
 use gatehouse_protocol::command::AgentSessionRestore;
+use gatehouse_protocol::command::AgentSessionSource;
 use gatehouse_protocol::command::AgentTurn;
 use gatehouse_protocol::command::Command;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::invoke::MAX_PROGRESS_LINE_BYTES;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
+use gatehouse_protocol::worker::AgentSessionSourceParams;
+use gatehouse_protocol::worker::AgentSessionSourceResult;
 use gatehouse_protocol::worker::AgentTurnParams;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_store::Store;
+use gatehouse_store::model::NewWorktreeVersion;
+use gatehouse_store::model::RepositorySpec;
+use gatehouse_store::model::SessionWorkspace;
+use gatehouse_store::model::StoredEntry;
 use gatehouse_store::model::StoredManifest;
+use gatehouse_store::model::WorkspaceSource;
+use gatehouse_store::model::WorktreeOrigin;
 
 use crate::audit::Audit;
 use crate::audit::AuditRow;
@@ -240,50 +249,192 @@ impl NodeRuntime {
         worktrees.stage(session_key, turn_id, &result).await
     }
 
-    /// Before a turn of a `worktree` session: waits for the previous result to be applied, and
-    /// at the first dispatch makes the worktree's head the merge base and, when it holds
-    /// anything, the workspace's inventory (committed as the session's checkpoint, which the
-    /// node restores into the missing workspace). Returns whether the session is a worktree
-    /// session.
-    async fn prepare_worktree(
+    /// Prepares the session workspace from its source before a turn:
+    /// - `worktree`: waits for the previous result to be applied; at the first dispatch makes
+    ///   the worktree's head the merge base and, when it holds anything, the workspace's
+    ///   inventory (committed as the session's checkpoint, which the node restores into the
+    ///   missing workspace); with `from`, the node fetches the repository instead and the
+    ///   tree it wrote becomes the worktree's first version and the base;
+    /// - `repository`: at the first dispatch the node fetches the ref and the Gateway pins the
+    ///   commit it resolved to; every later turn requires the workspace, and a lost one is
+    ///   rebuilt from the last checkpoint or, before the first, from the pinned commit.
+    async fn prepare_source(
         &self,
+        node: &Arc<NodeConnection>,
         input: &TurnInput,
-    ) -> Result<Option<&Arc<crate::worktree::WorktreeService>>, TurnFailure> {
-        let Some(worktrees) = &self.worktrees else {
-            return Ok(None);
-        };
-        let source = self
+    ) -> Result<Prepared<'_>, TurnFailure> {
+        let store_failure =
+            |error: gatehouse_store::StoreError| TurnFailure::new(error.code(), error.to_string());
+        let workspace = self
             .store
             .session_workspace(&input.session_key)
             .await
-            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
-        if !source.is_some_and(|workspace| workspace.source.is_worktree()) {
-            return Ok(None);
-        }
-        worktrees
-            .wait_reconciled(&input.session_key, crate::worktree::RECONCILE_WAIT)
-            .await?;
-        let Some(inventory) = worktrees.first_dispatch(&input.session_key).await? else {
-            return Ok(Some(worktrees));
+            .map_err(store_failure)?
+            .unwrap_or(SessionWorkspace {
+                source: WorkspaceSource::Empty,
+                commit: None,
+            });
+        let worktrees = match (&workspace.source, &self.worktrees) {
+            (WorkspaceSource::Worktree { .. }, Some(worktrees)) => Some(worktrees),
+            _ => None,
         };
-        if !inventory.entries.is_empty() {
-            let manifest = serde_json::to_value(&inventory)
-                .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
-            let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
-                .to_hex()
-                .to_string();
-            self.retention
-                .commit_checkpoint(
-                    &input.session_key,
-                    &input.turn_id,
-                    &checkpoint_id,
-                    &manifest,
-                    Vec::new(),
-                )
+        let mut prepared = Prepared {
+            worktree: worktrees,
+            repository: None,
+        };
+        if let Some(worktrees) = worktrees {
+            worktrees
+                .wait_reconciled(&input.session_key, crate::worktree::RECONCILE_WAIT)
                 .await?;
         }
-        worktrees.set_base(&input.session_key, &inventory).await?;
-        Ok(Some(worktrees))
+        let Some(repository) = workspace.source.repository() else {
+            if let Some(worktrees) = worktrees
+                && let Some(inventory) = worktrees.first_dispatch(&input.session_key).await?
+            {
+                self.send_inventory(input, &inventory).await?;
+                worktrees.set_base(&input.session_key, &inventory).await?;
+            }
+            return Ok(prepared);
+        };
+        let commit = match workspace.commit {
+            Some(commit) => commit,
+            None => {
+                let report = worktrees.is_some();
+                let fetched = self
+                    .fetch_source(node, &input.session_key, &repository, None, report)
+                    .await?;
+                if let Some(worktrees) = worktrees {
+                    let tree = self.keep_fetched_tree(input, fetched.entries).await?;
+                    worktrees.set_base(&input.session_key, &tree).await?;
+                }
+                let pinned = self
+                    .store
+                    .pin_session_commit(&input.session_key, &fetched.commit)
+                    .await
+                    .map_err(store_failure)?;
+                tracing::info!(session_key = %input.session_key, commit = %pinned, "pinned the session's repository commit");
+                pinned
+            }
+        };
+        prepared.repository = Some((repository, commit));
+        Ok(prepared)
+    }
+
+    /// Commits a worktree's first tree as the session's checkpoint, so the node restores it
+    /// into the missing workspace before the turn.
+    async fn send_inventory(
+        &self,
+        input: &TurnInput,
+        inventory: &StoredManifest,
+    ) -> Result<(), TurnFailure> {
+        if inventory.entries.is_empty() {
+            return Ok(());
+        }
+        let manifest = serde_json::to_value(inventory)
+            .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
+        let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
+            .to_hex()
+            .to_string();
+        self.retention
+            .commit_checkpoint(
+                &input.session_key,
+                &input.turn_id,
+                &checkpoint_id,
+                &manifest,
+                Vec::new(),
+            )
+            .await
+    }
+
+    /// Asks the node to fetch the session's repository into its missing workspace: `commit`
+    /// when pinned, else the ref.
+    ///
+    /// # Errors
+    /// The node's code (`SOURCE_UNAVAILABLE` for a repository or ref that cannot be fetched),
+    /// `DEPENDENCY_UNAVAILABLE` when the node is gone.
+    async fn fetch_source(
+        &self,
+        node: &Arc<NodeConnection>,
+        session_key: &str,
+        repository: &RepositorySpec,
+        commit: Option<&str>,
+        report: bool,
+    ) -> Result<AgentSessionSourceResult, TurnFailure> {
+        let params = AgentSessionSourceParams {
+            session_key: session_key.to_owned(),
+            url: repository.url.clone(),
+            reference: repository.reference.clone(),
+            commit: commit.map(str::to_owned),
+            report,
+        };
+        self.registry
+            .invoke::<AgentSessionSource>(node, &params, SOURCE_TIMEOUT)
+            .await
+            .map_err(|error| match error {
+                InvokeError::Remote(error) => TurnFailure::new(&error.code, error.message),
+                other => TurnFailure::new(
+                    ErrorCode::DependencyUnavailable,
+                    format!("the node could not fetch the session's repository: {other}"),
+                ),
+            })
+    }
+
+    /// Keeps the tree a node fetched for a worktree's `from` as the worktree's first version
+    /// (its files in the media store) and returns it.
+    async fn keep_fetched_tree(
+        &self,
+        input: &TurnInput,
+        entries: Vec<CheckpointEntry>,
+    ) -> Result<StoredManifest, TurnFailure> {
+        if let Err(error) =
+            validate_manifest(&entries).and_then(|()| validate_contained_links(&entries))
+        {
+            return Err(TurnFailure::new(
+                ErrorCode::SourceUnavailable,
+                format!("the repository's tree cannot be a worktree: {error}"),
+            ));
+        }
+        let mut blobs = Vec::new();
+        let mut tree = StoredManifest::default();
+        for mut entry in entries {
+            let media_id = match entry.content_base64.take() {
+                Some(content) => {
+                    let bytes = decode_content(content).await?;
+                    let media_id = media_id_of(bytes.clone()).await?;
+                    blobs.push(NewBlob {
+                        media_id: media_id.clone(),
+                        bytes,
+                    });
+                    Some(media_id)
+                }
+                None => None,
+            };
+            tree.entries.push(StoredEntry {
+                path: entry.path,
+                kind: entry.kind,
+                executable: entry.executable,
+                sha256: entry.sha256,
+                size: entry.size,
+                target: entry.target,
+                media_id,
+            });
+        }
+        let version = NewWorktreeVersion {
+            session_key: input.session_key.clone(),
+            expected_head: 0,
+            origin: WorktreeOrigin::Start,
+            actor: String::from("gateway"),
+            manifest: tree.clone(),
+        };
+        let store = Arc::clone(&self.store);
+        self.retention
+            .write_blobs_then(blobs, async move {
+                store
+                    .save_worktree_version(&version, crate::clock::now_ms())
+                    .await
+            })
+            .await?;
+        Ok(tree)
     }
 
     /// Rebuilds the session's lost workspace on `node` from `checkpoint`.
@@ -411,8 +562,9 @@ impl TurnRuntime for NodeRuntime {
     }
 
     async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<TurnReply, TurnFailure> {
-        let worktree = self.prepare_worktree(&input).await?;
         let node = self.owner_node(&input.session_key).await?;
+        let prepared = self.prepare_source(&node, &input).await?;
+        let worktree = prepared.worktree;
         let checkpoint = self
             .store
             .latest_checkpoint(&input.session_key)
@@ -429,7 +581,7 @@ impl TurnRuntime for NodeRuntime {
             user_texts: input.user_texts.clone(),
             attachments: input.attachments.clone(),
             checkpoint_id: checkpoint.as_ref().map(|(id, _)| id.clone()),
-            workspace_required: false,
+            workspace_required: prepared.repository.is_some(),
             gateway_tools: self.tools.offered(),
             skills_prompt,
             skill_copies,
@@ -438,10 +590,22 @@ impl TurnRuntime for NodeRuntime {
         };
         match self.invoke_turn(&node, &params, &sink, worktree).await {
             Err(failure) if failure.code == ErrorCode::WorkspaceMissing => {
-                let Some(checkpoint) = &checkpoint else {
-                    return Err(failure);
-                };
-                self.restore(&node, &input.session_key, checkpoint).await?;
+                match (&checkpoint, &prepared.repository) {
+                    (Some(checkpoint), _) => {
+                        self.restore(&node, &input.session_key, checkpoint).await?;
+                    }
+                    (None, Some((repository, commit))) => {
+                        self.fetch_source(
+                            &node,
+                            &input.session_key,
+                            repository,
+                            Some(commit),
+                            false,
+                        )
+                        .await?;
+                    }
+                    (None, None) => return Err(failure),
+                }
                 self.invoke_turn(&node, &params, &sink, worktree).await
             }
             outcome => outcome,
@@ -779,6 +943,17 @@ async fn media_id_of(bytes: Bytes) -> Result<String, TurnFailure> {
         .await
         .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))
 }
+
+/// What [`NodeRuntime::prepare_source`] found out about a session's workspace source.
+struct Prepared<'a> {
+    /// The worktrees, for a `worktree` session.
+    worktree: Option<&'a Arc<crate::worktree::WorktreeService>>,
+    /// The repository and its pinned commit, for a `repository` session or a worktree `from`.
+    repository: Option<(RepositorySpec, String)>,
+}
+
+/// How long fetching a session's repository may take (the node host's own bound is 300 s).
+const SOURCE_TIMEOUT: Duration = Duration::from_secs(320);
 
 /// Where a checkpoint manifest was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
