@@ -255,6 +255,54 @@ impl Client {
         self.answer(self.authorized(self.http.delete(url))).await
     }
 
+    /// `PUT /v1/sessions/{key}`: sets the session's workspace source.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn put_session(
+        &self,
+        session_key: &str,
+        params: &crate::sessions::SessionParams,
+    ) -> Result<crate::sessions::SessionCreated, ClientError> {
+        let url = format!("{}/v1/sessions/{session_key}", self.base_url);
+        self.answer(self.authorized(self.http.put(url)).json(params))
+            .await
+    }
+
+    /// `GET /v1/sessions/{key}/worktree.json`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn worktree_log(
+        &self,
+        session_key: &str,
+    ) -> Result<crate::sessions::WorktreeLog, ClientError> {
+        self.answer(self.get(&format!("/v1/sessions/{session_key}/worktree.json")))
+            .await
+    }
+
+    /// `GET /v1/sessions/{key}/worktree.tar`: the archive's bytes.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn worktree_tar(
+        &self,
+        session_key: &str,
+        query: &crate::sessions::WorktreeTarQuery,
+    ) -> Result<Vec<u8>, ClientError> {
+        let response = self
+            .send(
+                self.get(&format!("/v1/sessions/{session_key}/worktree.tar"))
+                    .query(query),
+            )
+            .await?;
+        response
+            .bytes()
+            .await
+            .map(|bytes| bytes.to_vec())
+            .map_err(|source| self.unreachable(source))
+    }
+
     fn get(&self, path: &str) -> reqwest::RequestBuilder {
         self.authorized(self.http.get(format!("{}{path}", self.base_url)))
     }

@@ -150,6 +150,55 @@ pub fn api_schema() -> Value {
             answer: reference::<sessions::MoveResponse>(&mut generator),
         },
         RouteTypes {
+            method: "PUT",
+            path: "/v1/sessions/{key}",
+            query: None,
+            body: Some(reference::<sessions::SessionParams>(&mut generator)),
+            answer: reference::<sessions::SessionCreated>(&mut generator),
+        },
+        RouteTypes {
+            method: "GET",
+            path: "/v1/sessions/{key}",
+            query: None,
+            body: None,
+            answer: reference::<sessions::Session>(&mut generator),
+        },
+        RouteTypes {
+            method: "PUT",
+            path: "/v1/sessions/{key}/worktree/{path}",
+            query: Some(reference::<sessions::WorktreeWriteQuery>(&mut generator)),
+            body: None,
+            answer: reference::<sessions::WorktreeWritten>(&mut generator),
+        },
+        RouteTypes {
+            method: "GET",
+            path: "/v1/sessions/{key}/worktree.json",
+            query: None,
+            body: None,
+            answer: reference::<sessions::WorktreeLog>(&mut generator),
+        },
+        RouteTypes {
+            method: "GET",
+            path: "/v1/sessions/{key}/worktree/{path}",
+            query: None,
+            body: None,
+            answer: bytes.clone(),
+        },
+        RouteTypes {
+            method: "GET",
+            path: "/v1/sessions/{key}/worktree.tar",
+            query: Some(reference::<sessions::WorktreeTarQuery>(&mut generator)),
+            body: None,
+            answer: bytes.clone(),
+        },
+        RouteTypes {
+            method: "GET",
+            path: "/v1/sessions/{key}/worktree/diff",
+            query: None,
+            body: None,
+            answer: bytes.clone(),
+        },
+        RouteTypes {
             method: "GET",
             path: "/v1/turns/{turnId}",
             query: Some(reference::<sessions::TurnQuery>(&mut generator)),
@@ -288,6 +337,10 @@ pub fn api_schema() -> Value {
         (
             events::STREAM_DROPPED,
             reference::<events::StreamDropped>(&mut generator),
+        ),
+        (
+            events::WORKSPACE_CONFLICT,
+            reference::<events::WorkspaceConflict>(&mut generator),
         ),
         (
             "chat.completion.chunk",

@@ -242,3 +242,50 @@ pub struct MoveResponse {
     /// Whether the binding changed.
     pub moved: bool,
 }
+
+/// The answer of `GET /v1/sessions/{key}/worktree.json`: every version of a worktree, oldest
+/// first, which `gatehouse session export` turns into commits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeLog {
+    /// The head version.
+    pub head: i64,
+    /// Every version, oldest first.
+    pub versions: Vec<WorktreeVersionSummary>,
+}
+
+/// One version of a worktree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeVersionSummary {
+    /// From 1.
+    pub version: i64,
+    /// `start`, `edit` or `turn`.
+    pub origin: String,
+    /// Who made it: `gateway`, `operator` or `key:NAME`.
+    pub actor: String,
+    /// When it was made, Unix milliseconds.
+    pub created_at: i64,
+    /// For a `turn` version: the turn whose result it merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    /// For a `turn` version: the name the worker's whole result is kept under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_ref: Option<String>,
+    /// For a `turn` version: the paths that kept the worktree's version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<String>,
+}
+
+/// The query of `GET /v1/sessions/{key}/worktree.tar`: the head, one version, or one turn's
+/// staged result.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeTarQuery {
+    /// A version instead of the head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
+    /// A turn: its staged result (the worker's whole tree) instead of a version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<String>,
+}

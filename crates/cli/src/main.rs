@@ -24,6 +24,7 @@ mod records;
 mod sandbox_exec_cmd;
 mod sandbox_setup;
 mod scratch_cmd;
+mod session_cmd;
 mod setup_code_cmd;
 mod signals;
 mod skills_cmd;
@@ -70,6 +71,8 @@ enum Command {
     SetupCode(setup_code_cmd::SetupCodeArgs),
     /// Create, list or revoke the Gateway's scoped API keys.
     Keys(keys_cmd::KeysArgs),
+    /// Create a session with its workspace source, or export a worktree session's history.
+    Session(session_cmd::SessionArgs),
     /// Serve the deterministic mock model over HTTP.
     MockModel(mock_model_cmd::MockModelArgs),
     /// Run one native worker (started by the node host; reads its envelope on stdin).
@@ -115,6 +118,7 @@ fn main() -> ExitCode {
         Command::Node(args) => node_cmd::run(args),
         Command::SetupCode(args) => setup_code_cmd::run(args),
         Command::Keys(args) => keys_cmd::run(args),
+        Command::Session(args) => session_cmd::run(args),
         Command::MockModel(args) => mock_model_cmd::run(args),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Scratch(args) => scratch_cmd::run(args),
@@ -149,6 +153,7 @@ impl Command {
             Command::Node(_) => "node",
             Command::SetupCode(_) => "setup-code",
             Command::Keys(_) => "keys",
+            Command::Session(_) => "session",
             Command::MockModel(_) => "mock-model",
             Command::Worker(_) => "worker",
             Command::Doctor(_) => "doctor",

@@ -213,23 +213,10 @@ impl MediaRetention {
         commit: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, TurnFailure> {
         let _writing = self.lock.read().await;
-        let listed: Vec<CheckpointBlob> = blobs
-            .iter()
-            .map(|blob| CheckpointBlob {
-                media_id: blob.media_id.clone(),
-                size_bytes: blob.bytes.len() as u64,
-            })
-            .collect();
-        self.store
-            .register_checkpoint_blobs(&listed, now_ms())
-            .await
-            .map_err(store_failure)?;
-        for blob in blobs {
-            self.media
-                .put(blob.bytes, "application/octet-stream", None)
-                .await
-                .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
-        }
+        self.store_blobs(blobs).await.map_err(|error| match error {
+            WriteError::Media(error) => TurnFailure::new(error.code(), error.to_string()),
+            WriteError::Store(error) => store_failure(error),
+        })?;
         commit.await.map_err(store_failure)
     }
 
@@ -341,7 +328,18 @@ impl MediaRetention {
         manifest: &serde_json::Value,
         new_blobs: Vec<NewBlob>,
     ) -> Result<(), WriteError> {
-        let listed: Vec<CheckpointBlob> = new_blobs
+        self.store_blobs(new_blobs).await?;
+        self.store
+            .save_checkpoint(session_key, checkpoint_id, manifest, now_ms())
+            .await
+            .map_err(WriteError::Store)
+    }
+
+    /// Lists `blobs` as collectable checkpoint blobs, then writes them: listed first, so a crash
+    /// in between never leaves a blob nobody knows of. Must run under the shared side of the
+    /// lock.
+    async fn store_blobs(&self, blobs: Vec<NewBlob>) -> Result<(), WriteError> {
+        let listed: Vec<CheckpointBlob> = blobs
             .iter()
             .map(|blob| CheckpointBlob {
                 media_id: blob.media_id.clone(),
@@ -352,7 +350,7 @@ impl MediaRetention {
             .register_checkpoint_blobs(&listed, now_ms())
             .await
             .map_err(WriteError::Store)?;
-        for blob in new_blobs {
+        for blob in blobs {
             let record = self
                 .media
                 .put(blob.bytes, "application/octet-stream", None)
@@ -360,10 +358,7 @@ impl MediaRetention {
                 .map_err(WriteError::Media)?;
             debug_assert_eq!(record.id, blob.media_id, "a blob is stored under its id");
         }
-        self.store
-            .save_checkpoint(session_key, checkpoint_id, manifest, now_ms())
-            .await
-            .map_err(WriteError::Store)
+        Ok(())
     }
 
     /// Deletes every listed blob nothing refers to: the blob first, then its list row. Must run

@@ -734,3 +734,90 @@ async fn finding_5_a_node_stores_at_most_the_turn_budget_in_the_transcript() {
         &text[..text.len().min(2048)]
     );
 }
+
+/// Issue 19: a hostile node reports crafted results for a `worktree` session: a path with
+/// `..`, an entry below a link entry, a link that points outside. Each is refused whole with
+/// `CHECKPOINT_INVALID` and its reason, and the worktree keeps its version and content.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is_unchanged() {
+    let (_dirs, gateway, mut node) = hostile_setup().await;
+    let client = reqwest::Client::new();
+    let put = client
+        .put(format!("{}/v1/sessions/wt", gateway.url))
+        .bearer_auth(&gateway.token)
+        .json(&serde_json::json!({"workspace": {"source": "worktree"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 201);
+    let edit = client
+        .put(format!("{}/v1/sessions/wt/worktree/a.txt", gateway.url))
+        .bearer_auth(&gateway.token)
+        .body("kept\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(edit.status().as_u16(), 200);
+    let file = |path: &str| serde_json::json!({"path": path, "kind": "file", "sha256": "1".repeat(64), "size": 1, "contentBase64": "eA=="});
+    let link = |path: &str, target: &str| serde_json::json!({"path": path, "kind": "symlink", "target": target});
+    let crafted = [
+        ("../escape.txt", vec![file("a.txt"), file("../escape.txt")]),
+        ("l/inner.txt", vec![link("l", "a.txt"), file("l/inner.txt")]),
+        ("out", vec![file("a.txt"), link("out", "../../../etc")]),
+    ];
+    for (reason, entries) in crafted {
+        let turn_id = post_message(&gateway, "wt", "hello").await;
+        let invoke = node.next_invoke("agent.turn").await;
+        let refused = node
+            .stream_lines(
+                &invoke.id,
+                &[serde_json::json!({"type": "checkpoint", "entries": entries})],
+            )
+            .await;
+        assert!(refused.is_empty(), "{refused:?}");
+        node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
+            .await;
+        let ended = wait_turn(&gateway, &turn_id).await;
+        assert_eq!(
+            (ended["status"].as_str(), ended["error"]["code"].as_str()),
+            (Some("failed"), Some("CHECKPOINT_INVALID")),
+            "{reason}: {ended}"
+        );
+        assert!(
+            ended["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{reason:?}")),
+            "the refusal does not name the entry {reason}: {ended}"
+        );
+        assert!(ended.get("workspace").is_none(), "{reason}: {ended}");
+        let refusals = audited(&gateway, "checkpoint.refused").await;
+        assert!(!refusals.is_empty(), "{reason}: no checkpoint.refused row");
+        let a = client
+            .get(format!("{}/v1/sessions/wt/worktree/a.txt", gateway.url))
+            .bearer_auth(&gateway.token)
+            .send()
+            .await
+            .unwrap();
+        let version = a.headers()["x-gatehouse-worktree-version"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(
+            (version.as_str(), a.text().await.unwrap().as_str()),
+            ("2", "kept\n"),
+            "{reason}"
+        );
+    }
+    let tar = client
+        .get(format!("{}/v1/sessions/wt/worktree.tar", gateway.url))
+        .bearer_auth(&gateway.token)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    // One 512-byte header, one block of content, and the two zero blocks of the end.
+    assert_eq!(tar.len(), 512 * 4, "the worktree gained entries");
+}

@@ -177,12 +177,18 @@ async fn dedicated_turns_run_on_the_harness_with_the_key_only_there() {
     }
     // Workers: argv holds no secret, and the environment is scrubbed (no Gateway token, only the
     // model key besides HOME, PATH, LANG and TMPDIR), with a private TMPDIR.
-    let workers = workers();
+    // Only this test's workers (their TMPDIR is under its Harness root): other tests' workers
+    // come and go, and their directories with them.
+    let workers: Vec<WorkerProcess> = workers()
+        .into_iter()
+        .filter(|(_, _, env)| {
+            env.iter().any(|(name, value)| {
+                name == "TMPDIR" && std::path::Path::new(value).starts_with(&setup.harness)
+            })
+        })
+        .collect();
     assert!(!workers.is_empty());
-    for (_, argv, env) in workers
-        .iter()
-        .filter(|(_, _, env)| env.iter().any(|(k, _)| k == "MOCK_MODEL_KEY"))
-    {
+    for (_, argv, env) in &workers {
         assert_eq!(argv.len(), 2);
         let mut names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
         names.sort_unstable();

@@ -235,6 +235,69 @@ async fn issue_19_a_worktree_takes_the_agents_changes_and_keeps_its_own_on_confl
         (status, &refused["error"]["code"]),
         (409, &serde_json::json!("SESSION_SOURCE_LOCKED"))
     );
+
+    // The history as a git repository: one commit per version, each turn's whole result a ref.
+    let exported = data.join("exported");
+    let output = session_cli(&up, &["export", "w1", "--to", exported.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let first_turn = first["turnId"].as_str().unwrap();
+    let subjects = git(&exported, &["log", "--format=%s", "main"]);
+    assert_eq!(
+        subjects.lines().collect::<Vec<_>>(),
+        vec![
+            format!("turn {turn_id}"),
+            String::from("edit by operator"),
+            format!("turn {first_turn}"),
+            String::from("edit by operator"),
+            String::from("edit by operator"),
+            String::from("start"),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(exported.join("a.txt")).unwrap(),
+        "gateway\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(exported.join("d.txt")).unwrap(),
+        "dee\n"
+    );
+    assert_eq!(
+        std::fs::read_link(exported.join("l")).unwrap(),
+        Path::new("a.txt")
+    );
+    assert_eq!(
+        crate::suite::support::mode(&exported.join("b.sh")) & 0o111,
+        0o111
+    );
+    assert!(!exported.join("c.txt").exists());
+    let staged = format!("refs/gatehouse/worker-results/{turn_id}");
+    assert_eq!(
+        git(&exported, &["show", &format!("{staged}:a.txt")]),
+        "agent two"
+    );
+    assert_eq!(
+        git(&exported, &["rev-parse", &format!("{staged}^")]),
+        git(&exported, &["rev-parse", "main^"]),
+        "a staged result's parent is the version it was merged into"
+    );
+    // `session create` sets a source from the command line.
+    let output = session_cli(&up, &["create", "w9", "--worktree"]);
+    assert!(output.status.success(), "{output:?}");
+    let (_, created) = up
+        .request(reqwest::Method::GET, "/v1/sessions/w9", None)
+        .await;
+    assert_eq!(created["workspace"]["source"], "worktree", "{created}");
+}
+
+/// Runs `gatehouse session ARGS` against `up` as the operator.
+fn session_cli(up: &Up, args: &[&str]) -> std::process::Output {
+    gatehouse()
+        .arg("session")
+        .args(args)
+        .args(["--url", &up.url])
+        .env("GATEHOUSE_TOKEN", &up.token)
+        .output()
+        .unwrap()
 }
 
 /// Lists a tar archive with the system `tar`, one `MODE PATH[ -> TARGET]` per entry.

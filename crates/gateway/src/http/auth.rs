@@ -166,6 +166,12 @@ pub(crate) const ROUTE_SCOPES: &[RouteScope] = &[
     ),
     route(
         "GET",
+        "/v1/sessions/{key}/worktree.json",
+        CHAT_READ,
+        SessionOf::PathKey,
+    ),
+    route(
+        "GET",
         "/v1/sessions/{key}/worktree/diff",
         CHAT_READ,
         SessionOf::PathKey,

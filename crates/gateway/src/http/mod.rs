@@ -98,6 +98,7 @@ pub fn app(state: Arc<GatewayState>) -> Router {
             get(worktree::get_session).put(worktree::put_session),
         )
         .route("/sessions/{key}/worktree.tar", get(worktree::worktree_tar))
+        .route("/sessions/{key}/worktree.json", get(worktree::worktree_log))
         .route(
             "/sessions/{key}/worktree/diff",
             get(worktree::worktree_diff),

@@ -28,6 +28,9 @@ use gatehouse_api::sessions::Session;
 use gatehouse_api::sessions::SessionCreated;
 use gatehouse_api::sessions::SessionParams;
 use gatehouse_api::sessions::WorkspaceSource;
+use gatehouse_api::sessions::WorktreeLog;
+use gatehouse_api::sessions::WorktreeTarQuery;
+use gatehouse_api::sessions::WorktreeVersionSummary;
 use gatehouse_api::sessions::WorktreeWriteQuery;
 use gatehouse_api::sessions::WorktreeWritten;
 use gatehouse_protocol::checkpoint::KIND_FILE;
@@ -427,13 +430,75 @@ pub(crate) fn checkpoint_entry(entry: &StoredEntry) -> CheckpointEntry {
     }
 }
 
-/// `GET /v1/sessions/{key}/worktree.tar`: the head as a tar archive (files with their modes,
-/// links as links), in path order.
+/// `GET /v1/sessions/{key}/worktree.json`: every version of the worktree, oldest first, each
+/// `turn` version with its staged result's name and conflicts.
+pub(crate) async fn worktree_log(
+    State(state): State<Arc<GatewayState>>,
+    Path(session_key): Path<String>,
+) -> Result<Json<WorktreeLog>, ApiError> {
+    let head = head(&state, &session_key).await?;
+    let mut versions = Vec::new();
+    for number in 1..=head.version {
+        let Some(version) = state
+            .store
+            .worktree_version(&session_key, Some(number))
+            .await
+            .map_err(|error| store_error(&error))?
+        else {
+            continue;
+        };
+        let result = match &version.turn_id {
+            Some(turn_id) => state
+                .store
+                .worktree_result(turn_id)
+                .await
+                .map_err(|error| store_error(&error))?,
+            None => None,
+        };
+        versions.push(WorktreeVersionSummary {
+            version: version.version,
+            origin: version.origin.as_str().to_owned(),
+            actor: version.actor,
+            created_at: version.created_at_ms,
+            turn_id: version.turn_id,
+            staged_ref: result.as_ref().map(|result| result.staged_ref.clone()),
+            conflicts: result.map(|result| result.conflicts).unwrap_or_default(),
+        });
+    }
+    Ok(Json(WorktreeLog {
+        head: head.version,
+        versions,
+    }))
+}
+
+/// `GET /v1/sessions/{key}/worktree.tar` (`?version=N`, or `?turn=ID` for a turn's staged
+/// result): a tree as a tar archive (files with their modes, links as links), in path order.
 pub(crate) async fn worktree_tar(
     State(state): State<Arc<GatewayState>>,
     Path(session_key): Path<String>,
+    Query(query): Query<WorktreeTarQuery>,
 ) -> Result<Response, ApiError> {
-    let head = head(&state, &session_key).await?;
+    let mut head = head(&state, &session_key).await?;
+    if let Some(number) = query.version {
+        head = state
+            .store
+            .worktree_version(&session_key, Some(number))
+            .await
+            .map_err(|error| store_error(&error))?
+            .ok_or_else(|| ApiError::not_found(format!("the worktree has no version {number}")))?;
+    }
+    if let Some(turn_id) = &query.turn {
+        let result = state
+            .store
+            .worktree_result(turn_id)
+            .await
+            .map_err(|error| store_error(&error))?
+            .filter(|result| result.session_key == session_key)
+            .ok_or_else(|| {
+                ApiError::not_found(format!("the session has no result of turn {turn_id}"))
+            })?;
+        head.manifest = result.manifest;
+    }
     let mut builder = tar::Builder::new(Vec::new());
     let mtime = u64::try_from(head.created_at_ms / 1000).unwrap_or(0);
     let tar_failure = |error: std::io::Error| {
