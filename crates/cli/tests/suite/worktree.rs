@@ -476,7 +476,18 @@ async fn issue_19_a_repository_session_is_pinned_to_its_commit_and_rebuilt_from_
     git(&source, &["commit", "-q", "-m", "one"]);
     git(&source, &["tag", "v1"]);
     let tagged = git(&source, &["rev-parse", "v1^{commit}"]);
-    let url = format!("file://{}", source.display());
+    let bare = temp.path().canonicalize().unwrap().join("origin.git");
+    git(
+        temp.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            source.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+    let url = format!("file://{}", bare.display());
     let up = Up::start(&data);
     up.wait_ready().await;
     let (status, created) = up
@@ -503,6 +514,18 @@ async fn issue_19_a_repository_session_is_pinned_to_its_commit_and_rebuilt_from_
     std::fs::write(source.join("a.txt"), "moved\n").unwrap();
     git(&source, &["commit", "-q", "-am", "two"]);
     git(&source, &["tag", "-f", "v1"]);
+    git(
+        &source,
+        &[
+            "push",
+            "-q",
+            "--force",
+            bare.to_str().unwrap(),
+            "main",
+            "refs/tags/v1",
+        ],
+    );
+    assert_ne!(git(&bare, &["rev-parse", "v1^{commit}"]), tagged);
     // The session workspace is deleted (the move discards it on the node): the next turn
     // rebuilds it from the pinned commit and the agent's checkpointed change.
     let (status, moved) = up
@@ -538,5 +561,45 @@ async fn issue_19_a_repository_session_is_pinned_to_its_commit_and_rebuilt_from_
         (failed["status"].as_str(), failed["error"]["code"].as_str()),
         (Some("failed"), Some("SOURCE_UNAVAILABLE")),
         "{failed}"
+    );
+    // A worktree from the repository starts from the ref's tree (the moved tag now), fetched by
+    // the node: the agent sees it, and the worktree holds it as its first version.
+    let (status, _) = up
+        .request(
+            reqwest::Method::PUT,
+            "/v1/sessions/r3",
+            Some(serde_json::json!({"workspace": {"source": "worktree", "from": {"url": url, "ref": "v1"}}})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    assert_eq!(
+        read(&up, "r3", "worktree/a.txt").await.status,
+        404,
+        "no worktree before the first turn"
+    );
+    let third = run(&up, "r3", &exec("cat a.txt && printf 'added\\n' > b.txt")).await;
+    assert_eq!(third["status"], "completed", "{third}");
+    assert!(
+        third["reply"].as_str().unwrap().contains("moved"),
+        "{third}"
+    );
+    let third = applied(&up, third["turnId"].as_str().unwrap()).await;
+    assert_eq!(
+        third["workspace"]["applied"],
+        serde_json::json!(["b.txt"]),
+        "{third}"
+    );
+    let a = read(&up, "r3", "worktree/a.txt").await;
+    assert_eq!(
+        (a.body.as_slice(), a.version.as_deref()),
+        (&b"moved\n"[..], Some("2"))
+    );
+    let (_, session) = up
+        .request(reqwest::Method::GET, "/v1/sessions/r3", None)
+        .await;
+    assert_eq!(
+        session["workspace"]["commit"],
+        git(&bare, &["rev-parse", "v1^{commit}"]),
+        "{session}"
     );
 }
