@@ -14,6 +14,7 @@ use gatehouse_api::sessions::SessionParams;
 use gatehouse_api::sessions::WorkspaceSource;
 use gatehouse_api::sessions::WorktreeTarQuery;
 use gatehouse_api::sessions::WorktreeVersionSummary;
+use gatehouse_protocol::checkpoint::c_quoted;
 
 use crate::exit::UsageError;
 
@@ -304,27 +305,11 @@ fn write_commit(
             }
             _ => continue,
         };
-        writeln!(stream, "M {mode} inline {}", quoted(&path))?;
+        writeln!(stream, "M {mode} inline {}", c_quoted(&path))?;
         writeln!(stream, "data {}", content.len())?;
         stream.write_all(&content)?;
         writeln!(stream)?;
     }
     writeln!(stream)?;
     Ok(())
-}
-
-/// Returns `path` in git's C-style quotes, so any byte of a name reaches fast-import intact.
-fn quoted(path: &str) -> String {
-    let mut out = String::from("\"");
-    for byte in path.bytes() {
-        match byte {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            b'\n' => out.push_str("\\n"),
-            0x20..=0x7e => out.push(char::from(byte)),
-            other => out.push_str(&format!("\\{other:03o}")),
-        }
-    }
-    out.push('"');
-    out
 }

@@ -231,9 +231,11 @@ fn check_url(url: &str) -> Result<Option<String>, WireError> {
         None => (None, authority),
     };
     if let Some(user) = user {
-        if user.contains(':') {
+        // A token passed as the user name (`https://TOKEN@host/`) is a credential too, and so is
+        // an encoded password; only ssh takes a plain user name.
+        if user.contains(':') || user.contains('%') || scheme != "ssh://" {
             return refuse(
-                "it carries a password; credentials belong in the node host's git configuration, credential helpers or ssh keys",
+                "it carries credentials (only an ssh URL may name a plain user); credentials belong in the node host's git configuration, credential helpers or ssh keys",
             );
         }
         if user.is_empty() || user.starts_with('-') {
@@ -289,6 +291,33 @@ fn is_commit_id(text: &str) -> bool {
             .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
 }
 
+/// Refuses a `file://` repository inside the node host's root: its session workspaces and
+/// source caches belong to other sessions, and a session must never read another's through a
+/// repository URL. The path is resolved with every link followed, so a link into the root is
+/// refused too.
+///
+/// # Errors
+/// `SOURCE_UNAVAILABLE` for a repository inside the root.
+fn refuse_own_state(root: &Path, url: &str) -> Result<(), WireError> {
+    let Some(path) = url.strip_prefix("file://") else {
+        return Ok(());
+    };
+    let path = Path::new(path);
+    let inside = match (std::fs::canonicalize(root), std::fs::canonicalize(path)) {
+        (Ok(root), Ok(path)) => path.starts_with(root),
+        // A path that does not resolve fails the fetch, which says so.
+        (Ok(root), Err(_)) => path.starts_with(root),
+        (Err(_), _) => true,
+    };
+    match inside {
+        true => Err(WireError::new(
+            ErrorCode::SourceUnavailable,
+            "the repository is inside the node host's own state (its sessions and caches); name a repository outside it",
+        )),
+        false => Ok(()),
+    }
+}
+
 /// Fetches the requested commit into the session's cache and writes its tree into the
 /// session's missing workspace; the caller has checked the request and stopped the session's
 /// worker.
@@ -301,6 +330,7 @@ pub(crate) async fn fetch_into_session(
     request: &SourceRequest,
 ) -> Result<AgentSessionSourceResult, WireError> {
     let id = crate::worker::session_dir_name(session_key);
+    refuse_own_state(root, &request.url)?;
     // Refused before anything is fetched; the writer checks again when it creates it.
     let session_dir =
         crate::worker::open_session_dir(root, &id).map_err(|error| error.to_wire())?;

@@ -347,7 +347,10 @@ async fn an_unknown_ref_or_an_unreachable_repository_is_source_unavailable() {
         )
     );
     let mut unreachable = fixture.params("unreachable");
-    unreachable.url = format!("file://{}/no-such-repository", fixture.root.display());
+    unreachable.url = format!(
+        "file://{}/no-such-repository",
+        fixture.root.parent().unwrap().display()
+    );
     let error = fixture.supervisor.source(unreachable).await.unwrap_err();
     assert_eq!(error.code, "SOURCE_UNAVAILABLE", "{error:?}");
     assert!(
@@ -367,6 +370,8 @@ async fn refused_params_are_invalid_params_before_anything_runs() {
     let cases: Vec<(&str, Option<&str>, Option<&str>)> = vec![
         ("https://user:secret@example.com/repo.git", None, None),
         ("https://:secret@example.com/repo.git", None, None),
+        ("https://secret@example.com/repo.git", None, None),
+        ("ssh://u%3Asecret@example.com/repo.git", None, None),
         ("ext::sh -c touch% /tmp/owned", None, None),
         ("-uhttps://example.com/repo.git", None, None),
         ("http://example.com/repo.git", None, None),
@@ -427,10 +432,6 @@ fn accepted_urls_keep_their_user_name_for_redaction() {
         ("ssh://git@example.com/repo.git", Some("git")),
         ("ssh://example.com:2222/repo.git", None),
         ("file:///srv/repo", None),
-        (
-            "https://token-user@example.com/repo.git",
-            Some("token-user"),
-        ),
     ] {
         let params = AgentSessionSourceParams {
             session_key: String::from("s"),
@@ -445,11 +446,41 @@ fn accepted_urls_keep_their_user_name_for_redaction() {
     }
     assert_eq!(
         crate::source::redact(
-            b"fatal: unable to access 'https://token-user@example.com/repo.git/'",
+            b"fatal: unable to access 'ssh://token-user@example.com/repo.git/'",
             Some("token-user")
         ),
-        "fatal: unable to access 'https://example.com/repo.git/'"
+        "fatal: unable to access 'ssh://example.com/repo.git/'"
     );
+}
+
+/// A `file://` repository inside the node host's root (another session's workspace or source
+/// cache, directly or through a link) is refused before anything is fetched.
+#[tokio::test]
+async fn a_repository_inside_the_node_root_is_refused() {
+    let fixture = Fixture::new();
+    fixture.write("a.txt", "private");
+    fixture.commit("a");
+    let inside = fixture.root.join("sessions").join("someone-else");
+    std::fs::create_dir_all(&inside).unwrap();
+    let outside = fixture.root.parent().unwrap().join("link-into-root");
+    std::os::unix::fs::symlink(&inside, &outside).unwrap();
+    for url in [
+        format!("file://{}", inside.display()),
+        format!("file://{}", outside.display()),
+        format!("file://{}/sources", fixture.root.display()),
+    ] {
+        let params = AgentSessionSourceParams {
+            session_key: String::from("reader"),
+            url: url.clone(),
+            reference: None,
+            commit: None,
+            report: true,
+        };
+        let error = fixture.supervisor.source(params).await.unwrap_err();
+        assert_eq!(error.code, "SOURCE_UNAVAILABLE", "{url}");
+        assert!(error.message.contains("own state"), "{url}: {error:?}");
+    }
+    assert!(!fixture.workspace("reader").exists());
 }
 
 #[tokio::test]

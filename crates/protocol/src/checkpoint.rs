@@ -74,6 +74,9 @@ pub enum ManifestViolation {
     /// A link whose target is absolute or leads out of the tree (only where links must stay
     /// inside, see [`validate_contained_links`]).
     LinkOutside,
+    /// Two paths that differ only in letter case (only where [`validate_contained_links`]
+    /// applies).
+    CaseCollision,
 }
 
 impl ManifestViolation {
@@ -90,6 +93,7 @@ impl ManifestViolation {
             ManifestViolation::InvalidTarget(_) => "invalid_target",
             ManifestViolation::Inconsistent(_) => "inconsistent",
             ManifestViolation::LinkOutside => "link_outside",
+            ManifestViolation::CaseCollision => "case_collision",
         }
     }
 
@@ -111,6 +115,9 @@ impl ManifestViolation {
             ManifestViolation::BelowFile => String::from("the entry is below a file entry"),
             ManifestViolation::LinkOutside => {
                 String::from("the link's target is absolute or leads out of the tree")
+            }
+            ManifestViolation::CaseCollision => {
+                String::from("the path differs from another only in letter case")
             }
             ManifestViolation::UnknownKind => {
                 format!("the kind is neither {KIND_FILE:?} nor {KIND_SYMLINK:?}")
@@ -170,24 +177,52 @@ impl std::fmt::Display for ManifestError {
 
 impl std::error::Error for ManifestError {}
 
-/// Checks that every link of a manifest stays inside its tree: its target is relative, and
-/// resolved as text from the link's directory (each `..` leaving one directory, never
-/// following another link) it never climbs above the tree's root. A worktree the Gateway keeps
-/// (the `worktree` workspace source) is checked with this as well as [`validate_manifest`], so
-/// a link in it can never point people or tools that read the tree at something outside.
+/// The most links one resolution in [`validate_contained_links`] passes through; a longer
+/// chain (or a cycle) counts as leaving the tree, as the kernel's `ELOOP` would end it.
+const MAX_LINK_HOPS: usize = 40;
+
+/// The most path bytes [`validate_contained_links`] looks up for one manifest; a manifest that
+/// needs more is refused rather than judged slowly.
+const MAX_LINK_WORK_BYTES: usize = 64 * 1024 * 1024;
+
+/// Checks that every link of a manifest stays inside its tree, as a reader that follows links
+/// would see it: each link's target is resolved from the link's directory, `..` leaving one
+/// directory, and every component that is itself a link entry of the manifest replaced by that
+/// link's own resolution (at most [`MAX_LINK_HOPS`] of them); an absolute target, or a
+/// resolution that climbs above the root, leaves the tree. It also refuses two paths that are
+/// the same but for letter case, which a case-insensitive file system would write as one.
+///
+/// A worktree the Gateway keeps (the `worktree` workspace source) is checked with this as well
+/// as [`validate_manifest`], so no link in it leads people or tools that read it outside.
 ///
 /// # Errors
-/// [`ManifestViolation::LinkOutside`] for the first link that leaves the tree.
+/// [`ManifestViolation::LinkOutside`] for the first link that leaves the tree (or whose chain
+/// is too long), [`ManifestViolation::CaseCollision`] for the first path that collides.
 pub fn validate_contained_links(entries: &[CheckpointEntry]) -> Result<(), ManifestError> {
+    let mut folded = std::collections::HashSet::with_capacity(entries.len());
     for (index, entry) in entries.iter().enumerate() {
-        let Some(target) = entry
-            .target
-            .as_deref()
-            .filter(|_| entry.kind == KIND_SYMLINK)
-        else {
+        if !folded.insert(entry.path.to_lowercase()) {
+            return Err(ManifestError::at(
+                index,
+                entry,
+                ManifestViolation::CaseCollision,
+            ));
+        }
+    }
+    let links: std::collections::HashMap<&str, &str> = entries
+        .iter()
+        .filter(|entry| entry.kind == KIND_SYMLINK)
+        .filter_map(|entry| Some((entry.path.as_str(), entry.target.as_deref()?)))
+        .collect();
+    let mut work = 0;
+    for (index, entry) in entries.iter().enumerate() {
+        let Some(target) = links.get(entry.path.as_str()) else {
             continue;
         };
-        if link_leaves_tree(&entry.path, target) {
+        let mut directory: Vec<&str> = entry.path.split('/').collect();
+        directory.pop();
+        let mut hops = 0;
+        if resolve(&links, directory, target, &mut hops, &mut work).is_none() {
             return Err(ManifestError::at(
                 index,
                 entry,
@@ -198,24 +233,43 @@ pub fn validate_contained_links(entries: &[CheckpointEntry]) -> Result<(), Manif
     Ok(())
 }
 
-/// Whether a link at `path` with `target` points out of the tree (see
-/// [`validate_contained_links`]).
-pub fn link_leaves_tree(path: &str, target: &str) -> bool {
+/// Resolves `target` from `directory` through the manifest's `links`; `None` when it leaves
+/// the tree or passes a bound.
+fn resolve<'a>(
+    links: &std::collections::HashMap<&'a str, &'a str>,
+    mut directory: Vec<&'a str>,
+    target: &'a str,
+    hops: &mut usize,
+    work: &mut usize,
+) -> Option<Vec<&'a str>> {
     if target.starts_with('/') {
-        return true;
+        return None;
     }
-    let mut depth = path.split('/').count().saturating_sub(1);
     for segment in target.split('/') {
         match segment {
             "" | "." => {}
-            ".." => match depth.checked_sub(1) {
-                Some(up) => depth = up,
-                None => return true,
-            },
-            _ => depth += 1,
+            ".." => {
+                directory.pop()?;
+            }
+            name => {
+                directory.push(name);
+                let path = directory.join("/");
+                *work += path.len();
+                if *work > MAX_LINK_WORK_BYTES {
+                    return None;
+                }
+                if let Some(next) = links.get(path.as_str()) {
+                    *hops += 1;
+                    if *hops > MAX_LINK_HOPS {
+                        return None;
+                    }
+                    directory.pop();
+                    directory = resolve(links, directory, next, hops, work)?;
+                }
+            }
         }
     }
-    false
+    Some(directory)
 }
 
 /// Checks a checkpoint manifest against every rule of this module.
@@ -374,6 +428,34 @@ pub fn truncated(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// Returns `path` in git's C-style quotes (`"a\\nb"`): every byte that is not printable ASCII
+/// as an octal escape, and `"`, `\\` and newline escaped, so a name reaches `git fast-import`
+/// or a diff header intact and can never pass for another line.
+pub fn c_quoted(path: &str) -> String {
+    let mut out = String::from("\"");
+    for byte in path.bytes() {
+        match byte {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\t' => out.push_str("\\t"),
+            0x20..=0x7e => out.push(char::from(byte)),
+            other => out.push_str(&format!("\\{other:03o}")),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Whether a path names something git keeps for itself: a segment `.git` (in any letter case,
+/// or its short name `git~1`), which a worktree never holds, so a tool that reads the tree
+/// never runs a repository configuration an agent wrote.
+pub fn is_git_path(path: &str) -> bool {
+    path.split('/').any(|segment| {
+        segment.eq_ignore_ascii_case(".git") || segment.eq_ignore_ascii_case("git~1")
+    })
 }
 
 #[cfg(test)]

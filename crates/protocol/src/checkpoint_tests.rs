@@ -209,3 +209,61 @@ fn reported_paths_are_truncated_at_a_character_boundary() {
     assert_eq!(truncated("abc", 2), "ab");
     assert_eq!(truncated("éé", 3), "é");
 }
+
+/// Links judged as a reader that follows them would see them: through other links, with `..`
+/// and `.`, with cycles, and paths that collide but for case.
+#[test]
+fn a_worktree_link_stays_inside_even_through_other_links() {
+    use crate::checkpoint::validate_contained_links;
+    let contained = |entries: &[CheckpointEntry]| {
+        validate_contained_links(entries).map_err(|error| (error.violation.reason(), error.path))
+    };
+    type Outcome = Result<(), (&'static str, Option<String>)>;
+    let cases: Vec<(&str, Vec<CheckpointEntry>, Outcome)> = vec![
+        ("a sibling", vec![file("a.txt"), link("l", "a.txt")], Ok(())),
+        ("up and down", vec![link("d/l", "../a.txt")], Ok(())),
+        ("the root itself", vec![link("d/l", "..//")], Ok(())),
+        ("dots", vec![link("l", "./././a")], Ok(())),
+        (
+            "absolute",
+            vec![link("l", "/etc/passwd")],
+            Err(("link_outside", Some(String::from("l")))),
+        ),
+        (
+            "one level too far",
+            vec![link("d/l", "../../x")],
+            Err(("link_outside", Some(String::from("d/l")))),
+        ),
+        (
+            "down then too far",
+            vec![link("l", "x/../..")],
+            Err(("link_outside", Some(String::from("l")))),
+        ),
+        (
+            "a chain: each contained alone, together outside",
+            vec![
+                link("a/b/c/d/l", "../../../.."),
+                link("y", "a/b/c/d/l/../etc/passwd"),
+            ],
+            Err(("link_outside", Some(String::from("y")))),
+        ),
+        (
+            "through a link to a deeper directory is fine",
+            vec![link("deep", "a/b/c"), link("z", "deep/../../x")],
+            Ok(()),
+        ),
+        (
+            "a cycle",
+            vec![link("p", "q/x"), link("q", "p/x")],
+            Err(("link_outside", Some(String::from("p")))),
+        ),
+        (
+            "case",
+            vec![file("Readme"), file("README")],
+            Err(("case_collision", Some(String::from("README")))),
+        ),
+    ];
+    for (name, entries, expected) in cases {
+        assert_eq!(contained(&entries), expected, "{name}");
+    }
+}

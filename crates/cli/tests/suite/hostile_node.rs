@@ -764,6 +764,13 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
         ("../escape.txt", vec![file("a.txt"), file("../escape.txt")]),
         ("l/inner.txt", vec![link("l", "a.txt"), file("l/inner.txt")]),
         ("out", vec![file("a.txt"), link("out", "../../../etc")]),
+        (
+            "y",
+            vec![
+                link("a/b/c/d/l", "../../../.."),
+                link("y", "a/b/c/d/l/../etc/passwd"),
+            ],
+        ),
     ];
     for (reason, entries) in crafted {
         let turn_id = post_message(&gateway, "wt", "hello").await;
@@ -808,6 +815,48 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
             ("2", "kept\n"),
             "{reason}"
         );
+    }
+    // A repository the agent made inside its workspace is not taken into the worktree.
+    const X_SHA256: &str = "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881";
+    let honest = |path: &str| serde_json::json!({"path": path, "kind": "file", "sha256": X_SHA256, "size": 1, "contentBase64": "eA=="});
+    let turn_id = post_message(&gateway, "wt", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    let entries = vec![
+        honest("a.txt"),
+        honest("sub/.git/config"),
+        honest("sub/.GIT/HEAD"),
+    ];
+    node.stream_lines(
+        &invoke.id,
+        &[serde_json::json!({"type": "checkpoint", "entries": entries})],
+    )
+    .await;
+    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
+        .await;
+    assert_eq!(wait_turn(&gateway, &turn_id).await["status"], "completed");
+    let deadline = Instant::now() + WAIT;
+    let applied = loop {
+        let turn = gateway.get_json(&format!("/v1/turns/{turn_id}")).await;
+        if turn["workspace"]["state"] == "applied" {
+            break turn;
+        }
+        assert!(Instant::now() < deadline, "never applied: {turn}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        applied["workspace"]["applied"],
+        serde_json::json!(["a.txt"]),
+        "{applied}"
+    );
+    for path in ["sub/.git/config", "sub/.GIT/HEAD"] {
+        let status = client
+            .get(format!("{}/v1/sessions/wt/worktree/{path}", gateway.url))
+            .bearer_auth(&gateway.token)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status.as_u16(), 404, "{path}");
     }
     let tar = client
         .get(format!("{}/v1/sessions/wt/worktree.tar", gateway.url))

@@ -562,6 +562,46 @@ async fn issue_19_a_repository_session_is_pinned_to_its_commit_and_rebuilt_from_
         (Some("failed"), Some("SOURCE_UNAVAILABLE")),
         "{failed}"
     );
+    // Credentials never ride in a URL, and only an admin names a path on the node host.
+    let (status, refused) = up
+        .request(
+            reqwest::Method::PUT,
+            "/v1/sessions/r4",
+            Some(serde_json::json!({"workspace": {"source": "repository", "url": "https://ghp_secret@example.com/r.git"}})),
+        )
+        .await;
+    assert_eq!(
+        (status, &refused["error"]["code"]),
+        (400, &serde_json::json!("INVALID_REQUEST")),
+        "{refused}"
+    );
+    assert!(!refused.to_string().contains("ghp_secret"), "{refused}");
+    let (status, key) = up
+        .request(
+            reqwest::Method::POST,
+            "/v1/keys",
+            Some(serde_json::json!({"name": "chat-r5", "scopes": ["chat"], "sessions": "r5"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{key}");
+    let as_chat_key = |source: serde_json::Value| {
+        let request = reqwest::Client::new()
+            .put(format!("{}/v1/sessions/r5", up.url))
+            .bearer_auth(key["key"].as_str().unwrap())
+            .json(&serde_json::json!({"workspace": source}));
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(
+        as_chat_key(serde_json::json!({"source": "worktree", "from": {"url": url}})).await,
+        403
+    );
+    assert_eq!(
+        as_chat_key(
+            serde_json::json!({"source": "repository", "url": "https://example.com/r.git"})
+        )
+        .await,
+        201
+    );
     // A worktree from the repository starts from the ref's tree (the moved tag now), fetched by
     // the node: the agent sees it, and the worktree holds it as its first version.
     let (status, _) = up

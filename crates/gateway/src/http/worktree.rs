@@ -73,6 +73,19 @@ pub(crate) async fn put_session(
 ) -> Result<Response, ApiError> {
     check_session_key(&session_key)?;
     check_source(&params.workspace)?;
+    // A `file://` repository is a path on the node host: only an admin names one, so a chat
+    // key limited to its sessions cannot read what the node host keeps elsewhere.
+    if params
+        .workspace
+        .repository()
+        .is_some_and(|repository| repository.url.starts_with("file://"))
+        && !principal.has(gatehouse_store::model::Scope::Admin)
+    {
+        return Err(ApiError::new(
+            ErrorCode::ScopeDenied,
+            "a file:// repository is a path on the node host: only the operator or an admin key may name one",
+        ));
+    }
     let native = gatehouse_protocol::runtime::RuntimeKind::Native.as_str();
     if params.workspace != WorkspaceSource::Empty && state.turns.runtime_name() != native {
         return Err(ApiError::invalid_request(format!(
@@ -189,9 +202,14 @@ fn check_source(source: &WorkspaceSource) -> Result<(), ApiError> {
             "the repository URL must be file://, https:// or ssh://",
         ));
     }
-    if url.password().is_some() {
+    // A token passed as the user name (`https://TOKEN@host/`) is a credential too: only an ssh
+    // URL may name a plain user.
+    let user = url.username();
+    if url.password().is_some()
+        || (!user.is_empty() && (url.scheme() != "ssh" || user.contains('%')))
+    {
         return Err(ApiError::invalid_request(
-            "the repository URL carries a password; credentials belong in the Harness's git configuration, never in the URL",
+            "the repository URL carries credentials (only an ssh URL may name a plain user); credentials belong in the Harness's git configuration, never in the URL",
         ));
     }
     if let Some(reference) = &repository.reference {
@@ -319,6 +337,12 @@ pub(crate) async fn write_worktree_file(
             format!("the path is refused: {}", violation.reason()),
         )
     })?;
+    if gatehouse_protocol::checkpoint::is_git_path(&path) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidPath,
+            "a worktree holds no .git directory",
+        ));
+    }
     let media_id = gatehouse_media::media_id(&body);
     let entry = StoredEntry {
         path: path.clone(),
@@ -588,7 +612,23 @@ pub(crate) async fn worktree_diff(
             Some(entry) => Some(content(&state, entry).await?),
             None => None,
         };
-        text.push_str(&file_diff(path, before, after, before_text, after_text));
+        let (path, before, after) = (path.to_owned(), before.cloned(), after.cloned());
+        // Line diffs are CPU work: off the async threads, each bounded in size and time.
+        let piece = tokio::task::spawn_blocking(move || {
+            file_diff(
+                &path,
+                before.as_ref(),
+                after.as_ref(),
+                before_text,
+                after_text,
+            )
+        })
+        .await
+        .map_err(|error| {
+            tracing::error!(error = %error, "a worktree diff failed");
+            ApiError::internal(ErrorCode::Internal)
+        })?;
+        text.push_str(&piece);
     }
     let mut response = text.into_response();
     response.headers_mut().insert(
@@ -615,6 +655,25 @@ fn mode(entry: &StoredEntry) -> &'static str {
     }
 }
 
+/// The largest side of a text diff; a larger file is reported as changed, without lines.
+const MAX_DIFF_SIDE_BYTES: usize = 1024 * 1024;
+
+/// How long computing one file's line diff may take before it settles for a coarser one.
+const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Returns `prefix` + `path` as a diff names it: quoted the way git quotes (see
+/// [`gatehouse_protocol::checkpoint::c_quoted`]) when the name holds a byte that is not
+/// printable ASCII, a quote or a backslash, so a name can never pass for another line.
+fn diff_name(prefix: &str, path: &str) -> String {
+    let plain = path
+        .bytes()
+        .all(|byte| (0x20..=0x7e).contains(&byte) && byte != b'"' && byte != b'\\');
+    match plain {
+        true => format!("{prefix}{path}"),
+        false => gatehouse_protocol::checkpoint::c_quoted(&format!("{prefix}{path}")),
+    }
+}
+
 /// Returns the diff of one path.
 fn file_diff(
     path: &str,
@@ -623,7 +682,8 @@ fn file_diff(
     before_text: Option<Bytes>,
     after_text: Option<Bytes>,
 ) -> String {
-    let mut out = format!("diff --git a/{path} b/{path}\n");
+    let (a_name, b_name) = (diff_name("a/", path), diff_name("b/", path));
+    let mut out = format!("diff --git {a_name} {b_name}\n");
     match (before, after) {
         (None, Some(after)) => out.push_str(&format!("new file mode {}\n", mode(after))),
         (Some(before), None) => out.push_str(&format!("deleted file mode {}\n", mode(before))),
@@ -636,8 +696,8 @@ fn file_diff(
         }
         _ => {}
     }
-    let old_name = before.map_or_else(|| String::from("/dev/null"), |_| format!("a/{path}"));
-    let new_name = after.map_or_else(|| String::from("/dev/null"), |_| format!("b/{path}"));
+    let old_name = before.map_or_else(|| String::from("/dev/null"), |_| a_name.clone());
+    let new_name = after.map_or_else(|| String::from("/dev/null"), |_| b_name.clone());
     let empty = Bytes::new();
     let (old_bytes, new_bytes) = (
         before_text.unwrap_or_else(|| empty.clone()),
@@ -646,12 +706,22 @@ fn file_diff(
     if old_bytes == new_bytes {
         return out;
     }
+    if old_bytes.len().max(new_bytes.len()) > MAX_DIFF_SIDE_BYTES {
+        out.push_str(&format!(
+            "Files {old_name} and {new_name} differ ({} and {} bytes, too large to show)\n",
+            old_bytes.len(),
+            new_bytes.len()
+        ));
+        return out;
+    }
     match (
         std::str::from_utf8(&old_bytes),
         std::str::from_utf8(&new_bytes),
     ) {
         (Ok(old_text), Ok(new_text)) => {
-            let diff = similar::TextDiff::from_lines(old_text, new_text);
+            let diff = similar::TextDiff::configure()
+                .deadline(std::time::Instant::now() + DIFF_DEADLINE)
+                .diff_lines(old_text, new_text);
             out.push_str(
                 &diff
                     .unified_diff()
@@ -666,4 +736,58 @@ fn file_diff(
         _ => out.push_str(&format!("Binary files {old_name} and {new_name} differ\n")),
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use gatehouse_store::model::StoredEntry;
+
+    fn entry(path: &str) -> StoredEntry {
+        StoredEntry {
+            path: path.to_owned(),
+            kind: String::from("file"),
+            executable: false,
+            sha256: Some(String::from("0")),
+            size: 1,
+            target: None,
+            media_id: None,
+        }
+    }
+
+    /// A name holding a newline is quoted, so it cannot forge the headers of another file.
+    #[test]
+    fn a_path_with_a_newline_cannot_forge_a_diff_header() {
+        let path = "x\nnew file mode 100755\n--- /dev/null\n+++ b/Makefile";
+        let diff = super::file_diff(
+            path,
+            None,
+            Some(&entry(path)),
+            None,
+            Some(bytes::Bytes::from_static(b"evil\n")),
+        );
+        assert_eq!(diff.matches("diff --git").count(), 1, "{diff}");
+        assert_eq!(
+            diff.lines().filter(|line| line.starts_with("+++ ")).count(),
+            1,
+            "{diff}"
+        );
+        assert!(
+            diff.starts_with("diff --git \"a/x\\nnew file mode 100755"),
+            "{diff}"
+        );
+    }
+
+    /// A file past the text-diff bound is reported as changed, without its lines.
+    #[test]
+    fn a_large_file_is_reported_without_its_lines() {
+        let big = bytes::Bytes::from(vec![b'a'; super::MAX_DIFF_SIDE_BYTES + 1]);
+        let diff = super::file_diff(
+            "big",
+            Some(&entry("big")),
+            Some(&entry("big")),
+            Some(big),
+            Some(bytes::Bytes::from_static(b"b")),
+        );
+        assert!(diff.contains("too large to show"), "{diff}");
+    }
 }

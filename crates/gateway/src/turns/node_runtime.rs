@@ -19,11 +19,13 @@ use bytes::Bytes;
 use gatehouse_media::MediaStore;
 use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
 use gatehouse_protocol::checkpoint::ManifestError;
+use gatehouse_protocol::checkpoint::is_git_path;
 use gatehouse_protocol::checkpoint::truncated;
 use gatehouse_protocol::checkpoint::validate_contained_links;
 use gatehouse_protocol::checkpoint::validate_manifest;
 use gatehouse_protocol::command::AgentSessionRestore;
 use gatehouse_protocol::command::AgentSessionSource;
+use gatehouse_protocol::command::AgentSessionStop;
 use gatehouse_protocol::command::AgentTurn;
 use gatehouse_protocol::command::Command;
 use gatehouse_protocol::error::ErrorCode;
@@ -31,6 +33,7 @@ use gatehouse_protocol::invoke::MAX_PROGRESS_LINE_BYTES;
 use gatehouse_protocol::worker::AgentSessionRestoreParams;
 use gatehouse_protocol::worker::AgentSessionSourceParams;
 use gatehouse_protocol::worker::AgentSessionSourceResult;
+use gatehouse_protocol::worker::AgentSessionStopParams;
 use gatehouse_protocol::worker::AgentTurnParams;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
@@ -244,8 +247,11 @@ impl NodeRuntime {
         let Some(worktrees) = worktree else {
             return Ok(());
         };
-        let result: StoredManifest = serde_json::from_value(manifest)
+        let mut result: StoredManifest = serde_json::from_value(manifest)
             .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
+        // A repository the agent made inside its workspace stays there: a worktree holds no
+        // `.git` (whose configuration a tool reading the tree would run).
+        result.entries.retain(|entry| !is_git_path(&entry.path));
         worktrees.stage(session_key, turn_id, &result).await
     }
 
@@ -303,21 +309,49 @@ impl NodeRuntime {
                 let fetched = self
                     .fetch_source(node, &input.session_key, &repository, None, report)
                     .await?;
-                if let Some(worktrees) = worktrees {
-                    let tree = self.keep_fetched_tree(input, fetched.entries).await?;
-                    worktrees.set_base(&input.session_key, &tree).await?;
+                let recorded = async {
+                    if let Some(worktrees) = worktrees {
+                        let tree = self.keep_fetched_tree(input, fetched.entries).await?;
+                        worktrees.set_base(&input.session_key, &tree).await?;
+                    }
+                    self.store
+                        .pin_session_commit(&input.session_key, &fetched.commit)
+                        .await
+                        .map_err(store_failure)
                 }
-                let pinned = self
-                    .store
-                    .pin_session_commit(&input.session_key, &fetched.commit)
-                    .await
-                    .map_err(store_failure)?;
-                tracing::info!(session_key = %input.session_key, commit = %pinned, "pinned the session's repository commit");
-                pinned
+                .await;
+                match recorded {
+                    Ok(pinned) => {
+                        tracing::info!(session_key = %input.session_key, commit = %pinned, "pinned the session's repository commit");
+                        pinned
+                    }
+                    Err(failure) => {
+                        // The node wrote a workspace the Gateway did not take: it goes, so the
+                        // next turn fetches afresh instead of finding it in the way.
+                        self.discard_workspace(node, &input.session_key).await;
+                        return Err(failure);
+                    }
+                }
             }
         };
         prepared.repository = Some((repository, commit));
         Ok(prepared)
+    }
+
+    /// Stops the session's worker on `node` and deletes its session directory there (best
+    /// effort, logged).
+    async fn discard_workspace(&self, node: &Arc<NodeConnection>, session_key: &str) {
+        let params = AgentSessionStopParams {
+            session_key: session_key.to_owned(),
+            discard: true,
+        };
+        if let Err(error) = self
+            .registry
+            .invoke::<AgentSessionStop>(node, &params, Duration::from_secs(30))
+            .await
+        {
+            tracing::warn!(session_key, error = %error, "cannot discard a fetched workspace the Gateway did not take");
+        }
     }
 
     /// Commits a worktree's first tree as the session's checkpoint, so the node restores it
@@ -396,7 +430,10 @@ impl NodeRuntime {
         }
         let mut blobs = Vec::new();
         let mut tree = StoredManifest::default();
-        for mut entry in entries {
+        for mut entry in entries
+            .into_iter()
+            .filter(|entry| !is_git_path(&entry.path))
+        {
             let media_id = match entry.content_base64.take() {
                 Some(content) => {
                     let bytes = decode_content(content).await?;
