@@ -816,6 +816,26 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
             "{reason}"
         );
     }
+    // Content that does not match the hash the node reports for it is refused too: the
+    // worktree merges and diffs by that hash.
+    let lying = post_message(&gateway, "wt", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    node.stream_lines(
+        &invoke.id,
+        &[serde_json::json!({"type": "checkpoint", "entries": [file("a.txt")]})],
+    )
+    .await;
+    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
+        .await;
+    let ended = wait_turn(&gateway, &lying).await;
+    assert_eq!(ended["error"]["code"], "CHECKPOINT_INVALID", "{ended}");
+    assert!(
+        ended["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not match its sha256"),
+        "{ended}"
+    );
     // A repository the agent made inside its workspace is not taken into the worktree.
     const X_SHA256: &str = "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881";
     let honest = |path: &str| serde_json::json!({"path": path, "kind": "file", "sha256": X_SHA256, "size": 1, "contentBase64": "eA=="});

@@ -46,6 +46,7 @@ use gatehouse_store::model::StoredEntry;
 use gatehouse_store::model::StoredManifest;
 use gatehouse_store::model::WorkspaceSource;
 use gatehouse_store::model::WorktreeOrigin;
+use sha2::Digest;
 
 use crate::audit::Audit;
 use crate::audit::AuditRow;
@@ -198,7 +199,7 @@ impl NodeRuntime {
         for mut entry in entries {
             let blob = match (entry.content_base64.take(), &entry.sha256) {
                 (Some(content), _) => {
-                    let bytes = decode_content(content).await?;
+                    let bytes = decode_content(content, entry.sha256.as_deref()).await?;
                     let size = bytes.len() as u64;
                     let media_id = media_id_of(bytes.clone()).await?;
                     new_blobs.insert(media_id.clone(), bytes);
@@ -436,7 +437,7 @@ impl NodeRuntime {
         {
             let media_id = match entry.content_base64.take() {
                 Some(content) => {
-                    let bytes = decode_content(content).await?;
+                    let bytes = decode_content(content, entry.sha256.as_deref()).await?;
                     let media_id = media_id_of(bytes.clone()).await?;
                     blobs.push(NewBlob {
                         media_id: media_id.clone(),
@@ -958,15 +959,26 @@ impl NodeRuntime {
     }
 }
 
-/// Decodes a checkpoint file's base64 content off the async threads.
-async fn decode_content(content: String) -> Result<Bytes, TurnFailure> {
+/// Decodes a checkpoint file's base64 content off the async threads, and checks it against
+/// the SHA-256 the node reported for it: the Gateway merges, diffs and restores by that hash,
+/// so content that does not match it is refused.
+async fn decode_content(content: String, sha256: Option<&str>) -> Result<Bytes, TurnFailure> {
     let decoded = tokio::task::spawn_blocking(move || {
-        base64::engine::general_purpose::STANDARD.decode(content)
+        base64::engine::general_purpose::STANDARD
+            .decode(content)
+            .map(|bytes| {
+                let digest = hex::encode(sha2::Sha256::digest(&bytes));
+                (bytes, digest)
+            })
     })
     .await
     .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
     match decoded {
-        Ok(bytes) => Ok(Bytes::from(bytes)),
+        Ok((bytes, digest)) if sha256 == Some(digest.as_str()) => Ok(Bytes::from(bytes)),
+        Ok(_) => Err(TurnFailure::new(
+            ErrorCode::CheckpointInvalid,
+            "the checkpoint manifest is refused: a file's content does not match its sha256",
+        )),
         Err(_) => Err(TurnFailure::new(
             ErrorCode::NodeBadResponse,
             "a checkpoint file is not base64",
