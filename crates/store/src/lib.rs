@@ -517,6 +517,14 @@ pub trait Store: Send + Sync + 'static {
     /// Storage failures.
     async fn worktree_result(&self, turn_id: &str) -> Result<Option<WorktreeResult>>;
 
+    /// Deletes the versions of the session's worktree older than its newest `keep` (its first
+    /// version always stays), and the applied results those versions merged, in one
+    /// transaction; returns how many versions went. Their blobs become collectable.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn prune_worktree_versions(&self, session_key: &str, keep: i64) -> Result<u64>;
+
     /// Applies a staged result in one transaction: writes `merged` as the next worktree
     /// version (only while the head is `expected_head`), makes the result the merge base, and
     /// records the result `applied` with its outcome. Returns false, writing nothing, when the

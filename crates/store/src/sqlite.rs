@@ -1383,6 +1383,40 @@ impl Store for SqliteStore {
         row.as_ref().map(worktree_result_from_row).transpose()
     }
 
+    async fn prune_worktree_versions(&self, session_key: &str, keep: i64) -> Result<u64> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "worktree"))?;
+        let head: i64 = sqlx::query_scalar(
+            "SELECT coalesce(max(version), 0) FROM worktree_versions WHERE session_key = ?",
+        )
+        .bind(session_key)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        let below = head - keep;
+        sqlx::query(
+            "DELETE FROM worktree_results WHERE session_key = ? AND state = 'applied' \
+             AND version > 1 AND version <= ?",
+        )
+        .bind(session_key)
+        .bind(below)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree result"))?;
+        let pruned = sqlx::query(
+            "DELETE FROM worktree_versions WHERE session_key = ? AND version > 1 AND version <= ?",
+        )
+        .bind(session_key)
+        .bind(below)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "worktree"))?;
+        tx.commit().await.map_err(|e| map_error(e, "worktree"))?;
+        Ok(pruned.rows_affected())
+    }
+
     async fn apply_worktree_result(&self, apply: &ResultApply, now_ms: i64) -> Result<bool> {
         let mut tx = self
             .begin_write()

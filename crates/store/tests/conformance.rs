@@ -28,13 +28,21 @@ use gatehouse_store::model::NewAuditEvent;
 use gatehouse_store::model::NewSetupCode;
 use gatehouse_store::model::NewTurnMessage;
 use gatehouse_store::model::NewUserMessage;
+use gatehouse_store::model::NewWorktreeVersion;
 use gatehouse_store::model::NodeRecord;
 use gatehouse_store::model::NodeSeen;
 use gatehouse_store::model::QueueMode;
+use gatehouse_store::model::ResultApply;
+use gatehouse_store::model::ResultState;
 use gatehouse_store::model::Scope;
 use gatehouse_store::model::SessionMove;
+use gatehouse_store::model::StoredEntry;
+use gatehouse_store::model::StoredManifest;
 use gatehouse_store::model::TurnEnd;
 use gatehouse_store::model::TurnStatus;
+use gatehouse_store::model::WorkspaceSet;
+use gatehouse_store::model::WorkspaceSource;
+use gatehouse_store::model::WorktreeOrigin;
 use pretty_assertions::assert_eq;
 use support::Target;
 
@@ -84,6 +92,7 @@ conformance!(
     an_api_key_is_found_by_its_hash_until_it_expires_and_records_its_use,
     a_completed_turns_usage_is_stored_with_it,
     a_session_is_rebound_only_from_the_node_it_is_bound_to,
+    a_worktree_keeps_versions_applies_a_result_once_and_prunes_old_versions,
 );
 
 fn node(device_id: &str) -> NodeRecord {
@@ -1843,5 +1852,170 @@ async fn a_session_is_rebound_only_from_the_node_it_is_bound_to(target: Target) 
     assert_eq!(
         store.session_node("s").await.unwrap().as_deref(),
         Some("node-b")
+    );
+}
+
+/// A tree of one file whose content is the blob `media_id`.
+fn one_file(media_id: &str) -> StoredManifest {
+    StoredManifest {
+        entries: vec![StoredEntry {
+            path: String::from("a.txt"),
+            kind: String::from("file"),
+            executable: false,
+            sha256: Some(format!("{media_id:0>64}")),
+            size: 1,
+            target: None,
+            media_id: Some(media_id.to_owned()),
+        }],
+    }
+}
+
+async fn a_worktree_keeps_versions_applies_a_result_once_and_prunes_old_versions(target: Target) {
+    let store = target.open().await;
+    let worktree = WorkspaceSource::Worktree { from: None };
+    let set = |source: WorkspaceSource| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .set_session_workspace("w", "native", &source, 1)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(set(worktree.clone()).await, WorkspaceSet::Created);
+    assert_eq!(set(worktree.clone()).await, WorkspaceSet::Unchanged);
+    assert_eq!(set(WorkspaceSource::Empty).await, WorkspaceSet::Replaced);
+    assert_eq!(store.worktree_version("w", None).await.unwrap(), None);
+    assert_eq!(set(worktree.clone()).await, WorkspaceSet::Replaced);
+    assert_eq!(
+        store
+            .worktree_version("w", None)
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        1
+    );
+    // An edit is written only over the head it was made against.
+    let edit = |expected_head: i64, media_id: &str| NewWorktreeVersion {
+        session_key: String::from("w"),
+        expected_head,
+        origin: WorktreeOrigin::Edit,
+        actor: String::from("operator"),
+        manifest: one_file(media_id),
+    };
+    assert!(
+        store
+            .save_worktree_version(&edit(1, "m1"), 2)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .save_worktree_version(&edit(1, "m2"), 3)
+            .await
+            .unwrap()
+    );
+    // Once the session has a message its source is locked.
+    store
+        .admit_user_message(&message("w", "t1", "one", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    assert!(matches!(
+        set(WorkspaceSource::Empty).await,
+        WorkspaceSet::Locked(_)
+    ));
+    // A staged result is applied once, in one transaction with the new base.
+    store
+        .stage_worktree_result("t1", "w", "refs/x/t1", &one_file("m3"), 4)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .staged_worktree_results(Some("w"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let apply = |expected_head: i64| ResultApply {
+        turn_id: String::from("t1"),
+        session_key: String::from("w"),
+        expected_head,
+        merged: one_file("m3"),
+        applied: vec![String::from("a.txt")],
+        conflicts: Vec::new(),
+    };
+    assert!(
+        !store.apply_worktree_result(&apply(1), 5).await.unwrap(),
+        "the head moved"
+    );
+    assert!(store.apply_worktree_result(&apply(2), 5).await.unwrap());
+    assert!(
+        !store.apply_worktree_result(&apply(3), 6).await.unwrap(),
+        "applied twice"
+    );
+    let result = store.worktree_result("t1").await.unwrap().unwrap();
+    assert_eq!(
+        (result.state, result.version),
+        (ResultState::Applied, Some(3))
+    );
+    assert_eq!(
+        store.worktree_base("w").await.unwrap(),
+        Some(one_file("m3"))
+    );
+    assert!(
+        store
+            .staged_worktree_results(None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A blob a version refers to is not garbage.
+    store
+        .register_checkpoint_blobs(
+            &[CheckpointBlob {
+                media_id: String::from("m1"),
+                size_bytes: 1,
+            }],
+            7,
+        )
+        .await
+        .unwrap();
+    let garbage = store.checkpoint_blob_garbage().await.unwrap();
+    assert!(
+        !garbage.iter().any(|blob| blob.media_id == "m1"),
+        "{garbage:?}"
+    );
+    // Pruning keeps the first version and the newest ones, and forgets the results of the rest.
+    for head in 3..8 {
+        assert!(
+            store
+                .save_worktree_version(&edit(head, "m4"), 8)
+                .await
+                .unwrap()
+        );
+    }
+    assert_eq!(store.prune_worktree_versions("w", 3).await.unwrap(), 4);
+    let kept: Vec<i64> = {
+        let mut kept = Vec::new();
+        for version in 1..=8 {
+            if store
+                .worktree_version("w", Some(version))
+                .await
+                .unwrap()
+                .is_some()
+            {
+                kept.push(version);
+            }
+        }
+        kept
+    };
+    assert_eq!(kept, vec![1, 6, 7, 8]);
+    assert_eq!(store.worktree_result("t1").await.unwrap(), None);
+    let garbage = store.checkpoint_blob_garbage().await.unwrap();
+    assert!(
+        garbage.iter().any(|blob| blob.media_id == "m1"),
+        "{garbage:?}"
     );
 }

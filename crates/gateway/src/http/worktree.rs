@@ -386,6 +386,7 @@ pub(crate) async fn write_worktree_file(
                 )
             })?;
         if written {
+            crate::worktree::prune(state.store.as_ref(), &session_key).await;
             state
                 .audit
                 .record(
@@ -462,7 +463,9 @@ pub(crate) async fn worktree_log(
 ) -> Result<Json<WorktreeLog>, ApiError> {
     let head = head(&state, &session_key).await?;
     let mut versions = Vec::new();
-    for number in 1..=head.version {
+    // The first version, then the newest ones: the rest are forgotten.
+    let newest = (head.version - crate::worktree::MAX_WORKTREE_VERSIONS + 1).max(2);
+    for number in std::iter::once(1).chain(newest..=head.version) {
         let Some(version) = state
             .store
             .worktree_version(&session_key, Some(number))

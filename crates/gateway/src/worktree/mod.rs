@@ -47,6 +47,26 @@ pub(crate) const RECONCILE_WAIT: Duration = Duration::from_secs(15);
 /// The namespace of staged results: a result is kept as `<namespace><turn id>`.
 pub(crate) const RESULTS_NAMESPACE: &str = "refs/gatehouse/worker-results/";
 
+/// The most versions a worktree keeps: its first, and its newest ones up to this many; older
+/// ones (and the results they merged) are forgotten after each edit and apply, so a session's
+/// history cannot grow without bound.
+pub(crate) const MAX_WORKTREE_VERSIONS: i64 = 1000;
+
+/// Forgets the worktree versions of `session_key` past [`MAX_WORKTREE_VERSIONS`] (logged on
+/// failure: the next edit or apply tries again).
+pub(crate) async fn prune(store: &dyn Store, session_key: &str) {
+    match store
+        .prune_worktree_versions(session_key, MAX_WORKTREE_VERSIONS)
+        .await
+    {
+        Ok(0) => {}
+        Ok(pruned) => tracing::info!(session_key, pruned, "forgot the oldest worktree versions"),
+        Err(error) => {
+            tracing::warn!(session_key, error = %error, "cannot forget old worktree versions");
+        }
+    }
+}
+
 /// How often an apply that lost a race with a Gateway-side edit computes the merge again.
 const APPLY_ATTEMPTS: usize = 16;
 
@@ -187,6 +207,7 @@ impl WorktreeService {
                 if !apply.conflicts.is_empty() {
                     self.publish_conflict(result, apply.conflicts).await?;
                 }
+                prune(self.store.as_ref(), session_key).await;
                 return Ok(());
             }
             let now = self.store.worktree_result(&result.turn_id).await?;
