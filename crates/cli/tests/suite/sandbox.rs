@@ -695,3 +695,115 @@ fn finding_7_the_node_config_file_lists_read_only_paths_and_accepted_layers() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--sandbox-read-only"), "{stderr}");
 }
+
+/// Issue 19 against a node host run as root and as uid 65534, with its data outside `/tmp`:
+/// the node fetches a repository (its own git, its own cache) into a session workspace, the
+/// sandboxed agent sees the files and the links as links, and in a worktree session a result
+/// whose link leads out only through another link is refused whole while a clean one applies.
+async fn workspace_sources_hold(target: &Target) {
+    use crate::suite::worktree::applied;
+    use crate::suite::worktree::create_worktree_session;
+    use crate::suite::worktree::exec;
+    use crate::suite::worktree::git;
+    use crate::suite::worktree::read;
+    use crate::suite::worktree::run;
+    use crate::suite::worktree::write;
+    let up = &target.up;
+    let repository = target.base.join("repository");
+    std::fs::create_dir(&repository).unwrap();
+    git(&repository, &["init", "-q", "-b", "main"]);
+    std::fs::write(repository.join("a.txt"), "tagged\n").unwrap();
+    std::os::unix::fs::symlink("a.txt", repository.join("rel")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", repository.join("abs")).unwrap();
+    git(&repository, &["add", "-A"]);
+    git(&repository, &["commit", "-q", "-m", "one"]);
+    git(&repository, &["tag", "v1"]);
+    if target.who == As::Nobody {
+        // The node host's git reads only a repository its own user owns.
+        let chown = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(&repository)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+    }
+    let url = format!("file://{}", repository.display());
+    let (status, created) = up
+        .request(
+            reqwest::Method::PUT,
+            "/v1/sessions/r1",
+            Some(
+                serde_json::json!({"workspace": {"source": "repository", "url": url, "ref": "v1"}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let first = run(
+        up,
+        "r1",
+        &exec("cat a.txt; readlink rel; readlink abs; id -u"),
+    )
+    .await;
+    assert_eq!(
+        first["status"],
+        "completed",
+        "{first} {}",
+        up.process.stderr()
+    );
+    let reply = first["reply"].as_str().unwrap();
+    assert!(
+        reply.contains("tagged") && reply.contains("a.txt") && reply.contains("/etc/hostname"),
+        "{first}"
+    );
+    // The cache is the node host's own, outside every session workspace.
+    let sources = target.data.join("harness/sources");
+    assert_eq!(
+        std::fs::metadata(&sources).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    if target.who == As::Nobody {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(&sources).unwrap().uid(), NOBODY);
+    }
+
+    create_worktree_session(up, "w1").await;
+    write(up, "w1", "a.txt", "kept\n").await;
+    let clean = run(up, "w1", &exec("printf 'agent\\n' > b.txt")).await;
+    assert_eq!(clean["status"], "completed", "{clean}");
+    applied(up, clean["turnId"].as_str().unwrap()).await;
+    // `a/b/l` resolves to the root, so `y` through it climbs out: refused whole.
+    let hostile = run(
+        up,
+        "w1",
+        &exec("mkdir -p a/b && ln -s ../.. a/b/l && ln -s a/b/l/../etc/passwd y && printf 'x\\n' > b.txt"),
+    )
+    .await;
+    assert_eq!(
+        (
+            hostile["status"].as_str(),
+            hostile["error"]["code"].as_str()
+        ),
+        (Some("failed"), Some("CHECKPOINT_INVALID")),
+        "{hostile}"
+    );
+    let b = read(up, "w1", "worktree/b.txt").await;
+    assert_eq!(
+        (b.body.as_slice(), b.version.as_deref()),
+        (&b"agent\n"[..], Some("3"))
+    );
+    assert_eq!(read(up, "w1", "worktree/y").await.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_19_workspace_sources_hold_as_root() {
+    let target = Target::start(As::Root, &[]);
+    target.up.wait_ready().await;
+    workspace_sources_hold(&target).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_19_workspace_sources_hold_as_an_unprivileged_node() {
+    let target = Target::start(As::Nobody, &[]);
+    target.up.wait_ready().await;
+    workspace_sources_hold(&target).await;
+}

@@ -15,15 +15,15 @@ use crate::suite::support::gatehouse;
 use crate::suite::up::Up;
 
 /// A read of a worktree path: status, `x-gatehouse-*` headers, body.
-struct Read {
-    status: u16,
+pub(crate) struct Read {
+    pub(crate) status: u16,
     executable: Option<String>,
     link_target: Option<String>,
-    version: Option<String>,
-    body: Vec<u8>,
+    pub(crate) version: Option<String>,
+    pub(crate) body: Vec<u8>,
 }
 
-async fn read(up: &Up, session: &str, path: &str) -> Read {
+pub(crate) async fn read(up: &Up, session: &str, path: &str) -> Read {
     let response = reqwest::Client::new()
         .get(format!("{}/v1/sessions/{session}/{path}", up.url))
         .bearer_auth(&up.token)
@@ -53,7 +53,7 @@ async fn read(up: &Up, session: &str, path: &str) -> Read {
     }
 }
 
-async fn write(up: &Up, session: &str, path: &str, content: &str) -> serde_json::Value {
+pub(crate) async fn write(up: &Up, session: &str, path: &str, content: &str) -> serde_json::Value {
     let response = reqwest::Client::new()
         .put(format!("{}/v1/sessions/{session}/worktree/{path}", up.url))
         .bearer_auth(&up.token)
@@ -69,7 +69,7 @@ async fn write(up: &Up, session: &str, path: &str, content: &str) -> serde_json:
 }
 
 /// Creates `session` as a worktree session.
-async fn create_worktree_session(up: &Up, session: &str) {
+pub(crate) async fn create_worktree_session(up: &Up, session: &str) {
     let (status, body) = up
         .request(
             reqwest::Method::PUT,
@@ -82,19 +82,19 @@ async fn create_worktree_session(up: &Up, session: &str) {
 }
 
 /// Posts one message and returns its turn once it ended.
-async fn run(up: &Up, session: &str, text: &str) -> serde_json::Value {
+pub(crate) async fn run(up: &Up, session: &str, text: &str) -> serde_json::Value {
     let (status, accepted) = up.post(session, serde_json::json!({"text": text})).await;
     assert_eq!(status, 202, "{accepted}");
     up.turn_status(accepted["turnId"].as_str().unwrap(), 60)
         .await
 }
 
-fn exec(command: &str) -> String {
+pub(crate) fn exec(command: &str) -> String {
     format!("/tool exec {}", serde_json::json!({"command": command}))
 }
 
 /// Waits until the turn's workspace result is applied and returns the turn.
-async fn applied(up: &Up, turn_id: &str) -> serde_json::Value {
+pub(crate) async fn applied(up: &Up, turn_id: &str) -> serde_json::Value {
     let deadline = Instant::now() + WAIT;
     loop {
         let turn = up.turn_status(turn_id, 0).await;
@@ -454,7 +454,7 @@ async fn issue_19_a_result_with_a_link_out_of_the_tree_is_refused_whole() {
 }
 
 /// Runs `git` in `dir` and returns its trimmed standard output.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let output = std::process::Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
         .args(args)
