@@ -110,26 +110,16 @@ pub struct SessionCreated {
     pub workspace: SessionWorkspace,
 }
 
-/// The answer of `GET /v1/sessions/{key}`.
+/// The answer of `GET /v1/sessions/{key}`: the session as `GET /v1/sessions` lists it, with
+/// its workspace source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Session {
-    /// The session key.
-    pub session_key: String,
-    /// The runtime it runs on: `native` or `codex`.
-    pub runtime: String,
+    /// The session.
+    #[serde(flatten)]
+    pub summary: SessionSummary,
     /// Its workspace source, with the pinned commit once the first turn resolved it.
     pub workspace: SessionWorkspace,
-    /// When it was created, Unix milliseconds.
-    pub created_at: i64,
-    /// When it last changed, Unix milliseconds.
-    pub updated_at: i64,
-    /// The turn running now, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_turn_id: Option<String>,
-    /// The node the session is bound to, once a turn ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_id: Option<String>,
 }
 
 /// The answer of `PUT /v1/sessions/{key}/worktree/{path}`.

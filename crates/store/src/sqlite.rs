@@ -1228,30 +1228,19 @@ impl Store for SqliteStore {
     }
 
     async fn pin_session_commit(&self, session_key: &str, commit: &str) -> Result<String> {
-        let mut tx = self
-            .begin_write()
-            .await
-            .map_err(|e| map_error(e, "session"))?;
-        sqlx::query(
-            "UPDATE sessions SET workspace_commit = ? \
-             WHERE session_key = ? AND workspace_commit IS NULL",
+        let pinned: Option<Option<String>> = sqlx::query_scalar(
+            "UPDATE sessions SET workspace_commit = coalesce(workspace_commit, ?) \
+             WHERE session_key = ? RETURNING workspace_commit",
         )
         .bind(commit)
         .bind(session_key)
-        .execute(&mut *tx)
+        .fetch_optional(&self.pool)
         .await
         .map_err(|e| map_error(e, "session"))?;
-        let pinned: Option<Option<String>> =
-            sqlx::query_scalar("SELECT workspace_commit FROM sessions WHERE session_key = ?")
-                .bind(session_key)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| map_error(e, "session"))?;
-        let Some(Some(pinned)) = pinned else {
-            return Err(StoreError::NotFound { what: "session" });
-        };
-        tx.commit().await.map_err(|e| map_error(e, "session"))?;
-        Ok(pinned)
+        match pinned {
+            Some(Some(pinned)) => Ok(pinned),
+            _ => Err(StoreError::NotFound { what: "session" }),
+        }
     }
 
     async fn worktree_version(
@@ -1282,13 +1271,7 @@ impl Store for SqliteStore {
             .begin_write()
             .await
             .map_err(|e| map_error(e, "worktree"))?;
-        let head: i64 = sqlx::query_scalar(
-            "SELECT coalesce(max(version), 0) FROM worktree_versions WHERE session_key = ?",
-        )
-        .bind(&version.session_key)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, "worktree"))?;
+        let head = worktree_head(&mut tx, &version.session_key).await?;
         if head != version.expected_head {
             return Ok(false);
         }
@@ -1388,13 +1371,7 @@ impl Store for SqliteStore {
             .begin_write()
             .await
             .map_err(|e| map_error(e, "worktree"))?;
-        let head: i64 = sqlx::query_scalar(
-            "SELECT coalesce(max(version), 0) FROM worktree_versions WHERE session_key = ?",
-        )
-        .bind(session_key)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, "worktree"))?;
+        let head = worktree_head(&mut tx, session_key).await?;
         let below = head - keep;
         sqlx::query(
             "DELETE FROM worktree_results WHERE session_key = ? AND state = 'applied' \
@@ -1422,13 +1399,7 @@ impl Store for SqliteStore {
             .begin_write()
             .await
             .map_err(|e| map_error(e, "worktree"))?;
-        let head: i64 = sqlx::query_scalar(
-            "SELECT coalesce(max(version), 0) FROM worktree_versions WHERE session_key = ?",
-        )
-        .bind(&apply.session_key)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, "worktree"))?;
+        let head = worktree_head(&mut tx, &apply.session_key).await?;
         let staged: Option<String> = sqlx::query_scalar(
             "SELECT manifest_json FROM worktree_results WHERE turn_id = ? AND state = 'staged'",
         )
@@ -1691,6 +1662,20 @@ fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
     StoreError::Internal {
         source: Box::new(error),
     }
+}
+
+/// Returns the head version of a session's worktree (0 when it has none), inside `tx`.
+async fn worktree_head(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    session_key: &str,
+) -> Result<i64> {
+    sqlx::query_scalar(
+        "SELECT coalesce(max(version), 0) FROM worktree_versions WHERE session_key = ?",
+    )
+    .bind(session_key)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "worktree"))
 }
 
 fn worktree_version_from_row(row: &SqliteRow) -> Result<WorktreeVersion> {

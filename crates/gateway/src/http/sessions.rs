@@ -213,6 +213,18 @@ pub(crate) async fn wait_for_turn_end(
     }
 }
 
+/// Returns a stored session as `GET /v1/sessions` lists it.
+pub(crate) fn summary_of(session: gatehouse_store::model::SessionRecord) -> SessionSummary {
+    SessionSummary {
+        session_key: session.session_key,
+        runtime: session.runtime,
+        created_at: session.created_at_ms,
+        updated_at: session.updated_at_ms,
+        active_turn_id: session.active_turn_id,
+        node_id: session.node_id,
+    }
+}
+
 pub(crate) async fn list_sessions(
     State(state): State<Arc<GatewayState>>,
 ) -> Result<Json<SessionList>, ApiError> {
@@ -221,17 +233,7 @@ pub(crate) async fn list_sessions(
         .sessions()
         .await
         .map_err(|error| store_error(&error))?;
-    let sessions = sessions
-        .into_iter()
-        .map(|session| SessionSummary {
-            session_key: session.session_key,
-            runtime: session.runtime,
-            created_at: session.created_at_ms,
-            updated_at: session.updated_at_ms,
-            active_turn_id: session.active_turn_id,
-            node_id: session.node_id,
-        })
-        .collect();
+    let sessions = sessions.into_iter().map(summary_of).collect();
     Ok(Json(SessionList { sessions }))
 }
 

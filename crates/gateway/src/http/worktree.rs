@@ -168,13 +168,8 @@ pub(crate) async fn get_session(
         .find(|session| session.session_key == session_key)
         .ok_or_else(missing)?;
     Ok(Json(Session {
-        session_key,
-        runtime: session.runtime,
+        summary: crate::http::sessions::summary_of(session),
         workspace,
-        created_at: session.created_at_ms,
-        updated_at: session.updated_at_ms,
-        active_turn_id: session.active_turn_id,
-        node_id: session.node_id,
     }))
 }
 
