@@ -84,13 +84,16 @@ def start_browser(profile):
     return driver
 
 
-def wait_for(driver, condition, what):
+def wait_for(driver, condition, what, state=None):
+    """Waits for `condition`; on a timeout the error names `what` and, when given, what
+    `state(driver)` then shows."""
     try:
         return WebDriverWait(driver, WAIT_SECONDS, poll_frequency=0.02).until(
             lambda d: condition(d)
         )
     except Exception as error:
-        raise AssertionError(f"timed out waiting for {what}: {error}") from None
+        seen = f" (the page showed {state(driver)!r})" if state else ""
+        raise AssertionError(f"timed out waiting for {what}{seen}: {error}") from None
 
 
 def text_of(driver, selector):
@@ -267,6 +270,7 @@ def chat_checks(driver):
         driver,
         lambda d: "aborted" in (text_of(d, "#chat-status") or ""),
         "the abort",
+        state=lambda d: text_of(d, "#chat-status"),
     )
     ok(f"Abort stops the running turn: {text_of(driver, '#chat-status')}")
 

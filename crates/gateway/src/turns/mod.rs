@@ -371,9 +371,10 @@ impl TurnEngine {
     async fn run(&self, turn: TurnRecord) {
         let started = Instant::now();
         let session_key = turn.session_key.clone();
-        self.hub.sync(&session_key).await;
         let cancel = self.shutdown.child_token();
         let (steer_sender, steer) = mpsc::channel(STEER_CAPACITY);
+        // Registered before `turn.started` is published, so a client that saw the turn start
+        // can always abort or steer it.
         self.drivers.lock().running.insert(
             session_key.clone(),
             RunningTurn {
@@ -382,6 +383,7 @@ impl TurnEngine {
                 steer: steer_sender,
             },
         );
+        self.hub.sync(&session_key).await;
         let outcome = self.execute(&turn, cancel.clone(), steer).await;
         self.drivers.lock().running.remove(&session_key);
         let end = match outcome {

@@ -455,6 +455,33 @@ async fn abort_stops_the_running_turn_and_fences_its_late_commit() {
     assert_eq!(none, serde_json::json!({"aborted": false}));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_a_client_saw_start_can_always_be_aborted() {
+    let runtime = ScriptedRuntime::new();
+    let gateway = gateway_with(workspace(), Some(runtime.clone()), 64).await;
+    for index in 0..20 {
+        let session = format!("race-{index}");
+        let stream = open_events(&gateway, &format!("/v1/sessions/{session}/events")).await;
+        let turn = say(&gateway, &session, "work").await;
+        let events = read_events(stream.into_body(), 2).await;
+        assert_eq!(events[1].0, "turn.started", "{events:?}");
+        // Abort the moment the stream said the turn started, as the console's button does.
+        let (status, body) = gateway
+            .send(operator_request(
+                "POST",
+                &format!("/v1/sessions/{session}/abort"),
+                Body::empty(),
+            ))
+            .await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::OK, serde_json::json!({"aborted": true})),
+            "turn {index}"
+        );
+        assert_eq!(wait_turn(&gateway, &turn).await["status"], "aborted");
+    }
+}
+
 #[tokio::test]
 async fn an_idempotency_key_returns_the_same_turn_even_for_concurrent_duplicates() {
     let gateway = Arc::new(gateway(workspace()).await);
