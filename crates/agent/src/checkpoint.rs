@@ -5,7 +5,9 @@
 //!
 //! Eligible: everything under the workspace except `.git/` and staged inputs
 //! (`media/inbound/gatehouse-staged-*`), up to [`MAX_CHECKPOINT_BYTES`] of file content in
-//! total; files past the bound are left out and logged. Empty directories are not kept.
+//! total; files past the bound are left out, logged and named in the report's omitted list (so
+//! a rebuild over a pinned commit keeps the commit's version of them). Empty directories are not
+//! kept.
 //!
 //! The scan never follows a link: directories are listed and files read through the no-follow
 //! [`Root`], a link's target is read with `readlinkat` on its directory's handle and reported as
@@ -22,11 +24,14 @@ use gatehouse_fsops::root::FetchLimits;
 use gatehouse_fsops::root::Kind;
 use gatehouse_protocol::checkpoint::KIND_FILE;
 use gatehouse_protocol::checkpoint::KIND_SYMLINK;
+use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_OMITTED;
+use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_OMITTED_BYTES;
 use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
 use gatehouse_protocol::checkpoint::truncated;
 use gatehouse_protocol::checkpoint::validate_entry;
 use gatehouse_protocol::worker::CheckpointEntry;
 pub use gatehouse_protocol::worker::MAX_CHECKPOINT_BYTES;
+use gatehouse_protocol::worker::OmittedPaths;
 
 /// The page size of directory walks.
 const LIST_PAGE: usize = 1000;
@@ -48,10 +53,38 @@ pub fn is_excluded(path: &str) -> bool {
             .is_some_and(|rest| rest.starts_with("gatehouse-staged-"))
 }
 
-/// Scans the workspace and returns every eligible entry; a file's content is included when its
-/// hash differs from `previous` (path → sha256 of the last report).
-pub fn scan(root: &Root, previous: &BTreeMap<String, String>) -> Vec<CheckpointEntry> {
-    let mut entries = Vec::new();
+/// What [`scan`] found: the entries, and the paths it left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Every eligible entry, in path order.
+    pub entries: Vec<CheckpointEntry>,
+    /// The eligible paths left out: a file past the size bound or one that cannot be read, a
+    /// link that cannot be reported, and whatever came after the entry bound (a directory then
+    /// stands for everything below it). At most [`MAX_CHECKPOINT_OMITTED`] are named; past
+    /// that, or past [`MAX_CHECKPOINT_OMITTED_BYTES`] of them, the list is marked truncated.
+    pub omitted: OmittedPaths,
+    /// The bytes of path in `omitted`.
+    omitted_bytes: usize,
+}
+
+impl Scan {
+    fn omit(&mut self, path: String) {
+        let fits = self.omitted.paths.len() < MAX_CHECKPOINT_OMITTED
+            && self.omitted_bytes + path.len() <= MAX_CHECKPOINT_OMITTED_BYTES;
+        match fits {
+            true => {
+                self.omitted_bytes += path.len();
+                self.omitted.paths.push(path);
+            }
+            false => self.omitted.truncated = true,
+        }
+    }
+}
+
+/// Scans the workspace and returns every eligible entry, a file's content included when its
+/// hash differs from `previous` (path → sha256 of the last report), and what it left out.
+pub fn scan(root: &Root, previous: &BTreeMap<String, String>) -> Scan {
+    let mut scan = Scan::default();
     let mut budget = MAX_CHECKPOINT_BYTES;
     let mut pending = vec![String::new()];
     while let Some(dir) = pending.pop() {
@@ -65,16 +98,19 @@ pub fn scan(root: &Root, previous: &BTreeMap<String, String>) -> Vec<CheckpointE
                     true => entry.name.clone(),
                     false => format!("{dir}/{}", entry.name),
                 };
-                if is_excluded(&path) || entries.len() >= MAX_CHECKPOINT_ENTRIES {
+                if is_excluded(&path) || entry.kind == Kind::Other {
+                    continue;
+                }
+                if scan.entries.len() >= MAX_CHECKPOINT_ENTRIES {
+                    scan.omit(path);
                     continue;
                 }
                 match entry.kind {
                     Kind::Directory => pending.push(path),
-                    Kind::Symlink => {
-                        if let Some(link) = link_entry(root, path) {
-                            entries.push(link);
-                        }
-                    }
+                    Kind::Symlink => match link_entry(root, path.clone()) {
+                        Some(link) => scan.entries.push(link),
+                        None => scan.omit(path),
+                    },
                     Kind::File => {
                         if entry.size > budget {
                             tracing::warn!(
@@ -82,15 +118,17 @@ pub fn scan(root: &Root, previous: &BTreeMap<String, String>) -> Vec<CheckpointE
                                 size = entry.size,
                                 "left out of the checkpoint: over the size bound"
                             );
+                            scan.omit(path);
                             continue;
                         }
                         // The file may have grown since the listing: the bound holds on what
                         // was read.
-                        if let Some(file) =
-                            file_entry(root, &path, previous).filter(|file| file.size <= budget)
-                        {
-                            budget -= file.size;
-                            entries.push(file);
+                        match file_entry(root, &path, previous).filter(|file| file.size <= budget) {
+                            Some(file) => {
+                                budget -= file.size;
+                                scan.entries.push(file);
+                            }
+                            None => scan.omit(path),
                         }
                     }
                     Kind::Other => {}
@@ -102,8 +140,10 @@ pub fn scan(root: &Root, previous: &BTreeMap<String, String>) -> Vec<CheckpointE
             }
         }
     }
-    entries.sort_by(|left, right| left.path.cmp(&right.path));
-    entries
+    scan.entries
+        .sort_by(|left, right| left.path.cmp(&right.path));
+    scan.omitted.paths.sort();
+    scan
 }
 
 /// Returns the entry of the link at `path`: its target is read on the handle of its directory
@@ -218,7 +258,7 @@ mod tests {
             .unwrap();
         std::os::unix::fs::symlink("/etc", workspace.join("etc")).unwrap();
         let root = Root::open(&workspace).unwrap();
-        let entries = scan(&root, &BTreeMap::new());
+        let entries = scan(&root, &BTreeMap::new()).entries;
         let summary: Vec<(&str, &str, Option<&str>)> = entries
             .iter()
             .map(|entry| {
@@ -246,5 +286,27 @@ mod tests {
             "outside content was read"
         );
         assert_eq!(validate_manifest(&entries), Ok(()));
+    }
+
+    /// A file past the size bound is left out and named in the omitted list, so a rebuild can
+    /// keep another version of it rather than lose it; the rest is reported.
+    #[test]
+    fn a_file_past_the_bound_is_named_as_omitted() {
+        let temp = tempfile::tempdir().unwrap();
+        let workspace = temp.path().canonicalize().unwrap();
+        std::fs::create_dir_all(workspace.join("data")).unwrap();
+        let big = vec![7u8; usize::try_from(crate::checkpoint::MAX_CHECKPOINT_BYTES).unwrap() + 1];
+        std::fs::write(workspace.join("data/big.bin"), big).unwrap();
+        std::fs::write(workspace.join("small.txt"), "small").unwrap();
+        let root = Root::open(&workspace).unwrap();
+        let scan = scan(&root, &BTreeMap::new());
+        let paths: Vec<&str> = scan
+            .entries
+            .iter()
+            .map(|entry| entry.path.as_str())
+            .collect();
+        assert_eq!(paths, ["small.txt"]);
+        assert_eq!(scan.omitted.paths, ["data/big.bin"]);
+        assert!(!scan.omitted.truncated);
     }
 }

@@ -52,6 +52,7 @@ use std::sync::Arc;
 use gatehouse_fsops::Dir;
 use gatehouse_protocol::checkpoint::KIND_FILE;
 use gatehouse_protocol::checkpoint::KIND_SYMLINK;
+use gatehouse_protocol::checkpoint::KeptFromEarlier;
 use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_BYTES;
 use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_ENTRIES;
 use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_LINK_TARGET_BYTES;
@@ -59,6 +60,7 @@ use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
 use gatehouse_protocol::checkpoint::truncated;
 use gatehouse_protocol::checkpoint::validate_entry;
 use gatehouse_protocol::checkpoint::validate_manifest;
+use gatehouse_protocol::checkpoint::validate_omitted;
 use gatehouse_protocol::command::AgentSessionSource;
 use gatehouse_protocol::command::Serve;
 use gatehouse_protocol::command::Served;
@@ -67,6 +69,7 @@ use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::worker::AgentSessionSourceParams;
 use gatehouse_protocol::worker::AgentSessionSourceResult;
 use gatehouse_protocol::worker::CheckpointEntry;
+use gatehouse_protocol::worker::SourceOverlay;
 use tokio::io::AsyncBufReadExt;
 use tokio::io::AsyncRead;
 use tokio::io::AsyncReadExt;
@@ -190,6 +193,12 @@ impl SourceRequest {
             return Err(WireError::new(
                 ErrorCode::InvalidParams,
                 "the commit is not 40 lowercase hex digits",
+            ));
+        }
+        if params.overlay.is_some() && (params.commit.is_none() || params.report) {
+            return Err(WireError::new(
+                ErrorCode::InvalidParams,
+                "an overlay needs the pinned commit, and no report",
             ));
         }
         Ok(SourceRequest {
@@ -328,9 +337,15 @@ pub(crate) async fn fetch_into_session(
     root: &Path,
     session_key: &str,
     request: &SourceRequest,
+    overlay: Option<SourceOverlay>,
 ) -> Result<AgentSessionSourceResult, WireError> {
     let id = crate::worker::session_dir_name(session_key);
     refuse_own_state(root, &request.url)?;
+    if let Some(overlay) = &overlay {
+        validate_manifest(&overlay.entries)
+            .and_then(|()| validate_omitted(&overlay.omitted))
+            .map_err(|error| error.to_wire())?;
+    }
     // Refused before anything is fetched; the writer checks again when it creates it.
     let session_dir =
         crate::worker::open_session_dir(root, &id).map_err(|error| error.to_wire())?;
@@ -365,8 +380,28 @@ pub(crate) async fn fetch_into_session(
         true => Bounds::REPORTED,
         false => Bounds::WRITTEN,
     };
-    let listing = list_tree(&git, &commit, bounds).await?;
-    let (written, entries) = materialize(&git, session_dir, listing, request.report).await?;
+    let mut listing = list_tree(&git, &commit, bounds).await?;
+    let overlay_entries = match overlay {
+        Some(overlay) => {
+            // The commit gives only what the checkpoint left out; the checkpoint the rest.
+            let kept = KeptFromEarlier::new(
+                overlay.entries.iter().map(|entry| entry.path.as_str()),
+                &overlay.omitted,
+            );
+            listing.retain(|listed| kept.keeps(&listed.path));
+            tracing::info!(
+                session_key,
+                checkpoint_id = %overlay.checkpoint_id,
+                from_commit = listing.len(),
+                from_checkpoint = overlay.entries.len(),
+                "laying a checkpoint over the pinned commit"
+            );
+            overlay.entries
+        }
+        None => Vec::new(),
+    };
+    let (written, entries) =
+        materialize(&git, session_dir, listing, overlay_entries, request.report).await?;
     tracing::info!(
         session_key,
         commit,
@@ -748,6 +783,7 @@ async fn materialize(
     git: &Git,
     session_dir: Dir,
     listing: Vec<Listed>,
+    then: Vec<CheckpointEntry>,
     report: bool,
 ) -> Result<(usize, Vec<CheckpointEntry>), WireError> {
     let mut command = git.command();
@@ -769,10 +805,11 @@ async fn materialize(
         requests: to_file(stdin.into_owned_fd())?,
         answers: std::io::BufReader::new(to_file(stdout.into_owned_fd())?),
     };
-    let written =
-        tokio::task::spawn_blocking(move || write_listing(&session_dir, batch, listing, report))
-            .await
-            .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
+    let written = tokio::task::spawn_blocking(move || {
+        write_listing(&session_dir, batch, listing, &then, report)
+    })
+    .await
+    .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
     let status = child.wait().await;
     let (n_written, entries) = match written {
         Ok(written) => written,
@@ -859,6 +896,7 @@ fn write_listing(
     session_dir: &Dir,
     mut batch: Batch,
     listing: Vec<Listed>,
+    then: &[CheckpointEntry],
     report: bool,
 ) -> Result<(usize, Vec<CheckpointEntry>), WireError> {
     let mut reported = Vec::new();
@@ -919,7 +957,11 @@ fn write_listing(
             return Some(Ok(entry));
         }
     });
-    let written = crate::worker::write_new_workspace(session_dir, entries)?;
+    let then = then
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| crate::worker::decode_entry(index, entry));
+    let written = crate::worker::write_new_workspace(session_dir, entries.chain(then))?;
     Ok((written, reported))
 }
 

@@ -107,6 +107,7 @@ impl Fixture {
             reference: None,
             commit: None,
             report: false,
+            overlay: None,
         }
     }
 
@@ -411,6 +412,7 @@ async fn refused_params_are_invalid_params_before_anything_runs() {
             reference: reference.map(str::to_owned),
             commit: commit.map(str::to_owned),
             report: false,
+            overlay: None,
         };
         let error = fixture.supervisor.source(params).await.unwrap_err();
         assert_eq!(
@@ -439,6 +441,7 @@ fn accepted_urls_keep_their_user_name_for_redaction() {
             reference: Some(String::from("release/v1.2")),
             commit: Some("0123456789abcdef0123456789abcdef01234567".to_owned()),
             report: false,
+            overlay: None,
         };
         let request = SourceRequest::parse(&params).unwrap();
         assert_eq!(request.user.as_deref(), user, "{url}");
@@ -475,6 +478,7 @@ async fn a_repository_inside_the_node_root_is_refused() {
             reference: None,
             commit: None,
             report: true,
+            overlay: None,
         };
         let error = fixture.supervisor.source(params).await.unwrap_err();
         assert_eq!(error.code, "SOURCE_UNAVAILABLE", "{url}");
@@ -651,4 +655,89 @@ async fn a_commit_the_server_refuses_by_id_comes_from_its_branches_and_tags() {
         git(&cache, &["rev-parse", "--is-shallow-repository"]),
         "false"
     );
+}
+
+/// A checkpoint entry of a file with its content, as the Gateway sends it for an overlay.
+fn checkpoint_file(path: &str, content: &str) -> CheckpointEntry {
+    CheckpointEntry {
+        path: path.to_owned(),
+        kind: String::from("file"),
+        executable: false,
+        sha256: Some(gatehouse_fsops::commands::sha256_hex(content.as_bytes())),
+        size: content.len() as u64,
+        target: None,
+        content_base64: Some(base64::engine::general_purpose::STANDARD.encode(content)),
+    }
+}
+
+/// A rebuild over the pinned commit: the workspace holds the checkpoint, plus the commit's
+/// files the checkpoint left out; a file the agent deleted stays deleted, and a checkpoint
+/// entry in the way of a commit entry wins.
+#[tokio::test]
+async fn an_overlay_keeps_what_the_checkpoint_left_out_from_the_commit() {
+    let fixture = Fixture::new();
+    fixture.write("big.bin", "the commit's big file");
+    fixture.write("a.txt", "a1");
+    fixture.write("gone.txt", "deleted by the agent");
+    fixture.write("vendor/lib.rs", "vendored");
+    fixture.write("d/x", "below what became a file");
+    let commit = fixture.commit("start");
+    let overlay = gatehouse_protocol::worker::SourceOverlay {
+        checkpoint_id: String::from("c1"),
+        entries: vec![
+            checkpoint_file("a.txt", "a2"),
+            checkpoint_file("d", "now a file"),
+            checkpoint_file("new.txt", "new"),
+        ],
+        omitted: gatehouse_protocol::worker::OmittedPaths {
+            paths: vec![String::from("big.bin"), String::from("vendor")],
+            truncated: false,
+        },
+    };
+    let mut params = fixture.params("s");
+    params.commit = Some(commit.clone());
+    params.overlay = Some(overlay.clone());
+    let result = fixture.supervisor.source(params).await.unwrap();
+    assert_eq!(
+        (result.commit.as_str(), result.written),
+        (commit.as_str(), 5)
+    );
+    let workspace = fixture.workspace("s");
+    let mut files: Vec<String> = tree(&workspace)
+        .keys()
+        .filter(|path| path.is_file())
+        .map(|path| path.strip_prefix(&workspace).unwrap().display().to_string())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["a.txt", "big.bin", "d", "new.txt", "vendor/lib.rs"]);
+    assert_eq!(fixture.read("s", "a.txt"), "a2");
+    assert_eq!(fixture.read("s", "big.bin"), "the commit's big file");
+    assert_eq!(fixture.read("s", "d"), "now a file");
+    assert_eq!(fixture.read("s", "vendor/lib.rs"), "vendored");
+
+    // Content that does not match its hash fails the rebuild, and nothing is left behind.
+    let mut forged = overlay.clone();
+    forged.entries[0].content_base64 = Some(base64::engine::general_purpose::STANDARD.encode("a3"));
+    let mut params = fixture.params("forged");
+    params.commit = Some(commit.clone());
+    params.overlay = Some(forged);
+    let error = fixture.supervisor.source(params).await.unwrap_err();
+    assert_eq!(error.code, "INTEGRITY_FAILURE", "{error:?}");
+    assert!(!fixture.workspace("forged").exists());
+
+    // An omitted path that escapes is refused before anything is fetched.
+    let mut escaping = overlay.clone();
+    escaping.omitted.paths.push(String::from("../elsewhere"));
+    let mut params = fixture.params("escaping");
+    params.commit = Some(commit.clone());
+    params.overlay = Some(escaping);
+    let error = fixture.supervisor.source(params).await.unwrap_err();
+    assert_eq!(error.code, "CHECKPOINT_INVALID", "{error:?}");
+    assert!(!fixture.workspace("escaping").exists());
+
+    // An overlay needs the pinned commit.
+    let mut params = fixture.params("unpinned");
+    params.overlay = Some(overlay);
+    let error = fixture.supervisor.source(params).await.unwrap_err();
+    assert_eq!(error.code, "INVALID_PARAMS", "{error:?}");
 }

@@ -498,13 +498,14 @@ impl WorkerSupervisor {
     /// exists, `SOURCE_UNAVAILABLE` when the commit cannot be had or written within the bounds.
     pub(crate) async fn source(
         &self,
-        params: AgentSessionSourceParams,
+        mut params: AgentSessionSourceParams,
     ) -> Result<AgentSessionSourceResult, WireError> {
         let request = crate::source::SourceRequest::parse(&params)?;
+        let overlay = params.overlay.take();
         // A worker holding an old directory must not serve the new one, and no background
         // process may run while the workspace is written.
         self.stop(&params.session_key).await;
-        crate::source::fetch_into_session(&self.root, &params.session_key, &request).await
+        crate::source::fetch_into_session(&self.root, &params.session_key, &request, overlay).await
     }
 
     /// Runs one turn on the session's worker, streaming its events as progress lines.
@@ -930,39 +931,49 @@ const STAGED_FILE_MODE: u32 = 0o644;
 /// [`write_new_workspace`].
 fn restore_entries(session_dir: &Dir, entries: &[CheckpointEntry]) -> Result<usize, WireError> {
     validate_manifest(entries).map_err(|error| error.to_wire())?;
-    let decoded = entries.iter().enumerate().map(|(index, entry)| {
-        match (entry.kind.as_str(), &entry.content_base64, &entry.target) {
-            (KIND_FILE, Some(content), _) => {
-                let content = gatehouse_fsops::commands::decode_base64_strict(content)
-                    .map_err(|error| error.to_wire())?;
-                let sha256 = gatehouse_fsops::commands::sha256_hex(&content);
-                if entry.sha256.as_deref() != Some(sha256.as_str()) {
-                    return Err(WireError::new(
-                        ErrorCode::IntegrityFailure,
-                        format!("the content of entry {index} does not match its sha256"),
-                    ));
-                }
-                Ok(NewEntry {
-                    path: entry.path.clone(),
-                    kind: NewEntryKind::File {
-                        content,
-                        executable: entry.executable,
-                    },
-                })
-            }
-            (KIND_SYMLINK, _, Some(target)) => Ok(NewEntry {
-                path: entry.path.clone(),
-                kind: NewEntryKind::Symlink {
-                    target: target.clone(),
-                },
-            }),
-            _ => Err(WireError::new(
-                ErrorCode::InvalidParams,
-                format!("entry {index} is incomplete"),
-            )),
-        }
-    });
+    let decoded = entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| decode_entry(index, entry));
     write_new_workspace(session_dir, decoded)
+}
+
+/// Decodes entry `index` of a checkpoint for [`write_new_workspace`].
+///
+/// # Errors
+/// `INVALID_PARAMS` for a file without content; `INTEGRITY_FAILURE` for content that does not
+/// match its hash; the decoder's error for content that is not strict base64.
+pub(crate) fn decode_entry(index: usize, entry: &CheckpointEntry) -> Result<NewEntry, WireError> {
+    match (entry.kind.as_str(), &entry.content_base64, &entry.target) {
+        (KIND_FILE, Some(content), _) => {
+            let content = gatehouse_fsops::commands::decode_base64_strict(content)
+                .map_err(|error| error.to_wire())?;
+            let sha256 = gatehouse_fsops::commands::sha256_hex(&content);
+            if entry.sha256.as_deref() != Some(sha256.as_str()) {
+                return Err(WireError::new(
+                    ErrorCode::IntegrityFailure,
+                    format!("the content of entry {index} does not match its sha256"),
+                ));
+            }
+            Ok(NewEntry {
+                path: entry.path.clone(),
+                kind: NewEntryKind::File {
+                    content,
+                    executable: entry.executable,
+                },
+            })
+        }
+        (KIND_SYMLINK, _, Some(target)) => Ok(NewEntry {
+            path: entry.path.clone(),
+            kind: NewEntryKind::Symlink {
+                target: target.clone(),
+            },
+        }),
+        _ => Err(WireError::new(
+            ErrorCode::InvalidParams,
+            format!("entry {index} is incomplete"),
+        )),
+    }
 }
 
 /// One entry written into a new session workspace by [`write_new_workspace`], its content

@@ -307,9 +307,12 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
             Ok(output) => {
                 // Report the workspace before the turn ends, so the Gateway has accepted the
                 // checkpoint by the time the next turn can start.
-                let entries = gatehouse_agent::checkpoint::scan(context.workspace(), &reported);
-                reported = gatehouse_agent::checkpoint::hashes(&entries);
-                emit(&WorkerEvent::Checkpoint { entries });
+                let scan = gatehouse_agent::checkpoint::scan(context.workspace(), &reported);
+                reported = gatehouse_agent::checkpoint::hashes(&scan.entries);
+                emit(&WorkerEvent::Checkpoint {
+                    entries: scan.entries,
+                    omitted: scan.omitted,
+                });
                 emit(&WorkerEvent::Done {
                     reply: output.reply,
                     usage: output.usage,

@@ -26,9 +26,17 @@ use crate::error::ErrorCode;
 use crate::error::WireError;
 use crate::worker::CheckpointEntry;
 pub use crate::worker::MAX_CHECKPOINT_BYTES;
+use crate::worker::OmittedPaths;
 
 /// The most entries a checkpoint manifest holds.
 pub const MAX_CHECKPOINT_ENTRIES: usize = 20_000;
+
+/// The most paths a checkpoint's omitted list names; past it the list is truncated.
+pub const MAX_CHECKPOINT_OMITTED: usize = 10_000;
+
+/// The most bytes of path a checkpoint's omitted list holds (256 KiB), so a checkpoint event
+/// and a rebuild's overlay still fit one frame; past it the list is truncated.
+pub const MAX_CHECKPOINT_OMITTED_BYTES: usize = 256 * 1024;
 
 /// The longest entry path, in bytes (the Linux `PATH_MAX`).
 pub const MAX_CHECKPOINT_PATH_BYTES: usize = 4096;
@@ -326,6 +334,80 @@ pub fn validate_manifest(entries: &[CheckpointEntry]) -> Result<(), ManifestErro
         }
     }
     Ok(())
+}
+
+/// Checks a checkpoint's omitted list: at most [`MAX_CHECKPOINT_OMITTED`] paths and
+/// [`MAX_CHECKPOINT_OMITTED_BYTES`] of them, each canonical and relative as an entry's path.
+///
+/// # Errors
+/// [`ManifestViolation::TooManyEntries`] past the bound, [`ManifestViolation::InvalidPath`]
+/// with the index of the first refused path.
+pub fn validate_omitted(omitted: &OmittedPaths) -> Result<(), ManifestError> {
+    let bytes: usize = omitted.paths.iter().map(String::len).sum();
+    if omitted.paths.len() > MAX_CHECKPOINT_OMITTED || bytes > MAX_CHECKPOINT_OMITTED_BYTES {
+        return Err(ManifestError {
+            violation: ManifestViolation::TooManyEntries,
+            index: None,
+            path: None,
+        });
+    }
+    for (index, path) in omitted.paths.iter().enumerate() {
+        check_path(path).map_err(|violation| ManifestError {
+            violation,
+            index: Some(index),
+            path: Some(truncated(path, MAX_REPORTED_PATH_BYTES).to_owned()),
+        })?;
+    }
+    Ok(())
+}
+
+/// Decides which entries of an earlier tree (a repository session's pinned commit, a worktree's
+/// base) stand for what a checkpoint left out, so a rebuild or a merge keeps them instead of
+/// taking them for deleted. An earlier entry at `path` is kept when:
+/// - the checkpoint names no entry at `path`, none above it and none below it (what the
+///   checkpoint holds always wins, and the result stays a valid manifest); and
+/// - an omitted path is `path` or one of its ancestors, or the omitted list is truncated (then
+///   nothing absent from the checkpoint is known to have been deleted).
+///
+/// Each question costs one set lookup per segment of `path`.
+#[derive(Debug)]
+pub struct KeptFromEarlier<'a> {
+    named: std::collections::HashSet<&'a str>,
+    named_dirs: std::collections::HashSet<&'a str>,
+    omitted: std::collections::HashSet<&'a str>,
+    truncated: bool,
+}
+
+impl<'a> KeptFromEarlier<'a> {
+    /// The rule for a checkpoint whose entries are at `named` and that left out `omitted`.
+    pub fn new(named: impl IntoIterator<Item = &'a str>, omitted: &'a OmittedPaths) -> Self {
+        let named: std::collections::HashSet<&str> = named.into_iter().collect();
+        let named_dirs = named.iter().flat_map(|path| ancestors(path)).collect();
+        KeptFromEarlier {
+            named,
+            named_dirs,
+            omitted: omitted.paths.iter().map(String::as_str).collect(),
+            truncated: omitted.truncated,
+        }
+    }
+
+    /// Returns true when the earlier tree's entry at `path` is kept.
+    pub fn keeps(&self, path: &str) -> bool {
+        if self.named.contains(path)
+            || self.named_dirs.contains(path)
+            || ancestors(path).any(|ancestor| self.named.contains(ancestor))
+        {
+            return false;
+        }
+        self.truncated
+            || self.omitted.contains(path)
+            || ancestors(path).any(|ancestor| self.omitted.contains(ancestor))
+    }
+}
+
+/// Returns the proper ancestors of `path` (`a`, `a/b` for `a/b/c`).
+pub fn ancestors(path: &str) -> impl Iterator<Item = &str> {
+    path.match_indices('/').map(|(end, _)| &path[..end])
 }
 
 /// Checks one entry on its own: its path, its kind and the consistency of its fields. The rules

@@ -267,3 +267,72 @@ fn a_worktree_link_stays_inside_even_through_other_links() {
         assert_eq!(contained(&entries), expected, "{name}");
     }
 }
+
+#[test]
+fn an_earlier_entry_is_kept_only_where_the_checkpoint_left_something_out() {
+    use crate::checkpoint::KeptFromEarlier;
+    use crate::worker::OmittedPaths;
+    let omitted = OmittedPaths {
+        paths: vec![String::from("big.bin"), String::from("vendor")],
+        truncated: false,
+    };
+    let named = ["a.txt", "src/lib.rs", "vendor/patched.rs", "d"];
+    let kept = KeptFromEarlier::new(named, &omitted);
+    // Left out: the earlier version stands for it, also below an omitted directory.
+    assert!(kept.keeps("big.bin"));
+    assert!(kept.keeps("vendor/x/y.rs"));
+    // Named by the checkpoint, or in the way of a named entry: the checkpoint wins.
+    assert!(!kept.keeps("a.txt"));
+    assert!(!kept.keeps("vendor/patched.rs"));
+    assert!(!kept.keeps("src"));
+    assert!(!kept.keeps("d/below"));
+    // Absent and not omitted: deleted.
+    assert!(!kept.keeps("gone.txt"));
+    assert!(!kept.keeps("big.bin2"));
+    // A truncated list keeps everything absent that is not in the way.
+    let truncated = OmittedPaths {
+        paths: Vec::new(),
+        truncated: true,
+    };
+    let kept = KeptFromEarlier::new(named, &truncated);
+    assert!(kept.keeps("gone.txt"));
+    assert!(!kept.keeps("d/below"));
+    assert!(!kept.keeps("a.txt"));
+}
+
+#[test]
+fn an_omitted_list_is_bounded_and_its_paths_checked() {
+    use crate::checkpoint::MAX_CHECKPOINT_OMITTED;
+    use crate::checkpoint::validate_omitted;
+    use crate::worker::OmittedPaths;
+    let fine = OmittedPaths {
+        paths: vec![String::from("a/b.bin")],
+        truncated: true,
+    };
+    assert_eq!(validate_omitted(&fine), Ok(()));
+    let escaping = OmittedPaths {
+        paths: vec![String::from("ok"), String::from("../out")],
+        truncated: false,
+    };
+    let error = validate_omitted(&escaping).unwrap_err();
+    assert_eq!(
+        (error.violation.reason(), error.index),
+        ("invalid_path", Some(1))
+    );
+    let long = OmittedPaths {
+        paths: vec![String::from("x"); MAX_CHECKPOINT_OMITTED + 1],
+        truncated: false,
+    };
+    assert_eq!(
+        validate_omitted(&long).unwrap_err().violation,
+        ManifestViolation::TooManyEntries
+    );
+    let heavy = OmittedPaths {
+        paths: vec!["x".repeat(4000); 100],
+        truncated: false,
+    };
+    assert_eq!(
+        validate_omitted(&heavy).unwrap_err().violation,
+        ManifestViolation::TooManyEntries
+    );
+}

@@ -163,6 +163,30 @@ pub struct CheckpointEntry {
     pub content_base64: Option<String>,
 }
 
+/// The paths a checkpoint left out (a file past [`MAX_CHECKPOINT_BYTES`], or what came past
+/// the entry bound); each covers everything below it. A rebuild of a `repository` session keeps
+/// the pinned commit's version of these, instead of losing them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OmittedPaths {
+    /// At most [`crate::checkpoint::MAX_CHECKPOINT_OMITTED`] paths and
+    /// [`crate::checkpoint::MAX_CHECKPOINT_OMITTED_BYTES`] of them, each a canonical relative
+    /// path as an entry's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// More was left out than `paths` names (so nothing absent from the checkpoint is known to
+    /// have been deleted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+impl OmittedPaths {
+    /// Returns true when nothing was left out.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty() && !self.truncated
+    }
+}
+
 /// Parameters of `agent.session.restore`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -213,6 +237,24 @@ pub struct AgentSessionSourceParams {
     /// tree the Gateway keeps); the answer is then bounded like a checkpoint manifest.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub report: bool,
+    /// Rebuild from `commit` and this checkpoint: the workspace gets every checkpoint entry,
+    /// plus the commit's entries that the checkpoint left out (all those it does not name when
+    /// its omitted list is truncated); needs `commit`, and not `report`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<SourceOverlay>,
+}
+
+/// A checkpoint laid over a pinned commit by `agent.session.source`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceOverlay {
+    /// The checkpoint.
+    pub checkpoint_id: String,
+    /// Every entry, each file with its content.
+    pub entries: Vec<CheckpointEntry>,
+    /// What the checkpoint left out.
+    #[serde(default, skip_serializing_if = "OmittedPaths::is_empty")]
+    pub omitted: OmittedPaths,
 }
 
 /// Result of `agent.session.source`.
@@ -467,6 +509,9 @@ pub enum WorkerEvent {
     Checkpoint {
         /// Every entry; `contentBase64` only on files new or changed since the last checkpoint.
         entries: Vec<CheckpointEntry>,
+        /// What the scan left out; absent when nothing was.
+        #[serde(default, skip_serializing_if = "OmittedPaths::is_empty")]
+        omitted: OmittedPaths,
     },
     /// A call of a Gateway-provided tool; the node relays it to the Gateway and answers with a
     /// [`WorkerRequest::GatewayToolResult`].

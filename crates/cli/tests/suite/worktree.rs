@@ -465,6 +465,94 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
 
+/// A repository past a checkpoint's 16 MiB bound: the checkpoint leaves the big file out and
+/// names it, and a lost workspace is rebuilt by the node from the pinned commit with the
+/// checkpoint laid over it, so the big file comes back from the commit, the agent's edits and
+/// its new file from the checkpoint, and the file it deleted stays deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_19_a_repository_past_the_checkpoint_bound_is_rebuilt_whole() {
+    use sha2::Digest;
+    let (temp, data) = data_dir();
+    let source = temp.path().canonicalize().unwrap().join("source");
+    std::fs::create_dir_all(&source).unwrap();
+    git(&source, &["init", "-q", "-b", "main"]);
+    // 17 MiB that do not compress, so the commit is past the bound however git stores it.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let big: Vec<u8> = (0..17 * 1024 * 1024)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            (state >> 56) as u8
+        })
+        .collect();
+    let big_sha = hex::encode(sha2::Sha256::digest(&big));
+    std::fs::write(source.join("big.bin"), &big).unwrap();
+    std::fs::write(source.join("a.txt"), "original\n").unwrap();
+    std::fs::write(source.join("gone.txt"), "to be deleted\n").unwrap();
+    git(&source, &["add", "."]);
+    git(&source, &["commit", "-q", "-m", "big"]);
+    let url = format!("file://{}", source.display());
+    let up = Up::start(&data);
+    up.wait_ready().await;
+    let (status, created) = up
+        .request(
+            reqwest::Method::PUT,
+            "/v1/sessions/big",
+            Some(serde_json::json!({"workspace": {"source": "repository", "url": url}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let first = run(
+        &up,
+        "big",
+        &exec("printf 'edited\\n' > a.txt && rm gone.txt && printf 'mine\\n' > mine.txt && wc -c < big.bin"),
+    )
+    .await;
+    assert_eq!(first["status"], "completed", "{first}");
+    assert!(
+        first["reply"]
+            .as_str()
+            .unwrap()
+            .contains(&big.len().to_string()),
+        "{first}"
+    );
+    let (status, moved) = up
+        .request(
+            reqwest::Method::POST,
+            "/v1/sessions/big/move",
+            Some(serde_json::json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{moved}");
+    let second = run(
+        &up,
+        "big",
+        &exec("sha256sum big.bin && cat a.txt mine.txt && ls gone.txt 2>&1; true"),
+    )
+    .await;
+    assert_eq!(second["status"], "completed", "{second}");
+    let reply = second["reply"].as_str().unwrap();
+    assert!(
+        reply.contains(&big_sha),
+        "the big file did not come back: {second}"
+    );
+    assert!(
+        reply.contains("edited") && reply.contains("mine") && !reply.contains("original"),
+        "{second}"
+    );
+    assert!(
+        reply.contains("No such file"),
+        "gone.txt came back: {second}"
+    );
+    assert!(
+        up.process
+            .stderr()
+            .contains("rebuilt a lost session workspace from its pinned commit and checkpoint"),
+        "the rebuild did not lay the checkpoint over the commit"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn issue_19_a_repository_session_is_pinned_to_its_commit_and_rebuilt_from_it() {
     let (temp, data) = data_dir();

@@ -23,6 +23,7 @@ use gatehouse_protocol::checkpoint::is_git_path;
 use gatehouse_protocol::checkpoint::truncated;
 use gatehouse_protocol::checkpoint::validate_contained_links;
 use gatehouse_protocol::checkpoint::validate_manifest;
+use gatehouse_protocol::checkpoint::validate_omitted;
 use gatehouse_protocol::command::AgentSessionRestore;
 use gatehouse_protocol::command::AgentSessionSource;
 use gatehouse_protocol::command::AgentSessionStop;
@@ -37,6 +38,8 @@ use gatehouse_protocol::worker::AgentSessionStopParams;
 use gatehouse_protocol::worker::AgentTurnParams;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
+use gatehouse_protocol::worker::OmittedPaths;
+use gatehouse_protocol::worker::SourceOverlay;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_store::Store;
 use gatehouse_store::model::NewWorktreeVersion;
@@ -158,13 +161,16 @@ impl NodeRuntime {
         session_key: &str,
         turn_id: &str,
         entries: Vec<CheckpointEntry>,
+        omitted: OmittedPaths,
         worktree: Option<&Arc<crate::worktree::WorktreeService>>,
     ) -> Result<(), TurnFailure> {
-        let checked = validate_manifest(&entries).and_then(|()| match worktree {
-            // A worktree is read by people and tools outside the sandbox: no link may lead out.
-            Some(_) => validate_contained_links(&entries),
-            None => Ok(()),
-        });
+        let checked = validate_manifest(&entries)
+            .and_then(|()| validate_omitted(&omitted))
+            .and_then(|()| match worktree {
+                // A worktree is read by people and tools outside the sandbox: no link may lead out.
+                Some(_) => validate_contained_links(&entries),
+                None => Ok(()),
+            });
         if let Err(error) = checked {
             return Err(self
                 .refuse_checkpoint(node, session_key, CheckpointStage::Report, &error)
@@ -231,7 +237,11 @@ impl NodeRuntime {
                 "mediaId": media_id,
             }));
         }
-        let manifest = serde_json::json!({"entries": stored});
+        let mut manifest = serde_json::json!({"entries": stored});
+        if !omitted.is_empty() {
+            manifest["omitted"] = serde_json::to_value(&omitted)
+                .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
+        }
         let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
             .to_hex()
             .to_string();
@@ -253,6 +263,16 @@ impl NodeRuntime {
         // A repository the agent made inside its workspace stays there: a worktree holds no
         // `.git` (whose configuration a tool reading the tree would run).
         result.entries.retain(|entry| !is_git_path(&entry.path));
+        if !omitted.is_empty() {
+            // What the scan left out was not deleted by the agent: the base's version stays.
+            let base = self
+                .store
+                .worktree_base(session_key)
+                .await
+                .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?
+                .unwrap_or_default();
+            crate::worktree::merge::keep_omitted(&mut result, &base, &omitted);
+        }
         worktrees.stage(session_key, turn_id, &result).await
     }
 
@@ -308,7 +328,7 @@ impl NodeRuntime {
             None => {
                 let report = worktrees.is_some();
                 let fetched = self
-                    .fetch_source(node, &input.session_key, &repository, None, report)
+                    .fetch_source(node, &input.session_key, &repository, None, report, None)
                     .await?;
                 let recorded = async {
                     if let Some(worktrees) = worktrees {
@@ -394,6 +414,7 @@ impl NodeRuntime {
         repository: &RepositorySpec,
         commit: Option<&str>,
         report: bool,
+        overlay: Option<SourceOverlay>,
     ) -> Result<AgentSessionSourceResult, TurnFailure> {
         let params = AgentSessionSourceParams {
             session_key: session_key.to_owned(),
@@ -401,6 +422,7 @@ impl NodeRuntime {
             reference: repository.reference.clone(),
             commit: commit.map(str::to_owned),
             report,
+            overlay,
         };
         self.registry
             .invoke::<AgentSessionSource>(node, &params, SOURCE_TIMEOUT)
@@ -475,45 +497,59 @@ impl NodeRuntime {
         Ok(tree)
     }
 
-    /// Rebuilds the session's lost workspace on `node` from `checkpoint`.
+    /// Rebuilds the session's lost workspace on `node` from `checkpoint`. A `repository`
+    /// session whose checkpoint left paths out (files past its size bound) is rebuilt by the
+    /// node from the pinned commit with the checkpoint laid over it, so what was left out keeps
+    /// the commit's version instead of being lost.
     async fn restore(
         &self,
         node: &Arc<NodeConnection>,
         session_key: &str,
         checkpoint: &(String, serde_json::Value),
+        repository: Option<&(RepositorySpec, String)>,
     ) -> Result<(), TurnFailure> {
         let (checkpoint_id, manifest) = checkpoint;
-        let mut entries = Vec::new();
-        let mut media_ids = Vec::new();
-        for entry in manifest["entries"].as_array().cloned().unwrap_or_default() {
-            media_ids.push(entry["mediaId"].as_str().map(str::to_owned));
-            entries.push(CheckpointEntry {
-                path: entry["path"].as_str().unwrap_or_default().to_owned(),
-                kind: entry["kind"].as_str().unwrap_or_default().to_owned(),
-                executable: entry["executable"].as_bool().unwrap_or(false),
-                sha256: entry["sha256"].as_str().map(str::to_owned),
-                size: entry["size"].as_u64().unwrap_or(0),
-                target: entry["target"].as_str().map(str::to_owned),
-                content_base64: None,
-            });
-        }
-        // A checkpoint stored before these rules existed is judged again before anything of it
-        // is read or sent.
-        if let Err(error) = validate_manifest(&entries) {
+        let omitted: OmittedPaths = match manifest.get("omitted") {
+            Some(omitted) => serde_json::from_value(omitted.clone()).map_err(|error| {
+                TurnFailure::new(
+                    ErrorCode::CheckpointInvalid,
+                    format!("the checkpoint's omitted list is unreadable: {error}"),
+                )
+            })?,
+            None => OmittedPaths::default(),
+        };
+        if let Err(error) = validate_omitted(&omitted) {
             return Err(self
                 .refuse_checkpoint(node, session_key, CheckpointStage::Restore, &error)
                 .await);
         }
-        for (entry, media_id) in entries.iter_mut().zip(media_ids) {
-            let Some(media_id) = media_id else {
-                continue;
+        let entries = self.checkpoint_entries(node, session_key, manifest).await?;
+        if let Some((repository, commit)) = repository.filter(|_| !omitted.is_empty()) {
+            let overlay = SourceOverlay {
+                checkpoint_id: checkpoint_id.clone(),
+                entries,
+                omitted,
             };
-            let (_, bytes) = self
-                .media
-                .get(&media_id)
-                .await
-                .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
-            entry.content_base64 = Some(base64::engine::general_purpose::STANDARD.encode(&bytes));
+            self.fetch_source(
+                node,
+                session_key,
+                repository,
+                Some(commit),
+                false,
+                Some(overlay),
+            )
+            .await?;
+            tracing::info!(session_key, checkpoint_id = %checkpoint_id, commit, "rebuilt a lost session workspace from its pinned commit and checkpoint");
+            return Ok(());
+        }
+        if !omitted.is_empty() {
+            tracing::warn!(
+                session_key,
+                checkpoint_id = %checkpoint_id,
+                omitted = omitted.paths.len(),
+                truncated = omitted.truncated,
+                "the checkpoint left paths out and the session has no pinned commit to take them from; the rebuilt workspace lacks them"
+            );
         }
         let params = AgentSessionRestoreParams {
             session_key: session_key.to_owned(),
@@ -531,6 +567,48 @@ impl NodeRuntime {
             })?;
         tracing::info!(session_key, checkpoint_id = %checkpoint_id, "rebuilt a lost session workspace from its checkpoint");
         Ok(())
+    }
+
+    /// Returns the entries of a stored checkpoint `manifest`, each file with its content from
+    /// the media store, after judging the manifest again (one stored before the current rules
+    /// is refused before anything of it is read or sent).
+    async fn checkpoint_entries(
+        &self,
+        node: &NodeConnection,
+        session_key: &str,
+        manifest: &serde_json::Value,
+    ) -> Result<Vec<CheckpointEntry>, TurnFailure> {
+        let mut entries = Vec::new();
+        let mut media_ids = Vec::new();
+        for entry in manifest["entries"].as_array().cloned().unwrap_or_default() {
+            media_ids.push(entry["mediaId"].as_str().map(str::to_owned));
+            entries.push(CheckpointEntry {
+                path: entry["path"].as_str().unwrap_or_default().to_owned(),
+                kind: entry["kind"].as_str().unwrap_or_default().to_owned(),
+                executable: entry["executable"].as_bool().unwrap_or(false),
+                sha256: entry["sha256"].as_str().map(str::to_owned),
+                size: entry["size"].as_u64().unwrap_or(0),
+                target: entry["target"].as_str().map(str::to_owned),
+                content_base64: None,
+            });
+        }
+        if let Err(error) = validate_manifest(&entries) {
+            return Err(self
+                .refuse_checkpoint(node, session_key, CheckpointStage::Restore, &error)
+                .await);
+        }
+        for (entry, media_id) in entries.iter_mut().zip(media_ids) {
+            let Some(media_id) = media_id else {
+                continue;
+            };
+            let (_, bytes) = self
+                .media
+                .get(&media_id)
+                .await
+                .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+            entry.content_base64 = Some(base64::engine::general_purpose::STANDARD.encode(&bytes));
+        }
+        Ok(entries)
     }
 
     /// Audits and logs a refused manifest (`checkpoint.refused`, every field bounded) and
@@ -629,8 +707,9 @@ impl TurnRuntime for NodeRuntime {
         match self.invoke_turn(&node, &params, &sink, worktree).await {
             Err(failure) if failure.code == ErrorCode::WorkspaceMissing => {
                 match (&checkpoint, &prepared.repository) {
-                    (Some(checkpoint), _) => {
-                        self.restore(&node, &input.session_key, checkpoint).await?;
+                    (Some(checkpoint), repository) => {
+                        self.restore(&node, &input.session_key, checkpoint, repository.as_ref())
+                            .await?;
                     }
                     (None, Some((repository, commit))) => {
                         self.fetch_source(
@@ -639,6 +718,7 @@ impl TurnRuntime for NodeRuntime {
                             repository,
                             Some(commit),
                             false,
+                            None,
                         )
                         .await?;
                     }
@@ -890,12 +970,13 @@ impl NodeRuntime {
                     }
                 };
                 match serde_json::from_str::<WorkerEvent>(&line) {
-                    Ok(WorkerEvent::Checkpoint { entries }) => {
+                    Ok(WorkerEvent::Checkpoint { entries, omitted }) => {
                         self.accept_checkpoint(
                             node,
                             &params.session_key,
                             &params.turn_id,
                             entries,
+                            omitted,
                             worktree,
                         )
                         .await?;

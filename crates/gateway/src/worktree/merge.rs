@@ -17,8 +17,11 @@
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
+use gatehouse_protocol::checkpoint::KeptFromEarlier;
 use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_BYTES;
 use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_ENTRIES;
+use gatehouse_protocol::checkpoint::ancestors;
+use gatehouse_protocol::worker::OmittedPaths;
 use gatehouse_store::model::StoredEntry;
 use gatehouse_store::model::StoredManifest;
 
@@ -131,9 +134,29 @@ pub(crate) fn merge(
     }
 }
 
-/// The proper ancestors of `path` (`a/b/c` → `a`, `a/b`).
-fn ancestors(path: &str) -> impl Iterator<Item = &str> {
-    path.match_indices('/').map(move |(end, _)| &path[..end])
+/// Adds to a turn's `result` the entries of `base` that stand for what the worker's scan left
+/// out (see [`KeptFromEarlier`]), so the merge sees them unchanged by the agent rather than
+/// deleted; the entries stay in path order.
+pub(crate) fn keep_omitted(
+    result: &mut StoredManifest,
+    base: &StoredManifest,
+    omitted: &OmittedPaths,
+) {
+    let kept: Vec<StoredEntry> = {
+        let rule = KeptFromEarlier::new(
+            result.entries.iter().map(|entry| entry.path.as_str()),
+            omitted,
+        );
+        base.entries
+            .iter()
+            .filter(|entry| rule.keeps(&entry.path))
+            .cloned()
+            .collect()
+    };
+    result.entries.extend(kept);
+    result
+        .entries
+        .sort_by(|left, right| left.path.cmp(&right.path));
 }
 
 #[cfg(test)]

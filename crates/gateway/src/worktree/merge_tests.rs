@@ -126,3 +126,27 @@ fn a_result_is_merged_keeping_the_worktrees_side_of_every_conflict() {
         assert_eq!(merged.conflicts, case.conflicts, "{}", case.name);
     }
 }
+
+/// A file the worker's scan left out (past the checkpoint's size bound) is not a deletion: the
+/// base's version joins the result, so the merge keeps it; a file the agent deleted goes.
+#[test]
+fn a_file_left_out_of_the_scan_is_kept_and_a_deleted_one_goes() {
+    let base = tree(&[
+        file("big.bin", "big"),
+        file("a.txt", "a"),
+        file("gone.txt", "gone"),
+    ]);
+    let mut result = tree(&[file("a.txt", "a2")]);
+    let omitted = gatehouse_protocol::worker::OmittedPaths {
+        paths: vec![String::from("big.bin")],
+        truncated: false,
+    };
+    super::keep_omitted(&mut result, &base, &omitted);
+    assert_eq!(result, tree(&[file("a.txt", "a2"), file("big.bin", "big")]));
+    let merged = merge(&base, &base, &result);
+    assert_eq!(
+        merged.manifest,
+        tree(&[file("a.txt", "a2"), file("big.bin", "big")])
+    );
+    assert_eq!(merged.applied, ["a.txt", "gone.txt"]);
+}
