@@ -836,6 +836,58 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
             .contains("does not match its sha256"),
         "{ended}"
     );
+    // An omitted list that names a path out of the tree is refused like an entry would be.
+    let escaping = post_message(&gateway, "wt", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    node.stream_lines(
+        &invoke.id,
+        &[serde_json::json!({"type": "checkpoint", "entries": [], "omitted": {"paths": ["../../etc"]}})],
+    )
+    .await;
+    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
+        .await;
+    let ended = wait_turn(&gateway, &escaping).await;
+    assert_eq!(ended["error"]["code"], "CHECKPOINT_INVALID", "{ended}");
+    assert!(
+        ended["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"../../etc\""),
+        "{ended}"
+    );
+    // A file the node's scan left out is not a deletion: the worktree keeps it.
+    let omitting = post_message(&gateway, "wt", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    node.stream_lines(
+        &invoke.id,
+        &[serde_json::json!({"type": "checkpoint", "entries": [], "omitted": {"paths": ["a.txt"]}})],
+    )
+    .await;
+    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
+        .await;
+    assert_eq!(wait_turn(&gateway, &omitting).await["status"], "completed");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let turn = gateway.get_json(&format!("/v1/turns/{omitting}")).await;
+        if turn["workspace"]["state"] == "applied" {
+            assert_eq!(
+                turn["workspace"]["applied"],
+                serde_json::json!([]),
+                "{turn}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never applied: {turn}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let a = client
+        .get(format!("{}/v1/sessions/wt/worktree/a.txt", gateway.url))
+        .bearer_auth(&gateway.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(a.status().as_u16(), 200);
+    assert_eq!(a.text().await.unwrap(), "kept\n");
     // A repository the agent made inside its workspace is not taken into the worktree.
     const X_SHA256: &str = "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881";
     let honest = |path: &str| serde_json::json!({"path": path, "kind": "file", "sha256": X_SHA256, "size": 1, "contentBase64": "eA=="});
