@@ -29,6 +29,7 @@ use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_OMITTED_BYTES;
 use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
 use gatehouse_protocol::checkpoint::truncated;
 use gatehouse_protocol::checkpoint::validate_entry;
+use gatehouse_protocol::checkpoint::validate_path;
 use gatehouse_protocol::worker::CheckpointEntry;
 pub use gatehouse_protocol::worker::MAX_CHECKPOINT_BYTES;
 use gatehouse_protocol::worker::OmittedPaths;
@@ -68,7 +69,12 @@ pub struct Scan {
 }
 
 impl Scan {
+    /// Names `path` as left out, unless no manifest could name it (an odd name the rules
+    /// refuse, which no earlier tree holds either), or the list is full.
     fn omit(&mut self, path: String) {
+        if validate_path(&path).is_err() {
+            return;
+        }
         let fits = self.omitted.paths.len() < MAX_CHECKPOINT_OMITTED
             && self.omitted_bytes + path.len() <= MAX_CHECKPOINT_OMITTED_BYTES;
         match fits {
@@ -298,6 +304,9 @@ mod tests {
         let big = vec![7u8; usize::try_from(crate::checkpoint::MAX_CHECKPOINT_BYTES).unwrap() + 1];
         std::fs::write(workspace.join("data/big.bin"), big).unwrap();
         std::fs::write(workspace.join("small.txt"), "small").unwrap();
+        // A name the manifest rules refuse is left out of the entries and of the omitted list,
+        // so it cannot make the Gateway refuse the whole checkpoint.
+        std::os::unix::fs::symlink("small.txt", workspace.join("odd\\..")).unwrap();
         let root = Root::open(&workspace).unwrap();
         let scan = scan(&root, &BTreeMap::new());
         let paths: Vec<&str> = scan

@@ -41,7 +41,7 @@ pub(crate) struct GatewayFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct NodeFile {
-    pub(crate) gateway: Option<String>,
+    pub(crate) gateway: Option<GatewayUrls>,
     pub(crate) root: Option<PathBuf>,
     pub(crate) runtime: Option<RuntimeKind>,
     pub(crate) setup_code_file: Option<PathBuf>,
@@ -58,6 +58,26 @@ pub(crate) struct NodeFile {
     pub(crate) codex_bin: Option<PathBuf>,
     pub(crate) sandbox_read_only: Option<Vec<PathBuf>>,
     pub(crate) sandbox_allow_missing: Option<Vec<crate::sandbox_setup::Layer>>,
+}
+
+/// The node's `gateway`: one URL, or a list of the replicas of one Gateway.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum GatewayUrls {
+    /// One URL.
+    One(String),
+    /// Several, tried in turn.
+    Many(Vec<String>),
+}
+
+impl GatewayUrls {
+    /// Returns the URLs in order.
+    pub(crate) fn into_vec(self) -> Vec<String> {
+        match self {
+            GatewayUrls::One(url) => vec![url],
+            GatewayUrls::Many(urls) => urls,
+        }
+    }
 }
 
 /// Reads `path` as `T`; `None` reads nothing and gives the defaults.
@@ -82,4 +102,22 @@ pub(crate) fn load<T: DeserializeOwned + Default>(path: Option<&Path>) -> anyhow
         ))
         .into()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NodeFile;
+
+    #[test]
+    fn a_node_file_names_one_gateway_url_or_several() {
+        let one: NodeFile = toml::from_str("gateway = \"ws://a:7420\"").unwrap();
+        assert_eq!(one.gateway.unwrap().into_vec(), ["ws://a:7420"]);
+        let many: NodeFile =
+            toml::from_str("gateway = [\"ws://a:7420\", \"ws://b:7420\"]").unwrap();
+        assert_eq!(
+            many.gateway.unwrap().into_vec(),
+            ["ws://a:7420", "ws://b:7420"]
+        );
+        assert!(toml::from_str::<NodeFile>("gateway = 7420").is_err());
+    }
 }

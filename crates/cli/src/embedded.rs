@@ -76,7 +76,7 @@ pub(crate) async fn start_node(
     let host = NodeHost::prepare_with(
         NodeHostConfig {
             root: harness_root.to_path_buf(),
-            gateway_url: None,
+            gateway_urls: Vec::new(),
             setup_code_file: setup_code_file.clone(),
             runtime,
             display_name: Some(String::from("embedded harness")),

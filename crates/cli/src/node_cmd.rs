@@ -1,7 +1,8 @@
 //! `gatehouse node`: the dedicated Harness node host. It connects out to the Gateway and listens
 //! on nothing.
 //!
-//! - `gatehouse node --gateway URL --root DIR --runtime native|codex ...` runs the node host.
+//! - `gatehouse node --gateway URL [--gateway URL ...] --root DIR --runtime native|codex ...`
+//!   runs the node host.
 //! - `gatehouse node health --root DIR [--ready] [--json]` is its liveness (or readiness) probe:
 //!   the node host has no port to probe, so this reads the status file it keeps under `DIR` and
 //!   exits 0 when healthy, else 1 with the reason on stderr. It opens no socket.
@@ -11,6 +12,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::config_file::GatewayUrls;
 use anyhow::Context;
 use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::NodeHostConfig;
@@ -35,10 +37,11 @@ use crate::output;
 pub(crate) struct NodeArgs {
     #[command(subcommand)]
     command: Option<NodeCommand>,
-    /// The Gateway: `ws://HOST:PORT[/node]` or `http://HOST:PORT`. Defaults to the URL saved at
-    /// enrollment, else the setup code's.
+    /// The Gateway: `ws://HOST:PORT[/node]` or `http://HOST:PORT`; repeat it for the replicas
+    /// of one Gateway, which the node tries in turn (the next after a failed attempt or a lost
+    /// link). Defaults to the URL saved at enrollment, else the setup code's.
     #[arg(long, value_name = "URL")]
-    gateway: Option<String>,
+    gateway: Vec<String>,
     /// The node root; the identity, the device token, the status file and the Agent workspace
     /// live under it.
     #[arg(long, value_name = "DIR")]
@@ -146,7 +149,10 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
             "gatehouse node needs --root DIR and --runtime native|codex (or `root` and `runtime` in the config file)",
         )));
     };
-    let gateway = gateway.or(file.gateway);
+    let gateway = match gateway.is_empty() {
+        true => file.gateway.map(GatewayUrls::into_vec).unwrap_or_default(),
+        false => gateway,
+    };
     let setup_code_file = setup_code_file.or(file.setup_code_file);
     let display_name = display_name.or(file.display_name);
     let scratch = scratch.or(file.scratch);
@@ -185,7 +191,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     };
     let config = NodeHostConfig {
         root,
-        gateway_url: gateway,
+        gateway_urls: gateway,
         setup_code_file,
         runtime,
         display_name,

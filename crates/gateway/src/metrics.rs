@@ -257,6 +257,7 @@ pub(crate) fn invoke_outcome(error: Option<&InvokeError>) -> &'static str {
         InvokeError::Malformed | InvokeError::UndecodableResult { .. } => "malformed",
         InvokeError::UnencodableParams { .. } => "unencodable",
         InvokeError::Overrun { .. } => "overrun",
+        InvokeError::TooLarge { .. } => "too_large",
     }
 }
 

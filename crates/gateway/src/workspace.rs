@@ -207,6 +207,9 @@ impl WorkspaceClient {
                 ) => WorkspaceError::Corrupt,
                 (InvokeError::UnencodableParams { .. }, _) => WorkspaceError::Corrupt,
                 (InvokeError::Remote(error), _) => WorkspaceError::Remote(error),
+                (error @ InvokeError::TooLarge { .. }, _) => WorkspaceError::Remote(
+                    WireError::new(ErrorCode::PayloadTooLarge, error.to_string()),
+                ),
             })
     }
 

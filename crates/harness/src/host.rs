@@ -57,9 +57,11 @@ pub struct NodeHostConfig {
     /// The node root: `node/` (identity, device token), `workspace/` and `tmp/` live under it.
     /// Created if missing.
     pub root: PathBuf,
-    /// The Gateway URL (`ws://host:port[/node]` or `http://host:port`). When `None`, the URL of
-    /// the saved device token is used, else the setup code's.
-    pub gateway_url: Option<String>,
+    /// The Gateway URLs (each `ws://host:port[/node]` or `http://host:port`), for a Gateway of
+    /// several replicas: the node uses one at a time and moves to the next after a failed
+    /// attempt or a lost link, so it reaches a surviving replica at its next attempt. When
+    /// empty, the URL of the saved device token is used, else the setup code's.
+    pub gateway_urls: Vec<String>,
     /// A file holding a setup code, read when the node has no device token yet.
     pub setup_code_file: Option<PathBuf>,
     /// The runtime the node hosts.
@@ -142,7 +144,9 @@ pub struct NodeHost {
     workspace_root: String,
     runtime: Runtime,
     display_name: String,
-    gateway_url: Option<String>,
+    gateway_urls: Vec<String>,
+    /// The index in `gateway_urls` of the URL the next attempt uses.
+    next_gateway: std::sync::atomic::AtomicUsize,
     setup_code_file: Option<PathBuf>,
     credential: Mutex<Credential>,
     commands: CommandSet,
@@ -180,19 +184,19 @@ impl NodeHost {
     pub fn prepare_with(config: NodeHostConfig, runtime_config: RuntimeConfig) -> Result<NodeHost> {
         let NodeHostConfig {
             root,
-            gateway_url,
+            gateway_urls,
             setup_code_file,
             runtime,
             display_name,
             home,
         } = config;
-        let gateway_url = match gateway_url {
-            Some(url) => Some(
+        let gateway_urls = gateway_urls
+            .into_iter()
+            .map(|url| {
                 normalize_gateway_url(&url)
-                    .map_err(|reason| NodeHostError::InvalidGatewayUrl { url, reason })?,
-            ),
-            None => None,
-        };
+                    .map_err(|reason| NodeHostError::InvalidGatewayUrl { url, reason })
+            })
+            .collect::<Result<Vec<String>>>()?;
         std::fs::create_dir_all(&root).map_err(|source| NodeHostError::StateIo {
             path: root.clone(),
             source,
@@ -317,7 +321,8 @@ impl NodeHost {
             workspace_root,
             runtime,
             display_name,
-            gateway_url,
+            gateway_urls,
+            next_gateway: std::sync::atomic::AtomicUsize::new(0),
             setup_code_file,
             credential: Mutex::new(credential),
             commands,
@@ -353,11 +358,12 @@ impl NodeHost {
         self.commands.names()
     }
 
-    /// Returns the Gateway URL the next attempt uses: `--gateway`, else the saved device token's,
-    /// else the setup code's.
+    /// Returns the Gateway URL the next attempt uses: the current one of `--gateway`, else the
+    /// saved device token's, else the setup code's.
     pub fn gateway_url(&self) -> Option<String> {
-        if let Some(url) = &self.gateway_url {
-            return Some(url.clone());
+        if !self.gateway_urls.is_empty() {
+            let next = self.next_gateway.load(std::sync::atomic::Ordering::Relaxed);
+            return Some(self.gateway_urls[next % self.gateway_urls.len()].clone());
         }
         match &*self.credential.lock() {
             Credential::DeviceToken(record) if !record.gateway_url.is_empty() => {
@@ -366,6 +372,23 @@ impl NodeHost {
             Credential::DeviceToken(_) => None,
             Credential::SetupCode(setup_code) => Some(setup_code.url().to_owned()),
         }
+    }
+
+    /// Moves to the next of several Gateway URLs; returns true when that starts a new round
+    /// (every URL was tried since the last), or when there is only one URL.
+    fn next_gateway_url(&self) -> bool {
+        let n_urls = self.gateway_urls.len();
+        if n_urls < 2 {
+            return true;
+        }
+        let previous = self
+            .next_gateway
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let next = (previous + 1) % n_urls;
+        if let Some(url) = self.gateway_urls.get(next) {
+            tracing::info!(gateway = %url, "trying the next gateway URL");
+        }
+        next == 0
     }
 
     /// Connects over WebSocket and keeps a session alive until `shutdown` fires; see
@@ -449,6 +472,8 @@ impl NodeHost {
                 Ok(SessionEnd::Shutdown) => return self.stopped().await,
                 Ok(SessionEnd::Disconnected { reason }) => {
                     tracing::warn!(code = reason.code(), error = %error_chain(&reason), "disconnected from the gateway; reconnecting");
+                    // The replica may be gone: the next attempt goes to the next URL.
+                    self.next_gateway_url();
                     backoff = reconnect.initial_backoff;
                     jittered(backoff, random_u64())
                 }
@@ -467,7 +492,10 @@ impl NodeHost {
                         retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                         "connection to the gateway failed"
                     );
-                    backoff = backoff.saturating_mul(2).min(reconnect.max_backoff);
+                    // The pause grows once every URL failed in turn, not at each of them.
+                    if self.next_gateway_url() {
+                        backoff = backoff.saturating_mul(2).min(reconnect.max_backoff);
+                    }
                     delay
                 }
             };

@@ -18,7 +18,7 @@
 //! # async fn example() -> Result<(), gatehouse_harness::NodeHostError> {
 //! let config = NodeHostConfig {
 //!     root: "/srv/harness".into(),
-//!     gateway_url: Some("ws://gateway:7420/node".into()),
+//!     gateway_urls: vec!["ws://gateway:7420/node".into()],
 //!     setup_code_file: Some("/run/secrets/setup-code".into()),
 //!     runtime: Runtime::Native,
 //!     display_name: None,

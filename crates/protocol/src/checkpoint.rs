@@ -34,8 +34,9 @@ pub const MAX_CHECKPOINT_ENTRIES: usize = 20_000;
 /// The most paths a checkpoint's omitted list names; past it the list is truncated.
 pub const MAX_CHECKPOINT_OMITTED: usize = 10_000;
 
-/// The most bytes of path a checkpoint's omitted list holds (256 KiB), so a checkpoint event
-/// and a rebuild's overlay still fit one frame; past it the list is truncated.
+/// The most bytes of path a checkpoint's omitted list holds (256 KiB), so the list adds little
+/// to a checkpoint event or a rebuild's request; past it the list is truncated. (A request that
+/// would still not fit one frame is refused by the Gateway before it is sent.)
 pub const MAX_CHECKPOINT_OMITTED_BYTES: usize = 256 * 1024;
 
 /// The longest entry path, in bytes (the Linux `PATH_MAX`).
@@ -423,6 +424,16 @@ pub fn validate_entry(entry: &CheckpointEntry) -> Result<(), ManifestViolation> 
         KIND_SYMLINK => check_symlink(entry),
         _ => Err(ManifestViolation::UnknownKind),
     }
+}
+
+/// Checks one entry path (or omitted path) on its own: not empty, relative, no empty, `.` or
+/// `..` segment (with either slash), no NUL, at most [`MAX_CHECKPOINT_PATH_BYTES`] bytes and
+/// 255 bytes per segment.
+///
+/// # Errors
+/// [`ManifestViolation::InvalidPath`] saying what is wrong.
+pub fn validate_path(path: &str) -> Result<(), ManifestViolation> {
+    check_path(path)
 }
 
 fn check_path(path: &str) -> Result<(), ManifestViolation> {

@@ -45,7 +45,7 @@ async fn measure(args: &LinkArgs) -> anyhow::Result<Report> {
     let host =
         gatehouse_harness::host::NodeHost::prepare(gatehouse_harness::host::NodeHostConfig {
             root: harness_root.clone(),
-            gateway_url: Some(url),
+            gateway_urls: vec![url],
             setup_code_file: code_file,
             runtime: gatehouse_harness::host::Runtime::Native,
             display_name: Some(String::from("bench node")),

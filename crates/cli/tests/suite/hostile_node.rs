@@ -866,20 +866,12 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
     node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
         .await;
     assert_eq!(wait_turn(&gateway, &omitting).await["status"], "completed");
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let turn = gateway.get_json(&format!("/v1/turns/{omitting}")).await;
-        if turn["workspace"]["state"] == "applied" {
-            assert_eq!(
-                turn["workspace"]["applied"],
-                serde_json::json!([]),
-                "{turn}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "never applied: {turn}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let turn = wait_applied(&gateway, &omitting).await;
+    assert_eq!(
+        turn["workspace"]["applied"],
+        serde_json::json!([]),
+        "{turn}"
+    );
     let a = client
         .get(format!("{}/v1/sessions/wt/worktree/a.txt", gateway.url))
         .bearer_auth(&gateway.token)
@@ -906,15 +898,7 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
     node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
         .await;
     assert_eq!(wait_turn(&gateway, &turn_id).await["status"], "completed");
-    let deadline = Instant::now() + WAIT;
-    let applied = loop {
-        let turn = gateway.get_json(&format!("/v1/turns/{turn_id}")).await;
-        if turn["workspace"]["state"] == "applied" {
-            break turn;
-        }
-        assert!(Instant::now() < deadline, "never applied: {turn}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let applied = wait_applied(&gateway, &turn_id).await;
     assert_eq!(
         applied["workspace"]["applied"],
         serde_json::json!(["a.txt"]),
@@ -941,4 +925,133 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
         .unwrap();
     // One 512-byte header, one block of content, and the two zero blocks of the end.
     assert_eq!(tar.len(), 512 * 4, "the worktree gained entries");
+    // Links each contained alone, one accepted earlier and kept by naming it omitted, the
+    // other reported now, that lead out together: the result is judged whole and refused.
+    let first = post_message(&gateway, "wt", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    node.stream_lines(
+        &invoke.id,
+        &[serde_json::json!({"type": "checkpoint", "entries": [honest("a.txt"), link("a/l", "sub/../../x")]})],
+    )
+    .await;
+    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
+        .await;
+    let turn = wait_applied(&gateway, &first).await;
+    assert_eq!(
+        turn["workspace"]["applied"],
+        serde_json::json!(["a/l"]),
+        "{turn}"
+    );
+    let chained = post_message(&gateway, "wt", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    node.stream_lines(
+        &invoke.id,
+        &[serde_json::json!({"type": "checkpoint", "entries": [honest("a.txt"), link("a/sub", "..")], "omitted": {"paths": ["a/l"]}})],
+    )
+    .await;
+    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
+        .await;
+    let ended = wait_turn(&gateway, &chained).await;
+    assert_eq!(ended["error"]["code"], "CHECKPOINT_INVALID", "{ended}");
+    assert!(
+        ended["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("leads out of the tree"),
+        "{ended}"
+    );
+    let status = client
+        .get(format!("{}/v1/sessions/wt/worktree/a/sub", gateway.url))
+        .bearer_auth(&gateway.token)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(
+        status.as_u16(),
+        404,
+        "the refused link reached the worktree"
+    );
+}
+
+/// Waits until the staged worktree result of `turn_id` is applied; returns the turn.
+async fn wait_applied(gateway: &Gateway, turn_id: &str) -> serde_json::Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let turn = gateway.get_json(&format!("/v1/turns/{turn_id}")).await;
+        if turn["workspace"]["state"] == "applied" {
+            return turn;
+        }
+        assert!(Instant::now() < deadline, "never applied: {turn}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A rebuild whose request would not fit one link frame (a full 16 MiB checkpoint plus 19,000
+/// entries with long names) is not sent: the turn fails with a code, and the link, with every
+/// other session on it, stays up (a frame over the bound would make the node drop the link).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_past_the_frame_bound_is_not_sent_and_the_link_stays_up() {
+    use base64::Engine;
+    use sha2::Digest;
+    const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    let (_dirs, gateway, mut node) = hostile_setup().await;
+    let big = vec![b'a'; 16 * 1024 * 1024];
+    let big_sha = hex::encode(sha2::Sha256::digest(&big));
+    let content = base64::engine::general_purpose::STANDARD.encode(&big);
+    let first = post_message(&gateway, "big", "one").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    let refused = node
+        .stream_lines(
+            &invoke.id,
+            &[serde_json::json!({"type": "checkpoint", "entries": [
+                {"path": "big.bin", "kind": "file", "sha256": big_sha, "size": big.len(), "contentBase64": content}
+            ]})],
+        )
+        .await;
+    assert!(refused.is_empty(), "{refused:?}");
+    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
+        .await;
+    assert_eq!(wait_turn(&gateway, &first).await["status"], "completed");
+    let mut entries = vec![
+        serde_json::json!({"path": "big.bin", "kind": "file", "sha256": big_sha, "size": big.len()}),
+    ];
+    entries.extend((0..19_000).map(|index| {
+        serde_json::json!({"path": format!("d/{index:0>200}"), "kind": "file", "sha256": EMPTY_SHA256, "size": 0, "contentBase64": ""})
+    }));
+    let second = post_message(&gateway, "big", "two").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    let refused = node
+        .stream_lines(
+            &invoke.id,
+            &[serde_json::json!({"type": "checkpoint", "entries": entries})],
+        )
+        .await;
+    assert!(refused.is_empty(), "{refused:?}");
+    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
+        .await;
+    assert_eq!(wait_turn(&gateway, &second).await["status"], "completed");
+    // The workspace is lost: the rebuild would not fit a frame.
+    let third = post_message(&gateway, "big", "three").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    node.fail(&invoke.id, "WORKSPACE_MISSING").await;
+    let failed = wait_turn(&gateway, &third).await;
+    assert_eq!(
+        failed["error"]["code"], "WORKSPACE_RESTORE_FAILED",
+        "{failed}"
+    );
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("past the link's 26214400 bytes per frame"),
+        "{failed}"
+    );
+    // The same link serves the next session's turn.
+    let other = post_message(&gateway, "other", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    assert_eq!(turn_params(&invoke).session_key, "other");
+    node.finish(&invoke.id, serde_json::json!({"reply": "still here"}))
+        .await;
+    assert_eq!(wait_turn(&gateway, &other).await["reply"], "still here");
 }

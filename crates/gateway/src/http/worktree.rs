@@ -423,7 +423,10 @@ fn with_entry(manifest: &StoredManifest, entry: StoredEntry) -> Result<StoredMan
         .collect();
     entries.push(entry);
     entries.sort_by(|left, right| left.path.cmp(&right.path));
-    let checked: Vec<CheckpointEntry> = entries.iter().map(checkpoint_entry).collect();
+    let checked: Vec<CheckpointEntry> = entries
+        .iter()
+        .map(crate::worktree::checkpoint_entry)
+        .collect();
     validate_manifest(&checked).map_err(|error| {
         ApiError::new(
             ErrorCode::InvalidPath,
@@ -435,19 +438,6 @@ fn with_entry(manifest: &StoredManifest, entry: StoredEntry) -> Result<StoredMan
         )
     })?;
     Ok(StoredManifest { entries })
-}
-
-/// Returns a stored entry as the manifest rules see it (without content).
-pub(crate) fn checkpoint_entry(entry: &StoredEntry) -> CheckpointEntry {
-    CheckpointEntry {
-        path: entry.path.clone(),
-        kind: entry.kind.clone(),
-        executable: entry.executable,
-        sha256: entry.sha256.clone(),
-        size: entry.size,
-        target: entry.target.clone(),
-        content_base64: None,
-    }
 }
 
 /// `GET /v1/sessions/{key}/worktree.json`: every version of the worktree, oldest first, each

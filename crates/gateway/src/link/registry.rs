@@ -27,6 +27,8 @@ use tokio::sync::oneshot;
 
 use crate::link::progress::ByteBudget;
 use crate::link::progress::ChunkRefusal;
+use gatehouse_protocol::frame::MAX_FRAME_BYTES;
+
 use crate::link::progress::MAX_CONNECTION_BUFFERED_BYTES;
 use crate::link::progress::ProgressLines;
 use crate::link::progress::ProgressSink;
@@ -85,6 +87,17 @@ pub enum InvokeError {
         /// `PROGRESS_CHUNK_TOO_LARGE` or `NODE_BUFFER_EXHAUSTED`.
         code: ErrorCode,
     },
+    /// The request would be a frame longer than the link carries, so nothing was sent (the
+    /// node would drop the whole link, and every invoke on it, for a longer one).
+    #[error("the {command} request is {bytes} bytes, past the link's {max} bytes per frame")]
+    TooLarge {
+        /// The command.
+        command: &'static str,
+        /// The frame's length.
+        bytes: usize,
+        /// [`MAX_FRAME_BYTES`].
+        max: usize,
+    },
 }
 
 impl InvokeError {
@@ -96,6 +109,7 @@ impl InvokeError {
                 Some(ErrorCode::parse(&error.code).map_or(UNRECOGNIZED_CODE, ErrorCode::as_str))
             }
             Self::Overrun { code } => Some(code.as_str()),
+            Self::TooLarge { .. } => Some(ErrorCode::PayloadTooLarge.as_str()),
             _ => None,
         }
     }
@@ -672,6 +686,17 @@ impl NodeRegistry {
             timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
             traceparent: gatehouse_telemetry::traceparent(&span),
         };
+        let frame = event_frame(names::NODE_INVOKE_REQUEST, &request);
+        if frame.len() > MAX_FRAME_BYTES {
+            let error = InvokeError::TooLarge {
+                command,
+                bytes: frame.len(),
+                max: MAX_FRAME_BYTES,
+            };
+            self.metrics
+                .record_invoke(command, Some(&error), started.elapsed());
+            return Err(error);
+        }
         let receiver = connection.register(id.clone(), progress);
         let mut pending = RawInvoke {
             connection: Arc::clone(connection),
@@ -684,7 +709,6 @@ impl NodeRegistry {
             metrics: self.metrics.clone(),
             recorded: false,
         };
-        let frame = event_frame(names::NODE_INVOKE_REQUEST, &request);
         if connection
             .outbound
             .send(Outbound::Text(frame))

@@ -242,6 +242,15 @@ impl NodeRuntime {
             manifest["omitted"] = serde_json::to_value(&omitted)
                 .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
         }
+        // A worktree's result is judged whole before anything is committed.
+        let staged = match worktree {
+            Some(worktrees) => Some((
+                worktrees,
+                self.worktree_result(node, session_key, &manifest, &omitted)
+                    .await?,
+            )),
+            None => None,
+        };
         let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
             .to_hex()
             .to_string();
@@ -255,25 +264,57 @@ impl NodeRuntime {
         self.retention
             .commit_checkpoint(session_key, turn_id, &checkpoint_id, &manifest, new_blobs)
             .await?;
-        let Some(worktrees) = worktree else {
-            return Ok(());
-        };
-        let mut result: StoredManifest = serde_json::from_value(manifest)
+        match staged {
+            Some((worktrees, result)) => worktrees.stage(session_key, turn_id, &result).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Returns a `worktree` session's result of a turn from its accepted checkpoint
+    /// `manifest`: without `.git` paths, and with the base's entries for what the scan left out
+    /// (`omitted`). The whole result must pass the manifest rules and
+    /// [`validate_contained_links`] again, since the entries taken from the base were not judged
+    /// together with the node's.
+    ///
+    /// # Errors
+    /// `CHECKPOINT_INVALID` (audited) for a result the rules refuse; the store's code when the
+    /// base cannot be read.
+    async fn worktree_result(
+        &self,
+        node: &NodeConnection,
+        session_key: &str,
+        manifest: &serde_json::Value,
+        omitted: &OmittedPaths,
+    ) -> Result<StoredManifest, TurnFailure> {
+        let mut result: StoredManifest = serde_json::from_value(manifest.clone())
             .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
         // A repository the agent made inside its workspace stays there: a worktree holds no
         // `.git` (whose configuration a tool reading the tree would run).
         result.entries.retain(|entry| !is_git_path(&entry.path));
-        if !omitted.is_empty() {
-            // What the scan left out was not deleted by the agent: the base's version stays.
-            let base = self
-                .store
-                .worktree_base(session_key)
-                .await
-                .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?
-                .unwrap_or_default();
-            crate::worktree::merge::keep_omitted(&mut result, &base, &omitted);
+        if omitted.is_empty() {
+            return Ok(result);
         }
-        worktrees.stage(session_key, turn_id, &result).await
+        // What the scan left out was not deleted by the agent: the base's version stays.
+        let base = self
+            .store
+            .worktree_base(session_key)
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?
+            .unwrap_or_default();
+        crate::worktree::merge::keep_omitted(&mut result, &base, omitted);
+        let whole: Vec<CheckpointEntry> = result
+            .entries
+            .iter()
+            .map(crate::worktree::checkpoint_entry)
+            .collect();
+        if let Err(error) =
+            validate_manifest(&whole).and_then(|()| validate_contained_links(&whole))
+        {
+            return Err(self
+                .refuse_checkpoint(node, session_key, CheckpointStage::Report, &error)
+                .await);
+        }
+        Ok(result)
     }
 
     /// Prepares the session workspace from its source before a turn:
@@ -429,6 +470,9 @@ impl NodeRuntime {
             .await
             .map_err(|error| match error {
                 InvokeError::Remote(error) => TurnFailure::new(&error.code, error.message),
+                error @ InvokeError::TooLarge { .. } => {
+                    TurnFailure::new(ErrorCode::PayloadTooLarge, error.to_string())
+                }
                 other => TurnFailure::new(
                     ErrorCode::DependencyUnavailable,
                     format!("the node could not fetch the session's repository: {other}"),
@@ -497,16 +541,21 @@ impl NodeRuntime {
         Ok(tree)
     }
 
-    /// Rebuilds the session's lost workspace on `node` from `checkpoint`. A `repository`
-    /// session whose checkpoint left paths out (files past its size bound) is rebuilt by the
-    /// node from the pinned commit with the checkpoint laid over it, so what was left out keeps
-    /// the commit's version instead of being lost.
+    /// Rebuilds the session's lost workspace on `node` from `checkpoint`. When the checkpoint
+    /// left paths out (files past its size bound), what stands for them comes from the
+    /// session's `earlier` tree:
+    /// - a `repository` session's pinned commit: the node fetches it and lays the checkpoint
+    ///   over it, so the big files keep the commit's version (the repository must be reachable
+    ///   unless the node's source cache still holds the commit);
+    /// - a `worktree` session's base: its entries for the omitted paths join the checkpoint's,
+    ///   so the next result does not delete them from the worktree;
+    /// - an `empty` session has none: the rebuilt workspace lacks them, and that is logged.
     async fn restore(
         &self,
         node: &Arc<NodeConnection>,
         session_key: &str,
         checkpoint: &(String, serde_json::Value),
-        repository: Option<&(RepositorySpec, String)>,
+        earlier: Earlier<'_>,
     ) -> Result<(), TurnFailure> {
         let (checkpoint_id, manifest) = checkpoint;
         let omitted: OmittedPaths = match manifest.get("omitted") {
@@ -523,33 +572,52 @@ impl NodeRuntime {
                 .refuse_checkpoint(node, session_key, CheckpointStage::Restore, &error)
                 .await);
         }
-        let entries = self.checkpoint_entries(node, session_key, manifest).await?;
-        if let Some((repository, commit)) = repository.filter(|_| !omitted.is_empty()) {
-            let overlay = SourceOverlay {
-                checkpoint_id: checkpoint_id.clone(),
-                entries,
-                omitted,
-            };
-            self.fetch_source(
-                node,
-                session_key,
-                repository,
-                Some(commit),
-                false,
-                Some(overlay),
-            )
-            .await?;
-            tracing::info!(session_key, checkpoint_id = %checkpoint_id, commit, "rebuilt a lost session workspace from its pinned commit and checkpoint");
-            return Ok(());
-        }
-        if !omitted.is_empty() {
-            tracing::warn!(
-                session_key,
-                checkpoint_id = %checkpoint_id,
-                omitted = omitted.paths.len(),
-                truncated = omitted.truncated,
-                "the checkpoint left paths out and the session has no pinned commit to take them from; the rebuilt workspace lacks them"
-            );
+        let entries = match earlier {
+            Earlier::WorktreeBase if !omitted.is_empty() => {
+                let mut tree: StoredManifest = serde_json::from_value(manifest.clone())
+                    .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
+                let base = self
+                    .store
+                    .worktree_base(session_key)
+                    .await
+                    .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?
+                    .unwrap_or_default();
+                crate::worktree::merge::keep_omitted(&mut tree, &base, &omitted);
+                let tree = serde_json::to_value(&tree)
+                    .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
+                self.checkpoint_entries(node, session_key, &tree).await?
+            }
+            _ => self.checkpoint_entries(node, session_key, manifest).await?,
+        };
+        match earlier {
+            Earlier::Commit((repository, commit)) if !omitted.is_empty() => {
+                let overlay = SourceOverlay {
+                    checkpoint_id: checkpoint_id.clone(),
+                    entries,
+                    omitted,
+                };
+                self.fetch_source(
+                    node,
+                    session_key,
+                    repository,
+                    Some(commit),
+                    false,
+                    Some(overlay),
+                )
+                .await?;
+                tracing::info!(session_key, checkpoint_id = %checkpoint_id, commit, "rebuilt a lost session workspace from its pinned commit and checkpoint");
+                return Ok(());
+            }
+            Earlier::None if !omitted.is_empty() => {
+                tracing::warn!(
+                    session_key,
+                    checkpoint_id = %checkpoint_id,
+                    omitted = omitted.paths.len(),
+                    truncated = omitted.truncated,
+                    "the checkpoint left paths out and the session has no earlier tree to take them from; the rebuilt workspace lacks them"
+                );
+            }
+            _ => {}
         }
         let params = AgentSessionRestoreParams {
             session_key: session_key.to_owned(),
@@ -708,7 +776,12 @@ impl TurnRuntime for NodeRuntime {
             Err(failure) if failure.code == ErrorCode::WorkspaceMissing => {
                 match (&checkpoint, &prepared.repository) {
                     (Some(checkpoint), repository) => {
-                        self.restore(&node, &input.session_key, checkpoint, repository.as_ref())
+                        let earlier = match (worktree, repository) {
+                            (Some(_), _) => Earlier::WorktreeBase,
+                            (None, Some(pinned)) => Earlier::Commit(pinned),
+                            (None, None) => Earlier::None,
+                        };
+                        self.restore(&node, &input.session_key, checkpoint, earlier)
                             .await?;
                     }
                     (None, Some((repository, commit))) => {
@@ -1032,6 +1105,9 @@ impl NodeRuntime {
                 code.as_str(),
                 "the node sent more than the gateway buffers for a turn; it was stopped",
             ),
+            error @ InvokeError::TooLarge { .. } => {
+                TurnFailure::new(ErrorCode::PayloadTooLarge, error.to_string())
+            }
         })?;
         Ok(TurnReply {
             text: result.reply,
@@ -1072,6 +1148,18 @@ async fn media_id_of(bytes: Bytes) -> Result<String, TurnFailure> {
     tokio::task::spawn_blocking(move || gatehouse_media::media_id(&bytes))
         .await
         .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))
+}
+
+/// What stands for the paths a checkpoint left out when a lost workspace is rebuilt (see
+/// [`NodeRuntime::restore`]).
+#[derive(Debug, Clone, Copy)]
+enum Earlier<'a> {
+    /// No earlier tree (an `empty` session).
+    None,
+    /// A `repository` session's pinned commit.
+    Commit(&'a (RepositorySpec, String)),
+    /// A `worktree` session's merge base.
+    WorktreeBase,
 }
 
 /// What [`NodeRuntime::prepare_source`] found out about a session's workspace source.

@@ -50,7 +50,7 @@ pub(crate) fn setup_code_text(token: &str) -> String {
 pub(crate) fn config(root: &Path, setup_code_file: Option<PathBuf>) -> NodeHostConfig {
     NodeHostConfig {
         root: root.to_owned(),
-        gateway_url: None,
+        gateway_urls: Vec::new(),
         setup_code_file,
         runtime: Runtime::Native,
         display_name: Some("test node".to_owned()),

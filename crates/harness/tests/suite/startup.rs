@@ -53,7 +53,7 @@ fn an_invalid_gateway_url_is_refused() {
     let file = temp.path().join("setup-code");
     std::fs::write(&file, setup_code_text("bt")).unwrap();
     let mut config = config(&temp.path().join("harness"), Some(file));
-    config.gateway_url = Some("ftp://gateway".to_owned());
+    config.gateway_urls = vec!["ftp://gateway".to_owned()];
     let err = prepare_err(config);
     assert!(
         matches!(err, NodeHostError::InvalidGatewayUrl { .. }),
@@ -67,7 +67,7 @@ fn the_gateway_flag_wins_and_is_normalized() {
     let file = temp.path().join("setup-code");
     std::fs::write(&file, setup_code_text("bt")).unwrap();
     let mut config = config(&temp.path().join("harness"), Some(file));
-    config.gateway_url = Some("http://gateway:7420".to_owned());
+    config.gateway_urls = vec!["http://gateway:7420".to_owned()];
     let host = NodeHost::prepare(config).unwrap();
     assert_eq!(
         host.gateway_url().as_deref(),

@@ -40,7 +40,7 @@ async fn the_node_dials_out_over_websocket_and_serves() {
     let file = temp.path().join("setup-code");
     std::fs::write(&file, setup_code_text("bt")).unwrap();
     let mut config = config(&temp.path().join("harness"), Some(file));
-    config.gateway_url = Some(format!("http://127.0.0.1:{port}"));
+    config.gateway_urls = vec![format!("http://127.0.0.1:{port}")];
     let shutdown = CancellationToken::new();
     let node = tokio::spawn(run_node_host(config, shutdown.clone()));
 
@@ -86,4 +86,103 @@ async fn the_node_dials_out_over_websocket_and_serves() {
         .expect("the node did not stop")
         .unwrap()
         .unwrap();
+}
+
+/// Answers the node's `connect` on `socket` with `hello-ok`; returns the node's credential
+/// method (`bootstrap-token` at first, `device-token` once enrolled).
+async fn accept_node(
+    socket: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+) -> String {
+    let challenge =
+        json!({"type": "event", "event": "connect.challenge", "payload": {"nonce": "n", "ts": 5}});
+    socket
+        .send(Message::text(challenge.to_string()))
+        .await
+        .unwrap();
+    let connect = recv_request(socket).await;
+    assert_eq!(connect.method, "connect");
+    let params = connect.params.unwrap();
+    let method = match params["auth"].get("deviceToken") {
+        Some(_) => "device-token",
+        None => "bootstrap-token",
+    };
+    let hello = json!({"type": "res", "id": connect.id, "ok": true, "payload": {
+        "type": "hello-ok", "protocol": 4,
+        "server": {"version": "test", "connId": "c1"},
+        "auth": {"method": method, "role": "node", "deviceToken": "dt"},
+        "policy": {"maxPayload": 26214400, "maxBufferedBytes": 26214400, "tickIntervalMs": 30000},
+    }});
+    socket.send(Message::text(hello.to_string())).await.unwrap();
+    method.to_owned()
+}
+
+/// With several Gateway URLs (the replicas of one Gateway), a URL that refuses the link is
+/// passed over for the next, and a link that drops sends the node to the next URL, coming back
+/// round to the live one.
+#[tokio::test]
+async fn the_node_moves_to_the_next_gateway_url_when_one_fails_or_drops() {
+    // A "replica" that takes the TCP connection and closes it at once, and a live one.
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_port = dead.local_addr().unwrap().port();
+    let dead_hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hits = std::sync::Arc::clone(&dead_hits);
+    let dead_task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = dead.accept().await else {
+                return;
+            };
+            hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let live_port = live.local_addr().unwrap().port();
+    let temp = tempfile::tempdir().unwrap();
+    let file = temp.path().join("setup-code");
+    std::fs::write(&file, setup_code_text("bt")).unwrap();
+    let mut config = config(&temp.path().join("harness"), Some(file));
+    config.gateway_urls = vec![
+        format!("http://127.0.0.1:{dead_port}"),
+        format!("ws://127.0.0.1:{live_port}/node"),
+    ];
+    let host = gatehouse_harness::host::NodeHost::prepare(config).unwrap();
+    assert_eq!(
+        host.gateway_url().as_deref(),
+        Some(format!("ws://127.0.0.1:{dead_port}/node").as_str())
+    );
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let node = tokio::spawn(async move {
+        host.run_with_connector(
+            gatehouse_harness::link::WebSocketConnector,
+            crate::suite::fake_gateway::fast_reconnect(),
+            stop,
+        )
+        .await
+    });
+    // The first URL fails; the node moves on and enrolls on the second.
+    let (stream, _) = tokio::time::timeout(WAIT, live.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(dead_hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+    assert_eq!(accept_node(&mut socket).await, "bootstrap-token");
+    // The live replica drops the link: the node tries the next URL (the dead one again), then
+    // comes round to the live one with its device token.
+    drop(socket);
+    let (stream, _) = tokio::time::timeout(WAIT, live.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(dead_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+    assert_eq!(accept_node(&mut socket).await, "device-token");
+    shutdown.cancel();
+    tokio::time::timeout(WAIT, node)
+        .await
+        .expect("the node did not stop")
+        .unwrap()
+        .unwrap();
+    dead_task.abort();
 }
