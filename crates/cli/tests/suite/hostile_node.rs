@@ -773,17 +773,12 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
         ),
     ];
     for (reason, entries) in crafted {
-        let turn_id = post_message(&gateway, "wt", "hello").await;
-        let invoke = node.next_invoke("agent.turn").await;
-        let refused = node
-            .stream_lines(
-                &invoke.id,
-                &[serde_json::json!({"type": "checkpoint", "entries": entries})],
-            )
-            .await;
-        assert!(refused.is_empty(), "{refused:?}");
-        node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
-            .await;
+        let turn_id = checkpoint_turn(
+            &gateway,
+            &mut node,
+            serde_json::json!({"type": "checkpoint", "entries": entries}),
+        )
+        .await;
         let ended = wait_turn(&gateway, &turn_id).await;
         assert_eq!(
             (ended["status"].as_str(), ended["error"]["code"].as_str()),
@@ -818,15 +813,12 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
     }
     // Content that does not match the hash the node reports for it is refused too: the
     // worktree merges and diffs by that hash.
-    let lying = post_message(&gateway, "wt", "hello").await;
-    let invoke = node.next_invoke("agent.turn").await;
-    node.stream_lines(
-        &invoke.id,
-        &[serde_json::json!({"type": "checkpoint", "entries": [file("a.txt")]})],
+    let lying = checkpoint_turn(
+        &gateway,
+        &mut node,
+        serde_json::json!({"type": "checkpoint", "entries": [file("a.txt")]}),
     )
     .await;
-    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
-        .await;
     let ended = wait_turn(&gateway, &lying).await;
     assert_eq!(ended["error"]["code"], "CHECKPOINT_INVALID", "{ended}");
     assert!(
@@ -837,15 +829,7 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
         "{ended}"
     );
     // An omitted list that names a path out of the tree is refused like an entry would be.
-    let escaping = post_message(&gateway, "wt", "hello").await;
-    let invoke = node.next_invoke("agent.turn").await;
-    node.stream_lines(
-        &invoke.id,
-        &[serde_json::json!({"type": "checkpoint", "entries": [], "omitted": {"paths": ["../../etc"]}})],
-    )
-    .await;
-    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
-        .await;
+    let escaping = checkpoint_turn(&gateway, &mut node, serde_json::json!({"type": "checkpoint", "entries": [], "omitted": {"paths": ["../../etc"]}})).await;
     let ended = wait_turn(&gateway, &escaping).await;
     assert_eq!(ended["error"]["code"], "CHECKPOINT_INVALID", "{ended}");
     assert!(
@@ -856,15 +840,12 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
         "{ended}"
     );
     // A file the node's scan left out is not a deletion: the worktree keeps it.
-    let omitting = post_message(&gateway, "wt", "hello").await;
-    let invoke = node.next_invoke("agent.turn").await;
-    node.stream_lines(
-        &invoke.id,
-        &[serde_json::json!({"type": "checkpoint", "entries": [], "omitted": {"paths": ["a.txt"]}})],
+    let omitting = checkpoint_turn(
+        &gateway,
+        &mut node,
+        serde_json::json!({"type": "checkpoint", "entries": [], "omitted": {"paths": ["a.txt"]}}),
     )
     .await;
-    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
-        .await;
     assert_eq!(wait_turn(&gateway, &omitting).await["status"], "completed");
     let turn = wait_applied(&gateway, &omitting).await;
     assert_eq!(
@@ -883,20 +864,17 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
     // A repository the agent made inside its workspace is not taken into the worktree.
     const X_SHA256: &str = "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881";
     let honest = |path: &str| serde_json::json!({"path": path, "kind": "file", "sha256": X_SHA256, "size": 1, "contentBase64": "eA=="});
-    let turn_id = post_message(&gateway, "wt", "hello").await;
-    let invoke = node.next_invoke("agent.turn").await;
     let entries = vec![
         honest("a.txt"),
         honest("sub/.git/config"),
         honest("sub/.GIT/HEAD"),
     ];
-    node.stream_lines(
-        &invoke.id,
-        &[serde_json::json!({"type": "checkpoint", "entries": entries})],
+    let turn_id = checkpoint_turn(
+        &gateway,
+        &mut node,
+        serde_json::json!({"type": "checkpoint", "entries": entries}),
     )
     .await;
-    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
-        .await;
     assert_eq!(wait_turn(&gateway, &turn_id).await["status"], "completed");
     let applied = wait_applied(&gateway, &turn_id).await;
     assert_eq!(
@@ -927,30 +905,14 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
     assert_eq!(tar.len(), 512 * 4, "the worktree gained entries");
     // Links each contained alone, one accepted earlier and kept by naming it omitted, the
     // other reported now, that lead out together: the result is judged whole and refused.
-    let first = post_message(&gateway, "wt", "hello").await;
-    let invoke = node.next_invoke("agent.turn").await;
-    node.stream_lines(
-        &invoke.id,
-        &[serde_json::json!({"type": "checkpoint", "entries": [honest("a.txt"), link("a/l", "sub/../../x")]})],
-    )
-    .await;
-    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
-        .await;
+    let first = checkpoint_turn(&gateway, &mut node, serde_json::json!({"type": "checkpoint", "entries": [honest("a.txt"), link("a/l", "sub/../../x")]})).await;
     let turn = wait_applied(&gateway, &first).await;
     assert_eq!(
         turn["workspace"]["applied"],
         serde_json::json!(["a/l"]),
         "{turn}"
     );
-    let chained = post_message(&gateway, "wt", "hello").await;
-    let invoke = node.next_invoke("agent.turn").await;
-    node.stream_lines(
-        &invoke.id,
-        &[serde_json::json!({"type": "checkpoint", "entries": [honest("a.txt"), link("a/sub", "..")], "omitted": {"paths": ["a/l"]}})],
-    )
-    .await;
-    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
-        .await;
+    let chained = checkpoint_turn(&gateway, &mut node, serde_json::json!({"type": "checkpoint", "entries": [honest("a.txt"), link("a/sub", "..")], "omitted": {"paths": ["a/l"]}})).await;
     let ended = wait_turn(&gateway, &chained).await;
     assert_eq!(ended["error"]["code"], "CHECKPOINT_INVALID", "{ended}");
     assert!(
@@ -972,6 +934,23 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
         404,
         "the refused link reached the worktree"
     );
+}
+
+/// Runs one turn of the worktree session `wt` on the hostile `node`, which streams `checkpoint`
+/// (one worker event line, which the Gateway must take as progress) and ends the turn; returns
+/// the turn's id.
+async fn checkpoint_turn(
+    gateway: &Gateway,
+    node: &mut HostileNode,
+    checkpoint: serde_json::Value,
+) -> String {
+    let turn_id = post_message(gateway, "wt", "hello").await;
+    let invoke = node.next_invoke("agent.turn").await;
+    let refused = node.stream_lines(&invoke.id, &[checkpoint]).await;
+    assert!(refused.is_empty(), "the progress was refused: {refused:?}");
+    node.finish(&invoke.id, serde_json::json!({"reply": "done"}))
+        .await;
+    turn_id
 }
 
 /// Waits until the staged worktree result of `turn_id` is applied; returns the turn.

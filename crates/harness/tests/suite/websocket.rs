@@ -88,18 +88,27 @@ async fn the_node_dials_out_over_websocket_and_serves() {
         .unwrap();
 }
 
-/// Answers the node's `connect` on `socket` with `hello-ok`; returns the node's credential
-/// method (`bootstrap-token` at first, `device-token` once enrolled).
+/// Takes the node's next connection on `listener` and answers its `connect` with `hello-ok`;
+/// returns the link and the node's credential method (`bootstrap-token` at first,
+/// `device-token` once enrolled).
 async fn accept_node(
-    socket: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
-) -> String {
+    listener: &tokio::net::TcpListener,
+) -> (
+    tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    String,
+) {
+    let (stream, _) = tokio::time::timeout(WAIT, listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
     let challenge =
         json!({"type": "event", "event": "connect.challenge", "payload": {"nonce": "n", "ts": 5}});
     socket
         .send(Message::text(challenge.to_string()))
         .await
         .unwrap();
-    let connect = recv_request(socket).await;
+    let connect = recv_request(&mut socket).await;
     assert_eq!(connect.method, "connect");
     let params = connect.params.unwrap();
     let method = match params["auth"].get("deviceToken") {
@@ -113,7 +122,7 @@ async fn accept_node(
         "policy": {"maxPayload": 26214400, "maxBufferedBytes": 26214400, "tickIntervalMs": 30000},
     }});
     socket.send(Message::text(hello.to_string())).await.unwrap();
-    method.to_owned()
+    (socket, method.to_owned())
 }
 
 /// With several Gateway URLs (the replicas of one Gateway), a URL that refuses the link is
@@ -161,23 +170,15 @@ async fn the_node_moves_to_the_next_gateway_url_when_one_fails_or_drops() {
         .await
     });
     // The first URL fails; the node moves on and enrolls on the second.
-    let (stream, _) = tokio::time::timeout(WAIT, live.accept())
-        .await
-        .unwrap()
-        .unwrap();
+    let (socket, method) = accept_node(&live).await;
     assert_eq!(dead_hits.load(std::sync::atomic::Ordering::SeqCst), 1);
-    let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
-    assert_eq!(accept_node(&mut socket).await, "bootstrap-token");
+    assert_eq!(method, "bootstrap-token");
     // The live replica drops the link: the node tries the next URL (the dead one again), then
     // comes round to the live one with its device token.
     drop(socket);
-    let (stream, _) = tokio::time::timeout(WAIT, live.accept())
-        .await
-        .unwrap()
-        .unwrap();
+    let (_socket, method) = accept_node(&live).await;
     assert_eq!(dead_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
-    let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
-    assert_eq!(accept_node(&mut socket).await, "device-token");
+    assert_eq!(method, "device-token");
     shutdown.cancel();
     tokio::time::timeout(WAIT, node)
         .await
