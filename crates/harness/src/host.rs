@@ -374,21 +374,18 @@ impl NodeHost {
         }
     }
 
-    /// Moves to the next of several Gateway URLs; returns true when that starts a new round
-    /// (every URL was tried since the last), or when there is only one URL.
-    fn next_gateway_url(&self) -> bool {
+    /// Moves to the next of several Gateway URLs (nothing to do with one or none).
+    fn next_gateway_url(&self) {
         let n_urls = self.gateway_urls.len();
         if n_urls < 2 {
-            return true;
+            return;
         }
         let previous = self
             .next_gateway
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let next = (previous + 1) % n_urls;
-        if let Some(url) = self.gateway_urls.get(next) {
+        if let Some(url) = self.gateway_urls.get((previous + 1) % n_urls) {
             tracing::info!(gateway = %url, "trying the next gateway URL");
         }
-        next == 0
     }
 
     /// Connects over WebSocket and keeps a session alive until `shutdown` fires; see
@@ -446,6 +443,10 @@ impl NodeHost {
         shutdown: CancellationToken,
     ) -> Result<()> {
         let mut backoff = reconnect.initial_backoff;
+        // Failed attempts since the last session that reached `hello-ok`: the pause doubles
+        // once per round of every URL failing.
+        let mut failures: usize = 0;
+        let round = self.gateway_urls.len().max(1);
         loop {
             self.status.publish(StatusUpdate::Connecting).await;
             let attempt = async {
@@ -474,6 +475,7 @@ impl NodeHost {
                     tracing::warn!(code = reason.code(), error = %error_chain(&reason), "disconnected from the gateway; reconnecting");
                     // The replica may be gone: the next attempt goes to the next URL.
                     self.next_gateway_url();
+                    failures = 0;
                     backoff = reconnect.initial_backoff;
                     jittered(backoff, random_u64())
                 }
@@ -493,7 +495,9 @@ impl NodeHost {
                         "connection to the gateway failed"
                     );
                     // The pause grows once every URL failed in turn, not at each of them.
-                    if self.next_gateway_url() {
+                    self.next_gateway_url();
+                    failures += 1;
+                    if failures.is_multiple_of(round) {
                         backoff = backoff.saturating_mul(2).min(reconnect.max_backoff);
                     }
                     delay

@@ -28,6 +28,10 @@
 //!   ([`crate::worker::write_new_workspace`]): the session's worker is stopped first, the
 //!   workspace must not exist, and everything is created through directory handles that never
 //!   follow a link.
+//! - With an `overlay` (a rebuild whose checkpoint left paths out), only the commit's entries
+//!   that [`KeptFromEarlier`] keeps are written, then the checkpoint's entries (their hashes
+//!   checked), both through the same writer; the overlay is judged by [`validate_manifest`] and
+//!   [`validate_omitted`] before anything is fetched.
 //! - Bounds: with `report`, the answer carries every entry with its content and must pass
 //!   [`validate_manifest`] ([`MAX_CHECKPOINT_ENTRIES`] entries, [`MAX_CHECKPOINT_BYTES`]);
 //!   without it, at most [`MAX_SOURCE_ENTRIES`] entries and [`MAX_SOURCE_BYTES`].

@@ -294,16 +294,27 @@ pub fn validate_manifest(entries: &[CheckpointEntry]) -> Result<(), ManifestErro
     if entries.len() > MAX_CHECKPOINT_ENTRIES {
         return Err(whole(ManifestViolation::TooManyEntries));
     }
-    let mut total: u64 = 0;
+    let total = entries
+        .iter()
+        .fold(0_u64, |total, entry| total.saturating_add(entry.size));
+    if total > MAX_CHECKPOINT_BYTES {
+        return Err(whole(ManifestViolation::TooLarge));
+    }
+    validate_structure(entries)
+}
+
+/// Checks every rule of [`validate_manifest`] but its two bounds (entries and bytes): each entry
+/// on its own, no path twice, no entry below another. For a tree whose size is judged
+/// elsewhere (a worktree result, which the merge refuses whole when it is past the bounds).
+///
+/// # Errors
+/// The first violation found, in entry order.
+pub fn validate_structure(entries: &[CheckpointEntry]) -> Result<(), ManifestError> {
     let mut kinds = std::collections::HashMap::with_capacity(entries.len());
     for (index, entry) in entries.iter().enumerate() {
         let refuse = |violation| ManifestError::at(index, entry, violation);
         validate_entry(entry).map_err(refuse)?;
         let is_symlink = entry.kind == KIND_SYMLINK;
-        total = total.saturating_add(entry.size);
-        if total > MAX_CHECKPOINT_BYTES {
-            return Err(whole(ManifestViolation::TooLarge));
-        }
         if kinds.insert(entry.path.as_str(), is_symlink).is_some() {
             return Err(refuse(ManifestViolation::Duplicate));
         }

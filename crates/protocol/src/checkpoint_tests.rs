@@ -336,3 +336,22 @@ fn an_omitted_list_is_bounded_and_its_paths_checked() {
         ManifestViolation::TooManyEntries
     );
 }
+
+#[test]
+fn the_structure_is_judged_without_the_bounds() {
+    use crate::checkpoint::validate_structure;
+    let mut big = file("big.bin");
+    big.size = MAX_CHECKPOINT_BYTES + 1;
+    big.content_base64 = None;
+    let entries = vec![big, file("a.txt")];
+    assert_eq!(
+        validate_manifest(&entries).unwrap_err().violation,
+        ManifestViolation::TooLarge
+    );
+    assert_eq!(validate_structure(&entries), Ok(()));
+    let below = vec![link("l", "a.txt"), file("l/x")];
+    assert_eq!(
+        validate_structure(&below).unwrap_err().violation,
+        ManifestViolation::BelowSymlink
+    );
+}

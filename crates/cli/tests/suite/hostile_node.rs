@@ -934,6 +934,71 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
         404,
         "the refused link reached the worktree"
     );
+    // A file the node names without content that the Gateway has no copy of is left out, not
+    // deleted: the worktree keeps its version.
+    let unknown =
+        serde_json::json!({"path": "a.txt", "kind": "file", "sha256": "3".repeat(64), "size": 1});
+    let contentless = checkpoint_turn(
+        &gateway,
+        &mut node,
+        serde_json::json!({"type": "checkpoint", "entries": [unknown, link("a/l", "sub/../../x")]}),
+    )
+    .await;
+    let turn = wait_applied(&gateway, &contentless).await;
+    assert_eq!(
+        turn["workspace"]["applied"],
+        serde_json::json!([]),
+        "{turn}"
+    );
+    assert_eq!(
+        worktree_text(&gateway, "a.txt").await,
+        Some(String::from("x"))
+    );
+    // A result that is past the bounds once the base's entries join it is not refused: the
+    // merge applies nothing, reports the change as a conflict, and the turn completes.
+    let big =
+        vec![b'b'; usize::try_from(gatehouse_protocol::worker::MAX_CHECKPOINT_BYTES).unwrap()];
+    let big_entry = serde_json::json!({
+        "path": "big.bin", "kind": "file", "size": big.len(),
+        "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&big)),
+        "contentBase64": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &big),
+    });
+    let past = checkpoint_turn(
+        &gateway,
+        &mut node,
+        serde_json::json!({"type": "checkpoint", "entries": [big_entry], "omitted": {"paths": ["a.txt", "a"]}}),
+    )
+    .await;
+    assert_eq!(wait_turn(&gateway, &past).await["status"], "completed");
+    let turn = wait_applied(&gateway, &past).await;
+    assert_eq!(
+        (
+            &turn["workspace"]["applied"],
+            &turn["workspace"]["conflicts"]
+        ),
+        (&serde_json::json!([]), &serde_json::json!(["big.bin"])),
+        "{turn}"
+    );
+    assert_eq!(
+        worktree_text(&gateway, "a.txt").await,
+        Some(String::from("x"))
+    );
+    assert_eq!(worktree_text(&gateway, "big.bin").await, None);
+}
+
+/// Returns the worktree file `path` of the session `wt` as text, or `None` when it is absent.
+async fn worktree_text(gateway: &Gateway, path: &str) -> Option<String> {
+    let response = reqwest::Client::new()
+        .get(format!("{}/v1/sessions/wt/worktree/{path}", gateway.url))
+        .bearer_auth(&gateway.token)
+        .send()
+        .await
+        .unwrap();
+    match response.status().as_u16() {
+        200 => Some(response.text().await.unwrap()),
+        404 => None,
+        status => panic!("GET worktree/{path} answered {status}"),
+    }
 }
 
 /// Runs one turn of the worktree session `wt` on the hostile `node`, which streams `checkpoint`

@@ -17,6 +17,8 @@ use std::collections::HashMap;
 use base64::Engine;
 use bytes::Bytes;
 use gatehouse_media::MediaStore;
+use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_OMITTED;
+use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_OMITTED_BYTES;
 use gatehouse_protocol::checkpoint::MAX_REPORTED_PATH_BYTES;
 use gatehouse_protocol::checkpoint::ManifestError;
 use gatehouse_protocol::checkpoint::is_git_path;
@@ -24,6 +26,7 @@ use gatehouse_protocol::checkpoint::truncated;
 use gatehouse_protocol::checkpoint::validate_contained_links;
 use gatehouse_protocol::checkpoint::validate_manifest;
 use gatehouse_protocol::checkpoint::validate_omitted;
+use gatehouse_protocol::checkpoint::validate_structure;
 use gatehouse_protocol::command::AgentSessionRestore;
 use gatehouse_protocol::command::AgentSessionSource;
 use gatehouse_protocol::command::AgentSessionStop;
@@ -161,7 +164,7 @@ impl NodeRuntime {
         session_key: &str,
         turn_id: &str,
         entries: Vec<CheckpointEntry>,
-        omitted: OmittedPaths,
+        mut omitted: OmittedPaths,
         worktree: Option<&Arc<crate::worktree::WorktreeService>>,
     ) -> Result<(), TurnFailure> {
         let checked = validate_manifest(&entries)
@@ -214,7 +217,10 @@ impl NodeRuntime {
                 (None, Some(sha256)) => match known.get(&(entry.path.clone(), sha256.clone())) {
                     Some(known) => Some(known.clone()),
                     None => {
+                        // Left out like a file past the bound, so an earlier tree's version
+                        // stands for it rather than its absence reading as a deletion.
                         tracing::warn!(session_key, path = %entry.path, "a checkpoint file has no stored content; leaving it out");
+                        add_omitted(&mut omitted, entry.path);
                         continue;
                     }
                 },
@@ -307,8 +313,10 @@ impl NodeRuntime {
             .iter()
             .map(crate::worktree::checkpoint_entry)
             .collect();
+        // The size bounds are the merge's to judge: past them it applies nothing and reports
+        // every change as a conflict, and the turn still completes.
         if let Err(error) =
-            validate_manifest(&whole).and_then(|()| validate_contained_links(&whole))
+            validate_structure(&whole).and_then(|()| validate_contained_links(&whole))
         {
             return Err(self
                 .refuse_checkpoint(node, session_key, CheckpointStage::Report, &error)
@@ -583,9 +591,23 @@ impl NodeRuntime {
                     .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?
                     .unwrap_or_default();
                 crate::worktree::merge::keep_omitted(&mut tree, &base, &omitted);
-                let tree = serde_json::to_value(&tree)
-                    .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
-                self.checkpoint_entries(node, session_key, &tree).await?
+                let whole: Vec<CheckpointEntry> = tree
+                    .entries
+                    .iter()
+                    .map(crate::worktree::checkpoint_entry)
+                    .collect();
+                match validate_manifest(&whole) {
+                    Ok(()) => {
+                        let tree = serde_json::to_value(&tree).map_err(|error| {
+                            TurnFailure::new(ErrorCode::Internal, error.to_string())
+                        })?;
+                        self.checkpoint_entries(node, session_key, &tree).await?
+                    }
+                    Err(error) => {
+                        tracing::warn!(session_key, checkpoint_id = %checkpoint_id, error = %error, "the checkpoint and the worktree base's files it left out do not fit one restore; rebuilding from the checkpoint alone");
+                        self.checkpoint_entries(node, session_key, manifest).await?
+                    }
+                }
             }
             _ => self.checkpoint_entries(node, session_key, manifest).await?,
         };
@@ -1148,6 +1170,17 @@ async fn media_id_of(bytes: Bytes) -> Result<String, TurnFailure> {
     tokio::task::spawn_blocking(move || gatehouse_media::media_id(&bytes))
         .await
         .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))
+}
+
+/// Names `path` in `omitted`, within the list's bounds (past them the list is marked truncated).
+fn add_omitted(omitted: &mut OmittedPaths, path: String) {
+    let bytes: usize = omitted.paths.iter().map(String::len).sum();
+    match omitted.paths.len() < MAX_CHECKPOINT_OMITTED
+        && bytes + path.len() <= MAX_CHECKPOINT_OMITTED_BYTES
+    {
+        true => omitted.paths.push(path),
+        false => omitted.truncated = true,
+    }
 }
 
 /// What stands for the paths a checkpoint left out when a lost workspace is rebuilt (see
