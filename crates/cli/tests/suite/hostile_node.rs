@@ -1031,8 +1031,8 @@ async fn wait_applied(gateway: &Gateway, turn_id: &str) -> serde_json::Value {
     }
 }
 
-/// A rebuild whose request would not fit one link frame (a full 16 MiB checkpoint plus 19,000
-/// entries with long names) is not sent: the turn fails with a code, and the link, with every
+/// A rebuild whose request would not fit one link frame (a full 16 MiB checkpoint plus 1,500
+/// entries with names of nearly 4 KiB) is not sent: the turn fails with a code, and the link, with every
 /// other session on it, stays up (a frame over the bound would make the node drop the link).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_past_the_frame_bound_is_not_sent_and_the_link_stays_up() {
@@ -1060,8 +1060,9 @@ async fn a_restore_past_the_frame_bound_is_not_sent_and_the_link_stays_up() {
     let mut entries = vec![
         serde_json::json!({"path": "big.bin", "kind": "file", "sha256": big_sha, "size": big.len()}),
     ];
-    entries.extend((0..19_000).map(|index| {
-        serde_json::json!({"path": format!("d/{index:0>200}"), "kind": "file", "sha256": EMPTY_SHA256, "size": 0, "contentBase64": ""})
+    let long_dir = vec!["s".repeat(250); 15].join("/");
+    entries.extend((0..1_500).map(|index| {
+        serde_json::json!({"path": format!("{long_dir}/{index:0>8}"), "kind": "file", "sha256": EMPTY_SHA256, "size": 0, "contentBase64": ""})
     }));
     let second = post_message(&gateway, "big", "two").await;
     let invoke = node.next_invoke("agent.turn").await;

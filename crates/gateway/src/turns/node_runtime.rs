@@ -16,6 +16,8 @@ use std::collections::HashMap;
 
 use base64::Engine;
 use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::TryStreamExt;
 use gatehouse_media::MediaStore;
 use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_OMITTED;
 use gatehouse_protocol::checkpoint::MAX_CHECKPOINT_OMITTED_BYTES;
@@ -687,16 +689,31 @@ impl NodeRuntime {
                 .refuse_checkpoint(node, session_key, CheckpointStage::Restore, &error)
                 .await);
         }
-        for (entry, media_id) in entries.iter_mut().zip(media_ids) {
-            let Some(media_id) = media_id else {
-                continue;
-            };
-            let (_, bytes) = self
-                .media
-                .get(&media_id)
-                .await
-                .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
-            entry.content_base64 = Some(base64::engine::general_purpose::STANDARD.encode(&bytes));
+        // Each distinct blob is read once (many files share one, the empty file first of all),
+        // [`RESTORE_READS`] at a time, since a media store on S3 answers each read in turn.
+        let distinct: std::collections::BTreeSet<String> =
+            media_ids.iter().flatten().cloned().collect();
+        let reads = distinct.into_iter().map(|media_id| {
+            let media = Arc::clone(&self.media);
+            async move {
+                let (_, bytes) = media
+                    .get(&media_id)
+                    .await
+                    .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+                Ok::<_, TurnFailure>((
+                    media_id,
+                    base64::engine::general_purpose::STANDARD.encode(&bytes),
+                ))
+            }
+        });
+        let contents: HashMap<String, String> = futures_util::stream::iter(reads)
+            .buffer_unordered(RESTORE_READS)
+            .try_collect()
+            .await?;
+        for (entry, media_id) in entries.iter_mut().zip(&media_ids) {
+            if let Some(media_id) = media_id {
+                entry.content_base64 = contents.get(media_id.as_str()).cloned();
+            }
         }
         Ok(entries)
     }
@@ -1171,6 +1188,9 @@ async fn media_id_of(bytes: Bytes) -> Result<String, TurnFailure> {
         .await
         .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))
 }
+
+/// How many media blobs a restore reads at once.
+const RESTORE_READS: usize = 16;
 
 /// Names `path` in `omitted`, within the list's bounds (past them the list is marked truncated).
 fn add_omitted(omitted: &mut OmittedPaths, path: String) {
