@@ -303,18 +303,9 @@ impl NodeRuntime {
             return Ok(result);
         }
         // What the scan left out was not deleted by the agent: the base's version stays.
-        let base = self
-            .store
-            .worktree_base(session_key)
-            .await
-            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?
-            .unwrap_or_default();
-        crate::worktree::merge::keep_omitted(&mut result, &base, omitted);
-        let whole: Vec<CheckpointEntry> = result
-            .entries
-            .iter()
-            .map(crate::worktree::checkpoint_entry)
-            .collect();
+        let whole = self
+            .keep_base_for_omitted(session_key, &mut result, omitted)
+            .await?;
         // The size bounds are the merge's to judge: past them it applies nothing and reports
         // every change as a conflict, and the turn still completes.
         if let Err(error) =
@@ -325,6 +316,32 @@ impl NodeRuntime {
                 .await);
         }
         Ok(result)
+    }
+
+    /// Adds to `tree` the worktree base's entries that stand for what `omitted` names (see
+    /// [`crate::worktree::merge::keep_omitted`]); returns the whole tree as the manifest rules
+    /// see it.
+    ///
+    /// # Errors
+    /// The store's code when the base cannot be read.
+    async fn keep_base_for_omitted(
+        &self,
+        session_key: &str,
+        tree: &mut StoredManifest,
+        omitted: &OmittedPaths,
+    ) -> Result<Vec<CheckpointEntry>, TurnFailure> {
+        let base = self
+            .store
+            .worktree_base(session_key)
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?
+            .unwrap_or_default();
+        crate::worktree::merge::keep_omitted(tree, &base, omitted);
+        Ok(tree
+            .entries
+            .iter()
+            .map(crate::worktree::checkpoint_entry)
+            .collect())
     }
 
     /// Prepares the session workspace from its source before a turn:
@@ -586,18 +603,9 @@ impl NodeRuntime {
             Earlier::WorktreeBase if !omitted.is_empty() => {
                 let mut tree: StoredManifest = serde_json::from_value(manifest.clone())
                     .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
-                let base = self
-                    .store
-                    .worktree_base(session_key)
-                    .await
-                    .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?
-                    .unwrap_or_default();
-                crate::worktree::merge::keep_omitted(&mut tree, &base, &omitted);
-                let whole: Vec<CheckpointEntry> = tree
-                    .entries
-                    .iter()
-                    .map(crate::worktree::checkpoint_entry)
-                    .collect();
+                let whole = self
+                    .keep_base_for_omitted(session_key, &mut tree, &omitted)
+                    .await?;
                 match validate_manifest(&whole) {
                     Ok(()) => {
                         let tree = serde_json::to_value(&tree).map_err(|error| {
