@@ -819,26 +819,10 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
         serde_json::json!({"type": "checkpoint", "entries": [file("a.txt")]}),
     )
     .await;
-    let ended = wait_turn(&gateway, &lying).await;
-    assert_eq!(ended["error"]["code"], "CHECKPOINT_INVALID", "{ended}");
-    assert!(
-        ended["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("does not match its sha256"),
-        "{ended}"
-    );
+    assert_checkpoint_refused(&gateway, &lying, "does not match its sha256").await;
     // An omitted list that names a path out of the tree is refused like an entry would be.
     let escaping = checkpoint_turn(&gateway, &mut node, serde_json::json!({"type": "checkpoint", "entries": [], "omitted": {"paths": ["../../etc"]}})).await;
-    let ended = wait_turn(&gateway, &escaping).await;
-    assert_eq!(ended["error"]["code"], "CHECKPOINT_INVALID", "{ended}");
-    assert!(
-        ended["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("\"../../etc\""),
-        "{ended}"
-    );
+    assert_checkpoint_refused(&gateway, &escaping, "\"../../etc\"").await;
     // A file the node's scan left out is not a deletion: the worktree keeps it.
     let omitting = checkpoint_turn(
         &gateway,
@@ -913,15 +897,7 @@ async fn issue_19_a_crafted_worktree_result_is_refused_whole_and_the_worktree_is
         "{turn}"
     );
     let chained = checkpoint_turn(&gateway, &mut node, serde_json::json!({"type": "checkpoint", "entries": [honest("a.txt"), link("a/sub", "..")], "omitted": {"paths": ["a/l"]}})).await;
-    let ended = wait_turn(&gateway, &chained).await;
-    assert_eq!(ended["error"]["code"], "CHECKPOINT_INVALID", "{ended}");
-    assert!(
-        ended["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("leads out of the tree"),
-        "{ended}"
-    );
+    assert_checkpoint_refused(&gateway, &chained, "leads out of the tree").await;
     let status = client
         .get(format!("{}/v1/sessions/wt/worktree/a/sub", gateway.url))
         .bearer_auth(&gateway.token)
@@ -999,6 +975,16 @@ async fn worktree_text(gateway: &Gateway, path: &str) -> Option<String> {
         404 => None,
         status => panic!("GET worktree/{path} answered {status}"),
     }
+}
+
+/// Asserts that `turn_id` failed with `CHECKPOINT_INVALID` and a message containing `needle`.
+async fn assert_checkpoint_refused(gateway: &Gateway, turn_id: &str, needle: &str) {
+    let ended = wait_turn(gateway, turn_id).await;
+    assert_eq!(ended["error"]["code"], "CHECKPOINT_INVALID", "{ended}");
+    assert!(
+        ended["error"]["message"].as_str().unwrap().contains(needle),
+        "{ended}"
+    );
 }
 
 /// Runs one turn of the worktree session `wt` on the hostile `node`, which streams `checkpoint`

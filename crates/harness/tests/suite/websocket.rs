@@ -44,29 +44,10 @@ async fn the_node_dials_out_over_websocket_and_serves() {
     let shutdown = CancellationToken::new();
     let node = tokio::spawn(run_node_host(config, shutdown.clone()));
 
-    let (stream, _addr) = tokio::time::timeout(WAIT, listener.accept())
-        .await
-        .unwrap()
-        .unwrap();
-    let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
-    let challenge =
-        json!({"type": "event", "event": "connect.challenge", "payload": {"nonce": "n", "ts": 5}});
-    socket
-        .send(Message::text(challenge.to_string()))
-        .await
-        .unwrap();
-    let connect = recv_request(&mut socket).await;
-    assert_eq!(connect.method, "connect");
-    let params = connect.params.unwrap();
+    let (mut socket, params) = accept_node(&listener).await;
+    assert_eq!(credential_method(&params), "bootstrap-token");
     let node_id = params["device"]["id"].as_str().unwrap().to_owned();
     let workspace = params["workspaceRoot"].as_str().unwrap().to_owned();
-    let hello = json!({"type": "res", "id": connect.id, "ok": true, "payload": {
-        "type": "hello-ok", "protocol": 4,
-        "server": {"version": "test", "connId": "c1"},
-        "auth": {"method": "bootstrap-token", "role": "node", "deviceToken": "dt"},
-        "policy": {"maxPayload": 26214400, "maxBufferedBytes": 26214400, "tickIntervalMs": 30000},
-    }});
-    socket.send(Message::text(hello.to_string())).await.unwrap();
     let invoke = json!({"type": "event", "event": "node.invoke.request", "payload": {
         "id": "i1", "nodeId": node_id, "command": "dir.list",
         "paramsJSON": json!({"path": workspace}).to_string(),
@@ -89,13 +70,12 @@ async fn the_node_dials_out_over_websocket_and_serves() {
 }
 
 /// Takes the node's next connection on `listener` and answers its `connect` with `hello-ok`;
-/// returns the link and the node's credential method (`bootstrap-token` at first,
-/// `device-token` once enrolled).
+/// returns the link and the parameters of the node's `connect`.
 async fn accept_node(
     listener: &tokio::net::TcpListener,
 ) -> (
     tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
-    String,
+    serde_json::Value,
 ) {
     let (stream, _) = tokio::time::timeout(WAIT, listener.accept())
         .await
@@ -111,10 +91,7 @@ async fn accept_node(
     let connect = recv_request(&mut socket).await;
     assert_eq!(connect.method, "connect");
     let params = connect.params.unwrap();
-    let method = match params["auth"].get("deviceToken") {
-        Some(_) => "device-token",
-        None => "bootstrap-token",
-    };
+    let method = credential_method(&params);
     let hello = json!({"type": "res", "id": connect.id, "ok": true, "payload": {
         "type": "hello-ok", "protocol": 4,
         "server": {"version": "test", "connId": "c1"},
@@ -122,7 +99,16 @@ async fn accept_node(
         "policy": {"maxPayload": 26214400, "maxBufferedBytes": 26214400, "tickIntervalMs": 30000},
     }});
     socket.send(Message::text(hello.to_string())).await.unwrap();
-    (socket, method.to_owned())
+    (socket, params)
+}
+
+/// Returns the credential a node's `connect` parameters present: `bootstrap-token` at first,
+/// `device-token` once enrolled.
+fn credential_method(params: &serde_json::Value) -> &'static str {
+    match params["auth"].get("deviceToken") {
+        Some(_) => "device-token",
+        None => "bootstrap-token",
+    }
 }
 
 /// With several Gateway URLs (the replicas of one Gateway), a URL that refuses the link is
@@ -170,15 +156,15 @@ async fn the_node_moves_to_the_next_gateway_url_when_one_fails_or_drops() {
         .await
     });
     // The first URL fails; the node moves on and enrolls on the second.
-    let (socket, method) = accept_node(&live).await;
+    let (socket, params) = accept_node(&live).await;
     assert_eq!(dead_hits.load(std::sync::atomic::Ordering::SeqCst), 1);
-    assert_eq!(method, "bootstrap-token");
+    assert_eq!(credential_method(&params), "bootstrap-token");
     // The live replica drops the link: the node tries the next URL (the dead one again), then
     // comes round to the live one with its device token.
     drop(socket);
-    let (_socket, method) = accept_node(&live).await;
+    let (_socket, params) = accept_node(&live).await;
     assert_eq!(dead_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
-    assert_eq!(method, "device-token");
+    assert_eq!(credential_method(&params), "device-token");
     shutdown.cancel();
     tokio::time::timeout(WAIT, node)
         .await
