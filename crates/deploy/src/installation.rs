@@ -51,7 +51,11 @@
 //!     secretAccessKeySecret: {name: main-s3, key: secretAccessKey}
 //!     egressCidrs: [0.0.0.0/0]                            # the endpoint's port (default 443)
 //! harness:                                                # dedicated only
-//!   setupCodeSecret: {name: main-setup-code, key: setupCode}
+//!   setupCodeSecret: {name: main-setup-code, key: setupCode}   # one node host (a Deployment)
+//!   # or several node hosts (a StatefulSet, one claim each), each with its own setup code:
+//!   # nodes:
+//!   #   - setupCodeSecret: {name: main-node-0, key: setupCode}
+//!   #   - setupCodeSecret: {name: main-node-1, key: setupCode}
 //! ```
 //!
 //! A dedicated Gateway with both `gateway.store` and `gateway.media` keeps nothing that must
@@ -428,7 +432,85 @@ pub(crate) struct ChannelSecret {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct HarnessSettings {
+    /// One node host (a Deployment): the Secret holding its setup code.
+    #[serde(default)]
+    pub(crate) setup_code_secret: Option<SecretKeyRef>,
+    /// Several node hosts (a StatefulSet, one claim each): one entry per node, in Pod order.
+    #[serde(default)]
+    pub(crate) nodes: Option<Vec<NodeSettings>>,
+}
+
+/// One node host of a StatefulSet Harness.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NodeSettings {
+    /// The Secret holding this node's setup code; each node enrolls with its own.
     pub(crate) setup_code_secret: SecretKeyRef,
+}
+
+/// The most node hosts one installation renders.
+pub const MAX_HARNESS_NODES: usize = 64;
+
+impl HarnessSettings {
+    /// Returns each node's setup-code Secret, in Pod order: one for `setupCodeSecret`, one per
+    /// entry of `nodes`.
+    pub(crate) fn setup_code_secrets(&self) -> Vec<&SecretKeyRef> {
+        match &self.nodes {
+            Some(nodes) => nodes.iter().map(|node| &node.setup_code_secret).collect(),
+            None => self.setup_code_secret.iter().collect(),
+        }
+    }
+
+    /// Checks that exactly one of `setupCodeSecret` and `nodes` is set, that `nodes` holds 1 to
+    /// [`MAX_HARNESS_NODES`] entries, and that no two nodes share a setup code (a code enrolls
+    /// one node only, so a second node on it could never enroll).
+    fn check(&self) -> Result<()> {
+        match (&self.setup_code_secret, &self.nodes) {
+            (Some(secret), None) => check_secret_ref("harness.setupCodeSecret", secret),
+            (None, None) => Err(DeployError::Schema {
+                path: String::from("harness.setupCodeSecret"),
+                message: String::from(
+                    "missing required key: give harness.setupCodeSecret (one node) or harness.nodes (one entry per node)",
+                ),
+            }),
+            (Some(_), Some(_)) => Err(invalid(
+                "harness.nodes",
+                "give either harness.setupCodeSecret (one node) or harness.nodes (one entry per node), not both",
+            )),
+            (None, Some(nodes)) => {
+                if nodes.is_empty() || nodes.len() > MAX_HARNESS_NODES {
+                    return Err(invalid(
+                        "harness.nodes",
+                        format!(
+                            "must list 1 to {MAX_HARNESS_NODES} nodes, found {}",
+                            nodes.len()
+                        ),
+                    ));
+                }
+                for (index, node) in nodes.iter().enumerate() {
+                    let base = strict::child_index("harness.nodes", index);
+                    let path = strict::child_key(&base, "setupCodeSecret");
+                    check_secret_ref(&path, &node.setup_code_secret)?;
+                    let secret = &node.setup_code_secret;
+                    if nodes[..index].iter().any(|earlier| {
+                        earlier.setup_code_secret.name == secret.name
+                            && earlier.setup_code_secret.key == secret.key
+                    }) {
+                        return Err(invalid(
+                            &path,
+                            "another node already uses this Secret key; a setup code enrolls one node only",
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Returns whether the Harness renders as a StatefulSet (`nodes` was given).
+    pub(crate) fn is_stateful_set(&self) -> bool {
+        self.nodes.is_some()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -549,7 +631,20 @@ impl InstallationSpec {
 
         match (dedicated, &self.harness) {
             (true, Some(harness)) => {
-                check_secret_ref("harness.setupCodeSecret", &harness.setup_code_secret)?;
+                harness.check()?;
+                let several = harness.setup_code_secrets().len() > 1;
+                if several && self.topology == Topology::DedicatedCodex {
+                    return Err(invalid(
+                        "harness.nodes",
+                        "the codex runtime runs on one node host, whose Codex home holds its threads; list one node, or use dedicated-native",
+                    ));
+                }
+                if several && self.scratch_binding().is_some() {
+                    return Err(invalid(
+                        "runtime.scratchVolumes",
+                        "a scratch claim is mounted by one node host; with several harness.nodes leave it out",
+                    ));
+                }
             }
             (true, None) => return Err(missing("harness")),
             (false, Some(_)) => return Err(embedded_refuses("harness")),

@@ -7,10 +7,12 @@
 //! coerced on the way.
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -34,6 +36,10 @@ pub enum Object {
     NetworkPolicy(NetworkPolicy),
     /// An `apps/v1` Deployment.
     Deployment(Box<Deployment>),
+    /// An `apps/v1` StatefulSet (the Harness of several node hosts).
+    StatefulSet(Box<StatefulSet>),
+    /// A `policy/v1` PodDisruptionBudget.
+    PodDisruptionBudget(PodDisruptionBudget),
 }
 
 /// Parses a multi-document YAML stream into typed objects, refusing unknown fields.
@@ -67,6 +73,12 @@ pub fn parse_manifests(yaml: &str) -> Result<Vec<Object>> {
             }
             (Some("apps/v1"), Some("Deployment")) => {
                 Object::Deployment(Box::new(parse_typed(index, document)?))
+            }
+            (Some("apps/v1"), Some("StatefulSet")) => {
+                Object::StatefulSet(Box::new(parse_typed(index, document)?))
+            }
+            (Some("policy/v1"), Some("PodDisruptionBudget")) => {
+                Object::PodDisruptionBudget(parse_typed(index, document)?)
             }
             (api_version, kind) => {
                 return Err(DeployError::InvalidManifest {

@@ -9,6 +9,7 @@
 //! | topology | objects |
 //! |---|---|
 //! | dedicated | ServiceAccounts `<agent>-gateway` and `<agent>-harness`; PVCs `gateway-state-<agent-hash>` (10Gi RWO; not rendered when `gateway.store` and `gateway.media` are both set) and `harness-state-<agent-hash>` (40Gi RWO); Service `<agent>-gateway`; NetworkPolicies `<agent>-default-deny`, `<agent>-gateway`, `<agent>-harness`; Deployments `<agent>-gateway` and `<agent>-harness` |
+//! | dedicated, `harness.nodes` | as above, but no `harness-state-<agent-hash>` claim, and the PodDisruptionBudget `<agent>-harness` (at most one node host down at a time) and the StatefulSet `<agent>-harness` (one Pod and one claim `harness-state-<agent>-harness-<index>` per node) in place of the Harness Deployment |
 //! | embedded | ServiceAccount `<agent>`; PVC `gateway-state-<agent-hash>` (10Gi RWO); Service `<agent>`; NetworkPolicies `<agent>-default-deny`, `<agent>-embedded`; Deployment `<agent>` |
 //!
 //! The Pods run the real commands, and nothing else:
@@ -29,6 +30,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::apps::v1::DeploymentSpec;
 use k8s_openapi::api::apps::v1::DeploymentStrategy;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy;
+use k8s_openapi::api::apps::v1::StatefulSetSpec;
+use k8s_openapi::api::apps::v1::StatefulSetUpdateStrategy;
 use k8s_openapi::api::core::v1::Capabilities;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::api::core::v1::ContainerPort;
@@ -38,6 +43,7 @@ use k8s_openapi::api::core::v1::EnvVarSource;
 use k8s_openapi::api::core::v1::ExecAction;
 use k8s_openapi::api::core::v1::HTTPGetAction;
 use k8s_openapi::api::core::v1::KeyToPath;
+use k8s_openapi::api::core::v1::ObjectFieldSelector;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::core::v1::PersistentVolumeClaimSpec;
 use k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource;
@@ -45,16 +51,20 @@ use k8s_openapi::api::core::v1::PodSecurityContext;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::api::core::v1::Probe;
+use k8s_openapi::api::core::v1::ProjectedVolumeSource;
 use k8s_openapi::api::core::v1::SeccompProfile;
 use k8s_openapi::api::core::v1::SecretKeySelector;
+use k8s_openapi::api::core::v1::SecretProjection;
 use k8s_openapi::api::core::v1::SecretVolumeSource;
 use k8s_openapi::api::core::v1::SecurityContext;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::core::v1::ServicePort;
 use k8s_openapi::api::core::v1::ServiceSpec;
+use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::api::core::v1::Volume;
 use k8s_openapi::api::core::v1::VolumeMount;
+use k8s_openapi::api::core::v1::VolumeProjection;
 use k8s_openapi::api::core::v1::VolumeResourceRequirements;
 use k8s_openapi::api::networking::v1::IPBlock;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -63,6 +73,8 @@ use k8s_openapi::api::networking::v1::NetworkPolicyIngressRule;
 use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::api::networking::v1::NetworkPolicyPort;
 use k8s_openapi::api::networking::v1::NetworkPolicySpec;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -118,6 +130,12 @@ const SETUP_CODE_FILE: &str = "setup-code";
 /// 0440: readable by the owner and the Pod's fsGroup, by nobody else.
 const SETUP_CODE_MODE: i32 = 0o440;
 const STORAGE_INIT_MOUNT: &str = "/storage";
+/// The variable holding a StatefulSet Harness Pod's index, which picks its setup code.
+const POD_INDEX_ENV: &str = "GATEHOUSE_POD_INDEX";
+/// The variable holding a StatefulSet Harness Pod's name, the node's display name.
+const POD_NAME_ENV: &str = "GATEHOUSE_POD_NAME";
+/// The label Kubernetes (1.28 and later) sets on each StatefulSet Pod to its ordinal.
+const POD_INDEX_FIELD: &str = "metadata.labels['apps.kubernetes.io/pod-index']";
 
 /// The rendered objects of one installation.
 #[derive(Debug, Clone)]
@@ -221,6 +239,8 @@ enum Object {
     Service(Service),
     NetworkPolicy(NetworkPolicy),
     Deployment(Box<Deployment>),
+    StatefulSet(Box<StatefulSet>),
+    PodDisruptionBudget(PodDisruptionBudget),
 }
 
 impl Object {
@@ -248,6 +268,16 @@ impl Object {
             ),
             Self::Deployment(object) => (
                 "Deployment",
+                object.metadata.name.clone(),
+                serde_json::to_value(object),
+            ),
+            Self::StatefulSet(object) => (
+                "StatefulSet",
+                object.metadata.name.clone(),
+                serde_json::to_value(object),
+            ),
+            Self::PodDisruptionBudget(object) => (
+                "PodDisruptionBudget",
                 object.metadata.name.clone(),
                 serde_json::to_value(object),
             ),
@@ -374,20 +404,33 @@ impl<'a> Context<'a> {
                 ),
             ));
         }
-        objects.extend([
-            Object::PersistentVolumeClaim(self.claim(
+        let stateful_nodes = spec
+            .harness
+            .as_ref()
+            .filter(|harness| harness.is_stateful_set())
+            .map(|harness| harness.setup_code_secrets().len());
+        if stateful_nodes.is_none() {
+            objects.push(Object::PersistentVolumeClaim(self.claim(
                 &self.harness_claim,
                 Role::Harness,
                 &harness_storage_class,
                 HARNESS_CLAIM_SIZE,
-            )),
+            )));
+        }
+        objects.extend([
             Object::Service(self.service(&gateway_name, Role::Gateway)),
             Object::NetworkPolicy(self.default_deny_policy()),
             Object::NetworkPolicy(self.gateway_policy(Role::Gateway)),
             Object::NetworkPolicy(self.harness_policy()),
             Object::Deployment(Box::new(self.gateway_deployment())),
-            Object::Deployment(Box::new(self.harness_deployment())),
         ]);
+        match stateful_nodes {
+            Some(nodes) => objects.extend([
+                Object::PodDisruptionBudget(self.harness_disruption_budget()),
+                Object::StatefulSet(Box::new(self.harness_stateful_set(nodes))),
+            ]),
+            None => objects.push(Object::Deployment(Box::new(self.harness_deployment()))),
+        }
         objects
     }
 
@@ -715,11 +758,16 @@ impl<'a> Context<'a> {
 
     /// Returns the flags that select the model: `--model API:URL:MODEL` and
     /// `--model-key-env` naming the variable that holds the key, so the key never enters argv.
+    ///
+    /// Kubernetes expands `$(NAME)` in a container's arguments from its environment, so a model
+    /// name or URL holding `$(OPENAI_API_KEY)` would put the key into argv; every `$` of these
+    /// values is written as `$$`, which Kubernetes turns back into one `$` without expanding.
     fn model_args(&self) -> [String; 4] {
         let model = &self.installation.spec.model;
+        let spec = format!("{}:{}:{}", model.api().as_str(), model.endpoint, model.name);
         [
             String::from("--model"),
-            format!("{}:{}:{}", model.api().as_str(), model.endpoint, model.name),
+            spec.replace('$', "$$"),
             String::from("--model-key-env"),
             MODEL_KEY_ENV.to_owned(),
         ]
@@ -780,14 +828,110 @@ impl<'a> Context<'a> {
         self.deployment(&self.gateway_name(), Role::Gateway, pod, BTreeMap::new())
     }
 
-    /// The dedicated Harness: `gatehouse node`, every setting a flag.
+    /// The dedicated Harness of one node host: a Deployment whose Pod mounts the claim
+    /// `harness-state-<agent-hash>`.
+    fn harness_deployment(&self) -> Deployment {
+        let (pod, annotations) =
+            self.harness_pod(Some(claim_volume("harness-state", &self.harness_claim)));
+        self.deployment(&self.harness_name(), Role::Harness, pod, annotations)
+    }
+
+    /// The dedicated Harness of several node hosts: a StatefulSet with one Pod per entry of
+    /// `harness.nodes`, each with a claim of its own from the `harness-state` template
+    /// (`harness-state-<agent>-harness-<index>`), so each node keeps its own identity and
+    /// session workspaces. Pods start and stop in parallel, since the nodes are independent, and
+    /// the claims are kept when the set is scaled down or deleted: a node's workspaces outlive
+    /// its Pod until the operator moves its sessions.
+    fn harness_stateful_set(&self, nodes: usize) -> StatefulSet {
+        let spec = &self.installation.spec;
+        let (mut pod, annotations) = self.harness_pod(None);
+        // Spread the node hosts over the machines where the scheduler can, so one machine's
+        // loss or drain does not take them all; never at the price of a Pod left unscheduled.
+        pod.topology_spread_constraints = Some(vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: String::from("kubernetes.io/hostname"),
+            when_unsatisfiable: String::from("ScheduleAnyway"),
+            label_selector: Some(self.selector(Role::Harness)),
+            ..TopologySpreadConstraint::default()
+        }]);
+        let mut claim = self.claim(
+            "harness-state",
+            Role::Harness,
+            &spec
+                .runtime
+                .harness_storage_class_name
+                .clone()
+                .unwrap_or_default(),
+            HARNESS_CLAIM_SIZE,
+        );
+        // A StatefulSet's claim templates cannot change once it exists, so the template carries
+        // no revision label: a new revision must still apply over the old set.
+        let mut claim_labels = self.labels(Role::Harness);
+        claim_labels.remove(LABEL_REVISION);
+        claim.metadata = ObjectMeta {
+            name: Some(String::from("harness-state")),
+            labels: Some(claim_labels),
+            ..ObjectMeta::default()
+        };
+        let annotations = self.workload_annotations(annotations);
+        StatefulSet {
+            metadata: ObjectMeta {
+                annotations: Some(annotations.clone()),
+                ..self.metadata(&self.harness_name(), Role::Harness)
+            },
+            spec: Some(StatefulSetSpec {
+                replicas: Some(i32::try_from(nodes).unwrap_or(i32::MAX)),
+                selector: self.selector(Role::Harness),
+                pod_management_policy: Some(String::from("Parallel")),
+                update_strategy: Some(StatefulSetUpdateStrategy {
+                    type_: Some(String::from("RollingUpdate")),
+                    ..StatefulSetUpdateStrategy::default()
+                }),
+                persistent_volume_claim_retention_policy: Some(
+                    StatefulSetPersistentVolumeClaimRetentionPolicy {
+                        when_deleted: Some(String::from("Retain")),
+                        when_scaled: Some(String::from("Retain")),
+                    },
+                ),
+                volume_claim_templates: Some(vec![claim]),
+                template: self.pod_template(Role::Harness, pod, annotations),
+                ..StatefulSetSpec::default()
+            }),
+            ..StatefulSet::default()
+        }
+    }
+
+    /// The disruption budget of a StatefulSet Harness: a voluntary disruption (a drain, an
+    /// eviction) takes at most one node host at a time, so the agent keeps serving the sessions
+    /// of the others. A Pod that is not ready yet may always be evicted, so a node host that
+    /// never became ready cannot block a drain.
+    fn harness_disruption_budget(&self) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            metadata: self.metadata(&self.harness_name(), Role::Harness),
+            spec: Some(PodDisruptionBudgetSpec {
+                max_unavailable: Some(IntOrString::Int(1)),
+                selector: Some(self.selector(Role::Harness)),
+                unhealthy_pod_eviction_policy: Some(String::from("AlwaysAllow")),
+                ..PodDisruptionBudgetSpec::default()
+            }),
+            ..PodDisruptionBudget::default()
+        }
+    }
+
+    /// The Pod of a dedicated Harness: `gatehouse node`, every setting a flag.
     ///
     /// The node listens on no port, so the Pod has no containerPort and no HTTP probe. Its
     /// liveness and readiness probes have the meaning of `/healthz` and `/readyz` but run
     /// `gatehouse node health --root DIR [--ready]` in the container, which reads the status the
     /// node host writes and exits 0 when healthy (or ready).
-    fn harness_deployment(&self) -> Deployment {
+    ///
+    /// `state` is the volume holding the node's state (a claim), or `None` in a StatefulSet,
+    /// whose claim template provides it. There each Pod takes its setup code by its index
+    /// (the `apps.kubernetes.io/pod-index` label) from a projected volume of every node's
+    /// Secret, and names itself after its Pod.
+    fn harness_pod(&self, state: Option<Volume>) -> (PodSpec, BTreeMap<String, String>) {
         let spec = &self.installation.spec;
+        let stateful = state.is_none();
         let image = spec.images.harness.clone().unwrap_or_default();
         let scratch = spec.scratch_binding();
         let mut args = vec![
@@ -799,8 +943,18 @@ impl<'a> Context<'a> {
             String::from("--runtime"),
             self.installation.topology().runtime().to_owned(),
             String::from("--setup-code-file"),
-            format!("{SETUP_CODE_DIR}/{SETUP_CODE_FILE}"),
+            match stateful {
+                false => format!("{SETUP_CODE_DIR}/{SETUP_CODE_FILE}"),
+                true => format!("{SETUP_CODE_DIR}/{SETUP_CODE_FILE}-$({POD_INDEX_ENV})"),
+            },
         ];
+        let mut env = vec![self.model_key_env()];
+        if stateful {
+            args.push(String::from("--display-name"));
+            args.push(format!("$({POD_NAME_ENV})"));
+            env.push(env_field(POD_INDEX_ENV, POD_INDEX_FIELD));
+            env.push(env_field(POD_NAME_ENV, "metadata.name"));
+        }
         args.extend(self.model_args());
         args.extend(self.capacity_args());
         let mut annotations = BTreeMap::new();
@@ -819,20 +973,24 @@ impl<'a> Context<'a> {
             ..VolumeMount::default()
         });
         mounts.push(tmp_mount());
-        let setup_code_secret = spec
+        let setup_codes = spec
             .harness
             .as_ref()
-            .map(|harness| harness.setup_code_secret.clone());
-        let mut volumes = vec![
-            claim_volume("harness-state", &self.harness_claim),
+            .map(|harness| harness.setup_code_secrets())
+            .unwrap_or_default();
+        let mut volumes: Vec<Volume> = state.into_iter().collect();
+        volumes.extend([
             Volume {
                 name: String::from("harness-root"),
                 empty_dir: Some(EmptyDirVolumeSource::default()),
                 ..Volume::default()
             },
-            setup_code_volume(setup_code_secret.as_ref()),
+            match stateful {
+                false => setup_code_volume(setup_codes.first().copied()),
+                true => setup_codes_volume(&setup_codes),
+            },
             tmp_volume(),
-        ];
+        ]);
         if let Some(binding) = scratch {
             args.push(String::from("--scratch"));
             args.push(SCRATCH_MOUNT_PATH.to_owned());
@@ -862,7 +1020,7 @@ impl<'a> Context<'a> {
             image_pull_policy: Some(pull_policy(&image)),
             resources: Some(self.harness_resources.requirements()),
             args: Some(args),
-            env: Some(vec![self.model_key_env()]),
+            env: Some(env),
             liveness_probe: Some(exec_probe(health, 10)),
             readiness_probe: Some(exec_probe(ready, 5)),
             security_context: Some(container_security_context()),
@@ -883,7 +1041,7 @@ impl<'a> Context<'a> {
             volumes: Some(volumes),
             ..self.pod_spec_base(&self.harness_name())
         };
-        self.deployment(&self.harness_name(), Role::Harness, pod, annotations)
+        (pod, annotations)
     }
 
     /// The embedded Pod: `gatehouse up --data /var/lib/gatehouse`, with the Gateway root
@@ -973,12 +1131,9 @@ impl<'a> Context<'a> {
         name: &str,
         role: Role,
         pod: PodSpec,
-        mut annotations: BTreeMap<String, String>,
+        annotations: BTreeMap<String, String>,
     ) -> Deployment {
-        annotations.insert(
-            String::from("gatehouse.dev/namespace-id"),
-            self.installation.spec.namespace_id.clone(),
-        );
+        let annotations = self.workload_annotations(annotations);
         Deployment {
             metadata: ObjectMeta {
                 annotations: Some(annotations.clone()),
@@ -991,17 +1146,39 @@ impl<'a> Context<'a> {
                     type_: Some(String::from("Recreate")),
                     ..DeploymentStrategy::default()
                 }),
-                template: PodTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(self.labels(role)),
-                        annotations: Some(annotations),
-                        ..ObjectMeta::default()
-                    }),
-                    spec: Some(pod),
-                },
+                template: self.pod_template(role, pod, annotations),
                 ..DeploymentSpec::default()
             }),
             ..Deployment::default()
+        }
+    }
+
+    /// Returns `annotations` with the namespace id every workload and its Pods carry.
+    fn workload_annotations(
+        &self,
+        mut annotations: BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        annotations.insert(
+            String::from("gatehouse.dev/namespace-id"),
+            self.installation.spec.namespace_id.clone(),
+        );
+        annotations
+    }
+
+    /// The Pod template of a workload of `role`: its labels, `annotations` and `pod`.
+    fn pod_template(
+        &self,
+        role: Role,
+        pod: PodSpec,
+        annotations: BTreeMap<String, String>,
+    ) -> PodTemplateSpec {
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(self.labels(role)),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(pod),
         }
     }
 }
@@ -1084,6 +1261,21 @@ fn env_secret(name: &str, secret: &SecretKeyRef) -> EnvVar {
                 name: secret.name.clone(),
                 key: secret.key.clone(),
                 ..SecretKeySelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+/// A variable set from the Pod's own field at `path` (the downward API).
+fn env_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_owned(),
+                ..ObjectFieldSelector::default()
             }),
             ..EnvVarSource::default()
         }),
@@ -1192,6 +1384,37 @@ fn setup_code_volume(secret: Option<&SecretKeyRef>) -> Volume {
                 mode: Some(SETUP_CODE_MODE),
             }]),
             ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The setup codes of a StatefulSet Harness: every node's Secret key projected into one
+/// volume, node `i`'s code as `setup-code-<i>`. Each Pod reads the file of its own index.
+fn setup_codes_volume(secrets: &[&SecretKeyRef]) -> Volume {
+    let sources = secrets
+        .iter()
+        .enumerate()
+        .map(|(index, secret)| VolumeProjection {
+            // Optional: once a node is enrolled it never reads its code again, so an operator
+            // may delete the Secret then, and a Pod that starts later must not wait for it.
+            secret: Some(SecretProjection {
+                name: secret.name.clone(),
+                optional: Some(true),
+                items: Some(vec![KeyToPath {
+                    key: secret.key.clone(),
+                    path: format!("{SETUP_CODE_FILE}-{index}"),
+                    mode: Some(SETUP_CODE_MODE),
+                }]),
+            }),
+            ..VolumeProjection::default()
+        })
+        .collect();
+    Volume {
+        name: String::from("setup-code"),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(SETUP_CODE_MODE),
+            sources: Some(sources),
         }),
         ..Volume::default()
     }

@@ -219,6 +219,7 @@ fn render_examples_into(base: &Path) -> Vec<PathBuf> {
         "dedicated-native",
         "dedicated-codex",
         "dedicated-postgres-s3",
+        "dedicated-nodes",
     ]
     .into_iter()
     .map(|name| {
@@ -318,7 +319,7 @@ fn rendered_manifests_pass_checkov_with_only_the_documented_exceptions() {
     assert_eq!(failed, Vec::<String>::new(), "checkov failed checks");
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let summary = &report["summary"];
-    // The checks really ran over every object: thousands of them over the four renders.
+    // The checks really ran over every object: thousands of them over the five renders.
     assert!(summary["passed"].as_u64().unwrap() > 500, "{summary}");
     assert_eq!(summary["failed"], 0, "{summary}");
     // Each exception the configuration lists is documented with its reason, and is still

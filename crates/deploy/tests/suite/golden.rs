@@ -58,3 +58,8 @@ fn a_changed_setting_changes_the_revision() {
     assert_ne!(rendered.revision(), original.revision());
     assert_eq!(rendered.revision().len(), 12);
 }
+
+#[test]
+fn dedicated_nodes_golden() {
+    insta::assert_snapshot!("dedicated_nodes", redacted(support::DEDICATED_NODES));
+}

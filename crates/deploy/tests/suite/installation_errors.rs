@@ -227,6 +227,54 @@ const CASES: &[Case] = &[
         code: "INSTALLATION_INVALID_VALUE",
         path: "model.name",
     },
+    Case {
+        name: "one setup code and a node list",
+        base: support::DEDICATED_NODES,
+        from: "harness:\n  nodes:\n",
+        to: "harness:\n  setupCodeSecret: {name: main-setup-code, key: setupCode}\n  nodes:\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "harness.nodes",
+    },
+    Case {
+        name: "neither a setup code nor a node list",
+        base: support::DEDICATED_NATIVE,
+        from: "harness:\n  setupCodeSecret:\n    name: main-setup-code\n    key: setupCode\n",
+        to: "harness: {}\n",
+        code: "INSTALLATION_SCHEMA_VIOLATION",
+        path: "harness.setupCodeSecret",
+    },
+    Case {
+        name: "two nodes on one setup code",
+        base: support::DEDICATED_NODES,
+        from: "        name: main-node-2\n",
+        to: "        name: main-node-0\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "harness.nodes[2].setupCodeSecret",
+    },
+    Case {
+        name: "unknown key in a node",
+        base: support::DEDICATED_NODES,
+        from: "    - setupCodeSecret:\n        name: main-node-1\n",
+        to: "    - capacity: 4\n      setupCodeSecret:\n        name: main-node-1\n",
+        code: "INSTALLATION_UNKNOWN_KEY",
+        path: "harness.nodes[1].capacity",
+    },
+    Case {
+        name: "a node without its setup code",
+        base: support::DEDICATED_NODES,
+        from: "    - setupCodeSecret:\n        name: main-node-1\n        key: setupCode\n",
+        to: "    - {}\n",
+        code: "INSTALLATION_SCHEMA_VIOLATION",
+        path: "harness.nodes[1].setupCodeSecret",
+    },
+    Case {
+        name: "one scratch claim for several nodes",
+        base: support::DEDICATED_NODES,
+        from: "  workerCapacity: 16\n",
+        to: "  workerCapacity: 16\n  scratchVolumes:\n    - namespaceId: acme\n      agentId: main\n      namespace: gatehouse-acme\n      claimName: main-scratch\n      claimUid: 3f0c9a4e-8d3b-4c39-9a51-2d0c6f1f7b11\n",
+        code: "INSTALLATION_INVALID_VALUE",
+        path: "runtime.scratchVolumes",
+    },
 ];
 
 #[test]
@@ -296,6 +344,60 @@ fn text_that_is_not_one_yaml_mapping_is_refused() {
         let err = Installation::from_yaml(text).unwrap_err();
         assert_eq!(err.code(), code, "{text:?}: {err}");
     }
+}
+
+#[test]
+fn a_node_list_holds_one_to_sixty_four_nodes() {
+    for count in [1, 2, gatehouse_deploy::installation::MAX_HARNESS_NODES] {
+        Installation::from_yaml(&support::with_nodes(count))
+            .unwrap_or_else(|err| panic!("{count}: {err}"));
+    }
+    for (count, found) in [(0, "found 0"), (65, "found 65")] {
+        let (code, path, message) = failure(&support::with_nodes(count));
+        assert_eq!(
+            (code, path.as_deref()),
+            ("INSTALLATION_INVALID_VALUE", Some("harness.nodes")),
+            "{message}"
+        );
+        assert!(
+            message.contains("1 to 64 nodes") && message.contains(found),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn the_codex_runtime_takes_one_node_only() {
+    let codex = support::replace(
+        &support::replace(
+            &support::with_nodes(2),
+            "topology: dedicated-native\n",
+            "topology: dedicated-codex\n",
+        ),
+        "  workerCapacity: 16\n",
+        "",
+    );
+    let (code, path, message) = failure(&codex);
+    assert_eq!(
+        (code, path.as_deref()),
+        ("INSTALLATION_INVALID_VALUE", Some("harness.nodes")),
+        "{message}"
+    );
+    assert!(
+        message.contains("codex runtime runs on one node host"),
+        "{message}"
+    );
+    // One node in the list is a single Codex node, rendered as a StatefulSet of one.
+    let one = support::replace(
+        &support::replace(
+            &support::with_nodes(1),
+            "topology: dedicated-native\n",
+            "topology: dedicated-codex\n",
+        ),
+        "  workerCapacity: 16\n",
+        "",
+    );
+    Installation::from_yaml(&one).unwrap();
 }
 
 #[test]

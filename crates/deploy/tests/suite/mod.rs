@@ -4,5 +4,6 @@ mod external_state;
 mod golden;
 mod installation_errors;
 mod manifests;
+mod nodes;
 mod structure;
 mod support;

@@ -472,7 +472,10 @@ fn the_embedded_pod_runs_up_with_the_model_flags() {
 
 #[test]
 fn labels_carry_agent_revision_and_role_on_every_object() {
-    for (name, text) in support::EXAMPLES {
+    for (name, text) in support::EXAMPLES
+        .into_iter()
+        .chain([("dedicated-nodes", support::DEDICATED_NODES)])
+    {
         let rendered = support::render_text(text);
         for manifest in rendered.manifests() {
             let value: serde_json::Value = serde_saphyr::from_str(manifest.yaml()).unwrap();

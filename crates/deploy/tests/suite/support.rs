@@ -14,6 +14,10 @@ pub(crate) const DEDICATED_CODEX: &str =
 /// [`EXAMPLES`], whose names are the topologies.
 pub(crate) const DEDICATED_POSTGRES_S3: &str =
     include_str!("../../../../deploy/examples/dedicated-postgres-s3.yaml");
+/// A dedicated native agent served by three node hosts (a StatefulSet Harness); not in
+/// [`EXAMPLES`] either.
+pub(crate) const DEDICATED_NODES: &str =
+    include_str!("../../../../deploy/examples/dedicated-nodes.yaml");
 
 /// Every example, by name.
 pub(crate) const EXAMPLES: [(&str, &str); 3] = [
@@ -52,4 +56,22 @@ pub(crate) fn deployment(rendered: &Rendered, name: &str) -> Deployment {
 pub(crate) fn replace(text: &str, from: &str, to: &str) -> String {
     assert!(text.contains(from), "example lacks {from:?}");
     text.replacen(from, to, 1)
+}
+
+/// Returns the node-list example with `count` nodes, node `i` on the Secret `main-node-<i>`.
+pub(crate) fn with_nodes(count: usize) -> String {
+    let head = &DEDICATED_NODES[..DEDICATED_NODES.find("  nodes:\n").unwrap()];
+    let mut text = format!("{head}  nodes:");
+    match count {
+        0 => text.push_str(" []\n"),
+        _ => {
+            text.push('\n');
+            for index in 0..count {
+                text.push_str(&format!(
+                    "    - setupCodeSecret: {{name: main-node-{index}, key: setupCode}}\n"
+                ));
+            }
+        }
+    }
+    text
 }
