@@ -368,16 +368,17 @@ fn a_node_list_holds_one_to_sixty_four_nodes() {
 
 #[test]
 fn the_codex_runtime_takes_one_node_only() {
-    let codex = support::replace(
-        &support::replace(
-            &support::with_nodes(2),
+    // The node-list example as a Codex agent (which takes no worker capacity).
+    let codex_with = |count| {
+        let native = support::with_nodes(count);
+        let codex = support::replace(
+            &native,
             "topology: dedicated-native\n",
             "topology: dedicated-codex\n",
-        ),
-        "  workerCapacity: 16\n",
-        "",
-    );
-    let (code, path, message) = failure(&codex);
+        );
+        support::replace(&codex, "  workerCapacity: 16\n", "")
+    };
+    let (code, path, message) = failure(&codex_with(2));
     assert_eq!(
         (code, path.as_deref()),
         ("INSTALLATION_INVALID_VALUE", Some("harness.nodes")),
@@ -388,16 +389,24 @@ fn the_codex_runtime_takes_one_node_only() {
         "{message}"
     );
     // One node in the list is a single Codex node, rendered as a StatefulSet of one.
-    let one = support::replace(
-        &support::replace(
-            &support::with_nodes(1),
-            "topology: dedicated-native\n",
-            "topology: dedicated-codex\n",
-        ),
-        "  workerCapacity: 16\n",
-        "",
+    let rendered = support::render_text(&codex_with(1));
+    let set = support::objects(&rendered)
+        .into_iter()
+        .find_map(|object| match object {
+            gatehouse_deploy::manifest::Object::StatefulSet(set) => Some(set),
+            _ => None,
+        })
+        .unwrap();
+    let spec = set.spec.unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    let args = spec.template.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap();
+    assert!(
+        args.windows(2).any(|pair| pair == ["--runtime", "codex"]),
+        "{args:?}"
     );
-    Installation::from_yaml(&one).unwrap();
 }
 
 #[test]
