@@ -246,41 +246,13 @@ enum Object {
 impl Object {
     fn into_manifest(self, index: usize) -> Result<Manifest> {
         let (kind, name, value) = match self {
-            Self::ServiceAccount(object) => (
-                "ServiceAccount",
-                object.metadata.name.clone(),
-                serde_json::to_value(object),
-            ),
-            Self::PersistentVolumeClaim(object) => (
-                "PersistentVolumeClaim",
-                object.metadata.name.clone(),
-                serde_json::to_value(object),
-            ),
-            Self::Service(object) => (
-                "Service",
-                object.metadata.name.clone(),
-                serde_json::to_value(object),
-            ),
-            Self::NetworkPolicy(object) => (
-                "NetworkPolicy",
-                object.metadata.name.clone(),
-                serde_json::to_value(object),
-            ),
-            Self::Deployment(object) => (
-                "Deployment",
-                object.metadata.name.clone(),
-                serde_json::to_value(object),
-            ),
-            Self::StatefulSet(object) => (
-                "StatefulSet",
-                object.metadata.name.clone(),
-                serde_json::to_value(object),
-            ),
-            Self::PodDisruptionBudget(object) => (
-                "PodDisruptionBudget",
-                object.metadata.name.clone(),
-                serde_json::to_value(object),
-            ),
+            Self::ServiceAccount(object) => parts(&object),
+            Self::PersistentVolumeClaim(object) => parts(&object),
+            Self::Service(object) => parts(&object),
+            Self::NetworkPolicy(object) => parts(&object),
+            Self::Deployment(object) => parts(&*object),
+            Self::StatefulSet(object) => parts(&*object),
+            Self::PodDisruptionBudget(object) => parts(&object),
         };
         let value = value.map_err(|err| DeployError::InvalidManifest {
             index,
@@ -298,6 +270,24 @@ impl Object {
             yaml,
         })
     }
+}
+
+/// Returns an object's kind, its name and its JSON form.
+fn parts<T>(
+    object: &T,
+) -> (
+    &'static str,
+    Option<String>,
+    serde_json::Result<serde_json::Value>,
+)
+where
+    T: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta> + serde::Serialize,
+{
+    (
+        T::KIND,
+        object.metadata().name.clone(),
+        serde_json::to_value(object),
+    )
 }
 
 /// The role of a rendered object, written to [`LABEL_ROLE`].
