@@ -23,7 +23,7 @@
 //! Modules, one per group of routes:
 //! - [`health`]: `GET /healthz`, `GET /readyz`;
 //! - [`error`]: the body of every error answer;
-//! - [`nodes`]: `GET /v1/nodes`, `POST /v1/nodes/setup-codes`;
+//! - [`nodes`]: `GET /v1/nodes`, `POST /v1/nodes/setup-codes`, `GET /v1/replicas`;
 //! - [`sessions`]: messages, turns, sessions, transcripts, abort, stop and move;
 //! - [`events`]: the payloads of `GET /v1/sessions/{key}/events`;
 //! - [`documents`]: `GET`/`PUT /v1/agents/{agent}/files/{name}`;

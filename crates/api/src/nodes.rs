@@ -1,4 +1,4 @@
-//! `GET /v1/nodes` and `POST /v1/nodes/setup-codes`.
+//! `GET /v1/nodes`, `POST /v1/nodes/setup-codes` and `GET /v1/replicas`.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -19,8 +19,11 @@ pub struct NodeSummary {
     pub node_id: String,
     /// The name the node gave itself; not unique.
     pub display_name: String,
-    /// Whether the node is connected now.
+    /// Whether the node is connected now, to any replica of the Gateway.
     pub connected: bool,
+    /// The Gateway replica holding its link, while it is connected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_id: Option<String>,
     /// The runtime it declared: `native` or `codex`.
     pub runtime: String,
     /// The commands it serves: those of its live connection when connected, else the last
@@ -28,8 +31,9 @@ pub struct NodeSummary {
     pub commands: Vec<String>,
     /// When it was last seen, Unix milliseconds.
     pub last_seen_at: i64,
-    /// The node's worker capacity (`--capacity`), from its last `node.report`; absent while it
-    /// is not connected or before its first report.
+    /// The node's worker capacity (`--capacity`), from its last `node.report` (as the replica
+    /// holding its link recorded it); absent while it is not connected or before its first
+    /// report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_capacity: Option<u32>,
     /// The worker slots its sessions hold now, from the same report.
@@ -55,4 +59,34 @@ pub struct SetupCode {
     pub setup_code: String,
     /// When it expires, Unix milliseconds.
     pub expires_at_ms: i64,
+}
+
+/// The answer of `GET /v1/replicas`: the Gateway's replicas on its store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplicaList {
+    /// Every replica that has held a lease on the store, ordered by id.
+    pub replicas: Vec<ReplicaSummary>,
+}
+
+/// One Gateway replica as `GET /v1/replicas` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaSummary {
+    /// Its id (`--replica-id`).
+    pub replica_id: String,
+    /// The URL the other replicas reach it at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Whether its lease is live now.
+    pub live: bool,
+    /// The epoch of its newest lease: one more each time it took its lease afresh.
+    pub epoch: i64,
+    /// When its newest lease was taken, Unix milliseconds of the store's clock.
+    pub acquired_at_ms: i64,
+    /// When its lease expires (or expired) unless renewed, in the store's clock.
+    pub expires_at_ms: i64,
+    /// Whether it is the replica that answered.
+    pub current: bool,
+    /// How many node links it holds.
+    pub node_links: u32,
 }

@@ -66,6 +66,13 @@ pub fn api_schema() -> Value {
             answer: reference::<nodes::NodeList>(&mut generator),
         },
         RouteTypes {
+            method: "GET",
+            path: "/v1/replicas",
+            query: None,
+            body: None,
+            answer: reference::<nodes::ReplicaList>(&mut generator),
+        },
+        RouteTypes {
             method: "POST",
             path: "/v1/nodes/setup-codes",
             query: None,

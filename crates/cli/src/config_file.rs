@@ -35,6 +35,9 @@ pub(crate) struct GatewayFile {
     pub(crate) store: Option<String>,
     pub(crate) media: Option<String>,
     pub(crate) move_sessions_after: Option<u64>,
+    pub(crate) replica_id: Option<String>,
+    pub(crate) advertise_url: Option<String>,
+    pub(crate) lease_seconds: Option<u64>,
 }
 
 /// `gatehouse node --config`.

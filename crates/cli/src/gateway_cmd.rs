@@ -47,12 +47,25 @@ pub(crate) struct GatewayArgs {
     /// a session waits for its node, or for an operator's `POST /v1/sessions/{key}/move`).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     move_sessions_after: Option<u64>,
+    /// This replica's id among the Gateway processes on one store (1 to 128 letters, digits,
+    /// `.`, `_`, `-`); default: the host name and the listen address. Two live processes with
+    /// one id are refused (`REPLICA_ID_IN_USE`).
+    #[arg(long, env = "GATEHOUSE_REPLICA_ID")]
+    replica_id: Option<String>,
+    /// The URL the other replicas reach this one at (`http://HOST:PORT`); default:
+    /// `http://LISTEN-ADDRESS`, with the host name for `0.0.0.0`.
+    #[arg(long, env = "GATEHOUSE_ADVERTISE_URL")]
+    advertise_url: Option<String>,
+    /// How long this replica's lease lasts without renewal, 1 to 300 (default 5): how long the
+    /// other replicas wait before taking over the turns and nodes of one that died or stalled.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=300))]
+    lease_seconds: Option<u64>,
     /// A TOML file with the same settings in kebab-case (`state`, `listen`, `public-url`,
     /// `max-concurrent-turns`, `media-max-bytes`, `media-quota-bytes`,
     /// `checkpoint-quota-bytes`, `checkpoints-kept`, `runtime`, `codex-command-approval`,
     /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`, `skills-dir`,
-    /// `bundled-skills-dir`, `store`, `media`, `move-sessions-after`); flags and their variables
-    /// win over it.
+    /// `bundled-skills-dir`, `store`, `media`, `move-sessions-after`, `replica-id`,
+    /// `advertise-url`, `lease-seconds`); flags and their variables win over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The interval of keep-alive ticks on node links, in milliseconds.
@@ -71,6 +84,33 @@ pub(crate) fn worktree_apply_delay() -> Duration {
         .ok()
         .and_then(|ms| ms.parse::<u64>().ok())
         .map_or(Duration::ZERO, Duration::from_millis)
+}
+
+/// Returns the replica settings, checked: a valid id, an `http(s)://` advertise URL without
+/// credentials, and a lease of 1 to 300 seconds.
+fn replica_config(
+    replica_id: Option<String>,
+    advertise_url: Option<String>,
+    lease_seconds: Option<u64>,
+) -> anyhow::Result<gatehouse_gateway::ReplicaConfig> {
+    if let Some(id) = &replica_id {
+        gatehouse_gateway::check_replica_id(id).map_err(UsageError::new)?;
+    }
+    if let Some(url) = &advertise_url {
+        gatehouse_gateway::check_advertise_url(url).map_err(UsageError::new)?;
+    }
+    let lease = match lease_seconds {
+        Some(seconds) if !(1..=300).contains(&seconds) => {
+            return Err(UsageError::new("lease-seconds must be 1 to 300").into());
+        }
+        Some(seconds) => Duration::from_secs(seconds),
+        None => gatehouse_gateway::DEFAULT_LEASE,
+    };
+    Ok(gatehouse_gateway::ReplicaConfig {
+        replica_id,
+        advertise_url,
+        lease,
+    })
 }
 
 /// Runs `gatehouse gateway` until SIGINT or SIGTERM.
@@ -100,6 +140,11 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         Some(0) => return Err(UsageError::new("move-sessions-after must be at least 1").into()),
         seconds => seconds.map(Duration::from_secs),
     };
+    config.replica = replica_config(
+        args.replica_id.or(file.replica_id),
+        args.advertise_url.or(file.advertise_url),
+        args.lease_seconds.or(file.lease_seconds),
+    )?;
     config.tick_interval = Duration::from_millis(args.tick_interval_ms.max(100));
     config.worktree_apply_delay = worktree_apply_delay();
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();

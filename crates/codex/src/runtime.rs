@@ -558,6 +558,13 @@ impl TurnRuntime for CodexRuntime {
         true
     }
 
+    fn placement(&self) -> Option<gatehouse_gateway::Placement> {
+        Some(gatehouse_gateway::Placement {
+            commands: &[CODEX_APPSERVER],
+            binds_sessions: false,
+        })
+    }
+
     async fn readiness(&self) -> Result<(), TurnFailure> {
         let not_ready = || {
             TurnFailure::new(

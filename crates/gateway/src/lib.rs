@@ -30,11 +30,14 @@
 //! - `audit`: the audit trail.
 //! - `retention`: the checkpoint quota and the garbage collection of checkpoint blobs.
 //! - `metrics`: every `/metrics` family, in one registry.
+//! - `cluster`: replicas on one store: leases, node links in the store, dispatch to the replica
+//!   holding a session's node, the sweep, announcements and forwarding.
 
 #![deny(missing_docs)]
 
 mod audit;
 mod clock;
+mod cluster;
 mod documents;
 #[expect(
     unreachable_pub,
@@ -55,6 +58,11 @@ mod turns;
 mod workspace;
 mod worktree;
 
+/// How replicas on one store identify themselves, and their defaults.
+pub use crate::cluster::{
+    DEFAULT_LEASE, LeaseError, MIN_LEASE, ReplicaConfig, SWEEP_INTERVAL, check_advertise_url,
+    check_replica_id, default_replica_id,
+};
 /// The audit trail, its bounds and its per-peer rate limit.
 pub use crate::audit::{
     Audit, LIMIT_WINDOW, LIMITED_ROWS_PER_WINDOW, MAX_AUDIT_FIELD_BYTES, TRUNCATION_MARKER,
@@ -93,8 +101,8 @@ pub use crate::turns::DEFAULT_MAX_CONCURRENT_TURNS;
 pub use crate::turns::events::SUBSCRIBER_MAX_BYTES;
 /// The interface a turn runtime implements, and the bounds of what it reports.
 pub use crate::turns::runtime::{
-    MAX_MESSAGE_BYTES, MAX_TOOL_ARGUMENTS_BYTES, MAX_TURN_STORED_BYTES, TurnFailure, TurnInput,
-    TurnReply, TurnRuntime, TurnSink,
+    MAX_MESSAGE_BYTES, MAX_TOOL_ARGUMENTS_BYTES, MAX_TURN_STORED_BYTES, Placement, TurnFailure,
+    TurnInput, TurnReply, TurnRuntime, TurnSink,
 };
 /// The Harness workspace as the Gateway reaches it.
 pub use crate::workspace::{WorkspaceAccess, WorkspaceError, WorkspaceFile, WriteMode, Written};
@@ -178,6 +186,8 @@ pub struct GatewayConfig {
     /// another connected node (its workspace restored there from the last checkpoint); `None`
     /// (the default) never moves a session by itself.
     pub session_move_after: Option<Duration>,
+    /// How this replica identifies itself to the other replicas on its store.
+    pub replica: ReplicaConfig,
     /// A pause before each worktree result is applied; zero (the default) outside tests. The
     /// CLI reads it from the hidden `GATEHOUSE_TEST_WORKTREE_APPLY_DELAY_MS`, so a test can
     /// observe a result while it is staged (back-pressure, a kill between staging and apply).
@@ -210,6 +220,7 @@ impl GatewayConfig {
             metrics_refresh_interval: metrics::DEFAULT_METRICS_REFRESH_INTERVAL,
             store_lock_wait: gatehouse_store::exclusive::DEFAULT_WAIT,
             session_move_after: None,
+            replica: ReplicaConfig::default(),
             worktree_apply_delay: Duration::ZERO,
         }
     }
@@ -246,8 +257,15 @@ pub(crate) struct GatewayState {
     pub(crate) audit: Audit,
     /// The operator token.
     pub(crate) operator_token: OperatorToken,
-    /// The Harness workspace, reached only through the enrolled node.
+    /// The Harness workspace, through a node linked here or the replica holding one.
     pub(crate) workspace: Arc<dyn WorkspaceAccess>,
+    /// The Harness workspace through the nodes linked to this replica only, which the
+    /// replica routes serve.
+    pub(crate) local_workspace: Arc<dyn WorkspaceAccess>,
+    /// This replica: its id and lease.
+    pub(crate) replica: Arc<cluster::Replica>,
+    /// The other replicas, reached over HTTP.
+    pub(crate) peers: Arc<cluster::peers::Peers>,
     /// What node sessions need.
     pub(crate) link: LinkContext,
     /// The content-addressed media store (`<state>/media/` unless `--media` names another).
@@ -266,6 +284,8 @@ pub(crate) struct GatewayState {
     pub(crate) metrics: metrics::GatewayMetrics,
     /// The store ping `/readyz` callers share.
     pub(crate) store_ping: readiness::SharedCheck,
+    /// Whether a node is linked to another replica, as `/readyz` callers share it.
+    pub(crate) remote_nodes: readiness::SharedCheck,
     /// When this Gateway started, Unix milliseconds (the `created` of `GET /v1/models`).
     pub(crate) started_at_ms: i64,
     /// The API keys' request windows and unended turns, for their rate limits.
@@ -351,6 +371,9 @@ pub enum GatewayError {
     /// The memory index cannot be opened.
     #[error("cannot open the memory index")]
     Memory(#[from] memory::MemoryServiceError),
+    /// The replica's lease cannot be taken (`REPLICA_ID_IN_USE`, or the store failed).
+    #[error("cannot take the replica's lease: {0}")]
+    Lease(#[source] LeaseError),
     /// The listen address cannot be bound.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -367,7 +390,9 @@ impl GatewayError {
     pub fn is_config_error(&self) -> bool {
         matches!(
             self,
-            GatewayError::Bind { .. } | GatewayError::StateDir { .. }
+            GatewayError::Bind { .. }
+                | GatewayError::StateDir { .. }
+                | GatewayError::Lease(LeaseError::InUse { .. })
         )
     }
 }
@@ -439,7 +464,7 @@ impl RunningGateway {
         };
         if self.store_lost.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(std::io::Error::other(format!(
-                "{}: another gateway took this gateway's store over while its connection was \
+                "{}: another process took this gateway's store over while its connection was \
                  lost; this one stopped so that one gateway writes the store",
                 ErrorCode::StoreInUse.as_str()
             )));
@@ -448,8 +473,8 @@ impl RunningGateway {
     }
 }
 
-/// Prepares the state directory (0700), opens the store, loads the operator token and starts
-/// serving.
+/// Prepares the state directory (0700), opens the store, takes this replica's lease, loads the
+/// operator token and starts serving.
 ///
 /// # Errors
 /// Every [`GatewayError`].
@@ -458,16 +483,64 @@ pub async fn start(
     extensions: Extensions,
 ) -> Result<RunningGateway, GatewayError> {
     prepare_state_dir(&config.state_dir)?;
-    let operator_token =
-        OperatorToken::load_or_create(&config.state_dir, config.operator_token_override.clone())
-            .map_err(GatewayError::OperatorToken)?;
     let location = config.store_location();
     // The location never holds a password (a store URL with one is refused), so it is logged.
     tracing::info!(store = %location, "opening the gateway store");
+    // A SQLite store is one process's; on PostgreSQL every Gateway on the database is a replica
+    // of one Gateway, held apart by their leases, and shares the lock that keeps a copy of the
+    // store (`gatehouse state migrate`) from running beside them.
     let store_lock = Arc::new(
-        gatehouse_store::exclusive::StoreLock::acquire(&location, config.store_lock_wait).await?,
+        gatehouse_store::exclusive::StoreLock::acquire_shared(&location, config.store_lock_wait)
+            .await?,
     );
     let store: Arc<dyn Store> = gatehouse_store::open(&location).await?;
+    if matches!(location, StoreLocation::Sqlite(_)) {
+        // This process holds the file alone: no lease on it can belong to a live replica.
+        store.end_all_leases().await?;
+    }
+    let operator_token = OperatorToken::shared(
+        &config.state_dir,
+        config.operator_token_override.clone(),
+        store.as_ref(),
+    )
+    .await
+    .map_err(GatewayError::OperatorToken)?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| GatewayError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let local_addr = listener.local_addr().map_err(|source| GatewayError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let replica_id = config
+        .replica
+        .replica_id
+        .clone()
+        .unwrap_or_else(|| default_replica_id(local_addr));
+    let replica_url = config
+        .replica
+        .advertise_url
+        .clone()
+        .unwrap_or_else(|| cluster::default_advertise_url(local_addr));
+    let replica = cluster::Replica::acquire(
+        Arc::clone(&store),
+        replica_id,
+        replica_url,
+        config.replica.lease.max(MIN_LEASE),
+        config.store_lock_wait,
+    )
+    .await
+    .map_err(GatewayError::Lease)?;
+    let replica_key = store
+        .shared_secret(
+            cluster::REPLICA_KEY,
+            &random_token().map_err(GatewayError::OperatorToken)?,
+            clock::now_ms(),
+        )
+        .await?;
     let media_location = config.media_location();
     // A media URL holds no secret (S3 credentials come from the environment), so it is logged.
     tracing::info!(media = %media_location, "opening the media store");
@@ -510,24 +583,30 @@ pub async fn start(
         tick_interval: config.tick_interval,
         requests: Arc::clone(&tools) as Arc<dyn crate::link::session::NodeRequestHandler>,
     };
-    let workspace: Arc<dyn WorkspaceAccess> = match extensions.workspace {
-        Some(workspace) => workspace,
-        None => Arc::new(WorkspaceClient::new(
-            Arc::clone(&registry),
-            config.file_policy.clone(),
-            config.invoke_timeout,
-        )),
-    };
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| GatewayError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let local_addr = listener.local_addr().map_err(|source| GatewayError::Bind {
-        addr: config.listen,
-        source,
-    })?;
+    let peers = Arc::new(cluster::peers::Peers::new(
+        replica_key,
+        Arc::clone(&replica),
+        Arc::clone(&store),
+        config.invoke_timeout,
+    ));
+    let (workspace, local_workspace): (Arc<dyn WorkspaceAccess>, Arc<dyn WorkspaceAccess>) =
+        match extensions.workspace {
+            Some(workspace) => (Arc::clone(&workspace), workspace),
+            None => {
+                let local: Arc<dyn WorkspaceAccess> = Arc::new(WorkspaceClient::new(
+                    Arc::clone(&registry),
+                    config.file_policy.clone(),
+                    config.invoke_timeout,
+                ));
+                let cluster: Arc<dyn WorkspaceAccess> =
+                    Arc::new(cluster::peers::ClusterWorkspace {
+                        local: Arc::clone(&local),
+                        registry: Arc::clone(&registry),
+                        peers: Arc::clone(&peers),
+                    });
+                (cluster, local)
+            }
+        };
     let hub = Arc::new(EventHub::new(Arc::clone(&store)));
     let worktrees = Arc::new(worktree::WorktreeService::new(
         Arc::clone(&store),
@@ -535,7 +614,7 @@ pub async fn start(
         config.worktree_apply_delay,
     ));
     // Results staged before a crash are applied before the turns that were running are
-    // marked interrupted (TurnEngine::recover), and are never replayed.
+    // marked interrupted (the first sweep), and are never replayed.
     worktrees.recover().await;
     let stager = Arc::new(staging::WorkspaceStager::new(
         Arc::clone(&workspace),
@@ -568,19 +647,30 @@ pub async fn start(
                 turns::node_runtime::DEFAULT_TURN_TIMEOUT,
             )
             .with_skills(Arc::clone(&skills))
-            .with_session_move_after(config.session_move_after)
             .with_worktrees(Arc::clone(&worktrees)),
         )),
         (None, None, FallbackRuntime::Off) => None,
     };
+    let dispatcher = Arc::new(cluster::dispatch::ClusterDispatcher {
+        store: Arc::clone(&store),
+        registry: Arc::clone(&registry),
+        replica: Arc::clone(&replica),
+        peers: Arc::clone(&peers),
+        audit: audit.clone(),
+        move_after: config.session_move_after,
+        grace: cluster::dispatch::DEFAULT_NODE_GRACE,
+    });
     let turns = TurnEngine::new(
         Arc::clone(&store),
         Arc::clone(&hub),
         runtime,
         Some(stager),
+        dispatcher,
         config.max_concurrent_turns,
     );
-    turns.recover().await?;
+    // The turns this replica's earlier lease (or a replica that died) left running end as
+    // interrupted before anything is dispatched; the sweep does the same from now on.
+    cluster::sweep::sweep_once(&replica, store.as_ref(), &turns).await;
     let metrics =
         metrics::GatewayMetrics::new(&turns.metrics, &registry, config.metrics_refresh_interval);
     let state = Arc::new(GatewayState {
@@ -591,6 +681,9 @@ pub async fn start(
         audit,
         operator_token,
         workspace,
+        local_workspace,
+        replica: Arc::clone(&replica),
+        peers,
         link,
         media,
         retention,
@@ -600,6 +693,7 @@ pub async fn start(
         skills,
         metrics,
         store_ping: readiness::SharedCheck::new(readiness::STORE_PING_REUSE),
+        remote_nodes: readiness::SharedCheck::new(readiness::STORE_PING_REUSE),
         started_at_ms: clock::now_ms(),
         key_limits: http::limits::KeyLimiter::default(),
         console_sessions: Arc::new(http::console::session::ConsoleSessions::default()),
@@ -610,6 +704,7 @@ pub async fn start(
         state.audit.clone(),
         shutdown.child_token(),
     ));
+    spawn_cluster(&state, &shutdown);
     let router = http::app(Arc::clone(&state));
     let stop = shutdown.clone();
     let engine = Arc::clone(&state.turns);
@@ -636,6 +731,8 @@ pub async fn start(
             engine.shut_down();
         })
         .await;
+        // The other replicas take this one's nodes and sessions over at once.
+        replica.release().await;
         // Another Gateway may take the store only once this one stopped serving.
         drop(store_lock);
         served
@@ -649,6 +746,43 @@ pub async fn start(
     })
 }
 
+/// Starts the replica's background tasks (see [`cluster`]): the lease's renewal, the sweep, the
+/// mirror of node links, the announcement listener and the outbox of deltas.
+fn spawn_cluster(state: &Arc<GatewayState>, shutdown: &CancellationToken) {
+    let replica = &state.replica;
+    tokio::spawn(cluster::keep_lease(
+        Arc::clone(replica),
+        Arc::clone(&state.turns),
+        Arc::clone(&state.registry),
+        shutdown.child_token(),
+    ));
+    tokio::spawn(cluster::sweep::run(
+        Arc::clone(replica),
+        Arc::clone(&state.store),
+        Arc::clone(&state.turns),
+        shutdown.child_token(),
+    ));
+    tokio::spawn(cluster::links::run(
+        Arc::clone(replica),
+        Arc::clone(&state.store),
+        Arc::clone(&state.registry),
+        shutdown.child_token(),
+    ));
+    tokio::spawn(cluster::announce::listen(
+        Arc::clone(replica),
+        Arc::clone(&state.store),
+        Arc::clone(&state.hub),
+        Arc::clone(&state.turns),
+        Arc::clone(&state.registry),
+        shutdown.child_token(),
+    ));
+    state.hub.set_outbox(cluster::announce::Outbox::start(
+        Arc::clone(replica),
+        Arc::clone(&state.store),
+        shutdown.child_token(),
+    ));
+}
+
 /// Stops the Gateway (cancels `shutdown`, sets `lost`) when another Gateway took its store
 /// over; ends with the shutdown otherwise.
 async fn stop_when_store_lost(
@@ -660,7 +794,7 @@ async fn stop_when_store_lost(
         () = lock.lost() => {
             tracing::error!(
                 code = ErrorCode::StoreInUse.as_str(),
-                "another gateway took this gateway's store over; stopping"
+                "another process took this gateway's store over (another gateway on its SQLite file, or a copy of its database); stopping"
             );
             lost.store(true, std::sync::atomic::Ordering::SeqCst);
             shutdown.cancel();

@@ -30,6 +30,26 @@ pub(crate) fn sha256_hex(text: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(text))
 }
 
+/// Writes `token` and a newline to `path` with mode 0600, as a new file renamed over the old
+/// one, so a reader sees the old token or the new one and never a mix.
+fn write_private(path: &Path, token: &str) -> std::io::Result<()> {
+    let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    let written = file
+        .write_all(token.as_bytes())
+        .and_then(|()| file.write_all(b"\n"))
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&temporary, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
+}
+
 /// Compares two secrets in time that does not depend on where they differ.
 pub(crate) fn secrets_equal(left: &[u8], right: &[u8]) -> bool {
     left.ct_eq(right).into()
@@ -60,15 +80,18 @@ impl std::fmt::Debug for OperatorToken {
 }
 
 impl OperatorToken {
-    /// Returns the token from `override_token` (the value of `GATEHOUSE_TOKEN`, if set and not
-    /// empty), else from `<state_dir>/operator-token`, creating that file with mode 0600 and a new
-    /// random token the first time.
+    /// Returns the operator token every replica on `store` shares: `override_token` (the value
+    /// of `GATEHOUSE_TOKEN`) when set, which stays this process's own; otherwise the store's
+    /// token, which the first replica creates (from `<state_dir>/operator-token` when that file
+    /// exists, so an installation keeps its token, else a new random one). The file is written
+    /// (mode 0600, replaced whole) whenever it is missing or holds another token.
     ///
     /// # Errors
-    /// The file cannot be read or created, or it is empty.
-    pub(crate) fn load_or_create(
+    /// The file cannot be read or written, or the store failed.
+    pub(crate) async fn shared(
         state_dir: &Path,
         override_token: Option<String>,
+        store: &dyn gatehouse_store::Store,
     ) -> std::io::Result<Self> {
         if let Some(token) = override_token.filter(|token| !token.trim().is_empty()) {
             return Ok(Self {
@@ -77,27 +100,28 @@ impl OperatorToken {
             });
         }
         let path = state_dir.join(OPERATOR_TOKEN_FILE);
-        let token = match std::fs::read_to_string(&path) {
-            Ok(text) => text.trim().to_owned(),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                let token = random_token()?;
-                let mut file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&path)?;
-                file.write_all(token.as_bytes())?;
-                file.write_all(b"\n")?;
-                file.sync_all()?;
-                token
-            }
+        let on_disk = match std::fs::read_to_string(&path) {
+            Ok(text) => Some(text.trim().to_owned()).filter(|token| !token.is_empty()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
             Err(error) => return Err(error),
         };
-        if token.is_empty() {
-            return Err(std::io::Error::other(format!(
-                "{} is empty; delete it to get a new token",
-                path.display()
-            )));
+        let proposed = match &on_disk {
+            Some(token) => token.clone(),
+            None => random_token()?,
+        };
+        let token = store
+            .shared_secret(
+                crate::cluster::OPERATOR_TOKEN,
+                &proposed,
+                crate::clock::now_ms(),
+            )
+            .await
+            .map_err(std::io::Error::other)?;
+        if on_disk.as_deref() != Some(token.as_str()) {
+            if on_disk.is_some() {
+                tracing::warn!(path = %path.display(), "the operator token file held another token than this gateway's store; it now holds the store's");
+            }
+            write_private(&path, &token)?;
         }
         Ok(Self {
             token,

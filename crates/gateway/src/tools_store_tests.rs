@@ -56,6 +56,21 @@ async fn refusal(tools: &GatewayTools, tool: &str, session: &str, turn: &str) ->
         .code
 }
 
+/// Claims the session `s`'s queued turn under a lease of this test's own.
+async fn claim(store: &Arc<dyn Store>) {
+    let gatehouse_store::cluster::Acquired::Taken(lease) = store
+        .acquire_replica("test", None, 3_600_000)
+        .await
+        .unwrap()
+    else {
+        panic!("the test's lease is held");
+    };
+    assert!(matches!(
+        store.claim_next_turn(&lease.fence, "s", 2).await.unwrap(),
+        gatehouse_store::cluster::ClaimOutcome::Claimed(_)
+    ));
+}
+
 #[tokio::test]
 async fn session_status_runs_for_a_running_turn_only() {
     let (_dir, store, tools) = setup(Vec::new()).await;
@@ -66,7 +81,7 @@ async fn session_status_runs_for_a_running_turn_only() {
         refusal(&tools, "session_status", "s", "t1").await,
         "INVALID_REQUEST"
     );
-    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    claim(&store).await;
     let result = tools
         .call_as("node:dev", &call("session_status", "s", "t1"))
         .await
@@ -111,7 +126,7 @@ async fn a_denied_tool_is_neither_offered_nor_run() {
     };
     let (_dir, store, tools) = setup(vec![deny]).await;
     assert!(tools.offered().is_empty());
-    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    claim(&store).await;
     assert_eq!(
         refusal(&tools, "session_status", "s", "t1").await,
         "POLICY_DENIED"

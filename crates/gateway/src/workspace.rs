@@ -347,7 +347,7 @@ enum Effect {
 }
 
 /// Refuses `..`, absolute paths and NUL before anything is sent.
-fn check_relative(relative: &str) -> Result<(), WorkspaceError> {
+pub(crate) fn check_relative(relative: &str) -> Result<(), WorkspaceError> {
     if relative.split(['/', '\\']).any(|segment| segment == "..") {
         return Err(WorkspaceError::BadPath {
             code: ErrorCode::PathTraversal,

@@ -352,6 +352,13 @@ catalogue! {
         /// database): a Gateway refuses to start beside it, and stops when, after a lost
         /// connection, another Gateway took its database over.
         StoreInUse = "STORE_IN_USE", 503;
+        /// A live Gateway replica on the same store holds this replica id (`--replica-id`):
+        /// give each replica an id of its own, or wait for the old process's lease to expire.
+        ReplicaIdInUse = "REPLICA_ID_IN_USE", 503;
+        /// A Gateway replica's lease expired before it renewed it (it stalled, or could not
+        /// reach its store): it stops its running turns, which the other replicas mark
+        /// interrupted, closes its node links, which reconnect, and takes a new lease.
+        ReplicaLeaseLost = "REPLICA_LEASE_LOST", 503;
         /// The store failed or holds a corrupt record.
         StoreFailure = "STORE_FAILURE", 500;
         /// The Gateway's media quota (`--media-quota-bytes`) is used up; a native turn whose

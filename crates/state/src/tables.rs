@@ -154,6 +154,8 @@ pub const TABLES: &[Table] = &[
             int("input_tokens"),
             int("output_tokens"),
             int("total_tokens"),
+            text("claim_replica"),
+            int("claim_epoch"),
         ],
         postgres_order: &["turn_id"],
         identity: None,
@@ -277,14 +279,25 @@ pub const TABLES: &[Table] = &[
         identity: None,
         generated_order: None,
     },
+    Table {
+        name: "shared_secrets",
+        columns: &[text("name"), text("value"), int("created_at_ms")],
+        postgres_order: &["name"],
+        identity: None,
+        generated_order: None,
+    },
 ];
 
 /// The tables of the store that are not Gateway state and are never copied or checked: the
-/// engines' own bookkeeping and the copier's progress markers.
+/// engines' own bookkeeping, the copier's progress markers, and the replicas' leases and node
+/// links, which describe the processes running now (a copied installation starts without
+/// them, and a turn a copied lease left running is marked interrupted at the first start).
 pub const NOT_STATE: &[&str] = &[
     "_sqlx_migrations",
     "sqlite_sequence",
     crate::migrate::PROGRESS_TABLE,
+    "replicas",
+    "node_links",
 ];
 
 /// Returns the table called `name`.

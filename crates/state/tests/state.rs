@@ -51,7 +51,10 @@ fn migration_tables(backend: &str) -> BTreeSet<String> {
                 {
                     name += 3;
                 }
-                tables.insert(words[name].trim_end_matches('(').to_owned());
+                let table = words[name].trim_end_matches('(');
+                if !NOT_STATE.contains(&table) {
+                    tables.insert(table.to_owned());
+                }
             }
         }
     }

@@ -1,12 +1,12 @@
-//! [`StoreLock`]: one Gateway at a time on a store.
+//! [`StoreLock`]: who may use a store at the same time.
 //!
-//! A Gateway that starts marks the turns its store shows running as `interrupted` (no turn can
-//! still run after a restart), and it claims queued turns. A second Gateway started on the same
-//! store by mistake (a second `gatehouse gateway` on one state directory, two Deployments on one
-//! database) would mark the first one's live turns and race it for the queue. So a Gateway
-//! holds its store exclusively for as long as it runs, and one that finds it held waits a
-//! little (a Gateway that is stopping lets go within moments) and then refuses to start with
-//! `STORE_IN_USE`.
+//! A SQLite store is one Gateway process's: a second `gatehouse gateway` on one state directory
+//! would race the first for its file. Several Gateway processes on one PostgreSQL database are
+//! replicas of one Gateway, kept apart by their leases ([`crate::cluster`]): each holds the
+//! store's lock *shared* ([`StoreLock::acquire_shared`]). `gatehouse state migrate` holds it
+//! exclusively ([`StoreLock::acquire`]), so it never copies a store a Gateway is writing, and no
+//! Gateway starts on a store it is copying. One that finds the lock held waits a little (a
+//! process that is stopping lets go within moments) and then refuses with `STORE_IN_USE`.
 //!
 //! - SQLite: an exclusive `flock` on `<database>.lock` beside the database file. The kernel
 //!   releases it when the process ends, however it ends.
@@ -19,9 +19,8 @@
 //!   stalled), the lock is taken again as soon as the server answers, ending this Gateway's
 //!   own earlier session first if that one still holds it. If another Gateway took it
 //!   meanwhile, this one no longer owns the store: [`StoreLock::lost`] resolves, and the
-//!   Gateway stops rather than write beside the other.
-//!   (Several Gateway replicas on one database are a later, lease-based design; until then one
-//!   Gateway owns a database.)
+//!   Gateway stops rather than write beside the other. A shared holder (a replica) loses it
+//!   only to an exclusive one (a copy of the store), never to another replica.
 
 use std::path::Path;
 use std::path::PathBuf;
@@ -73,21 +72,38 @@ impl Drop for StoreLock {
 
 impl StoreLock {
     /// Takes the exclusive use of the store at `location`, retrying for `wait` while another
-    /// Gateway holds it.
+    /// process holds it.
     ///
     /// # Errors
     /// [`StoreError::InUse`] when it is still held after `wait`; [`StoreError::Unavailable`]
     /// when the lock file cannot be opened or the server cannot be reached.
     pub async fn acquire(location: &StoreLocation, wait: Duration) -> crate::Result<Self> {
+        Self::take(location, wait, false).await
+    }
+
+    /// Takes the store at `location` as one of its Gateway replicas: shared with the other
+    /// replicas on a PostgreSQL database, exclusive on a SQLite file (which has one process);
+    /// retries for `wait` while an exclusive holder has it.
+    ///
+    /// # Errors
+    /// As [`StoreLock::acquire`].
+    pub async fn acquire_shared(location: &StoreLocation, wait: Duration) -> crate::Result<Self> {
+        Self::take(location, wait, true).await
+    }
+
+    async fn take(location: &StoreLocation, wait: Duration, shared: bool) -> crate::Result<Self> {
         let deadline = tokio::time::Instant::now() + wait;
         let mut logged = false;
         loop {
             let taken = match location {
                 StoreLocation::Sqlite(path) => try_lock_file(path)?.map(Held::Sqlite),
                 #[cfg(feature = "postgres")]
-                StoreLocation::Postgres(database) => postgres::try_take(database).await?,
+                StoreLocation::Postgres(database) => {
+                    postgres::try_take(database, shared).await?
+                }
                 #[cfg(not(feature = "postgres"))]
                 StoreLocation::Postgres(_) => {
+                    let _ = shared;
                     return Err(StoreError::Unavailable {
                         source: "this gatehouse was built without the postgres feature".into(),
                     });
@@ -213,15 +229,19 @@ mod postgres {
          AND classid = ($1 >> 32)::oid AND objid = ($1 & 4294967295)::oid \
          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
 
-    /// Connects and tries the lock once.
-    async fn attempt(options: &PgConnectOptions) -> Result<Attempt, sqlx::Error> {
+    /// Connects and tries the lock once, `shared` or exclusive.
+    async fn attempt(options: &PgConnectOptions, shared: bool) -> Result<Attempt, sqlx::Error> {
         let mut connection = PgConnection::connect_with(options).await?;
         for setting in SESSION_SETTINGS {
             if let Err(error) = sqlx::raw_sql(setting).execute(&mut connection).await {
                 tracing::debug!(setting, error = %error, "the server refused a lock session setting");
             }
         }
-        let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        let take = match shared {
+            true => "SELECT pg_try_advisory_lock_shared($1)",
+            false => "SELECT pg_try_advisory_lock($1)",
+        };
+        let taken: bool = sqlx::query_scalar(take)
             .bind(GATEWAY_LOCK_KEY)
             .fetch_one(&mut connection)
             .await?;
@@ -267,10 +287,14 @@ mod postgres {
         Ok(())
     }
 
-    /// Tries once to take the lock of `database`; `None` while another Gateway holds it.
-    pub(super) async fn try_take(database: &PostgresLocation) -> crate::Result<Option<Held>> {
+    /// Tries once to take the lock of `database`, `shared` or exclusive; `None` while another
+    /// process holds it in a conflicting mode.
+    pub(super) async fn try_take(
+        database: &PostgresLocation,
+        shared: bool,
+    ) -> crate::Result<Option<Held>> {
         let options = database.connect_options()?;
-        let holding = match attempt(&options).await {
+        let holding = match attempt(&options, shared).await {
             Ok(Attempt::Taken(holding)) => holding,
             Ok(Attempt::Held { .. }) => return Ok(None),
             Err(error) => {
@@ -280,7 +304,7 @@ mod postgres {
             }
         };
         let (raise, lost) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(keep(holding, options, raise));
+        let task = tokio::spawn(keep(holding, options, shared, raise));
         Ok(Some(Held::Postgres { task, lost }))
     }
 
@@ -292,6 +316,7 @@ mod postgres {
     async fn keep(
         mut holding: Holding,
         options: PgConnectOptions,
+        shared: bool,
         lost: tokio::sync::watch::Sender<bool>,
     ) {
         loop {
@@ -307,7 +332,7 @@ mod postgres {
             // Closes this side of the old session; the server may keep it a little longer.
             drop(holding);
             holding = loop {
-                match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt(&options)).await {
+                match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt(&options, shared)).await {
                     Ok(Ok(Attempt::Taken(holding))) => {
                         tracing::info!("took the gateway's store lock again");
                         break holding;

@@ -21,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+pub mod cluster;
 pub mod error;
 pub mod exclusive;
 pub mod location;
@@ -33,8 +34,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+pub use crate::cluster::ClusterStore;
 pub use crate::error::Result;
 pub use crate::error::StoreError;
+use crate::cluster::ClaimOutcome;
+use crate::cluster::Fence;
 use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
@@ -95,9 +99,9 @@ pub async fn open(location: &location::StoreLocation) -> Result<Arc<dyn Store>> 
     }
 }
 
-/// What the Gateway needs from its storage.
+/// What the Gateway needs from its storage; what its replicas share is [`ClusterStore`].
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: ClusterStore {
     /// Records a new API key (by the hash of its secret).
     ///
     /// # Errors
@@ -196,30 +200,59 @@ pub trait Store: Send + Sync + 'static {
     /// Storage failures.
     async fn turn_user_messages(&self, turn_id: &str) -> Result<Vec<MessageRecord>>;
 
-    /// Marks the oldest queued turn of `session_key` running and returns it, unless a turn of
-    /// that session is already running (one active turn per session).
+    /// Marks the oldest queued turn of `session_key` running under `fence` and returns it,
+    /// unless a turn of that session is already running (one active turn per session), the
+    /// session's node is linked to another replica or to none ([`ClaimOutcome::NotHolder`]), or
+    /// `fence` is not the replica's live lease ([`ClaimOutcome::Fenced`]).
     ///
     /// # Errors
     /// Storage failures.
-    async fn claim_next_turn(&self, session_key: &str, now_ms: i64) -> Result<Option<TurnRecord>>;
+    async fn claim_next_turn(
+        &self,
+        fence: &Fence,
+        session_key: &str,
+        now_ms: i64,
+    ) -> Result<ClaimOutcome>;
 
-    /// Ends `turn_id` if it is still queued or running, and appends its `turn.completed` (with
-    /// `turnId`, `status`, `reply`) or `turn.failed` (with `turnId`, `status`, `error`) session
-    /// event in the same transaction; returns false when it had already ended (for example
-    /// interrupted by a restart, or aborted), in which case nothing changes.
+    /// Ends `turn_id` if it is still queued, or running under `fence`, while `fence` is live, and
+    /// appends its `turn.completed` (with `turnId`, `status`, `reply`) or `turn.failed` (with
+    /// `turnId`, `status`, `error`) session event in the same transaction; returns false when
+    /// it had already ended (for example interrupted by a restart, or aborted) or the fence no
+    /// longer holds, in which case nothing changes.
     ///
     /// # Errors
     /// Storage failures.
-    async fn finish_turn(&self, turn_id: &str, end: &TurnEnd) -> Result<bool>;
+    async fn finish_turn(&self, fence: &Fence, turn_id: &str, end: &TurnEnd) -> Result<bool>;
 
-    /// Commits a complete assistant or tool message of a running turn and returns its transcript
-    /// seq, or `None` when the turn is no longer running (a stale writer is fenced off).
+    /// Commits a complete assistant or tool message of a turn running under `fence` and returns
+    /// its transcript seq, or `None` when the turn is no longer running or the fence no longer
+    /// holds (a stale writer is fenced off).
     ///
     /// # Errors
     /// Storage failures.
-    async fn commit_turn_message(&self, message: &NewTurnMessage) -> Result<Option<i64>>;
+    async fn commit_turn_message(
+        &self,
+        fence: &Fence,
+        message: &NewTurnMessage,
+    ) -> Result<Option<i64>>;
 
-    /// Appends a durable event to the session's event log and returns its seq.
+    /// Appends a durable event of the turn `turn_id`, running under `fence`, to its session's
+    /// event log and returns its seq; `None` when the turn is no longer running or the fence no
+    /// longer holds.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn append_turn_event(
+        &self,
+        fence: &Fence,
+        turn_id: &str,
+        kind: &str,
+        payload: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<Option<i64>>;
+
+    /// Appends a durable event that belongs to no running turn (a worktree conflict, say) to
+    /// the session's event log and returns its seq.
     ///
     /// # Errors
     /// Storage failures.
@@ -242,6 +275,19 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<EventRecord>>;
 
+    /// Returns the seq of the session's last durable event; 0 when it has none (or does not
+    /// exist).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn last_event_seq(&self, session_key: &str) -> Result<i64>;
+
+    /// Returns the session's oldest queued turn.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn next_queued_turn(&self, session_key: &str) -> Result<Option<TurnRecord>>;
+
     /// Returns the session's transcript, in order.
     ///
     /// # Errors
@@ -253,13 +299,6 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// Storage failures.
     async fn sessions(&self) -> Result<Vec<SessionRecord>>;
-
-    /// Marks every running turn interrupted (a crash or kill stopped it) and returns them. Called
-    /// once at start, before anything is dispatched; interrupted turns are never replayed.
-    ///
-    /// # Errors
-    /// Storage failures.
-    async fn interrupt_running_turns(&self, now_ms: i64) -> Result<Vec<TurnRecord>>;
 
     /// Returns the queued turns and the listed checkpoint bytes, for `/metrics`.
     ///

@@ -28,11 +28,14 @@ use sqlx::postgres::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::postgres::PgRow;
 
+mod cluster;
+
 use crate::Store;
+use crate::cluster::ClaimOutcome;
+use crate::cluster::Fence;
 use crate::error::Result;
 use crate::error::StoreError;
 use crate::location::PostgresLocation;
-use gatehouse_protocol::error::ErrorCode;
 
 use crate::model::API_KEY_LAST_USED_RESOLUTION_MS;
 use crate::model::Admitted;
@@ -43,7 +46,6 @@ use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventPayload;
 use crate::model::EventRecord;
-use crate::model::INTERRUPTED_MESSAGE;
 use crate::model::MessageRecord;
 use crate::model::NewApiKey;
 use crate::model::NewAuditEvent;
@@ -62,7 +64,6 @@ use crate::model::SessionWorkspace;
 use crate::model::StoreFigures;
 use crate::model::StoredManifest;
 use crate::model::TurnEnd;
-use crate::model::TurnFailed;
 use crate::model::TurnQueued;
 use crate::model::TurnRecord;
 use crate::model::TurnStarted;
@@ -87,6 +88,10 @@ pub const POOL_CONNECTIONS: u32 = 16;
 /// How long a call waits for a connection (including connecting) before it fails with
 /// [`StoreError::Unavailable`]: requests fail fast while the server is down instead of hanging.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long the server lets a transaction of this store sit idle before it ends it: the longest
+/// a frozen replica can hold a turn's row (see [`crate::cluster`]).
+pub const STALLED_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The key of the advisory lock that orders audit appends ("gh-audit" in ASCII).
 const AUDIT_LOCK_KEY: i64 = 0x6768_2d61_7564_6974;
@@ -115,6 +120,14 @@ impl PgStore {
     /// # Errors
     /// [`StoreError::Unavailable`] when the server cannot be reached or migrated.
     pub async fn open_with(options: PgConnectOptions) -> Result<Self> {
+        // A transaction left open by a stalled process (a replica frozen mid-write) is ended by
+        // the server, so it holds no turn's row past this: the survivors can take its turns
+        // over. The store's transactions never wait on anything but the server between
+        // statements.
+        let options = options.options([(
+            "idle_in_transaction_session_timeout",
+            format!("{}", STALLED_TRANSACTION_TIMEOUT.as_millis()),
+        )]);
         // One direct connection first: the pool would report an unreachable server only as a
         // timeout, and the operator needs the reason (refused, authentication, no database).
         let probe = PgConnection::connect_with(&options)
@@ -577,10 +590,42 @@ impl Store for PgStore {
         rows.iter().map(message_from_row).collect()
     }
 
-    async fn claim_next_turn(&self, session_key: &str, now_ms: i64) -> Result<Option<TurnRecord>> {
+    async fn claim_next_turn(
+        &self,
+        fence: &Fence,
+        session_key: &str,
+        now_ms: i64,
+    ) -> Result<ClaimOutcome> {
         let mut tx = self.begin("turn").await?;
         if !lock_session(&mut tx, session_key).await? {
-            return Ok(None);
+            return Ok(ClaimOutcome::Idle);
+        }
+        let live: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT {}",
+            fence_holds("$1", "$2")
+        )))
+        .bind(&fence.replica_id)
+        .bind(fence.epoch)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "replica"))?;
+        if !live {
+            return Ok(ClaimOutcome::Fenced);
+        }
+        // The session's node must be linked to this replica under this lease: a replica claims
+        // only the turns of sessions whose node it holds (an unbound session is placed first).
+        let holder: Option<(Option<String>, Option<String>, Option<i64>)> = sqlx::query_as(
+            "SELECT s.node_id, l.replica_id, l.epoch FROM sessions s \
+             LEFT JOIN node_links l ON l.device_id = s.node_id WHERE s.session_key = $1",
+        )
+        .bind(session_key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        if let Some((Some(_), replica, epoch)) = holder
+            && (replica.as_deref() != Some(fence.replica_id.as_str()) || epoch != Some(fence.epoch))
+        {
+            return Ok(ClaimOutcome::NotHolder);
         }
         let running: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM turns WHERE session_key = $1 AND status = 'running'",
@@ -590,7 +635,7 @@ impl Store for PgStore {
         .await
         .map_err(|e| map_error(e, "turn"))?;
         if running > 0 {
-            return Ok(None);
+            return Ok(ClaimOutcome::Idle);
         }
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "{TURN_COLUMNS} WHERE session_key = $1 AND status = 'queued' ORDER BY turn_no LIMIT 1"
@@ -600,21 +645,24 @@ impl Store for PgStore {
         .await
         .map_err(|e| map_error(e, "turn"))?;
         let Some(row) = row else {
-            return Ok(None);
+            return Ok(ClaimOutcome::Idle);
         };
         let mut turn = turn_from_row(&row)?;
-        let claimed = sqlx::query(
-            "UPDATE turns SET status = 'running', started_at_ms = $1 \
-             WHERE turn_id = $2 AND status = 'queued'",
-        )
+        let claimed = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE turns SET status = 'running', started_at_ms = $1, claim_replica = $3, \
+             claim_epoch = $4 WHERE turn_id = $2 AND status = 'queued' AND {}",
+            fence_holds("$3", "$4")
+        )))
         .bind(now_ms)
         .bind(&turn.turn_id)
+        .bind(&fence.replica_id)
+        .bind(fence.epoch)
         .execute(&mut *tx)
         .await
         .map_err(|e| map_error(e, "turn"))?;
         if claimed.rows_affected() != 1 {
-            // Aborted between the read and the update.
-            return Ok(None);
+            // The turn is still queued (the session row is locked): the lease no longer holds.
+            return Ok(ClaimOutcome::Fenced);
         }
         let payload = TurnStarted {
             turn_id: turn.turn_id.clone(),
@@ -624,17 +672,20 @@ impl Store for PgStore {
         tx.commit().await.map_err(|e| map_error(e, "turn"))?;
         turn.status = TurnStatus::Running;
         turn.started_at_ms = Some(now_ms);
-        Ok(Some(turn))
+        Ok(ClaimOutcome::Claimed(turn))
     }
 
-    async fn finish_turn(&self, turn_id: &str, end: &TurnEnd) -> Result<bool> {
+    async fn finish_turn(&self, fence: &Fence, turn_id: &str, end: &TurnEnd) -> Result<bool> {
         let [input_tokens, output_tokens, total_tokens] = usage_columns(end.usage);
         let mut tx = self.begin("turn").await?;
-        let session_key: Option<String> = sqlx::query_scalar(
+        let session_key: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "UPDATE turns SET status = $1, reply = $2, error_code = $3, error_message = $4, \
              ended_at_ms = $5, input_tokens = $7, output_tokens = $8, total_tokens = $9 \
-             WHERE turn_id = $6 AND status IN ('queued', 'running') RETURNING session_key",
-        )
+             WHERE turn_id = $6 AND (status = 'queued' OR (status = 'running' \
+             AND claim_replica = $10 AND claim_epoch = $11)) AND {} \
+             RETURNING session_key",
+            fence_holds("$10", "$11")
+        )))
         .bind(end.status.as_str())
         .bind(opt_text(end.reply.as_deref()))
         .bind(opt_text(end.error_code.as_deref()))
@@ -644,6 +695,8 @@ impl Store for PgStore {
         .bind(input_tokens)
         .bind(output_tokens)
         .bind(total_tokens)
+        .bind(&fence.replica_id)
+        .bind(fence.epoch)
         .fetch_optional(&mut *tx)
         .await
         .map_err(|e| map_error(e, "turn"))?;
@@ -656,17 +709,13 @@ impl Store for PgStore {
         Ok(true)
     }
 
-    async fn commit_turn_message(&self, message: &NewTurnMessage) -> Result<Option<i64>> {
+    async fn commit_turn_message(
+        &self,
+        fence: &Fence,
+        message: &NewTurnMessage,
+    ) -> Result<Option<i64>> {
         let mut tx = self.begin("message").await?;
-        // Locking the running turn's row keeps `finish_turn` from ending it before this commit.
-        let session: Option<String> = sqlx::query_scalar(
-            "SELECT session_key FROM turns WHERE turn_id = $1 AND status = 'running' FOR UPDATE",
-        )
-        .bind(&message.turn_id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, "turn"))?;
-        let Some(session_key) = session else {
+        let Some(session_key) = lock_fenced_turn(&mut tx, fence, &message.turn_id).await? else {
             return Ok(None);
         };
         let seq = insert_message(
@@ -680,6 +729,23 @@ impl Store for PgStore {
         )
         .await?;
         tx.commit().await.map_err(|e| map_error(e, "message"))?;
+        Ok(Some(seq))
+    }
+
+    async fn append_turn_event(
+        &self,
+        fence: &Fence,
+        turn_id: &str,
+        kind: &str,
+        payload: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<Option<i64>> {
+        let mut tx = self.begin("event").await?;
+        let Some(session_key) = lock_fenced_turn(&mut tx, fence, turn_id).await? else {
+            return Ok(None);
+        };
+        let seq = insert_event(&mut tx, &session_key, kind, payload, now_ms).await?;
+        tx.commit().await.map_err(|e| map_error(e, "event"))?;
         Ok(Some(seq))
     }
 
@@ -724,6 +790,27 @@ impl Store for PgStore {
         Ok(events)
     }
 
+    async fn last_event_seq(&self, session_key: &str) -> Result<i64> {
+        let next: Option<i64> =
+            sqlx::query_scalar("SELECT next_event_seq FROM sessions WHERE session_key = $1")
+                .bind(session_key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| map_error(e, "session"))?;
+        Ok(next.map_or(0, |next| next - 1))
+    }
+
+    async fn next_queued_turn(&self, session_key: &str) -> Result<Option<TurnRecord>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{TURN_COLUMNS} WHERE session_key = $1 AND status = 'queued' ORDER BY turn_no LIMIT 1"
+        )))
+        .bind(session_key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        row.as_ref().map(turn_from_row).transpose()
+    }
+
     async fn transcript(&self, session_key: &str) -> Result<Vec<MessageRecord>> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "{MESSAGE_COLUMNS} WHERE session_key = $1 ORDER BY seq"
@@ -757,45 +844,6 @@ impl Store for PgStore {
             });
         }
         Ok(sessions)
-    }
-
-    async fn interrupt_running_turns(&self, now_ms: i64) -> Result<Vec<TurnRecord>> {
-        let mut tx = self.begin("turn").await?;
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{TURN_COLUMNS} WHERE status = 'running' \
-             ORDER BY session_key COLLATE \"C\", turn_no FOR UPDATE"
-        )))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, "turn"))?;
-        let mut interrupted = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let mut turn = turn_from_row(row)?;
-            sqlx::query(
-                "UPDATE turns SET status = 'interrupted', error_code = $1, \
-                 error_message = $2, ended_at_ms = $3 WHERE turn_id = $4",
-            )
-            .bind(ErrorCode::Interrupted.as_str())
-            .bind(INTERRUPTED_MESSAGE)
-            .bind(now_ms)
-            .bind(&turn.turn_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "turn"))?;
-            let payload = TurnFailed::interrupted(&turn.turn_id).to_payload_json();
-            insert_event(
-                &mut tx,
-                &turn.session_key,
-                TurnFailed::KIND,
-                &payload,
-                now_ms,
-            )
-            .await?;
-            turn.status = TurnStatus::Interrupted;
-            interrupted.push(turn);
-        }
-        tx.commit().await.map_err(|e| map_error(e, "turn"))?;
-        Ok(interrupted)
     }
 
     async fn figures(&self) -> Result<StoreFigures> {
@@ -1479,6 +1527,41 @@ async fn lock_session(
             .await
             .map_err(|e| map_error(e, "session"))?;
     Ok(found.is_some())
+}
+
+/// Returns the condition that the lease of replica `replica` with epoch `epoch` (two SQL
+/// expressions, the statement's parameters) is live: its replica's newest lease, unexpired by
+/// the server's clock. A write of a turn puts it in the statement that locks or changes the
+/// turn's row, so the lease is judged at the moment the row is taken.
+fn fence_holds(replica: &str, epoch: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM replicas r WHERE r.replica_id = {replica} AND r.epoch = {epoch} \
+         AND r.expires_at_ms > {DB_NOW_MS})"
+    )
+}
+
+/// The server's clock in Unix milliseconds, the clock of every lease.
+pub(crate) const DB_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// Locks the row of `turn_id` while it runs under `fence` and `fence` is live, and returns its
+/// session; `None` (nothing locked) otherwise. Interrupting an orphaned turn takes the same row
+/// first, so a write either commits before the takeover or finds the turn ended.
+async fn lock_fenced_turn(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    fence: &Fence,
+    turn_id: &str,
+) -> Result<Option<String>> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT session_key FROM turns WHERE turn_id = $1 AND status = 'running' \
+         AND claim_replica = $2 AND claim_epoch = $3 AND {} FOR UPDATE",
+        fence_holds("$2", "$3")
+    )))
+    .bind(turn_id)
+    .bind(&fence.replica_id)
+    .bind(fence.epoch)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "turn"))
 }
 
 fn turn_from_row(row: &PgRow) -> Result<TurnRecord> {

@@ -12,10 +12,13 @@ use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::sqlite::SqliteRow;
 use sqlx::sqlite::SqliteSynchronous;
 
+mod cluster;
+
 use crate::Store;
+use crate::cluster::ClaimOutcome;
+use crate::cluster::Fence;
 use crate::error::Result;
 use crate::error::StoreError;
-use gatehouse_protocol::error::ErrorCode;
 
 use crate::model::API_KEY_LAST_USED_RESOLUTION_MS;
 use crate::model::Admitted;
@@ -26,7 +29,6 @@ use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventPayload;
 use crate::model::EventRecord;
-use crate::model::INTERRUPTED_MESSAGE;
 use crate::model::MessageRecord;
 use crate::model::NewApiKey;
 use crate::model::NewAuditEvent;
@@ -45,7 +47,6 @@ use crate::model::SessionWorkspace;
 use crate::model::StoreFigures;
 use crate::model::StoredManifest;
 use crate::model::TurnEnd;
-use crate::model::TurnFailed;
 use crate::model::TurnQueued;
 use crate::model::TurnRecord;
 use crate::model::TurnStarted;
@@ -545,8 +546,31 @@ impl Store for SqliteStore {
         rows.iter().map(message_from_row).collect()
     }
 
-    async fn claim_next_turn(&self, session_key: &str, now_ms: i64) -> Result<Option<TurnRecord>> {
+    async fn claim_next_turn(
+        &self,
+        fence: &Fence,
+        session_key: &str,
+        now_ms: i64,
+    ) -> Result<ClaimOutcome> {
         let mut tx = self.begin_write().await.map_err(|e| map_error(e, "turn"))?;
+        if !fence_holds(&mut tx, fence).await? {
+            return Ok(ClaimOutcome::Fenced);
+        }
+        // The session's node must be linked to this replica under this lease: a replica claims
+        // only the turns of sessions whose node it holds (an unbound session is placed first).
+        let holder: Option<(Option<String>, Option<String>, Option<i64>)> = sqlx::query_as(
+            "SELECT s.node_id, l.replica_id, l.epoch FROM sessions s \
+             LEFT JOIN node_links l ON l.device_id = s.node_id WHERE s.session_key = ?",
+        )
+        .bind(session_key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        if let Some((Some(_), replica, epoch)) = holder
+            && (replica.as_deref() != Some(fence.replica_id.as_str()) || epoch != Some(fence.epoch))
+        {
+            return Ok(ClaimOutcome::NotHolder);
+        }
         let running: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM turns WHERE session_key = ? AND status = 'running'",
         )
@@ -555,7 +579,7 @@ impl Store for SqliteStore {
         .await
         .map_err(|e| map_error(e, "turn"))?;
         if running > 0 {
-            return Ok(None);
+            return Ok(ClaimOutcome::Idle);
         }
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "{TURN_COLUMNS} WHERE session_key = ? AND status = 'queued' ORDER BY turn_no LIMIT 1"
@@ -565,15 +589,20 @@ impl Store for SqliteStore {
         .await
         .map_err(|e| map_error(e, "turn"))?;
         let Some(row) = row else {
-            return Ok(None);
+            return Ok(ClaimOutcome::Idle);
         };
         let mut turn = turn_from_row(&row)?;
-        sqlx::query("UPDATE turns SET status = 'running', started_at_ms = ? WHERE turn_id = ? AND status = 'queued'")
-            .bind(now_ms)
-            .bind(&turn.turn_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "turn"))?;
+        sqlx::query(
+            "UPDATE turns SET status = 'running', started_at_ms = ?, claim_replica = ?, \
+             claim_epoch = ? WHERE turn_id = ? AND status = 'queued'",
+        )
+        .bind(now_ms)
+        .bind(&fence.replica_id)
+        .bind(fence.epoch)
+        .bind(&turn.turn_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
         let payload = TurnStarted {
             turn_id: turn.turn_id.clone(),
         }
@@ -582,16 +611,20 @@ impl Store for SqliteStore {
         tx.commit().await.map_err(|e| map_error(e, "turn"))?;
         turn.status = TurnStatus::Running;
         turn.started_at_ms = Some(now_ms);
-        Ok(Some(turn))
+        Ok(ClaimOutcome::Claimed(turn))
     }
 
-    async fn finish_turn(&self, turn_id: &str, end: &TurnEnd) -> Result<bool> {
+    async fn finish_turn(&self, fence: &Fence, turn_id: &str, end: &TurnEnd) -> Result<bool> {
         let [input_tokens, output_tokens, total_tokens] = usage_columns(end.usage);
         let mut tx = self.begin_write().await.map_err(|e| map_error(e, "turn"))?;
+        if !fence_holds(&mut tx, fence).await? {
+            return Ok(false);
+        }
         let session_key: Option<String> = sqlx::query_scalar(
             "UPDATE turns SET status = ?, reply = ?, error_code = ?, error_message = ?, ended_at_ms = ?, \
              input_tokens = ?, output_tokens = ?, total_tokens = ? \
-             WHERE turn_id = ? AND status IN ('queued', 'running') RETURNING session_key",
+             WHERE turn_id = ? AND (status = 'queued' OR (status = 'running' \
+             AND claim_replica = ? AND claim_epoch = ?)) RETURNING session_key",
         )
         .bind(end.status.as_str())
         .bind(&end.reply)
@@ -602,6 +635,8 @@ impl Store for SqliteStore {
         .bind(output_tokens)
         .bind(total_tokens)
         .bind(turn_id)
+        .bind(&fence.replica_id)
+        .bind(fence.epoch)
         .fetch_optional(&mut *tx)
         .await
         .map_err(|e| map_error(e, "turn"))?;
@@ -614,19 +649,16 @@ impl Store for SqliteStore {
         Ok(true)
     }
 
-    async fn commit_turn_message(&self, message: &NewTurnMessage) -> Result<Option<i64>> {
+    async fn commit_turn_message(
+        &self,
+        fence: &Fence,
+        message: &NewTurnMessage,
+    ) -> Result<Option<i64>> {
         let mut tx = self
             .begin_write()
             .await
             .map_err(|e| map_error(e, "message"))?;
-        let session: Option<String> = sqlx::query_scalar(
-            "SELECT session_key FROM turns WHERE turn_id = ? AND status = 'running'",
-        )
-        .bind(&message.turn_id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, "turn"))?;
-        let Some(session_key) = session else {
+        let Some(session_key) = fenced_turn(&mut tx, fence, &message.turn_id).await? else {
             return Ok(None);
         };
         let seq = insert_message(
@@ -640,6 +672,26 @@ impl Store for SqliteStore {
         )
         .await?;
         tx.commit().await.map_err(|e| map_error(e, "message"))?;
+        Ok(Some(seq))
+    }
+
+    async fn append_turn_event(
+        &self,
+        fence: &Fence,
+        turn_id: &str,
+        kind: &str,
+        payload: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<Option<i64>> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "event"))?;
+        let Some(session_key) = fenced_turn(&mut tx, fence, turn_id).await? else {
+            return Ok(None);
+        };
+        let seq = insert_event(&mut tx, &session_key, kind, payload, now_ms).await?;
+        tx.commit().await.map_err(|e| map_error(e, "event"))?;
         Ok(Some(seq))
     }
 
@@ -690,6 +742,27 @@ impl Store for SqliteStore {
         Ok(events)
     }
 
+    async fn last_event_seq(&self, session_key: &str) -> Result<i64> {
+        let next: Option<i64> =
+            sqlx::query_scalar("SELECT next_event_seq FROM sessions WHERE session_key = ?")
+                .bind(session_key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| map_error(e, "session"))?;
+        Ok(next.map_or(0, |next| next - 1))
+    }
+
+    async fn next_queued_turn(&self, session_key: &str) -> Result<Option<TurnRecord>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{TURN_COLUMNS} WHERE session_key = ? AND status = 'queued' ORDER BY turn_no LIMIT 1"
+        )))
+        .bind(session_key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "turn"))?;
+        row.as_ref().map(turn_from_row).transpose()
+    }
+
     async fn transcript(&self, session_key: &str) -> Result<Vec<MessageRecord>> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "{MESSAGE_COLUMNS} WHERE session_key = ? ORDER BY seq"
@@ -722,44 +795,6 @@ impl Store for SqliteStore {
             });
         }
         Ok(sessions)
-    }
-
-    async fn interrupt_running_turns(&self, now_ms: i64) -> Result<Vec<TurnRecord>> {
-        let mut tx = self.begin_write().await.map_err(|e| map_error(e, "turn"))?;
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{TURN_COLUMNS} WHERE status = 'running' ORDER BY session_key, turn_no"
-        )))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, "turn"))?;
-        let mut interrupted = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let mut turn = turn_from_row(row)?;
-            sqlx::query(
-                "UPDATE turns SET status = 'interrupted', error_code = ?, error_message = ?, \
-                 ended_at_ms = ? WHERE turn_id = ?",
-            )
-            .bind(ErrorCode::Interrupted.as_str())
-            .bind(INTERRUPTED_MESSAGE)
-            .bind(now_ms)
-            .bind(&turn.turn_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "turn"))?;
-            let payload = TurnFailed::interrupted(&turn.turn_id).to_payload_json();
-            insert_event(
-                &mut tx,
-                &turn.session_key,
-                TurnFailed::KIND,
-                &payload,
-                now_ms,
-            )
-            .await?;
-            turn.status = TurnStatus::Interrupted;
-            interrupted.push(turn);
-        }
-        tx.commit().await.map_err(|e| map_error(e, "turn"))?;
-        Ok(interrupted)
     }
 
     async fn figures(&self) -> Result<StoreFigures> {
@@ -1495,6 +1530,43 @@ fn message_from_row(row: &SqliteRow) -> Result<MessageRecord> {
         tool_name: get(row, "tool_name")?,
         created_at_ms: get(row, "created_at_ms")?,
     })
+}
+
+/// Returns whether `fence` is its replica's newest lease and unexpired now, inside `tx` (a
+/// write transaction, which SQLite runs one at a time).
+async fn fence_holds(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, fence: &Fence) -> Result<bool> {
+    let live: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM replicas WHERE replica_id = ? AND epoch = ? AND expires_at_ms > ?",
+    )
+    .bind(&fence.replica_id)
+    .bind(fence.epoch)
+    .bind(cluster::clock_ms())
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "replica"))?;
+    Ok(live.is_some())
+}
+
+/// Returns the session of `turn_id` while it runs under `fence` and `fence` is live; `None`
+/// otherwise.
+async fn fenced_turn(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    fence: &Fence,
+    turn_id: &str,
+) -> Result<Option<String>> {
+    if !fence_holds(tx, fence).await? {
+        return Ok(None);
+    }
+    sqlx::query_scalar(
+        "SELECT session_key FROM turns WHERE turn_id = ? AND status = 'running' \
+         AND claim_replica = ? AND claim_epoch = ?",
+    )
+    .bind(turn_id)
+    .bind(&fence.replica_id)
+    .bind(fence.epoch)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(|e| map_error(e, "turn"))
 }
 
 async fn insert_message(

@@ -17,6 +17,9 @@ use std::sync::Arc;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::worker::TokenUsage;
 use gatehouse_store::Store;
+use gatehouse_store::cluster::Acquired;
+use gatehouse_store::cluster::ClaimOutcome;
+use gatehouse_store::cluster::Fence;
 use gatehouse_store::model::API_KEY_LAST_USED_RESOLUTION_MS;
 use gatehouse_store::model::ApiKeyRecord;
 use gatehouse_store::model::Attachment;
@@ -39,6 +42,7 @@ use gatehouse_store::model::SessionMove;
 use gatehouse_store::model::StoredEntry;
 use gatehouse_store::model::StoredManifest;
 use gatehouse_store::model::TurnEnd;
+use gatehouse_store::model::TurnRecord;
 use gatehouse_store::model::TurnStatus;
 use gatehouse_store::model::WorkspaceSet;
 use gatehouse_store::model::WorkspaceSource;
@@ -94,6 +98,39 @@ conformance!(
     a_session_is_rebound_only_from_the_node_it_is_bound_to,
     a_worktree_keeps_versions_applies_a_result_once_and_prunes_old_versions,
 );
+
+/// Takes a lease for the replica `r1` that outlives the test and returns its fence.
+async fn lease(store: &Arc<dyn Store>) -> Fence {
+    lease_for(store, "r1", 3_600_000).await
+}
+
+/// Takes the lease of `replica` for `lease_ms` and returns its fence.
+async fn lease_for(store: &Arc<dyn Store>, replica: &str, lease_ms: i64) -> Fence {
+    match store.acquire_replica(replica, None, lease_ms).await.unwrap() {
+        Acquired::Taken(lease) => lease.fence,
+        held @ Acquired::Held { .. } => panic!("the lease of {replica} is held: {held:?}"),
+    }
+}
+
+/// Records that the replica of `fence` holds the link of `device_id`: a replica claims only the
+/// turns of sessions whose node it holds.
+async fn link_here(store: &Arc<dyn Store>, fence: &Fence, device_id: &str) {
+    let link = gatehouse_store::cluster::NewNodeLink {
+        device_id: device_id.into(),
+        conn_id: 1,
+        runtime: "native".into(),
+        commands: vec!["agent.turn".into()],
+    };
+    assert!(store.link_node(fence, &link).await.unwrap());
+}
+
+/// Returns the turn a claim took, failing the test otherwise.
+fn claimed(outcome: ClaimOutcome) -> TurnRecord {
+    match outcome {
+        ClaimOutcome::Claimed(turn) => turn,
+        other => panic!("nothing was claimed: {other:?}"),
+    }
+}
 
 fn node(device_id: &str) -> NodeRecord {
     NodeRecord {
@@ -437,6 +474,7 @@ async fn an_acknowledged_admission_is_durable_in_a_new_store(target: Target) {
 
 async fn turns_run_one_at_a_time_in_order_and_fence_stale_writers(target: Target) {
     let store = target.open().await;
+    let fence = lease(&store).await;
     store
         .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
         .await
@@ -445,31 +483,34 @@ async fn turns_run_one_at_a_time_in_order_and_fence_stale_writers(target: Target
         .admit_user_message(&message("s", "t2", "two", None, QueueMode::Followup))
         .await
         .unwrap();
-    let first = store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    let first = claimed(store.claim_next_turn(&fence, "s", 2).await.unwrap());
     assert_eq!(
         (first.turn_id.as_str(), first.status, first.started_at_ms),
         ("t1", TurnStatus::Running, Some(2))
     );
     assert_eq!(
-        store.claim_next_turn("s", 3).await.unwrap(),
-        None,
+        store.claim_next_turn(&fence, "s", 3).await.unwrap(),
+        ClaimOutcome::Idle,
         "a second turn ran concurrently"
     );
-    assert_eq!(store.claim_next_turn("nope", 3).await.unwrap(), None);
+    assert_eq!(
+        store.claim_next_turn(&fence, "nope", 3).await.unwrap(),
+        ClaimOutcome::Idle
+    );
     let seq = store
-        .commit_turn_message(&assistant("t1", "reply one", 4))
+        .commit_turn_message(&fence, &assistant("t1", "reply one", 4))
         .await
         .unwrap();
     assert_eq!(seq, Some(3));
     let end = completed("reply one", 5);
-    assert!(store.finish_turn("t1", &end).await.unwrap());
+    assert!(store.finish_turn(&fence, "t1", &end).await.unwrap());
     assert!(
-        !store.finish_turn("t1", &end).await.unwrap(),
+        !store.finish_turn(&fence, "t1", &end).await.unwrap(),
         "a finished turn changed again"
     );
     // The turn is over: a late commit from its writer is refused.
     let stale = store
-        .commit_turn_message(&assistant("t1", "late", 6))
+        .commit_turn_message(&fence, &assistant("t1", "late", 6))
         .await
         .unwrap();
     assert_eq!(stale, None);
@@ -478,7 +519,7 @@ async fn turns_run_one_at_a_time_in_order_and_fence_stale_writers(target: Target
         (ended.status, ended.reply.as_deref(), ended.ended_at_ms),
         (TurnStatus::Completed, Some("reply one"), Some(5))
     );
-    let second = store.claim_next_turn("s", 7).await.unwrap().unwrap();
+    let second = claimed(store.claim_next_turn(&fence, "s", 7).await.unwrap());
     assert_eq!(second.turn_id, "t2");
     let transcript: Vec<(i64, String, String)> = store
         .transcript("s")
@@ -530,7 +571,7 @@ async fn turns_run_one_at_a_time_in_order_and_fence_stale_writers(target: Target
         usage: None,
         now_ms: 8,
     };
-    assert!(store.finish_turn("t2", &failed).await.unwrap());
+    assert!(store.finish_turn(&fence, "t2", &failed).await.unwrap());
     let last = store.events_after("s", 5, 10).await.unwrap();
     assert_eq!(
         (last[0].kind.as_str(), &last[0].payload),
@@ -545,6 +586,7 @@ async fn turns_run_one_at_a_time_in_order_and_fence_stale_writers(target: Target
 /// Many dispatchers claiming one session at once start exactly one turn: the running-turn fence.
 async fn concurrent_claims_run_one_turn_per_session(target: Target) {
     let store = target.open().await;
+    let fence = lease(&store).await;
     for index in 0..4 {
         store
             .admit_user_message(&message(
@@ -560,8 +602,12 @@ async fn concurrent_claims_run_one_turn_per_session(target: Target) {
     let mut tasks = Vec::new();
     for now_ms in 0..16 {
         let store = Arc::clone(&store);
+        let fence = fence.clone();
         tasks.push(tokio::spawn(async move {
-            store.claim_next_turn("s", now_ms).await.unwrap()
+            match store.claim_next_turn(&fence, "s", now_ms).await.unwrap() {
+                ClaimOutcome::Claimed(turn) => Some(turn),
+                _ => None,
+            }
         }));
     }
     let mut claimed = Vec::new();
@@ -651,17 +697,19 @@ async fn concurrent_duplicates_create_one_turn(target: Target) {
 async fn concurrent_appends_get_contiguous_sequence_numbers(target: Target) {
     const EACH: usize = 24;
     let store = target.open().await;
+    let fence = lease(&store).await;
     store
         .admit_user_message(&message("s", "running", "start", None, QueueMode::Followup))
         .await
         .unwrap();
-    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    claimed(store.claim_next_turn(&fence, "s", 2).await.unwrap());
     let mut tasks = Vec::new();
     for index in 0..EACH {
         let writer = Arc::clone(&store);
+        let fence = fence.clone();
         tasks.push(tokio::spawn(async move {
             let seq = writer
-                .commit_turn_message(&assistant("running", &format!("a{index}"), 3))
+                .commit_turn_message(&fence, &assistant("running", &format!("a{index}"), 3))
                 .await
                 .unwrap();
             assert!(seq.is_some());
@@ -715,11 +763,12 @@ async fn concurrent_appends_get_contiguous_sequence_numbers(target: Target) {
 
 async fn collect_joins_the_queued_turn(target: Target) {
     let store = target.open().await;
+    let fence = lease(&store).await;
     store
         .admit_user_message(&message("s", "t1", "running", None, QueueMode::Followup))
         .await
         .unwrap();
-    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    claimed(store.claim_next_turn(&fence, "s", 2).await.unwrap());
     let a = store
         .admit_user_message(&message("s", "t2", "a", None, QueueMode::Collect))
         .await
@@ -742,9 +791,12 @@ async fn collect_joins_the_queued_turn(target: Target) {
     assert_eq!(store.turn("t3").await.unwrap(), None);
 }
 
+/// A Gateway that stopped (its lease expired) leaves its running turns to be interrupted by
+/// the next lease of its replica id, never replayed; queued turns stay queued.
 async fn running_turns_become_interrupted_and_queued_ones_stay_queued(target: Target) {
     {
         let store = target.open().await;
+        let fence = lease_for(&store, "r1", 200).await;
         for session in ["s", "r"] {
             store
                 .admit_user_message(&message(
@@ -766,11 +818,16 @@ async fn running_turns_become_interrupted_and_queued_ones_stay_queued(target: Ta
                 ))
                 .await
                 .unwrap();
-            store.claim_next_turn(session, 2).await.unwrap().unwrap();
+            claimed(store.claim_next_turn(&fence, session, 2).await.unwrap());
         }
     }
     let store = target.open().await;
-    let interrupted = store.interrupt_running_turns(9).await.unwrap();
+    // While the earlier lease lives, its turns are its own.
+    assert!(store.interrupt_orphaned_turns().await.unwrap().is_empty());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let fence = lease(&store).await;
+    assert_eq!(fence.epoch, 2);
+    let interrupted = store.interrupt_orphaned_turns().await.unwrap();
     assert_eq!(
         interrupted
             .iter()
@@ -783,13 +840,10 @@ async fn running_turns_become_interrupted_and_queued_ones_stay_queued(target: Ta
     );
     let stored = store.turn("s1").await.unwrap().unwrap();
     assert_eq!(
-        (
-            stored.status,
-            stored.error_code.as_deref(),
-            stored.ended_at_ms
-        ),
-        (TurnStatus::Interrupted, Some("INTERRUPTED"), Some(9))
+        (stored.status, stored.error_code.as_deref()),
+        (TurnStatus::Interrupted, Some("INTERRUPTED"))
     );
+    assert!(stored.ended_at_ms.is_some());
     let failed = store.events_after("s", 3, 10).await.unwrap();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].kind, "turn.failed");
@@ -800,12 +854,12 @@ async fn running_turns_become_interrupted_and_queued_ones_stay_queued(target: Ta
         TurnStatus::Queued
     );
     assert!(
-        store.interrupt_running_turns(10).await.unwrap().is_empty(),
+        store.interrupt_orphaned_turns().await.unwrap().is_empty(),
         "an interrupted turn was interrupted again"
     );
     assert!(
         !store
-            .finish_turn("s1", &completed("late", 11))
+            .finish_turn(&fence, "s1", &completed("late", 11))
             .await
             .unwrap(),
         "an interrupted turn was finished by its stale runtime"
@@ -816,9 +870,9 @@ async fn running_turns_become_interrupted_and_queued_ones_stay_queued(target: Ta
     );
     assert_eq!(
         store
-            .claim_next_turn("s", 10)
+            .claim_next_turn(&fence, "s", 10)
             .await
-            .unwrap()
+            .map(claimed)
             .unwrap()
             .turn_id,
         "s2"
@@ -973,6 +1027,7 @@ async fn a_codex_thread_binding_is_kept_and_replaced_per_session(target: Target)
 
 async fn finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle(target: Target) {
     let store = target.open().await;
+    let fence = lease(&store).await;
     store
         .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
         .await
@@ -1006,7 +1061,8 @@ async fn finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle
     );
 
     // A running turn blocks a move.
-    let claimed = store.claim_next_turn("s", 4).await.unwrap().unwrap();
+    link_here(&store, &fence, &owner).await;
+    let claimed = claimed(store.claim_next_turn(&fence, "s", 4).await.unwrap());
     assert_eq!(
         store
             .move_session_node("s", Some("node-b"), 5)
@@ -1017,7 +1073,7 @@ async fn finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle
         }
     );
     store
-        .finish_turn(&claimed.turn_id, &completed("ok", 6))
+        .finish_turn(&fence, &claimed.turn_id, &completed("ok", 6))
         .await
         .unwrap();
     assert_eq!(
@@ -1057,6 +1113,8 @@ mod postgres_only {
     use pretty_assertions::assert_eq;
     use sqlx::Connection;
 
+    use super::claimed;
+    use super::lease;
     use super::message;
     use super::support::Target;
 
@@ -1213,11 +1271,12 @@ mod postgres_only {
         use gatehouse_store::model::TurnStatus;
 
         let store = Target::postgres().await.open().await;
+        let fence = lease(&store).await;
         store
             .admit_user_message(&message("s", "t1", "user\0text", None, QueueMode::Followup))
             .await
             .unwrap();
-        store.claim_next_turn("s", 2).await.unwrap().unwrap();
+        claimed(store.claim_next_turn(&fence, "s", 2).await.unwrap());
         let tool = NewTurnMessage {
             turn_id: "t1".into(),
             role: "tool".into(),
@@ -1225,7 +1284,7 @@ mod postgres_only {
             tool_name: Some("ex\0ec".into()),
             now_ms: 3,
         };
-        store.commit_turn_message(&tool).await.unwrap().unwrap();
+        store.commit_turn_message(&fence, &tool).await.unwrap().unwrap();
         let end = TurnEnd {
             status: TurnStatus::Completed,
             reply: Some("re\0ply".into()),
@@ -1235,7 +1294,7 @@ mod postgres_only {
             now_ms: 4,
         };
         assert!(
-            store.finish_turn("t1", &end).await.unwrap(),
+            store.finish_turn(&fence, "t1", &end).await.unwrap(),
             "the turn ended"
         );
         let mut audit = super::audit_event("tool.\0denied", 5);
@@ -1561,11 +1620,12 @@ async fn turn_events_are_their_typed_payloads(target: Target) {
     use gatehouse_store::model::TurnStarted;
 
     let store = target.open().await;
+    let fence = lease(&store).await;
     store
         .admit_user_message(&message("s", "t1", "one", None, QueueMode::Steer))
         .await
         .unwrap();
-    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    claimed(store.claim_next_turn(&fence, "s", 2).await.unwrap());
     let end = TurnEnd {
         status: TurnStatus::Failed,
         reply: None,
@@ -1574,13 +1634,14 @@ async fn turn_events_are_their_typed_payloads(target: Target) {
         usage: None,
         now_ms: 3,
     };
-    assert!(store.finish_turn("t1", &end).await.unwrap());
+    assert!(store.finish_turn(&fence, "t1", &end).await.unwrap());
     store
         .admit_user_message(&message("s", "t2", "two", None, QueueMode::Followup))
         .await
         .unwrap();
-    store.claim_next_turn("s", 4).await.unwrap().unwrap();
-    store.interrupt_running_turns(5).await.unwrap();
+    claimed(store.claim_next_turn(&fence, "s", 4).await.unwrap());
+    store.release_replica(&fence).await.unwrap();
+    store.interrupt_orphaned_turns().await.unwrap();
 
     let events = store.events_after("s", 0, 100).await.unwrap();
     let kinds: Vec<&str> = events.iter().map(|event| event.kind.as_str()).collect();
@@ -1786,17 +1847,18 @@ async fn a_completed_turns_usage_is_stored_with_it(target: Target) {
     };
     {
         let store = target.open().await;
+    let fence = lease(&store).await;
         for (turn_id, now_ms) in [("t1", 1), ("t2", 3)] {
             store
                 .admit_user_message(&message("s", turn_id, "hi", None, QueueMode::Followup))
                 .await
                 .unwrap();
-            store.claim_next_turn("s", now_ms).await.unwrap().unwrap();
+            claimed(store.claim_next_turn(&fence, "s", now_ms).await.unwrap());
             let mut end = completed("ok", now_ms + 1);
             if turn_id == "t1" {
                 end.usage = Some(usage);
             }
-            assert!(store.finish_turn(turn_id, &end).await.unwrap());
+            assert!(store.finish_turn(&fence, turn_id, &end).await.unwrap());
         }
     }
     let store = target.open().await;
@@ -1814,6 +1876,7 @@ async fn a_completed_turns_usage_is_stored_with_it(target: Target) {
 
 async fn a_session_is_rebound_only_from_the_node_it_is_bound_to(target: Target) {
     let store = target.open().await;
+    let fence = lease(&store).await;
     store
         .admit_user_message(&message("s", "t1", "hi", None, QueueMode::Followup))
         .await
@@ -1823,7 +1886,8 @@ async fn a_session_is_rebound_only_from_the_node_it_is_bound_to(target: Target) 
         "node-a"
     );
     // Even while its turn runs (the dispatch of that turn moves it).
-    store.claim_next_turn("s", 2).await.unwrap().unwrap();
+    link_here(&store, &fence, "node-a").await;
+    claimed(store.claim_next_turn(&fence, "s", 2).await.unwrap());
     assert!(
         !store
             .rebind_session_node("s", "node-b", "node-c", 3)

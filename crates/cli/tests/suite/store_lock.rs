@@ -1,9 +1,11 @@
-//! One Gateway at a time on a store: a second `gatehouse gateway` on the same SQLite state or
-//! the same PostgreSQL database refuses to start with `STORE_IN_USE` and leaves the first one
-//! serving; and a Gateway whose database was taken over while its connection was lost stops
-//! instead of writing beside the new owner.
+//! Who may use a store at once: a second `gatehouse gateway` on the same SQLite state refuses
+//! to start with `STORE_IN_USE` and leaves the first one serving; Gateways on one PostgreSQL
+//! database are replicas, one process per replica id, and a replica whose lease lapsed while
+//! its database was out of reach takes a new one.
 
 use std::process::Stdio;
+
+use gatehouse_api::nodes::ReplicaList;
 
 use crate::suite::postgres::Outage;
 use crate::suite::postgres::fresh_database;
@@ -54,56 +56,127 @@ async fn a_second_gateway_on_the_same_sqlite_state_refuses_to_start_and_the_firs
     );
 }
 
+/// Gateways on one PostgreSQL database are replicas of one Gateway: a second process with
+/// another replica id serves beside the first and shares its operator token; one with the same
+/// id is refused with `REPLICA_ID_IN_USE` (exit 2) while the first lives; and a copy of the
+/// database (`gatehouse state migrate`) is refused with `STORE_IN_USE` while replicas run.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_second_gateway_on_the_same_postgres_database_refuses_to_start() {
+async fn gateways_on_one_postgres_database_are_replicas_and_one_id_runs_once() {
     let temp = tempfile::tempdir().unwrap();
     let store = fresh_database().await;
     let first = Gateway::start_with(
         &temp.path().join("one"),
         temp.path(),
-        &["--store", store.as_str()],
+        &["--store", store.as_str(), "--replica-id", "one"],
     );
     assert_eq!(first.get("/healthz").await.status(), 200);
 
-    let (code, stderr) = second_gateway(&temp.path().join("two"), &["--store", store.as_str()]);
-    assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("STORE_IN_USE"), "{stderr}");
+    let (code, stderr) = second_gateway(
+        &temp.path().join("same-id"),
+        &["--store", store.as_str(), "--replica-id", "one"],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("REPLICA_ID_IN_USE"), "{stderr}");
+
+    let second = Gateway::start_with(
+        &temp.path().join("two"),
+        temp.path(),
+        &["--store", store.as_str(), "--replica-id", "two"],
+    );
+    assert_eq!(second.token, first.token, "the replicas' operator tokens differ");
+    let replicas: ReplicaList = second.get_typed("/v1/replicas").await;
+    let seen: Vec<(String, bool, bool)> = replicas
+        .replicas
+        .iter()
+        .map(|replica| (replica.replica_id.clone(), replica.live, replica.current))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![("one".to_owned(), true, false), ("two".to_owned(), true, true)]
+    );
     assert_eq!(first.get("/v1/sessions").await.status(), 200);
+
+    let copy = gatehouse()
+        .args(["state", "migrate", "--from", store.as_str(), "--to"])
+        .arg(format!("sqlite://{}", temp.path().join("copy.db").display()))
+        .args(["--media-from"])
+        .arg(format!("file://{}", temp.path().join("one/media").display()))
+        .args(["--media-to"])
+        .arg(format!("file://{}", temp.path().join("copy-media").display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&copy.stderr);
+    assert_eq!(copy.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("STORE_IN_USE"), "{stderr}");
 }
 
-/// The first Gateway reaches PostgreSQL through a forwarder; while the forwarder is down (its
-/// lock connection is gone, so the server released the lock) a second Gateway starts directly on
-/// the database. When the forwarder is back, the first one finds the lock taken and stops with
-/// `STORE_IN_USE`, while the second serves on.
+/// The first replica reaches PostgreSQL through a forwarder. While the forwarder is down its
+/// lease lapses, and the other replica sees it go; when the forwarder is back, the first one
+/// notices it lost its lease (`REPLICA_LEASE_LOST`), takes a new one under the next epoch and
+/// serves on beside the other.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_gateway_whose_database_was_taken_over_during_an_outage_stops() {
+async fn a_replica_whose_lease_lapsed_in_an_outage_takes_a_new_one_and_serves_on() {
     let temp = tempfile::tempdir().unwrap();
     let direct = fresh_database().await;
     let mut outage = Outage::new(&direct).await;
     let mut through = direct.clone();
     through.set_port(Some(outage.port)).unwrap();
-    let mut first = Gateway::start_with(
+    let first = Gateway::start_with(
         &temp.path().join("one"),
         temp.path(),
-        &["--store", through.as_str()],
+        &[
+            "--store",
+            through.as_str(),
+            "--replica-id",
+            "one",
+            "--lease-seconds",
+            "1",
+        ],
     );
-    assert_eq!(first.get("/healthz").await.status(), 200);
-
-    outage.begin();
     let second = Gateway::start_with(
         &temp.path().join("two"),
         temp.path(),
-        &["--store", direct.as_str()],
+        &["--store", direct.as_str(), "--replica-id", "two"],
     );
-    assert_eq!(second.get("/v1/sessions").await.status(), 200);
-    outage.end().await;
+    let one = |replicas: &ReplicaList| {
+        replicas
+            .replicas
+            .iter()
+            .find(|replica| replica.replica_id == "one")
+            .map(|replica| (replica.live, replica.epoch))
+    };
+    let replicas: ReplicaList = second.get_typed("/v1/replicas").await;
+    assert_eq!(one(&replicas), Some((true, 1)));
 
-    let status = first.process.wait_exit(WAIT);
-    assert_eq!(status.code(), Some(1), "{}", first.process.stderr());
-    let stderr = first.process.stderr();
+    outage.begin();
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let replicas: ReplicaList = second.get_typed("/v1/replicas").await;
+        if one(&replicas) == Some((false, 1)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{replicas:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    outage.end().await;
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let replicas: ReplicaList = second.get_typed("/v1/replicas").await;
+        if one(&replicas) == Some((true, 2)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{replicas:?}: {}",
+            first.process.stderr()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     assert!(
-        stderr.contains("STORE_IN_USE") && stderr.contains("another gateway took"),
-        "{stderr}"
+        first.process.stderr().contains("REPLICA_LEASE_LOST"),
+        "{}",
+        first.process.stderr()
     );
+    assert_eq!(first.get("/v1/sessions").await.status(), 200);
     assert_eq!(second.get("/v1/sessions").await.status(), 200);
 }

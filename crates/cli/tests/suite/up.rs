@@ -511,8 +511,9 @@ pub(crate) async fn kill_9_loses_nothing(data: &Path, start: &dyn Fn(&Path) -> U
             );
         }
     }
-    // The running turn is interrupted and not replayed; the queued one proceeds.
-    let interrupted = up.turn_status(&hanging_turn, 0).await;
+    // The running turn is interrupted (by the new process, once the killed one's lease
+    // expired) and not replayed; the queued one proceeds.
+    let interrupted = up.turn_status(&hanging_turn, 20).await;
     assert_eq!(interrupted["status"], "interrupted", "{interrupted}");
     let proceeded = up.turn_status(&queued_turn, 20).await;
     assert_eq!(

@@ -114,6 +114,7 @@ const fn route(
 /// but `GET /v1/keys`, which stays with `admin` like the rest of key management.
 pub(crate) const ROUTE_SCOPES: &[RouteScope] = &[
     route("GET", "/v1/nodes", READ, SessionOf::Nothing),
+    route("GET", "/v1/replicas", READ, SessionOf::Nothing),
     route("POST", "/v1/nodes/setup-codes", ADMIN, SessionOf::Nothing),
     route(
         "GET",

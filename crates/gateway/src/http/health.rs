@@ -34,7 +34,8 @@ pub(crate) async fn healthz() -> Json<HealthResponse> {
 }
 
 /// `GET /readyz`: `200` when the store and the media store answer and a node serving every
-/// command of its runtime is connected, else `503` with a code that says which check failed.
+/// command of its runtime is connected (to this replica, or to another live replica, which
+/// this one forwards to), else `503` with a code that says which check failed.
 /// It needs no token, so it names no node, and its callers share one store ping per
 /// [`crate::readiness::STORE_PING_REUSE`] and one media probe per [`gatehouse_media::READY_CACHE`]:
 /// frequent probes never become frequent requests to PostgreSQL or S3.
@@ -95,11 +96,38 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
             Ok(()) => Json(HealthResponse { status: HealthStatus::Ready }).into_response(),
             Err(failure) => ApiError::with_text_code(StatusCode::SERVICE_UNAVAILABLE, &failure.code, failure.message).into_response(),
         },
+        // A node linked to another replica serves this one too: it forwards what needs it.
+        None if linked_elsewhere(&state).await => {
+            Json(HealthResponse { status: HealthStatus::Ready }).into_response()
+        }
         None => ApiError::new(ErrorCode::NodeNotConnected,
-            "no Harness node with the workspace commands is connected; start `gatehouse node` with a setup code",
+            "no Harness node with the workspace commands is connected to any replica; start `gatehouse node` with a setup code",
         )
         .into_response(),
     }
+}
+
+/// Returns whether a live replica other than this one holds the link of a node serving the
+/// workspace commands, checked at most once per [`crate::readiness::STORE_PING_REUSE`].
+async fn linked_elsewhere(state: &GatewayState) -> bool {
+    state
+        .remote_nodes
+        .run(|| async {
+            let links = tokio::time::timeout(STORE_PING_TIMEOUT, state.store.node_links()).await;
+            match links {
+                Ok(Ok(links)) => links.links.iter().any(|link| {
+                    link.live
+                        && link.serves_all(FILE_COMMANDS)
+                        && link.replica_id.as_deref() != Some(state.replica.id())
+                }),
+                Ok(Err(error)) => {
+                    tracing::warn!(error = %error, "cannot read the node links");
+                    false
+                }
+                Err(_) => false,
+            }
+        })
+        .await
 }
 
 async fn runtime_readiness(state: &GatewayState) -> Result<(), crate::turns::runtime::TurnFailure> {

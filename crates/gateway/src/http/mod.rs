@@ -4,7 +4,7 @@
 //! is JSON built by hand (a test of the crate parses these files to hold it). One file per group
 //! of routes:
 //! - `health`: `/healthz`, `/readyz`;
-//! - `nodes`: `/v1/nodes`, `/v1/nodes/setup-codes`;
+//! - `nodes`: `/v1/nodes`, `/v1/nodes/setup-codes`, `/v1/replicas`;
 //! - `audit`: `/v1/audit`;
 //! - `auth`: the bearer token as a principal, and the one table of the scopes of each route;
 //! - `keys`: `/v1/keys`;
@@ -18,6 +18,7 @@
 //! - `skills`: `/v1/skills`;
 //! - `metrics`: `/metrics`;
 //! - `node_socket`: `/node`;
+//! - `replica`: `/internal/replica/...`, what the other replicas of this Gateway forward here;
 //! - `console`: `/console/...`, the web console, and its login sessions;
 //! - `same_origin`: the `Sec-Fetch-Site` and `Origin` checks of browser requests;
 //! - [`error`]: [`error::ApiError`], the error shape of every answer, and the fallback;
@@ -37,6 +38,7 @@ mod metrics;
 mod node_socket;
 mod nodes;
 mod openai;
+mod replica;
 mod request_trace;
 mod same_origin;
 mod sessions;
@@ -66,6 +68,7 @@ use crate::http::error::ApiError;
 pub fn app(state: Arc<GatewayState>) -> Router {
     let v1 = Router::new()
         .route("/nodes", get(nodes::list_nodes))
+        .route("/replicas", get(nodes::list_replicas))
         .route(
             "/nodes/setup-codes",
             post(nodes::create_setup_code)
@@ -155,6 +158,10 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route("/metrics", get(metrics::metrics))
         .route("/node", get(node_socket::node_socket))
         .nest("/v1", v1)
+        .nest(
+            crate::cluster::peers::INTERNAL_PREFIX,
+            replica::router(Arc::clone(&state)),
+        )
         .fallback(error::not_found)
         .with_state(Arc::clone(&state))
         .layer(axum::middleware::map_response(error::json_error_shape))

@@ -142,7 +142,7 @@ pub(crate) async fn chat_completions(
     sessions::check_session_key(&session_key)?;
     principal.check_session(&session_key)?;
     // Subscribe before admitting, so no event of the new turn falls in between.
-    let live = state.hub.subscribe(&session_key);
+    let live = state.hub.subscribe(&session_key).await;
     let message = MessageParams {
         text,
         attachments: Vec::new(),
@@ -185,7 +185,7 @@ pub(crate) async fn chat_completions(
 fn release_when_ended(state: Arc<GatewayState>, turn: TurnRecord) {
     tokio::spawn(async move {
         let mut follower = TurnFollower {
-            live: state.hub.subscribe(&turn.session_key),
+            live: state.hub.subscribe(&turn.session_key).await,
             state: Arc::clone(&state),
             turn,
             principal: Principal::operator(),
@@ -291,7 +291,7 @@ impl TurnFollower {
                 Err(Lagged) => {
                     // Dropped for falling behind: follow afresh; what streamed meanwhile is lost,
                     // the end is not.
-                    self.live = self.state.hub.subscribe(&self.turn.session_key);
+                    self.live = self.state.hub.subscribe(&self.turn.session_key).await;
                     self.checked_end = false;
                     continue;
                 }

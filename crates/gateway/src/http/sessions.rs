@@ -196,7 +196,7 @@ pub(crate) async fn wait_for_turn_end(
     if turn.status.is_terminal() || wait.is_zero() {
         return Ok(turn);
     }
-    let mut events = state.hub.subscribe(&turn.session_key);
+    let mut events = state.hub.subscribe(&turn.session_key).await;
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         // Read after subscribing, so an end that happens in between is not missed.
@@ -208,7 +208,7 @@ pub(crate) async fn wait_for_turn_end(
             Err(_elapsed) => return Ok(turn),
             Ok(Ok(_)) => {}
             // Dropped for falling behind: subscribe afresh, then look at the turn again.
-            Ok(Err(Lagged)) => events = state.hub.subscribe(&turn.session_key),
+            Ok(Err(Lagged)) => events = state.hub.subscribe(&turn.session_key).await,
         }
     }
 }
@@ -423,7 +423,7 @@ pub(crate) async fn session_events(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     check_session_key(&session_key)?;
     // Subscribe before reading the log, so nothing falls between the two.
-    let (live, replay_until) = state.hub.subscribe_from(&session_key);
+    let (live, replay_until) = state.hub.subscribe_from(&session_key).await;
     let after = query.after.unwrap_or(0);
     let mut stream = EventStream {
         _subscriber: state.metrics.sse_subscriber(),

@@ -419,6 +419,12 @@ pub struct NodeRegistry {
     disconnected: Mutex<HashMap<String, tokio::time::Instant>>,
     /// When the registry was made (the Gateway started).
     started: StartedAt,
+    /// The devices whose link or report changed since [`NodeRegistry::take_changed`], which the
+    /// cluster mirrors into the store (one entry per device, so a node that reports in a loop
+    /// costs one entry, not a queue).
+    changed: Mutex<HashSet<String>>,
+    /// Wakes [`NodeRegistry::wait_changed`].
+    change: tokio::sync::Notify,
 }
 
 /// The moment a [`NodeRegistry`] was made.
@@ -450,7 +456,33 @@ impl NodeRegistry {
             .insert(connection.device_id.clone(), connection.clone());
         self.disconnected.lock().remove(&connection.device_id);
         self.connected.notify_waiters();
+        self.mark_changed(&connection.device_id);
         replaced
+    }
+
+    /// Records that the link or the report of `device_id` changed.
+    pub(crate) fn mark_changed(&self, device_id: &str) {
+        self.changed.lock().insert(device_id.to_owned());
+        self.change.notify_one();
+    }
+
+    /// Returns the devices whose link or report changed since the last call, and forgets them.
+    pub(crate) fn take_changed(&self) -> HashSet<String> {
+        std::mem::take(&mut *self.changed.lock())
+    }
+
+    /// Waits until a link or a report changes (at once when one changed since the last
+    /// [`NodeRegistry::take_changed`]).
+    pub(crate) async fn wait_changed(&self) {
+        self.change.notified().await;
+    }
+
+    /// Asks every live connection to close with `reason` (the stable code); each node
+    /// reconnects by itself.
+    pub(crate) async fn close_all(&self, reason: &str) {
+        for connection in self.all() {
+            let _ = connection.outbound_close(reason).await;
+        }
     }
 
     /// Returns how long `device_id` has been away: since its last connection ended, or since
@@ -479,6 +511,8 @@ impl NodeRegistry {
             self.disconnected
                 .lock()
                 .insert(device_id.to_owned(), tokio::time::Instant::now());
+            drop(connections);
+            self.mark_changed(device_id);
         }
     }
 

@@ -428,7 +428,7 @@ async fn handle_frame(
         return;
     };
     if frame.kind == "event" && frame.event.as_deref() == Some(names::NODE_REPORT) {
-        keep_report(connection, frame.payload);
+        keep_report(&context.registry, connection, frame.payload);
         return;
     }
     // Responses to our events do not exist in this protocol; other events from the node are
@@ -554,9 +554,16 @@ async fn handle_frame(
 
 /// Keeps a node's `node.report` for `/metrics`; a malformed one is counted with the malformed
 /// frames and leaves the previous report in place.
-fn keep_report(connection: &NodeConnection, payload: Option<&serde_json::value::RawValue>) {
+fn keep_report(
+    registry: &NodeRegistry,
+    connection: &NodeConnection,
+    payload: Option<&serde_json::value::RawValue>,
+) {
     match payload.map(|raw| serde_json::from_str::<NodeReport>(raw.get())) {
-        Some(Ok(report)) => connection.set_report(report),
+        Some(Ok(report)) => {
+            connection.set_report(report);
+            registry.mark_changed(&connection.device_id);
+        }
         Some(Err(_)) | None => {
             if let Some(count) = connection.note_malformed_frame() {
                 tracing::warn!(device_id = %connection.device_id, count, "malformed node.report from node (logged at the 1st, 2nd, 4th, ... occurrence)");

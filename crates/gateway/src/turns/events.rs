@@ -116,6 +116,8 @@ impl Subscription {
 #[derive(Debug, Default)]
 struct Channel {
     subscribers: Vec<Weak<Subscriber>>,
+    /// The seq of the last durable event published (or, when the channel was made, the last
+    /// one stored).
     last_published: i64,
 }
 
@@ -128,6 +130,18 @@ impl Channel {
             None => false,
         });
     }
+
+    /// Returns true while someone subscribes.
+    fn followed(&mut self) -> bool {
+        self.subscribers.retain(|weak| weak.strong_count() > 0);
+        !self.subscribers.is_empty()
+    }
+}
+
+/// Sends a replica's deltas to the other replicas; see [`crate::cluster`].
+pub(crate) trait DeltaOutbox: Send + Sync + 'static {
+    /// Queues a delta of `session_key` for the other replicas, never waiting.
+    fn send(&self, session_key: &str, kind: &str, payload: &serde_json::Value);
 }
 
 /// Publishes each session's durable events (read back from the store, so subscribers see
@@ -135,10 +149,14 @@ impl Channel {
 ///
 /// Publishing never waits for a subscriber: one that falls more than [`SUBSCRIBER_BUFFER`]
 /// events or [`SUBSCRIBER_MAX_BYTES`] bytes behind is dropped and must resume from the store.
+/// A session nobody follows on this replica has no channel and costs no store read: the first
+/// subscriber makes its channel from the store's last event, and every later event reaches it.
 pub(crate) struct EventHub {
     store: Arc<dyn Store>,
     channels: Mutex<HashMap<String, Channel>>,
     sync_lock: tokio::sync::Mutex<()>,
+    /// Where this replica's deltas go for the other replicas, when there are any.
+    outbox: Mutex<Option<Arc<dyn DeltaOutbox>>>,
 }
 
 impl EventHub {
@@ -148,34 +166,71 @@ impl EventHub {
             store,
             channels: Mutex::new(HashMap::new()),
             sync_lock: tokio::sync::Mutex::new(()),
+            outbox: Mutex::new(None),
         }
     }
 
+    /// Sends this replica's deltas to `outbox` as well as to its own subscribers.
+    pub(crate) fn set_outbox(&self, outbox: Arc<dyn DeltaOutbox>) {
+        *self.outbox.lock() = Some(outbox);
+    }
+
     /// Subscribes to the live events of `session_key`.
-    pub(crate) fn subscribe(&self, session_key: &str) -> Subscription {
-        self.subscribe_from(session_key).0
+    pub(crate) async fn subscribe(&self, session_key: &str) -> Subscription {
+        self.subscribe_from(session_key).await.0
     }
 
     /// Subscribes to the live events of `session_key` and returns, with the subscription, the
     /// seq of the last durable event published before it: every later durable event reaches
     /// the subscription, every earlier one is only in the store.
-    pub(crate) fn subscribe_from(&self, session_key: &str) -> (Subscription, i64) {
+    pub(crate) async fn subscribe_from(&self, session_key: &str) -> (Subscription, i64) {
+        let _serialized = self.sync_lock.lock().await;
+        let known = self.channels.lock().contains_key(session_key);
+        let last_stored = match known {
+            true => None,
+            false => match self.store.last_event_seq(session_key).await {
+                Ok(seq) => Some(seq),
+                Err(error) => {
+                    // The stream replays from the store itself; live events then start after
+                    // whatever the next sync reads.
+                    tracing::warn!(error = %error, session_key, "cannot read the last session event");
+                    None
+                }
+            },
+        };
         let subscriber = Arc::new(Subscriber::default());
         let mut channels = self.channels.lock();
         let channel = channels.entry(session_key.to_owned()).or_default();
+        if let Some(seq) = last_stored {
+            channel.last_published = channel.last_published.max(seq);
+        }
         channel.subscribers.retain(|weak| weak.strong_count() > 0);
         channel.subscribers.push(Arc::downgrade(&subscriber));
         (Subscription { subscriber }, channel.last_published)
     }
 
-    /// Publishes every durable event of `session_key` stored since the last call.
+    /// Returns the sessions someone on this replica follows.
+    pub(crate) fn followed_sessions(&self) -> Vec<String> {
+        let mut channels = self.channels.lock();
+        channels.retain(|_, channel| channel.followed());
+        channels.keys().cloned().collect()
+    }
+
+    /// Publishes every durable event of `session_key` stored since the last call, when someone
+    /// follows the session here; forgets the session otherwise.
     pub(crate) async fn sync(&self, session_key: &str) {
         let _serialized = self.sync_lock.lock().await;
-        let after = self
-            .channels
-            .lock()
-            .get(session_key)
-            .map_or(0, |channel| channel.last_published);
+        let after = {
+            let mut channels = self.channels.lock();
+            let Some(channel) = channels.get_mut(session_key) else {
+                return;
+            };
+            if !channel.followed() {
+                channels.remove(session_key);
+                return;
+            }
+            channel.last_published
+        };
         let events = match self.store.events_after(session_key, after, 10_000).await {
             Ok(events) => events,
             Err(error) => {
@@ -184,7 +239,9 @@ impl EventHub {
             }
         };
         let mut channels = self.channels.lock();
-        let channel = channels.entry(session_key.to_owned()).or_default();
+        let Some(channel) = channels.get_mut(session_key) else {
+            return;
+        };
         for event in events {
             channel.last_published = event.seq;
             channel.publish(SessionEvent {
@@ -196,15 +253,27 @@ impl EventHub {
         }
     }
 
-    /// Publishes an ephemeral event (a delta) that is not stored.
+    /// Publishes an ephemeral event (a delta) of this replica, which is not stored, to its
+    /// subscribers here and to the other replicas.
     pub(crate) fn publish_ephemeral(
         &self,
         session_key: &str,
         kind: &str,
         payload: serde_json::Value,
     ) {
+        let outbox = self.outbox.lock().clone();
+        if let Some(outbox) = outbox {
+            outbox.send(session_key, kind, &payload);
+        }
+        self.publish_local(session_key, kind, payload);
+    }
+
+    /// Publishes an ephemeral event another replica sent, to the subscribers here.
+    pub(crate) fn publish_local(&self, session_key: &str, kind: &str, payload: serde_json::Value) {
         let mut channels = self.channels.lock();
-        let channel = channels.entry(session_key.to_owned()).or_default();
+        let Some(channel) = channels.get_mut(session_key) else {
+            return;
+        };
         let seq = channel.last_published;
         channel.publish(SessionEvent {
             seq,

@@ -4,7 +4,13 @@
 //! - A message is admitted (and durable) before the API answers; see [`TurnEngine::admit`].
 //! - Each session has at most one driver task, which claims queued turns in order and runs them
 //!   one at a time. A global semaphore caps concurrent turns; past it, turns wait as `queued`.
-//! - A turn left `running` by a crash is marked `interrupted` at start and never replayed.
+//! - Before each claim the [`Dispatcher`] says where the session's next turn runs: here (the
+//!   claim is made under this replica's lease, the [`Fence`] every write of the turn carries),
+//!   on the replica that holds the session's node, later (its node is away), or nowhere (the
+//!   turn fails without running).
+//! - A turn left `running` by a crash, or by a replica whose lease expired, is marked
+//!   `interrupted` (by the next lease of its replica, or by a surviving replica) and never
+//!   replayed.
 
 pub(crate) mod events;
 pub(crate) mod node_runtime;
@@ -17,6 +23,8 @@ use std::time::Instant;
 
 use gatehouse_store::Store;
 use gatehouse_store::StoreError;
+use gatehouse_store::cluster::ClaimOutcome;
+use gatehouse_store::cluster::Fence;
 use gatehouse_store::model::Admitted;
 use gatehouse_store::model::Attachment;
 use gatehouse_store::model::NewUserMessage;
@@ -68,6 +76,32 @@ pub(crate) trait AttachmentStager: Send + Sync + 'static {
     ) -> Result<Vec<String>, TurnFailure>;
 }
 
+/// Where a session's next turn runs, as the [`Dispatcher`] decides it.
+#[derive(Debug)]
+pub(crate) enum Route {
+    /// On this replica, claimed under this lease.
+    Here(Fence),
+    /// On the replica holding the session's node, which claims it itself.
+    Elsewhere,
+    /// Not now: the session's node is away (within its grace) or this replica has no lease;
+    /// the sweep asks again.
+    Wait,
+    /// Nowhere: the oldest queued turn fails with this failure, without running (its node has
+    /// been away past the grace, or no node serves the runtime), written under this lease.
+    Fail(Fence, TurnFailure),
+}
+
+/// Decides where each session's turns run, and reaches turns that run on another replica.
+#[async_trait::async_trait]
+pub(crate) trait Dispatcher: Send + Sync + 'static {
+    /// Returns where the next turn of `session_key` runs, for turns of `runtime`.
+    async fn route(&self, session_key: &str, runtime: Option<&Arc<dyn TurnRuntime>>) -> Route;
+
+    /// Aborts the running turn of `session_key` on the replica it runs on, when that is another
+    /// one; returns whether one was aborted.
+    async fn abort_elsewhere(&self, session_key: &str) -> bool;
+}
+
 /// A message to admit.
 #[derive(Debug, Clone)]
 pub(crate) struct IncomingMessage {
@@ -85,6 +119,7 @@ pub(crate) struct IncomingMessage {
 
 struct RunningTurn {
     turn_id: String,
+    fence: Fence,
     cancel: CancellationToken,
     steer: mpsc::Sender<String>,
 }
@@ -102,6 +137,7 @@ pub(crate) struct TurnEngine {
     hub: Arc<EventHub>,
     runtime: Option<Arc<dyn TurnRuntime>>,
     stager: Option<Arc<dyn AttachmentStager>>,
+    dispatcher: Arc<dyn Dispatcher>,
     slots: Arc<Semaphore>,
     max_concurrent_turns: usize,
     drivers: Mutex<Drivers>,
@@ -126,6 +162,7 @@ impl TurnEngine {
         hub: Arc<EventHub>,
         runtime: Option<Arc<dyn TurnRuntime>>,
         stager: Option<Arc<dyn AttachmentStager>>,
+        dispatcher: Arc<dyn Dispatcher>,
         max_concurrent_turns: usize,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -133,6 +170,7 @@ impl TurnEngine {
             hub,
             runtime,
             stager,
+            dispatcher,
             slots: Arc::new(Semaphore::new(max_concurrent_turns.max(1))),
             max_concurrent_turns: max_concurrent_turns.max(1),
             drivers: Mutex::new(Drivers::default()),
@@ -153,22 +191,29 @@ impl TurnEngine {
             .map_or("none", |runtime| runtime.name())
     }
 
-    /// Marks turns left running by a crash as interrupted, then starts drivers for every session
-    /// with queued turns. Call once, at start.
+    /// Records turns another lease left running, which [`ClusterStore::interrupt_orphaned_turns`]
+    /// marked interrupted: their events reach the subscribers and `/metrics` counts them.
     ///
-    /// # Errors
-    /// Storage failures.
-    pub(crate) async fn recover(self: &Arc<Self>) -> Result<(), StoreError> {
-        let interrupted = self.store.interrupt_running_turns(now_ms()).await?;
-        for turn in &interrupted {
-            tracing::warn!(turn_id = %turn.turn_id, session_key = %turn.session_key, "turn interrupted by a restart; it is not replayed");
+    /// [`ClusterStore::interrupt_orphaned_turns`]: gatehouse_store::ClusterStore::interrupt_orphaned_turns
+    pub(crate) async fn record_interrupted(&self, interrupted: &[TurnRecord]) {
+        for turn in interrupted {
+            tracing::warn!(turn_id = %turn.turn_id, session_key = %turn.session_key, "turn interrupted: the gateway replica that ran it stopped or lost its lease; it is not replayed");
             self.metrics.count(self.runtime_name(), "interrupted");
             self.hub.sync(&turn.session_key).await;
         }
-        for session_key in self.store.sessions_with_queued_turns().await? {
-            self.kick(&session_key);
+    }
+
+    /// Returns whether a driver of `session_key` runs on this replica now.
+    pub(crate) fn drives(&self, session_key: &str) -> bool {
+        self.drivers.lock().active.contains_key(session_key)
+    }
+
+    /// Cancels every running turn of this replica (its lease was lost, so none of them can
+    /// write any more); each ends as the store already has it.
+    pub(crate) fn cancel_running(&self) {
+        for running in self.drivers.lock().running.values() {
+            running.cancel.cancel();
         }
-        Ok(())
     }
 
     /// Admits a message durably and schedules its session. For `interrupt`, the running turn is
@@ -182,7 +227,7 @@ impl TurnEngine {
         message: IncomingMessage,
     ) -> Result<Admitted, AdmitError> {
         if message.queue_mode == QueueMode::Interrupt {
-            self.abort(&message.session_key);
+            self.abort_anywhere(&message.session_key).await;
         }
         if message.queue_mode == QueueMode::Steer
             && let Some(admitted) = self.try_steer(&message).await?
@@ -222,6 +267,12 @@ impl TurnEngine {
         }
     }
 
+    /// Aborts the running turn of `session_key` on this replica or, when it runs on another
+    /// one, there; returns whether one was running.
+    pub(crate) async fn abort_anywhere(&self, session_key: &str) -> bool {
+        self.abort(session_key) || self.dispatcher.abort_elsewhere(session_key).await
+    }
+
     /// Returns the cap on turns running at once.
     pub(crate) fn max_concurrent_turns(&self) -> usize {
         self.max_concurrent_turns
@@ -250,12 +301,15 @@ impl TurnEngine {
         }
         let target = {
             let drivers = self.drivers.lock();
-            drivers
-                .running
-                .get(&message.session_key)
-                .map(|running| (running.turn_id.clone(), running.steer.clone()))
+            drivers.running.get(&message.session_key).map(|running| {
+                (
+                    running.turn_id.clone(),
+                    running.fence.clone(),
+                    running.steer.clone(),
+                )
+            })
         };
-        let Some((turn_id, steer)) = target else {
+        let Some((turn_id, fence, steer)) = target else {
             return Ok(None);
         };
         // Reserve room first and commit before handing the text over: a message the runtime
@@ -267,6 +321,7 @@ impl TurnEngine {
         let sink = TurnSink::new(
             Arc::clone(&self.store),
             Arc::clone(&self.hub),
+            fence,
             message.session_key.clone(),
             turn_id.clone(),
         );
@@ -282,7 +337,7 @@ impl TurnEngine {
     }
 
     /// Starts the session's driver, or tells the running one that new work arrived.
-    fn kick(self: &Arc<Self>, session_key: &str) {
+    pub(crate) fn kick(self: &Arc<Self>, session_key: &str) {
         if self.shutdown.is_cancelled() {
             return;
         }
@@ -299,12 +354,11 @@ impl TurnEngine {
         tokio::spawn(async move { engine.drive(session_key).await });
     }
 
-    /// Runs the session's queued turns one at a time until none is left.
+    /// Runs the session's queued turns one at a time until none is left here.
     async fn drive(self: Arc<Self>, session_key: String) {
         loop {
-            let claimed = self.claim(&session_key).await;
-            match claimed {
-                Some((turn, permit)) => {
+            match self.next_turn(&session_key).await {
+                Some((turn, fence, permit)) => {
                     let span = tracing::info_span!(
                         "turn",
                         session_key = %turn.session_key,
@@ -313,7 +367,7 @@ impl TurnEngine {
                         outcome = tracing::field::Empty,
                         error_code = tracing::field::Empty,
                     );
-                    self.run(turn).instrument(span).await;
+                    self.run(turn, fence).instrument(span).await;
                     drop(permit);
                 }
                 None => {
@@ -330,9 +384,78 @@ impl TurnEngine {
         }
     }
 
+    /// Returns the session's next turn claimed here, after failing the queued turns the
+    /// dispatcher says can run nowhere; `None` when no turn of the session is this replica's to
+    /// run now.
+    async fn next_turn(
+        &self,
+        session_key: &str,
+    ) -> Option<(TurnRecord, Fence, tokio::sync::OwnedSemaphorePermit)> {
+        loop {
+            if self.shutdown.is_cancelled() {
+                return None;
+            }
+            match self.dispatcher.route(session_key, self.runtime.as_ref()).await {
+                Route::Here(fence) => {
+                    return self
+                        .claim(session_key, &fence)
+                        .await
+                        .map(|(turn, permit)| (turn, fence, permit));
+                }
+                Route::Elsewhere | Route::Wait => return None,
+                Route::Fail(fence, failure) => {
+                    if !self.fail_queued(session_key, &fence, failure).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends the oldest queued turn of `session_key` with `failure`, without running it; returns
+    /// whether one ended.
+    async fn fail_queued(&self, session_key: &str, fence: &Fence, failure: TurnFailure) -> bool {
+        let queued = match self.store.next_queued_turn(session_key).await {
+            Ok(Some(turn)) => turn,
+            Ok(None) => return false,
+            Err(error) => {
+                tracing::error!(error = %error, session_key, "cannot read the next queued turn");
+                return false;
+            }
+        };
+        let failure = failure.bounded();
+        let end = TurnEnd {
+            status: TurnStatus::Failed,
+            reply: None,
+            error_code: Some(failure.code),
+            error_message: Some(failure.message),
+            usage: None,
+            now_ms: now_ms(),
+        };
+        match self.store.finish_turn(fence, &queued.turn_id, &end).await {
+            Ok(true) => {
+                tracing::warn!(session_key, turn_id = %queued.turn_id, code = ?end.error_code, "a queued turn failed without running");
+                self.metrics.record_end(
+                    self.runtime_name(),
+                    "failed",
+                    std::time::Duration::ZERO,
+                );
+                self.metrics.queue_changed();
+                self.hub.sync(session_key).await;
+                true
+            }
+            Ok(false) => false,
+            Err(error) => {
+                tracing::error!(error = %error, session_key, "cannot fail a queued turn");
+                false
+            }
+        }
+    }
+
     async fn claim(
         &self,
         session_key: &str,
+        fence: &Fence,
     ) -> Option<(TurnRecord, tokio::sync::OwnedSemaphorePermit)> {
         let permit = tokio::select! {
             permit = Arc::clone(&self.slots).acquire_owned() => permit.ok()?,
@@ -342,12 +465,16 @@ impl TurnEngine {
         // `finish_durably`), so queued turns run once it answers rather than at the next message.
         let mut wait = STORE_RETRY_FIRST;
         loop {
-            match self.store.claim_next_turn(session_key, now_ms()).await {
-                Ok(Some(turn)) => {
+            match self.store.claim_next_turn(fence, session_key, now_ms()).await {
+                Ok(ClaimOutcome::Claimed(turn)) => {
                     self.metrics.queue_changed();
                     return Some((turn, permit));
                 }
-                Ok(None) => return None,
+                Ok(ClaimOutcome::Idle) => return None,
+                Ok(outcome @ (ClaimOutcome::NotHolder | ClaimOutcome::Fenced)) => {
+                    tracing::debug!(session_key, ?outcome, "the session's next turn is not this replica's to claim");
+                    return None;
+                }
                 Err(StoreError::Unavailable { .. }) if !self.shutdown.is_cancelled() => {
                     tracing::warn!(
                         session_key,
@@ -368,7 +495,7 @@ impl TurnEngine {
         }
     }
 
-    async fn run(&self, turn: TurnRecord) {
+    async fn run(&self, turn: TurnRecord, fence: Fence) {
         let started = Instant::now();
         let session_key = turn.session_key.clone();
         let cancel = self.shutdown.child_token();
@@ -379,12 +506,14 @@ impl TurnEngine {
             session_key.clone(),
             RunningTurn {
                 turn_id: turn.turn_id.clone(),
+                fence: fence.clone(),
                 cancel: cancel.clone(),
                 steer: steer_sender,
             },
         );
         self.hub.sync(&session_key).await;
-        let outcome = self.execute(&turn, cancel.clone(), steer).await;
+        tracing::info!(replica_id = %fence.replica_id, epoch = fence.epoch, "turn started");
+        let outcome = self.execute(&turn, &fence, cancel.clone(), steer).await;
         self.drivers.lock().running.remove(&session_key);
         let end = match outcome {
             Ok(reply) => TurnEnd {
@@ -434,12 +563,18 @@ impl TurnEngine {
                 .map_or(crate::link::registry::UNRECOGNIZED_CODE, ErrorCode::as_str);
             span.record("error_code", known);
         }
-        self.record_end(&turn, &end, started).await;
+        tracing::info!(
+            outcome = end.status.as_str(),
+            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "turn ended"
+        );
+        self.record_end(&turn, &fence, &end, started).await;
     }
 
     async fn execute(
         &self,
         turn: &TurnRecord,
+        fence: &Fence,
         cancel: CancellationToken,
         steer: mpsc::Receiver<String>,
     ) -> Result<TurnReply, TurnFailure> {
@@ -471,6 +606,7 @@ impl TurnEngine {
         let sink = TurnSink::new(
             Arc::clone(&self.store),
             Arc::clone(&self.hub),
+            fence.clone(),
             turn.session_key.clone(),
             turn.turn_id.clone(),
         );
@@ -488,7 +624,7 @@ impl TurnEngine {
         }
     }
 
-    async fn record_end(&self, turn: &TurnRecord, end: &TurnEnd, started: Instant) {
+    async fn record_end(&self, turn: &TurnRecord, fence: &Fence, end: &TurnEnd, started: Instant) {
         let outcome = match end.status {
             TurnStatus::Completed => "completed",
             TurnStatus::Aborted => "aborted",
@@ -497,7 +633,7 @@ impl TurnEngine {
         };
         self.metrics
             .record_end(self.runtime_name(), outcome, started.elapsed());
-        let stored = match self.finish_durably(&turn.turn_id, end).await {
+        let stored = match self.finish_durably(fence, &turn.turn_id, end).await {
             // The store refused this end itself (not an outage): end the turn with a failure the
             // Gateway writes, without the runtime's text, so the session is never left running.
             Err(error) if !matches!(error, StoreError::Unavailable { .. }) => {
@@ -512,14 +648,18 @@ impl TurnEngine {
                     usage: None,
                     now_ms: now_ms(),
                 };
-                self.finish_durably(&turn.turn_id, &fallback).await
+                self.finish_durably(fence, &turn.turn_id, &fallback).await
             }
             other => other,
         };
         match stored {
             // A queued turn may end without running (an abort).
             Ok(true) => self.metrics.queue_changed(),
-            Ok(false) => return,
+            Ok(false) => {
+                // Ended meanwhile (aborted, or interrupted by a survivor after this replica's
+                // lease passed): the store keeps that end.
+                return;
+            }
             Err(error) => {
                 // Only at shutdown: the next start marks the turn `interrupted`.
                 tracing::error!(error = %error, turn_id = %turn.turn_id, "cannot record the end of a turn");
@@ -533,10 +673,15 @@ impl TurnEngine {
     /// [`STORE_RETRY_MAX`]) while the store is unreachable, so an outage of the store delays the
     /// end of a turn rather than leaving its session running for good. Gives up only when the
     /// Gateway shuts down.
-    async fn finish_durably(&self, turn_id: &str, end: &TurnEnd) -> Result<bool, StoreError> {
+    async fn finish_durably(
+        &self,
+        fence: &Fence,
+        turn_id: &str,
+        end: &TurnEnd,
+    ) -> Result<bool, StoreError> {
         let mut wait = STORE_RETRY_FIRST;
         loop {
-            match self.store.finish_turn(turn_id, end).await {
+            match self.store.finish_turn(fence, turn_id, end).await {
                 Err(StoreError::Unavailable { .. }) if !self.shutdown.is_cancelled() => {
                     tracing::warn!(
                         turn_id,

@@ -2,10 +2,12 @@
 //! call the model with the Harness's credential and run the native tools. The Gateway never calls
 //! a model itself: without a node serving `agent.turn`, the turn fails.
 //!
-//! Ownership: a session is bound to the node that runs its first turn (stored on the session).
-//! Its later turns, and so its history and checkpoints, go only to that node: when it is not
-//! connected within [`DEFAULT_NODE_GRACE`], the turn fails with `SESSION_NODE_UNAVAILABLE` and
-//! is never sent to another node. Only `POST /v1/sessions/{key}/move` changes the binding.
+//! Ownership: a session is bound to one node, placed before its first turn is claimed (see
+//! [`crate::cluster::dispatch`]), which also decides how long a turn waits for an absent node
+//! and when a session moves. Its turns, and so its history and checkpoints, go only to that
+//! node: a turn claimed here whose node went away meanwhile waits [`DEFAULT_NODE_GRACE`] for it
+//! and then fails with `SESSION_NODE_UNAVAILABLE`; it is never sent to another node. Only a move
+//! (`POST /v1/sessions/{key}/move`, or `--move-sessions-after`) changes the binding.
 //! A node may commit only `assistant` and `tool` messages, only for the turn its own
 //! `agent.turn` invoke runs, and its lines are bounded (see [`crate::link::progress`]).
 
@@ -64,6 +66,7 @@ use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
 use crate::retention::MediaRetention;
 use crate::retention::NewBlob;
+use crate::turns::runtime::Placement;
 use crate::turns::runtime::TurnFailure;
 use crate::turns::runtime::TurnInput;
 use crate::turns::runtime::TurnReply;
@@ -73,9 +76,7 @@ use crate::turns::runtime::TurnSink;
 /// The longest a native turn may run before the Gateway gives up on it.
 pub(crate) const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(3600);
 
-/// How long a turn waits for a node (the session's own node, once it has one) to connect before
-/// failing (a node reconnects within its backoff after either side restarts).
-pub(crate) const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(10);
+use crate::cluster::dispatch::DEFAULT_NODE_GRACE;
 
 /// How long rebuilding a lost session workspace may take.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -93,8 +94,6 @@ pub(crate) struct NodeRuntime {
     retention: Arc<MediaRetention>,
     turn_timeout: Duration,
     skills: Option<Arc<crate::skills::SkillsService>>,
-    /// How long a session's node may be away before its next turn moves it.
-    session_move_after: Option<Duration>,
     /// The worktrees of `worktree` sessions, which every result of theirs is merged into.
     worktrees: Option<Arc<crate::worktree::WorktreeService>>,
 }
@@ -123,17 +122,8 @@ impl NodeRuntime {
             retention,
             turn_timeout,
             skills: None,
-            session_move_after: None,
             worktrees: None,
         }
-    }
-
-    /// Moves a session whose node has been away for `after` or longer to another node at its
-    /// next turn; `None` never does.
-    #[must_use]
-    pub(crate) fn with_session_move_after(mut self, after: Option<Duration>) -> Self {
-        self.session_move_after = after;
-        self
     }
 
     /// Merges the results of `worktree` sessions into their worktrees.
@@ -792,6 +782,13 @@ impl TurnRuntime for NodeRuntime {
         false
     }
 
+    fn placement(&self) -> Option<Placement> {
+        Some(Placement {
+            commands: &[AgentTurn::NAME],
+            binds_sessions: true,
+        })
+    }
+
     async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<TurnReply, TurnFailure> {
         let node = self.owner_node(&input.session_key).await?;
         let prepared = self.prepare_source(&node, &input).await?;
@@ -892,17 +889,11 @@ impl NodeRuntime {
                 owner
             }
         };
-        if let Some(node) = self.move_if_gone(session_key, &owner).await? {
-            return Ok(node);
-        }
         if let Some(node) = self
             .registry
             .wait_node(&owner, &[AgentTurn::NAME], DEFAULT_NODE_GRACE)
             .await
         {
-            return Ok(node);
-        }
-        if let Some(node) = self.move_if_gone(session_key, &owner).await? {
             return Ok(node);
         }
         let code = ErrorCode::SessionNodeUnavailable;
@@ -927,65 +918,6 @@ impl NodeRuntime {
                 "the session is bound to node {owner}, which is not connected; reconnect it, or move the session with POST /v1/sessions/{session_key}/move"
             ),
         ))
-    }
-
-    /// Moves the session off `owner` when the Gateway is configured to
-    /// ([`Self::with_session_move_after`]) and `owner` has been away that long: binds it to the
-    /// node [`NodeRegistry::find_placement`] picks and returns that node; the turn then finds
-    /// no session workspace there and restores it from the latest checkpoint. Audited as
-    /// `session.moved` by the Gateway. Returns `None` when the session stays.
-    ///
-    /// # Errors
-    /// A store failure.
-    async fn move_if_gone(
-        &self,
-        session_key: &str,
-        owner: &str,
-    ) -> Result<Option<Arc<NodeConnection>>, TurnFailure> {
-        let Some(after) = self.session_move_after else {
-            return Ok(None);
-        };
-        let Some(away) = self
-            .registry
-            .absent_for(owner)
-            .filter(|away| *away >= after)
-        else {
-            return Ok(None);
-        };
-        let Some(node) = self.registry.find_placement(&[AgentTurn::NAME]) else {
-            return Ok(None);
-        };
-        let moved = self
-            .store
-            .rebind_session_node(session_key, owner, &node.device_id, crate::clock::now_ms())
-            .await
-            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
-        if !moved {
-            // Moved meanwhile (by an operator): the next turn follows the new binding.
-            return Ok(None);
-        }
-        tracing::warn!(
-            session_key,
-            from = owner,
-            to = %node.device_id,
-            away_seconds = away.as_secs(),
-            "the session's node has been away too long; moved the session"
-        );
-        self.audit
-            .record(
-                "gateway",
-                "session.moved",
-                "succeeded",
-                None,
-                serde_json::json!({
-                    "sessionKey": session_key,
-                    "from": owner,
-                    "to": node.device_id,
-                    "awaySeconds": away.as_secs(),
-                }),
-            )
-            .await;
-        Ok(Some(node))
     }
 
     /// Audits (rate-limited per node) and logs a refusal of what `node` sent for a turn, and

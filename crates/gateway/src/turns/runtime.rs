@@ -22,6 +22,7 @@ use gatehouse_api::sessions::TurnError;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::worker::TokenUsage;
 use gatehouse_store::Store;
+use gatehouse_store::cluster::Fence;
 use gatehouse_store::model::NewTurnMessage;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -112,11 +113,28 @@ impl From<String> for TurnReply {
     }
 }
 
+/// Which Harness nodes a runtime's turns run on: a session's turns are dispatched by the
+/// Gateway replica that holds the link of such a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The commands the node must serve.
+    pub commands: &'static [&'static str],
+    /// Whether each session is bound to one node (native: its workspace and worker live
+    /// there), or any serving node runs its turns (Codex: one app-server node).
+    pub binds_sessions: bool,
+}
+
 /// Runs turns.
 #[async_trait::async_trait]
 pub trait TurnRuntime: Send + Sync + 'static {
     /// The runtime's name, recorded on sessions: `native` or `codex`.
     fn name(&self) -> &str;
+
+    /// The nodes this runtime's turns run on; `None` (the default) for a runtime that needs
+    /// no node, whose turns run on whichever replica claims them.
+    fn placement(&self) -> Option<Placement> {
+        None
+    }
 
     /// Whether a running turn accepts steered input.
     fn supports_steer(&self) -> bool;
@@ -180,11 +198,13 @@ fn bounded_text(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 
 /// A runtime's channel back to the Gateway for one turn: deltas are streamed, complete messages
 /// and tool events are committed. Every commit is fenced: once the turn has ended (aborted,
-/// interrupted), commits are refused.
+/// interrupted) or the lease it was claimed under is no longer live, commits are refused.
 #[derive(Clone)]
 pub struct TurnSink {
     store: Arc<dyn Store>,
     hub: Arc<EventHub>,
+    /// The lease the turn was claimed under.
+    fence: Fence,
     session_key: String,
     turn_id: String,
     /// Bytes this turn has stored so far, against [`MAX_TURN_STORED_BYTES`].
@@ -195,12 +215,14 @@ impl TurnSink {
     pub(crate) fn new(
         store: Arc<dyn Store>,
         hub: Arc<EventHub>,
+        fence: Fence,
         session_key: String,
         turn_id: String,
     ) -> Self {
         Self {
             store,
             hub,
+            fence,
             session_key,
             turn_id,
             stored: Arc::new(AtomicU64::new(0)),
@@ -361,7 +383,7 @@ impl TurnSink {
             tool_name: tool_name.map(str::to_owned),
             now_ms: now_ms(),
         };
-        match self.store.commit_turn_message(&message).await {
+        match self.store.commit_turn_message(&self.fence, &message).await {
             Ok(Some(seq)) => {
                 let completed = MessageCompleted {
                     turn_id: self.turn_id.clone(),
@@ -380,10 +402,17 @@ impl TurnSink {
     }
 
     async fn event(&self, kind: &str, payload: serde_json::Value) -> Result<(), TurnFailure> {
-        self.store
-            .append_event(&self.session_key, kind, &payload, now_ms())
+        let appended = self
+            .store
+            .append_turn_event(&self.fence, &self.turn_id, kind, &payload, now_ms())
             .await
             .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+        if appended.is_none() {
+            return Err(TurnFailure::new(
+                ErrorCode::TurnFenced,
+                "the turn is no longer running; the event was not stored",
+            ));
+        }
         self.hub.sync(&self.session_key).await;
         Ok(())
     }
