@@ -58,11 +58,6 @@ mod turns;
 mod workspace;
 mod worktree;
 
-/// How replicas on one store identify themselves, and their defaults.
-pub use crate::cluster::{
-    DEFAULT_LEASE, LeaseError, MIN_LEASE, ReplicaConfig, SWEEP_INTERVAL, check_advertise_url,
-    check_replica_id, default_replica_id,
-};
 /// The audit trail, its bounds and its per-peer rate limit.
 pub use crate::audit::{
     Audit, LIMIT_WINDOW, LIMITED_ROWS_PER_WINDOW, MAX_AUDIT_FIELD_BYTES, TRUNCATION_MARKER,
@@ -70,6 +65,11 @@ pub use crate::audit::{
 };
 /// The Gateway's wall clock in Unix milliseconds.
 pub use crate::clock::now_ms;
+/// How replicas on one store identify themselves, and their defaults.
+pub use crate::cluster::{
+    DEFAULT_LEASE, LeaseError, MIN_LEASE, ReplicaConfig, SWEEP_INTERVAL, check_advertise_url,
+    check_replica_id, default_replica_id,
+};
 /// Embedded mode's in-process link to a node host.
 pub use crate::link::in_process::{InProcessConnector, InProcessLink};
 /// The bounds of a node's progress stream.

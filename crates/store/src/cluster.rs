@@ -164,11 +164,20 @@ pub struct PlacementCandidate {
     pub linked_at_ms: i64,
 }
 
+/// The node a session is bound to, as [`ClusterStore::place_session`] found or made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPlacement {
+    /// The node.
+    pub device_id: String,
+    /// Whether this call bound the session (else it was bound already).
+    pub placed_now: bool,
+}
+
 /// What [`crate::Store::claim_next_turn`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClaimOutcome {
     /// The oldest queued turn now runs under the fence.
-    Claimed(TurnRecord),
+    Claimed(Box<TurnRecord>),
     /// Nothing to claim: no queued turn, or one of the session's turns runs already.
     Idle,
     /// The session's node is linked to another replica (or to none): its holder claims it.
@@ -325,8 +334,8 @@ pub trait ClusterStore: Send + Sync + 'static {
     async fn node_links(&self) -> Result<NodeLinks>;
 
     /// Binds the unbound session `session_key` to the least loaded of `candidates` and returns
-    /// the node it is bound to (an earlier binding wins and is returned as it is); `None` when
-    /// the session does not exist or there is no candidate. A candidate's load is its share of
+    /// the node it is bound to (an earlier binding wins and is returned as it is, with
+    /// `placed_now` false); `None` when the session does not exist or there is no candidate. A candidate's load is its share of
     /// capacity in use: the larger of its reported slots in use and the number of sessions
     /// bound to it that have a turn queued or running (which counts placements made since its
     /// last report); among equals the most recently linked wins.
@@ -338,7 +347,7 @@ pub trait ClusterStore: Send + Sync + 'static {
         session_key: &str,
         candidates: &[PlacementCandidate],
         now_ms: i64,
-    ) -> Result<Option<String>>;
+    ) -> Result<Option<SessionPlacement>>;
 
     /// Returns the sessions with a queued turn and none running that `fence`'s replica may
     /// dispatch: unbound ones, those whose node it holds, and those whose node has no live
@@ -466,11 +475,25 @@ mod tests {
     #[test]
     fn placement_takes_the_lowest_share_in_use_then_the_newest_link() {
         let none = std::collections::HashMap::new();
-        let cases: &[(&[PlacementCandidate], &[(&str, u32)], Option<&str>)] = &[
+        /// The candidates, the busy sessions per node, and the node picked.
+        type Case<'a> = (
+            &'a [PlacementCandidate],
+            &'a [(&'a str, u32)],
+            Option<&'a str>,
+        );
+        let cases: &[Case<'_>] = &[
             (&[], &[], None),
-            (&[candidate("a", 1, 8, 1), candidate("b", 0, 8, 0)], &[], Some("b")),
+            (
+                &[candidate("a", 1, 8, 1), candidate("b", 0, 8, 0)],
+                &[],
+                Some("b"),
+            ),
             // Equal shares: the most recently linked.
-            (&[candidate("a", 1, 2, 1), candidate("b", 4, 8, 2)], &[], Some("b")),
+            (
+                &[candidate("a", 1, 2, 1), candidate("b", 4, 8, 2)],
+                &[],
+                Some("b"),
+            ),
             // Busy sessions count when they exceed the report (placements since it).
             (
                 &[candidate("a", 0, 8, 1), candidate("b", 0, 8, 2)],
@@ -483,7 +506,11 @@ mod tests {
                 Some("b"),
             ),
             // A node without workers counts as one slot.
-            (&[candidate("a", 0, 0, 1), candidate("b", 1, 8, 0)], &[], Some("a")),
+            (
+                &[candidate("a", 0, 0, 1), candidate("b", 1, 8, 0)],
+                &[],
+                Some("a"),
+            ),
         ];
         for (candidates, busy, expected) in cases {
             let busy: std::collections::HashMap<String, u32> = busy
@@ -501,8 +528,8 @@ mod tests {
 
     #[test]
     fn a_link_is_live_only_under_its_holders_unexpired_lease() {
-        let row = |replica: Option<&str>, epoch: Option<i64>, holder: Option<(i64, i64, i64)>| {
-            LinkRow {
+        let row =
+            |replica: Option<&str>, epoch: Option<i64>, holder: Option<(i64, i64, i64)>| LinkRow {
                 link: NodeLink {
                     device_id: String::from("n"),
                     replica_id: replica.map(str::to_owned),
@@ -521,14 +548,16 @@ mod tests {
                 holder_epoch: holder.map(|(epoch, _, _)| epoch),
                 holder_acquired_at_ms: holder.map(|(_, acquired, _)| acquired),
                 holder_expires_at_ms: holder.map(|(_, _, expires)| expires),
-            }
-        };
+            };
         let judged = |row: LinkRow| {
             let link = row.judge(1_000);
             (link.live, link.absent_since_ms, link.replica_url.is_some())
         };
         // Held under the holder's live lease.
-        assert_eq!(judged(row(Some("r"), Some(2), Some((2, 50, 2_000)))), (true, None, true));
+        assert_eq!(
+            judged(row(Some("r"), Some(2), Some((2, 50, 2_000)))),
+            (true, None, true)
+        );
         // The holder's lease expired at 900.
         assert_eq!(
             judged(row(Some("r"), Some(2), Some((2, 50, 900)))),

@@ -98,9 +98,7 @@ impl StoreLock {
             let taken = match location {
                 StoreLocation::Sqlite(path) => try_lock_file(path)?.map(Held::Sqlite),
                 #[cfg(feature = "postgres")]
-                StoreLocation::Postgres(database) => {
-                    postgres::try_take(database, shared).await?
-                }
+                StoreLocation::Postgres(database) => postgres::try_take(database, shared).await?,
                 #[cfg(not(feature = "postgres"))]
                 StoreLocation::Postgres(_) => {
                     let _ = shared;

@@ -34,11 +34,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::cluster::ClaimOutcome;
 pub use crate::cluster::ClusterStore;
+use crate::cluster::Fence;
 pub use crate::error::Result;
 pub use crate::error::StoreError;
-use crate::cluster::ClaimOutcome;
-use crate::cluster::Fence;
 use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;

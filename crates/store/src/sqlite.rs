@@ -611,7 +611,7 @@ impl Store for SqliteStore {
         tx.commit().await.map_err(|e| map_error(e, "turn"))?;
         turn.status = TurnStatus::Running;
         turn.started_at_ms = Some(now_ms);
-        Ok(ClaimOutcome::Claimed(turn))
+        Ok(ClaimOutcome::Claimed(Box::new(turn)))
     }
 
     async fn finish_turn(&self, fence: &Fence, turn_id: &str, end: &TurnEnd) -> Result<bool> {

@@ -20,6 +20,7 @@ use gatehouse_store::cluster::Fence;
 use gatehouse_store::cluster::NewNodeLink;
 use gatehouse_store::cluster::NodeLink;
 use gatehouse_store::cluster::PlacementCandidate;
+use gatehouse_store::cluster::SessionPlacement;
 use gatehouse_store::model::NewTurnMessage;
 use gatehouse_store::model::NewUserMessage;
 use gatehouse_store::model::QueueMode;
@@ -66,7 +67,11 @@ const SHORT_LEASE_MS: i64 = 300;
 const LONG_LEASE_MS: i64 = 3_600_000;
 
 async fn take(store: &Arc<dyn Store>, replica: &str, lease_ms: i64) -> Fence {
-    match store.acquire_replica(replica, Some("http://replica"), lease_ms).await.unwrap() {
+    match store
+        .acquire_replica(replica, Some("http://replica"), lease_ms)
+        .await
+        .unwrap()
+    {
         Acquired::Taken(lease) => lease.fence,
         held @ Acquired::Held { .. } => panic!("the lease of {replica} is held: {held:?}"),
     }
@@ -144,18 +149,33 @@ async fn a_lease_is_held_by_one_process_and_never_renewed_after_it_expired(targe
     // A second process with the same id is refused while the lease lives.
     let other = target.open().await;
     assert!(matches!(
-        other.acquire_replica("r1", None, LONG_LEASE_MS).await.unwrap(),
+        other
+            .acquire_replica("r1", None, LONG_LEASE_MS)
+            .await
+            .unwrap(),
         Acquired::Held { .. }
     ));
-    assert!(store.renew_replica(&first, LONG_LEASE_MS).await.unwrap().is_some());
+    assert!(
+        store
+            .renew_replica(&first, LONG_LEASE_MS)
+            .await
+            .unwrap()
+            .is_some()
+    );
     // A short lease lapses; once lapsed it cannot be renewed, only taken again under a new
     // epoch.
     let short = take(&store, "r2", SHORT_LEASE_MS).await;
     outlive_short_lease().await;
-    assert_eq!(store.renew_replica(&short, LONG_LEASE_MS).await.unwrap(), None);
+    assert_eq!(
+        store.renew_replica(&short, LONG_LEASE_MS).await.unwrap(),
+        None
+    );
     let again = take(&other, "r2", LONG_LEASE_MS).await;
     assert_eq!(again.epoch, 2);
-    assert_eq!(store.renew_replica(&short, LONG_LEASE_MS).await.unwrap(), None);
+    assert_eq!(
+        store.renew_replica(&short, LONG_LEASE_MS).await.unwrap(),
+        None
+    );
     let replicas: Vec<(String, i64, bool)> = store
         .replicas()
         .await
@@ -169,7 +189,10 @@ async fn a_lease_is_held_by_one_process_and_never_renewed_after_it_expired(targe
     );
     // A released lease is over at once.
     store.release_replica(&first).await.unwrap();
-    assert_eq!(store.renew_replica(&first, LONG_LEASE_MS).await.unwrap(), None);
+    assert_eq!(
+        store.renew_replica(&first, LONG_LEASE_MS).await.unwrap(),
+        None
+    );
     assert_eq!(take(&other, "r1", LONG_LEASE_MS).await.epoch, 2);
 }
 
@@ -192,16 +215,27 @@ async fn a_turn_writes_only_under_its_live_lease_and_survivors_take_it_over(targ
     );
     // Another replica's fence writes nothing for this turn.
     assert_eq!(
-        store.commit_turn_message(&survivor, &reply("t1")).await.unwrap(),
+        store
+            .commit_turn_message(&survivor, &reply("t1"))
+            .await
+            .unwrap(),
         None
     );
-    assert!(!store.finish_turn(&survivor, "t1", &completed()).await.unwrap());
+    assert!(
+        !store
+            .finish_turn(&survivor, "t1", &completed())
+            .await
+            .unwrap()
+    );
     // The survivor leaves a live lease's turn alone.
     assert!(store.interrupt_orphaned_turns().await.unwrap().is_empty());
     outlive_short_lease().await;
     // Past its lease the stalled replica writes nothing, before anyone took its turn over.
     assert_eq!(
-        store.commit_turn_message(&stalled, &reply("t1")).await.unwrap(),
+        store
+            .commit_turn_message(&stalled, &reply("t1"))
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(
@@ -211,7 +245,12 @@ async fn a_turn_writes_only_under_its_live_lease_and_survivors_take_it_over(targ
             .unwrap(),
         None
     );
-    assert!(!store.finish_turn(&stalled, "t1", &completed()).await.unwrap());
+    assert!(
+        !store
+            .finish_turn(&stalled, "t1", &completed())
+            .await
+            .unwrap()
+    );
     assert_eq!(
         store.claim_next_turn(&stalled, "s", 4).await.unwrap(),
         ClaimOutcome::Fenced
@@ -227,13 +266,21 @@ async fn a_turn_writes_only_under_its_live_lease_and_survivors_take_it_over(targ
     // Taken again, the replica's old fence still writes nothing; the queued turn runs anew.
     let renewed = take(&store, "stalled", LONG_LEASE_MS).await;
     assert_eq!(renewed.epoch, 2);
-    assert!(!store.finish_turn(&stalled, "t1", &completed()).await.unwrap());
+    assert!(
+        !store
+            .finish_turn(&stalled, "t1", &completed())
+            .await
+            .unwrap()
+    );
     let ClaimOutcome::Claimed(next) = store.claim_next_turn(&renewed, "s", 5).await.unwrap() else {
         panic!("the new lease claimed nothing");
     };
     assert_eq!(next.turn_id, "t2");
     assert_eq!(
-        store.commit_turn_message(&stalled, &reply("t2")).await.unwrap(),
+        store
+            .commit_turn_message(&stalled, &reply("t2"))
+            .await
+            .unwrap(),
         None
     );
     assert!(
@@ -243,7 +290,12 @@ async fn a_turn_writes_only_under_its_live_lease_and_survivors_take_it_over(targ
             .unwrap()
             .is_some()
     );
-    assert!(store.finish_turn(&renewed, "t2", &completed()).await.unwrap());
+    assert!(
+        store
+            .finish_turn(&renewed, "t2", &completed())
+            .await
+            .unwrap()
+    );
     let transcript: Vec<(i64, String)> = store
         .transcript("s")
         .await
@@ -295,11 +347,20 @@ async fn a_replica_claims_only_the_sessions_whose_node_it_holds(target: Target) 
         linked_at_ms: 1,
     };
     assert_eq!(
-        store.place_session("s", &[candidate], 1).await.unwrap().as_deref(),
-        Some("n1")
+        store.place_session("s", &[candidate], 1).await.unwrap(),
+        Some(SessionPlacement {
+            device_id: "n1".into(),
+            placed_now: true
+        })
     );
-    assert_eq!(store.dispatchable_sessions(&one).await.unwrap(), vec!["s", "unbound"]);
-    assert_eq!(store.dispatchable_sessions(&two).await.unwrap(), vec!["unbound"]);
+    assert_eq!(
+        store.dispatchable_sessions(&one).await.unwrap(),
+        vec!["s", "unbound"]
+    );
+    assert_eq!(
+        store.dispatchable_sessions(&two).await.unwrap(),
+        vec!["unbound"]
+    );
     assert_eq!(
         store.claim_next_turn(&two, "s", 2).await.unwrap(),
         ClaimOutcome::NotHolder
@@ -312,7 +373,10 @@ async fn a_replica_claims_only_the_sessions_whose_node_it_holds(target: Target) 
         Some((turn.turn_id.clone(), Some(one.clone())))
     );
     // A session with a running turn is nobody's to dispatch.
-    assert_eq!(store.dispatchable_sessions(&one).await.unwrap(), vec!["unbound"]);
+    assert_eq!(
+        store.dispatchable_sessions(&one).await.unwrap(),
+        vec!["unbound"]
+    );
     assert!(store.finish_turn(&one, "t1", &completed()).await.unwrap());
     // The node moves to the other replica: so do the session's turns.
     assert!(store.link_node(&two, &link("n1", 3)).await.unwrap());
@@ -320,10 +384,16 @@ async fn a_replica_claims_only_the_sessions_whose_node_it_holds(target: Target) 
         store.claim_next_turn(&one, "s", 3).await.unwrap(),
         ClaimOutcome::NotHolder
     );
-    assert_eq!(store.dispatchable_sessions(&one).await.unwrap(), vec!["unbound"]);
+    assert_eq!(
+        store.dispatchable_sessions(&one).await.unwrap(),
+        vec!["unbound"]
+    );
     // The node's link ends: every replica may dispatch the session (to fail or move it).
     store.unlink_node(&two, "n1", 3).await.unwrap();
-    assert_eq!(store.dispatchable_sessions(&one).await.unwrap(), vec!["s", "unbound"]);
+    assert_eq!(
+        store.dispatchable_sessions(&one).await.unwrap(),
+        vec!["s", "unbound"]
+    );
     // An unbound session is anyone's.
     assert!(matches!(
         store.claim_next_turn(&two, "unbound", 4).await.unwrap(),
@@ -359,7 +429,10 @@ async fn a_node_link_names_its_holder_until_it_ends_or_the_holder_dies(target: T
     let dead = link_of(&store, "n1").await;
     assert!(!dead.live);
     assert!(dead.absent_since_ms.is_some());
-    assert!(!store.link_node(&one, &link("n1", 2)).await.unwrap(), "a dead lease linked a node");
+    assert!(
+        !store.link_node(&one, &link("n1", 2)).await.unwrap(),
+        "a dead lease linked a node"
+    );
     // The node reconnects to the survivor; the dead holder's late unlink changes nothing.
     assert!(store.link_node(&two, &link("n1", 9)).await.unwrap());
     store.unlink_node(&one, "n1", 1).await.unwrap();
@@ -395,20 +468,23 @@ async fn placement_binds_an_unbound_session_once_to_the_least_loaded_node(target
             linked_at_ms: 2,
         },
     ];
-    assert_eq!(store.place_session("none", &candidates, 1).await.unwrap(), None);
+    assert_eq!(
+        store.place_session("none", &candidates, 1).await.unwrap(),
+        None
+    );
     // Sessions placed one after another, each with a queued turn, alternate: a busy session
     // counts even before the node reports it.
     let mut placed = Vec::new();
     for index in 0..4 {
         let session = format!("s{index}");
         admit(&store, &session, &format!("t{index}")).await;
-        placed.push(
-            store
-                .place_session(&session, &candidates, 1)
-                .await
-                .unwrap()
-                .unwrap(),
-        );
+        let placement = store
+            .place_session(&session, &candidates, 1)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(placement.placed_now);
+        placed.push(placement.device_id);
     }
     assert_eq!(placed, vec!["b", "a", "b", "a"]);
     // A bound session keeps its node, whatever the candidates.
@@ -416,11 +492,16 @@ async fn placement_binds_an_unbound_session_once_to_the_least_loaded_node(target
         store
             .place_session("s0", &candidates[..1], 1)
             .await
-            .unwrap()
-            .as_deref(),
+            .unwrap(),
+        Some(SessionPlacement {
+            device_id: "b".into(),
+            placed_now: false
+        })
+    );
+    assert_eq!(
+        store.session_node("s0").await.unwrap().as_deref(),
         Some("b")
     );
-    assert_eq!(store.session_node("s0").await.unwrap().as_deref(), Some("b"));
     admit(&store, "late", "t9").await;
     assert_eq!(store.place_session("late", &[], 1).await.unwrap(), None);
     assert_eq!(store.session_node("late").await.unwrap(), None);
@@ -429,16 +510,25 @@ async fn placement_binds_an_unbound_session_once_to_the_least_loaded_node(target
 async fn a_shared_secret_is_the_first_value_stored(target: Target) {
     let store = target.open().await;
     assert_eq!(
-        store.shared_secret("operator-token", "first", 1).await.unwrap(),
+        store
+            .shared_secret("operator-token", "first", 1)
+            .await
+            .unwrap(),
         "first"
     );
     let other = target.open().await;
     assert_eq!(
-        other.shared_secret("operator-token", "second", 2).await.unwrap(),
+        other
+            .shared_secret("operator-token", "second", 2)
+            .await
+            .unwrap(),
         "first"
     );
     assert_eq!(
-        other.shared_secret("replica-key", "another", 2).await.unwrap(),
+        other
+            .shared_secret("replica-key", "another", 2)
+            .await
+            .unwrap(),
         "another"
     );
 }
@@ -453,7 +543,13 @@ async fn postgres_announcements_reach_every_listener_in_order() {
     let target = Target::postgres().await;
     let store = target.open().await;
     let mut first = store.listen().await.unwrap().expect("a listener");
-    let mut second = target.open().await.listen().await.unwrap().expect("a listener");
+    let mut second = target
+        .open()
+        .await
+        .listen()
+        .await
+        .unwrap()
+        .expect("a listener");
     admit(&store, "s", "t1").await;
     let delta = |number| Announcement::Delta {
         origin: "r1".into(),

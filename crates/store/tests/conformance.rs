@@ -106,7 +106,11 @@ async fn lease(store: &Arc<dyn Store>) -> Fence {
 
 /// Takes the lease of `replica` for `lease_ms` and returns its fence.
 async fn lease_for(store: &Arc<dyn Store>, replica: &str, lease_ms: i64) -> Fence {
-    match store.acquire_replica(replica, None, lease_ms).await.unwrap() {
+    match store
+        .acquire_replica(replica, None, lease_ms)
+        .await
+        .unwrap()
+    {
         Acquired::Taken(lease) => lease.fence,
         held @ Acquired::Held { .. } => panic!("the lease of {replica} is held: {held:?}"),
     }
@@ -127,7 +131,7 @@ async fn link_here(store: &Arc<dyn Store>, fence: &Fence, device_id: &str) {
 /// Returns the turn a claim took, failing the test otherwise.
 fn claimed(outcome: ClaimOutcome) -> TurnRecord {
     match outcome {
-        ClaimOutcome::Claimed(turn) => turn,
+        ClaimOutcome::Claimed(turn) => *turn,
         other => panic!("nothing was claimed: {other:?}"),
     }
 }
@@ -605,7 +609,7 @@ async fn concurrent_claims_run_one_turn_per_session(target: Target) {
         let fence = fence.clone();
         tasks.push(tokio::spawn(async move {
             match store.claim_next_turn(&fence, "s", now_ms).await.unwrap() {
-                ClaimOutcome::Claimed(turn) => Some(turn),
+                ClaimOutcome::Claimed(turn) => Some(*turn),
                 _ => None,
             }
         }));
@@ -1284,7 +1288,11 @@ mod postgres_only {
             tool_name: Some("ex\0ec".into()),
             now_ms: 3,
         };
-        store.commit_turn_message(&fence, &tool).await.unwrap().unwrap();
+        store
+            .commit_turn_message(&fence, &tool)
+            .await
+            .unwrap()
+            .unwrap();
         let end = TurnEnd {
             status: TurnStatus::Completed,
             reply: Some("re\0ply".into()),
@@ -1847,7 +1855,7 @@ async fn a_completed_turns_usage_is_stored_with_it(target: Target) {
     };
     {
         let store = target.open().await;
-    let fence = lease(&store).await;
+        let fence = lease(&store).await;
         for (turn_id, now_ms) in [("t1", 1), ("t2", 3)] {
             store
                 .admit_user_message(&message("s", turn_id, "hi", None, QueueMode::Followup))

@@ -3,6 +3,7 @@
 mod backend;
 mod bench;
 mod cli_basics;
+mod cluster;
 mod codex;
 mod config_file;
 mod console;

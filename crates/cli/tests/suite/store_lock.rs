@@ -83,7 +83,10 @@ async fn gateways_on_one_postgres_database_are_replicas_and_one_id_runs_once() {
         temp.path(),
         &["--store", store.as_str(), "--replica-id", "two"],
     );
-    assert_eq!(second.token, first.token, "the replicas' operator tokens differ");
+    assert_eq!(
+        second.token, first.token,
+        "the replicas' operator tokens differ"
+    );
     let replicas: ReplicaList = second.get_typed("/v1/replicas").await;
     let seen: Vec<(String, bool, bool)> = replicas
         .replicas
@@ -92,17 +95,29 @@ async fn gateways_on_one_postgres_database_are_replicas_and_one_id_runs_once() {
         .collect();
     assert_eq!(
         seen,
-        vec![("one".to_owned(), true, false), ("two".to_owned(), true, true)]
+        vec![
+            ("one".to_owned(), true, false),
+            ("two".to_owned(), true, true)
+        ]
     );
     assert_eq!(first.get("/v1/sessions").await.status(), 200);
 
     let copy = gatehouse()
         .args(["state", "migrate", "--from", store.as_str(), "--to"])
-        .arg(format!("sqlite://{}", temp.path().join("copy.db").display()))
+        .arg(format!(
+            "sqlite://{}",
+            temp.path().join("copy.db").display()
+        ))
         .args(["--media-from"])
-        .arg(format!("file://{}", temp.path().join("one/media").display()))
+        .arg(format!(
+            "file://{}",
+            temp.path().join("one/media").display()
+        ))
         .args(["--media-to"])
-        .arg(format!("file://{}", temp.path().join("copy-media").display()))
+        .arg(format!(
+            "file://{}",
+            temp.path().join("copy-media").display()
+        ))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&copy.stderr);

@@ -82,23 +82,6 @@ impl Process {
         terminate(&mut self.child)
     }
 
-    /// Waits up to `timeout` for the process to exit by itself and returns its status.
-    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "process {} is still running: {}",
-                self.child.id(),
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
     pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
     }

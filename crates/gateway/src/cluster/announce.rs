@@ -80,7 +80,8 @@ pub(crate) async fn listen(
                     session_key, kind, ..
                 })) => {
                     hub.sync(&session_key).await;
-                    if kind == gatehouse_store::model::TurnQueued::KIND && !registry.all().is_empty()
+                    if kind == gatehouse_store::model::TurnQueued::KIND
+                        && !registry.all().is_empty()
                     {
                         turns.kick(&session_key);
                     }
@@ -97,7 +98,9 @@ pub(crate) async fn listen(
                     }
                 }
                 Ok(Heard::Resumed) => {
-                    tracing::warn!("the announcement connection was lost and is back; reading followed sessions again");
+                    tracing::warn!(
+                        "the announcement connection was lost and is back; reading followed sessions again"
+                    );
                     resync(&hub).await;
                     replica.sweep_soon();
                 }

@@ -102,7 +102,7 @@ impl ClusterDispatcher {
     ) -> Result<Decision, gatehouse_store::StoreError> {
         let links = self.store.node_links().await?;
         if !placement.binds_sessions {
-            return Ok(self.route_to_any(session_key, placement, &links).await?);
+            return self.route_to_any(session_key, placement, &links).await;
         }
         let bound = match self.store.session_node(session_key).await? {
             Some(node) => node,
@@ -113,9 +113,11 @@ impl ClusterDispatcher {
                     .place_session(session_key, &candidates, crate::clock::now_ms())
                     .await?
                 {
-                    Some(node) => {
-                        tracing::info!(session_key, device_id = %node, "session placed on its node");
-                        node
+                    Some(placement) => {
+                        if placement.placed_now {
+                            self.placed(session_key, &placement.device_id).await;
+                        }
+                        placement.device_id
                     }
                     None => return self.without_node(session_key).await,
                 }
@@ -160,6 +162,21 @@ impl ClusterDispatcher {
             true => Ok(Decision::Elsewhere),
             false => self.without_node(session_key).await,
         }
+    }
+
+    /// Logs and audits (`session.placed`, by the Gateway) that `session_key` was bound to its
+    /// node `device_id`.
+    async fn placed(&self, session_key: &str, device_id: &str) {
+        tracing::info!(session_key, device_id, replica_id = %self.replica.id(), "session placed on its node");
+        self.audit
+            .record(
+                "gateway",
+                "session.placed",
+                "succeeded",
+                None,
+                serde_json::json!({"sessionKey": session_key, "nodeId": device_id}),
+            )
+            .await;
     }
 
     /// Returns true when `link` is held by this replica's current lease.
@@ -214,7 +231,9 @@ impl ClusterDispatcher {
         let away = Duration::from_millis(u64::try_from(links.now_ms - since).unwrap_or(0));
         if let Some(after) = self.move_after
             && away >= after
-            && self.move_session(session_key, bound, away, placement, links).await?
+            && self
+                .move_session(session_key, bound, away, placement, links)
+                .await?
         {
             // Moved: route again to its new node.
             return Box::pin(self.route_to_node(session_key, placement)).await;

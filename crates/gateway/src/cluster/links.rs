@@ -43,7 +43,15 @@ pub(crate) async fn run(
         let mut failed = Vec::new();
         let mut linked = false;
         for device_id in changed {
-            match mirror(&replica, store.as_ref(), &registry, &mut mirrored, &device_id).await {
+            match mirror(
+                &replica,
+                store.as_ref(),
+                &registry,
+                &mut mirrored,
+                &device_id,
+            )
+            .await
+            {
                 Ok(new_link) => linked |= new_link,
                 Err(error) => {
                     tracing::warn!(error = %error, device_id, "cannot record a node link in the store; retrying");

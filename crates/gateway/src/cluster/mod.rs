@@ -99,10 +99,12 @@ pub(crate) fn host_name() -> String {
 pub fn default_replica_id(listen: std::net::SocketAddr) -> String {
     let id = format!("{}-{}-{}", host_name(), listen.ip(), listen.port());
     id.chars()
-        .map(|c| match c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-            true => c,
-            false => '-',
-        })
+        .map(
+            |c| match c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                true => c,
+                false => '-',
+            },
+        )
         .collect()
 }
 
@@ -132,8 +134,7 @@ pub fn check_replica_id(id: &str) -> Result<(), String> {
 /// Returns why `url` cannot be where other replicas reach this one: it must be an `http` or
 /// `https` URL with a host and without credentials.
 pub fn check_advertise_url(url: &str) -> Result<(), String> {
-    let parsed =
-        url::Url::parse(url).map_err(|error| format!("advertise-url {url:?}: {error}"))?;
+    let parsed = url::Url::parse(url).map_err(|error| format!("advertise-url {url:?}: {error}"))?;
     let fine = matches!(parsed.scheme(), "http" | "https")
         && parsed.host_str().is_some()
         && parsed.username().is_empty()
@@ -226,12 +227,18 @@ impl Replica {
     /// Returns the fence of the current lease; `None` while the replica has none (it lost it
     /// and has not taken a new one yet).
     pub(crate) fn fence(&self) -> Option<Fence> {
-        self.current.read().as_ref().map(|lease| lease.fence.clone())
+        self.current
+            .read()
+            .as_ref()
+            .map(|lease| lease.fence.clone())
     }
 
     /// Returns when the current lease was taken, in the store's clock.
     pub(crate) fn acquired_at_ms(&self) -> Option<i64> {
-        self.current.read().as_ref().map(|lease| lease.acquired_at_ms)
+        self.current
+            .read()
+            .as_ref()
+            .map(|lease| lease.acquired_at_ms)
     }
 
     /// Returns true when another replica's lease was live at the last sweep.
@@ -387,7 +394,15 @@ mod tests {
         for listen in ["127.0.0.1:7420", "0.0.0.0:80", "[::1]:9000"] {
             let id = default_replica_id(listen.parse().unwrap());
             assert_eq!(check_replica_id(&id), Ok(()), "{id}");
-            assert!(id.ends_with(&listen.parse::<std::net::SocketAddr>().unwrap().port().to_string()));
+            assert!(
+                id.ends_with(
+                    &listen
+                        .parse::<std::net::SocketAddr>()
+                        .unwrap()
+                        .port()
+                        .to_string()
+                )
+            );
         }
         assert!(check_replica_id("").is_err());
         assert!(check_replica_id("a/b").is_err());

@@ -134,7 +134,9 @@ impl Peers {
             })?;
         let status = response.status();
         if !status.is_success() {
-            return Err(CallError::NoAnswer(format!("the replica answered {status}")));
+            return Err(CallError::NoAnswer(format!(
+                "the replica answered {status}"
+            )));
         }
         response
             .json::<A>()
@@ -204,7 +206,11 @@ impl WorkspaceAccess for ClusterWorkspace {
             Ok(Forwarded::Ok(answer)) => answer.into_file(),
             Ok(Forwarded::Err(error)) => Err(error.into()),
             Err(error) => {
-                tracing::warn!(?error, url, "cannot read the workspace through the replica holding its node");
+                tracing::warn!(
+                    ?error,
+                    url,
+                    "cannot read the workspace through the replica holding its node"
+                );
                 Err(WorkspaceError::Unavailable)
             }
         }
@@ -237,7 +243,11 @@ impl WorkspaceAccess for ClusterWorkspace {
             Ok(Forwarded::Ok(answer)) => Ok(answer.into()),
             Ok(Forwarded::Err(error)) => Err(error.into()),
             Err(CallError::NotSent(reason)) => {
-                tracing::warn!(reason, url, "cannot reach the replica holding the workspace node");
+                tracing::warn!(
+                    reason,
+                    url,
+                    "cannot reach the replica holding the workspace node"
+                );
                 Err(WorkspaceError::Unavailable)
             }
             Err(CallError::NoAnswer(reason)) => {

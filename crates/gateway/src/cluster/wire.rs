@@ -254,7 +254,9 @@ mod tests {
         ];
         for error in errors {
             let wire = serde_json::to_string(&ForwardedError::from(&error)).unwrap();
-            let back: WorkspaceError = serde_json::from_str::<ForwardedError>(&wire).unwrap().into();
+            let back: WorkspaceError = serde_json::from_str::<ForwardedError>(&wire)
+                .unwrap()
+                .into();
             assert_eq!(
                 (back.code(), back.to_string()),
                 (error.code(), error.to_string()),

@@ -88,9 +88,10 @@ async fn write(
     State(state): State<Arc<GatewayState>>,
     Json(request): Json<WriteRequest>,
 ) -> Json<Forwarded<WriteAnswer>> {
-    let Ok(bytes) =
-        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &request.content_base64)
-    else {
+    let Ok(bytes) = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        &request.content_base64,
+    ) else {
         return Json(Forwarded::Err(ForwardedError::Corrupt));
     };
     Json(

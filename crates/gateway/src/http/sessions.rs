@@ -267,7 +267,7 @@ pub(crate) async fn abort_session(
     Path(session_key): Path<String>,
 ) -> Result<Json<AbortResponse>, ApiError> {
     check_session_key(&session_key)?;
-    let aborted = state.turns.abort(&session_key);
+    let aborted = state.turns.abort_anywhere(&session_key).await;
     state
         .audit
         .record(
@@ -548,7 +548,7 @@ pub(crate) async fn stop_session(
     Path(session_key): Path<String>,
 ) -> Result<Json<StopResponse>, ApiError> {
     check_session_key(&session_key)?;
-    let aborted = state.turns.abort(&session_key);
+    let aborted = state.turns.abort_anywhere(&session_key).await;
     let owner = state
         .store
         .session_node(&session_key)

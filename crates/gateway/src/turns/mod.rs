@@ -395,7 +395,11 @@ impl TurnEngine {
             if self.shutdown.is_cancelled() {
                 return None;
             }
-            match self.dispatcher.route(session_key, self.runtime.as_ref()).await {
+            match self
+                .dispatcher
+                .route(session_key, self.runtime.as_ref())
+                .await
+            {
                 Route::Here(fence) => {
                     return self
                         .claim(session_key, &fence)
@@ -435,11 +439,8 @@ impl TurnEngine {
         match self.store.finish_turn(fence, &queued.turn_id, &end).await {
             Ok(true) => {
                 tracing::warn!(session_key, turn_id = %queued.turn_id, code = ?end.error_code, "a queued turn failed without running");
-                self.metrics.record_end(
-                    self.runtime_name(),
-                    "failed",
-                    std::time::Duration::ZERO,
-                );
+                self.metrics
+                    .record_end(self.runtime_name(), "failed", std::time::Duration::ZERO);
                 self.metrics.queue_changed();
                 self.hub.sync(session_key).await;
                 true
@@ -465,14 +466,22 @@ impl TurnEngine {
         // `finish_durably`), so queued turns run once it answers rather than at the next message.
         let mut wait = STORE_RETRY_FIRST;
         loop {
-            match self.store.claim_next_turn(fence, session_key, now_ms()).await {
+            match self
+                .store
+                .claim_next_turn(fence, session_key, now_ms())
+                .await
+            {
                 Ok(ClaimOutcome::Claimed(turn)) => {
                     self.metrics.queue_changed();
-                    return Some((turn, permit));
+                    return Some((*turn, permit));
                 }
                 Ok(ClaimOutcome::Idle) => return None,
                 Ok(outcome @ (ClaimOutcome::NotHolder | ClaimOutcome::Fenced)) => {
-                    tracing::debug!(session_key, ?outcome, "the session's next turn is not this replica's to claim");
+                    tracing::debug!(
+                        session_key,
+                        ?outcome,
+                        "the session's next turn is not this replica's to claim"
+                    );
                     return None;
                 }
                 Err(StoreError::Unavailable { .. }) if !self.shutdown.is_cancelled() => {

@@ -28,6 +28,7 @@ use crate::cluster::NodeLinks;
 use crate::cluster::PlacementCandidate;
 use crate::cluster::ReplicaLease;
 use crate::cluster::ReplicaRecord;
+use crate::cluster::SessionPlacement;
 use crate::cluster::conn_id_column;
 use crate::cluster::count_column;
 use crate::cluster::pick_placement;
@@ -58,16 +59,15 @@ impl ClusterStore for PgStore {
         .execute(&mut *tx)
         .await
         .map_err(|e| map_error(e, "replica"))?;
-        let (epoch, expires_at_ms, now_ms): (i64, i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(
-            format!(
+        let (epoch, expires_at_ms, now_ms): (i64, i64, i64) =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT epoch, expires_at_ms, {DB_NOW_MS} FROM replicas WHERE replica_id = $1 \
                  FOR UPDATE"
-            ),
-        ))
-        .bind(replica_id)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, "replica"))?;
+            )))
+            .bind(replica_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "replica"))?;
         if expires_at_ms > now_ms {
             return Ok(Acquired::Held { expires_at_ms });
         }
@@ -317,10 +317,8 @@ impl ClusterStore for PgStore {
                     live: false,
                     conn_id: u64::try_from(get::<i64>(row, "conn_id")?).unwrap_or(0),
                     runtime: get(row, "runtime")?,
-                    commands: serde_json::from_str(&commands).map_err(|_| {
-                        StoreError::Corrupt {
-                            what: "node commands",
-                        }
+                    commands: serde_json::from_str(&commands).map_err(|_| StoreError::Corrupt {
+                        what: "node commands",
                     })?,
                     slots_in_use: count_column(get(row, "slots_in_use")?),
                     capacity: count_column(get(row, "capacity")?),
@@ -342,7 +340,7 @@ impl ClusterStore for PgStore {
         session_key: &str,
         candidates: &[PlacementCandidate],
         now_ms: i64,
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<SessionPlacement>> {
         let mut tx = self.begin("session node").await?;
         if !lock_session(&mut tx, session_key).await? {
             return Ok(None);
@@ -353,8 +351,11 @@ impl ClusterStore for PgStore {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(|e| map_error(e, "session node"))?;
-        if bound.is_some() {
-            return Ok(bound);
+        if let Some(device_id) = bound {
+            return Ok(Some(SessionPlacement {
+                device_id,
+                placed_now: false,
+            }));
         }
         let devices: Vec<String> = candidates.iter().map(|c| c.device_id.clone()).collect();
         let rows: Vec<(String, i64)> = sqlx::query_as(
@@ -386,7 +387,10 @@ impl ClusterStore for PgStore {
         tx.commit()
             .await
             .map_err(|e| map_error(e, "session node"))?;
-        Ok(Some(picked.device_id.clone()))
+        Ok(Some(SessionPlacement {
+            device_id: picked.device_id.clone(),
+            placed_now: true,
+        }))
     }
 
     async fn dispatchable_sessions(&self, fence: &Fence) -> Result<Vec<String>> {
@@ -502,13 +506,13 @@ struct PgClusterListener {
 impl ClusterListener for PgClusterListener {
     async fn next(&mut self) -> Result<Heard> {
         loop {
-            let notification = self
-                .listener
-                .try_recv()
-                .await
-                .map_err(|error| StoreError::Unavailable {
-                    source: Box::new(error),
-                })?;
+            let notification =
+                self.listener
+                    .try_recv()
+                    .await
+                    .map_err(|error| StoreError::Unavailable {
+                        source: Box::new(error),
+                    })?;
             let Some(notification) = notification else {
                 // The connection was lost; the next call opens it again and listens anew.
                 return Ok(Heard::Resumed);

@@ -24,6 +24,7 @@ use crate::cluster::NodeLinks;
 use crate::cluster::PlacementCandidate;
 use crate::cluster::ReplicaLease;
 use crate::cluster::ReplicaRecord;
+use crate::cluster::SessionPlacement;
 use crate::cluster::conn_id_column;
 use crate::cluster::count_column;
 use crate::cluster::pick_placement;
@@ -323,10 +324,8 @@ impl ClusterStore for SqliteStore {
                     live: false,
                     conn_id: u64::try_from(get::<i64>(row, "conn_id")?).unwrap_or(0),
                     runtime: get(row, "runtime")?,
-                    commands: serde_json::from_str(&commands).map_err(|_| {
-                        StoreError::Corrupt {
-                            what: "node commands",
-                        }
+                    commands: serde_json::from_str(&commands).map_err(|_| StoreError::Corrupt {
+                        what: "node commands",
                     })?,
                     slots_in_use: count_column(get(row, "slots_in_use")?),
                     capacity: count_column(get(row, "capacity")?),
@@ -348,7 +347,7 @@ impl ClusterStore for SqliteStore {
         session_key: &str,
         candidates: &[PlacementCandidate],
         now_ms: i64,
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<SessionPlacement>> {
         let mut tx = self
             .begin_write()
             .await
@@ -362,8 +361,11 @@ impl ClusterStore for SqliteStore {
         let Some(bound) = bound else {
             return Ok(None);
         };
-        if bound.is_some() {
-            return Ok(bound);
+        if let Some(device_id) = bound {
+            return Ok(Some(SessionPlacement {
+                device_id,
+                placed_now: false,
+            }));
         }
         let rows: Vec<(String, i64)> = sqlx::query_as(
             "SELECT s.node_id, COUNT(*) FROM sessions s WHERE s.node_id IS NOT NULL \
@@ -393,7 +395,10 @@ impl ClusterStore for SqliteStore {
         tx.commit()
             .await
             .map_err(|e| map_error(e, "session node"))?;
-        Ok(Some(picked.device_id.clone()))
+        Ok(Some(SessionPlacement {
+            device_id: picked.device_id.clone(),
+            placed_now: true,
+        }))
     }
 
     async fn dispatchable_sessions(&self, fence: &Fence) -> Result<Vec<String>> {

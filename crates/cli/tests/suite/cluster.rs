@@ -1,0 +1,801 @@
+//! Gateway replicas on one PostgreSQL database and one S3 bucket (issue 16): real
+//! `gatehouse gateway` processes with short leases, real node hosts that know every replica's
+//! URL, the deterministic mock model. These tests choose their own store, so they run once,
+//! beside the other PostgreSQL tests.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::path::PathBuf;
+use std::time::Duration;
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use gatehouse_api::nodes::NodeList;
+use gatehouse_api::nodes::ReplicaList;
+use pretty_assertions::assert_eq;
+
+use crate::suite::s3::ExternalState;
+use crate::suite::support::Dirs;
+use crate::suite::support::Gateway;
+use crate::suite::support::Process;
+use crate::suite::support::WAIT;
+use crate::suite::support::dirs;
+use crate::suite::support::mock_model;
+use crate::suite::support::start_node_with;
+
+/// The lease of the test replicas: short, so takeovers happen within a test.
+const LEASE_SECONDS: &str = "2";
+
+/// Replicas of one Gateway on a fresh database and bucket, and the mock model.
+struct Cluster {
+    state: ExternalState,
+    dirs: Dirs,
+    logs: PathBuf,
+    mock_url: String,
+    _mock: Process,
+    replicas: Vec<Gateway>,
+}
+
+impl Cluster {
+    /// Starts `count` replicas, `r0` to `r{count-1}`.
+    async fn start(count: usize) -> Cluster {
+        let dirs = dirs();
+        let logs = dirs.base.join("logs");
+        let (mock, mock_url) = mock_model(&logs);
+        let mut cluster = Cluster {
+            state: ExternalState::new().await,
+            dirs,
+            logs,
+            mock_url,
+            _mock: mock,
+            replicas: Vec::new(),
+        };
+        for index in 0..count {
+            let replica = cluster.start_replica(index);
+            cluster.replicas.push(replica);
+        }
+        cluster
+    }
+
+    /// Starts replica `r{index}` on its own state directory.
+    fn start_replica(&self, index: usize) -> Gateway {
+        let id = format!("r{index}");
+        let mut args: Vec<&str> = self.state.args().to_vec();
+        args.extend(["--replica-id", &id, "--lease-seconds", LEASE_SECONDS]);
+        Gateway::start_with_env(
+            &self.dirs.base.join(&id),
+            &self.logs,
+            &args,
+            &self.state.envs(),
+        )
+    }
+
+    /// Starts a native node host on `root` with `capacity` workers, enrolled through replica
+    /// `r{first}` and knowing every replica's URL, that one first; it logs JSON lines.
+    fn node(&self, root: &str, first: usize, capacity: u32) -> Process {
+        let model = format!("openai-chat:{}/v1:mock-model", self.mock_url);
+        let capacity = capacity.to_string();
+        let mut args: Vec<&str> = vec![
+            "--model",
+            &model,
+            "--model-key-env",
+            "MOCK_MODEL_KEY",
+            "--capacity",
+            &capacity,
+        ];
+        for (index, replica) in self.replicas.iter().enumerate() {
+            if index != first {
+                args.extend(["--gateway", &replica.url]);
+            }
+        }
+        let gateway = &self.replicas[first];
+        start_node_with(
+            gateway,
+            &self.dirs.base.join(root),
+            Some(&gateway.setup_code(600)),
+            &self.logs,
+            &args,
+            &[
+                ("MOCK_MODEL_KEY", "mock-model-test-key"),
+                ("GATEHOUSE_LOG_FORMAT", "json"),
+            ],
+        )
+    }
+
+    /// Waits until `count` nodes are connected, as replica `r{via}` lists them, and returns
+    /// the replica holding each.
+    async fn wait_nodes(&self, via: usize, count: usize) -> BTreeMap<String, String> {
+        self.wait_holders(via, |held| held.len() == count).await
+    }
+
+    /// Waits until the replicas holding the connected nodes, as replica `r{via}` lists them
+    /// (node id to replica id), are what `accept` accepts, and returns them.
+    async fn wait_holders(
+        &self,
+        via: usize,
+        accept: impl Fn(&BTreeMap<String, String>) -> bool,
+    ) -> BTreeMap<String, String> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let nodes: NodeList = self.replicas[via].get_typed("/v1/nodes").await;
+            let held: BTreeMap<String, String> = nodes
+                .nodes
+                .into_iter()
+                .filter_map(|node| Some((node.node_id, node.replica_id?)))
+                .collect();
+            if accept(&held) {
+                return held;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the nodes' holders stayed {held:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Posts `text` to `session` on `gateway` with `key` as its idempotency key and returns the
+/// turn id; `None` when the replica did not acknowledge it.
+async fn post(gateway: &Gateway, session: &str, text: &str, key: &str) -> Option<String> {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/{session}/messages", gateway.url))
+        .bearer_auth(&gateway.token)
+        .json(&serde_json::json!({"text": text, "idempotencyKey": key}))
+        .timeout(WAIT)
+        .send()
+        .await
+        .ok()?;
+    if response.status() != 202 {
+        return None;
+    }
+    let body: serde_json::Value = response.json().await.ok()?;
+    body["turnId"].as_str().map(str::to_owned)
+}
+
+/// Posts like [`post`], failing the test when the replica does not acknowledge.
+async fn posted(gateway: &Gateway, session: &str, text: &str, key: &str) -> String {
+    post(gateway, session, text, key)
+        .await
+        .unwrap_or_else(|| panic!("{} did not acknowledge {text}", gateway.url))
+}
+
+/// Returns the turn `turn_id` once its status is one of `statuses`, as `gateway` answers.
+async fn wait_status(gateway: &Gateway, turn_id: &str, statuses: &[&str]) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // A long poll returns only at the turn's end: it is used only when waiting for one.
+    let terminal = ["completed", "failed", "interrupted", "aborted"];
+    let wait = match statuses.iter().all(|status| terminal.contains(status)) {
+        true => 5,
+        false => 0,
+    };
+    loop {
+        let turn = gateway
+            .get_json(&format!("/v1/turns/{turn_id}?wait={wait}"))
+            .await;
+        if statuses.contains(&turn["status"].as_str().unwrap_or_default()) {
+            return turn;
+        }
+        assert!(Instant::now() < deadline, "turn {turn_id} stayed {turn}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Returns the session's transcript as (seq, role, content, turn id), as `gateway` answers.
+async fn transcript(gateway: &Gateway, session: &str) -> Vec<(i64, String, String, String)> {
+    let body = gateway
+        .get_json(&format!("/v1/sessions/{session}/transcript"))
+        .await;
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| {
+            (
+                message["seq"].as_i64().unwrap(),
+                message["role"].as_str().unwrap().to_owned(),
+                message["content"].as_str().unwrap().to_owned(),
+                message["turnId"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Returns every audit row with `action`, paging through the whole trail.
+async fn audited(gateway: &Gateway, action: &str) -> Vec<serde_json::Value> {
+    let mut rows = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = gateway.get_json(&format!("/v1/audit?after={after}")).await;
+        let events = page["events"].as_array().unwrap().clone();
+        let Some(last) = events.last() else {
+            return rows;
+        };
+        after = last["seq"].as_i64().unwrap();
+        rows.extend(events.into_iter().filter(|event| event["action"] == action));
+    }
+}
+
+/// The durable events a client of `GET /v1/sessions/{key}/events` received: (seq, name,
+/// data), in the order received.
+type Received = Vec<(i64, String, serde_json::Value)>;
+
+/// Follows the session's event stream on the replica at `url` from the start, collecting its
+/// durable events, until `until` accepts what it received.
+async fn follow(
+    url: &str,
+    token: &str,
+    session: &str,
+    until: impl Fn(&Received) -> bool,
+) -> Received {
+    let response = reqwest::Client::new()
+        .get(format!("{url}/v1/sessions/{session}/events"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut received = Received::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !until(&received) {
+        let chunk = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("{session}: the stream stalled after {received:?}"))
+            .unwrap_or_else(|| panic!("{session}: the stream ended after {received:?}"))
+            .unwrap();
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            let (mut id, mut name, mut data) = (None, String::new(), String::new());
+            for line in frame.lines() {
+                if let Some(value) = line.strip_prefix("id:") {
+                    id = value.trim().parse::<i64>().ok();
+                } else if let Some(value) = line.strip_prefix("event:") {
+                    value.trim().clone_into(&mut name);
+                } else if let Some(value) = line.strip_prefix("data:") {
+                    data.push_str(value.trim());
+                }
+            }
+            // Deltas carry no id: only durable events are collected.
+            if let Some(id) = id {
+                received.push((id, name, serde_json::from_str(&data).unwrap()));
+            }
+        }
+    }
+    received
+}
+
+/// Returns the sessions a node host started workers for, from its JSON log lines.
+fn sessions_in_log(log: &Path) -> BTreeSet<String> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["fields"]["message"] == "started a worker")
+        .filter_map(|line| line["fields"]["session_key"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Three replicas and two node hosts: 200 sessions × 5 messages posted round-robin across the
+/// replicas all complete; each transcript is in order with contiguous sequence numbers; each
+/// session was placed once and ran on one node only (the audit trail and the node logs).
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_16_three_replicas_and_two_nodes_run_200_sessions_of_5_messages_in_order() {
+    const SESSIONS: usize = 200;
+    const MESSAGES: usize = 5;
+    let cluster = Cluster::start(3).await;
+    let nodes = [
+        cluster.node("harness-a", 0, 32),
+        cluster.node("harness-b", 1, 32),
+    ];
+    let held = cluster.wait_nodes(2, 2).await;
+    assert_eq!(
+        held.values().cloned().collect::<BTreeSet<_>>(),
+        BTreeSet::from(["r0".to_owned(), "r1".to_owned()]),
+        "each node links to the first replica it was given"
+    );
+    // Posted concurrently, 16 sessions at a time; each session's messages in order, each
+    // message to the next replica round-robin.
+    let cluster = &cluster;
+    let turns: Vec<Vec<String>> = futures_util::stream::iter(0..SESSIONS)
+        .map(|session| async move {
+            let mut ids = Vec::new();
+            for message in 0..MESSAGES {
+                let replica = &cluster.replicas[(session * MESSAGES + message) % 3];
+                let text = format!("/say s{session}-m{message}");
+                ids.push(posted(replica, &format!("s{session}"), &text, &text).await);
+            }
+            ids
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    for (session, ids) in turns.iter().enumerate() {
+        for (message, turn_id) in ids.iter().enumerate() {
+            let turn = wait_status(
+                &cluster.replicas[message % 3],
+                turn_id,
+                &["completed", "failed", "interrupted", "aborted"],
+            )
+            .await;
+            assert_eq!(
+                (turn["status"].as_str(), turn["reply"].as_str()),
+                (
+                    Some("completed"),
+                    Some(format!("s{session}-m{message}").as_str())
+                ),
+                "{turn}"
+            );
+        }
+    }
+    for (session, ids) in turns.iter().enumerate() {
+        let key = format!("s{session}");
+        let messages = transcript(&cluster.replicas[session % 3], &key).await;
+        let seqs: Vec<i64> = messages.iter().map(|message| message.0).collect();
+        assert_eq!(seqs, (1..=10).collect::<Vec<i64>>(), "{key}: {messages:?}");
+        for role in ["user", "assistant"] {
+            let turn_order: Vec<&str> = messages
+                .iter()
+                .filter(|message| message.1 == role)
+                .map(|message| message.3.as_str())
+                .collect();
+            assert_eq!(
+                turn_order,
+                ids.iter().map(String::as_str).collect::<Vec<_>>(),
+                "{key} {role}"
+            );
+        }
+        for (index, turn_id) in ids.iter().enumerate() {
+            let asked = messages
+                .iter()
+                .position(|m| m.1 == "user" && &m.3 == turn_id);
+            let answered = messages
+                .iter()
+                .position(|m| m.1 == "assistant" && &m.3 == turn_id);
+            assert!(
+                asked < answered,
+                "{key}: turn {index} answered before it was asked"
+            );
+        }
+    }
+    // Placed once each, never moved; and each session's workers ran on one node.
+    let placed = audited(&cluster.replicas[0], "session.placed").await;
+    let mut placements: BTreeMap<String, usize> = BTreeMap::new();
+    for row in &placed {
+        *placements
+            .entry(row["details"]["sessionKey"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(placements.len(), SESSIONS);
+    assert!(
+        placements.values().all(|count| *count == 1),
+        "{placements:?}"
+    );
+    assert_eq!(
+        audited(&cluster.replicas[1], "session.moved").await,
+        Vec::<serde_json::Value>::new()
+    );
+    let on_a = sessions_in_log(&nodes[0].stderr_log);
+    let on_b = sessions_in_log(&nodes[1].stderr_log);
+    assert_eq!(
+        on_a.intersection(&on_b).count(),
+        0,
+        "a session ran on both nodes"
+    );
+    assert_eq!(on_a.len() + on_b.len(), SESSIONS);
+    assert!(
+        !on_a.is_empty() && !on_b.is_empty(),
+        "one node took every session"
+    );
+}
+
+/// kill -9 of the replica holding the node's link while 50 turns run: the node reconnects to a
+/// survivor; the running turns end `interrupted` and are not replayed; every message a replica
+/// acknowledged, before or after, is stored exactly once; new turns complete; event streams on
+/// the survivors see every durable event.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_16_kill_9_of_the_replica_holding_a_node_interrupts_its_turns_and_loses_nothing() {
+    const RUNNING: usize = 50;
+    let mut cluster = Cluster::start(3).await;
+    let _node = cluster.node("harness", 0, 64);
+    assert_eq!(
+        cluster
+            .wait_nodes(1, 1)
+            .await
+            .into_values()
+            .collect::<Vec<_>>(),
+        ["r0"]
+    );
+    let slow = format!("/slow 200 {}", vec!["word"; 100].join(" "));
+    let mut running = Vec::new();
+    for index in 0..RUNNING {
+        let via = &cluster.replicas[1 + index % 2];
+        running.push(posted(via, &format!("run-{index}"), &slow, &format!("run-{index}")).await);
+    }
+    // Streams on the survivors, opened before the kill, for a tenth of the sessions.
+    let streams: Vec<_> = (0..RUNNING)
+        .step_by(10)
+        .map(|index| {
+            let via = 1 + index % 2;
+            let session = format!("run-{index}");
+            let (url, token) = (
+                cluster.replicas[via].url.clone(),
+                cluster.replicas[via].token.clone(),
+            );
+            tokio::spawn(async move {
+                follow(&url, &token, &session, |received| {
+                    received.iter().any(|(_, name, _)| name == "turn.failed")
+                })
+                .await
+            })
+        })
+        .collect();
+    for turn_id in &running {
+        wait_status(&cluster.replicas[1], turn_id, &["running"]).await;
+    }
+    // Acknowledged messages keep coming while the replica dies.
+    let acknowledged = {
+        let survivors: Vec<(String, String)> = cluster.replicas[1..]
+            .iter()
+            .map(|replica| (replica.url.clone(), replica.token.clone()))
+            .collect();
+        tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            for index in 0..40 {
+                let (url, token) = &survivors[index % 2];
+                let session = format!("ack-{}", index % 8);
+                let text = format!("/say ack {index}");
+                // A failed post is retried with the same key until a replica acknowledges it.
+                loop {
+                    let response = reqwest::Client::new()
+                        .post(format!("{url}/v1/sessions/{session}/messages"))
+                        .bearer_auth(token)
+                        .json(&serde_json::json!({"text": text, "idempotencyKey": text}))
+                        .timeout(WAIT)
+                        .send()
+                        .await;
+                    if let Ok(response) = response
+                        && response.status() == 202
+                    {
+                        let body: serde_json::Value = response.json().await.unwrap();
+                        acknowledged.push((
+                            session,
+                            text,
+                            body["turnId"].as_str().unwrap().to_owned(),
+                        ));
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            acknowledged
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed_at = Instant::now();
+    cluster.replicas[0].process.kill();
+    // The node reconnects to a survivor.
+    let held = cluster
+        .wait_holders(1, |held| {
+            held.len() == 1 && !held.values().any(|holder| holder == "r0")
+        })
+        .await;
+    let reconnected = killed_at.elapsed();
+    let holder = held.into_values().next().unwrap();
+    assert!(["r1", "r2"].contains(&holder.as_str()), "{holder}");
+    assert!(
+        reconnected < Duration::from_secs(10),
+        "the node took {reconnected:?} to reconnect"
+    );
+    // The running turns end interrupted and are never replayed.
+    for turn_id in &running {
+        let turn = wait_status(
+            &cluster.replicas[2],
+            turn_id,
+            &["interrupted", "completed", "failed"],
+        )
+        .await;
+        assert_eq!(turn["status"], "interrupted", "{turn}");
+    }
+    for index in 0..RUNNING {
+        let messages = transcript(&cluster.replicas[1], &format!("run-{index}")).await;
+        assert_eq!(
+            messages.iter().map(|m| m.1.as_str()).collect::<Vec<_>>(),
+            ["user"],
+            "run-{index} was replayed: {messages:?}"
+        );
+    }
+    // Every acknowledged message is stored once, and its turn completes.
+    let acknowledged = acknowledged.await.unwrap();
+    assert_eq!(acknowledged.len(), 40);
+    for (session, text, turn_id) in &acknowledged {
+        let turn = wait_status(
+            &cluster.replicas[2],
+            turn_id,
+            &["completed", "failed", "interrupted"],
+        )
+        .await;
+        let messages = transcript(&cluster.replicas[1], session).await;
+        let stored = messages
+            .iter()
+            .filter(|m| m.1 == "user" && &m.2 == text)
+            .count();
+        assert_eq!(stored, 1, "{text} in {session}: {messages:?}");
+        // A message acknowledged before the kill could have been running on r0.
+        assert!(
+            matches!(turn["status"].as_str(), Some("completed" | "interrupted")),
+            "{turn}"
+        );
+        let seqs: Vec<i64> = messages.iter().map(|m| m.0).collect();
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as i64).collect::<Vec<_>>(),
+            "{session}"
+        );
+    }
+    // New turns complete, through either survivor.
+    for (index, replica) in cluster.replicas[1..].iter().enumerate() {
+        let turn_id = posted(replica, &format!("after-{index}"), "/say after", "after").await;
+        let turn = wait_status(replica, &turn_id, &["completed", "failed"]).await;
+        assert_eq!(turn["reply"], "after", "{turn}");
+    }
+    // The streams on the survivors saw every durable event of their session, in order.
+    for stream in streams {
+        let received = stream.await.unwrap();
+        let names: Vec<(i64, &str)> = received
+            .iter()
+            .map(|(seq, name, _)| (*seq, name.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [(1, "turn.queued"), (2, "turn.started"), (3, "turn.failed")],
+            "{received:?}"
+        );
+        assert_eq!(received[2].2["status"], "interrupted");
+    }
+    // The survivors took the dead replica's lease over; it is listed as not live.
+    let replicas: ReplicaList = cluster.replicas[1].get_typed("/v1/replicas").await;
+    let live: Vec<(String, bool)> = replicas
+        .replicas
+        .into_iter()
+        .map(|replica| (replica.replica_id, replica.live))
+        .collect();
+    assert_eq!(
+        live,
+        [
+            ("r0".to_owned(), false),
+            ("r1".to_owned(), true),
+            ("r2".to_owned(), true)
+        ]
+    );
+}
+
+/// A replica frozen with SIGSTOP past its lease, then resumed, commits nothing for the turns it
+/// had: the other replica marked them interrupted, and the node's late output is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_16_a_replica_frozen_past_its_lease_commits_nothing_for_its_turns() {
+    let cluster = Cluster::start(2).await;
+    let _node = cluster.node("harness", 0, 8);
+    assert_eq!(
+        cluster
+            .wait_nodes(1, 1)
+            .await
+            .into_values()
+            .collect::<Vec<_>>(),
+        ["r0"]
+    );
+    let slow = format!("/slow 150 {}", vec!["late"; 40].join(" "));
+    let mut turns = Vec::new();
+    for index in 0..3 {
+        let session = format!("frozen-{index}");
+        turns.push((
+            session.clone(),
+            posted(&cluster.replicas[1], &session, &slow, &session).await,
+        ));
+    }
+    for (_, turn_id) in &turns {
+        wait_status(&cluster.replicas[1], turn_id, &["running"]).await;
+    }
+    let pid = rustix::process::Pid::from_raw(cluster.replicas[0].process.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    // Past its lease, the other replica takes the turns over.
+    for (_, turn_id) in &turns {
+        let turn = wait_status(
+            &cluster.replicas[1],
+            turn_id,
+            &["interrupted", "completed", "failed"],
+        )
+        .await;
+        assert_eq!(turn["status"], "interrupted", "{turn}");
+    }
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    // The resumed replica notices its lease is gone and stops its turns; whatever it writes
+    // for them meanwhile (the node's replies, the turns' ends) is refused.
+    let deadline = Instant::now() + WAIT;
+    while !cluster.replicas[0]
+        .process
+        .stderr()
+        .contains("REPLICA_LEASE_LOST")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            cluster.replicas[0].process.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    for (session, turn_id) in &turns {
+        let turn = cluster.replicas[1]
+            .get_json(&format!("/v1/turns/{turn_id}"))
+            .await;
+        assert_eq!(turn["status"], "interrupted", "{turn}");
+        let messages = transcript(&cluster.replicas[1], session).await;
+        assert_eq!(
+            messages.iter().map(|m| m.1.as_str()).collect::<Vec<_>>(),
+            ["user"],
+            "{session}: {messages:?}"
+        );
+        let replica = &cluster.replicas[1];
+        let received = follow(&replica.url, &replica.token, session, |received| {
+            received.iter().any(|(_, name, _)| name == "turn.failed")
+        })
+        .await;
+        let names: Vec<&str> = received.iter().map(|(_, name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["turn.queued", "turn.started", "turn.failed"],
+            "{received:?}"
+        );
+    }
+    // The resumed replica did try to end each of them (its node link had gone silent): the
+    // store refused those ends, as it would refuse a message.
+    let log = cluster.replicas[0].process.stderr();
+    for (_, turn_id) in &turns {
+        assert!(
+            log.lines()
+                .any(|line| line.contains(turn_id.as_str()) && line.contains("turn ended")),
+            "{turn_id} never ended on the frozen replica: {log}"
+        );
+    }
+    // Both serve on: a new turn completes, on the node wherever it linked again.
+    cluster.wait_nodes(1, 1).await;
+    let turn_id = posted(&cluster.replicas[0], "fresh", "/say fresh", "fresh").await;
+    let turn = wait_status(&cluster.replicas[1], &turn_id, &["completed", "failed"]).await;
+    assert_eq!(turn["reply"], "fresh", "{turn}");
+}
+
+/// A document PUT, a workspace GET and an abort sent to a replica without the node's link are
+/// carried to the replica that has it; a path with `..` is refused before anything is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_16_documents_workspace_reads_and_aborts_reach_the_node_through_its_replica() {
+    let cluster = Cluster::start(2).await;
+    let _node = cluster.node("harness", 0, 8);
+    assert_eq!(
+        cluster
+            .wait_nodes(1, 1)
+            .await
+            .into_values()
+            .collect::<Vec<_>>(),
+        ["r0"]
+    );
+    let other = &cluster.replicas[1];
+    let client = reqwest::Client::new();
+    let put = client
+        .put(format!("{}/v1/agents/main/files/AGENTS.md", other.url))
+        .bearer_auth(&other.token)
+        .json(&serde_json::json!({"content": "# Written through r1\n"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200, "{}", put.text().await.unwrap());
+    let document = other.get_json("/v1/agents/main/files/AGENTS.md").await;
+    assert_eq!(document["content"], "# Written through r1\n");
+    let raw = other.get("/v1/agents/main/workspace/AGENTS.md").await;
+    assert_eq!(raw.status(), 200);
+    assert_eq!(raw.text().await.unwrap(), "# Written through r1\n");
+    // The file is on the node's disk, where r0 reads it too.
+    let on_r0 = cluster.replicas[0]
+        .get("/v1/agents/main/workspace/AGENTS.md")
+        .await;
+    assert_eq!(on_r0.text().await.unwrap(), "# Written through r1\n");
+    let missing = other.get("/v1/agents/main/workspace/nope.md").await;
+    assert_eq!(missing.status(), 404);
+    let escape = other
+        .get("/v1/agents/main/workspace/a/..%2F..%2Fetc/passwd")
+        .await;
+    assert_eq!(escape.status(), 403, "{}", escape.text().await.unwrap());
+    // An abort on r1 stops the turn r0 runs.
+    let hanging = posted(other, "hang", "/hang", "hang").await;
+    wait_status(other, &hanging, &["running"]).await;
+    let aborted: serde_json::Value = client
+        .post(format!("{}/v1/sessions/hang/abort", other.url))
+        .bearer_auth(&other.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        aborted,
+        serde_json::json!({"aborted": true}),
+        "{}",
+        other.process.stderr()
+    );
+    let turn = wait_status(other, &hanging, &["aborted", "failed", "completed"]).await;
+    assert_eq!(turn["status"], "aborted", "{turn}");
+    // The replica routes take only the replica key.
+    let forged = client
+        .post(format!(
+            "{}/internal/replica/workspace/fetch",
+            cluster.replicas[0].url
+        ))
+        .bearer_auth(&other.token)
+        .json(&serde_json::json!({"path": "AGENTS.md"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
+}
+
+/// kill -9 of a node host: its sessions' turns fail while it is away; after a move they run on
+/// the other node, through the other replica, with their workspace restored from the last
+/// checkpoint.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_16_a_dead_node_hosts_sessions_fail_until_moved_then_run_on_the_other_node() {
+    let cluster = Cluster::start(2).await;
+    let mut node_a = cluster.node("harness-a", 0, 8);
+    cluster.wait_nodes(1, 1).await;
+    let wrote = posted(
+        &cluster.replicas[1],
+        "s",
+        r#"/tool write {"path":"notes.txt","content":"written on a"}"#,
+        "write",
+    )
+    .await;
+    let turn = wait_status(&cluster.replicas[1], &wrote, &["completed", "failed"]).await;
+    assert_eq!(turn["status"], "completed", "{turn}");
+    let _node_b = cluster.node("harness-b", 1, 8);
+    let held = cluster.wait_nodes(0, 2).await;
+    node_a.kill();
+    let failed = posted(&cluster.replicas[0], "s", "/say are you there", "there").await;
+    let turn = wait_status(&cluster.replicas[0], &failed, &["failed", "completed"]).await;
+    assert_eq!(turn["error"]["code"], "SESSION_NODE_UNAVAILABLE", "{turn}");
+    let moved = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/s/move", cluster.replicas[0].url))
+        .bearer_auth(&cluster.replicas[0].token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(moved.status(), 200);
+    let read = posted(
+        &cluster.replicas[0],
+        "s",
+        r#"/tool read {"path":"notes.txt"}"#,
+        "read",
+    )
+    .await;
+    let turn = wait_status(&cluster.replicas[0], &read, &["completed", "failed"]).await;
+    assert!(
+        turn["reply"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("written on a"),
+        "{turn}"
+    );
+    let sessions = cluster.replicas[1].get_json("/v1/sessions").await;
+    let node = sessions["sessions"][0]["nodeId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        held.get(&node).map(String::as_str),
+        Some("r1"),
+        "{sessions}"
+    );
+}
