@@ -4,6 +4,7 @@
 //! Benchmarks measure; they never assert on time. Each prints its target next to the figure so a
 //! reader can judge, and `--json` gives the same figures to a script.
 
+mod cluster;
 mod codex;
 mod fsops;
 mod gateway;
@@ -46,6 +47,9 @@ enum BenchTarget {
     /// Spawning `true` through the full hardened exec sandbox against a bare
     /// `bwrap --ro-bind / / true`.
     Sandbox(sandbox::SandboxBenchArgs),
+    /// Gateway replicas on one PostgreSQL (1 and 3) with 1 and 2 node hosts: message admission
+    /// and `/say hi` turns with many clients, against 1 replica and 1 node.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Runs `gatehouse bench`.
@@ -58,6 +62,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchTarget::Codex(codex_args) => codex::run(&codex_args)?,
         BenchTarget::Memory(memory_args) => memory::run(&memory_args)?,
         BenchTarget::Sandbox(sandbox_args) => sandbox::run(&sandbox_args)?,
+        BenchTarget::Cluster(cluster_args) => cluster::run(&cluster_args)?,
     };
     match args.json {
         true => crate::output::json(&report.to_json()),

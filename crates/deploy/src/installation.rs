@@ -38,6 +38,9 @@
 //!   operatorNamespaceLabels: {kubernetes.io/metadata.name: operators}
 //!   channelSecrets: []                                    # optional: [{env, name, key}]
 //!   egressCidrs: []                                       # optional, port 443
+//!   replicas: 1                                           # optional, 1..16, default 1; more
+//!                                                         # than 1: dedicated, store and media
+//!   leaseSeconds: 5                                       # optional, 1..300; dedicated only
 //!   store:                                                # optional; default SQLite on the claim
 //!     url: postgres://gatehouse@db.internal:5432/gatehouse?sslmode=verify-full   # no password
 //!     passwordSecret: {name: main-postgres, key: password}  # optional; PGPASSWORD
@@ -61,6 +64,12 @@
 //! A dedicated Gateway with both `gateway.store` and `gateway.media` keeps nothing that must
 //! survive its Pod, so it gets no claim (and takes no `runtime.gatewayStorageClassName`); the
 //! embedded Pod keeps its claim for the Harness. Credentials are only ever Secret references.
+//!
+//! `gateway.replicas` (default [`DEFAULT_GATEWAY_REPLICAS`], at most [`MAX_GATEWAY_REPLICAS`])
+//! runs that many Gateway replicas. More than one needs a dedicated topology with both
+//! `gateway.store` and `gateway.media`: replicas share state only through PostgreSQL and S3,
+//! and a Gateway claim is ReadWriteOnce. `gateway.leaseSeconds` becomes the Gateway's
+//! `--lease-seconds` (1 to [`MAX_LEASE_SECONDS`]; the Gateway's default when left out).
 //!
 //! Parsing is strict: an unknown key, a value of the wrong type, a missing required key or a value
 //! the topology refuses is an error that names the dotted key path.
@@ -359,6 +368,28 @@ pub(crate) struct GatewaySettings {
     pub(crate) store: Option<StoreSettings>,
     #[serde(default)]
     pub(crate) media: Option<MediaSettings>,
+    /// The number of Gateway replicas; [`DEFAULT_GATEWAY_REPLICAS`] when left out.
+    #[serde(default)]
+    pub(crate) replicas: Option<u32>,
+    /// The Gateway's `--lease-seconds`; the Gateway's own default when left out.
+    #[serde(default)]
+    pub(crate) lease_seconds: Option<u32>,
+}
+
+/// The number of Gateway replicas when `gateway.replicas` is left out.
+pub const DEFAULT_GATEWAY_REPLICAS: u32 = 1;
+
+/// The largest `gateway.replicas`.
+pub const MAX_GATEWAY_REPLICAS: u32 = 16;
+
+/// The largest `gateway.leaseSeconds`, as `gatehouse gateway --lease-seconds`.
+pub const MAX_LEASE_SECONDS: u32 = 300;
+
+impl GatewaySettings {
+    /// Returns the number of Gateway replicas: `gateway.replicas`, else the default.
+    pub(crate) fn replicas(&self) -> u32 {
+        self.replicas.unwrap_or(DEFAULT_GATEWAY_REPLICAS)
+    }
 }
 
 /// `gateway.store`: the Gateway state in PostgreSQL.
@@ -540,6 +571,9 @@ impl InstallationSpec {
         }
 
         self.check_store_and_media()?;
+        // Before the storage class: several replicas without both external stores are refused
+        // for what they lack, not for the claim such a Gateway would need.
+        self.check_gateway_replicas()?;
         match (
             self.has_gateway_claim(),
             &self.runtime.gateway_storage_class_name,
@@ -660,6 +694,58 @@ impl InstallationSpec {
         !self.topology.is_dedicated()
             || self.gateway.store.is_none()
             || self.gateway.media.is_none()
+    }
+
+    /// Checks `gateway.replicas` and `gateway.leaseSeconds`: both in range, several replicas
+    /// only for a dedicated Gateway with both its store and its media external (replicas share
+    /// state only through PostgreSQL and S3, and a Gateway claim is ReadWriteOnce), and a lease
+    /// only for a dedicated Gateway (the embedded Pod's `gatehouse up` takes none).
+    fn check_gateway_replicas(&self) -> Result<()> {
+        let gateway = &self.gateway;
+        if let Some(seconds) = gateway.lease_seconds {
+            if !self.topology.is_dedicated() {
+                return Err(invalid(
+                    "gateway.leaseSeconds",
+                    "the embedded Pod runs one Gateway, which takes no lease setting; remove this key",
+                ));
+            }
+            if !(1..=MAX_LEASE_SECONDS).contains(&seconds) {
+                return Err(invalid(
+                    "gateway.leaseSeconds",
+                    format!("{seconds} is not between 1 and {MAX_LEASE_SECONDS}"),
+                ));
+            }
+        }
+        let replicas = gateway.replicas();
+        if !(1..=MAX_GATEWAY_REPLICAS).contains(&replicas) {
+            return Err(invalid(
+                "gateway.replicas",
+                format!("{replicas} is not between 1 and {MAX_GATEWAY_REPLICAS}"),
+            ));
+        }
+        if replicas == 1 {
+            return Ok(());
+        }
+        if !self.topology.is_dedicated() {
+            return Err(invalid(
+                "gateway.replicas",
+                "the embedded topology runs one Pod, which holds the Harness too; use \
+                 dedicated-native or dedicated-codex for several Gateway replicas, or set 1",
+            ));
+        }
+        let lacking = match (&gateway.store, &gateway.media) {
+            (Some(_), Some(_)) => return Ok(()),
+            (None, Some(_)) => "gateway.store",
+            (Some(_), None) => "gateway.media",
+            (None, None) => "gateway.store and gateway.media",
+        };
+        Err(invalid(
+            "gateway.replicas",
+            format!(
+                "several Gateway replicas share state only through PostgreSQL and S3, and a \
+                 Gateway claim is ReadWriteOnce; set {lacking}, or set 1"
+            ),
+        ))
     }
 
     /// Checks `gateway.store` and `gateway.media`: a PostgreSQL URL without a password, an S3

@@ -10,6 +10,7 @@
 //! |---|---|
 //! | dedicated | ServiceAccounts `<agent>-gateway` and `<agent>-harness`; PVCs `gateway-state-<agent-hash>` (10Gi RWO; not rendered when `gateway.store` and `gateway.media` are both set) and `harness-state-<agent-hash>` (40Gi RWO); Service `<agent>-gateway`; NetworkPolicies `<agent>-default-deny`, `<agent>-gateway`, `<agent>-harness`; Deployments `<agent>-gateway` and `<agent>-harness` |
 //! | dedicated, `harness.nodes` | as above, but no `harness-state-<agent-hash>` claim, and the PodDisruptionBudget `<agent>-harness` (at most one node host down at a time) and the StatefulSet `<agent>-harness` (one Pod and one claim `harness-state-<agent>-harness-<index>` per node) in place of the Harness Deployment |
+//! | dedicated, `gateway.replicas` above 1 (with `gateway.store` and `gateway.media`, so no Gateway claim) | as above, and the PodDisruptionBudget `<agent>-gateway` (at most one replica down at a time) before the Gateway Deployment, which runs that many replicas with a rolling update and lets the replicas reach each other on [`GATEWAY_PORT`] |
 //! | embedded | ServiceAccount `<agent>`; PVC `gateway-state-<agent-hash>` (10Gi RWO); Service `<agent>`; NetworkPolicies `<agent>-default-deny`, `<agent>-embedded`; Deployment `<agent>` |
 //!
 //! The Pods run the real commands, and nothing else:
@@ -20,6 +21,10 @@
 //!   `GATEHOUSE_MEDIA`, `GATEHOUSE_S3_*`, and the database password and S3 keys from Secrets
 //!   only). Its one port, [`GATEWAY_PORT`], serves the operator API, `/healthz`,
 //!   `/readyz`, `/metrics` and the node WebSocket `/node`. The memory embedder variables are read by the memory feature;
+//!   `gateway.leaseSeconds` becomes `--lease-seconds`. With several replicas each Pod is a
+//!   replica named after itself (`GATEHOUSE_REPLICA_ID`) and advertised at its Pod IP
+//!   (`GATEHOUSE_ADVERTISE_URL`), where the other replicas call its `/internal/replica/...`
+//!   routes; node hosts reach any replica through the Gateway Service;
 //! - the Harness runs `gatehouse node` with every setting as a flag, and the model credential in
 //!   the variable named by `--model-key-env` ([`MODEL_KEY_ENV`]). It listens on no port, so its
 //!   probes run `gatehouse node health` in the container instead of calling HTTP;
@@ -30,6 +35,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::apps::v1::DeploymentSpec;
 use k8s_openapi::api::apps::v1::DeploymentStrategy;
+use k8s_openapi::api::apps::v1::RollingUpdateDeployment;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy;
 use k8s_openapi::api::apps::v1::StatefulSetSpec;
@@ -136,6 +142,8 @@ const POD_INDEX_ENV: &str = "GATEHOUSE_POD_INDEX";
 const POD_NAME_ENV: &str = "GATEHOUSE_POD_NAME";
 /// The label Kubernetes (1.28 and later) sets on each StatefulSet Pod to its ordinal.
 const POD_INDEX_FIELD: &str = "metadata.labels['apps.kubernetes.io/pod-index']";
+/// The variable holding a Gateway replica's Pod IP, from which its advertise URL is built.
+const POD_IP_ENV: &str = "GATEHOUSE_POD_IP";
 
 /// The rendered objects of one installation.
 #[derive(Debug, Clone)]
@@ -319,6 +327,8 @@ struct Context<'a> {
     harness_claim: String,
     /// The native worker slots (`--capacity`).
     worker_capacity: u32,
+    /// The Gateway replicas (`gateway.replicas`).
+    gateway_replicas: u32,
     /// The resources of each container group.
     gateway_resources: Resolved,
     harness_resources: Resolved,
@@ -342,6 +352,7 @@ impl<'a> Context<'a> {
             gateway_claim: format!("gateway-state-{agent_hash}"),
             harness_claim: format!("harness-state-{agent_hash}"),
             worker_capacity,
+            gateway_replicas: spec.gateway.replicas(),
             gateway_resources: resolve(Group::Gateway)?,
             harness_resources: resolve(Group::Harness)?,
             embedded_resources: resolve(Group::Embedded)?,
@@ -365,6 +376,11 @@ impl<'a> Context<'a> {
 
     fn harness_name(&self) -> String {
         format!("{}-harness", self.agent_id)
+    }
+
+    /// Returns whether the Gateway runs as several replicas.
+    fn several_gateways(&self) -> bool {
+        self.gateway_replicas > 1
     }
 
     fn dedicated_objects(&self) -> Vec<Object> {
@@ -412,11 +428,16 @@ impl<'a> Context<'a> {
             Object::NetworkPolicy(self.default_deny_policy()),
             Object::NetworkPolicy(self.gateway_policy(Role::Gateway)),
             Object::NetworkPolicy(self.harness_policy()),
-            Object::Deployment(Box::new(self.gateway_deployment())),
         ]);
+        if self.several_gateways() {
+            objects.push(Object::PodDisruptionBudget(
+                self.disruption_budget(&gateway_name, Role::Gateway),
+            ));
+        }
+        objects.push(Object::Deployment(Box::new(self.gateway_deployment())));
         match stateful_nodes {
             Some(nodes) => objects.extend([
-                Object::PodDisruptionBudget(self.harness_disruption_budget()),
+                Object::PodDisruptionBudget(self.disruption_budget(&harness_name, Role::Harness)),
                 Object::StatefulSet(Box::new(self.harness_stateful_set(nodes))),
             ]),
             None => objects.push(Object::Deployment(Box::new(self.harness_deployment()))),
@@ -556,7 +577,9 @@ impl<'a> Context<'a> {
 
     /// The Gateway's (or the embedded Pod's) policy: ingress on [`GATEWAY_PORT`] only from the
     /// operator's namespaces and, for a dedicated Gateway, from the Harness, and egress only to
-    /// DNS and the endpoints the Gateway itself calls.
+    /// DNS and the endpoints the Gateway itself calls. Several Gateway replicas also admit
+    /// each other on [`GATEWAY_PORT`] and may call each other there (their
+    /// `/internal/replica/...` routes), and nothing more.
     ///
     /// The Harness reaches the Gateway on the same port as the operator, because one port serves
     /// everything. A NetworkPolicy cannot filter by HTTP path; the Gateway accepts node handshakes
@@ -576,13 +599,13 @@ impl<'a> Context<'a> {
         }];
         let mut egress = vec![dns_egress_rule()];
         match role {
-            Role::Gateway => ingress.push(NetworkPolicyIngressRule {
-                from: Some(vec![NetworkPolicyPeer {
-                    pod_selector: Some(self.selector(Role::Harness)),
-                    ..NetworkPolicyPeer::default()
-                }]),
-                ports: Some(vec![tcp_port(GATEWAY_PORT)]),
-            }),
+            Role::Gateway => {
+                ingress.push(self.gateway_port_ingress_rule(Role::Harness));
+                if self.several_gateways() {
+                    ingress.push(self.gateway_port_ingress_rule(Role::Gateway));
+                    egress.push(self.gateway_port_egress_rule());
+                }
+            }
             Role::Embedded => egress.push(self.model_egress_rule()),
             Role::Harness | Role::Agent => {}
         }
@@ -622,16 +645,32 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// The Harness policy: no ingress at all; egress only to the Gateway Pods on
-    /// [`GATEWAY_PORT`] (where the node dials `/node`), DNS and the model endpoint.
-    fn harness_policy(&self) -> NetworkPolicy {
-        let to_gateway = NetworkPolicyEgressRule {
+    /// Ingress to [`GATEWAY_PORT`] from the Pods of `role` in the agent's namespace.
+    fn gateway_port_ingress_rule(&self, role: Role) -> NetworkPolicyIngressRule {
+        NetworkPolicyIngressRule {
+            from: Some(vec![NetworkPolicyPeer {
+                pod_selector: Some(self.selector(role)),
+                ..NetworkPolicyPeer::default()
+            }]),
+            ports: Some(vec![tcp_port(GATEWAY_PORT)]),
+        }
+    }
+
+    /// Egress to the Gateway Pods on [`GATEWAY_PORT`]: the node's `/node`, or another
+    /// replica's `/internal/replica/...`.
+    fn gateway_port_egress_rule(&self) -> NetworkPolicyEgressRule {
+        NetworkPolicyEgressRule {
             to: Some(vec![NetworkPolicyPeer {
                 pod_selector: Some(self.selector(Role::Gateway)),
                 ..NetworkPolicyPeer::default()
             }]),
             ports: Some(vec![tcp_port(GATEWAY_PORT)]),
-        };
+        }
+    }
+
+    /// The Harness policy: no ingress at all; egress only to the Gateway Pods on
+    /// [`GATEWAY_PORT`] (where the node dials `/node`), DNS and the model endpoint.
+    fn harness_policy(&self) -> NetworkPolicy {
         NetworkPolicy {
             metadata: self.metadata(&self.harness_name(), Role::Harness),
             spec: Some(NetworkPolicySpec {
@@ -639,7 +678,7 @@ impl<'a> Context<'a> {
                 policy_types: Some(vec![String::from("Ingress"), String::from("Egress")]),
                 ingress: Some(Vec::new()),
                 egress: Some(vec![
-                    to_gateway,
+                    self.gateway_port_egress_rule(),
                     dns_egress_rule(),
                     self.model_egress_rule(),
                 ]),
@@ -666,7 +705,8 @@ impl<'a> Context<'a> {
     }
 
     /// Environment of the dedicated Gateway: the variables `gatehouse gateway` reads in place of
-    /// `--state`, `--listen` and `--public-url`, then the Gateway-only Secrets.
+    /// `--state`, `--listen` and `--public-url`, with several replicas those of
+    /// [`replica_env`], then the Gateway-only Secrets.
     fn gateway_env(&self) -> Vec<EnvVar> {
         let mut env = vec![
             env_value("GATEHOUSE_STATE_DIR", GATEWAY_STATE_DIR),
@@ -674,6 +714,9 @@ impl<'a> Context<'a> {
             env_value("GATEHOUSE_PUBLIC_URL", &self.gateway_url()),
             env_value("GATEHOUSE_RUNTIME", self.installation.topology().runtime()),
         ];
+        if self.several_gateways() {
+            env.extend(replica_env());
+        }
         env.extend(self.gateway_secret_env());
         env
     }
@@ -776,14 +819,23 @@ impl<'a> Context<'a> {
     /// the store and the media external, an `emptyDir` takes the claim's place: what remains in
     /// the state directory (the operator token file, which `GATEHOUSE_TOKEN` overrides, and the
     /// memory index, built from the Harness's memory files) need not outlive the Pod.
+    ///
+    /// With several replicas (which the installation allows only without a claim) the
+    /// Deployment runs `gateway.replicas` Pods, spread softly over the machines like the node
+    /// hosts, each Pod a replica of its own.
     fn gateway_deployment(&self) -> Deployment {
         let spec = &self.installation.spec;
+        let mut args = vec![String::from("gateway")];
+        if let Some(seconds) = spec.gateway.lease_seconds {
+            args.push(String::from("--lease-seconds"));
+            args.push(seconds.to_string());
+        }
         let container = Container {
             name: String::from("gateway"),
             image: Some(spec.images.gateway.clone()),
             image_pull_policy: Some(pull_policy(&spec.images.gateway)),
             resources: Some(self.gateway_resources.requirements()),
-            args: Some(vec![String::from("gateway")]),
+            args: Some(args),
             env: Some(self.gateway_env()),
             ports: Some(vec![container_port("http", GATEWAY_PORT)]),
             liveness_probe: Some(http_probe("/healthz", 10)),
@@ -813,9 +865,18 @@ impl<'a> Context<'a> {
                 },
                 tmp_volume(),
             ]),
+            topology_spread_constraints: self
+                .several_gateways()
+                .then(|| vec![self.spread_constraint(Role::Gateway)]),
             ..self.pod_spec_base(&self.gateway_name())
         };
-        self.deployment(&self.gateway_name(), Role::Gateway, pod, BTreeMap::new())
+        self.deployment(
+            &self.gateway_name(),
+            Role::Gateway,
+            self.gateway_replicas,
+            pod,
+            BTreeMap::new(),
+        )
     }
 
     /// The dedicated Harness of one node host: a Deployment whose Pod mounts the claim
@@ -823,7 +884,7 @@ impl<'a> Context<'a> {
     fn harness_deployment(&self) -> Deployment {
         let (pod, annotations) =
             self.harness_pod(Some(claim_volume("harness-state", &self.harness_claim)));
-        self.deployment(&self.harness_name(), Role::Harness, pod, annotations)
+        self.deployment(&self.harness_name(), Role::Harness, 1, pod, annotations)
     }
 
     /// The dedicated Harness of several node hosts: a StatefulSet with one Pod per entry of
@@ -835,15 +896,7 @@ impl<'a> Context<'a> {
     fn harness_stateful_set(&self, nodes: usize) -> StatefulSet {
         let spec = &self.installation.spec;
         let (mut pod, annotations) = self.harness_pod(None);
-        // Spread the node hosts over the machines where the scheduler can, so one machine's
-        // loss or drain does not take them all; never at the price of a Pod left unscheduled.
-        pod.topology_spread_constraints = Some(vec![TopologySpreadConstraint {
-            max_skew: 1,
-            topology_key: String::from("kubernetes.io/hostname"),
-            when_unsatisfiable: String::from("ScheduleAnyway"),
-            label_selector: Some(self.selector(Role::Harness)),
-            ..TopologySpreadConstraint::default()
-        }]);
+        pod.topology_spread_constraints = Some(vec![self.spread_constraint(Role::Harness)]);
         let mut claim = self.claim(
             "harness-state",
             Role::Harness,
@@ -891,16 +944,28 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// The disruption budget of a StatefulSet Harness: a voluntary disruption (a drain, an
-    /// eviction) takes at most one node host at a time, so the agent keeps serving the sessions
-    /// of the others. A Pod that is not ready yet may always be evicted, so a node host that
-    /// never became ready cannot block a drain.
-    fn harness_disruption_budget(&self) -> PodDisruptionBudget {
+    /// Spreads the Pods of `role` over the machines where the scheduler can, so one machine's
+    /// loss or drain does not take them all; never at the price of a Pod left unscheduled.
+    fn spread_constraint(&self, role: Role) -> TopologySpreadConstraint {
+        TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: String::from("kubernetes.io/hostname"),
+            when_unsatisfiable: String::from("ScheduleAnyway"),
+            label_selector: Some(self.selector(role)),
+            ..TopologySpreadConstraint::default()
+        }
+    }
+
+    /// The disruption budget `name` of the Pods of `role` (the node hosts of a StatefulSet
+    /// Harness, or several Gateway replicas): a voluntary disruption (a drain, an eviction)
+    /// takes at most one of them at a time, so the others keep serving. A Pod that is not ready
+    /// yet may always be evicted, so one that never became ready cannot block a drain.
+    fn disruption_budget(&self, name: &str, role: Role) -> PodDisruptionBudget {
         PodDisruptionBudget {
-            metadata: self.metadata(&self.harness_name(), Role::Harness),
+            metadata: self.metadata(name, role),
             spec: Some(PodDisruptionBudgetSpec {
                 max_unavailable: Some(IntOrString::Int(1)),
-                selector: Some(self.selector(Role::Harness)),
+                selector: Some(self.selector(role)),
                 unhealthy_pod_eviction_policy: Some(String::from("AlwaysAllow")),
                 ..PodDisruptionBudgetSpec::default()
             }),
@@ -1087,7 +1152,7 @@ impl<'a> Context<'a> {
             ]),
             ..self.pod_spec_base(self.agent_id)
         };
-        self.deployment(self.agent_id, Role::Embedded, pod, BTreeMap::new())
+        self.deployment(self.agent_id, Role::Embedded, 1, pod, BTreeMap::new())
     }
 
     /// The Pod settings every Deployment shares: its own ServiceAccount without a token, no
@@ -1114,28 +1179,43 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// A single-replica Deployment with the `Recreate` strategy: the old Pod stops before the
-    /// new one starts, so a ReadWriteOnce claim is never mounted twice.
+    /// A Deployment of `replicas` Pods.
+    ///
+    /// One replica uses the `Recreate` strategy: the old Pod stops before the new one starts, so
+    /// a ReadWriteOnce claim is never mounted twice. Several replicas (only Gateway replicas,
+    /// which mount no claim and run side by side by design) roll one Pod at a time, a new one
+    /// first (`maxSurge` 1, `maxUnavailable` 0), so the agent keeps serving through a rollout.
     fn deployment(
         &self,
         name: &str,
         role: Role,
+        replicas: u32,
         pod: PodSpec,
         annotations: BTreeMap<String, String>,
     ) -> Deployment {
         let annotations = self.workload_annotations(annotations);
+        let strategy = match replicas {
+            0 | 1 => DeploymentStrategy {
+                type_: Some(String::from("Recreate")),
+                ..DeploymentStrategy::default()
+            },
+            _ => DeploymentStrategy {
+                type_: Some(String::from("RollingUpdate")),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            },
+        };
         Deployment {
             metadata: ObjectMeta {
                 annotations: Some(annotations.clone()),
                 ..self.metadata(name, role)
             },
             spec: Some(DeploymentSpec {
-                replicas: Some(1),
+                replicas: Some(i32::try_from(replicas).unwrap_or(i32::MAX)),
                 selector: self.selector(role),
-                strategy: Some(DeploymentStrategy {
-                    type_: Some(String::from("Recreate")),
-                    ..DeploymentStrategy::default()
-                }),
+                strategy: Some(strategy),
                 template: self.pod_template(role, pod, annotations),
                 ..DeploymentSpec::default()
             }),
@@ -1271,6 +1351,21 @@ fn env_field(name: &str, path: &str) -> EnvVar {
         }),
         ..EnvVar::default()
     }
+}
+
+/// The variables that make a Gateway Pod one replica among several: its id, the Pod's name
+/// (`GATEHOUSE_REPLICA_ID`), and its advertise URL, `http://<Pod IP>:7420`
+/// (`GATEHOUSE_ADVERTISE_URL`), where the other replicas call it. Kubernetes expands
+/// `$(GATEHOUSE_POD_IP)` from the variable defined before it, so no shell runs first.
+fn replica_env() -> [EnvVar; 3] {
+    [
+        env_field("GATEHOUSE_REPLICA_ID", "metadata.name"),
+        env_field(POD_IP_ENV, "status.podIP"),
+        env_value(
+            "GATEHOUSE_ADVERTISE_URL",
+            &format!("http://$({POD_IP_ENV}):{GATEWAY_PORT}"),
+        ),
+    ]
 }
 
 fn container_port(name: &str, port: i32) -> ContainerPort {

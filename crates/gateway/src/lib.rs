@@ -704,7 +704,10 @@ pub async fn start(
         state.audit.clone(),
         shutdown.child_token(),
     ));
-    spawn_cluster(&state, &shutdown);
+    // The lease is renewed until the server stopped (its last turns end under it), then
+    // released.
+    let lease_stop = CancellationToken::new();
+    spawn_cluster(&state, &shutdown, &lease_stop);
     let router = http::app(Arc::clone(&state));
     let stop = shutdown.clone();
     let engine = Arc::clone(&state.turns);
@@ -732,6 +735,7 @@ pub async fn start(
         })
         .await;
         // The other replicas take this one's nodes and sessions over at once.
+        lease_stop.cancel();
         replica.release().await;
         // Another Gateway may take the store only once this one stopped serving.
         drop(store_lock);
@@ -746,15 +750,20 @@ pub async fn start(
     })
 }
 
-/// Starts the replica's background tasks (see [`cluster`]): the lease's renewal, the sweep, the
-/// mirror of node links, the announcement listener and the outbox of deltas.
-fn spawn_cluster(state: &Arc<GatewayState>, shutdown: &CancellationToken) {
+/// Starts the replica's background tasks (see [`cluster`]): the lease's renewal (until
+/// `lease_stop`), the sweep, the mirror of node links, the announcement listener and the outbox
+/// of deltas (until `shutdown`).
+fn spawn_cluster(
+    state: &Arc<GatewayState>,
+    shutdown: &CancellationToken,
+    lease_stop: &CancellationToken,
+) {
     let replica = &state.replica;
     tokio::spawn(cluster::keep_lease(
         Arc::clone(replica),
         Arc::clone(&state.turns),
         Arc::clone(&state.registry),
-        shutdown.child_token(),
+        lease_stop.clone(),
     ));
     tokio::spawn(cluster::sweep::run(
         Arc::clone(replica),

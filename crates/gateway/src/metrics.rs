@@ -278,6 +278,14 @@ pub(crate) struct GatewayMetrics {
     memory_sync_lag: Gauge<f64, AtomicU64>,
     media_bytes: Gauge,
     checkpoint_bytes: Gauge,
+    /// Gateway replicas with a live lease on the store.
+    replicas_live: Gauge,
+    /// Nodes linked to any live replica.
+    cluster_nodes: Gauge,
+    /// Worker capacity over every linked node, as their holders recorded their reports.
+    cluster_capacity: Gauge,
+    /// Worker slots in use over every linked node.
+    cluster_slots: Gauge,
     /// Reads of the store's and the memory index's figures, so a test (and an operator) can
     /// see that scrapes reuse them.
     samplings: Counter,
@@ -346,6 +354,10 @@ impl GatewayMetrics {
             memory_sync_lag: Gauge::default(),
             media_bytes: Gauge::default(),
             checkpoint_bytes: Gauge::default(),
+            replicas_live: Gauge::default(),
+            cluster_nodes: Gauge::default(),
+            cluster_capacity: Gauge::default(),
+            cluster_slots: Gauge::default(),
             samplings: Counter::default(),
             queue_changes: Arc::clone(&turns.queue_changes),
             sampled: tokio::sync::Mutex::new(SampleCache::new(refresh_interval)),
@@ -458,6 +470,26 @@ impl GatewayMetrics {
             metrics.checkpoint_bytes.clone(),
         );
         registry.register(
+            "gatehouse_replicas_live",
+            "Gateway replicas with a live lease on this Gateway's store",
+            metrics.replicas_live.clone(),
+        );
+        registry.register(
+            "gatehouse_cluster_nodes",
+            "Harness nodes linked to any live replica of this Gateway",
+            metrics.cluster_nodes.clone(),
+        );
+        registry.register(
+            "gatehouse_cluster_worker_capacity",
+            "Worker capacity over every node linked to any live replica, as last reported",
+            metrics.cluster_capacity.clone(),
+        );
+        registry.register(
+            "gatehouse_cluster_worker_slots_in_use",
+            "Worker slots in use over every node linked to any live replica, as last reported",
+            metrics.cluster_slots.clone(),
+        );
+        registry.register(
             "gatehouse_metrics_samplings",
             "Reads of the store's and the memory index's figures by scrapes (at most one per refresh interval, and one after each change of the turn queue)",
             metrics.samplings.clone(),
@@ -540,6 +572,24 @@ impl GatewayMetrics {
                     .set(saturating_i64(figures.checkpoint_bytes));
             }
             Err(error) => tracing::warn!(error = %error, "cannot read the store's figures"),
+        }
+        match state.store.replicas().await {
+            Ok(replicas) => {
+                let live = replicas.iter().filter(|replica| replica.live).count();
+                self.replicas_live.set(saturating_i64(live as u64));
+            }
+            Err(error) => tracing::warn!(error = %error, "cannot read the replicas"),
+        }
+        match state.store.node_links().await {
+            Ok(links) => {
+                let live: Vec<_> = links.links.iter().filter(|link| link.live).collect();
+                let capacity: u64 = live.iter().map(|link| u64::from(link.capacity)).sum();
+                let slots: u64 = live.iter().map(|link| u64::from(link.slots_in_use)).sum();
+                self.cluster_nodes.set(saturating_i64(live.len() as u64));
+                self.cluster_capacity.set(saturating_i64(capacity));
+                self.cluster_slots.set(saturating_i64(slots));
+            }
+            Err(error) => tracing::warn!(error = %error, "cannot read the node links"),
         }
         match state.memory.status().await {
             Ok(status) => {

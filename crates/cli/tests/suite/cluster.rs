@@ -297,6 +297,40 @@ async fn issue_16_three_replicas_and_two_nodes_run_200_sessions_of_5_messages_in
         BTreeSet::from(["r0".to_owned(), "r1".to_owned()]),
         "each node links to the first replica it was given"
     );
+    // Both nodes' capacity shows on the replica that holds neither, in `/metrics` and in
+    // `GET /v1/nodes`.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let metrics = cluster.replicas[2]
+            .get("/metrics")
+            .await
+            .text()
+            .await
+            .unwrap();
+        let gauge = |name: &str| {
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("{name} ")))
+                .and_then(|value| value.trim().parse::<f64>().ok())
+        };
+        if gauge("gatehouse_cluster_worker_capacity") == Some(64.0) {
+            assert_eq!(gauge("gatehouse_cluster_nodes"), Some(2.0));
+            assert_eq!(gauge("gatehouse_replicas_live"), Some(3.0));
+            assert_eq!(gauge("gatehouse_node_connections"), Some(0.0));
+            break;
+        }
+        assert!(Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let listed: NodeList = cluster.replicas[2].get_typed("/v1/nodes").await;
+    assert_eq!(
+        listed
+            .nodes
+            .iter()
+            .map(|node| node.worker_capacity)
+            .collect::<Vec<_>>(),
+        [Some(32), Some(32)]
+    );
     // Posted concurrently, 16 sessions at a time; each session's messages in order, each
     // message to the next replica round-robin.
     let cluster = &cluster;

@@ -18,6 +18,16 @@ fn example(name: &str) -> PathBuf {
         .join(format!("{name}.yaml"))
 }
 
+/// Every installation file in `deploy/examples`, by name.
+const EXAMPLES: [&str; 6] = [
+    "embedded",
+    "dedicated-native",
+    "dedicated-codex",
+    "dedicated-postgres-s3",
+    "dedicated-nodes",
+    "dedicated-replicas",
+];
+
 fn render(config: &Path) -> Output {
     gatehouse()
         .args(["deploy", "render", "--config"])
@@ -54,7 +64,7 @@ fn render_prints_valid_manifests_for_every_topology() {
 
 #[test]
 fn render_is_byte_identical_across_runs() {
-    for name in ["embedded", "dedicated-native", "dedicated-codex"] {
+    for name in EXAMPLES {
         let first = render(&example(name));
         let second = render(&example(name));
         assert!(first.status.success());
@@ -211,30 +221,78 @@ fn render_with_postgres_and_s3_drops_the_gateway_claim_and_refuses_inline_passwo
     assert!(output.stdout.is_empty());
 }
 
+#[test]
+fn render_with_gateway_replicas_runs_them_side_by_side_and_refuses_them_on_a_claim() {
+    let output = render(&example("dedicated-replicas"));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let objects = gatehouse_deploy::manifest::parse_manifests(&stdout(&output)).unwrap();
+    let gateway = objects
+        .iter()
+        .find_map(|object| match object {
+            Object::Deployment(deployment)
+                if deployment.metadata.name.as_deref() == Some("main-gateway") =>
+            {
+                deployment.spec.clone()
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(gateway.replicas, Some(3));
+    let budgets: Vec<Option<String>> = objects
+        .iter()
+        .filter_map(|object| match object {
+            Object::PodDisruptionBudget(budget) => Some(budget.metadata.name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        budgets,
+        vec![
+            Some(String::from("main-gateway")),
+            Some(String::from("main-harness"))
+        ]
+    );
+    assert!(
+        !objects
+            .iter()
+            .any(|object| matches!(object, Object::PersistentVolumeClaim(_))),
+        "the replicas share no claim"
+    );
+
+    let output = render_variant(
+        "dedicated-nodes",
+        "gateway:\n  operatorTokenSecret:\n",
+        "gateway:\n  replicas: 2\n  operatorTokenSecret:\n",
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(
+            "gateway.replicas: several Gateway replicas share state only through PostgreSQL and S3"
+        ),
+        "{}",
+        stderr(&output)
+    );
+    assert!(output.stdout.is_empty());
+}
+
 /// Renders every example into a directory of its own under `base`, one file per object, and
 /// returns the directories.
 fn render_examples_into(base: &Path) -> Vec<PathBuf> {
-    [
-        "embedded",
-        "dedicated-native",
-        "dedicated-codex",
-        "dedicated-postgres-s3",
-        "dedicated-nodes",
-    ]
-    .into_iter()
-    .map(|name| {
-        let out = base.join(name);
-        let output = gatehouse()
-            .args(["deploy", "render", "--config"])
-            .arg(example(name))
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(0), "{name}: {}", stderr(&output));
-        out
-    })
-    .collect()
+    EXAMPLES
+        .into_iter()
+        .map(|name| {
+            let out = base.join(name);
+            let output = gatehouse()
+                .args(["deploy", "render", "--config"])
+                .arg(example(name))
+                .arg("--out")
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert_eq!(output.status.code(), Some(0), "{name}: {}", stderr(&output));
+            out
+        })
+        .collect()
 }
 
 /// The Kubernetes version the manifests are checked against: the one the renderer's
@@ -319,7 +377,7 @@ fn rendered_manifests_pass_checkov_with_only_the_documented_exceptions() {
     assert_eq!(failed, Vec::<String>::new(), "checkov failed checks");
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let summary = &report["summary"];
-    // The checks really ran over every object: thousands of them over the five renders.
+    // The checks really ran over every object: thousands of them over the six renders.
     assert!(summary["passed"].as_u64().unwrap() > 500, "{summary}");
     assert_eq!(summary["failed"], 0, "{summary}");
     // Each exception the configuration lists is documented with its reason, and is still

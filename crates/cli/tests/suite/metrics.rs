@@ -332,6 +332,10 @@ async fn metrics_show_every_family_after_a_scripted_run() {
         ("gatehouse_memory_sync_lag_seconds", "gauge"),
         ("gatehouse_media_stored_bytes", "gauge"),
         ("gatehouse_checkpoint_stored_bytes", "gauge"),
+        ("gatehouse_replicas_live", "gauge"),
+        ("gatehouse_cluster_nodes", "gauge"),
+        ("gatehouse_cluster_worker_capacity", "gauge"),
+        ("gatehouse_cluster_worker_slots_in_use", "gauge"),
     ] {
         assert_eq!(metrics.kind(family), kind, "{family}");
     }

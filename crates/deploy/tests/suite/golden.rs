@@ -1,4 +1,5 @@
-//! Golden tests of the rendered YAML for the three topologies, with the hashes redacted.
+//! Golden tests of the rendered YAML for the three topologies and the node-host and replica
+//! examples, with the hashes redacted.
 
 use crate::suite::support;
 
@@ -27,7 +28,7 @@ fn dedicated_codex_golden() {
 
 #[test]
 fn the_same_input_renders_byte_identical_output() {
-    for (name, text) in support::EXAMPLES {
+    for (name, text) in support::ALL_EXAMPLES {
         let first = support::render_text(text).to_yaml();
         let second = support::render_text(text).to_yaml();
         assert_eq!(first, second, "{name} rendered differently twice");
@@ -62,4 +63,9 @@ fn a_changed_setting_changes_the_revision() {
 #[test]
 fn dedicated_nodes_golden() {
     insta::assert_snapshot!("dedicated_nodes", redacted(support::DEDICATED_NODES));
+}
+
+#[test]
+fn dedicated_replicas_golden() {
+    insta::assert_snapshot!("dedicated_replicas", redacted(support::DEDICATED_REPLICAS));
 }

@@ -7,7 +7,7 @@ use crate::suite::support;
 
 #[test]
 fn every_emitted_object_parses_back_into_its_typed_form() {
-    for (name, text) in support::EXAMPLES {
+    for (name, text) in support::ALL_EXAMPLES {
         let rendered = support::render_text(text);
         let objects = support::objects(&rendered);
         assert_eq!(objects.len(), rendered.manifests().len(), "{name}");
@@ -18,6 +18,8 @@ fn every_emitted_object_parses_back_into_its_typed_form() {
                 Object::Service(_) => "Service",
                 Object::NetworkPolicy(_) => "NetworkPolicy",
                 Object::Deployment(_) => "Deployment",
+                Object::StatefulSet(_) => "StatefulSet",
+                Object::PodDisruptionBudget(_) => "PodDisruptionBudget",
                 _ => "unexpected",
             };
             assert_eq!(kind, manifest.kind(), "{name}");

@@ -5,5 +5,6 @@ mod golden;
 mod installation_errors;
 mod manifests;
 mod nodes;
+mod replicas;
 mod structure;
 mod support;

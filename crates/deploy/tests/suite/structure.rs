@@ -151,7 +151,7 @@ fn the_model_secret_is_referenced_only_by_the_harness() {
 
 #[test]
 fn every_container_runs_restricted_as_non_root_with_a_read_only_root() {
-    for (name, text) in support::EXAMPLES {
+    for (name, text) in support::ALL_EXAMPLES {
         let rendered = support::render_text(text);
         let deployments = support::deployments(&rendered);
         assert!(!deployments.is_empty(), "{name}");
@@ -244,7 +244,7 @@ fn every_deployment_recreates_and_probes_healthz_and_readyz() {
 
 #[test]
 fn the_gateway_and_the_embedded_pod_listen_only_on_7420() {
-    for (name, text) in support::EXAMPLES {
+    for (name, text) in support::ALL_EXAMPLES {
         let rendered = support::render_text(text);
         for deployment in support::deployments(&rendered) {
             if deployment.metadata.name.as_deref() == Some("main-harness") {
@@ -472,10 +472,7 @@ fn the_embedded_pod_runs_up_with_the_model_flags() {
 
 #[test]
 fn labels_carry_agent_revision_and_role_on_every_object() {
-    for (name, text) in support::EXAMPLES
-        .into_iter()
-        .chain([("dedicated-nodes", support::DEDICATED_NODES)])
-    {
+    for (name, text) in support::ALL_EXAMPLES {
         let rendered = support::render_text(text);
         for manifest in rendered.manifests() {
             let value: serde_json::Value = serde_saphyr::from_str(manifest.yaml()).unwrap();
@@ -875,12 +872,10 @@ fn no_network_rule_allows_every_peer_or_every_port() {
         "  egressCidrs:\n    - 0.0.0.0/0\nharness:",
         "  egressCidrs: []\nharness:",
     );
-    let texts = [
-        support::EMBEDDED,
-        support::DEDICATED_NATIVE,
-        support::DEDICATED_CODEX,
-        empty_gateway_egress.as_str(),
-    ];
+    let texts = support::ALL_EXAMPLES
+        .map(|(_, text)| text)
+        .into_iter()
+        .chain([empty_gateway_egress.as_str()]);
     for text in texts {
         for object in support::objects(&support::render_text(text)) {
             let Object::NetworkPolicy(policy) = object else {
@@ -933,10 +928,7 @@ fn resources_of(container: &Container) -> ([String; 2], [String; 2]) {
 
 #[test]
 fn every_container_has_cpu_and_memory_requests_and_limits() {
-    for (name, text) in support::EXAMPLES
-        .into_iter()
-        .chain([("dedicated-postgres-s3", support::DEDICATED_POSTGRES_S3)])
-    {
+    for (name, text) in support::ALL_EXAMPLES {
         for deployment in support::deployments(&support::render_text(text)) {
             for container in all_containers(&deployment) {
                 let (requests, limits) = resources_of(container);

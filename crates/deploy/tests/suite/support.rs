@@ -18,12 +18,26 @@ pub(crate) const DEDICATED_POSTGRES_S3: &str =
 /// [`EXAMPLES`] either.
 pub(crate) const DEDICATED_NODES: &str =
     include_str!("../../../../deploy/examples/dedicated-nodes.yaml");
+/// A dedicated native agent with three Gateway replicas on PostgreSQL and S3 and two node
+/// hosts; not in [`EXAMPLES`] either.
+pub(crate) const DEDICATED_REPLICAS: &str =
+    include_str!("../../../../deploy/examples/dedicated-replicas.yaml");
 
 /// Every example, by name.
 pub(crate) const EXAMPLES: [(&str, &str); 3] = [
     ("embedded", EMBEDDED),
     ("dedicated-native", DEDICATED_NATIVE),
     ("dedicated-codex", DEDICATED_CODEX),
+];
+
+/// Every example file in `deploy/examples`, by file name: [`EXAMPLES`] and the variants.
+pub(crate) const ALL_EXAMPLES: [(&str, &str); 6] = [
+    ("embedded", EMBEDDED),
+    ("dedicated-native", DEDICATED_NATIVE),
+    ("dedicated-codex", DEDICATED_CODEX),
+    ("dedicated-postgres-s3", DEDICATED_POSTGRES_S3),
+    ("dedicated-nodes", DEDICATED_NODES),
+    ("dedicated-replicas", DEDICATED_REPLICAS),
 ];
 
 pub(crate) fn render_text(text: &str) -> Rendered {

@@ -10,8 +10,8 @@
 //!   queued turn (an announcement, or its sweep) and claims it.
 //! - One whose node has no live link waits for it for [`DEFAULT_NODE_GRACE`] since it went
 //!   away (or since this replica's lease began); with `--move-sessions-after` it moves to
-//!   another node once away that long (audited as `session.moved`, its workspace restored
-//!   there from its last checkpoint); past the grace its queued turns fail with
+//!   another node once away that long and past the grace (audited as `session.moved`, its
+//!   workspace restored there from its last checkpoint); past the grace its queued turns fail with
 //!   `SESSION_NODE_UNAVAILABLE` without running, one per dispatch, until the node returns or the
 //!   session moves.
 //! - With no node serving the runtime anywhere, a turn waits the grace from its admission,
@@ -229,8 +229,9 @@ impl ClusterDispatcher {
             .unwrap_or(lease_began)
             .max(lease_began);
         let away = Duration::from_millis(u64::try_from(links.now_ms - since).unwrap_or(0));
+        // A node that is only restarting keeps its sessions: a move waits the grace too.
         if let Some(after) = self.move_after
-            && away >= after
+            && away >= after.max(self.grace)
             && self
                 .move_session(session_key, bound, away, placement, links)
                 .await?

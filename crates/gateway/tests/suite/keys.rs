@@ -222,6 +222,7 @@ async fn issue_17_every_v1_route_answers_each_scope_as_the_table_says() {
     let cases = |principal: &str| {
         vec![
             case("GET", "/v1/nodes", "/v1/nodes", None, READ),
+            case("GET", "/v1/replicas", "/v1/replicas", None, READ),
             case(
                 "POST",
                 "/v1/nodes/setup-codes",
