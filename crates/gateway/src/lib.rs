@@ -764,6 +764,7 @@ fn spawn_cluster(
         Arc::clone(&state.turns),
         Arc::clone(&state.registry),
         lease_stop.clone(),
+        shutdown.clone(),
     ));
     tokio::spawn(cluster::sweep::run(
         Arc::clone(replica),

@@ -26,7 +26,10 @@
 //! crash inside 4 leaves a list row whose blob is gone, which the next collection forgets.
 //! Nothing that a row refers to is ever deleted, because steps 1–2 (and uploads with their pin)
 //! run under the shared side of [`MediaRetention::hold`] and step 4 under its exclusive side,
-//! so a blob cannot be re-referenced between the reference check and its deletion.
+//! so a blob cannot be re-referenced between the reference check and its deletion. The hold is
+//! this process's lock and the store's media lock ([`gatehouse_store::ClusterStore::hold_media_writes`],
+//! an advisory lock on PostgreSQL), so it holds across every replica; a collection that finds
+//! the store's lock held for writing leaves its blobs to a later run rather than wait.
 //!
 //! Collection runs after every checkpoint commit (for that session's retention) and at Gateway
 //! start (for every session), and is idempotent. Each run that deletes anything, or fails, is
@@ -41,6 +44,9 @@ use gatehouse_media::MediaStore;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::Store;
 use gatehouse_store::StoreError;
+use gatehouse_store::cluster::Fence;
+use gatehouse_store::cluster::MediaHold;
+use gatehouse_store::cluster::TurnWriter;
 use gatehouse_store::model::CheckpointBlob;
 use tokio::sync::RwLock;
 use tokio::sync::RwLockReadGuard;
@@ -113,6 +119,22 @@ impl GcTrigger {
     }
 }
 
+/// A hold on storing media: the shared side of this process's collection lock and of the
+/// store's (every replica's); see [`MediaRetention::hold`].
+pub(crate) struct WriteHold<'a> {
+    _local: RwLockReadGuard<'a, ()>,
+    store: Option<Box<dyn MediaHold>>,
+}
+
+impl WriteHold<'_> {
+    /// Gives the hold back.
+    pub(crate) async fn release(mut self) {
+        if let Some(store) = self.store.take() {
+            store.release().await;
+        }
+    }
+}
+
 /// Enforces the checkpoint quota and collects checkpoint blobs nothing refers to.
 pub(crate) struct MediaRetention {
     store: Arc<dyn Store>,
@@ -143,10 +165,19 @@ impl MediaRetention {
         }
     }
 
-    /// Returns a guard to hold while storing media and recording its reference (an upload and
-    /// its pin): no collection deletes a blob while any guard is held.
-    pub(crate) async fn hold(&self) -> RwLockReadGuard<'_, ()> {
-        self.lock.read().await
+    /// Returns a hold to keep while storing media and recording its reference (an upload and
+    /// its pin): no collection, on this replica or another, deletes a blob while any hold is
+    /// kept. Give it back with [`WriteHold::release`].
+    ///
+    /// # Errors
+    /// The store's failure to take its side of the hold.
+    pub(crate) async fn hold(&self) -> Result<WriteHold<'_>, StoreError> {
+        let local = self.lock.read().await;
+        let store = self.store.hold_media_writes().await?;
+        Ok(WriteHold {
+            _local: local,
+            store: Some(store),
+        })
     }
 
     /// Refuses a checkpoint of `session_key` whose file content, together with the session's
@@ -212,12 +243,17 @@ impl MediaRetention {
         blobs: Vec<NewBlob>,
         commit: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, TurnFailure> {
-        let _writing = self.lock.read().await;
-        self.store_blobs(blobs).await.map_err(|error| match error {
-            WriteError::Media(error) => TurnFailure::new(error.code(), error.to_string()),
-            WriteError::Store(error) => store_failure(error),
-        })?;
-        commit.await.map_err(store_failure)
+        let writing = self.hold().await.map_err(store_failure)?;
+        let committed = async {
+            self.store_blobs(blobs).await.map_err(|error| match error {
+                WriteError::Media(error) => TurnFailure::new(error.code(), error.to_string()),
+                WriteError::Store(error) => store_failure(error),
+            })?;
+            commit.await.map_err(store_failure)
+        }
+        .await;
+        writing.release().await;
+        committed
     }
 
     /// Stores a checkpoint: lists `new_blobs` as checkpoint blobs, writes them, commits the
@@ -235,14 +271,30 @@ impl MediaRetention {
         checkpoint_id: &str,
         manifest: &serde_json::Value,
         new_blobs: Vec<NewBlob>,
+        fence: Option<&Fence>,
     ) -> Result<(), TurnFailure> {
-        let written = {
-            let _writing = self.lock.read().await;
-            self.write_checkpoint(session_key, checkpoint_id, manifest, new_blobs)
-                .await
+        let writer = fence.map(|fence| TurnWriter { fence, turn_id });
+        let written = match self.hold().await {
+            Ok(writing) => {
+                let written = self
+                    .write_checkpoint(session_key, checkpoint_id, manifest, new_blobs, writer)
+                    .await;
+                writing.release().await;
+                written
+            }
+            Err(error) => Err(WriteError::Store(error)),
         };
         match written {
-            Ok(()) => {
+            Ok(false) => {
+                // The turn no longer runs under its lease: what it sent is not the session's.
+                self.collect_session(session_key, GcTrigger::RefusedCheckpoint)
+                    .await;
+                Err(TurnFailure::new(
+                    ErrorCode::TurnFenced,
+                    "the turn is no longer running; its checkpoint was not stored",
+                ))
+            }
+            Ok(true) => {
                 self.collect_session(session_key, GcTrigger::Checkpoint)
                     .await;
                 Ok(())
@@ -294,7 +346,7 @@ impl MediaRetention {
                 .prune_checkpoints(&session.session_key, self.config.checkpoints_kept)
                 .await?;
         }
-        self.sweep(&mut summary).await?;
+        self.sweep_held(&mut summary).await?;
         self.audit_summary(GcTrigger::Start, None, &summary).await;
         Ok(summary)
     }
@@ -309,7 +361,7 @@ impl MediaRetention {
                 .store
                 .prune_checkpoints(session_key, self.config.checkpoints_kept)
                 .await?;
-            self.sweep(&mut summary).await
+            self.sweep_held(&mut summary).await
         }
         .await;
         if let Err(error) = outcome {
@@ -321,16 +373,19 @@ impl MediaRetention {
         summary
     }
 
+    /// Writes the blobs, then saves the checkpoint (under `writer`'s fence when given); returns
+    /// whether it was saved.
     async fn write_checkpoint(
         &self,
         session_key: &str,
         checkpoint_id: &str,
         manifest: &serde_json::Value,
         new_blobs: Vec<NewBlob>,
-    ) -> Result<(), WriteError> {
+        writer: Option<TurnWriter<'_>>,
+    ) -> Result<bool, WriteError> {
         self.store_blobs(new_blobs).await?;
         self.store
-            .save_checkpoint(session_key, checkpoint_id, manifest, now_ms())
+            .save_checkpoint(session_key, checkpoint_id, manifest, now_ms(), writer)
             .await
             .map_err(WriteError::Store)
     }
@@ -361,10 +416,32 @@ impl MediaRetention {
         Ok(())
     }
 
-    /// Deletes every listed blob nothing refers to: the blob first, then its list row. Must run
-    /// under the exclusive side of the lock.
-    async fn sweep(&self, summary: &mut GcSummary) -> Result<(), StoreError> {
+    /// Runs [`Self::sweep`] under the store's side of the collection lock, when no replica
+    /// holds it for writing; otherwise leaves the blobs to a later collection. Must run under
+    /// the exclusive side of the local lock.
+    async fn sweep_held(&self, summary: &mut GcSummary) -> Result<(), StoreError> {
+        let Some(mut held) = self.store.try_hold_media_collection().await? else {
+            tracing::debug!("another replica stores media now; collection is left for later");
+            return Ok(());
+        };
+        let swept = self.sweep(summary, held.as_mut()).await;
+        held.release().await;
+        swept
+    }
+
+    /// Deletes every listed blob nothing refers to: the blob first, then its list row, while
+    /// `held` (the store's side of the collection lock) still holds. Must run under the
+    /// exclusive side of the local lock.
+    async fn sweep(
+        &self,
+        summary: &mut GcSummary,
+        held: &mut dyn MediaHold,
+    ) -> Result<(), StoreError> {
         for blob in self.store.checkpoint_blob_garbage().await? {
+            if !held.still_held().await {
+                tracing::warn!("lost the media collection lock; the rest is left for later");
+                break;
+            }
             match self.media.delete(&blob.media_id).await {
                 Ok(deleted) => {
                     self.store.forget_checkpoint_blob(&blob.media_id).await?;

@@ -166,7 +166,7 @@ async fn finding_6_collection_keeps_every_referenced_blob_and_takes_crash_leftov
         .await
         .unwrap();
     store
-        .save_checkpoint("s", "c1", &manifest(&[&in_checkpoint]), 1)
+        .save_checkpoint("s", "c1", &manifest(&[&in_checkpoint]), 1, None)
         .await
         .unwrap();
 
@@ -224,13 +224,27 @@ async fn finding_6_a_checkpoint_over_a_quota_is_refused_and_the_last_good_one_ke
         .await
         .unwrap();
     retention
-        .commit_checkpoint("s", "t1", "c1", &manifest(&[&first]), vec![first.clone()])
+        .commit_checkpoint(
+            "s",
+            "t1",
+            "c1",
+            &manifest(&[&first]),
+            vec![first.clone()],
+            None,
+        )
         .await
         .unwrap();
     // The next checkpoint replaces the file: retention drops c1 and collects its blob.
     let second = blob(2, 60);
     retention
-        .commit_checkpoint("s", "t2", "c2", &manifest(&[&second]), vec![second.clone()])
+        .commit_checkpoint(
+            "s",
+            "t2",
+            "c2",
+            &manifest(&[&second]),
+            vec![second.clone()],
+            None,
+        )
         .await
         .unwrap();
     assert!(!is_stored(media, &first).await);
@@ -255,6 +269,7 @@ async fn finding_6_a_checkpoint_over_a_quota_is_refused_and_the_last_good_one_ke
             "c4",
             &manifest(&[&third, &fourth]),
             vec![third.clone(), fourth.clone()],
+            None,
         )
         .await
         .unwrap_err();
@@ -300,7 +315,7 @@ async fn finding_6_retention_keeps_the_newest_checkpoints_and_their_blobs() {
     for (idx, blob) in blobs.iter().enumerate() {
         let id = format!("c{idx}");
         retention
-            .commit_checkpoint("s", "t", &id, &manifest(&[blob]), vec![blob.clone()])
+            .commit_checkpoint("s", "t", &id, &manifest(&[blob]), vec![blob.clone()], None)
             .await
             .unwrap();
     }

@@ -34,6 +34,11 @@ pub(crate) fn sha256_hex(text: &[u8]) -> String {
 /// one, so a reader sees the old token or the new one and never a mix.
 fn write_private(path: &Path, token: &str) -> std::io::Result<()> {
     let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
+    // A crash between create and rename leaves it behind (in a container the pid repeats).
+    match std::fs::remove_file(&temporary) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

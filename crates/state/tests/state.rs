@@ -128,7 +128,7 @@ async fn populate(store: &Arc<dyn Store>) {
                 "a",
                 id,
                 &serde_json::json!({"v": 1, "entries": [{"path": id, "kind": "file", "mediaId": "b".repeat(64)}]}),
-                5_000,
+                5_000, None,
             )
             .await
             .unwrap();

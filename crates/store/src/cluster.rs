@@ -33,6 +33,22 @@ use crate::model::TurnRecord;
 /// The PostgreSQL notification channel of replica announcements.
 pub const CHANNEL: &str = "gatehouse_cluster";
 
+/// The key of the advisory lock on media collection ("gh-media" in ASCII).
+pub const MEDIA_LOCK_KEY: i64 = 0x6768_2d6d_6564_6961;
+
+/// A hold that holds nothing: where one process owns the store, its own lock suffices.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct NoHold;
+
+#[async_trait]
+impl MediaHold for NoHold {
+    async fn release(self: Box<Self>) {}
+
+    async fn still_held(&mut self) -> bool {
+        true
+    }
+}
+
 /// The longest announcement payload, in bytes (PostgreSQL refuses longer than 8000).
 pub const MAX_ANNOUNCEMENT_BYTES: usize = 7900;
 
@@ -44,6 +60,16 @@ pub struct Fence {
     pub replica_id: String,
     /// The epoch of the lease.
     pub epoch: i64,
+}
+
+/// A turn writing under its claim: the writes that belong to a running turn (a checkpoint, a
+/// worktree result) take effect only while it runs under `fence`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnWriter<'a> {
+    /// The lease the turn was claimed under.
+    pub fence: &'a Fence,
+    /// The turn.
+    pub turn_id: &'a str,
 }
 
 /// A lease the store granted.
@@ -235,6 +261,21 @@ pub enum Heard {
     Resumed,
 }
 
+/// A hold on the store's media lock, which keeps the collection of checkpoint blobs from
+/// running while any replica stores media and records its reference ([`ClusterStore::hold_media_writes`]),
+/// and lets one collection run at a time ([`ClusterStore::try_hold_media_collection`]). Give it
+/// back with [`MediaHold::release`]; dropped without it, its connection is closed, which
+/// releases it too.
+#[async_trait]
+pub trait MediaHold: Send + Sync {
+    /// Releases the hold.
+    async fn release(self: Box<Self>);
+
+    /// Returns whether the hold is still held (its connection was not lost); a collection
+    /// checks it before each deletion.
+    async fn still_held(&mut self) -> bool;
+}
+
 /// A connection listening on [`CHANNEL`].
 #[async_trait]
 pub trait ClusterListener: Send {
@@ -376,6 +417,23 @@ pub trait ClusterStore: Send + Sync + 'static {
     /// # Errors
     /// Storage failures.
     async fn announce(&self, announcements: &[Announcement]) -> Result<()>;
+
+    /// Takes the media lock shared, waiting while a collection holds it: held while media is
+    /// stored and its reference recorded, on any replica. A hold left idle for a minute (its
+    /// process froze) is ended by the server. SQLite has one process, whose own lock suffices:
+    /// its hold is empty.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn hold_media_writes(&self) -> Result<Box<dyn MediaHold>>;
+
+    /// Takes the media lock exclusively if no replica holds it, for a collection; `None`
+    /// while one does (the collection then waits for a later run). A hold left idle for 10
+    /// seconds is ended by the server.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn try_hold_media_collection(&self) -> Result<Option<Box<dyn MediaHold>>>;
 
     /// Opens a connection listening on [`CHANNEL`]; `None` where the store has no channel
     /// (SQLite, which has one replica).

@@ -37,6 +37,7 @@ use async_trait::async_trait;
 use crate::cluster::ClaimOutcome;
 pub use crate::cluster::ClusterStore;
 use crate::cluster::Fence;
+use crate::cluster::TurnWriter;
 pub use crate::error::Result;
 pub use crate::error::StoreError;
 use crate::model::Admitted;
@@ -314,7 +315,9 @@ pub trait Store: ClusterStore {
 
     /// Records an immutable checkpoint of a session workspace (kept if it exists already, with
     /// its save time moved forward so retention counts it as new) and makes it the session's
-    /// latest accepted checkpoint, in one transaction.
+    /// latest accepted checkpoint, in one transaction. With `writer`, only while that turn runs
+    /// under its fence (checked in the same transaction): a replica past its lease cannot
+    /// replace the checkpoint another one saved. Returns false, writing nothing, when fenced.
     ///
     /// # Errors
     /// Storage failures.
@@ -324,7 +327,8 @@ pub trait Store: ClusterStore {
         checkpoint_id: &str,
         manifest: &serde_json::Value,
         now_ms: i64,
-    ) -> Result<()>;
+        writer: Option<TurnWriter<'_>>,
+    ) -> Result<bool>;
 
     /// Returns the id and manifest of the session's latest accepted checkpoint.
     ///
@@ -436,9 +440,10 @@ pub trait Store: ClusterStore {
         now_ms: i64,
     ) -> Result<String>;
 
-    /// Binds `session_key` to `to` only while it is bound to `from`, whatever its turns are
-    /// doing: the dispatch of a session's own running turn moves it off a node that is gone.
-    /// Returns whether it moved.
+    /// Binds `session_key` to `to` only while it is bound to `from` and none of its turns runs
+    /// (checked in the same transaction, under the session's lock, so a claim cannot slip in):
+    /// the dispatch of a session's next turn moves it off a node that is gone. Returns whether
+    /// it moved.
     ///
     /// # Errors
     /// Storage failures.
@@ -527,7 +532,8 @@ pub trait Store: ClusterStore {
     async fn set_worktree_base(&self, session_key: &str, base: &StoredManifest) -> Result<()>;
 
     /// Stores a worker's result for a `worktree` session as `staged`; staging the same turn
-    /// twice keeps the first.
+    /// twice keeps the first. With `fence`, only while the turn runs under it (checked in the
+    /// same transaction); returns false, writing nothing, when fenced.
     ///
     /// # Errors
     /// Storage failures.
@@ -538,7 +544,8 @@ pub trait Store: ClusterStore {
         staged_ref: &str,
         manifest: &StoredManifest,
         now_ms: i64,
-    ) -> Result<()>;
+        fence: Option<&Fence>,
+    ) -> Result<bool>;
 
     /// Returns the results still `staged` (of one session, or of every session), oldest
     /// first.

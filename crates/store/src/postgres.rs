@@ -33,6 +33,7 @@ mod cluster;
 use crate::Store;
 use crate::cluster::ClaimOutcome;
 use crate::cluster::Fence;
+use crate::cluster::TurnWriter;
 use crate::error::Result;
 use crate::error::StoreError;
 use crate::location::PostgresLocation;
@@ -100,6 +101,9 @@ const AUDIT_LOCK_KEY: i64 = 0x6768_2d61_7564_6974;
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// One connection of its own for renewing replica leases, so a busy main pool never makes
+    /// a replica miss its renewal.
+    lease_pool: PgPool,
 }
 
 impl PgStore {
@@ -137,6 +141,11 @@ impl PgStore {
             })?;
         // Closing is a courtesy to the server; the connection is gone either way.
         let _ = probe.close().await;
+        let lease_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .test_before_acquire(true)
+            .connect_lazy_with(options.clone());
         let pool = PgPoolOptions::new()
             .max_connections(POOL_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -155,7 +164,7 @@ impl PgStore {
             .map_err(|error| StoreError::Unavailable {
                 source: Box::new(error),
             })?;
-        Ok(Self { pool })
+        Ok(Self { pool, lease_pool })
     }
 
     /// Returns the connection pool, for callers that add their own tables in this crate.
@@ -678,6 +687,20 @@ impl Store for PgStore {
     async fn finish_turn(&self, fence: &Fence, turn_id: &str, end: &TurnEnd) -> Result<bool> {
         let [input_tokens, output_tokens, total_tokens] = usage_columns(end.usage);
         let mut tx = self.begin("turn").await?;
+        // The session's row first, then the turn's, as a claim takes them: a claim and the end
+        // of a queued turn never wait for each other in a cycle.
+        let session: Option<String> =
+            sqlx::query_scalar("SELECT session_key FROM turns WHERE turn_id = $1")
+                .bind(turn_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "turn"))?;
+        match session {
+            Some(session_key) => {
+                lock_session(&mut tx, &session_key).await?;
+            }
+            None => return Ok(false),
+        }
         let session_key: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "UPDATE turns SET status = $1, reply = $2, error_code = $3, error_message = $4, \
              ended_at_ms = $5, input_tokens = $7, output_tokens = $8, total_tokens = $9 \
@@ -876,8 +899,16 @@ impl Store for PgStore {
         checkpoint_id: &str,
         manifest: &serde_json::Value,
         now_ms: i64,
-    ) -> Result<()> {
+        writer: Option<TurnWriter<'_>>,
+    ) -> Result<bool> {
         let mut tx = self.begin("checkpoint").await?;
+        if let Some(writer) = writer
+            && lock_fenced_turn(&mut tx, writer.fence, writer.turn_id)
+                .await?
+                .is_none()
+        {
+            return Ok(false);
+        }
         sqlx::query(
             "INSERT INTO checkpoints (checkpoint_id, session_key, manifest_json, created_at_ms) \
              VALUES ($1, $2, $3::jsonb, $4) ON CONFLICT (checkpoint_id) DO UPDATE \
@@ -897,7 +928,7 @@ impl Store for PgStore {
             .await
             .map_err(|e| map_error(e, "session"))?;
         tx.commit().await.map_err(|e| map_error(e, "checkpoint"))?;
-        Ok(())
+        Ok(true)
     }
 
     async fn latest_checkpoint(
@@ -1129,17 +1160,25 @@ impl Store for PgStore {
         to: &str,
         now_ms: i64,
     ) -> Result<bool> {
+        let mut tx = self.begin("session node").await?;
+        if !lock_session(&mut tx, session_key).await? {
+            return Ok(false);
+        }
         let updated = sqlx::query(
             "UPDATE sessions SET node_id = $1, node_bound_at_ms = $2 \
-             WHERE session_key = $3 AND node_id = $4",
+             WHERE session_key = $3 AND node_id = $4 AND NOT EXISTS (SELECT 1 FROM turns \
+             WHERE turns.session_key = $3 AND turns.status = 'running')",
         )
         .bind(to)
         .bind(now_ms)
         .bind(session_key)
         .bind(from)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| map_error(e, "session node"))?;
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "session node"))?;
         Ok(updated.rows_affected() == 1)
     }
 
@@ -1373,7 +1412,14 @@ impl Store for PgStore {
         staged_ref: &str,
         manifest: &StoredManifest,
         now_ms: i64,
-    ) -> Result<()> {
+        fence: Option<&Fence>,
+    ) -> Result<bool> {
+        let mut tx = self.begin("worktree result").await?;
+        if let Some(fence) = fence
+            && lock_fenced_turn(&mut tx, fence, turn_id).await?.is_none()
+        {
+            return Ok(false);
+        }
         sqlx::query(
             "INSERT INTO worktree_results (turn_id, session_key, staged_ref, manifest_json, \
              state, staged_at_ms) VALUES ($1, $2, $3, $4::jsonb, 'staged', $5) \
@@ -1384,10 +1430,13 @@ impl Store for PgStore {
         .bind(staged_ref)
         .bind(manifest_json(manifest)?)
         .bind(now_ms)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| map_error(e, "worktree result"))?;
-        Ok(())
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "worktree result"))?;
+        Ok(true)
     }
 
     async fn staged_worktree_results(

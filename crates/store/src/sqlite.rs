@@ -17,6 +17,7 @@ mod cluster;
 use crate::Store;
 use crate::cluster::ClaimOutcome;
 use crate::cluster::Fence;
+use crate::cluster::TurnWriter;
 use crate::error::Result;
 use crate::error::StoreError;
 
@@ -826,11 +827,19 @@ impl Store for SqliteStore {
         checkpoint_id: &str,
         manifest: &serde_json::Value,
         now_ms: i64,
-    ) -> Result<()> {
+        writer: Option<TurnWriter<'_>>,
+    ) -> Result<bool> {
         let mut tx = self
             .begin_write()
             .await
             .map_err(|e| map_error(e, "checkpoint"))?;
+        if let Some(writer) = writer
+            && fenced_turn(&mut tx, writer.fence, writer.turn_id)
+                .await?
+                .is_none()
+        {
+            return Ok(false);
+        }
         sqlx::query(
             "INSERT INTO checkpoints (checkpoint_id, session_key, manifest_json, created_at_ms) \
              VALUES (?, ?, ?, ?) \
@@ -850,7 +859,7 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| map_error(e, "session"))?;
         tx.commit().await.map_err(|e| map_error(e, "checkpoint"))?;
-        Ok(())
+        Ok(true)
     }
 
     async fn latest_checkpoint(
@@ -1104,8 +1113,9 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> Result<bool> {
         let updated = sqlx::query(
-            "UPDATE sessions SET node_id = ?, node_bound_at_ms = ? \
-             WHERE session_key = ? AND node_id = ?",
+            "UPDATE sessions SET node_id = ?1, node_bound_at_ms = ?2 \
+             WHERE session_key = ?3 AND node_id = ?4 AND NOT EXISTS (SELECT 1 FROM turns \
+             WHERE turns.session_key = ?3 AND turns.status = 'running')",
         )
         .bind(to)
         .bind(now_ms)
@@ -1354,7 +1364,17 @@ impl Store for SqliteStore {
         staged_ref: &str,
         manifest: &StoredManifest,
         now_ms: i64,
-    ) -> Result<()> {
+        fence: Option<&Fence>,
+    ) -> Result<bool> {
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "worktree result"))?;
+        if let Some(fence) = fence
+            && fenced_turn(&mut tx, fence, turn_id).await?.is_none()
+        {
+            return Ok(false);
+        }
         sqlx::query(
             "INSERT INTO worktree_results (turn_id, session_key, staged_ref, manifest_json, \
              state, staged_at_ms) VALUES (?, ?, ?, ?, 'staged', ?) \
@@ -1365,10 +1385,13 @@ impl Store for SqliteStore {
         .bind(staged_ref)
         .bind(manifest_json(manifest)?)
         .bind(now_ms)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| map_error(e, "worktree result"))?;
-        Ok(())
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "worktree result"))?;
+        Ok(true)
     }
 
     async fn staged_worktree_results(

@@ -21,9 +21,11 @@ use gatehouse_store::cluster::NewNodeLink;
 use gatehouse_store::cluster::NodeLink;
 use gatehouse_store::cluster::PlacementCandidate;
 use gatehouse_store::cluster::SessionPlacement;
+use gatehouse_store::cluster::TurnWriter;
 use gatehouse_store::model::NewTurnMessage;
 use gatehouse_store::model::NewUserMessage;
 use gatehouse_store::model::QueueMode;
+use gatehouse_store::model::StoredManifest;
 use gatehouse_store::model::TurnEnd;
 use gatehouse_store::model::TurnStatus;
 use pretty_assertions::assert_eq;
@@ -58,6 +60,7 @@ contract!(
     a_node_link_names_its_holder_until_it_ends_or_the_holder_dies,
     placement_binds_an_unbound_session_once_to_the_least_loaded_node,
     a_shared_secret_is_the_first_value_stored,
+    a_collection_never_runs_while_a_replica_stores_media,
 );
 
 /// A lease that expires within the test.
@@ -251,6 +254,32 @@ async fn a_turn_writes_only_under_its_live_lease_and_survivors_take_it_over(targ
             .await
             .unwrap()
     );
+    // Nor its checkpoint or worktree result: the session's latest checkpoint stays.
+    let writer = TurnWriter {
+        fence: &stalled,
+        turn_id: "t1",
+    };
+    assert!(
+        !store
+            .save_checkpoint(
+                "s",
+                "late",
+                &serde_json::json!({"entries": []}),
+                3,
+                Some(writer)
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.latest_checkpoint("s").await.unwrap(), None);
+    let result = StoredManifest::default();
+    assert!(
+        !store
+            .stage_worktree_result("t1", "s", "refs/x/t1", &result, 3, Some(&stalled))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.worktree_result("t1").await.unwrap(), None);
     assert_eq!(
         store.claim_next_turn(&stalled, "s", 4).await.unwrap(),
         ClaimOutcome::Fenced
@@ -289,6 +318,31 @@ async fn a_turn_writes_only_under_its_live_lease_and_survivors_take_it_over(targ
             .await
             .unwrap()
             .is_some()
+    );
+    let writer = TurnWriter {
+        fence: &renewed,
+        turn_id: "t2",
+    };
+    assert!(
+        store
+            .save_checkpoint(
+                "s",
+                "c2",
+                &serde_json::json!({"entries": []}),
+                6,
+                Some(writer)
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .latest_checkpoint("s")
+            .await
+            .unwrap()
+            .map(|(id, _)| id)
+            .as_deref(),
+        Some("c2")
     );
     assert!(
         store
@@ -594,4 +648,63 @@ async fn postgres_announcements_reach_every_listener_in_order() {
     let sqlite = Target::sqlite().open().await;
     assert!(sqlite.listen().await.unwrap().is_none());
     sqlite.announce(&[delta(5)]).await.unwrap();
+}
+
+/// The media lock: held shared by any replica storing media, it keeps every collection out; a
+/// collection never waits for it, and holds it alone.
+async fn a_collection_never_runs_while_a_replica_stores_media(target: Target) {
+    let store = target.open().await;
+    let other = target.open().await;
+    let writing = store.hold_media_writes().await.unwrap();
+    let also_writing = other.hold_media_writes().await.unwrap();
+    let collecting = other.try_hold_media_collection().await.unwrap();
+    let exclusive = !matches!(
+        target.location(),
+        gatehouse_store::location::StoreLocation::Sqlite(_)
+    );
+    // SQLite has one process, whose own lock keeps its collection out.
+    assert_eq!(collecting.is_none(), exclusive);
+    if let Some(collecting) = collecting {
+        collecting.release().await;
+    }
+    writing.release().await;
+    also_writing.release().await;
+    let mut collecting = other
+        .try_hold_media_collection()
+        .await
+        .unwrap()
+        .expect("nobody stores media");
+    assert!(collecting.still_held().await);
+    if exclusive {
+        assert!(store.try_hold_media_collection().await.unwrap().is_none());
+        // A writer waits for the collection and goes on once it ends.
+        let waiting = tokio::spawn({
+            let store = Arc::clone(&store);
+            async move { store.hold_media_writes().await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "a writer ran beside a collection");
+        collecting.release().await;
+        let writing = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the writer went on")
+            .unwrap();
+        writing.release().await;
+    } else {
+        collecting.release().await;
+    }
+    // A hold dropped without release lets go too (its session closes).
+    drop(store.try_hold_media_collection().await.unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(again) = other.try_hold_media_collection().await.unwrap() {
+            again.release().await;
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a dropped hold kept the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -893,7 +893,7 @@ async fn checkpoints_keep_the_latest_order_by_save_and_prune_the_rest(target: Ta
     let manifest = |n: u32| serde_json::json!({"entries": [{"path": "f", "mediaId": format!("m{n}"), "size": n}]});
     for (n, now_ms) in [(1, 10), (2, 20), (3, 20), (4, 30)] {
         store
-            .save_checkpoint("s", &format!("c{n}"), &manifest(n), now_ms)
+            .save_checkpoint("s", &format!("c{n}"), &manifest(n), now_ms, None)
             .await
             .unwrap();
     }
@@ -903,7 +903,7 @@ async fn checkpoints_keep_the_latest_order_by_save_and_prune_the_rest(target: Ta
     );
     // Saving an existing checkpoint again makes it the latest and moves it forward.
     store
-        .save_checkpoint("s", "c1", &manifest(1), 40)
+        .save_checkpoint("s", "c1", &manifest(1), 40, None)
         .await
         .unwrap();
     assert_eq!(store.latest_checkpoint("s").await.unwrap().unwrap().0, "c1");
@@ -926,11 +926,11 @@ async fn checkpoints_keep_the_latest_order_by_save_and_prune_the_rest(target: Ta
     );
     // The session's latest accepted checkpoint is kept even when it is not among the newest.
     store
-        .save_checkpoint("s", "c5", &manifest(5), 50)
+        .save_checkpoint("s", "c5", &manifest(5), 50, None)
         .await
         .unwrap();
     store
-        .save_checkpoint("s", "c1", &manifest(1), 45)
+        .save_checkpoint("s", "c1", &manifest(1), 45, None)
         .await
         .unwrap();
     assert_eq!(
@@ -984,7 +984,7 @@ async fn checkpoint_blob_garbage_is_what_nothing_refers_to(target: Target) {
             "s",
             "c1",
             &serde_json::json!({"entries": [{"path": "f", "mediaId": "in-checkpoint"}, {"path": "d", "kind": "dir"}]}),
-            5,
+            5, None,
         )
         .await
         .unwrap();
@@ -1893,9 +1893,22 @@ async fn a_session_is_rebound_only_from_the_node_it_is_bound_to(target: Target) 
         store.bind_session_node("s", "node-a", 1).await.unwrap(),
         "node-a"
     );
-    // Even while its turn runs (the dispatch of that turn moves it).
+    // Never while a turn runs: the turn runs on the node it was claimed for.
     link_here(&store, &fence, "node-a").await;
-    claimed(store.claim_next_turn(&fence, "s", 2).await.unwrap());
+    let running = claimed(store.claim_next_turn(&fence, "s", 2).await.unwrap());
+    assert!(
+        !store
+            .rebind_session_node("s", "node-a", "node-b", 3)
+            .await
+            .unwrap(),
+        "a session moved while its turn ran"
+    );
+    assert!(
+        store
+            .finish_turn(&fence, &running.turn_id, &completed("done", 3))
+            .await
+            .unwrap()
+    );
     assert!(
         !store
             .rebind_session_node("s", "node-b", "node-c", 3)
@@ -1999,7 +2012,7 @@ async fn a_worktree_keeps_versions_applies_a_result_once_and_prunes_old_versions
     ));
     // A staged result is applied once, in one transaction with the new base.
     store
-        .stage_worktree_result("t1", "w", "refs/x/t1", &one_file("m3"), 4)
+        .stage_worktree_result("t1", "w", "refs/x/t1", &one_file("m3"), 4, None)
         .await
         .unwrap();
     assert_eq!(

@@ -8,9 +8,10 @@
 //!   was lost, every followed session is read again, so a missed announcement never means a
 //!   missed durable event.
 //! - [`Outbox`]: a replica's deltas go to the others, only while another replica is live,
-//!   through a bounded queue (a full queue drops the delta, never blocks a turn), in pieces of
-//!   at most [`MAX_DELTA_TEXT_BYTES`] of text so each notification stays within the server's
-//!   bound.
+//!   through a bounded queue (a full queue drops the delta, never blocks a turn), at most
+//!   [`MAX_DELTAS_PER_SECOND`] pieces and [`MAX_DELTA_BYTES_PER_SECOND`] of text a second, in
+//!   pieces of at most [`MAX_DELTA_TEXT_BYTES`] of text so each notification stays within the
+//!   server's bound.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -36,6 +37,14 @@ pub(crate) const MAX_DELTA_TEXT_BYTES: usize = 1024;
 
 /// How many deltas may wait to be announced before new ones are dropped.
 pub(crate) const OUTBOX_CAPACITY: usize = 4096;
+
+/// The most delta pieces a replica announces per second; past it they are dropped, so a node
+/// streaming without pause cannot fill the server's notification queue or slow every commit
+/// (each notification is taken under a server-wide lock at commit).
+pub(crate) const MAX_DELTAS_PER_SECOND: u32 = 1000;
+
+/// The most bytes of delta text a replica announces per second.
+pub(crate) const MAX_DELTA_BYTES_PER_SECOND: usize = 1024 * 1024;
 
 /// The most deltas announced in one statement.
 const BATCH: usize = 64;
@@ -129,6 +138,8 @@ pub(crate) struct Outbox {
     queue: mpsc::Sender<Announcement>,
     sent: AtomicU64,
     dropped: AtomicU64,
+    /// The current one-second window: when it began, pieces and bytes announced in it.
+    window: parking_lot::Mutex<(std::time::Instant, u32, usize)>,
 }
 
 impl Outbox {
@@ -145,16 +156,32 @@ impl Outbox {
             queue,
             sent: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            window: parking_lot::Mutex::new((std::time::Instant::now(), 0, 0)),
         })
     }
 
-    fn queue(&self, announcement: Announcement) {
-        if self.queue.try_send(announcement).is_err() {
+    /// Returns whether one more piece of `bytes` fits this second's budget, and counts it.
+    fn within_budget(&self, bytes: usize) -> bool {
+        let mut window = self.window.lock();
+        if window.0.elapsed() >= Duration::from_secs(1) {
+            *window = (std::time::Instant::now(), 0, 0);
+        }
+        let fits = window.1 < MAX_DELTAS_PER_SECOND
+            && window.2.saturating_add(bytes) <= MAX_DELTA_BYTES_PER_SECOND;
+        if fits {
+            window.1 += 1;
+            window.2 += bytes;
+        }
+        fits
+    }
+
+    fn queue(&self, announcement: Announcement, bytes: usize) {
+        if !self.within_budget(bytes) || self.queue.try_send(announcement).is_err() {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if crate::link::registry::log_sparsely(dropped) {
                 tracing::warn!(
                     dropped,
-                    "the delta queue to the other replicas is full; dropping deltas (their clients still get every durable event)"
+                    "the deltas to the other replicas are over their queue or their rate; dropping deltas (their clients still get every durable event)"
                 );
             }
         }
@@ -167,14 +194,21 @@ impl DeltaOutbox for Outbox {
             return;
         }
         for piece in pieces(payload) {
+            let bytes = piece
+                .get("text")
+                .and_then(serde_json::Value::as_str)
+                .map_or(0, str::len);
             let number = self.sent.fetch_add(1, Ordering::Relaxed);
-            self.queue(Announcement::Delta {
-                origin: self.replica.id().to_owned(),
-                number,
-                session_key: session_key.to_owned(),
-                kind: kind.to_owned(),
-                payload: piece,
-            });
+            self.queue(
+                Announcement::Delta {
+                    origin: self.replica.id().to_owned(),
+                    number,
+                    session_key: session_key.to_owned(),
+                    kind: kind.to_owned(),
+                    payload: piece,
+                },
+                bytes,
+            );
         }
     }
 }

@@ -124,21 +124,44 @@ impl ClusterDispatcher {
             }
         };
         let link = links.links.iter().find(|link| link.device_id == bound);
+        let serving = |link: &NodeLink| link.live && link.serves_all(placement.commands);
         match link {
-            Some(link) if link.live && self.held_here(link) => {
-                match self
-                    .registry
-                    .get(&bound)
-                    .is_some_and(|connection| connection.serves_all(placement.commands))
-                {
-                    true => Ok(Decision::Here),
+            Some(link) if serving(link) && self.held_here(link) => {
+                match self.registry.get(&bound) {
+                    Some(connection) if connection.serves_all(placement.commands) => {
+                        Ok(Decision::Here)
+                    }
+                    // Linked here without the commands: as away since it linked.
+                    Some(_) => {
+                        self.node_away(
+                            session_key,
+                            &bound,
+                            Some(link.linked_at_ms),
+                            placement,
+                            &links,
+                        )
+                        .await
+                    }
                     // The link went a moment ago and the store does not know yet.
-                    false => Ok(Decision::Wait),
+                    None => Ok(Decision::Wait),
                 }
             }
-            Some(link) if link.live => Ok(Decision::Elsewhere),
+            Some(link) if serving(link) => Ok(Decision::Elsewhere),
+            // A live link whose node does not serve the runtime (it reconnected declaring other
+            // commands) is as good as away, since it linked.
+            Some(link) if link.live => {
+                self.node_away(
+                    session_key,
+                    &bound,
+                    Some(link.linked_at_ms),
+                    placement,
+                    &links,
+                )
+                .await
+            }
             _ => {
-                self.node_away(session_key, &bound, link, placement, &links)
+                let since = link.and_then(|link| link.absent_since_ms);
+                self.node_away(session_key, &bound, since, placement, &links)
                     .await
             }
         }
@@ -214,20 +237,19 @@ impl ClusterDispatcher {
             .collect()
     }
 
-    /// Decides for a session whose node `bound` has no live link.
+    /// Decides for a session whose node `bound` has no live link serving the runtime: away
+    /// since `since` (the store's clock), or since this replica's lease began, whichever is
+    /// later.
     async fn node_away(
         &self,
         session_key: &str,
         bound: &str,
-        link: Option<&NodeLink>,
+        since: Option<i64>,
         placement: Placement,
         links: &NodeLinks,
     ) -> Result<Decision, gatehouse_store::StoreError> {
         let lease_began = self.replica.acquired_at_ms().unwrap_or(links.now_ms);
-        let since = link
-            .and_then(|link| link.absent_since_ms)
-            .unwrap_or(lease_began)
-            .max(lease_began);
+        let since = since.unwrap_or(lease_began).max(lease_began);
         let away = Duration::from_millis(u64::try_from(links.now_ms - since).unwrap_or(0));
         // A node that is only restarting keeps its sessions: a move waits the grace too.
         if let Some(after) = self.move_after

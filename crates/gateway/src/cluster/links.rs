@@ -90,10 +90,12 @@ async fn mirror(
         return Ok(false);
     };
     let Some(connection) = registry.get(device_id) else {
-        if let Some(gone) = mirrored.remove(device_id) {
+        if let Some(gone) = mirrored.get(device_id) {
+            // Forgotten only once the store has it: a failed unlink is retried, never lost.
             store
                 .unlink_node(&gone.fence, device_id, gone.conn_id)
                 .await?;
+            mirrored.remove(device_id);
         }
         return Ok(false);
     };

@@ -138,11 +138,14 @@ pub fn check_advertise_url(url: &str) -> Result<(), String> {
     let fine = matches!(parsed.scheme(), "http" | "https")
         && parsed.host_str().is_some()
         && parsed.username().is_empty()
-        && parsed.password().is_none();
+        && parsed.password().is_none()
+        && matches!(parsed.path(), "" | "/")
+        && parsed.query().is_none()
+        && parsed.fragment().is_none();
     match fine {
         true => Ok(()),
         false => Err(format!(
-            "advertise-url {url:?} must be http://HOST:PORT or https://HOST:PORT, without credentials"
+            "advertise-url {url:?} must be http://HOST:PORT or https://HOST:PORT, without credentials, path, query or fragment"
         )),
     }
 }
@@ -154,6 +157,10 @@ pub(crate) struct Replica {
     url: String,
     lease: Duration,
     current: RwLock<Option<ReplicaLease>>,
+    /// Until when the current lease is known to hold, on this process's monotonic clock: the
+    /// moment its last successful renewal was sent, plus the lease. Past it the replica acts as
+    /// if the lease lapsed, even while the store cannot say (a partition from the database).
+    confirmed_until: parking_lot::Mutex<tokio::time::Instant>,
     /// Every replica with a live lease, as the last sweep read them.
     replicas: RwLock<Vec<ReplicaRecord>>,
     /// Wakes the sweep before its interval (a node linked, a lease taken).
@@ -191,6 +198,7 @@ impl Replica {
         wait: Duration,
     ) -> Result<Arc<Self>, LeaseError> {
         let deadline = tokio::time::Instant::now() + wait;
+        let asked = tokio::time::Instant::now();
         let taken = loop {
             match store
                 .acquire_replica(&id, Some(&url), duration_ms(lease))
@@ -214,6 +222,7 @@ impl Replica {
             url,
             lease,
             current: RwLock::new(Some(taken)),
+            confirmed_until: parking_lot::Mutex::new(asked + lease),
             replicas: RwLock::new(Vec::new()),
             sweep_now: Notify::new(),
         }))
@@ -227,10 +236,19 @@ impl Replica {
     /// Returns the fence of the current lease; `None` while the replica has none (it lost it
     /// and has not taken a new one yet).
     pub(crate) fn fence(&self) -> Option<Fence> {
+        if self.locally_expired() {
+            return None;
+        }
         self.current
             .read()
             .as_ref()
             .map(|lease| lease.fence.clone())
+    }
+
+    /// Returns true once the lease may have lapsed by this process's own clock: no renewal
+    /// confirmed it for a whole lease, less a fifth for the clocks' drift.
+    fn locally_expired(&self) -> bool {
+        tokio::time::Instant::now() + self.lease / 5 >= *self.confirmed_until.lock()
     }
 
     /// Returns when the current lease was taken, in the store's clock.
@@ -272,6 +290,7 @@ impl Replica {
         let Some(fence) = self.fence() else {
             return Ok(false);
         };
+        let sent = tokio::time::Instant::now();
         match self
             .store
             .renew_replica(&fence, duration_ms(self.lease))
@@ -281,6 +300,7 @@ impl Replica {
                 if let Some(lease) = self.current.write().as_mut() {
                     lease.expires_at_ms = expires_at_ms;
                 }
+                *self.confirmed_until.lock() = sent + self.lease;
                 Ok(true)
             }
             None => {
@@ -290,10 +310,11 @@ impl Replica {
         }
     }
 
-    /// Takes a new lease after the last one lapsed, retrying until it is taken or `stop` is
-    /// cancelled.
-    async fn retake(&self, stop: &tokio_util::sync::CancellationToken) -> bool {
+    /// Takes a new lease after the last one lapsed, retrying while the store fails, until it
+    /// is taken or `stop` is cancelled.
+    async fn retake(&self, stop: &tokio_util::sync::CancellationToken) -> Retaken {
         loop {
+            let asked = tokio::time::Instant::now();
             match self
                 .store
                 .acquire_replica(&self.id, Some(&self.url), duration_ms(self.lease))
@@ -301,20 +322,19 @@ impl Replica {
             {
                 Ok(Acquired::Taken(lease)) => {
                     tracing::warn!(replica_id = %self.id, epoch = lease.fence.epoch, "took a new replica lease");
+                    *self.confirmed_until.lock() = asked + self.lease;
                     *self.current.write() = Some(lease);
                     self.sweep_soon();
-                    return true;
+                    return Retaken::Taken;
                 }
-                Ok(Acquired::Held { .. }) => {
-                    tracing::error!(replica_id = %self.id, code = ErrorCode::ReplicaIdInUse.as_str(), "another process took this replica id; waiting for its lease to expire");
-                }
+                Ok(Acquired::Held { .. }) => return Retaken::IdInUse,
                 Err(error) => {
                     tracing::warn!(error = %error, "cannot take a new replica lease; retrying");
                 }
             }
             tokio::select! {
                 () = tokio::time::sleep(self.renew_interval()) => {}
-                () = stop.cancelled() => return false,
+                () = stop.cancelled() => return Retaken::Stopped,
             }
         }
     }
@@ -342,43 +362,71 @@ pub(crate) fn duration_ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Renews the lease every fifth of its length until `stop`; when it lapsed, cancels this
-/// replica's running turns (none of them can write any more), closes its node links (the
-/// nodes reconnect, here or to another replica) and takes a new lease.
+/// What [`Replica::retake`] ended with.
+enum Retaken {
+    /// A new lease is held.
+    Taken,
+    /// Another live process holds this replica id.
+    IdInUse,
+    /// The replica is stopping.
+    Stopped,
+}
+
+/// Renews the lease every fifth of its length until `stop`. When it lapsed (the store says
+/// so, or no renewal confirmed it for a lease by this process's clock while the store cannot be
+/// reached), cancels this replica's running turns (none of them can write any more), closes
+/// its node links (the nodes reconnect, here or to another replica) and takes a new lease.
+/// When another process took this replica's id meanwhile, stops the Gateway (`shutdown`)
+/// rather than serve links it could never record.
 pub(crate) async fn keep_lease(
     replica: Arc<Replica>,
     turns: Arc<crate::turns::TurnEngine>,
     registry: Arc<crate::link::registry::NodeRegistry>,
     stop: tokio_util::sync::CancellationToken,
+    shutdown: tokio_util::sync::CancellationToken,
 ) {
     loop {
         tokio::select! {
             () = tokio::time::sleep(replica.renew_interval()) => {}
             () = stop.cancelled() => return,
         }
-        match replica.renew().await {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::error!(
-                    replica_id = %replica.id,
-                    code = ErrorCode::ReplicaLeaseLost.as_str(),
-                    "this replica's lease lapsed before it was renewed; stopping its turns and node links"
-                );
-                turns.cancel_running();
-                registry
-                    .close_all(ErrorCode::ReplicaLeaseLost.as_str())
-                    .await;
-                if !replica.retake(&stop).await {
-                    return;
-                }
+        let lapsed = match replica.renew().await {
+            Ok(renewed) => !renewed,
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot renew the replica lease; retrying");
+                replica.locally_expired()
+            }
+        };
+        if !lapsed {
+            continue;
+        }
+        tracing::error!(
+            replica_id = %replica.id,
+            code = ErrorCode::ReplicaLeaseLost.as_str(),
+            "this replica's lease lapsed before it was renewed; stopping its turns and node links"
+        );
+        *replica.current.write() = None;
+        turns.cancel_running();
+        registry
+            .close_all(ErrorCode::ReplicaLeaseLost.as_str())
+            .await;
+        match replica.retake(&stop).await {
+            Retaken::Taken => {
                 // Links that reconnected meanwhile are recorded under the new lease.
                 for connection in registry.all() {
                     registry.mark_changed(&connection.device_id);
                 }
             }
-            Err(error) => {
-                tracing::warn!(error = %error, "cannot renew the replica lease; retrying");
+            Retaken::IdInUse => {
+                tracing::error!(
+                    replica_id = %replica.id,
+                    code = ErrorCode::ReplicaIdInUse.as_str(),
+                    "another process took this replica's id while its lease had lapsed; stopping"
+                );
+                shutdown.cancel();
+                return;
             }
+            Retaken::Stopped => return,
         }
     }
 }
@@ -413,7 +461,15 @@ mod tests {
     fn an_advertise_url_is_http_with_a_host_and_no_credentials() {
         assert_eq!(check_advertise_url("http://10.0.0.7:7420"), Ok(()));
         assert_eq!(check_advertise_url("https://gw-0.gw.svc:7420/"), Ok(()));
-        for bad in ["ftp://x", "http://user:pw@x:1", "not a url", "unix:/run/x"] {
+        for bad in [
+            "ftp://x",
+            "http://user:pw@x:1",
+            "not a url",
+            "unix:/run/x",
+            "http://x:1/a",
+            "http://x:1/?q=1",
+            "http://x:1/#f",
+        ] {
             assert!(check_advertise_url(bad).is_err(), "{bad}");
         }
     }

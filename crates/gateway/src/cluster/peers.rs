@@ -67,8 +67,11 @@ impl Peers {
         store: Arc<dyn Store>,
         invoke_timeout: Duration,
     ) -> Self {
+        // A replica never redirects: a redirect would carry the replica key and a workspace
+        // body elsewhere.
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());

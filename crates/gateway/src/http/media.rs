@@ -62,28 +62,14 @@ pub(crate) async fn upload_media(
     let bytes = read_capped(body, max_bytes).await?;
     // The pin keeps garbage collection from ever deleting an upload, even when a checkpoint
     // stored the same bytes; the guard keeps a collection from running between put and pin.
-    let record = {
-        let _writing = state.retention.hold().await;
-        let record = state
-            .media
-            .put(bytes, mime_type, filename.as_deref())
-            .await
-            .map_err(media_error)?;
-        if let Err(error) = state.store.pin_media(&record.id, "upload", now_ms()).await {
-            tracing::error!(error = %error, media_id = %record.id, "cannot pin an upload");
-            return Err(ApiError::internal(error.code()));
-        }
-        if let Some(grantee) = principal.media_grantee()
-            && let Err(error) = state
-                .store
-                .grant_media(&record.id, &grantee, now_ms())
-                .await
-        {
-            tracing::error!(error = %error, media_id = %record.id, "cannot record the upload's key");
-            return Err(ApiError::internal(error.code()));
-        }
-        record
-    };
+    let writing = state
+        .retention
+        .hold()
+        .await
+        .map_err(|error| crate::http::error::store_error(&error))?;
+    let stored = store_upload(&state, &principal, bytes, mime_type, filename.as_deref()).await;
+    writing.release().await;
+    let record = stored?;
     state
         .audit
         .record(
@@ -247,4 +233,34 @@ fn media_error(error: MediaError) -> ApiError {
             ApiError::internal(error.code())
         }
     }
+}
+
+/// Stores an upload and records its pin and, for a key, its grant; run under the media hold,
+/// so no collection deletes the blob before the pin refers to it.
+async fn store_upload(
+    state: &GatewayState,
+    principal: &Principal,
+    bytes: bytes::Bytes,
+    mime_type: &str,
+    filename: Option<&str>,
+) -> Result<gatehouse_media::MediaRecord, ApiError> {
+    let record = state
+        .media
+        .put(bytes, mime_type, filename)
+        .await
+        .map_err(media_error)?;
+    if let Err(error) = state.store.pin_media(&record.id, "upload", now_ms()).await {
+        tracing::error!(error = %error, media_id = %record.id, "cannot pin an upload");
+        return Err(ApiError::internal(error.code()));
+    }
+    if let Some(grantee) = principal.media_grantee()
+        && let Err(error) = state
+            .store
+            .grant_media(&record.id, &grantee, now_ms())
+            .await
+    {
+        tracing::error!(error = %error, media_id = %record.id, "cannot record the upload's key");
+        return Err(ApiError::internal(error.code()));
+    }
+    Ok(record)
 }

@@ -49,6 +49,7 @@ use gatehouse_protocol::worker::OmittedPaths;
 use gatehouse_protocol::worker::SourceOverlay;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_store::Store;
+use gatehouse_store::cluster::Fence;
 use gatehouse_store::model::NewWorktreeVersion;
 use gatehouse_store::model::RepositorySpec;
 use gatehouse_store::model::SessionWorkspace;
@@ -147,18 +148,21 @@ impl NodeRuntime {
     /// media store, unchanged ones keep the media ids of the session's latest checkpoint, and
     /// the manifest's blake3 is the checkpoint id. Nothing is written before the checkpoint
     /// quota is checked; on success it becomes the session's latest accepted checkpoint, and on
-    /// any failure the latest stays what it was (see [`crate::retention`]).    ///
+    /// any failure the latest stays what it was (see [`crate::retention`]). It is saved only
+    /// while the turn of `params` runs under `fence`.
+    ///
     /// A manifest that breaks the rules of [`validate_manifest`] is refused whole
     /// (`CHECKPOINT_INVALID`, audited) before anything is decoded or written.
     async fn accept_checkpoint(
         &self,
         node: &NodeConnection,
-        session_key: &str,
-        turn_id: &str,
+        params: &AgentTurnParams,
         entries: Vec<CheckpointEntry>,
         mut omitted: OmittedPaths,
         worktree: Option<&Arc<crate::worktree::WorktreeService>>,
+        fence: &Fence,
     ) -> Result<(), TurnFailure> {
+        let (session_key, turn_id) = (params.session_key.as_str(), params.turn_id.as_str());
         let checked = validate_manifest(&entries)
             .and_then(|()| validate_omitted(&omitted))
             .and_then(|()| match worktree {
@@ -260,10 +264,19 @@ impl NodeRuntime {
             .map(|(media_id, bytes)| NewBlob { media_id, bytes })
             .collect();
         self.retention
-            .commit_checkpoint(session_key, turn_id, &checkpoint_id, &manifest, new_blobs)
+            .commit_checkpoint(
+                session_key,
+                turn_id,
+                &checkpoint_id,
+                &manifest,
+                new_blobs,
+                Some(fence),
+            )
             .await?;
         match staged {
-            Some((worktrees, result)) => worktrees.stage(session_key, turn_id, &result).await,
+            Some((worktrees, result)) => {
+                worktrees.stage(session_key, turn_id, &result, fence).await
+            }
             None => Ok(()),
         }
     }
@@ -347,6 +360,7 @@ impl NodeRuntime {
         &self,
         node: &Arc<NodeConnection>,
         input: &TurnInput,
+        fence: &Fence,
     ) -> Result<Prepared<'_>, TurnFailure> {
         let store_failure =
             |error: gatehouse_store::StoreError| TurnFailure::new(error.code(), error.to_string());
@@ -376,7 +390,7 @@ impl NodeRuntime {
             if let Some(worktrees) = worktrees
                 && let Some(inventory) = worktrees.first_dispatch(&input.session_key).await?
             {
-                self.send_inventory(input, &inventory).await?;
+                self.send_inventory(input, &inventory, fence).await?;
                 worktrees.set_base(&input.session_key, &inventory).await?;
             }
             return Ok(prepared);
@@ -439,6 +453,7 @@ impl NodeRuntime {
         &self,
         input: &TurnInput,
         inventory: &StoredManifest,
+        fence: &Fence,
     ) -> Result<(), TurnFailure> {
         if inventory.entries.is_empty() {
             return Ok(());
@@ -455,6 +470,7 @@ impl NodeRuntime {
                 &checkpoint_id,
                 &manifest,
                 Vec::new(),
+                Some(fence),
             )
             .await
     }
@@ -791,7 +807,7 @@ impl TurnRuntime for NodeRuntime {
 
     async fn run_turn(&self, input: TurnInput, sink: TurnSink) -> Result<TurnReply, TurnFailure> {
         let node = self.owner_node(&input.session_key).await?;
-        let prepared = self.prepare_source(&node, &input).await?;
+        let prepared = self.prepare_source(&node, &input, sink.fence()).await?;
         let worktree = prepared.worktree;
         let checkpoint = self
             .store
@@ -1025,11 +1041,11 @@ impl NodeRuntime {
                     Ok(WorkerEvent::Checkpoint { entries, omitted }) => {
                         self.accept_checkpoint(
                             node,
-                            &params.session_key,
-                            &params.turn_id,
+                            params,
                             entries,
                             omitted,
                             worktree,
+                            sink.fence(),
                         )
                         .await?;
                     }

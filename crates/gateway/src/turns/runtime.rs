@@ -229,6 +229,12 @@ impl TurnSink {
         }
     }
 
+    /// Returns the lease the turn was claimed under, which the turn's other writes (its
+    /// checkpoint, its worktree result) carry too.
+    pub(crate) fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
     /// Counts `bytes` against the turn's storage budget.
     fn charge(&self, bytes: usize) -> Result<(), TurnFailure> {
         let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);

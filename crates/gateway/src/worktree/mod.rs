@@ -131,17 +131,26 @@ impl WorktreeService {
         session_key: &str,
         turn_id: &str,
         manifest: &StoredManifest,
+        fence: &gatehouse_store::cluster::Fence,
     ) -> Result<(), TurnFailure> {
-        self.store
+        let staged = self
+            .store
             .stage_worktree_result(
                 turn_id,
                 session_key,
                 &staged_ref(turn_id),
                 manifest,
                 crate::clock::now_ms(),
+                Some(fence),
             )
             .await
             .map_err(store_failure)?;
+        if !staged {
+            return Err(TurnFailure::new(
+                gatehouse_protocol::error::ErrorCode::TurnFenced,
+                "the turn is no longer running; its worktree result was not staged",
+            ));
+        }
         tracing::info!(session_key, turn_id, "staged a worktree result");
         self.spawn_apply(session_key);
         Ok(())

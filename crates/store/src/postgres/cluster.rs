@@ -22,6 +22,8 @@ use crate::cluster::ClusterStore;
 use crate::cluster::Fence;
 use crate::cluster::Heard;
 use crate::cluster::LinkRow;
+use crate::cluster::MEDIA_LOCK_KEY;
+use crate::cluster::MediaHold;
 use crate::cluster::NewNodeLink;
 use crate::cluster::NodeLink;
 use crate::cluster::NodeLinks;
@@ -105,7 +107,7 @@ impl ClusterStore for PgStore {
         .bind(&fence.replica_id)
         .bind(fence.epoch)
         .bind(lease_ms)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.lease_pool)
         .await
         .map_err(|e| map_error(e, "replica"))
     }
@@ -475,6 +477,38 @@ impl ClusterStore for PgStore {
         Ok(())
     }
 
+    async fn hold_media_writes(&self) -> Result<Box<dyn MediaHold>> {
+        let mut hold = PgMediaHold::open(&self.pool, "60s").await?;
+        if let Some(connection) = hold.connection.as_mut() {
+            sqlx::query("SELECT pg_advisory_lock_shared($1)")
+                .bind(MEDIA_LOCK_KEY)
+                .execute(&mut **connection)
+                .await
+                .map_err(|e| map_error(e, "media lock"))?;
+        }
+        hold.shared = true;
+        Ok(Box::new(hold))
+    }
+
+    async fn try_hold_media_collection(&self) -> Result<Option<Box<dyn MediaHold>>> {
+        let mut hold = PgMediaHold::open(&self.pool, "10s").await?;
+        let Some(connection) = hold.connection.as_mut() else {
+            return Ok(None);
+        };
+        let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(MEDIA_LOCK_KEY)
+            .fetch_one(&mut **connection)
+            .await
+            .map_err(|e| map_error(e, "media lock"))?;
+        match taken {
+            true => Ok(Some(Box::new(hold))),
+            false => {
+                Box::new(hold).release().await;
+                Ok(None)
+            }
+        }
+    }
+
     async fn listen(&self) -> Result<Option<Box<dyn ClusterListener>>> {
         let mut listener = PgListener::connect_with(&self.pool)
             .await
@@ -494,6 +528,79 @@ impl PgStore {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| map_error(e, "clock"))
+    }
+}
+
+/// A hold on [`MEDIA_LOCK_KEY`]: a pooled connection of its own, whose session holds the
+/// advisory lock, shared or exclusive.
+struct PgMediaHold {
+    connection: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
+    shared: bool,
+}
+
+impl PgMediaHold {
+    /// Takes a connection of `pool` whose session the server ends after `idle` without a
+    /// statement (so a frozen process cannot keep the lock).
+    async fn open(pool: &sqlx::PgPool, idle: &str) -> Result<Self> {
+        let mut connection = pool
+            .acquire()
+            .await
+            .map_err(|e| map_error(e, "media lock"))?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SET idle_session_timeout = '{idle}'"
+        )))
+        .execute(&mut *connection)
+        .await
+        .map_err(|e| map_error(e, "media lock"))?;
+        Ok(Self {
+            connection: Some(connection),
+            shared: false,
+        })
+    }
+}
+
+#[async_trait]
+impl MediaHold for PgMediaHold {
+    async fn release(mut self: Box<Self>) {
+        let Some(mut connection) = self.connection.take() else {
+            return;
+        };
+        let unlock = match self.shared {
+            true => "SELECT pg_advisory_unlock_shared($1)",
+            false => "SELECT pg_advisory_unlock($1)",
+        };
+        let released = sqlx::query(unlock)
+            .bind(MEDIA_LOCK_KEY)
+            .execute(&mut *connection)
+            .await
+            .and(
+                sqlx::query("RESET idle_session_timeout")
+                    .execute(&mut *connection)
+                    .await,
+            );
+        if released.is_err() {
+            // Closing the session releases whatever it held.
+            drop(connection.detach());
+        }
+    }
+
+    async fn still_held(&mut self) -> bool {
+        let Some(connection) = self.connection.as_mut() else {
+            return false;
+        };
+        sqlx::query("SELECT 1")
+            .execute(&mut **connection)
+            .await
+            .is_ok()
+    }
+}
+
+impl Drop for PgMediaHold {
+    fn drop(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            // Not released: close the session, so the server releases the lock.
+            drop(connection.detach());
+        }
     }
 }
 

@@ -18,7 +18,9 @@ use crate::cluster::ClusterListener;
 use crate::cluster::ClusterStore;
 use crate::cluster::Fence;
 use crate::cluster::LinkRow;
+use crate::cluster::MediaHold;
 use crate::cluster::NewNodeLink;
+use crate::cluster::NoHold;
 use crate::cluster::NodeLink;
 use crate::cluster::NodeLinks;
 use crate::cluster::PlacementCandidate;
@@ -459,6 +461,14 @@ impl ClusterStore for SqliteStore {
 
     async fn announce(&self, _announcements: &[Announcement]) -> Result<()> {
         Ok(())
+    }
+
+    async fn hold_media_writes(&self) -> Result<Box<dyn MediaHold>> {
+        Ok(Box::new(NoHold))
+    }
+
+    async fn try_hold_media_collection(&self) -> Result<Option<Box<dyn MediaHold>>> {
+        Ok(Some(Box::new(NoHold)))
     }
 
     async fn listen(&self) -> Result<Option<Box<dyn ClusterListener>>> {

@@ -43,10 +43,6 @@ impl Target {
     }
 
     /// The location, for tests that open it their own way.
-    #[allow(
-        dead_code,
-        reason = "the conformance tests use it; the cluster tests, which share this module, do not"
-    )]
     pub(crate) fn location(&self) -> &StoreLocation {
         &self.location
     }
