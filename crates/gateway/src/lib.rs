@@ -529,7 +529,12 @@ pub async fn start(
         Arc::clone(&store),
         replica_id,
         replica_url,
-        config.replica.lease.max(MIN_LEASE),
+        match location {
+            // One process holds a SQLite file (its lock): its lease never needs to lapse, so
+            // neither a suspended machine nor a step of the wall clock fences its turns.
+            StoreLocation::Sqlite(_) => cluster::SQLITE_LEASE,
+            StoreLocation::Postgres(_) => config.replica.lease.max(MIN_LEASE),
+        },
         config.store_lock_wait,
     )
     .await

@@ -21,8 +21,9 @@
 //!   from the store. HTTP, not the notification channel: a workspace file is up to 16 MiB and a
 //!   notification at most 8000 bytes, and a call has an answer and a status.
 //!
-//! On SQLite there is one replica (the store file is locked); the lease, the fences and the
-//! sweep still run, so both stores keep one contract.
+//! On SQLite there is one replica (the store file is locked); the lease (of [`SQLITE_LEASE`],
+//! since nothing else can take it over), the fences and the sweep still run, so both stores
+//! keep one contract.
 
 pub(crate) mod announce;
 pub(crate) mod dispatch;
@@ -47,6 +48,10 @@ use tokio::sync::Notify;
 /// How long a replica's lease lasts without renewal: how long the others wait before taking
 /// over the turns of a replica that died or stalled.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
+
+/// The lease of the one replica of a SQLite store, whose file lock already keeps every other
+/// process out: ten years, so it never lapses while the process lives.
+pub(crate) const SQLITE_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// The shortest lease accepted.
 pub const MIN_LEASE: Duration = Duration::from_secs(1);
