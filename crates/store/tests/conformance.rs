@@ -800,7 +800,8 @@ async fn collect_joins_the_queued_turn(target: Target) {
 async fn running_turns_become_interrupted_and_queued_ones_stay_queued(target: Target) {
     {
         let store = target.open().await;
-        let fence = lease_for(&store, "r1", 200).await;
+        // Long enough for the turns to be claimed and checked on a busy machine.
+        let fence = lease_for(&store, "r1", 4_000).await;
         for session in ["s", "r"] {
             store
                 .admit_user_message(&message(
@@ -828,7 +829,7 @@ async fn running_turns_become_interrupted_and_queued_ones_stay_queued(target: Ta
     let store = target.open().await;
     // While the earlier lease lives, its turns are its own.
     assert!(store.interrupt_orphaned_turns().await.unwrap().is_empty());
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(4_200)).await;
     let fence = lease(&store).await;
     assert_eq!(fence.epoch, 2);
     let interrupted = store.interrupt_orphaned_turns().await.unwrap();

@@ -203,13 +203,13 @@ impl Replica {
         wait: Duration,
     ) -> Result<Arc<Self>, LeaseError> {
         let deadline = tokio::time::Instant::now() + wait;
-        let asked = tokio::time::Instant::now();
-        let taken = loop {
+        let (taken, asked) = loop {
+            let asked = tokio::time::Instant::now();
             match store
                 .acquire_replica(&id, Some(&url), duration_ms(lease))
                 .await?
             {
-                Acquired::Taken(taken) => break taken,
+                Acquired::Taken(taken) => break (taken, asked),
                 Acquired::Held { expires_at_ms } => {
                     let remaining_ms = expires_at_ms.saturating_sub(crate::clock::now_ms());
                     if tokio::time::Instant::now() >= deadline {
@@ -315,10 +315,28 @@ impl Replica {
         }
     }
 
-    /// Takes a new lease after the last one lapsed, retrying while the store fails, until it
-    /// is taken or `stop` is cancelled.
-    async fn retake(&self, stop: &tokio_util::sync::CancellationToken) -> Retaken {
+    /// Takes a new lease after the last one (`lost`) lapsed, retrying while the store fails,
+    /// until it is taken or `stop` is cancelled. A lease this process gave up by its own clock
+    /// may still be live in the store: it is ended first, so it is never mistaken for another
+    /// process's.
+    async fn retake(
+        &self,
+        mut lost: Option<Fence>,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> Retaken {
         loop {
+            if let Some(fence) = &lost {
+                match self.store.release_replica(fence).await {
+                    Ok(()) => lost = None,
+                    Err(error) => {
+                        tracing::warn!(error = %error, "cannot end the lapsed replica lease; retrying");
+                        tokio::select! {
+                            () = tokio::time::sleep(self.renew_interval()) => continue,
+                            () = stop.cancelled() => return Retaken::Stopped,
+                        }
+                    }
+                }
+            }
             let asked = tokio::time::Instant::now();
             match self
                 .store
@@ -410,12 +428,12 @@ pub(crate) async fn keep_lease(
             code = ErrorCode::ReplicaLeaseLost.as_str(),
             "this replica's lease lapsed before it was renewed; stopping its turns and node links"
         );
-        *replica.current.write() = None;
+        let lost = replica.current.write().take().map(|lease| lease.fence);
         turns.cancel_running();
         registry
             .close_all(ErrorCode::ReplicaLeaseLost.as_str())
             .await;
-        match replica.retake(&stop).await {
+        match replica.retake(lost, &stop).await {
             Retaken::Taken => {
                 // Links that reconnected meanwhile are recorded under the new lease.
                 for connection in registry.all() {
