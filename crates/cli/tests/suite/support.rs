@@ -507,7 +507,14 @@ pub(crate) async fn wait_turn(gateway: &Gateway, turn_id: &str) -> serde_json::V
         if turn.status.is_terminal() {
             return body;
         }
-        assert!(Instant::now() < deadline, "turn {turn_id} did not end");
+        if Instant::now() >= deadline {
+            let log = gateway.process.stderr();
+            let start = (log.len().saturating_sub(8_000)..log.len())
+                .find(|index| log.is_char_boundary(*index))
+                .unwrap_or(log.len());
+            let tail = &log[start..];
+            panic!("turn {turn_id} did not end: {body}; the gateway's log ends with:\n{tail}");
+        }
     }
 }
 

@@ -251,9 +251,10 @@ impl Replica {
     }
 
     /// Returns true once the lease may have lapsed by this process's own clock: no renewal
-    /// confirmed it for a whole lease, less a fifth for the clocks' drift.
+    /// confirmed it for a whole lease since the renewal was sent (the store's expiry, set when
+    /// the renewal arrived, is never earlier).
     fn locally_expired(&self) -> bool {
-        tokio::time::Instant::now() + self.lease / 5 >= *self.confirmed_until.lock()
+        tokio::time::Instant::now() >= *self.confirmed_until.lock()
     }
 
     /// Returns when the current lease was taken, in the store's clock.
