@@ -104,7 +104,18 @@ pub struct PgStore {
     /// One connection of its own for renewing replica leases, so a busy main pool never makes
     /// a replica miss its renewal.
     lease_pool: PgPool,
+    /// The connections that hold the media lock ([`crate::ClusterStore::hold_media_writes`]):
+    /// a holder does its work on the main pool, so holders never starve it, and at most
+    /// [`MEDIA_LOCK_CONNECTIONS`] hold at once (the rest wait their turn).
+    media_lock_pool: PgPool,
 }
+
+/// How many media-lock holds one Gateway keeps at once; more wait for one, for up to
+/// [`MEDIA_LOCK_WAIT`].
+pub const MEDIA_LOCK_CONNECTIONS: u32 = 4;
+
+/// How long a writer waits for a media-lock connection before its write fails.
+const MEDIA_LOCK_WAIT: Duration = Duration::from_secs(60);
 
 impl PgStore {
     /// Connects to the database at `location` and applies pending migrations under sqlx's
@@ -146,6 +157,11 @@ impl PgStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .test_before_acquire(true)
             .connect_lazy_with(options.clone());
+        let media_lock_pool = PgPoolOptions::new()
+            .max_connections(MEDIA_LOCK_CONNECTIONS)
+            .acquire_timeout(MEDIA_LOCK_WAIT)
+            .test_before_acquire(true)
+            .connect_lazy_with(options.clone());
         let pool = PgPoolOptions::new()
             .max_connections(POOL_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -164,7 +180,11 @@ impl PgStore {
             .map_err(|error| StoreError::Unavailable {
                 source: Box::new(error),
             })?;
-        Ok(Self { pool, lease_pool })
+        Ok(Self {
+            pool,
+            lease_pool,
+            media_lock_pool,
+        })
     }
 
     /// Returns the connection pool, for callers that add their own tables in this crate.

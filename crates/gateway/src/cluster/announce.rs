@@ -89,8 +89,10 @@ pub(crate) async fn listen(
                     session_key, kind, ..
                 })) => {
                     hub.sync(&session_key).await;
+                    // A session this replica drives already takes its next turn by itself.
                     if kind == gatehouse_store::model::TurnQueued::KIND
                         && !registry.all().is_empty()
+                        && !turns.drives(&session_key)
                     {
                         turns.kick(&session_key);
                     }

@@ -478,7 +478,7 @@ impl ClusterStore for PgStore {
     }
 
     async fn hold_media_writes(&self) -> Result<Box<dyn MediaHold>> {
-        let mut hold = PgMediaHold::open(&self.pool, "60s").await?;
+        let mut hold = PgMediaHold::open(&self.media_lock_pool, "60s").await?;
         if let Some(connection) = hold.connection.as_mut() {
             sqlx::query("SELECT pg_advisory_lock_shared($1)")
                 .bind(MEDIA_LOCK_KEY)
@@ -487,11 +487,12 @@ impl ClusterStore for PgStore {
                 .map_err(|e| map_error(e, "media lock"))?;
         }
         hold.shared = true;
+        hold.held = true;
         Ok(Box::new(hold))
     }
 
     async fn try_hold_media_collection(&self) -> Result<Option<Box<dyn MediaHold>>> {
-        let mut hold = PgMediaHold::open(&self.pool, "10s").await?;
+        let mut hold = PgMediaHold::open(&self.media_lock_pool, "10s").await?;
         let Some(connection) = hold.connection.as_mut() else {
             return Ok(None);
         };
@@ -500,6 +501,7 @@ impl ClusterStore for PgStore {
             .fetch_one(&mut **connection)
             .await
             .map_err(|e| map_error(e, "media lock"))?;
+        hold.held = taken;
         match taken {
             true => Ok(Some(Box::new(hold))),
             false => {
@@ -536,6 +538,8 @@ impl PgStore {
 struct PgMediaHold {
     connection: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
     shared: bool,
+    /// Whether the session took the lock (a collection's try may not have).
+    held: bool,
 }
 
 impl PgMediaHold {
@@ -555,6 +559,7 @@ impl PgMediaHold {
         Ok(Self {
             connection: Some(connection),
             shared: false,
+            held: false,
         })
     }
 }
@@ -565,19 +570,26 @@ impl MediaHold for PgMediaHold {
         let Some(mut connection) = self.connection.take() else {
             return;
         };
-        let unlock = match self.shared {
-            true => "SELECT pg_advisory_unlock_shared($1)",
-            false => "SELECT pg_advisory_unlock($1)",
-        };
-        let released = sqlx::query(unlock)
-            .bind(MEDIA_LOCK_KEY)
-            .execute(&mut *connection)
-            .await
-            .and(
-                sqlx::query("RESET idle_session_timeout")
+        let unlocked = match (self.held, self.shared) {
+            (false, _) => Ok(()),
+            (true, shared) => {
+                let unlock = match shared {
+                    true => "SELECT pg_advisory_unlock_shared($1)",
+                    false => "SELECT pg_advisory_unlock($1)",
+                };
+                sqlx::query(unlock)
+                    .bind(MEDIA_LOCK_KEY)
                     .execute(&mut *connection)
-                    .await,
-            );
+                    .await
+                    .map(|_| ())
+            }
+        };
+        let released = unlocked.and(
+            sqlx::query("RESET idle_session_timeout")
+                .execute(&mut *connection)
+                .await
+                .map(|_| ()),
+        );
         if released.is_err() {
             // Closing the session releases whatever it held.
             drop(connection.detach());
