@@ -141,6 +141,8 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     let mut config = GatewayConfig::with_defaults(gateway_state, args.listen);
     config.worktree_apply_delay = crate::gateway_cmd::worktree_apply_delay();
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
+    // Ready once this process's own node links, not on a link a replaced `up` left behind.
+    config.ready_needs_own_node = true;
     args.quotas.apply(&mut config);
     args.store.apply(&mut config)?;
     let runtime = args.runtime;

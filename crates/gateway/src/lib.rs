@@ -192,6 +192,11 @@ pub struct GatewayConfig {
     /// CLI reads it from the hidden `GATEHOUSE_TEST_WORKTREE_APPLY_DELAY_MS`, so a test can
     /// observe a result while it is staged (back-pressure, a kill between staging and apply).
     pub worktree_apply_delay: Duration,
+    /// Whether `/readyz` waits for a node linked to this replica and ignores nodes linked to
+    /// other replicas. Embedded mode (`gatehouse up`) sets it: the node in its own process is
+    /// the one it serves with, and the link a replaced process left in the store names a
+    /// replica that no longer answers until that process's lease lapses.
+    pub ready_needs_own_node: bool,
 }
 
 impl GatewayConfig {
@@ -222,6 +227,7 @@ impl GatewayConfig {
             session_move_after: None,
             replica: ReplicaConfig::default(),
             worktree_apply_delay: Duration::ZERO,
+            ready_needs_own_node: false,
         }
     }
 

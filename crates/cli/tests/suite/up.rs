@@ -303,10 +303,14 @@ async fn up_runs_both_roles_with_separate_roots_and_serves_the_documents() {
     // A restart keeps the owner's edit and does not reset the documents.
     let up = Up::start(&data);
     up.wait_ready().await;
-    let (_, user) = up
+    let (status, user) = up
         .request(reqwest::Method::GET, "/v1/agents/main/files/USER.md", None)
         .await;
-    assert_eq!(user["content"], "# User\nowner edit\n");
+    assert_eq!(
+        (status, &user["content"]),
+        (200, &serde_json::json!("# User\nowner edit\n")),
+        "{user}"
+    );
     // The roots are separate: the Gateway holds no workspace file, the Harness no Gateway state.
     for file in files_under(&data.join("gateway")) {
         assert!(
@@ -481,6 +485,16 @@ pub(crate) async fn kill_9_loses_nothing(data: &Path, start: &dyn Fn(&Path) -> U
     );
     let up = start(data);
     up.wait_ready().await;
+    // Ready means this process's own node serves: the link the killed process left in the
+    // store (live until its lease lapses, on PostgreSQL) does not make it ready early.
+    let (status, agents) = up
+        .request(
+            reqwest::Method::GET,
+            "/v1/agents/main/files/AGENTS.md",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{agents}");
     for (session, list) in acknowledged {
         let transcript = up.transcript(&format!("s{session}")).await;
         let seqs: Vec<i64> = transcript

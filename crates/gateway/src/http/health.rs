@@ -35,7 +35,7 @@ pub(crate) async fn healthz() -> Json<HealthResponse> {
 
 /// `GET /readyz`: `200` when the store and the media store answer and a node serving every
 /// command of its runtime is connected (to this replica, or to another live replica, which
-/// this one forwards to), else `503` with a code that says which check failed.
+/// this one forwards to, unless [`crate::GatewayConfig::ready_needs_own_node`]), else `503` with a code that says which check failed.
 /// It needs no token, so it names no node, and its callers share one store ping per
 /// [`crate::readiness::STORE_PING_REUSE`] and one media probe per [`gatehouse_media::READY_CACHE`]:
 /// frequent probes never become frequent requests to PostgreSQL or S3.
@@ -97,7 +97,7 @@ pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
             Err(failure) => ApiError::with_text_code(StatusCode::SERVICE_UNAVAILABLE, &failure.code, failure.message).into_response(),
         },
         // A node linked to another replica serves this one too: it forwards what needs it.
-        None if linked_elsewhere(&state).await => {
+        None if !state.config.ready_needs_own_node && linked_elsewhere(&state).await => {
             Json(HealthResponse { status: HealthStatus::Ready }).into_response()
         }
         None => ApiError::new(ErrorCode::NodeNotConnected,
