@@ -268,9 +268,6 @@ catalogue! {
 
     /// Codes of sessions, turns and their attachments.
     Turn = "Sessions and turns" {
-        /// The session is bound to a node that is not connected; the turn fails rather than run on
-        /// another node. Reconnect that node, or move the session explicitly.
-        SessionNodeUnavailable = "SESSION_NODE_UNAVAILABLE", 503;
         /// The session has a running turn, so it cannot be moved now; retry after the turn ends.
         SessionBusy = "SESSION_BUSY", 409;
         /// An event-stream subscriber fell further behind than the Gateway buffers for it; the

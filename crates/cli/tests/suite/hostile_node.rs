@@ -214,7 +214,15 @@ async fn finding_4_a_second_node_cannot_read_write_or_act_for_another_nodes_sess
     node_a.kill();
     let orphan = turn(&gateway, "s2", "are you there").await;
     assert_eq!(
-        orphan["error"]["code"], "SESSION_NODE_UNAVAILABLE",
+        orphan["error"]["code"], "DEPENDENCY_UNAVAILABLE",
+        "{orphan}"
+    );
+    // Node B is connected: the turn failed for its own node, and says which.
+    assert!(
+        orphan["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("which is not connected"),
         "{orphan}"
     );
     assert_eq!(
@@ -303,7 +311,7 @@ async fn finding_4_a_second_node_cannot_read_write_or_act_for_another_nodes_sess
         audited(&gateway, "session.dispatch").await,
         vec![(
             "denied".to_owned(),
-            Some("SESSION_NODE_UNAVAILABLE".to_owned())
+            Some("DEPENDENCY_UNAVAILABLE".to_owned())
         )]
     );
 }

@@ -289,7 +289,7 @@ async fn model_errors_dead_workers_and_dead_nodes_fail_the_turn_and_the_next_one
         .await
         .len();
     let offline = turn(&setup.gateway, "s", "/say offline").await;
-    assert_eq!(offline["error"]["code"], "SESSION_NODE_UNAVAILABLE");
+    assert_eq!(offline["error"]["code"], "DEPENDENCY_UNAVAILABLE");
     let after = crate::suite::support::mock_requests(&setup.mock_url)
         .await
         .len();

@@ -12,7 +12,7 @@
 //!   away (or since this replica's lease began); with `--move-sessions-after` it moves to
 //!   another node once away that long and past the grace (audited as `session.moved`, its
 //!   workspace restored there from its last checkpoint); past the grace its queued turns fail with
-//!   `SESSION_NODE_UNAVAILABLE` without running, one per dispatch, until the node returns or the
+//!   `DEPENDENCY_UNAVAILABLE` (the message names the node) without running, one per dispatch, until the node returns or the
 //!   session moves.
 //! - With no node serving the runtime anywhere, a turn waits the grace from its admission,
 //!   then fails with `DEPENDENCY_UNAVAILABLE`.
@@ -268,7 +268,7 @@ impl ClusterDispatcher {
             // Nothing to fail (the last queued turn just failed): nothing to audit either.
             return Ok(Decision::Wait);
         }
-        let code = ErrorCode::SessionNodeUnavailable;
+        let code = ErrorCode::DependencyUnavailable;
         let row = AuditRow {
             actor: "gateway",
             action: "session.dispatch",

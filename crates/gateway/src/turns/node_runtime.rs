@@ -6,7 +6,7 @@
 //! [`crate::cluster::dispatch`]), which also decides how long a turn waits for an absent node
 //! and when a session moves. Its turns, and so its history and checkpoints, go only to that
 //! node: a turn claimed here whose node went away meanwhile waits [`DEFAULT_NODE_GRACE`] for it
-//! and then fails with `SESSION_NODE_UNAVAILABLE`; it is never sent to another node. Only a move
+//! and then fails with `DEPENDENCY_UNAVAILABLE`; it is never sent to another node. Only a move
 //! (`POST /v1/sessions/{key}/move`, or `--move-sessions-after`) changes the binding.
 //! A node may commit only `assistant` and `tool` messages, only for the turn its own
 //! `agent.turn` invoke runs, and its lines are bounded (see [`crate::link::progress`]).
@@ -869,9 +869,9 @@ impl NodeRuntime {
     /// the node [`NodeRegistry::find_placement`] picks (the least loaded serving `agent.turn`).
     ///
     /// # Errors
-    /// `DEPENDENCY_UNAVAILABLE` when no node serves the native runtime, and
-    /// `SESSION_NODE_UNAVAILABLE` when the session's node is not connected: the turn is never
-    /// sent to another node.
+    /// `DEPENDENCY_UNAVAILABLE` when no node serves the native runtime, or when the session's
+    /// node is not connected (the message names the node): the turn is never sent to another
+    /// node.
     async fn owner_node(&self, session_key: &str) -> Result<Arc<NodeConnection>, TurnFailure> {
         let store_failure =
             |error: gatehouse_store::StoreError| TurnFailure::new(error.code(), error.to_string());
@@ -912,7 +912,7 @@ impl NodeRuntime {
         {
             return Ok(node);
         }
-        let code = ErrorCode::SessionNodeUnavailable;
+        let code = ErrorCode::DependencyUnavailable;
         let row = AuditRow {
             actor: "gateway",
             action: "session.dispatch",
