@@ -236,8 +236,19 @@ async fn follow(
     session: &str,
     until: impl Fn(&Received) -> bool,
 ) -> Received {
+    follow_after(url, token, session, 0, until).await
+}
+
+/// Follows like [`follow`], from the events after seq `after` (`?after=`).
+async fn follow_after(
+    url: &str,
+    token: &str,
+    session: &str,
+    after: i64,
+    until: impl Fn(&Received) -> bool,
+) -> Received {
     let response = reqwest::Client::new()
-        .get(format!("{url}/v1/sessions/{session}/events"))
+        .get(format!("{url}/v1/sessions/{session}/events?after={after}"))
         .bearer_auth(token)
         .send()
         .await
@@ -283,6 +294,45 @@ fn sessions_in_log(log: &Path) -> BTreeSet<String> {
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter(|line| line["fields"]["message"] == "started a worker")
         .filter_map(|line| line["fields"]["session_key"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Returns how many turns ended (`turn.completed` or `turn.failed`) in `received`.
+fn ended_turns(received: &Received) -> usize {
+    received
+        .iter()
+        .filter(|(_, name, _)| name == "turn.completed" || name == "turn.failed")
+        .count()
+}
+
+/// A message a replica acknowledged, and which replica it was.
+struct Acknowledged {
+    session: String,
+    text: String,
+    turn_id: String,
+    /// The URL of the replica that acknowledged it.
+    by: String,
+}
+
+/// Returns what a node host's connection attempts after its last lost link came to, from its
+/// JSON log lines: `connected to the gateway` or `connection to the gateway failed`, in order.
+fn attempts_after_the_last_disconnect(log: &Path) -> Vec<String> {
+    let messages: Vec<String> = std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|line| line["fields"]["message"].as_str().map(str::to_owned))
+        .collect();
+    let last = messages
+        .iter()
+        .rposition(|message| message == "disconnected from the gateway; reconnecting")
+        .expect("the node never lost its link");
+    messages[last + 1..]
+        .iter()
+        .filter(|message| {
+            *message == "connected to the gateway" || *message == "connection to the gateway failed"
+        })
+        .cloned()
         .collect()
 }
 
@@ -440,8 +490,10 @@ async fn issue_16_three_replicas_and_two_nodes_run_200_sessions_of_5_messages_in
 #[tokio::test(flavor = "multi_thread")]
 async fn issue_16_kill_9_of_the_replica_holding_a_node_interrupts_its_turns_and_loses_nothing() {
     const RUNNING: usize = 50;
+    const ACKS: usize = 40;
+    const ACK_SESSIONS: usize = 8;
     let mut cluster = Cluster::start(3, "3").await;
-    let _node = cluster.node("harness", 0, 64);
+    let node = cluster.node("harness", 0, 64);
     assert_eq!(
         cluster
             .wait_nodes(1, 1)
@@ -477,20 +529,42 @@ async fn issue_16_kill_9_of_the_replica_holding_a_node_interrupts_its_turns_and_
     for turn_id in &running {
         wait_status(&cluster.replicas[1], turn_id, &["running"]).await;
     }
-    // Acknowledged messages keep coming while the replica dies.
+    // Streams on the survivors, opened before any of it, for two of the sessions that get
+    // acknowledged messages: each ends once its 5 turns have ended, before or after the kill.
+    let ack_streams: Vec<_> = (0..2)
+        .map(|index| {
+            let session = format!("ack-{index}");
+            let (url, token) = (
+                cluster.replicas[1 + index].url.clone(),
+                cluster.replicas[1 + index].token.clone(),
+            );
+            tokio::spawn(async move {
+                let received = follow(&url, &token, &session, |received| {
+                    ended_turns(received) == ACKS / ACK_SESSIONS
+                })
+                .await;
+                (session, received)
+            })
+        })
+        .collect();
+    // Acknowledged messages keep coming while the replica dies, round-robin over all three
+    // replicas, the one that dies included: a post that gets no acknowledgement is sent again
+    // with the same idempotency key to the next replica, until one acknowledges it.
     let acknowledged = {
-        let survivors: Vec<(String, String)> = cluster.replicas[1..]
+        let replicas: Vec<(String, String)> = cluster
+            .replicas
             .iter()
             .map(|replica| (replica.url.clone(), replica.token.clone()))
             .collect();
         tokio::spawn(async move {
             let mut acknowledged = Vec::new();
-            for index in 0..40 {
-                let (url, token) = &survivors[index % 2];
-                let session = format!("ack-{}", index % 8);
+            let mut next = 0;
+            for index in 0..ACKS {
+                let session = format!("ack-{}", index % ACK_SESSIONS);
                 let text = format!("/say ack {index}");
-                // A failed post is retried with the same key until a replica acknowledges it.
                 loop {
+                    let (url, token) = &replicas[next % replicas.len()];
+                    next += 1;
                     let response = reqwest::Client::new()
                         .post(format!("{url}/v1/sessions/{session}/messages"))
                         .bearer_auth(token)
@@ -502,11 +576,12 @@ async fn issue_16_kill_9_of_the_replica_holding_a_node_interrupts_its_turns_and_
                         && response.status() == 202
                     {
                         let body: serde_json::Value = response.json().await.unwrap();
-                        acknowledged.push((
+                        acknowledged.push(Acknowledged {
                             session,
                             text,
-                            body["turnId"].as_str().unwrap().to_owned(),
-                        ));
+                            turn_id: body["turnId"].as_str().unwrap().to_owned(),
+                            by: url.clone(),
+                        });
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -519,7 +594,8 @@ async fn issue_16_kill_9_of_the_replica_holding_a_node_interrupts_its_turns_and_
     tokio::time::sleep(Duration::from_millis(500)).await;
     let killed_at = Instant::now();
     cluster.replicas[0].process.kill();
-    // The node reconnects to a survivor.
+    // The node reconnects to a survivor: on its first attempt after the link broke, to the
+    // next URL on its list, after one reconnect pause (docs/operations.md).
     let held = cluster
         .wait_holders(1, |held| {
             held.len() == 1 && !held.values().any(|holder| holder == "r0")
@@ -528,6 +604,13 @@ async fn issue_16_kill_9_of_the_replica_holding_a_node_interrupts_its_turns_and_
     let reconnected = killed_at.elapsed();
     let holder = held.into_values().next().unwrap();
     assert!(["r1", "r2"].contains(&holder.as_str()), "{holder}");
+    let attempts = attempts_after_the_last_disconnect(&node.stderr_log);
+    assert_eq!(
+        attempts,
+        ["connected to the gateway"],
+        "the node did not relink on its first attempt: {}",
+        node.stderr()
+    );
     assert!(
         reconnected < Duration::from_secs(10),
         "the node took {reconnected:?} to reconnect"
@@ -552,8 +635,23 @@ async fn issue_16_kill_9_of_the_replica_holding_a_node_interrupts_its_turns_and_
     }
     // Every acknowledged message is stored once, and its turn completes.
     let acknowledged = acknowledged.await.unwrap();
-    assert_eq!(acknowledged.len(), 40);
-    for (session, text, turn_id) in &acknowledged {
+    assert_eq!(acknowledged.len(), ACKS);
+    // Each replica acknowledged some: the one that died before it died, the survivors before
+    // and after.
+    for replica in &cluster.replicas {
+        assert!(
+            acknowledged.iter().any(|ack| ack.by == replica.url),
+            "{} acknowledged nothing",
+            replica.url
+        );
+    }
+    for Acknowledged {
+        session,
+        text,
+        turn_id,
+        ..
+    } in &acknowledged
+    {
         let turn = wait_status(
             &cluster.replicas[2],
             turn_id,
@@ -597,6 +695,40 @@ async fn issue_16_kill_9_of_the_replica_holding_a_node_interrupts_its_turns_and_
             "{received:?}"
         );
         assert_eq!(received[2].2["status"], "interrupted");
+    }
+    // The streams that followed acknowledged sessions across the kill saw every durable event
+    // of them, in order and without gaps: the whole log, as the other survivor replays it, and
+    // as it replays it from the middle (`after=`).
+    for stream in ack_streams {
+        let (session, live) = stream.await.unwrap();
+        let seqs: Vec<i64> = live.iter().map(|(seq, _, _)| *seq).collect();
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as i64).collect::<Vec<_>>(),
+            "{live:?}"
+        );
+        let other = &cluster.replicas[if session == "ack-0" { 2 } else { 1 }];
+        let replayed = follow(&other.url, &other.token, &session, |received| {
+            received.len() >= live.len()
+        })
+        .await;
+        let names = |received: &[(i64, String, serde_json::Value)]| -> Vec<(i64, String)> {
+            received
+                .iter()
+                .map(|(seq, name, _)| (*seq, name.clone()))
+                .collect()
+        };
+        assert_eq!(names(&replayed), names(&live), "{session}");
+        let middle = live[live.len() / 2].0;
+        let resumed = follow_after(&other.url, &other.token, &session, middle, |received| {
+            received.len() >= live.len() - live.len() / 2 - 1
+        })
+        .await;
+        assert_eq!(
+            names(&resumed),
+            names(&live[live.len() / 2 + 1..]),
+            "{session}"
+        );
     }
     // The survivors took the dead replica's lease over; it is listed as not live.
     let replicas: ReplicaList = cluster.replicas[1].get_typed("/v1/replicas").await;
@@ -693,14 +825,14 @@ async fn issue_16_a_replica_frozen_past_its_lease_commits_nothing_for_its_turns(
             "{received:?}"
         );
     }
-    // The resumed replica did try to end each of them (its node link had gone silent): the
-    // store refused those ends, as it would refuse a message.
+    // The resumed replica did try to end each of them (its node link had gone silent), and the
+    // store refused each of those ends, as it refuses a message.
     let log = cluster.replicas[0].process.stderr();
     for (_, turn_id) in &turns {
         assert!(
-            log.lines()
-                .any(|line| line.contains(turn_id.as_str()) && line.contains("turn ended")),
-            "{turn_id} never ended on the frozen replica: {log}"
+            log.lines().any(|line| line.contains(turn_id.as_str())
+                && line.contains("the store refused this end of the turn")),
+            "the frozen replica's end of {turn_id} was not refused: {log}"
         );
     }
     // Both serve on: a new turn completes, on the node wherever it linked again.
@@ -822,6 +954,10 @@ async fn issue_16_a_dead_node_hosts_sessions_fail_until_moved_then_run_on_the_ot
         .await
         .unwrap();
     assert_eq!(moved.status(), 200);
+    assert_eq!(
+        moved.json::<serde_json::Value>().await.unwrap(),
+        serde_json::json!({"moved": true})
+    );
     let read = posted(
         &cluster.replicas[0],
         "s",

@@ -16,6 +16,7 @@ use crate::suite::support::post_message;
 use crate::suite::support::processes;
 use crate::suite::support::turn;
 use crate::suite::support::wait_turn;
+use crate::suite::up::Up;
 
 /// Returns the pid of the worker process of `session` under the node root `harness`: the one
 /// whose `TMPDIR` is that session's private directory there.
@@ -171,16 +172,87 @@ async fn issue_16_an_idle_worker_stops_after_worker_idle_seconds_and_its_session
     );
 }
 
+/// Starts `gatehouse up` with its defaults (8 worker slots, idle workers retired) on a new
+/// data directory, and waits until it is ready.
+async fn default_up() -> (tempfile::TempDir, std::path::PathBuf, Up) {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().canonicalize().unwrap().join("data");
+    let up = Up::start(&data);
+    up.wait_ready().await;
+    (temp, data, up)
+}
+
+/// Posts `text` to `session` on `up` and returns the turn id.
+async fn post_to(up: &Up, session: &str, text: &str) -> String {
+    let (status, body) = up.post(session, serde_json::json!({"text": text})).await;
+    assert_eq!(status, 202, "{body}");
+    body["turnId"].as_str().unwrap().to_owned()
+}
+
+/// Sends `text` to `session` on `up` and returns the turn once it has ended.
+async fn up_turn(up: &Up, session: &str, text: &str) -> serde_json::Value {
+    let turn_id = post_to(up, session, text).await;
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let turn = up.turn_status(&turn_id, 5).await;
+        if !matches!(turn["status"].as_str(), Some("queued" | "running")) {
+            return turn;
+        }
+        assert!(std::time::Instant::now() < deadline, "{turn}");
+    }
+}
+
+/// The first-time user's case: on a default `gatehouse up`, 100 conversations one after
+/// another all complete, each past the eighth taking an idle worker's slot.
 #[tokio::test(flavor = "multi_thread")]
-async fn issue_16_a_hundred_sessions_one_after_another_all_complete_on_eight_slots() {
-    let setup = dedicated_with("8", &[]).await;
+async fn issue_16_on_a_default_up_a_hundred_sessions_one_after_another_all_complete() {
+    let (_temp, _data, up) = default_up().await;
     for n in 0..100 {
         let reply = format!("n{n}");
         assert_reply(
-            &turn(&setup.gateway, &format!("s{n}"), &format!("/say {reply}")).await,
+            &up_turn(&up, &format!("s{n}"), &format!("/say {reply}")).await,
             &reply,
         );
     }
+}
+
+/// On a default `gatehouse up`, 8 sessions holding `/hang` turns take every slot: a ninth
+/// session is refused with `WORKER_CAPACITY_EXHAUSTED`, and no running turn or its worker is
+/// disturbed.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_16_on_a_default_up_eight_hanging_sessions_refuse_a_ninth_and_keep_running() {
+    let (_temp, data, up) = default_up().await;
+    let harness = data.join("harness");
+    let sessions: Vec<String> = (0..8).map(|n| format!("hang-{n}")).collect();
+    let mut hanging = Vec::new();
+    for session in &sessions {
+        hanging.push(post_to(&up, session, "/hang").await);
+    }
+    for (turn_id, session) in hanging.iter().zip(&sessions) {
+        let deadline = std::time::Instant::now() + WAIT;
+        while up.turn_status(turn_id, 0).await["status"] != "running" {
+            assert!(std::time::Instant::now() < deadline, "{turn_id} never ran");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        wait_worker(&harness, session, true).await;
+    }
+    let workers: Vec<Option<u32>> = sessions
+        .iter()
+        .map(|session| worker_of(&harness, session))
+        .collect();
+    let refused = up_turn(&up, "ninth", "/say nine").await;
+    assert_failed_with(&refused, "WORKER_CAPACITY_EXHAUSTED");
+    for turn_id in &hanging {
+        let status = up.turn_status(turn_id, 0).await;
+        assert_eq!(status["status"], "running", "{status}");
+    }
+    assert_eq!(
+        sessions
+            .iter()
+            .map(|session| worker_of(&harness, session))
+            .collect::<Vec<_>>(),
+        workers
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -667,6 +667,7 @@ impl TurnEngine {
             Ok(false) => {
                 // Ended meanwhile (aborted, or interrupted by a survivor after this replica's
                 // lease passed): the store keeps that end.
+                tracing::info!(turn_id = %turn.turn_id, "the store refused this end of the turn: it had ended already or its lease is gone");
                 return;
             }
             Err(error) => {
