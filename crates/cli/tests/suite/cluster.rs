@@ -842,8 +842,9 @@ async fn issue_16_a_replica_frozen_past_its_lease_commits_nothing_for_its_turns(
     assert_eq!(turn["reply"], "fresh", "{turn}");
 }
 
-/// A document PUT, a workspace GET and an abort sent to a replica without the node's link are
-/// carried to the replica that has it; a path with `..` is refused before anything is sent.
+/// A document PUT, a workspace GET, a memory read and an abort sent to a replica without the
+/// node's link are carried to the replica that has it; a path with `..` is refused before
+/// anything is sent.
 #[tokio::test(flavor = "multi_thread")]
 async fn issue_16_documents_workspace_reads_and_aborts_reach_the_node_through_its_replica() {
     let cluster = Cluster::start(2, SHORT_LEASE).await;
@@ -878,6 +879,32 @@ async fn issue_16_documents_workspace_reads_and_aborts_reach_the_node_through_it
     assert_eq!(on_r0.text().await.unwrap(), "# Written through r1\n");
     let missing = other.get("/v1/agents/main/workspace/nope.md").await;
     assert_eq!(missing.status(), 404);
+    // A memory file the node host holds is read through r1 too, and a missing one keeps the
+    // node's code.
+    std::fs::write(
+        cluster.dirs.base.join("harness/workspace/MEMORY.md"),
+        "first\nsecond\nthird\n",
+    )
+    .unwrap();
+    let memory = other
+        .get_json("/v1/memory/get?path=MEMORY.md&from=2&lines=1")
+        .await;
+    assert_eq!(
+        (&memory["text"], &memory["from"], &memory["totalLines"]),
+        (
+            &serde_json::json!("second"),
+            &serde_json::json!(2),
+            &serde_json::json!(3)
+        ),
+        "{memory}"
+    );
+    let no_memory = other.get("/v1/memory/get?path=memory/none.md").await;
+    assert_eq!(
+        no_memory.status(),
+        404,
+        "{}",
+        no_memory.text().await.unwrap()
+    );
     let escape = other
         .get("/v1/agents/main/workspace/a/..%2F..%2Fetc/passwd")
         .await;

@@ -153,6 +153,20 @@ impl Up {
         }
     }
 
+    /// Returns the content of `AGENTS.md` through the documents API, which its node serves;
+    /// fails the test on any other answer than `200`.
+    pub(crate) async fn agents_document(&self) -> String {
+        let (status, agents) = self
+            .request(
+                reqwest::Method::GET,
+                "/v1/agents/main/files/AGENTS.md",
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{agents}");
+        agents["content"].as_str().unwrap().to_owned()
+    }
+
     pub(crate) async fn post(
         &self,
         session: &str,
@@ -213,20 +227,8 @@ async fn up_runs_both_roles_with_separate_roots_and_serves_the_documents() {
         up.lines
     );
     up.wait_ready().await;
-    let (status, agents) = up
-        .request(
-            reqwest::Method::GET,
-            "/v1/agents/main/files/AGENTS.md",
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{agents}");
-    assert!(
-        agents["content"]
-            .as_str()
-            .unwrap()
-            .starts_with("# Agent instructions")
-    );
+    let agents = up.agents_document().await;
+    assert!(agents.starts_with("# Agent instructions"), "{agents}");
     let (status, put) = up
         .request(
             reqwest::Method::PUT,
@@ -487,14 +489,7 @@ pub(crate) async fn kill_9_loses_nothing(data: &Path, start: &dyn Fn(&Path) -> U
     up.wait_ready().await;
     // Ready means this process's own node serves: the link the killed process left in the
     // store (live until its lease lapses, on PostgreSQL) does not make it ready early.
-    let (status, agents) = up
-        .request(
-            reqwest::Method::GET,
-            "/v1/agents/main/files/AGENTS.md",
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{agents}");
+    up.agents_document().await;
     for (session, list) in acknowledged {
         let transcript = up.transcript(&format!("s{session}")).await;
         let seqs: Vec<i64> = transcript

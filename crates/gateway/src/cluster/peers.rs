@@ -4,6 +4,7 @@
 //! from the store) as the bearer token.
 //!
 //! - [`Peers::abort`]: the abort of a turn that runs on another replica.
+//! - [`Peers::memory_get`]: `GET /v1/memory/get` on a replica without a node.
 //! - [`ClusterWorkspace`]: the Agent workspace as the HTTP handlers reach it: through a node
 //!   linked here when there is one, else through the replica holding one (documents,
 //!   `GET /v1/agents/{agent}/workspace/...`, attachments staged for a turn).
@@ -14,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use gatehouse_api::memory::MemoryReadResult;
 use gatehouse_api::sessions::AbortResponse;
 use gatehouse_protocol::command::FILE_COMMANDS;
 use gatehouse_store::Store;
@@ -24,6 +26,7 @@ use super::Replica;
 use super::wire::FetchAnswer;
 use super::wire::FetchRequest;
 use super::wire::Forwarded;
+use super::wire::MemoryGetRequest;
 use super::wire::WriteAnswer;
 use super::wire::WriteRequest;
 use crate::link::registry::NodeRegistry;
@@ -116,6 +119,31 @@ impl Peers {
         }
     }
 
+    /// Reads lines of a memory file through the replica at `url`, which holds a node; a call
+    /// that gets no answer is [`WorkspaceError::Unavailable`] (a read changes nothing).
+    pub(crate) async fn memory_get(
+        &self,
+        url: &str,
+        request: &MemoryGetRequest,
+    ) -> Result<MemoryReadResult, WorkspaceError> {
+        let path = format!("{INTERNAL_PREFIX}/memory/get");
+        match self
+            .call::<_, Forwarded<MemoryReadResult>>(url, &path, request)
+            .await
+        {
+            Ok(Forwarded::Ok(answer)) => Ok(answer),
+            Ok(Forwarded::Err(error)) => Err(error.into()),
+            Err(error) => {
+                tracing::warn!(
+                    ?error,
+                    url,
+                    "cannot read a memory file through the replica holding its node"
+                );
+                Err(WorkspaceError::Unavailable)
+            }
+        }
+    }
+
     /// Posts `body` to `path` on the replica at `url` and decodes its answer.
     async fn call<B: Serialize, A: DeserializeOwned>(
         &self,
@@ -149,7 +177,7 @@ impl Peers {
 
     /// Returns the URL of another live replica holding a node that serves the workspace
     /// commands (the most recently linked one).
-    async fn workspace_holder(&self) -> Option<String> {
+    pub(crate) async fn workspace_holder(&self) -> Option<String> {
         let links = match self.store.node_links().await {
             Ok(links) => links,
             Err(error) => {

@@ -8,6 +8,7 @@ use gatehouse_protocol::error::WireError;
 use serde::Deserialize;
 use serde::Serialize;
 
+use crate::memory::MemoryServiceError;
 use crate::workspace::WorkspaceError;
 use crate::workspace::WorkspaceFile;
 use crate::workspace::WriteMode;
@@ -19,6 +20,18 @@ use crate::workspace::Written;
 pub(crate) struct FetchRequest {
     /// The path relative to the Agent workspace.
     pub path: String,
+}
+
+/// A read of lines of a memory file (`GET /v1/memory/get` on a replica without the node).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct MemoryGetRequest {
+    /// The workspace-relative path of the memory file.
+    pub path: String,
+    /// The first line, 1-based.
+    pub from: Option<u32>,
+    /// How many lines.
+    pub lines: Option<u32>,
 }
 
 /// A write of an Agent-workspace file.
@@ -196,6 +209,24 @@ impl From<&WorkspaceError> for ForwardedError {
     }
 }
 
+impl From<&MemoryServiceError> for ForwardedError {
+    /// A memory read fails for want of a node, or with the node's code; any other failure
+    /// crosses as its code and message.
+    fn from(error: &MemoryServiceError) -> Self {
+        match error {
+            MemoryServiceError::WorkspaceUnavailable(_) => Self::Unavailable,
+            MemoryServiceError::Remote(error) => Self::Remote {
+                code: error.code.clone(),
+                message: error.message.clone(),
+            },
+            other => Self::Remote {
+                code: other.code().to_owned(),
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
 impl From<ForwardedError> for WorkspaceError {
     fn from(error: ForwardedError) -> Self {
         match error {
@@ -262,6 +293,29 @@ mod tests {
                 (error.code(), error.to_string()),
                 "{wire}"
             );
+        }
+    }
+
+    /// A memory read's failure keeps its code across the hop: no node is
+    /// `DEPENDENCY_UNAVAILABLE`, a node's refusal is its own code and message.
+    #[test]
+    fn a_forwarded_memory_error_keeps_its_code() {
+        let cases = [
+            (
+                MemoryServiceError::WorkspaceUnavailable(String::from("no node")),
+                ErrorCode::DependencyUnavailable.as_str(),
+            ),
+            (
+                MemoryServiceError::Remote(WireError::new(ErrorCode::NotFound, "no such file")),
+                ErrorCode::NotFound.as_str(),
+            ),
+        ];
+        for (error, code) in cases {
+            let wire = serde_json::to_string(&ForwardedError::from(&error)).unwrap();
+            let back: WorkspaceError = serde_json::from_str::<ForwardedError>(&wire)
+                .unwrap()
+                .into();
+            assert_eq!(back.code(), code, "{wire}");
         }
     }
 }

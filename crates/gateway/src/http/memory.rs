@@ -9,6 +9,7 @@ use gatehouse_api::memory::MemorySearchQuery;
 use gatehouse_api::memory::MemoryStatus;
 use gatehouse_api::memory::ReindexLine;
 use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::memory::WORKSPACE_MEMORY;
 use std::sync::Arc;
 
 use axum::Json;
@@ -20,6 +21,7 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 
 use crate::GatewayState;
+use crate::cluster::wire::MemoryGetRequest;
 use crate::http::error::ApiError;
 use crate::memory::MemoryServiceError;
 
@@ -68,7 +70,8 @@ pub(crate) async fn search(
 }
 
 /// `GET /v1/memory/get?path=&from=&lines=`: lines of a memory file, read from the Harness now
-/// (never from the index).
+/// (never from the index), through a node linked here or, without one, through the replica
+/// that holds one.
 pub(crate) async fn get(
     State(state): State<Arc<GatewayState>>,
     Query(query): Query<MemoryGetQuery>,
@@ -79,6 +82,21 @@ pub(crate) async fn get(
             "pass the memory file as path=",
         ));
     };
+    if state.registry.find_serving(&[WORKSPACE_MEMORY]).is_none()
+        && let Some(url) = state.peers.workspace_holder().await
+    {
+        let request = MemoryGetRequest {
+            path,
+            from: query.from,
+            lines: query.lines,
+        };
+        return state
+            .peers
+            .memory_get(&url, &request)
+            .await
+            .map(Json)
+            .map_err(ApiError::from);
+    }
     let read = state
         .memory
         .get(&path, query.from, query.lines)

@@ -14,6 +14,7 @@ use axum::middleware::Next;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::post;
+use gatehouse_api::memory::MemoryReadResult;
 use gatehouse_api::sessions::AbortResponse;
 use gatehouse_protocol::error::ErrorCode;
 
@@ -22,6 +23,7 @@ use crate::cluster::wire::FetchAnswer;
 use crate::cluster::wire::FetchRequest;
 use crate::cluster::wire::Forwarded;
 use crate::cluster::wire::ForwardedError;
+use crate::cluster::wire::MemoryGetRequest;
 use crate::cluster::wire::WriteAnswer;
 use crate::cluster::wire::WriteRequest;
 use crate::http::error::ApiError;
@@ -35,6 +37,7 @@ pub(crate) fn router(state: Arc<GatewayState>) -> Router<Arc<GatewayState>> {
         .route("/sessions/{key}/abort", post(abort))
         .route("/workspace/fetch", post(fetch))
         .route("/workspace/write", post(write))
+        .route("/memory/get", post(memory_get))
         .layer(axum::extract::DefaultBodyLimit::max(
             MAX_FORWARDED_BODY_BYTES,
         ))
@@ -101,6 +104,23 @@ async fn write(
             .await
         {
             Ok(written) => Forwarded::Ok(written.into()),
+            Err(error) => Forwarded::Err(ForwardedError::from(&error)),
+        },
+    )
+}
+
+/// Reads lines of a memory file through a node linked here.
+async fn memory_get(
+    State(state): State<Arc<GatewayState>>,
+    Json(request): Json<MemoryGetRequest>,
+) -> Json<Forwarded<MemoryReadResult>> {
+    Json(
+        match state
+            .memory
+            .get(&request.path, request.from, request.lines)
+            .await
+        {
+            Ok(read) => Forwarded::Ok(read),
             Err(error) => Forwarded::Err(ForwardedError::from(&error)),
         },
     )
