@@ -1011,3 +1011,94 @@ async fn issue_16_a_dead_node_hosts_sessions_fail_until_moved_then_run_on_the_ot
         "{sessions}"
     );
 }
+
+/// A load balancer in front of the replicas, as a platform puts one: a TCP listener on
+/// loopback that sends each new connection to the next replica in turn that accepts it.
+struct Balancer {
+    url: String,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Balancer {
+    async fn new(replicas: &[Gateway]) -> Balancer {
+        let upstreams: Vec<String> = replicas
+            .iter()
+            .map(|replica| replica.url.trim_start_matches("http://").to_owned())
+            .collect();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            let mut next = 0;
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let order: Vec<String> = (0..upstreams.len())
+                    .map(|offset| upstreams[(next + offset) % upstreams.len()].clone())
+                    .collect();
+                next += 1;
+                connections.spawn(async move {
+                    for upstream in order {
+                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Balancer { url, _task: task }
+    }
+}
+
+/// A node host that knows the Gateway by one load-balanced URL: when the replica holding its
+/// link is killed, it reconnects through the same URL to a survivor, and turns go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_16_a_node_behind_one_load_balanced_url_reconnects_to_a_survivor() {
+    let mut cluster = Cluster::start(2, SHORT_LEASE).await;
+    let balancer = Balancer::new(&cluster.replicas).await;
+    let stderr_log = cluster.logs.join("node-balanced.log");
+    let code_file = cluster.logs.join("setup-code-balanced");
+    std::fs::write(&code_file, cluster.replicas[0].setup_code(600)).unwrap();
+    let model = format!("openai-chat:{}/v1:mock-model", cluster.mock_url);
+    let child = crate::suite::support::gatehouse()
+        .args(["node", "--runtime", "native", "--gateway", &balancer.url])
+        .arg("--root")
+        .arg(cluster.dirs.base.join("harness"))
+        .arg("--setup-code-file")
+        .arg(&code_file)
+        .args(["--model", &model, "--model-key-env", "MOCK_MODEL_KEY"])
+        .env("MOCK_MODEL_KEY", "mock-model-test-key")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr_log).unwrap())
+        .spawn()
+        .unwrap();
+    let node = Process::from_child(child, stderr_log);
+    let first = cluster.wait_nodes(1, 1).await.into_values().next().unwrap();
+    let (holder, survivor) = match first.as_str() {
+        "r0" => (0, 1),
+        _ => (1, 0),
+    };
+    let before = posted(&cluster.replicas[survivor], "lb", "/say before", "before").await;
+    let turn = wait_status(
+        &cluster.replicas[survivor],
+        &before,
+        &["completed", "failed"],
+    )
+    .await;
+    assert_eq!(turn["reply"], "before", "{turn}");
+    cluster.replicas[holder].process.kill();
+    let survivor_id = format!("r{survivor}");
+    cluster
+        .wait_holders(survivor, |held| {
+            held.values().collect::<Vec<_>>() == [&survivor_id]
+        })
+        .await;
+    let after = posted(&cluster.replicas[survivor], "lb", "/say after", "after").await;
+    let turn = wait_status(
+        &cluster.replicas[survivor],
+        &after,
+        &["completed", "failed"],
+    )
+    .await;
+    assert_eq!(turn["reply"], "after", "{turn}: {}", node.stderr());
+}
