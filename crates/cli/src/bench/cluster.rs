@@ -4,8 +4,9 @@
 //!
 //! For 1 and 3 replicas and 1 and 2 node hosts, it measures message admission (many clients
 //! posting at once, each message to the next replica) and text turns (`/say hi`, POST to
-//! `turn.completed`, many clients at once), each against the single-replica, single-node figure
-//! of the same run. Each configuration uses sessions of its own in the same database.
+//! `turn.completed`, many clients at once), each against the single-replica figure of the same
+//! run: 3 replicas against 1 replica with as many node hosts, 1 replica with 2 node hosts
+//! against 1 replica with 1. Each configuration uses sessions of its own in the same database.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,6 +79,28 @@ struct Measured {
     turns: Vec<Duration>,
 }
 
+impl Measured {
+    /// Returns `N replica(s), M node(s)`.
+    fn shape(&self) -> String {
+        format!(
+            "{} replica{}, {} node{}",
+            self.replicas,
+            plural(self.replicas),
+            self.nodes,
+            plural(self.nodes)
+        )
+    }
+}
+
+/// Returns the single-replica figure `run` is compared with: 1 replica with as many node hosts
+/// for several replicas, else 1 replica with 1 node host (the first configuration).
+fn baseline_of<'a>(measured: &'a [Measured], run: &Measured) -> &'a Measured {
+    measured
+        .iter()
+        .find(|baseline| run.replicas > 1 && baseline.replicas == 1 && baseline.nodes == run.nodes)
+        .unwrap_or(&measured[0])
+}
+
 async fn measure(args: &ClusterArgs, store: StoreLocation) -> anyhow::Result<Report> {
     let temp = tempfile::tempdir()?;
     let base = temp.path().canonicalize()?;
@@ -93,33 +116,27 @@ async fn measure(args: &ClusterArgs, store: StoreLocation) -> anyhow::Result<Rep
         };
         measured.push(run.measure(args).await?);
     }
-    let baseline = &measured[0];
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     for run in &measured {
-        let shape = format!(
-            "{} replica{}, {} node{}",
-            run.replicas,
-            plural(run.replicas),
-            run.nodes,
-            plural(run.nodes)
-        );
+        let baseline = baseline_of(&measured, run);
+        let (shape, baseline_shape) = (run.shape(), baseline.shape());
         rows.push(Row {
             case: format!("admit, {shape}"),
-            baseline_name: String::from("admit, 1 replica, 1 node"),
+            baseline_name: format!("admit, {baseline_shape}"),
             baseline: Stats::from_samples(&mut baseline.admit.clone()),
             candidate: Stats::from_samples(&mut run.admit.clone()),
             target: String::from("informational"),
         });
         rows.push(Row {
             case: format!("/say hi turn, {shape}"),
-            baseline_name: String::from("/say hi turn, 1 replica, 1 node"),
+            baseline_name: format!("/say hi turn, {baseline_shape}"),
             baseline: Stats::from_samples(&mut baseline.turns.clone()),
             candidate: Stats::from_samples(&mut run.turns.clone()),
             target: String::from("informational"),
         });
         notes.push(format!(
-            "{shape}: {:.0} messages/s admitted by {} clients ({:.2}x the single replica's {:.0})",
+            "{shape}: {:.0} messages/s admitted by {} clients ({:.2}x the {:.0} of {baseline_shape})",
             run.admitted_per_second,
             args.clients,
             run.admitted_per_second / baseline.admitted_per_second,
@@ -132,7 +149,7 @@ async fn measure(args: &ClusterArgs, store: StoreLocation) -> anyhow::Result<Rep
     ));
     Ok(Report {
         title: format!(
-            "gatehouse bench cluster: Gateway replicas on one PostgreSQL, {} clients, vs 1 replica and 1 node",
+            "gatehouse bench cluster: Gateway replicas on one PostgreSQL, {} clients, vs 1 replica",
             args.clients
         ),
         rows,

@@ -230,3 +230,58 @@ async fn bench_gateway_reports_postgres_admission_beside_sqlite_against_bare_ins
         .unwrap();
     assert_eq!(sqlite.status.code(), Some(2));
 }
+
+/// `gatehouse bench cluster` runs 1 and 3 replicas with 1 and 2 node hosts on one PostgreSQL
+/// database, each against the single-replica figure, and every message it admits is stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_cluster_compares_three_replicas_and_two_nodes_with_one_replica() {
+    let database = crate::suite::postgres::fresh_database().await;
+    let output = gatehouse()
+        .args(["bench", "cluster", "--json", "--clients", "2"])
+        .args(["--messages-per-client", "2", "--turns-per-client", "1"])
+        .args(["--store", database.as_str()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows: Vec<(String, String, u64)> = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            assert!(row["ratio"].as_f64().is_some_and(f64::is_finite), "{row}");
+            (
+                row["case"].as_str().unwrap().to_owned(),
+                row["baseline"].as_str().unwrap().to_owned(),
+                row["samples"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let mut expected = Vec::new();
+    for (shape, baseline) in [
+        ("1 replica, 1 node", "1 replica, 1 node"),
+        ("3 replicas, 1 node", "1 replica, 1 node"),
+        ("1 replica, 2 nodes", "1 replica, 1 node"),
+        ("3 replicas, 2 nodes", "1 replica, 2 nodes"),
+    ] {
+        expected.push((format!("admit, {shape}"), format!("admit, {baseline}"), 4));
+        expected.push((
+            format!("/say hi turn, {shape}"),
+            format!("/say hi turn, {baseline}"),
+            2,
+        ));
+    }
+    assert_eq!(rows, expected, "{report}");
+    // Every configuration's messages and turns went to the one database: 4 admitted and 2
+    // turns' messages for each of the four.
+    let mut db = sqlx::PgConnection::connect(database.as_str())
+        .await
+        .unwrap();
+    let user_messages: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE role = 'user'")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+    assert_eq!(user_messages, 4 * (4 + 2));
+}
