@@ -928,21 +928,33 @@ fn resources_of(container: &Container) -> ([String; 2], [String; 2]) {
 
 #[test]
 fn every_container_has_cpu_and_memory_requests_and_limits() {
+    let mut stateful_sets = 0;
     for (name, text) in support::ALL_EXAMPLES {
-        for deployment in support::deployments(&support::render_text(text)) {
-            for container in all_containers(&deployment) {
+        let rendered = support::render_text(text);
+        stateful_sets += support::objects(&rendered)
+            .iter()
+            .filter(|object| matches!(object, gatehouse_deploy::manifest::Object::StatefulSet(_)))
+            .count();
+        for (workload, pod) in support::pod_templates(&rendered) {
+            for container in pod
+                .containers
+                .iter()
+                .chain(pod.init_containers.iter().flatten())
+            {
                 let (requests, limits) = resources_of(container);
                 assert!(
                     requests
                         .iter()
                         .chain(&limits)
                         .all(|value| !value.is_empty()),
-                    "{name}: {}",
+                    "{name}: {workload}: {}",
                     container.name
                 );
             }
         }
     }
+    // The node hosts' StatefulSets were among them.
+    assert!(stateful_sets > 0);
     // The documented defaults: the Harness's memory grows with its worker slots.
     let native = support::render_text(support::DEDICATED_NATIVE);
     let harness = pod(&support::deployment(&native, "main-harness")).containers[0].clone();

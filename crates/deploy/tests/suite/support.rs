@@ -59,6 +59,23 @@ pub(crate) fn deployments(rendered: &Rendered) -> Vec<Deployment> {
         .collect()
 }
 
+/// Returns the Pod template of every workload (Deployments and StatefulSets), with its name.
+pub(crate) fn pod_templates(
+    rendered: &Rendered,
+) -> Vec<(String, k8s_openapi::api::core::v1::PodSpec)> {
+    objects(rendered)
+        .into_iter()
+        .filter_map(|object| match object {
+            Object::Deployment(deployment) => {
+                Some((deployment.metadata.name, deployment.spec?.template.spec?))
+            }
+            Object::StatefulSet(set) => Some((set.metadata.name, set.spec?.template.spec?)),
+            _ => None,
+        })
+        .map(|(name, pod)| (name.unwrap_or_default(), pod))
+        .collect()
+}
+
 pub(crate) fn deployment(rendered: &Rendered, name: &str) -> Deployment {
     deployments(rendered)
         .into_iter()
