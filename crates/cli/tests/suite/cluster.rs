@@ -247,6 +247,13 @@ async fn follow_after(
     after: i64,
     until: impl Fn(&Received) -> bool,
 ) -> Received {
+    let response = open_events(url, token, session, after).await;
+    read_events(response, session, until).await.0
+}
+
+/// Opens the session's event stream on the replica at `url` from the events after seq `after`;
+/// once its headers are in, the replica follows the session for it.
+async fn open_events(url: &str, token: &str, session: &str, after: i64) -> reqwest::Response {
     let response = reqwest::Client::new()
         .get(format!("{url}/v1/sessions/{session}/events?after={after}"))
         .bearer_auth(token)
@@ -254,9 +261,20 @@ async fn follow_after(
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+    response
+}
+
+/// Reads an event stream opened by [`open_events`] until `until` accepts the durable events
+/// received; returns them, and the text of the `message.delta` events received, in order.
+async fn read_events(
+    response: reqwest::Response,
+    session: &str,
+    until: impl Fn(&Received) -> bool,
+) -> (Received, Vec<String>) {
     let mut stream = response.bytes_stream();
     let mut buffer = String::new();
     let mut received = Received::new();
+    let mut deltas = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while !until(&received) {
         let chunk = tokio::time::timeout_at(deadline, stream.next())
@@ -277,13 +295,18 @@ async fn follow_after(
                     data.push_str(value.trim());
                 }
             }
-            // Deltas carry no id: only durable events are collected.
-            if let Some(id) = id {
-                received.push((id, name, serde_json::from_str(&data).unwrap()));
+            // Deltas carry no id.
+            let data: serde_json::Value = serde_json::from_str(&data).unwrap();
+            match id {
+                Some(id) => received.push((id, name, data)),
+                None if name == "message.delta" => {
+                    deltas.push(data["text"].as_str().unwrap().to_owned());
+                }
+                None => {}
             }
         }
     }
-    received
+    (received, deltas)
 }
 
 /// Returns the sessions a node host started workers for, from its JSON log lines.
@@ -909,6 +932,19 @@ async fn issue_16_documents_workspace_reads_and_aborts_reach_the_node_through_it
         .get("/v1/agents/main/workspace/a/..%2F..%2Fetc/passwd")
         .await;
     assert_eq!(escape.status(), 403, "{}", escape.text().await.unwrap());
+    // A client of r1 gets the deltas of a turn r0 runs, through PostgreSQL's notifications.
+    let response = open_events(&other.url, &other.token, "streamed", 0).await;
+    let stream = tokio::spawn(async move {
+        read_events(response, "streamed", |received| {
+            received.iter().any(|(_, name, _)| name == "turn.completed")
+        })
+        .await
+    });
+    let streamed = posted(other, "streamed", "/slow 50 one two three four", "streamed").await;
+    let turn = wait_status(other, &streamed, &["completed", "failed"]).await;
+    assert_eq!(turn["reply"], "one two three four", "{turn}");
+    let (_, deltas) = stream.await.unwrap();
+    assert_eq!(deltas.concat(), "one two three four", "{deltas:?}");
     // An abort on r1 stops the turn r0 runs.
     let hanging = posted(other, "hang", "/hang", "hang").await;
     wait_status(other, &hanging, &["running"]).await;
