@@ -53,6 +53,16 @@ impl SkillsService {
 
     /// Discovers every source and merges them.
     pub async fn catalog(&self) -> SkillsView {
+        let workspace = self.workspace_skills().await;
+        self.catalog_with(workspace).await
+    }
+
+    /// Discovers the Gateway's own sources and merges them with `workspace`, the Harness
+    /// workspace's skills as a node discovered them (or why they are unavailable).
+    pub(crate) async fn catalog_with(
+        &self,
+        workspace: Result<SkillsDiscovery, String>,
+    ) -> SkillsView {
         let mut entries = Vec::new();
         let mut skipped = Vec::new();
         let mut warnings = Vec::new();
@@ -85,7 +95,7 @@ impl SkillsService {
                 reason: skip.reason,
             }));
         }
-        match self.workspace_skills().await {
+        match workspace {
             Ok(discovery) => {
                 for skill in discovery.skills {
                     let tier = match skill.tier.as_str() {
@@ -127,7 +137,8 @@ impl SkillsService {
         }
     }
 
-    async fn workspace_skills(&self) -> Result<SkillsDiscovery, String> {
+    /// Asks a node linked to this replica for the Harness workspace's skills.
+    pub(crate) async fn workspace_skills(&self) -> Result<SkillsDiscovery, String> {
         let Some(node) = self.registry.find_serving(&[WORKSPACE_SKILLS]) else {
             return Err(String::from(
                 "no node serving workspace.skills is connected",

@@ -865,9 +865,9 @@ async fn issue_16_a_replica_frozen_past_its_lease_commits_nothing_for_its_turns(
     assert_eq!(turn["reply"], "fresh", "{turn}");
 }
 
-/// A document PUT, a workspace GET, a memory read and an abort sent to a replica without the
-/// node's link are carried to the replica that has it; a path with `..` is refused before
-/// anything is sent.
+/// A document PUT, a workspace GET, a memory read, the workspace's skills and an abort sent to
+/// a replica without the node's link are carried to the replica that has it; a path with `..`
+/// is refused before anything is sent.
 #[tokio::test(flavor = "multi_thread")]
 async fn issue_16_documents_workspace_reads_and_aborts_reach_the_node_through_its_replica() {
     let cluster = Cluster::start(2, SHORT_LEASE).await;
@@ -928,6 +928,28 @@ async fn issue_16_documents_workspace_reads_and_aborts_reach_the_node_through_it
         "{}",
         no_memory.text().await.unwrap()
     );
+    // So are the Harness workspace's skills in r1's catalog.
+    let skill_dir = cluster.dirs.base.join("harness/workspace/skills/notes");
+    std::fs::create_dir_all(&skill_dir).unwrap();
+    std::fs::write(
+        skill_dir.join("SKILL.md"),
+        "---\nname: notes\ndescription: Takes notes.\n---\n# notes\n",
+    )
+    .unwrap();
+    let catalog = other.get_json("/v1/skills").await;
+    let listed: Vec<(&str, &str)> = catalog["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|skill| {
+            (
+                skill["name"].as_str().unwrap(),
+                skill["host"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, [("notes", "harness")], "{catalog}");
+    assert_eq!(catalog["warnings"], serde_json::json!([]), "{catalog}");
     let escape = other
         .get("/v1/agents/main/workspace/a/..%2F..%2Fetc/passwd")
         .await;

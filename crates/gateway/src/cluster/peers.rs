@@ -5,6 +5,7 @@
 //!
 //! - [`Peers::abort`]: the abort of a turn that runs on another replica.
 //! - [`Peers::memory_get`]: `GET /v1/memory/get` on a replica without a node.
+//! - [`Peers::skills_discover`]: the Harness workspace's skills for `GET /v1/skills` there.
 //! - [`ClusterWorkspace`]: the Agent workspace as the HTTP handlers reach it: through a node
 //!   linked here when there is one, else through the replica holding one (documents,
 //!   `GET /v1/agents/{agent}/workspace/...`, attachments staged for a turn).
@@ -18,11 +19,13 @@ use std::time::Duration;
 use gatehouse_api::memory::MemoryReadResult;
 use gatehouse_api::sessions::AbortResponse;
 use gatehouse_protocol::command::FILE_COMMANDS;
+use gatehouse_protocol::skills::SkillsDiscovery;
 use gatehouse_store::Store;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Replica;
+use super::wire::DiscoveryAnswer;
 use super::wire::FetchAnswer;
 use super::wire::FetchRequest;
 use super::wire::Forwarded;
@@ -140,6 +143,23 @@ impl Peers {
                     "cannot read a memory file through the replica holding its node"
                 );
                 Err(WorkspaceError::Unavailable)
+            }
+        }
+    }
+
+    /// Asks the replica at `url`, which holds a node, for the Harness workspace's skills.
+    pub(crate) async fn skills_discover(&self, url: &str) -> Result<SkillsDiscovery, String> {
+        let path = format!("{INTERNAL_PREFIX}/skills/discover");
+        match self.call::<_, DiscoveryAnswer>(url, &path, &()).await {
+            Ok(DiscoveryAnswer::Found(discovery)) => Ok(discovery),
+            Ok(DiscoveryAnswer::Unavailable { reason }) => Err(reason),
+            Err(error) => {
+                tracing::warn!(
+                    ?error,
+                    url,
+                    "cannot list the workspace skills through the replica holding its node"
+                );
+                Err(String::from("the replica holding the node did not answer"))
             }
         }
     }

@@ -5,6 +5,7 @@
 use base64::Engine;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::error::WireError;
+use gatehouse_protocol::skills::SkillsDiscovery;
 use serde::Deserialize;
 use serde::Serialize;
 
@@ -32,6 +33,19 @@ pub(crate) struct MemoryGetRequest {
     pub from: Option<u32>,
     /// How many lines.
     pub lines: Option<u32>,
+}
+
+/// The Harness workspace's skills as the holder's node discovered them, or why it could not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum DiscoveryAnswer {
+    /// The node's discovery.
+    Found(SkillsDiscovery),
+    /// Why there is none.
+    Unavailable {
+        /// The reason, for the catalog's warning.
+        reason: String,
+    },
 }
 
 /// A write of an Agent-workspace file.

@@ -19,6 +19,7 @@ use gatehouse_api::sessions::AbortResponse;
 use gatehouse_protocol::error::ErrorCode;
 
 use crate::GatewayState;
+use crate::cluster::wire::DiscoveryAnswer;
 use crate::cluster::wire::FetchAnswer;
 use crate::cluster::wire::FetchRequest;
 use crate::cluster::wire::Forwarded;
@@ -38,6 +39,7 @@ pub(crate) fn router(state: Arc<GatewayState>) -> Router<Arc<GatewayState>> {
         .route("/workspace/fetch", post(fetch))
         .route("/workspace/write", post(write))
         .route("/memory/get", post(memory_get))
+        .route("/skills/discover", post(skills_discover))
         .layer(axum::extract::DefaultBodyLimit::max(
             MAX_FORWARDED_BODY_BYTES,
         ))
@@ -124,4 +126,12 @@ async fn memory_get(
             Err(error) => Forwarded::Err(ForwardedError::from(&error)),
         },
     )
+}
+
+/// Lists the Harness workspace's skills through a node linked here.
+async fn skills_discover(State(state): State<Arc<GatewayState>>) -> Json<DiscoveryAnswer> {
+    Json(match state.skills.workspace_skills().await {
+        Ok(discovery) => DiscoveryAnswer::Found(discovery),
+        Err(reason) => DiscoveryAnswer::Unavailable { reason },
+    })
 }
