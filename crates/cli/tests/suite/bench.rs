@@ -129,6 +129,28 @@ fn bench_turn_prints_tracing_at_info_against_spans_disabled_and_the_otlp_cost() 
     );
 }
 
+/// Returns the `--json` report of a successful bench run, and its rows as (case, baseline,
+/// samples), checking that each has a finite ratio.
+fn report_rows(output: &std::process::Output) -> (serde_json::Value, Vec<(String, String, u64)>) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            assert!(row["ratio"].as_f64().is_some_and(f64::is_finite), "{row}");
+            (
+                row["case"].as_str().unwrap().to_owned(),
+                row["baseline"].as_str().unwrap().to_owned(),
+                row["samples"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    (report, rows)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bench_gateway_reports_postgres_admission_beside_sqlite_against_bare_inserts() {
     let database = crate::suite::postgres::fresh_database().await;
@@ -145,22 +167,7 @@ async fn bench_gateway_reports_postgres_admission_beside_sqlite_against_bare_ins
         .args(["--per-client", "2", "--store", database.as_str()])
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let rows: Vec<(String, String, u64)> = report["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| {
-            assert!(row["ratio"].as_f64().is_some_and(f64::is_finite), "{row}");
-            (
-                row["case"].as_str().unwrap().to_owned(),
-                row["baseline"].as_str().unwrap().to_owned(),
-                row["samples"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let (report, rows) = report_rows(&output);
     let expected: Vec<(String, String, u64)> = [
         (
             "sqlite: admit, 1 client (p50/p99)",
@@ -242,22 +249,7 @@ async fn bench_cluster_compares_three_replicas_and_two_nodes_with_one_replica() 
         .args(["--store", database.as_str()])
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let rows: Vec<(String, String, u64)> = report["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| {
-            assert!(row["ratio"].as_f64().is_some_and(f64::is_finite), "{row}");
-            (
-                row["case"].as_str().unwrap().to_owned(),
-                row["baseline"].as_str().unwrap().to_owned(),
-                row["samples"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let (report, rows) = report_rows(&output);
     let mut expected = Vec::new();
     for (shape, baseline) in [
         ("1 replica, 1 node", "1 replica, 1 node"),

@@ -12,8 +12,8 @@
 //!   away (or since this replica's lease began); with `--move-sessions-after` it moves to
 //!   another node once away that long and past the grace (audited as `session.moved`, its
 //!   workspace restored there from its last checkpoint); past the grace its queued turns fail with
-//!   `DEPENDENCY_UNAVAILABLE` (the message names the node) without running, one per dispatch, until the node returns or the
-//!   session moves.
+//!   `DEPENDENCY_UNAVAILABLE` (the message names the node) without running, one per dispatch,
+//!   until the node returns or the session moves.
 //! - With no node serving the runtime anywhere, a turn waits the grace from its admission,
 //!   then fails with `DEPENDENCY_UNAVAILABLE`.
 //!

@@ -18,8 +18,9 @@
 //! - **Forwarding** (`peers`): a request that needs a node this replica does not hold (a
 //!   document, a workspace read, a memory file's lines, the workspace's skills, an abort) is
 //!   carried to the replica holding it by an HTTP call to its `/internal/replica/...` routes,
-//!   authenticated by the replica key every replica reads from the store. HTTP, not the notification channel: a workspace file is up to 16 MiB and a
-//!   notification at most 8000 bytes, and a call has an answer and a status.
+//!   authenticated by the replica key every replica reads from the store. HTTP, not the
+//!   notification channel: a workspace file is up to 16 MiB and a notification at most 8000
+//!   bytes, and a call has an answer and a status.
 //!
 //! On SQLite there is one replica (the store file is locked); the lease (of [`SQLITE_LEASE`],
 //! since nothing else can take it over), the fences and the sweep still run, so both stores

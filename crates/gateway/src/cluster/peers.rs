@@ -164,6 +164,20 @@ impl Peers {
         }
     }
 
+    /// Returns the URL of the replica to forward a request needing `commands` to: `None` to
+    /// serve it here, when a node linked here serves them or none is linked anywhere (which
+    /// the local client reports).
+    pub(crate) async fn forward_target(
+        &self,
+        registry: &NodeRegistry,
+        commands: &[&str],
+    ) -> Option<String> {
+        if registry.find_serving(commands).is_some() {
+            return None;
+        }
+        self.workspace_holder().await
+    }
+
     /// Posts `body` to `path` on the replica at `url` and decodes its answer.
     async fn call<B: Serialize, A: DeserializeOwned>(
         &self,
@@ -197,7 +211,7 @@ impl Peers {
 
     /// Returns the URL of another live replica holding a node that serves the workspace
     /// commands (the most recently linked one).
-    pub(crate) async fn workspace_holder(&self) -> Option<String> {
+    async fn workspace_holder(&self) -> Option<String> {
         let links = match self.store.node_links().await {
             Ok(links) => links,
             Err(error) => {
@@ -231,10 +245,9 @@ impl ClusterWorkspace {
     /// Returns the URL of the replica to forward to, or `None` to serve here (a node is linked
     /// here, or none is linked anywhere, which the local client reports).
     async fn forward_to(&self) -> Option<String> {
-        if self.registry.find_serving(FILE_COMMANDS).is_some() {
-            return None;
-        }
-        self.peers.workspace_holder().await
+        self.peers
+            .forward_target(&self.registry, FILE_COMMANDS)
+            .await
     }
 }
 

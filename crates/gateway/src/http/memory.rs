@@ -82,8 +82,10 @@ pub(crate) async fn get(
             "pass the memory file as path=",
         ));
     };
-    if state.registry.find_serving(&[WORKSPACE_MEMORY]).is_none()
-        && let Some(url) = state.peers.workspace_holder().await
+    if let Some(url) = state
+        .peers
+        .forward_target(&state.registry, &[WORKSPACE_MEMORY])
+        .await
     {
         let request = MemoryGetRequest {
             path,

@@ -13,10 +13,10 @@ use crate::GatewayState;
 /// shadowed. The Harness workspace's skills come from a node linked here or, without one, from
 /// the replica that holds one.
 pub(crate) async fn list_skills(State(state): State<Arc<GatewayState>>) -> Json<SkillsView> {
-    let holder = match state.registry.find_serving(&[WORKSPACE_SKILLS]) {
-        Some(_) => None,
-        None => state.peers.workspace_holder().await,
-    };
+    let holder = state
+        .peers
+        .forward_target(&state.registry, &[WORKSPACE_SKILLS])
+        .await;
     let workspace = match holder {
         Some(url) => state.peers.skills_discover(&url).await,
         None => state.skills.workspace_skills().await,
