@@ -129,6 +129,11 @@ catalogue! {
         /// The API key sent more requests in a minute, or has more turns queued or running, than
         /// its limits allow; retry after the `Retry-After` seconds.
         RateLimited = "RATE_LIMITED", 429;
+        /// The API key already holds its share of open event streams and long polls
+        /// (`maxStreams`), or the Gateway holds as many as it serves in all; retry after the
+        /// `Retry-After` seconds or close a stream. The refusal is an answer, never a refused
+        /// connection.
+        StreamShareExhausted = "STREAM_SHARE_EXHAUSTED", 429;
         /// The command is not declared by the node or not known to it.
         UnknownCommand = "UNKNOWN_COMMAND", 502;
         /// The peer that would serve the request is not connected.
@@ -361,6 +366,11 @@ catalogue! {
         /// The Gateway's media quota (`--media-quota-bytes`) is used up; a native turn whose
         /// checkpoint needs more room fails with it and keeps the session's last good checkpoint.
         MediaQuotaExceeded = "MEDIA_QUOTA_EXCEEDED", 507;
+        /// The API key's media share (`mediaQuotaBytes`: its uploads plus the checkpoints and
+        /// worktree versions of the sessions it created) is used up; delete uploads it no longer
+        /// needs (`DELETE /v1/media/{mediaId}`). A native turn of one of its sessions whose
+        /// checkpoint needs more room fails with it and keeps the session's last good checkpoint.
+        KeyMediaQuotaExceeded = "KEY_MEDIA_QUOTA_EXCEEDED", 507;
         /// The media id is not one the media store issues.
         InvalidMediaId = "INVALID_MEDIA_ID", 400;
         /// The MIME type is not a valid `type/subtype`.

@@ -44,6 +44,9 @@ use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
+use crate::model::MediaCharge;
+use crate::model::MediaChargeKind;
+use crate::model::ReleasedUpload;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventRecord;
@@ -373,7 +376,8 @@ pub trait Store: ClusterStore {
     /// Storage failures.
     async fn checkpoint_blob_garbage(&self) -> Result<Vec<CheckpointBlob>>;
 
-    /// Removes `media_id` from the checkpoint blob list, once its blob is deleted.
+    /// Removes `media_id` from the checkpoint blob list, once its blob is deleted, with the
+    /// session charges of it (the bytes are gone).
     ///
     /// # Errors
     /// Storage failures.
@@ -403,6 +407,75 @@ pub trait Store: ClusterStore {
         key_grantee: &str,
         session_prefix: &str,
     ) -> Result<bool>;
+
+    /// Returns the API key whose secret hashes to `secret_sha256`, expired or not, without
+    /// recording a use: for the shares of a session's creator.
+    ///
+    /// # Errors
+    /// Storage failures; [`StoreError::Corrupt`] for unreadable scopes.
+    async fn api_key_by_hash(&self, secret_sha256: &str) -> Result<Option<ApiKeyRecord>>;
+
+    /// Records `owner` as the creator of `session_key` unless one is recorded, and returns the
+    /// recorded owner (the first writer's, on every replica).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn claim_session_owner(
+        &self,
+        session_key: &str,
+        owner: &str,
+        now_ms: i64,
+    ) -> Result<String>;
+
+    /// Returns the creator of `session_key`, `None` for a session created before creators were
+    /// recorded.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn session_owner(&self, session_key: &str) -> Result<Option<String>>;
+
+    /// Charges `owner` for the `blobs` of `kind` it is not charged for yet, in one transaction
+    /// that no other charge of `owner` interleaves with (on every replica): refused, with
+    /// nothing charged, when the owner's bytes would pass `quota_bytes` (`None`: no quota).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn charge_media(
+        &self,
+        owner: &str,
+        kind: MediaChargeKind,
+        blobs: &[CheckpointBlob],
+        quota_bytes: Option<u64>,
+        now_ms: i64,
+    ) -> Result<MediaCharge>;
+
+    /// Returns the bytes charged to `owner`, every kind.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn media_charged_bytes(&self, owner: &str) -> Result<u64>;
+
+    /// Removes `owner`'s charge of `kind` for `media_id`, if any (an upload whose blob the
+    /// media store refused to take).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn uncharge_media(&self, owner: &str, kind: MediaChargeKind, media_id: &str)
+    -> Result<()>;
+
+    /// Releases an upload of `media_id`: `owner`'s upload charge and its grant `owner`, or,
+    /// for `owner` `None` (an admin), every upload charge. When no upload charge is left, in
+    /// the same transaction the blob's pin is removed and it is listed as collectable, so the
+    /// next collection deletes it unless something else refers to it.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn release_upload(
+        &self,
+        owner: Option<&str>,
+        media_id: &str,
+        now_ms: i64,
+    ) -> Result<ReleasedUpload>;
 
     /// Binds `session_key` to the Codex thread `thread_id`, replacing an earlier binding.
     ///

@@ -698,8 +698,14 @@ pub struct NewApiKey {
     pub expires_at_ms: Option<i64>,
     /// The most requests it may send per minute; `None`: unlimited.
     pub requests_per_minute: Option<u32>,
-    /// The most turns its requests may have running at once; `None`: unlimited.
+    /// The most turns its requests may have running at once; `None`: the Gateway's default
+    /// share.
     pub concurrent_turns: Option<u32>,
+    /// The most event streams and long polls it may hold open at once; `None`: the Gateway's
+    /// default share.
+    pub max_streams: Option<u32>,
+    /// The most media bytes charged to it; `None`: the Gateway's default share.
+    pub media_quota_bytes: Option<u64>,
 }
 
 /// A stored API key.
@@ -723,6 +729,71 @@ pub struct ApiKeyRecord {
     pub requests_per_minute: Option<u32>,
     /// The most turns its requests may have running at once.
     pub concurrent_turns: Option<u32>,
+    /// The most event streams and long polls it may hold open at once.
+    pub max_streams: Option<u32>,
+    /// The most media bytes charged to it.
+    pub media_quota_bytes: Option<u64>,
+}
+
+impl ApiKeyRecord {
+    /// Returns the owner this key's media charges and sessions are recorded under:
+    /// `key:<secret sha256>` (the key itself, not its name, so a key created again under the
+    /// same name starts with nothing).
+    pub fn owner(&self) -> String {
+        format!("key:{}", self.secret_sha256)
+    }
+}
+
+/// The owner of what the operator token uploads and creates.
+pub const OPERATOR_OWNER: &str = "operator";
+
+/// What a media charge is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaChargeKind {
+    /// An upload the owner made (`POST /v1/media`).
+    Upload,
+    /// A blob stored for a session the owner created: a checkpoint's or a worktree version's.
+    Session,
+}
+
+impl MediaChargeKind {
+    /// Returns the stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MediaChargeKind::Upload => "upload",
+            MediaChargeKind::Session => "session",
+        }
+    }
+}
+
+/// What [`crate::Store::charge_media`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaCharge {
+    /// The blobs not yet charged to the owner are charged now: `new_bytes` of them, for
+    /// `used_bytes` in all.
+    Charged {
+        /// The bytes charged by this call.
+        new_bytes: u64,
+        /// The owner's charged bytes afterwards.
+        used_bytes: u64,
+    },
+    /// Charging them would take the owner past its quota; nothing was charged.
+    OverQuota {
+        /// The owner's charged bytes.
+        used_bytes: u64,
+        /// The bytes the call would have added.
+        new_bytes: u64,
+    },
+}
+
+/// What [`crate::Store::release_upload`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReleasedUpload {
+    /// Whether an upload charge was removed (the owner had uploaded the blob).
+    pub released: bool,
+    /// Whether no upload charge is left: the blob's pin is gone and it is listed as
+    /// collectable, so garbage collection deletes it once nothing else refers to it.
+    pub unpinned: bool,
 }
 
 /// How stale an API key's `last_used_at_ms` may be: a request records its use only when the
@@ -748,6 +819,20 @@ pub(crate) fn parse_scopes(text: &str) -> crate::Result<Vec<Scope>> {
     serde_json::from_str(text).map_err(|_| crate::StoreError::Corrupt {
         what: "api key scopes",
     })
+}
+
+/// Returns a stored byte count of an API key (`media_quota_bytes`).
+///
+/// # Errors
+/// [`crate::StoreError::Corrupt`] for a negative count.
+pub(crate) fn stored_bytes_limit(value: Option<i64>) -> crate::Result<Option<u64>> {
+    value
+        .map(|value| {
+            u64::try_from(value).map_err(|_| crate::StoreError::Corrupt {
+                what: "api key media quota",
+            })
+        })
+        .transpose()
 }
 
 /// Reads a stored rate limit.

@@ -26,6 +26,9 @@ use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
+use crate::model::MediaCharge;
+use crate::model::MediaChargeKind;
+use crate::model::ReleasedUpload;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventPayload;
@@ -129,7 +132,7 @@ impl SqliteStore {
 macro_rules! api_key_columns {
     () => {
         "name, secret_sha256, scopes_json, session_prefix, created_at_ms, \
-         expires_at_ms, last_used_at_ms, requests_per_minute, concurrent_turns"
+         expires_at_ms, last_used_at_ms, requests_per_minute, concurrent_turns, max_streams, media_quota_bytes"
     };
 }
 
@@ -138,7 +141,8 @@ impl Store for SqliteStore {
     async fn insert_api_key(&self, key: &NewApiKey) -> Result<()> {
         sqlx::query(
             "INSERT INTO api_keys (name, secret_sha256, scopes_json, session_prefix, created_at_ms, \
-             expires_at_ms, requests_per_minute, concurrent_turns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+             expires_at_ms, requests_per_minute, concurrent_turns, max_streams, media_quota_bytes) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&key.name)
         .bind(&key.secret_sha256)
@@ -148,6 +152,11 @@ impl Store for SqliteStore {
         .bind(key.expires_at_ms)
         .bind(key.requests_per_minute.map(i64::from))
         .bind(key.concurrent_turns.map(i64::from))
+        .bind(key.max_streams.map(i64::from))
+        .bind(
+            key.media_quota_bytes
+                .map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX)),
+        )
         .execute(&self.pool)
         .await
         .map_err(|error| map_error(error, "api key"))?;
@@ -967,7 +976,224 @@ impl Store for SqliteStore {
         Ok(blobs)
     }
 
+    async fn api_key_by_hash(&self, secret_sha256: &str) -> Result<Option<ApiKeyRecord>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            api_key_columns!(),
+            " FROM api_keys WHERE secret_sha256 = ?"
+        ))
+        .bind(secret_sha256)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "api key"))?;
+        row.as_ref().map(api_key_from_row).transpose()
+    }
+
+    async fn claim_session_owner(
+        &self,
+        session_key: &str,
+        owner: &str,
+        now_ms: i64,
+    ) -> Result<String> {
+        sqlx::query(
+            "INSERT INTO session_owners (session_key, owner, created_at_ms) VALUES (?, ?, ?) \
+             ON CONFLICT (session_key) DO NOTHING",
+        )
+        .bind(session_key)
+        .bind(owner)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "session owner"))?;
+        self.session_owner(session_key)
+            .await?
+            .ok_or(StoreError::Corrupt {
+                what: "session owner",
+            })
+    }
+
+    async fn session_owner(&self, session_key: &str) -> Result<Option<String>> {
+        sqlx::query_scalar("SELECT owner FROM session_owners WHERE session_key = ?")
+            .bind(session_key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| map_error(e, "session owner"))
+    }
+
+    async fn charge_media(
+        &self,
+        owner: &str,
+        kind: MediaChargeKind,
+        blobs: &[CheckpointBlob],
+        quota_bytes: Option<u64>,
+        now_ms: i64,
+    ) -> Result<MediaCharge> {
+        let mut tx = self.begin_write().await.map_err(|e| map_error(e, "media charge"))?;
+        let used: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(size_bytes), 0) FROM media_charges WHERE owner = ?",
+        )
+        .bind(owner)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "media charge"))?;
+        let used_bytes = u64::try_from(used).unwrap_or(0);
+        let mut fresh: Vec<&CheckpointBlob> = Vec::new();
+        for blob in blobs {
+            if fresh.iter().any(|seen| seen.media_id == blob.media_id) {
+                continue;
+            }
+            let charged: Option<String> = sqlx::query_scalar(
+                "SELECT media_id FROM media_charges WHERE owner = ? AND media_id = ? AND kind = ?",
+            )
+            .bind(owner)
+            .bind(&blob.media_id)
+            .bind(kind.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "media charge"))?;
+            if charged.is_none() {
+                fresh.push(blob);
+            }
+        }
+        let new_bytes: u64 = fresh.iter().map(|blob| blob.size_bytes).sum();
+        if new_bytes > 0
+            && quota_bytes.is_some_and(|quota| used_bytes.saturating_add(new_bytes) > quota)
+        {
+            return Ok(MediaCharge::OverQuota {
+                used_bytes,
+                new_bytes,
+            });
+        }
+        for blob in fresh {
+            sqlx::query(
+                "INSERT INTO media_charges (owner, media_id, kind, size_bytes, charged_at_ms) \
+                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, media_id, kind) DO NOTHING",
+            )
+            .bind(owner)
+            .bind(&blob.media_id)
+            .bind(kind.as_str())
+            .bind(i64::try_from(blob.size_bytes).unwrap_or(i64::MAX))
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "media charge"))?;
+        }
+        tx.commit().await.map_err(|e| map_error(e, "media charge"))?;
+        Ok(MediaCharge::Charged {
+            new_bytes,
+            used_bytes: used_bytes.saturating_add(new_bytes),
+        })
+    }
+
+    async fn media_charged_bytes(&self, owner: &str) -> Result<u64> {
+        let used: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(size_bytes), 0) FROM media_charges WHERE owner = ?",
+        )
+        .bind(owner)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| map_error(e, "media charge"))?;
+        Ok(u64::try_from(used).unwrap_or(0))
+    }
+
+    async fn uncharge_media(
+        &self,
+        owner: &str,
+        kind: MediaChargeKind,
+        media_id: &str,
+    ) -> Result<()> {
+        sqlx::query("DELETE FROM media_charges WHERE owner = ? AND media_id = ? AND kind = ?")
+            .bind(owner)
+            .bind(media_id)
+            .bind(kind.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_error(e, "media charge"))?;
+        Ok(())
+    }
+
+    async fn release_upload(
+        &self,
+        owner: Option<&str>,
+        media_id: &str,
+        now_ms: i64,
+    ) -> Result<ReleasedUpload> {
+        let upload = MediaChargeKind::Upload.as_str();
+        let mut tx = self.begin_write().await.map_err(|e| map_error(e, "media release"))?;
+        let size: Option<i64> = sqlx::query_scalar(
+            "SELECT max(size_bytes) FROM media_charges WHERE media_id = ? AND kind = ?",
+        )
+        .bind(media_id)
+        .bind(upload)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "media release"))?;
+        let removed = match owner {
+            Some(owner) => {
+                sqlx::query("DELETE FROM media_grants WHERE media_id = ? AND grantee = ?")
+                    .bind(media_id)
+                    .bind(owner)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| map_error(e, "media release"))?;
+                sqlx::query(
+                    "DELETE FROM media_charges WHERE owner = ? AND media_id = ? AND kind = ?",
+                )
+                .bind(owner)
+                .bind(media_id)
+                .bind(upload)
+                .execute(&mut *tx)
+                .await
+            }
+            None => {
+                sqlx::query("DELETE FROM media_charges WHERE media_id = ? AND kind = ?")
+                    .bind(media_id)
+                    .bind(upload)
+                    .execute(&mut *tx)
+                    .await
+            }
+        }
+        .map_err(|e| map_error(e, "media release"))?
+        .rows_affected();
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM media_charges WHERE media_id = ? AND kind = ?",
+        )
+        .bind(media_id)
+        .bind(upload)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, "media release"))?;
+        let unpinned = removed > 0 && left == 0;
+        if unpinned {
+            sqlx::query("DELETE FROM media_pins WHERE media_id = ?")
+                .bind(media_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| map_error(e, "media release"))?;
+            sqlx::query(
+                "INSERT INTO checkpoint_blobs (media_id, size_bytes, registered_at_ms) \
+                 VALUES (?, ?, ?) ON CONFLICT (media_id) DO NOTHING",
+            )
+            .bind(media_id)
+            .bind(size.unwrap_or(0))
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, "media release"))?;
+        }
+        tx.commit().await.map_err(|e| map_error(e, "media release"))?;
+        Ok(ReleasedUpload {
+            released: removed > 0,
+            unpinned,
+        })
+    }
+
     async fn forget_checkpoint_blob(&self, media_id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM media_charges WHERE media_id = ? AND kind = 'session'")
+            .bind(media_id)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_error(e, "checkpoint blob"))?;
         sqlx::query("DELETE FROM checkpoint_blobs WHERE media_id = ?")
             .bind(media_id)
             .execute(&self.pool)
@@ -1685,6 +1911,8 @@ fn api_key_from_row(row: &SqliteRow) -> Result<ApiKeyRecord> {
         last_used_at_ms: get(row, "last_used_at_ms")?,
         requests_per_minute: crate::model::stored_limit(get(row, "requests_per_minute")?)?,
         concurrent_turns: crate::model::stored_limit(get(row, "concurrent_turns")?)?,
+        max_streams: crate::model::stored_limit(get(row, "max_streams")?)?,
+        media_quota_bytes: crate::model::stored_bytes_limit(get(row, "media_quota_bytes")?)?,
     })
 }
 

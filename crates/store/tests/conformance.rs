@@ -25,6 +25,9 @@ use gatehouse_store::model::ApiKeyRecord;
 use gatehouse_store::model::Attachment;
 use gatehouse_store::model::CheckpointBlob;
 use gatehouse_store::model::EnrollOutcome;
+use gatehouse_store::model::MediaCharge;
+use gatehouse_store::model::MediaChargeKind;
+use gatehouse_store::model::ReleasedUpload;
 use gatehouse_store::model::Enrollment;
 use gatehouse_store::model::NewApiKey;
 use gatehouse_store::model::NewAuditEvent;
@@ -93,6 +96,9 @@ conformance!(
     finding_4_a_session_is_bound_to_its_first_node_and_moves_only_when_idle,
     api_keys_are_created_once_per_name_listed_and_revoked,
     media_grants_name_a_key_or_the_sessions_under_a_prefix,
+    media_charges_count_once_per_owner_and_refuse_past_the_quota,
+    a_released_upload_is_collectable_only_when_no_other_upload_holds_it,
+    a_session_keeps_its_first_owner,
     an_api_key_is_found_by_its_hash_until_it_expires_and_records_its_use,
     a_completed_turns_usage_is_stored_with_it,
     a_session_is_rebound_only_from_the_node_it_is_bound_to,
@@ -1720,6 +1726,8 @@ fn new_key(name: &str, hash: &str, expires_at_ms: Option<i64>) -> NewApiKey {
         expires_at_ms,
         requests_per_minute: Some(60),
         concurrent_turns: None,
+        max_streams: Some(3),
+        media_quota_bytes: Some(5_000_000_000),
     }
 }
 
@@ -1735,6 +1743,8 @@ fn stored_key(key: &NewApiKey, last_used_at_ms: Option<i64>) -> ApiKeyRecord {
         last_used_at_ms,
         requests_per_minute: key.requests_per_minute,
         concurrent_turns: key.concurrent_turns,
+        max_streams: key.max_streams,
+        media_quota_bytes: key.media_quota_bytes,
     }
 }
 
@@ -1815,6 +1825,177 @@ async fn an_api_key_is_found_by_its_hash_until_it_expires_and_records_its_use(ta
 /// A grant names the key that uploaded a blob or a session that holds it; a prefix matches
 /// session grants literally (its `_` is no wildcard), granting twice keeps one grant, and grants
 /// survive a reopen.
+fn blob(media_id: &str, size_bytes: u64) -> CheckpointBlob {
+    CheckpointBlob {
+        media_id: media_id.into(),
+        size_bytes,
+    }
+}
+
+async fn media_charges_count_once_per_owner_and_refuse_past_the_quota(target: Target) {
+    let store = target.open().await;
+    let upload = MediaChargeKind::Upload;
+    let session = MediaChargeKind::Session;
+    // Past 32 bits, so a narrower column would lose it.
+    let big = 5_000_000_000;
+    assert_eq!(
+        store
+            .charge_media("key:a", upload, &[blob("m1", big)], Some(big), 1)
+            .await
+            .unwrap(),
+        MediaCharge::Charged {
+            new_bytes: big,
+            used_bytes: big
+        }
+    );
+    // The same blob again, even twice in one call, costs nothing more.
+    assert_eq!(
+        store
+            .charge_media(
+                "key:a",
+                upload,
+                &[blob("m1", big), blob("m1", big)],
+                Some(big),
+                2
+            )
+            .await
+            .unwrap(),
+        MediaCharge::Charged {
+            new_bytes: 0,
+            used_bytes: big
+        }
+    );
+    // One byte more is refused, and nothing of the call is charged.
+    assert_eq!(
+        store
+            .charge_media(
+                "key:a",
+                session,
+                &[blob("m2", 1), blob("m1", big)],
+                Some(big),
+                3
+            )
+            .await
+            .unwrap(),
+        MediaCharge::OverQuota {
+            used_bytes: big,
+            new_bytes: big + 1
+        }
+    );
+    assert_eq!(store.media_charged_bytes("key:a").await.unwrap(), big);
+    // Another owner has a share of its own.
+    assert!(matches!(
+        store
+            .charge_media("key:b", session, &[blob("m2", 7)], Some(10), 4)
+            .await
+            .unwrap(),
+        MediaCharge::Charged { new_bytes: 7, .. }
+    ));
+    let store = target.open().await;
+    assert_eq!(store.media_charged_bytes("key:b").await.unwrap(), 7);
+    // A session charge goes when its blob is collected; an upload charge when it is released.
+    store.forget_checkpoint_blob("m2").await.unwrap();
+    assert_eq!(store.media_charged_bytes("key:b").await.unwrap(), 0);
+    store.uncharge_media("key:a", upload, "m1").await.unwrap();
+    assert_eq!(store.media_charged_bytes("key:a").await.unwrap(), 0);
+}
+
+async fn a_released_upload_is_collectable_only_when_no_other_upload_holds_it(target: Target) {
+    let store = target.open().await;
+    let upload = MediaChargeKind::Upload;
+    for owner in ["key:a", "key:b"] {
+        store
+            .charge_media(owner, upload, &[blob("m1", 10)], None, 1)
+            .await
+            .unwrap();
+        store.grant_media("m1", owner, 1).await.unwrap();
+    }
+    store.pin_media("m1", "upload", 1).await.unwrap();
+    // A key that never uploaded it releases nothing.
+    assert_eq!(
+        store.release_upload(Some("key:c"), "m1", 2).await.unwrap(),
+        ReleasedUpload {
+            released: false,
+            unpinned: false
+        }
+    );
+    // The first uploader's release leaves the blob pinned for the second.
+    assert_eq!(
+        store.release_upload(Some("key:a"), "m1", 2).await.unwrap(),
+        ReleasedUpload {
+            released: true,
+            unpinned: false
+        }
+    );
+    assert!(!store.media_granted("m1", "key:a", "x-").await.unwrap());
+    assert!(store.media_granted("m1", "key:b", "x-").await.unwrap());
+    assert!(store.checkpoint_blob_garbage().await.unwrap().is_empty());
+    assert_eq!(
+        store.release_upload(Some("key:b"), "m1", 3).await.unwrap(),
+        ReleasedUpload {
+            released: true,
+            unpinned: true
+        }
+    );
+    let store = target.open().await;
+    let garbage = store.checkpoint_blob_garbage().await.unwrap();
+    assert_eq!(
+        garbage.iter().map(|blob| blob.media_id.as_str()).collect::<Vec<_>>(),
+        ["m1"]
+    );
+    // An upload made before shares existed (pinned, charged to no key) is never unpinned.
+    store.pin_media("m9", "upload", 1).await.unwrap();
+    store
+        .charge_media("legacy", upload, &[blob("m9", 0)], None, 1)
+        .await
+        .unwrap();
+    store
+        .charge_media("key:a", upload, &[blob("m9", 4)], None, 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.release_upload(Some("key:a"), "m9", 2).await.unwrap(),
+        ReleasedUpload {
+            released: true,
+            unpinned: false
+        }
+    );
+    // An admin's release takes every upload charge.
+    assert!(
+        store
+            .release_upload(None, "m9", 3)
+            .await
+            .unwrap()
+            .unpinned
+    );
+}
+
+async fn a_session_keeps_its_first_owner(target: Target) {
+    let store = target.open().await;
+    assert_eq!(store.session_owner("s").await.unwrap(), None);
+    assert_eq!(
+        store.claim_session_owner("s", "key:a", 1).await.unwrap(),
+        "key:a"
+    );
+    assert_eq!(
+        store.claim_session_owner("s", "operator", 2).await.unwrap(),
+        "key:a"
+    );
+    let store = target.open().await;
+    assert_eq!(
+        store.session_owner("s").await.unwrap().as_deref(),
+        Some("key:a")
+    );
+    // A key is found by its hash without recording a use.
+    let key = new_key("app", "h-app", Some(1));
+    store.insert_api_key(&key).await.unwrap();
+    assert_eq!(
+        store.api_key_by_hash("h-app").await.unwrap(),
+        Some(stored_key(&key, None))
+    );
+    assert_eq!(store.api_key_by_hash("h-none").await.unwrap(), None);
+}
+
 async fn media_grants_name_a_key_or_the_sessions_under_a_prefix(target: Target) {
     let store = target.open().await;
     store.grant_media("m1", "key:aaa", 1).await.unwrap();

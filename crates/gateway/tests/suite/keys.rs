@@ -492,6 +492,8 @@ async fn issue_17_expired_revoked_and_unknown_keys_get_401() {
             expires_at_ms: Some(2),
             requests_per_minute: None,
             concurrent_turns: None,
+            max_streams: None,
+            media_quota_bytes: None,
         })
         .await
         .unwrap();
