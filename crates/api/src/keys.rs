@@ -28,9 +28,18 @@ pub struct ApiKeyParams {
     /// The most requests the key may send per minute; unlimited when left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_minute: Option<u32>,
-    /// The most turns the key's requests may have running at once; unlimited when left out.
+    /// The most turns the key's requests may have queued or running at once; the Gateway's
+    /// default share when left out (half its worker capacity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrent_turns: Option<u32>,
+    /// The most event streams and long polls the key may hold open at once; the Gateway's
+    /// default share when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_streams: Option<u32>,
+    /// The most media bytes the key may hold: its uploads plus the checkpoints and worktree
+    /// versions of the sessions it created; the Gateway's default share when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_quota_bytes: Option<u64>,
 }
 
 /// The answer of `POST /v1/keys`: the key's secret, shown this once, and what it may do.
@@ -55,6 +64,12 @@ pub struct ApiKeyCreated {
     /// Its concurrent turns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrent_turns: Option<u32>,
+    /// Its open streams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_streams: Option<u32>,
+    /// Its media bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_quota_bytes: Option<u64>,
 }
 
 /// The answer of `GET /v1/keys`: every key, by name (never a secret or its hash).
@@ -89,6 +104,12 @@ pub struct ApiKeySummary {
     /// Its concurrent turns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrent_turns: Option<u32>,
+    /// Its open streams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_streams: Option<u32>,
+    /// Its media bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_quota_bytes: Option<u64>,
 }
 
 /// The answer of `DELETE /v1/keys/{name}`.

@@ -18,3 +18,16 @@ pub struct MediaUploaded {
     /// The MIME type recorded for downloads.
     pub mime_type: String,
 }
+
+/// The answer of `DELETE /v1/media/{mediaId}`: the caller's upload of the blob is gone and no
+/// longer counts against its media share. The bytes are deleted once nothing else holds them
+/// (another key's upload of the same bytes, a turn's attachment, a checkpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MediaDeleted {
+    /// Always `true`: a caller that holds no upload of the blob is answered `404`.
+    pub deleted: bool,
+    /// Whether no upload holds the blob any more, so its bytes were collected unless something
+    /// else refers to them.
+    pub unpinned: bool,
+}

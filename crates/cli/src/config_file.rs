@@ -38,6 +38,10 @@ pub(crate) struct GatewayFile {
     pub(crate) replica_id: Option<String>,
     pub(crate) advertise_url: Option<String>,
     pub(crate) lease_seconds: Option<u64>,
+    pub(crate) key_max_streams: Option<u32>,
+    pub(crate) max_streams: Option<u32>,
+    pub(crate) key_concurrent_turns: Option<u32>,
+    pub(crate) key_media_quota_bytes: Option<u64>,
 }
 
 /// `gatehouse node --config`.

@@ -41,6 +41,8 @@ pub(crate) struct GatewayArgs {
     #[command(flatten)]
     quotas: crate::quota_args::QuotaArgs,
     #[command(flatten)]
+    shares: crate::share_args::ShareArgs,
+    #[command(flatten)]
     store: crate::store_args::StoreArgs,
     /// Move a session whose node has been away this many seconds to another connected node at
     /// its next turn, restoring its workspace there from the last checkpoint (default: never;
@@ -65,7 +67,9 @@ pub(crate) struct GatewayArgs {
     /// `checkpoint-quota-bytes`, `checkpoints-kept`, `runtime`, `codex-command-approval`,
     /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`, `skills-dir`,
     /// `bundled-skills-dir`, `store`, `media`, `move-sessions-after`, `replica-id`,
-    /// `advertise-url`, `lease-seconds`); flags and their variables win over it.
+    /// `advertise-url`, `lease-seconds`, `key-max-streams`, `max-streams`,
+    /// `key-concurrent-turns`, `key-media-quota-bytes`); flags and their variables win over
+    /// it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The interval of keep-alive ticks on node links, in milliseconds.
@@ -118,6 +122,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     let file: crate::config_file::GatewayFile = crate::config_file::load(args.config.as_deref())?;
     let memory_skills = args.memory_skills.or_file(&file);
     let quotas = args.quotas.or_file(&file);
+    let shares = args.shares.or_file(&file);
     let store = args.store.or_file(&file);
     let Some(state) = args.state.or(file.state) else {
         return Err(UsageError::new("pass --state DIR (or `state` in the config file)").into());
@@ -135,6 +140,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         config.media_max_bytes = max;
     }
     quotas.apply(&mut config);
+    shares.apply(&mut config)?;
     store.apply(&mut config)?;
     config.session_move_after = match args.move_sessions_after.or(file.move_sessions_after) {
         Some(0) => return Err(UsageError::new("move-sessions-after must be at least 1").into()),

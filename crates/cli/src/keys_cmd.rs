@@ -36,9 +36,19 @@ enum KeysCommand {
         /// The most requests per minute (default: unlimited).
         #[arg(long)]
         requests_per_minute: Option<u32>,
-        /// The most turns running at once for its requests (default: unlimited).
+        /// The most turns queued or running at once for its requests (default: the Gateway's
+        /// share, half its worker capacity).
         #[arg(long)]
         concurrent_turns: Option<u32>,
+        /// The most event streams and long polls it may hold open at once (default: the
+        /// Gateway's share, 64).
+        #[arg(long)]
+        max_streams: Option<u32>,
+        /// The most media bytes it may hold: its uploads plus the checkpoints and worktree
+        /// versions of the sessions it creates (default: the Gateway's share, a quarter of its
+        /// media quota).
+        #[arg(long)]
+        media_quota_bytes: Option<u64>,
     },
     /// List the keys (names, scopes, expiry, last use; never a secret).
     List,
@@ -70,6 +80,8 @@ pub(crate) fn run(args: KeysArgs) -> anyhow::Result<ExitCode> {
                 expires_in,
                 requests_per_minute,
                 concurrent_turns,
+                max_streams,
+                media_quota_bytes,
             } => {
                 let params = ApiKeyParams {
                     name,
@@ -78,6 +90,8 @@ pub(crate) fn run(args: KeysArgs) -> anyhow::Result<ExitCode> {
                     expires_in_seconds: expires_in,
                     requests_per_minute,
                     concurrent_turns,
+                    max_streams,
+                    media_quota_bytes,
                 };
                 let created = client
                     .create_key(&params)
@@ -145,6 +159,12 @@ fn describe(key: &ApiKeySummary) -> String {
     }
     if let Some(limit) = key.concurrent_turns {
         line.push_str(&format!("  concurrentTurns={limit}"));
+    }
+    if let Some(limit) = key.max_streams {
+        line.push_str(&format!("  maxStreams={limit}"));
+    }
+    if let Some(limit) = key.media_quota_bytes {
+        line.push_str(&format!("  mediaQuotaBytes={limit}"));
     }
     line
 }

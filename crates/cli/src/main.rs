@@ -26,6 +26,7 @@ mod sandbox_setup;
 mod scratch_cmd;
 mod session_cmd;
 mod setup_code_cmd;
+mod share_args;
 mod signals;
 mod skills_cmd;
 mod state_cmd;

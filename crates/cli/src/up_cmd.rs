@@ -64,6 +64,8 @@ pub(crate) struct UpArgs {
     #[command(flatten)]
     quotas: crate::quota_args::QuotaArgs,
     #[command(flatten)]
+    shares: crate::share_args::ShareArgs,
+    #[command(flatten)]
     store: crate::store_args::StoreArgs,
     #[command(flatten)]
     sandbox: crate::sandbox_setup::SandboxArgs,
@@ -144,6 +146,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     // Ready once this process's own node links, not on a link a replaced `up` left behind.
     config.ready_needs_own_node = true;
     args.quotas.apply(&mut config);
+    args.shares.apply(&mut config)?;
     args.store.apply(&mut config)?;
     let runtime = args.runtime;
     let memory_embedder = args.memory_skills.apply(&mut config)?;

@@ -51,6 +51,7 @@ mod readiness;
 mod retention;
 mod secrets;
 mod setup_code;
+pub mod shares;
 mod skills;
 mod staging;
 mod tools;
@@ -197,6 +198,8 @@ pub struct GatewayConfig {
     /// the one it serves with, and the link a replaced process left in the store names a
     /// replica that no longer answers until that process's lease lapses.
     pub ready_needs_own_node: bool,
+    /// The shares of API keys: their defaults and the total of streams ([`shares`]).
+    pub shares: shares::ShareConfig,
 }
 
 impl GatewayConfig {
@@ -228,6 +231,7 @@ impl GatewayConfig {
             replica: ReplicaConfig::default(),
             worktree_apply_delay: Duration::ZERO,
             ready_needs_own_node: false,
+            shares: shares::ShareConfig::default(),
         }
     }
 
@@ -298,6 +302,44 @@ pub(crate) struct GatewayState {
     pub(crate) key_limits: http::limits::KeyLimiter,
     /// The console's login sessions (cookie id to key), kept in this process only.
     pub(crate) console_sessions: Arc<http::console::session::ConsoleSessions>,
+    /// The open event streams and long polls, per key and in all.
+    pub(crate) streams: Arc<shares::StreamGate>,
+}
+
+impl GatewayState {
+    /// Returns the turns `key` may have queued or running at once: its own limit, else the
+    /// configured default share, else half the worker capacity of the nodes linked here (the
+    /// Gateway's cap on concurrent turns while no node has reported one).
+    pub(crate) fn turn_share(&self, key: &gatehouse_store::model::ApiKeyRecord) -> u32 {
+        if let Some(limit) = key
+            .concurrent_turns
+            .or(self.config.shares.key_concurrent_turns)
+        {
+            return limit;
+        }
+        let linked: u64 = self
+            .registry
+            .all()
+            .iter()
+            .filter_map(|node| node.report())
+            .map(|report| u64::from(report.worker_capacity))
+            .sum();
+        let capacity = match linked {
+            0 => self.config.max_concurrent_turns as u64,
+            linked => linked,
+        };
+        shares::default_turn_share(capacity)
+    }
+
+    /// Returns the media bytes `key` may have charged to it: its own quota, else the configured
+    /// default share, else a quarter of the Gateway's media quota.
+    pub(crate) fn media_share(&self, key: &gatehouse_store::model::ApiKeyRecord) -> u64 {
+        shares::key_media_share(
+            key.media_quota_bytes,
+            &self.config.shares,
+            self.config.media_quota_bytes,
+        )
+    }
 }
 
 /// What the embedding program plugs into the Gateway.
@@ -561,12 +603,19 @@ pub async fn start(
     );
     let registry = Arc::new(NodeRegistry::default());
     let audit = Audit::new(Arc::clone(&store));
-    let retention = Arc::new(retention::MediaRetention::new(
-        Arc::clone(&store),
-        Arc::clone(&media),
-        audit.clone(),
-        config.retention,
-    ));
+    let retention = Arc::new(
+        retention::MediaRetention::new(
+            Arc::clone(&store),
+            Arc::clone(&media),
+            audit.clone(),
+            config.retention,
+        )
+        .with_key_shares(shares::key_media_share(
+            None,
+            &config.shares,
+            config.media_quota_bytes,
+        )),
+    );
     // Collect what a crash or an older version left behind, before anything is dispatched.
     if let Err(error) = retention.collect_all().await {
         tracing::error!(error = %error, "cannot collect checkpoint blobs at start");
@@ -684,6 +733,10 @@ pub async fn start(
     cluster::sweep::sweep_once(&replica, store.as_ref(), &turns).await;
     let metrics =
         metrics::GatewayMetrics::new(&turns.metrics, &registry, config.metrics_refresh_interval);
+    let streams = shares::StreamGate::new(
+        shares::fd_budget(config.shares.max_streams),
+        config.shares.key_max_streams,
+    );
     let state = Arc::new(GatewayState {
         config,
         local_addr,
@@ -708,6 +761,7 @@ pub async fn start(
         started_at_ms: clock::now_ms(),
         key_limits: http::limits::KeyLimiter::default(),
         console_sessions: Arc::new(http::console::session::ConsoleSessions::default()),
+        streams,
     });
     let shutdown = CancellationToken::new();
     tokio::spawn(Arc::clone(&state.memory).run(shutdown.child_token()));

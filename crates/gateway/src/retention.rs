@@ -48,6 +48,8 @@ use gatehouse_store::cluster::Fence;
 use gatehouse_store::cluster::MediaHold;
 use gatehouse_store::cluster::TurnWriter;
 use gatehouse_store::model::CheckpointBlob;
+use gatehouse_store::model::MediaCharge;
+use gatehouse_store::model::MediaChargeKind;
 use tokio::sync::RwLock;
 use tokio::sync::RwLockReadGuard;
 
@@ -107,6 +109,8 @@ pub(crate) enum GcTrigger {
     RefusedCheckpoint,
     /// At Gateway start.
     Start,
+    /// After an upload was deleted by its owner.
+    Release,
 }
 
 impl GcTrigger {
@@ -115,6 +119,7 @@ impl GcTrigger {
             GcTrigger::Checkpoint => "checkpoint",
             GcTrigger::RefusedCheckpoint => "refused-checkpoint",
             GcTrigger::Start => "start",
+            GcTrigger::Release => "release",
         }
     }
 }
@@ -141,6 +146,8 @@ pub(crate) struct MediaRetention {
     media: Arc<MediaStore>,
     audit: Audit,
     config: RetentionConfig,
+    /// The media share of a key that sets none ([`crate::shares`]).
+    key_share_default: Option<u64>,
     /// Shared by writers of referenced media (checkpoints, uploads), exclusive for deletion.
     lock: RwLock<()>,
 }
@@ -161,8 +168,87 @@ impl MediaRetention {
                 checkpoints_kept: config.checkpoints_kept.max(1),
                 ..config
             },
+            key_share_default: None,
             lock: RwLock::new(()),
         }
+    }
+
+    /// Returns this retention charging the blobs of a key's sessions to the key, each key
+    /// limited to its `mediaQuotaBytes` or else `default_bytes`.
+    pub(crate) fn with_key_shares(mut self, default_bytes: u64) -> Self {
+        self.key_share_default = Some(default_bytes);
+        self
+    }
+
+    /// Charges the blobs stored for `session_key` to the session's creator: refused, with
+    /// nothing charged, when a key's media share would be passed. Sessions created by the
+    /// operator, or before creators were recorded, are charged to their creator without a
+    /// quota, or not at all.
+    async fn charge_session(
+        &self,
+        session_key: &str,
+        blobs: &[CheckpointBlob],
+    ) -> Result<(), WriteError> {
+        let Some(default_bytes) = self.key_share_default else {
+            return Ok(());
+        };
+        let Some(owner) = self
+            .store
+            .session_owner(session_key)
+            .await
+            .map_err(WriteError::Store)?
+        else {
+            return Ok(());
+        };
+        let quota_bytes = match owner.strip_prefix("key:") {
+            Some(secret_sha256) => Some(
+                self.store
+                    .api_key_by_hash(secret_sha256)
+                    .await
+                    .map_err(WriteError::Store)?
+                    .and_then(|key| key.media_quota_bytes)
+                    .unwrap_or(default_bytes),
+            ),
+            None => None,
+        };
+        let charged = self
+            .store
+            .charge_media(
+                &owner,
+                MediaChargeKind::Session,
+                blobs,
+                quota_bytes,
+                now_ms(),
+            )
+            .await
+            .map_err(WriteError::Store)?;
+        match (charged, quota_bytes) {
+            (
+                MediaCharge::OverQuota {
+                    used_bytes,
+                    new_bytes,
+                },
+                Some(quota_bytes),
+            ) => Err(WriteError::OverShare {
+                used_bytes,
+                new_bytes,
+                quota_bytes,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Collects what nothing refers to any more (after an upload was released); failures are
+    /// logged and audited, never returned.
+    pub(crate) async fn collect_released(&self) -> GcSummary {
+        let _deleting = self.lock.write().await;
+        let mut summary = GcSummary::default();
+        if let Err(error) = self.sweep_held(&mut summary).await {
+            tracing::error!(error = %error, "cannot collect released media");
+            summary.failed_blobs += 1;
+        }
+        self.audit_summary(GcTrigger::Release, None, &summary).await;
+        summary
     }
 
     /// Returns a hold to keep while storing media and recording its reference (an upload and
@@ -240,15 +326,15 @@ impl MediaRetention {
     /// The media store's code (`MEDIA_QUOTA_EXCEEDED` when it is full), or the store's.
     pub(crate) async fn write_blobs_then<T>(
         &self,
+        session_key: &str,
         blobs: Vec<NewBlob>,
         commit: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, TurnFailure> {
         let writing = self.hold().await.map_err(store_failure)?;
         let committed = async {
-            self.store_blobs(blobs).await.map_err(|error| match error {
-                WriteError::Media(error) => TurnFailure::new(error.code(), error.to_string()),
-                WriteError::Store(error) => store_failure(error),
-            })?;
+            self.store_blobs(session_key, blobs)
+                .await
+                .map_err(WriteError::into_failure)?;
             commit.await.map_err(store_failure)
         }
         .await;
@@ -322,7 +408,9 @@ impl MediaRetention {
                         tracing::error!(session_key, error = ?error, "cannot store a checkpoint blob");
                         TurnFailure::new(error.code(), error.to_string())
                     }
-                    WriteError::Store(error) => store_failure(error),
+                    other @ (WriteError::Store(_) | WriteError::OverShare { .. }) => {
+                        other.into_failure()
+                    }
                 };
                 self.collect_session(session_key, GcTrigger::RefusedCheckpoint)
                     .await;
@@ -383,7 +471,7 @@ impl MediaRetention {
         new_blobs: Vec<NewBlob>,
         writer: Option<TurnWriter<'_>>,
     ) -> Result<bool, WriteError> {
-        self.store_blobs(new_blobs).await?;
+        self.store_blobs(session_key, new_blobs).await?;
         self.store
             .save_checkpoint(session_key, checkpoint_id, manifest, now_ms(), writer)
             .await
@@ -393,7 +481,7 @@ impl MediaRetention {
     /// Lists `blobs` as collectable checkpoint blobs, then writes them: listed first, so a crash
     /// in between never leaves a blob nobody knows of. Must run under the shared side of the
     /// lock.
-    async fn store_blobs(&self, blobs: Vec<NewBlob>) -> Result<(), WriteError> {
+    async fn store_blobs(&self, session_key: &str, blobs: Vec<NewBlob>) -> Result<(), WriteError> {
         let listed: Vec<CheckpointBlob> = blobs
             .iter()
             .map(|blob| CheckpointBlob {
@@ -401,6 +489,7 @@ impl MediaRetention {
                 size_bytes: blob.bytes.len() as u64,
             })
             .collect();
+        self.charge_session(session_key, &listed).await?;
         self.store
             .register_checkpoint_blobs(&listed, now_ms())
             .await
@@ -531,6 +620,40 @@ pub(crate) fn manifest_blobs(manifest: &serde_json::Value) -> HashMap<String, u6
 enum WriteError {
     Media(MediaError),
     Store(StoreError),
+    /// The session's creator would pass its media share.
+    OverShare {
+        used_bytes: u64,
+        new_bytes: u64,
+        quota_bytes: u64,
+    },
+}
+
+impl WriteError {
+    fn into_failure(self) -> TurnFailure {
+        match self {
+            WriteError::Media(error) => TurnFailure::new(error.code(), error.to_string()),
+            WriteError::Store(error) => store_failure(error),
+            WriteError::OverShare {
+                used_bytes,
+                new_bytes,
+                quota_bytes,
+            } => {
+                tracing::warn!(
+                    used_bytes,
+                    new_bytes,
+                    quota_bytes,
+                    "refused media of a session over its creator's media share"
+                );
+                TurnFailure::new(
+                    ErrorCode::KeyMediaQuotaExceeded,
+                    format!(
+                        "the key that created this session has {used_bytes} bytes of media, and {new_bytes} more would pass its media share of {quota_bytes} bytes; \
+                         delete uploads it no longer needs (DELETE /v1/media/{{mediaId}}) or ask an operator for a larger share"
+                    ),
+                )
+            }
+        }
+    }
 }
 
 fn store_failure(error: StoreError) -> TurnFailure {

@@ -553,8 +553,11 @@ pub fn media_id(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()
 }
 
-/// Refuses anything but exactly 64 lowercase hex characters.
-fn check_id(id: &str) -> Result<()> {
+/// Refuses anything but exactly 64 lowercase hex characters, the form of every media id.
+///
+/// # Errors
+/// [`MediaError::InvalidId`].
+pub fn check_id(id: &str) -> Result<()> {
     let valid = id.len() == MEDIA_ID_LEN
         && id
             .bytes()

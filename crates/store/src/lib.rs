@@ -44,12 +44,11 @@ use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
-use crate::model::MediaCharge;
-use crate::model::MediaChargeKind;
-use crate::model::ReleasedUpload;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventRecord;
+use crate::model::MediaCharge;
+use crate::model::MediaChargeKind;
 use crate::model::MessageRecord;
 use crate::model::NewApiKey;
 use crate::model::NewAuditEvent;
@@ -59,6 +58,7 @@ use crate::model::NewUserMessage;
 use crate::model::NewWorktreeVersion;
 use crate::model::NodeRecord;
 use crate::model::NodeSeen;
+use crate::model::ReleasedUpload;
 use crate::model::ResultApply;
 use crate::model::SessionMove;
 use crate::model::SessionRecord;
@@ -460,8 +460,12 @@ pub trait Store: ClusterStore {
     ///
     /// # Errors
     /// Storage failures.
-    async fn uncharge_media(&self, owner: &str, kind: MediaChargeKind, media_id: &str)
-    -> Result<()>;
+    async fn uncharge_media(
+        &self,
+        owner: &str,
+        kind: MediaChargeKind,
+        media_id: &str,
+    ) -> Result<()>;
 
     /// Releases an upload of `media_id`: `owner`'s upload charge and its grant `owner`, or,
     /// for `owner` `None` (an admin), every upload charge. When no upload charge is left, in

@@ -43,13 +43,12 @@ use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
-use crate::model::MediaCharge;
-use crate::model::MediaChargeKind;
-use crate::model::ReleasedUpload;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventPayload;
 use crate::model::EventRecord;
+use crate::model::MediaCharge;
+use crate::model::MediaChargeKind;
 use crate::model::MessageRecord;
 use crate::model::NewApiKey;
 use crate::model::NewAuditEvent;
@@ -60,6 +59,7 @@ use crate::model::NewWorktreeVersion;
 use crate::model::NodeRecord;
 use crate::model::NodeSeen;
 use crate::model::QueueMode;
+use crate::model::ReleasedUpload;
 use crate::model::ResultApply;
 use crate::model::ResultState;
 use crate::model::SessionMove;
@@ -1159,7 +1159,9 @@ impl Store for PgStore {
             .await
             .map_err(|e| map_error(e, "media charge"))?;
         }
-        tx.commit().await.map_err(|e| map_error(e, "media charge"))?;
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "media charge"))?;
         Ok(MediaCharge::Charged {
             new_bytes,
             used_bytes: used_bytes.saturating_add(new_bytes),
@@ -1267,7 +1269,9 @@ impl Store for PgStore {
             .await
             .map_err(|e| map_error(e, "media release"))?;
         }
-        tx.commit().await.map_err(|e| map_error(e, "media release"))?;
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "media release"))?;
         Ok(ReleasedUpload {
             released: removed > 0,
             unpinned,

@@ -26,13 +26,12 @@ use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
-use crate::model::MediaCharge;
-use crate::model::MediaChargeKind;
-use crate::model::ReleasedUpload;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventPayload;
 use crate::model::EventRecord;
+use crate::model::MediaCharge;
+use crate::model::MediaChargeKind;
 use crate::model::MessageRecord;
 use crate::model::NewApiKey;
 use crate::model::NewAuditEvent;
@@ -43,6 +42,7 @@ use crate::model::NewWorktreeVersion;
 use crate::model::NodeRecord;
 use crate::model::NodeSeen;
 use crate::model::QueueMode;
+use crate::model::ReleasedUpload;
 use crate::model::ResultApply;
 use crate::model::ResultState;
 use crate::model::SessionMove;
@@ -1028,7 +1028,10 @@ impl Store for SqliteStore {
         quota_bytes: Option<u64>,
         now_ms: i64,
     ) -> Result<MediaCharge> {
-        let mut tx = self.begin_write().await.map_err(|e| map_error(e, "media charge"))?;
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "media charge"))?;
         let used: i64 = sqlx::query_scalar(
             "SELECT coalesce(sum(size_bytes), 0) FROM media_charges WHERE owner = ?",
         )
@@ -1078,7 +1081,9 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| map_error(e, "media charge"))?;
         }
-        tx.commit().await.map_err(|e| map_error(e, "media charge"))?;
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "media charge"))?;
         Ok(MediaCharge::Charged {
             new_bytes,
             used_bytes: used_bytes.saturating_add(new_bytes),
@@ -1119,7 +1124,10 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> Result<ReleasedUpload> {
         let upload = MediaChargeKind::Upload.as_str();
-        let mut tx = self.begin_write().await.map_err(|e| map_error(e, "media release"))?;
+        let mut tx = self
+            .begin_write()
+            .await
+            .map_err(|e| map_error(e, "media release"))?;
         let size: Option<i64> = sqlx::query_scalar(
             "SELECT max(size_bytes) FROM media_charges WHERE media_id = ? AND kind = ?",
         )
@@ -1181,7 +1189,9 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| map_error(e, "media release"))?;
         }
-        tx.commit().await.map_err(|e| map_error(e, "media release"))?;
+        tx.commit()
+            .await
+            .map_err(|e| map_error(e, "media release"))?;
         Ok(ReleasedUpload {
             released: removed > 0,
             unpinned,

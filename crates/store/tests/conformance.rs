@@ -25,10 +25,9 @@ use gatehouse_store::model::ApiKeyRecord;
 use gatehouse_store::model::Attachment;
 use gatehouse_store::model::CheckpointBlob;
 use gatehouse_store::model::EnrollOutcome;
+use gatehouse_store::model::Enrollment;
 use gatehouse_store::model::MediaCharge;
 use gatehouse_store::model::MediaChargeKind;
-use gatehouse_store::model::ReleasedUpload;
-use gatehouse_store::model::Enrollment;
 use gatehouse_store::model::NewApiKey;
 use gatehouse_store::model::NewAuditEvent;
 use gatehouse_store::model::NewSetupCode;
@@ -38,6 +37,7 @@ use gatehouse_store::model::NewWorktreeVersion;
 use gatehouse_store::model::NodeRecord;
 use gatehouse_store::model::NodeSeen;
 use gatehouse_store::model::QueueMode;
+use gatehouse_store::model::ReleasedUpload;
 use gatehouse_store::model::ResultApply;
 use gatehouse_store::model::ResultState;
 use gatehouse_store::model::Scope;
@@ -1940,7 +1940,10 @@ async fn a_released_upload_is_collectable_only_when_no_other_upload_holds_it(tar
     let store = target.open().await;
     let garbage = store.checkpoint_blob_garbage().await.unwrap();
     assert_eq!(
-        garbage.iter().map(|blob| blob.media_id.as_str()).collect::<Vec<_>>(),
+        garbage
+            .iter()
+            .map(|blob| blob.media_id.as_str())
+            .collect::<Vec<_>>(),
         ["m1"]
     );
     // An upload made before shares existed (pinned, charged to no key) is never unpinned.
@@ -1961,13 +1964,7 @@ async fn a_released_upload_is_collectable_only_when_no_other_upload_holds_it(tar
         }
     );
     // An admin's release takes every upload charge.
-    assert!(
-        store
-            .release_upload(None, "m9", 3)
-            .await
-            .unwrap()
-            .unpinned
-    );
+    assert!(store.release_upload(None, "m9", 3).await.unwrap().unpinned);
 }
 
 async fn a_session_keeps_its_first_owner(target: Target) {

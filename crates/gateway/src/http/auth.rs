@@ -192,6 +192,7 @@ pub(crate) const ROUTE_SCOPES: &[RouteScope] = &[
     route("GET", "/v1/turns/{turn_id}", CHAT_READ, SessionOf::Turn),
     route("POST", "/v1/media", CHAT, SessionOf::Nothing),
     route("GET", "/v1/media/{media_id}", CHAT_READ, SessionOf::Nothing),
+    route("DELETE", "/v1/media/{media_id}", CHAT, SessionOf::Nothing),
     route("GET", "/v1/memory/search", READ, SessionOf::Nothing),
     route("GET", "/v1/memory/get", READ, SessionOf::Nothing),
     route("GET", "/v1/memory/status", READ, SessionOf::Nothing),
@@ -289,6 +290,15 @@ impl Principal {
     /// Returns the API key, `None` for the operator token.
     pub(crate) fn key(&self) -> Option<&ApiKeyRecord> {
         self.key.as_ref()
+    }
+
+    /// Returns the owner this principal's uploads and sessions are recorded under:
+    /// `key:<secret sha256>`, or `operator` for the operator token.
+    pub(crate) fn owner(&self) -> String {
+        match &self.key {
+            Some(key) => key.owner(),
+            None => gatehouse_store::model::OPERATOR_OWNER.to_owned(),
+        }
     }
 
     /// Returns the media grantee of this principal's uploads (`key:<secret sha256>`), `None` for

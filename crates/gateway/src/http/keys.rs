@@ -83,6 +83,24 @@ pub(crate) async fn create_key(
             "concurrentTurns must be at most {MAX_CONCURRENT_TURNS} (leave it out for no limit)"
         )));
     }
+    if params
+        .max_streams
+        .is_some_and(|streams| !(1..=crate::shares::MAX_STREAMS_LIMIT).contains(&streams))
+    {
+        return Err(ApiError::invalid_request(format!(
+            "maxStreams must be between 1 and {} (leave it out for the Gateway's default share)",
+            crate::shares::MAX_STREAMS_LIMIT
+        )));
+    }
+    if params
+        .media_quota_bytes
+        .is_some_and(|bytes| i64::try_from(bytes).is_err())
+    {
+        return Err(ApiError::invalid_request(format!(
+            "mediaQuotaBytes must be at most {} (leave it out for the Gateway's default share)",
+            i64::MAX
+        )));
+    }
     let secret = random_token().map_err(|error| {
         tracing::error!(error = %error, "cannot draw a key secret");
         ApiError::internal(ErrorCode::Internal)
@@ -97,6 +115,8 @@ pub(crate) async fn create_key(
         expires_at_ms,
         requests_per_minute: params.requests_per_minute,
         concurrent_turns: params.concurrent_turns,
+        max_streams: params.max_streams,
+        media_quota_bytes: params.media_quota_bytes,
     };
     match state.store.insert_api_key(&key).await {
         Ok(()) => {}
@@ -126,6 +146,8 @@ pub(crate) async fn create_key(
                 "expiresAtMs": key.expires_at_ms,
                 "requestsPerMinute": key.requests_per_minute,
                 "concurrentTurns": key.concurrent_turns,
+                "maxStreams": key.max_streams,
+                "mediaQuotaBytes": key.media_quota_bytes,
             }),
         )
         .await;
@@ -138,6 +160,8 @@ pub(crate) async fn create_key(
         expires_at_ms: key.expires_at_ms,
         requests_per_minute: key.requests_per_minute,
         concurrent_turns: key.concurrent_turns,
+        max_streams: key.max_streams,
+        media_quota_bytes: key.media_quota_bytes,
     }))
 }
 
@@ -160,6 +184,8 @@ pub(crate) async fn list_keys(
             last_used_at_ms: key.last_used_at_ms,
             requests_per_minute: key.requests_per_minute,
             concurrent_turns: key.concurrent_turns,
+            max_streams: key.max_streams,
+            media_quota_bytes: key.media_quota_bytes,
         })
         .collect();
     Ok(Json(ApiKeyList { keys }))

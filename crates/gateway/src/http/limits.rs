@@ -1,6 +1,7 @@
-//! The rate limits of API keys, each optional and set when the key is created: requests per
-//! minute and concurrent turns. A key over either is answered `429 RATE_LIMITED` with
-//! `Retry-After`. The operator token has no limits.
+//! The rate limits of API keys: requests per minute (optional, set when the key is created) and
+//! concurrent turns (the key's own limit, else its default share, see [`crate::shares`]). A
+//! key over either is answered `429 RATE_LIMITED` with `Retry-After`. The operator token has no
+//! limits.
 //!
 //! Both are counted by each Gateway process: behind several replicas a key may send up to its
 //! limit to each one. Requests are counted in a window of [`WINDOW`] that starts with the
@@ -94,8 +95,8 @@ impl KeyLimiter {
         Ok(())
     }
 
-    /// Returns the key's turn slots when it has a concurrent-turns limit and a slot is free
-    /// (after forgetting its turns that have ended), `None` when it has no limit.
+    /// Returns the key's turn slots when one of its `limit` slots is free (after forgetting
+    /// its turns that have ended).
     ///
     /// # Errors
     /// `429 RATE_LIMITED` when every slot is taken; a store failure.
@@ -103,10 +104,8 @@ impl KeyLimiter {
         &self,
         store: &dyn Store,
         key: &ApiKeyRecord,
-    ) -> Result<Option<TurnSlots>, ApiError> {
-        let Some(limit) = key.concurrent_turns else {
-            return Ok(None);
-        };
+        limit: u32,
+    ) -> Result<TurnSlots, ApiError> {
         let slots = Arc::clone(
             self.turns
                 .lock()
@@ -134,6 +133,6 @@ impl KeyLimiter {
             )
             .with_retry_after(TURN_RETRY_AFTER_SECONDS));
         }
-        Ok(Some(TurnSlots { held }))
+        Ok(TurnSlots { held })
     }
 }

@@ -6,6 +6,7 @@
 //! checkpoint garbage collection never deletes them. [`media_error`] is the one place where media store errors become HTTP errors.
 
 use gatehouse_api::error::PayloadTooLargeDetails;
+use gatehouse_api::media::MediaDeleted;
 use gatehouse_api::media::MediaUploaded;
 use gatehouse_protocol::error::ErrorCode;
 use std::sync::Arc;
@@ -23,6 +24,10 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use futures_util::StreamExt;
 use gatehouse_media::MediaError;
+use gatehouse_store::model::CheckpointBlob;
+use gatehouse_store::model::MediaCharge;
+use gatehouse_store::model::MediaChargeKind;
+use gatehouse_store::model::Scope;
 
 use crate::GatewayState;
 use crate::clock::now_ms;
@@ -89,6 +94,53 @@ pub(crate) async fn upload_media(
         sha256: record.sha256,
         size: record.size,
         mime_type: record.mime_type,
+    }))
+}
+
+/// `DELETE /v1/media/{mediaId}`: removes the caller's upload of the blob (an admin's request
+/// removes every upload of it), so it no longer counts against the caller's media share; once no
+/// upload holds the blob, it is collected unless a turn or a checkpoint refers to it. Audited as
+/// `media.delete`.
+///
+/// # Errors
+/// `404 MEDIA_NOT_FOUND` when the caller holds no upload of it; a store failure.
+pub(crate) async fn delete_media(
+    State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
+    Path(media_id): Path<String>,
+) -> Result<Json<MediaDeleted>, ApiError> {
+    gatehouse_media::check_id(&media_id).map_err(media_error)?;
+    let owner = match principal.has(Scope::Admin) {
+        true => None,
+        false => Some(principal.owner()),
+    };
+    let released = state
+        .store
+        .release_upload(owner.as_deref(), &media_id, now_ms())
+        .await
+        .map_err(|error| crate::http::error::store_error(&error))?;
+    if !released.released {
+        return Err(ApiError::new(
+            ErrorCode::MediaNotFound,
+            format!("no upload of media {media_id} is yours to delete"),
+        ));
+    }
+    if released.unpinned {
+        state.retention.collect_released().await;
+    }
+    state
+        .audit
+        .record(
+            principal.actor(),
+            "media.delete",
+            "succeeded",
+            None,
+            serde_json::json!({"mediaId": media_id, "unpinned": released.unpinned}),
+        )
+        .await;
+    Ok(Json(MediaDeleted {
+        deleted: true,
+        unpinned: released.unpinned,
     }))
 }
 
@@ -244,11 +296,68 @@ async fn store_upload(
     mime_type: &str,
     filename: Option<&str>,
 ) -> Result<gatehouse_media::MediaRecord, ApiError> {
-    let record = state
-        .media
-        .put(bytes, mime_type, filename)
+    let owner = principal.owner();
+    let hashed = bytes.clone();
+    let media_id = tokio::task::spawn_blocking(move || gatehouse_media::media_id(&hashed))
         .await
-        .map_err(media_error)?;
+        .map_err(|error| {
+            tracing::error!(error = %error, "cannot hash an upload");
+            ApiError::internal(ErrorCode::Internal)
+        })?;
+    let blob = CheckpointBlob {
+        media_id,
+        size_bytes: bytes.len() as u64,
+    };
+    let quota_bytes = principal.key().map(|key| state.media_share(key));
+    let charged = state
+        .store
+        .charge_media(
+            &owner,
+            MediaChargeKind::Upload,
+            std::slice::from_ref(&blob),
+            quota_bytes,
+            now_ms(),
+        )
+        .await
+        .map_err(|error| crate::http::error::store_error(&error))?;
+    let fresh = match charged {
+        MediaCharge::Charged { new_bytes, .. } => new_bytes > 0,
+        MediaCharge::OverQuota {
+            used_bytes,
+            new_bytes,
+        } => {
+            let quota_bytes = quota_bytes.unwrap_or_default();
+            tracing::info!(
+                actor = principal.actor(),
+                used_bytes,
+                new_bytes,
+                quota_bytes,
+                "refused an upload over the key's media share"
+            );
+            return Err(ApiError::new(
+                ErrorCode::KeyMediaQuotaExceeded,
+                format!(
+                    "this key has {used_bytes} bytes of media (its uploads and its sessions' checkpoints and worktrees), \
+                     and {new_bytes} more would pass its media share of {quota_bytes} bytes; delete uploads it no longer needs \
+                     (DELETE /v1/media/{{mediaId}}) or ask an operator for a larger share"
+                ),
+            ));
+        }
+    };
+    let record = match state.media.put(bytes, mime_type, filename).await {
+        Ok(record) => record,
+        Err(error) => {
+            if fresh
+                && let Err(error) = state
+                    .store
+                    .uncharge_media(&owner, MediaChargeKind::Upload, &blob.media_id)
+                    .await
+            {
+                tracing::error!(error = %error, media_id = %blob.media_id, "cannot take back the charge of a refused upload");
+            }
+            return Err(media_error(error));
+        }
+    };
     if let Err(error) = state.store.pin_media(&record.id, "upload", now_ms()).await {
         tracing::error!(error = %error, media_id = %record.id, "cannot pin an upload");
         return Err(ApiError::internal(error.code()));

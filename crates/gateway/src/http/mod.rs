@@ -116,7 +116,10 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         )
         .route("/turns/{turn_id}", get(sessions::get_turn))
         .route("/media", post(media::upload_media))
-        .route("/media/{media_id}", get(media::download_media))
+        .route(
+            "/media/{media_id}",
+            get(media::download_media).delete(media::delete_media),
+        )
         .route("/memory/search", get(memory::search))
         .route("/skills", get(skills::list_skills))
         .route("/memory/get", get(memory::get))

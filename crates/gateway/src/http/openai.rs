@@ -141,6 +141,9 @@ pub(crate) async fn chat_completions(
     };
     sessions::check_session_key(&session_key)?;
     principal.check_session(&session_key)?;
+    // The answer waits for the turn: it holds one of the key's streams, taken before anything
+    // is admitted.
+    let ticket = state.streams.open(principal.key())?;
     // Subscribe before admitting, so no event of the new turn falls in between.
     let live = state.hub.subscribe(&session_key).await;
     let message = MessageParams {
@@ -160,6 +163,7 @@ pub(crate) async fn chat_completions(
         principal,
         recheck: sessions::key_recheck(),
         checked_end: false,
+        _ticket: Some(ticket),
     };
     let answer = Answer {
         id: format!("chatcmpl-{}", follower.turn.turn_id),
@@ -191,6 +195,7 @@ fn release_when_ended(state: Arc<GatewayState>, turn: TurnRecord) {
             principal: Principal::operator(),
             recheck: sessions::key_recheck(),
             checked_end: false,
+            _ticket: None,
         };
         loop {
             match follower.next().await {
@@ -262,6 +267,8 @@ struct TurnFollower {
     /// Whether the stored turn was read since the subscription started (a turn that had ended
     /// before, as for a retried idempotency key, sends no more events).
     checked_end: bool,
+    /// The request's place in its key's stream share, while it waits for the turn.
+    _ticket: Option<crate::shares::StreamTicket>,
 }
 
 impl TurnFollower {

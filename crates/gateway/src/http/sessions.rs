@@ -118,14 +118,15 @@ pub(crate) async fn admit_message(
     }
     let queue_mode = body.queue_mode.unwrap_or(QueueMode::Followup);
     let slots = match principal.key() {
-        Some(key) => {
+        Some(key) => Some(
             state
                 .key_limits
-                .reserve_turn(state.store.as_ref(), key)
-                .await?
-        }
+                .reserve_turn(state.store.as_ref(), key, state.turn_share(key))
+                .await?,
+        ),
         None => None,
     };
+    claim_session(state, principal, session_key).await?;
     // The session holds its attachments from now on: a key limited to its prefix may read them.
     let session_grantee = format!("session:{session_key}");
     for attachment in &body.attachments {
@@ -158,12 +159,19 @@ pub(crate) async fn admit_message(
     Ok(admitted)
 }
 
+/// `GET /v1/turns/{id}`: the turn, after waiting up to `wait` seconds for its end. A wait
+/// holds one of the key's streams ([`crate::shares`]) while it lasts.
 pub(crate) async fn get_turn(
     State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
     Path(turn_id): Path<String>,
     Query(query): Query<TurnQuery>,
 ) -> Result<Json<Turn>, ApiError> {
     let wait = Duration::from_secs(query.wait.unwrap_or(0).min(MAX_WAIT_SECONDS));
+    let _ticket = match wait.is_zero() {
+        true => None,
+        false => Some(state.streams.open(principal.key())?),
+    };
     let turn = wait_for_turn_end(&state, &turn_id, wait).await?;
     let workspace = state
         .store
@@ -180,6 +188,24 @@ pub(crate) async fn get_turn(
         workspace,
         ..turn_answer(turn)
     }))
+}
+
+/// Records `principal` as the creator of `session_key` unless the session has one: the
+/// checkpoints and worktree versions of a session count against its creator's media share.
+///
+/// # Errors
+/// A store failure.
+pub(crate) async fn claim_session(
+    state: &GatewayState,
+    principal: &Principal,
+    session_key: &str,
+) -> Result<(), ApiError> {
+    state
+        .store
+        .claim_session_owner(session_key, &principal.owner(), crate::clock::now_ms())
+        .await
+        .map_err(|error| store_error(&error))?;
+    Ok(())
 }
 
 /// Returns the turn `turn_id` once it has ended, or as it is when `wait` passes first (at once
@@ -300,6 +326,8 @@ struct EventStream {
     live: Subscription,
     /// Counts this stream in `/metrics` while it is open.
     _subscriber: crate::metrics::SseSubscriber,
+    /// The stream's place in its key's share and the Gateway's total.
+    _ticket: crate::shares::StreamTicket,
     /// The seq of the last durable event sent.
     last: i64,
     /// The last durable event published before the subscription; later ones arrive live.
@@ -422,11 +450,13 @@ pub(crate) async fn session_events(
     Query(query): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     check_session_key(&session_key)?;
+    let ticket = state.streams.open(principal.key())?;
     // Subscribe before reading the log, so nothing falls between the two.
     let (live, replay_until) = state.hub.subscribe_from(&session_key).await;
     let after = query.after.unwrap_or(0);
     let mut stream = EventStream {
         _subscriber: state.metrics.sse_subscriber(),
+        _ticket: ticket,
         state: Arc::clone(&state),
         principal,
         recheck: key_recheck(),

@@ -94,6 +94,7 @@ pub(crate) async fn put_session(
             state.turns.runtime_name()
         )));
     }
+    crate::http::sessions::claim_session(&state, &principal, &session_key).await?;
     let outcome = state
         .store
         .set_session_workspace(
@@ -362,6 +363,7 @@ pub(crate) async fn write_worktree_file(
         let written = state
             .retention
             .write_blobs_then(
+                &session_key,
                 vec![NewBlob {
                     media_id: media_id.clone(),
                     bytes: body.clone(),
@@ -374,11 +376,12 @@ pub(crate) async fn write_worktree_file(
             )
             .await
             .map_err(|failure| {
-                ApiError::with_text_code(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &failure.code,
-                    failure.message,
-                )
+                // A full media store or share is 507; anything else a dependency's failure.
+                let status = ErrorCode::parse(&failure.code)
+                    .map(crate::http::error::status_of)
+                    .filter(|status| *status == StatusCode::INSUFFICIENT_STORAGE)
+                    .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+                ApiError::with_text_code(status, &failure.code, failure.message)
             })?;
         if written {
             crate::worktree::prune(state.store.as_ref(), &session_key).await;

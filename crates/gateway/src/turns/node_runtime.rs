@@ -565,7 +565,7 @@ impl NodeRuntime {
         };
         let store = Arc::clone(&self.store);
         self.retention
-            .write_blobs_then(blobs, async move {
+            .write_blobs_then(&input.session_key, blobs, async move {
                 store
                     .save_worktree_version(&version, crate::clock::now_ms())
                     .await
