@@ -28,6 +28,7 @@ mod quotas;
 mod s3;
 mod sandbox;
 mod scratch;
+mod shares;
 mod skills;
 mod state;
 mod store_lock;
