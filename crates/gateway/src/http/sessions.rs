@@ -200,11 +200,19 @@ pub(crate) async fn claim_session(
     principal: &Principal,
     session_key: &str,
 ) -> Result<(), ApiError> {
-    state
+    // A read first: a session's later messages cost no write.
+    let recorded = state
         .store
-        .claim_session_owner(session_key, &principal.owner(), crate::clock::now_ms())
+        .session_owner(session_key)
         .await
         .map_err(|error| store_error(&error))?;
+    if recorded.is_none() {
+        state
+            .store
+            .claim_session_owner(session_key, &principal.owner(), crate::clock::now_ms())
+            .await
+            .map_err(|error| store_error(&error))?;
+    }
     Ok(())
 }
 
