@@ -72,7 +72,7 @@ pub(crate) async fn upload_media(
     let record = stored?;
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "media.upload",
             "succeeded",

@@ -270,7 +270,7 @@ pub(crate) async fn abort_session(
     let aborted = state.turns.abort_anywhere(&session_key).await;
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "session.abort",
             "succeeded",
@@ -560,7 +560,7 @@ pub(crate) async fn stop_session(
     };
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "session.stop",
             "succeeded",
@@ -676,7 +676,7 @@ pub(crate) async fn move_session(
             let code = gatehouse_protocol::error::ErrorCode::SessionBusy;
             state
                 .audit
-                .record(
+                .record_caller(
                     principal.actor(),
                     "session.moved",
                     "denied",
@@ -708,7 +708,7 @@ pub(crate) async fn move_session(
     };
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "session.moved",
             "succeeded",

@@ -119,7 +119,7 @@ pub(crate) async fn put_session(
     };
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "session.source",
             "succeeded",
@@ -384,7 +384,7 @@ pub(crate) async fn write_worktree_file(
             crate::worktree::prune(state.store.as_ref(), &session_key).await;
             state
                 .audit
-                .record(
+                .record_caller(
                     principal.actor(),
                     "worktree.write",
                     "succeeded",
