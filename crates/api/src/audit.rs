@@ -19,7 +19,7 @@ pub struct AuditQuery {
     /// first seq of this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<i64>,
-    /// How many events at most, 1 to [`MAX_AUDIT_PAGE`] (the default).
+    /// How many events at most, 1 to 1000 ([`MAX_AUDIT_PAGE`], the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
 }

@@ -55,15 +55,18 @@ async fn issue_33_the_audit_pages_backwards_past_1000_events_to_the_oldest() {
 
     // Backwards from the newest, a full page at a time, down to the oldest event.
     let mut pages = Vec::new();
-    let mut before = String::from("9223372036854775807");
+    let mut before = i64::MAX;
     loop {
         let page = audit_page(&gateway, &format!("/v1/audit?before={before}")).await;
-        let Some(first) = page.events.first() else {
+        let seqs: Vec<i64> = page.events.iter().map(|event| event.seq).collect();
+        let Some(&first) = seqs.first() else {
             break;
         };
-        before = first.seq.to_string();
-        let seqs: Vec<i64> = page.events.iter().map(|event| event.seq).collect();
-        assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]), "{seqs:?}");
+        assert!(
+            seqs.windows(2).all(|pair| pair[0] < pair[1]) && seqs.last() < Some(&before),
+            "before={before}: {seqs:?}"
+        );
+        before = first;
         pages.push(seqs);
     }
     let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
