@@ -454,7 +454,11 @@ async fn issue_33_audit_pages_backwards_and_prunes_rows_older_than_the_cutoff(ta
     }
     assert_eq!(
         pages,
-        vec![seqs[6..10].to_vec(), seqs[2..6].to_vec(), seqs[0..2].to_vec()]
+        vec![
+            seqs[6..10].to_vec(),
+            seqs[2..6].to_vec(),
+            seqs[0..2].to_vec()
+        ]
     );
 
     // Five pruners at once, as five replicas would: the rows before 500 go, once.

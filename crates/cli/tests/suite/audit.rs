@@ -55,9 +55,7 @@ async fn audit_trail(gateway: &Gateway) -> Vec<AuditEntry> {
     let mut trail = Vec::new();
     loop {
         let after = trail.last().map_or(0, |event: &AuditEntry| event.seq);
-        let page: AuditList = gateway
-            .get_typed(&format!("/v1/audit?after={after}"))
-            .await;
+        let page: AuditList = gateway.get_typed(&format!("/v1/audit?after={after}")).await;
         if page.events.is_empty() {
             return trail;
         }
@@ -133,7 +131,12 @@ async fn issue_33_a_key_flooding_aborts_is_summarised_and_another_keys_rows_are_
     let quiet_rows: Vec<(&str, &str)> = trail
         .iter()
         .filter(|event| event.actor == "key:quiet")
-        .map(|event| (event.action.as_str(), event.details["sessionKey"].as_str().unwrap()))
+        .map(|event| {
+            (
+                event.action.as_str(),
+                event.details["sessionKey"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(quiet_rows, vec![("session.abort", "quiet"); 3]);
 }

@@ -35,7 +35,9 @@ fn event(action: &str, at_ms: i64) -> NewAuditEvent {
 
 /// Returns the answer of `GET uri` (a `/v1/audit` query) with the operator token.
 async fn audit_page(gateway: &TestGateway, uri: &str) -> AuditList {
-    let (status, body) = gateway.send(operator_request("GET", uri, Body::empty())).await;
+    let (status, body) = gateway
+        .send(operator_request("GET", uri, Body::empty()))
+        .await;
     assert_eq!(status, StatusCode::OK, "{uri}: {body}");
     serde_json::from_value(body).unwrap()
 }
@@ -82,7 +84,11 @@ async fn issue_33_the_audit_pages_backwards_past_1000_events_to_the_oldest() {
     let first = audit_page(&gateway, "/v1/audit").await;
     assert_eq!(first.events.len(), 1000);
     assert_eq!(first.events[0].seq, written[0]);
-    let next = audit_page(&gateway, &format!("/v1/audit?after={}&limit=2", written[999])).await;
+    let next = audit_page(
+        &gateway,
+        &format!("/v1/audit?after={}&limit=2", written[999]),
+    )
+    .await;
     let next: Vec<i64> = next.events.iter().map(|event| event.seq).collect();
     assert_eq!(next, written[1000..1002].to_vec());
 
@@ -96,7 +102,10 @@ async fn issue_33_the_audit_pages_backwards_past_1000_events_to_the_oldest() {
             .await;
         assert_eq!(
             (status, &body["error"]["code"]),
-            (StatusCode::BAD_REQUEST, &serde_json::json!("INVALID_REQUEST")),
+            (
+                StatusCode::BAD_REQUEST,
+                &serde_json::json!("INVALID_REQUEST")
+            ),
             "{uri}"
         );
     }
