@@ -73,3 +73,54 @@ impl QuotaArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use clap::Parser;
+    use pretty_assertions::assert_eq;
+
+    use crate::config_file::GatewayFile;
+    use crate::quota_args::QuotaArgs;
+
+    #[derive(Debug, Parser)]
+    struct Flags {
+        #[command(flatten)]
+        quotas: QuotaArgs,
+    }
+
+    /// Returns the audit retention that `flags` and the config file `file` give the Gateway.
+    fn retention(flags: &[&str], file: &str) -> Option<Duration> {
+        let file: GatewayFile = toml::from_str(file).unwrap();
+        let flags =
+            Flags::try_parse_from(std::iter::once("gatehouse").chain(flags.iter().copied()))
+                .unwrap();
+        let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut config = gatehouse_gateway::GatewayConfig::with_defaults(PathBuf::new(), listen);
+        flags.quotas.or_file(&file).apply(&mut config);
+        config.audit.retention
+    }
+
+    #[test]
+    fn issue_33_the_audit_retention_is_90_days_unless_a_flag_or_the_file_says_otherwise() {
+        const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+        assert_eq!(retention(&[], ""), Some(90 * DAY));
+        assert_eq!(
+            retention(&["--audit-retention-days", "7"], ""),
+            Some(7 * DAY)
+        );
+        assert_eq!(retention(&["--audit-retention-days", "0"], ""), None);
+        assert_eq!(retention(&[], "audit-retention-days = 30"), Some(30 * DAY));
+        assert_eq!(
+            retention(
+                &["--audit-retention-days", "1"],
+                "audit-retention-days = 30"
+            ),
+            Some(DAY)
+        );
+        assert_eq!(retention(&[], "audit-retention-days = 0"), None);
+    }
+}
