@@ -25,6 +25,7 @@ pub(crate) struct GatewayFile {
     pub(crate) media_quota_bytes: Option<u64>,
     pub(crate) checkpoint_quota_bytes: Option<u64>,
     pub(crate) checkpoints_kept: Option<u32>,
+    pub(crate) audit_retention_days: Option<u32>,
     pub(crate) runtime: Option<RuntimeKind>,
     pub(crate) codex_command_approval: Option<String>,
     pub(crate) codex_file_approval: Option<String>,

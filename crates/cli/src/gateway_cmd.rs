@@ -64,10 +64,10 @@ pub(crate) struct GatewayArgs {
     lease_seconds: Option<u64>,
     /// A TOML file with the same settings in kebab-case (`state`, `listen`, `public-url`,
     /// `max-concurrent-turns`, `media-max-bytes`, `media-quota-bytes`,
-    /// `checkpoint-quota-bytes`, `checkpoints-kept`, `runtime`, `codex-command-approval`,
-    /// `codex-file-approval`, `memory-embedder`, `memory-model-dir`, `skills-dir`,
-    /// `bundled-skills-dir`, `store`, `media`, `move-sessions-after`, `replica-id`,
-    /// `advertise-url`, `lease-seconds`, `key-max-streams`, `max-streams`,
+    /// `checkpoint-quota-bytes`, `checkpoints-kept`, `audit-retention-days`, `runtime`,
+    /// `codex-command-approval`, `codex-file-approval`, `memory-embedder`, `memory-model-dir`,
+    /// `skills-dir`, `bundled-skills-dir`, `store`, `media`, `move-sessions-after`,
+    /// `replica-id`, `advertise-url`, `lease-seconds`, `key-max-streams`, `max-streams`,
     /// `key-concurrent-turns`, `key-media-quota-bytes`); flags and their variables win over
     /// it.
     #[arg(long)]

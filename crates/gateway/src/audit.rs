@@ -9,11 +9,16 @@
 //!   keeps only their size;
 //! - rows caused by a node or by an unauthenticated peer go through [`Audit::record_limited`]:
 //!   at most [`LIMITED_ROWS_PER_WINDOW`] such rows per key (a node id or a peer address) per
-//!   [`LIMIT_WINDOW`], the rest counted and written as one summary row (and one log line) per
-//!   key and window.
+//!   [`LIMIT_WINDOW`], the rest counted and written as one `audit.suppressed` summary row (and
+//!   one log line) per key and window;
+//! - rows caused by a caller of the API (an API key, whatever its scopes, the operator token,
+//!   or a console session of either) go through [`Audit::record_caller`], the same limit keyed
+//!   by the caller's actor (`key:NAME`, `operator`), so one key flooding an audited route
+//!   (issue 33: 1,000 no-op aborts in 5 s) cannot push the others' rows out of the trail;
+//! - rows older than [`AuditConfig::retention`] are deleted by [`prune_periodically`].
 //!
-//! So a hostile node or peer adds at most `LIMITED_ROWS_PER_WINDOW + 1` rows per minute, each at
-//! most about `5 × 256 + 4096` bytes.
+//! So a hostile node, peer or key adds at most `LIMITED_ROWS_PER_WINDOW + 1` rows per minute,
+//! each at most about `5 × 256 + 4096` bytes, and the trail holds at most the retention's worth.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -46,8 +51,39 @@ pub const TRUNCATION_MARKER: &str = "…[truncated]";
 /// [`LIMIT_WINDOW`] before further rows are only counted.
 pub const LIMITED_ROWS_PER_WINDOW: u32 = 30;
 
-/// The window of [`LIMITED_ROWS_PER_WINDOW`].
+/// The window of [`LIMITED_ROWS_PER_WINDOW`] (the default of [`AuditConfig::limit_window`]).
 pub const LIMIT_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long the audit trail keeps a row by default: 90 days.
+pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 60 * 60);
+
+/// The longest pause between two prunings of the audit trail; a shorter retention prunes
+/// every tenth of the retention (at least every [`MIN_PRUNE_INTERVAL`]).
+pub(crate) const MAX_PRUNE_INTERVAL: Duration = Duration::from_secs(60 * 60);
+
+/// The shortest pause between two prunings, whatever the retention.
+const MIN_PRUNE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How long the audit trail keeps its rows, and the window of its rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// How long a row is kept: the Gateway deletes rows older than this at start and then
+    /// periodically (every replica of a store does; the deletes are idempotent). `None` keeps
+    /// every row. Defaults to [`DEFAULT_AUDIT_RETENTION`].
+    pub retention: Option<Duration>,
+    /// The window of the per-key rate limit, [`LIMIT_WINDOW`]; the CLI shortens it only for
+    /// tests, from the hidden `GATEHOUSE_TEST_AUDIT_LIMIT_WINDOW_MS`.
+    pub limit_window: Duration,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            retention: Some(DEFAULT_AUDIT_RETENTION),
+            limit_window: LIMIT_WINDOW,
+        }
+    }
+}
 
 /// The most keys the limiter tracks; past it, new keys share one window, so a flood from many
 /// addresses cannot grow the table.
@@ -89,16 +125,28 @@ pub struct Audit {
 }
 
 impl Audit {
-    /// Returns an audit trail backed by `store`.
+    /// Returns an audit trail backed by `store`, rate-limited per [`LIMIT_WINDOW`].
     pub fn new(store: Arc<dyn Store>) -> Self {
+        Self::with_limit_window(store, LIMIT_WINDOW)
+    }
+
+    /// Returns an audit trail backed by `store` whose rate limit counts per `limit_window`.
+    pub fn with_limit_window(store: Arc<dyn Store>, limit_window: Duration) -> Self {
         Self {
             store,
-            limiter: Arc::new(Limiter::default()),
+            limiter: Arc::new(Limiter::with_window(limit_window)),
         }
     }
 
-    /// Records one event, every field bounded. `details` must not contain file content or
-    /// secrets.
+    /// Returns the window of the rate limit.
+    pub fn limit_window(&self) -> Duration {
+        self.limiter.window
+    }
+
+    /// Records one event the Gateway itself caused (a garbage collection, a session it
+    /// moved), every field bounded, without a rate limit: rows a caller, a node or a peer
+    /// causes go through [`Audit::record_caller`] or [`Audit::record_limited`]. `details` must
+    /// not contain file content or secrets.
     pub async fn record(
         &self,
         actor: &str,
@@ -117,7 +165,33 @@ impl Audit {
         .await;
     }
 
-    /// Records `row` unless `key` (a node id or a peer address) already added
+    /// Records one event that the caller of an API request caused, with `actor` (the
+    /// principal's `key:NAME` or `operator`) as both the row's actor and its rate-limit key:
+    /// [`Audit::record_limited`] for every principal. An admin key is limited like any key, and
+    /// so is the operator token, which is often a script's token: a runaway script floods the
+    /// trail as well as a hostile key, and the summary row still counts what was suppressed.
+    ///
+    /// # Returns
+    /// Whether the row was written, so the caller logs only written rows.
+    pub(crate) async fn record_caller(
+        &self,
+        actor: &str,
+        action: &str,
+        outcome: &str,
+        reason_code: Option<&str>,
+        details: serde_json::Value,
+    ) -> Limited {
+        let row = AuditRow {
+            actor,
+            action,
+            outcome,
+            reason_code,
+            details,
+        };
+        self.record_limited(actor, row).await
+    }
+
+    /// Records `row` unless `key` (a node id, a peer address or a caller's actor) already added
     /// [`LIMITED_ROWS_PER_WINDOW`] rows in this window; a suppressed row is counted and
     /// summarised once the window ends. Before the row, writes the summary of the key's
     /// previous window if it suppressed anything.
@@ -154,7 +228,7 @@ impl Audit {
             details: serde_json::json!({
                 "key": summary.key,
                 "suppressed": summary.suppressed,
-                "windowSeconds": LIMIT_WINDOW.as_secs(),
+                "windowSeconds": self.limiter.window.as_secs(),
             }),
         })
         .await;
@@ -171,6 +245,33 @@ impl Audit {
         };
         if let Err(error) = self.store.append_audit(&event).await {
             tracing::error!(error = %error, action = %event.action, outcome = %event.outcome, "cannot record an audit event");
+        }
+    }
+}
+
+/// Deletes the audit rows older than `retention` at once and then periodically (every tenth
+/// of the retention, at most every [`MAX_PRUNE_INTERVAL`]) until `shutdown`. A failure is
+/// logged and retried at the next tick. Several replicas may run it on one store: each delete
+/// removes only rows that are old, whoever deletes them first.
+pub(crate) async fn prune_periodically(
+    store: Arc<dyn Store>,
+    retention: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let interval = (retention / 10).clamp(MIN_PRUNE_INTERVAL, MAX_PRUNE_INTERVAL);
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let cutoff_ms = now_ms().saturating_sub(retention_ms);
+        match store.prune_audit(cutoff_ms).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, cutoff_ms, "pruned audit rows past the retention"),
+            Err(error) => tracing::warn!(error = %error, "cannot prune the audit trail"),
         }
     }
 }
@@ -268,12 +369,27 @@ struct Window {
 }
 
 /// Fixed windows per key: [`LIMITED_ROWS_PER_WINDOW`] rows, then only counting.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Limiter {
+    /// The length of one window.
+    window: Duration,
     windows: Mutex<HashMap<String, Window>>,
 }
 
+impl Default for Limiter {
+    fn default() -> Self {
+        Self::with_window(LIMIT_WINDOW)
+    }
+}
+
 impl Limiter {
+    fn with_window(window: Duration) -> Self {
+        Self {
+            window,
+            windows: Mutex::new(HashMap::new()),
+        }
+    }
+
     fn admit(&self, key: &str, now: Instant) -> Decision {
         let mut windows = self.windows.lock();
         let key = match windows.contains_key(key) || windows.len() < MAX_LIMITED_KEYS {
@@ -286,7 +402,7 @@ impl Limiter {
             suppressed: 0,
         });
         let mut summary = None;
-        if now.duration_since(window.started) >= LIMIT_WINDOW {
+        if now.duration_since(window.started) >= self.window {
             if window.suppressed > 0 {
                 summary = Some(Summary {
                     key: key.to_owned(),
@@ -317,7 +433,7 @@ impl Limiter {
         let mut windows = self.windows.lock();
         let mut summaries = Vec::new();
         windows.retain(|key, window| {
-            let ended = now.duration_since(window.started) >= LIMIT_WINDOW;
+            let ended = now.duration_since(window.started) >= self.window;
             if ended && window.suppressed > 0 {
                 summaries.push(Summary {
                     key: key.clone(),

@@ -344,7 +344,7 @@ pub(crate) async fn write_document(
             }
             tracing::info!(agent, name = name.as_str(), size, "document written");
             audit
-                .record(actor, WRITE_ACTION, "succeeded", None, details)
+                .record_caller(actor, WRITE_ACTION, "succeeded", None, details)
                 .await;
             Ok(size)
         }
@@ -368,7 +368,7 @@ pub(crate) async fn write_document(
                 "document write did not succeed"
             );
             audit
-                .record(actor, WRITE_ACTION, outcome, Some(reason_code), details)
+                .record_caller(actor, WRITE_ACTION, outcome, Some(reason_code), details)
                 .await;
             Err(DocumentError::Workspace(error))
         }
@@ -388,7 +388,7 @@ pub(crate) async fn record_denial(
 ) {
     tracing::info!(action, agent, name, reason_code, "document call denied");
     audit
-        .record(
+        .record_caller(
             actor,
             action,
             "denied",

@@ -61,8 +61,8 @@ mod worktree;
 
 /// The audit trail, its bounds and its per-peer rate limit.
 pub use crate::audit::{
-    Audit, LIMIT_WINDOW, LIMITED_ROWS_PER_WINDOW, MAX_AUDIT_FIELD_BYTES, TRUNCATION_MARKER,
-    bounded_str, loggable,
+    Audit, AuditConfig, DEFAULT_AUDIT_RETENTION, LIMIT_WINDOW, LIMITED_ROWS_PER_WINDOW,
+    MAX_AUDIT_FIELD_BYTES, TRUNCATION_MARKER, bounded_str, loggable,
 };
 /// The Gateway's wall clock in Unix milliseconds.
 pub use crate::clock::now_ms;
@@ -200,6 +200,8 @@ pub struct GatewayConfig {
     pub ready_needs_own_node: bool,
     /// The shares of API keys: their defaults and the total of streams ([`shares`]).
     pub shares: shares::ShareConfig,
+    /// How long audit rows are kept and the window of the audit's per-key rate limit.
+    pub audit: AuditConfig,
 }
 
 impl GatewayConfig {
@@ -232,6 +234,7 @@ impl GatewayConfig {
             worktree_apply_delay: Duration::ZERO,
             ready_needs_own_node: false,
             shares: shares::ShareConfig::default(),
+            audit: AuditConfig::default(),
         }
     }
 
@@ -602,7 +605,7 @@ pub async fn start(
             .with_quota(config.media_quota_bytes),
     );
     let registry = Arc::new(NodeRegistry::default());
-    let audit = Audit::new(Arc::clone(&store));
+    let audit = Audit::with_limit_window(Arc::clone(&store), config.audit.limit_window);
     let retention = Arc::new(
         retention::MediaRetention::new(
             Arc::clone(&store),
@@ -769,6 +772,13 @@ pub async fn start(
         state.audit.clone(),
         shutdown.child_token(),
     ));
+    if let Some(retention) = state.config.audit.retention {
+        tokio::spawn(audit::prune_periodically(
+            Arc::clone(&state.store),
+            retention,
+            shutdown.child_token(),
+        ));
+    }
     // The lease is renewed until the server stopped (its last turns end under it), then
     // released.
     let lease_stop = CancellationToken::new();
@@ -881,7 +891,7 @@ async fn stop_when_store_lost(
 /// Writes the audit trail's suppression summaries once per window, so a peer that flooded and
 /// went quiet is still summarised.
 async fn flush_audit_summaries(audit: Audit, shutdown: CancellationToken) {
-    let mut ticker = tokio::time::interval(audit::LIMIT_WINDOW);
+    let mut ticker = tokio::time::interval(audit.limit_window());
     ticker.tick().await;
     loop {
         tokio::select! {

@@ -183,6 +183,22 @@ pub trait Store: ClusterStore {
     /// Storage failures.
     async fn audit_after(&self, after: i64, limit: u32) -> Result<Vec<AuditEvent>>;
 
+    /// Returns the newest `limit` audit events with a sequence number below `before`, oldest
+    /// first: the page that precedes `before`, for a reader that pages backwards from the end
+    /// (`before = i64::MAX` is the newest page).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn audit_before(&self, before: i64, limit: u32) -> Result<Vec<AuditEvent>>;
+
+    /// Deletes every audit event recorded before `cutoff_ms` (Unix milliseconds) and returns how
+    /// many were deleted. Running it from several replicas at once is harmless: each deletes
+    /// what the others have not, and the sum is the number of rows that were old.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn prune_audit(&self, cutoff_ms: i64) -> Result<u64>;
+
     /// Admits a user message durably, in one transaction: creates the session if new, returns
     /// the existing turn for a repeated idempotency key (storing nothing), joins the latest
     /// queued turn for [`crate::model::QueueMode::Collect`], otherwise creates a queued turn;

@@ -471,19 +471,32 @@ impl Store for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(|error| map_error(error, "audit event"))?;
-        let mut events = Vec::with_capacity(rows.len());
-        for row in &rows {
-            events.push(AuditEvent {
-                seq: get(row, "seq")?,
-                at_ms: get(row, "at_ms")?,
-                actor: get(row, "actor")?,
-                action: get(row, "action")?,
-                outcome: get(row, "outcome")?,
-                reason_code: get(row, "reason_code")?,
-                details: json(row, "details_json", "audit details")?,
-            });
-        }
+        audit_events(&rows)
+    }
+
+    async fn audit_before(&self, before: i64, limit: u32) -> Result<Vec<AuditEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, at_ms, actor, action, outcome, reason_code, details_json::text AS details_json \
+             FROM audit_events WHERE seq < $1 ORDER BY seq DESC LIMIT $2",
+        )
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|error| map_error(error, "audit event"))?;
+        let mut events = audit_events(&rows)?;
+        events.reverse();
         Ok(events)
+    }
+
+    async fn prune_audit(&self, cutoff_ms: i64) -> Result<u64> {
+        // A plain delete: replicas pruning at once each remove what the others have not.
+        let pruned = sqlx::query("DELETE FROM audit_events WHERE at_ms < $1")
+            .bind(cutoff_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(|error| map_error(error, "audit event"))?;
+        Ok(pruned.rows_affected())
     }
 
     async fn admit_user_message(&self, message: &NewUserMessage) -> Result<Admitted> {
@@ -2062,6 +2075,23 @@ fn json_text(value: &serde_json::Value) -> String {
 
 fn commands_json(commands: &[String]) -> String {
     serde_json::Value::from(commands.to_vec()).to_string()
+}
+
+/// Returns the audit events of `rows` (the columns of [`Store::audit_after`]), in their order.
+fn audit_events(rows: &[PgRow]) -> Result<Vec<AuditEvent>> {
+    let mut events = Vec::with_capacity(rows.len());
+    for row in rows {
+        events.push(AuditEvent {
+            seq: get(row, "seq")?,
+            at_ms: get(row, "at_ms")?,
+            actor: get(row, "actor")?,
+            action: get(row, "action")?,
+            outcome: get(row, "outcome")?,
+            reason_code: get(row, "reason_code")?,
+            details: json(row, "details_json", "audit details")?,
+        });
+    }
+    Ok(events)
 }
 
 fn get<'r, T>(row: &'r PgRow, column: &'static str) -> Result<T>

@@ -81,6 +81,7 @@ conformance!(
     concurrent_enrollments_with_one_code_enroll_one_node,
     node_updates_and_audit_round_trip_and_survive_reopen,
     audit_readers_paging_during_concurrent_appends_miss_nothing,
+    issue_33_audit_pages_backwards_and_prunes_rows_older_than_the_cutoff,
     an_acknowledged_admission_is_durable_in_a_new_store,
     turns_run_one_at_a_time_in_order_and_fence_stale_writers,
     concurrent_claims_run_one_turn_per_session,
@@ -437,6 +438,61 @@ async fn audit_readers_paging_during_concurrent_appends_miss_nothing(target: Tar
     let all = store.audit_after(0, 1000).await.unwrap();
     let actions: BTreeSet<String> = all.into_iter().map(|event| event.action).collect();
     assert_eq!(actions.len(), WRITERS * PER_WRITER);
+}
+
+/// Issue 33: `audit_before` pages backwards from the newest event down to the oldest, and
+/// `prune_audit` deletes exactly the events recorded before its cutoff, however many replicas
+/// prune at once.
+async fn issue_33_audit_pages_backwards_and_prunes_rows_older_than_the_cutoff(target: Target) {
+    let store = target.open().await;
+    let mut seqs = Vec::new();
+    for at_ms in 1..=10 {
+        let event = audit_event(&format!("a{at_ms}"), at_ms * 100);
+        seqs.push(store.append_audit(&event).await.unwrap());
+    }
+    let mut pages = Vec::new();
+    let mut before = i64::MAX;
+    loop {
+        let page = store.audit_before(before, 4).await.unwrap();
+        let Some(first) = page.first() else { break };
+        before = first.seq;
+        pages.push(page.iter().map(|event| event.seq).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        pages,
+        vec![
+            seqs[6..10].to_vec(),
+            seqs[2..6].to_vec(),
+            seqs[0..2].to_vec()
+        ]
+    );
+
+    // Five pruners at once, as five replicas would: the rows before 500 go, once.
+    let pruners: Vec<_> = (0..5)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.prune_audit(500).await.unwrap() })
+        })
+        .collect();
+    let mut pruned = 0;
+    for pruner in pruners {
+        pruned += pruner.await.unwrap();
+    }
+    assert_eq!(pruned, 4);
+    let kept: Vec<i64> = store
+        .audit_after(0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|event| event.at_ms)
+        .collect();
+    assert_eq!(kept, vec![500, 600, 700, 800, 900, 1000]);
+    assert_eq!(store.prune_audit(500).await.unwrap(), 0);
+    let newest = store.audit_before(i64::MAX, 2).await.unwrap();
+    assert_eq!(
+        newest.iter().map(|event| event.seq).collect::<Vec<_>>(),
+        seqs[8..10].to_vec()
+    );
 }
 
 /// Everything `admit_user_message` acknowledged is there for a store opened afresh.

@@ -1,5 +1,6 @@
 //! The end-to-end test modules.
 
+mod audit;
 mod backend;
 mod bench;
 mod cli_basics;

@@ -1,8 +1,9 @@
-//! `GET /v1/audit`: the audit trail, oldest first, after a seq.
+//! `GET /v1/audit`: the audit trail, oldest first, a page after or before a seq.
 
 use gatehouse_api::audit::AuditEntry;
 use gatehouse_api::audit::AuditList;
 use gatehouse_api::audit::AuditQuery;
+use gatehouse_api::audit::MAX_AUDIT_PAGE;
 use std::sync::Arc;
 
 use axum::Json;
@@ -13,19 +14,33 @@ use crate::GatewayState;
 use crate::http::error::ApiError;
 use crate::http::error::store_error;
 
-/// The most events one answer carries; the client pages with `after=`.
-const AUDIT_PAGE: u32 = 1000;
-
-/// `GET /v1/audit?after=SEQ`: at most [`AUDIT_PAGE`] events after `after` (0 when left out).
+/// `GET /v1/audit?after=SEQ` or `?before=SEQ`, with `limit=N`: at most `limit` (default and
+/// cap [`MAX_AUDIT_PAGE`]) events after `after` (0 when both are left out), or the newest ones
+/// before `before`; oldest first either way.
+///
+/// # Errors
+/// `400 INVALID_REQUEST` for both `after` and `before`, or a `limit` outside 1 to
+/// [`MAX_AUDIT_PAGE`]; a store failure.
 pub(crate) async fn list_audit(
     State(state): State<Arc<GatewayState>>,
     Query(query): Query<AuditQuery>,
 ) -> Result<Json<AuditList>, ApiError> {
-    let events = state
-        .store
-        .audit_after(query.after.unwrap_or(0), AUDIT_PAGE)
-        .await
-        .map_err(|error| store_error(&error))?;
+    let limit = query.limit.unwrap_or(MAX_AUDIT_PAGE);
+    if !(1..=MAX_AUDIT_PAGE).contains(&limit) {
+        return Err(ApiError::invalid_request(format!(
+            "limit must be between 1 and {MAX_AUDIT_PAGE}"
+        )));
+    }
+    let events = match (query.after, query.before) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid_request(
+                "give after= to read forward or before= to read backwards, not both",
+            ));
+        }
+        (after, None) => state.store.audit_after(after.unwrap_or(0), limit).await,
+        (None, Some(before)) => state.store.audit_before(before, limit).await,
+    }
+    .map_err(|error| store_error(&error))?;
     let events = events
         .into_iter()
         .map(|event| AuditEntry {

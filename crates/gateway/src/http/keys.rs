@@ -134,7 +134,7 @@ pub(crate) async fn create_key(
     let scope_names: Vec<&str> = key.scopes.iter().map(|scope| scope.as_str()).collect();
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "key.create",
             "succeeded",
@@ -204,7 +204,7 @@ pub(crate) async fn revoke_key(
         .map_err(|error| store_error(&error))?;
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "key.revoke",
             "succeeded",

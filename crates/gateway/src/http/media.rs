@@ -77,7 +77,7 @@ pub(crate) async fn upload_media(
     let record = stored?;
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "media.upload",
             "succeeded",
@@ -130,7 +130,7 @@ pub(crate) async fn delete_media(
     }
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "media.delete",
             "succeeded",

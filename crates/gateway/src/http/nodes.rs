@@ -154,7 +154,7 @@ pub(crate) async fn create_setup_code(
         .map_err(|error| store_error(&error))?;
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "node.setup_code.issue",
             "succeeded",

@@ -304,7 +304,7 @@ pub(crate) async fn abort_session(
     let aborted = state.turns.abort_anywhere(&session_key).await;
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "session.abort",
             "succeeded",
@@ -598,7 +598,7 @@ pub(crate) async fn stop_session(
     };
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "session.stop",
             "succeeded",
@@ -714,7 +714,7 @@ pub(crate) async fn move_session(
             let code = gatehouse_protocol::error::ErrorCode::SessionBusy;
             state
                 .audit
-                .record(
+                .record_caller(
                     principal.actor(),
                     "session.moved",
                     "denied",
@@ -746,7 +746,7 @@ pub(crate) async fn move_session(
     };
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "session.moved",
             "succeeded",

@@ -120,7 +120,7 @@ pub(crate) async fn put_session(
     };
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             "session.source",
             "succeeded",
@@ -387,7 +387,7 @@ pub(crate) async fn write_worktree_file(
             crate::worktree::prune(state.store.as_ref(), &session_key).await;
             state
                 .audit
-                .record(
+                .record_caller(
                     principal.actor(),
                     "worktree.write",
                     "succeeded",

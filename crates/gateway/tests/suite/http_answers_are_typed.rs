@@ -1,7 +1,8 @@
 //! Every HTTP answer of the Gateway is a `gatehouse_api` type: no non-test source of the
 //! `http` module builds JSON with `json!`. The one exception is the `details` of an audit row
-//! (the arguments of `Audit::record` and `Audit::record_limited`, the `details` of an
-//! `AuditRow` and the arguments of the link's `audit_node_refusal`), which are opaque by design.
+//! (the arguments of `Audit::record`, `Audit::record_caller` and `Audit::record_limited`, the
+//! `details` of an `AuditRow` and the arguments of the link's `audit_node_refusal`), which are
+//! opaque by design.
 //!
 //! Likewise every result that goes to a node or comes from one is a serialized type: no
 //! non-test source of the Gateway tools (`src/tools.rs`), of the link (`src/link`) or of the
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use syn::visit::Visit;
 
 /// The methods whose arguments may be built with `json!`: the audit trail's `details`.
-const AUDIT_METHODS: &[&str] = &["record", "record_limited"];
+const AUDIT_METHODS: &[&str] = &["record", "record_caller", "record_limited"];
 
 /// The functions whose arguments may be built with `json!`: the link's audit helper, whose
 /// last argument is the row's `details`.

@@ -1,3 +1,4 @@
+mod audit;
 mod console;
 mod documents;
 mod http_answers_are_typed;

@@ -220,13 +220,25 @@ pub(crate) async fn gateway_refreshing_metrics_every(
     max_concurrent_turns: usize,
     metrics_refresh_interval: std::time::Duration,
 ) -> TestGateway {
+    gateway_configured(workspace, runtime, |config| {
+        config.max_concurrent_turns = max_concurrent_turns;
+        config.metrics_refresh_interval = metrics_refresh_interval;
+    })
+    .await
+}
+
+/// Returns a test Gateway like [`gateway_with`] whose configuration `configure` changed last.
+pub(crate) async fn gateway_configured(
+    workspace: FakeWorkspace,
+    runtime: Option<Arc<dyn TurnRuntime>>,
+    configure: impl FnOnce(&mut GatewayConfig),
+) -> TestGateway {
     let state_dir = tempfile::tempdir().unwrap();
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let mut config = GatewayConfig::with_defaults(state_dir.path().to_path_buf(), listen);
     config.operator_token_override = Some(String::from(TOKEN));
-    config.max_concurrent_turns = max_concurrent_turns;
     config.memory_embedder = Some(gatehouse_memory::embed::EmbedderKind::None);
-    config.metrics_refresh_interval = metrics_refresh_interval;
+    configure(&mut config);
     let workspace = Arc::new(workspace);
     let fallback_runtime = match runtime {
         Some(_) => FallbackRuntime::Node,

@@ -678,7 +678,7 @@ async fn login(
     };
     state
         .audit
-        .record(
+        .record_caller(
             principal.actor(),
             LOGIN_ACTION,
             "succeeded",
@@ -729,7 +729,7 @@ async fn logout(
             state.console_sessions.remove(session_id);
             state
                 .audit
-                .record(
+                .record_caller(
                     &session.actor,
                     LOGOUT_ACTION,
                     "succeeded",

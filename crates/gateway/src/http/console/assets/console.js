@@ -15,7 +15,10 @@
   const CSRF_HEADER = "X-Gatehouse-Csrf";
   const DOCUMENT_LIMIT_BYTES = 16 * 1024;
   const AUDIT_PAGE_SIZE = 50;
-  const AUDIT_MAX_PAGES = 20;
+  // The most events one answer of GET /v1/audit carries.
+  const AUDIT_API_PAGE = 1000;
+  // A seq past any event: `before=` it answers the newest events.
+  const AUDIT_NEWEST = "9223372036854775807";
 
   const csrfMeta = document.querySelector('meta[name="gatehouse-csrf"]');
   const csrfToken = csrfMeta ? csrfMeta.content : "";
@@ -641,8 +644,11 @@
   // ---- Audit ---------------------------------------------------------------------------
 
   function auditPage() {
+    // The events loaded so far, newest first; older ones are read `before=` the oldest loaded
+    // when the Older button passes the last loaded page.
     let events = [];
     let pageIndex = 0;
+    let olderOnServer = true;
 
     function filtered() {
       const action = byId("audit-action").value.trim();
@@ -672,49 +678,39 @@
           ),
         ),
       );
-      byId("audit-page").textContent = `page ${pageIndex + 1} of ${pages} (${shown.length} events)`;
+      const more = olderOnServer ? "; older events on the server" : "";
+      byId("audit-page").textContent = `page ${pageIndex + 1} of ${pages} (${shown.length} events${more})`;
       byId("audit-newer").disabled = pageIndex === 0;
-      byId("audit-older").disabled = pageIndex >= pages - 1;
+      byId("audit-older").disabled = pageIndex >= pages - 1 && !olderOnServer;
     }
 
-    // Returns whether any audit event comes after `seq`.
-    async function anyAfter(seq) {
-      return (await apiJson("GET", `/v1/audit?after=${seq}`)).events.length > 0;
-    }
-
-    // Returns a seq at most one API page (1000 events) before the newest event: the API reads
-    // forward from a seq, so the newest are found by doubling a probe past the end and then
-    // halving the gap.
-    async function nearTheEnd() {
-      let below = 0;
-      let above = 1000;
-      while (await anyAfter(above)) {
-        below = above;
-        above *= 2;
-      }
-      while (above - below > 1000) {
-        const middle = Math.floor((below + above) / 2);
-        if (await anyAfter(middle)) below = middle;
-        else above = middle;
-      }
-      return below;
+    // Reads the API page before `before` and appends it to the loaded events.
+    async function loadBefore(before) {
+      const answer = await apiJson("GET", `/v1/audit?before=${before}&limit=${AUDIT_API_PAGE}`);
+      events.push(...answer.events.reverse());
+      olderOnServer = answer.events.length === AUDIT_API_PAGE;
+      const actions = Array.from(new Set(events.map((event) => event.action))).sort();
+      byId("audit-actions").replaceChildren(...actions.map((action) => el("option", { value: action })));
     }
 
     async function load() {
       try {
-        // The newest events, at most AUDIT_MAX_PAGES pages of them: read forward from there.
-        let after = Math.max(0, (await nearTheEnd()) - (AUDIT_MAX_PAGES - 1) * 1000);
-        const loaded = [];
-        for (let n = 0; n <= AUDIT_MAX_PAGES; n += 1) {
-          const answer = await apiJson("GET", `/v1/audit?after=${after}`);
-          loaded.push(...answer.events);
-          if (answer.events.length === 0) break;
-          after = answer.events[answer.events.length - 1].seq;
-          if (answer.events.length < 1000) break;
+        await loadBefore(AUDIT_NEWEST);
+        render();
+      } catch (error) {
+        setStatus("audit-status", error.describe(), true);
+      }
+    }
+
+    // Shows the next older page, reading older events from the server once the loaded ones
+    // are all shown.
+    async function older() {
+      try {
+        const pages = Math.ceil(filtered().length / AUDIT_PAGE_SIZE);
+        if (pageIndex >= pages - 1 && olderOnServer && events.length > 0) {
+          await loadBefore(events[events.length - 1].seq);
         }
-        events = loaded.reverse();
-        const actions = Array.from(new Set(events.map((event) => event.action))).sort();
-        byId("audit-actions").replaceChildren(...actions.map((action) => el("option", { value: action })));
+        pageIndex += 1;
         render();
       } catch (error) {
         setStatus("audit-status", error.describe(), true);
@@ -730,10 +726,7 @@
       pageIndex -= 1;
       render();
     });
-    byId("audit-older").addEventListener("click", () => {
-      pageIndex += 1;
-      render();
-    });
+    byId("audit-older").addEventListener("click", older);
     load();
   }
 
