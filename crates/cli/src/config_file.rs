@@ -57,6 +57,7 @@ pub(crate) struct NodeFile {
     pub(crate) model_key_env: Option<String>,
     pub(crate) allow_unsandboxed_exec: Option<bool>,
     pub(crate) deny_tools: Option<Vec<String>>,
+    pub(crate) source_allow_hosts: Option<Vec<String>>,
     pub(crate) exec_timeout_seconds: Option<u64>,
     pub(crate) codex_bin: Option<PathBuf>,
     pub(crate) sandbox_read_only: Option<Vec<PathBuf>>,
