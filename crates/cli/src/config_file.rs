@@ -124,4 +124,14 @@ mod tests {
         );
         assert!(toml::from_str::<NodeFile>("gateway = 7420").is_err());
     }
+
+    #[test]
+    fn a_node_file_lists_the_hosts_a_repository_may_be_fetched_from() {
+        let file: NodeFile =
+            toml::from_str("source-allow-hosts = [\"git.corp.example\", \"10.0.0.0/8\"]").unwrap();
+        let entries = file.source_allow_hosts.unwrap();
+        assert_eq!(entries, ["git.corp.example", "10.0.0.0/8"]);
+        assert!(crate::worker_args::source_allow_list(&entries).is_ok());
+        assert!(crate::worker_args::source_allow_list(&[String::from("10.0.0.0/33")]).is_err());
+    }
 }

@@ -194,9 +194,9 @@ impl SourceRequest {
     /// # Errors
     /// `INVALID_PARAMS`, with a message that names what is wrong and never quotes the URL: a
     /// URL [`RepositoryUrl::parse`] refuses (so `ext::`, scp-like and `-`-leading URLs, a
-    /// password, whitespace anywhere, a host or user name starting with `-`); a `ref` that is empty, longer than 255 bytes, starts with `-`, or
-    /// holds whitespace, a control character, `..`, `:`, `~`, `^`, `?`, `*`, `[` or `\`; a
-    /// `commit` that is not 40 lowercase hex digits.
+    /// password, whitespace anywhere, a host or user name starting with `-`); a `ref` that is
+    /// empty, longer than 255 bytes, starts with `-`, or holds whitespace, a control character,
+    /// `..`, `:`, `~`, `^`, `?`, `*`, `[` or `\`; a `commit` that is not 40 lowercase hex digits.
     pub(crate) fn parse(params: &AgentSessionSourceParams) -> Result<SourceRequest, WireError> {
         let url = RepositoryUrl::parse(&params.url).map_err(|refusal| {
             WireError::new(
