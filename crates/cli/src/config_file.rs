@@ -62,6 +62,7 @@ pub(crate) struct NodeFile {
     pub(crate) model_key_env: Option<String>,
     pub(crate) allow_unsandboxed_exec: Option<bool>,
     pub(crate) deny_tools: Option<Vec<String>>,
+    pub(crate) source_allow_hosts: Option<Vec<String>>,
     pub(crate) exec_timeout_seconds: Option<u64>,
     pub(crate) codex_bin: Option<PathBuf>,
     pub(crate) sandbox_read_only: Option<Vec<PathBuf>>,
@@ -127,5 +128,15 @@ mod tests {
             ["ws://a:7420", "ws://b:7420"]
         );
         assert!(toml::from_str::<NodeFile>("gateway = 7420").is_err());
+    }
+
+    #[test]
+    fn a_node_file_lists_the_hosts_a_repository_may_be_fetched_from() {
+        let file: NodeFile =
+            toml::from_str("source-allow-hosts = [\"git.corp.example\", \"10.0.0.0/8\"]").unwrap();
+        let entries = file.source_allow_hosts.unwrap();
+        assert_eq!(entries, ["git.corp.example", "10.0.0.0/8"]);
+        assert!(crate::worker_args::source_allow_list(&entries).is_ok());
+        assert!(crate::worker_args::source_allow_list(&[String::from("10.0.0.0/33")]).is_err());
     }
 }

@@ -85,6 +85,11 @@ pub(crate) struct NodeArgs {
     /// Native tools to deny, by name or group (for example `exec,process` or `group:runtime`).
     #[arg(long, value_delimiter = ',')]
     deny_tools: Vec<String>,
+    /// Host names, addresses and networks (`git.corp.example,10.0.0.0/8`) a session's
+    /// repository may be fetched from although they are, or resolve to, loopback, link-local or
+    /// private addresses, which are refused by default.
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+    source_allow_hosts: Vec<String>,
     /// The longest an `exec` tool call may run, in seconds (default 1800).
     #[arg(long)]
     exec_timeout_seconds: Option<u64>,
@@ -134,6 +139,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         model_key_env,
         allow_unsandboxed_exec,
         deny_tools,
+        source_allow_hosts,
         exec_timeout_seconds,
         codex_bin,
         sandbox,
@@ -171,6 +177,11 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         true => file.deny_tools.unwrap_or_default(),
         false => deny_tools,
     };
+    let source_allow = match source_allow_hosts.is_empty() {
+        true => file.source_allow_hosts.unwrap_or_default(),
+        false => source_allow_hosts,
+    };
+    let source_allow = crate::worker_args::source_allow_list(&source_allow)?;
     let exec_timeout_seconds = exec_timeout_seconds
         .or(file.exec_timeout_seconds)
         .unwrap_or(gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS);
@@ -228,6 +239,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         exec_timeout_seconds,
         sandbox,
         telemetry_env: crate::logging::worker_env(),
+        source_allow,
     };
     let codex_bin = codex_bin.or(file.codex_bin);
     let runtime_config = match runtime {

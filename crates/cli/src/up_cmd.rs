@@ -52,6 +52,11 @@ pub(crate) struct UpArgs {
     /// Native tools to deny, by name or group (for example `exec,process` or `group:runtime`).
     #[arg(long, value_delimiter = ',')]
     deny_tools: Vec<String>,
+    /// Host names, addresses and networks (`git.corp.example,10.0.0.0/8`) a session's
+    /// repository may be fetched from although they are, or resolve to, loopback, link-local or
+    /// private addresses, which are refused by default.
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+    source_allow_hosts: Vec<String>,
     /// The longest an `exec` tool call may run, in seconds.
     #[arg(long, default_value_t = gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS)]
     exec_timeout_seconds: u64,
@@ -149,6 +154,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     args.shares.apply(&mut config)?;
     args.store.apply(&mut config)?;
     let runtime = args.runtime;
+    let source_allow = crate::worker_args::source_allow_list(&args.source_allow_hosts)?;
     let memory_embedder = args.memory_skills.apply(&mut config)?;
     crate::signals::runtime()?.block_on(async move {
         let send_key = !matches!(model, ModelSpec::Mock);
@@ -178,6 +184,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             exec_timeout_seconds: args.exec_timeout_seconds,
             sandbox,
             telemetry_env: crate::logging::worker_env(),
+            source_allow,
         };
         let shutdown = CancellationToken::new();
         let runtime_config = match codex_model {

@@ -1,4 +1,5 @@
-//! The worker-retirement flags of `gatehouse node` and `gatehouse up`.
+//! The worker flags of `gatehouse node` and `gatehouse up`: retirement, and the hosts a
+//! session's repository may be fetched from (`--source-allow-hosts`).
 
 use gatehouse_harness::worker::DEFAULT_WORKER_IDLE;
 use gatehouse_harness::worker::WorkerRetirement;
@@ -73,4 +74,16 @@ impl RetirementArgs {
             }
         }
     }
+}
+
+/// Returns the node host's `source-allow-hosts` of `entries` (`--source-allow-hosts`, else the
+/// config file's list).
+///
+/// # Errors
+/// A usage error naming the first entry that is no host name, address or network.
+pub(crate) fn source_allow_list(
+    entries: &[String],
+) -> Result<gatehouse_policy::repository::SourceAllowList, UsageError> {
+    gatehouse_policy::repository::SourceAllowList::new(entries)
+        .map_err(|error| UsageError::new(error.to_string()))
 }

@@ -3,9 +3,21 @@
 //! `repository` and `worktree` workspace sources).
 //!
 //! - The parameters are checked before anything runs ([`SourceRequest::parse`]): a `file://`,
-//!   `https://` or `ssh://` URL without a password (credentials live in the node host's git
-//!   configuration, credential helpers and ssh keys, never in the URL, which would reach argv
-//!   and logs), a plain `ref` and a 40-digit lowercase hex `commit`.
+//!   `https://` or `ssh://` URL read by [`RepositoryUrl::parse`], the Gateway's reading too
+//!   (so without credentials, which live in the node host's git configuration, credential
+//!   helpers and ssh keys, never in the URL, which would reach argv and logs), a plain `ref` and
+//!   a 40-digit lowercase hex `commit`. git is only ever given the URL's canonical form.
+//! - A `file://` repository inside the node host's root is refused, whatever host or spelling
+//!   the URL had ([`refuse_own_state`]). The Gateway lets only the operator and admin keys name
+//!   a `file://` repository at all.
+//! - The host of an `https://` or `ssh://` repository is resolved by the node host, and every
+//!   address is judged by the default rule and the node host's `source-allow-hosts`
+//!   ([`SourceAllowList::check`]): loopback, link-local, private, unspecified and multicast
+//!   addresses are refused unless listed. git then connects to the checked addresses only, so a
+//!   name that resolves differently a moment later (DNS rebinding) changes nothing: `https`
+//!   through `http.curloptResolve` (and no redirects), `ssh` through `-o HostName=ADDRESS` with
+//!   `-o HostKeyAlias=NAME` (its known host key and `~/.ssh/config` entries stay those of the
+//!   name); see [`Remote`].
 //! - The fetch goes into a bare repository private to the node host,
 //!   `<root>/sources/<session dir name>` (the directory `sources/` is 0700), next to the
 //!   sessions: outside every session workspace and hidden from the sandbox, like the whole
@@ -37,10 +49,13 @@
 //!   without it, at most [`MAX_SOURCE_ENTRIES`] entries and [`MAX_SOURCE_BYTES`].
 //!
 //! Errors: `INVALID_PARAMS` for refused parameters, `EXISTS_NO_OVERWRITE` for an existing
-//! workspace, `SOURCE_UNAVAILABLE` for a repository that cannot be fetched (its message ends
-//! with the tail of git's stderr, with the URL's user name taken out), a ref or commit that
-//! does not resolve, a tree past the bounds or one that cannot be written, or a node host
-//! without `git`.
+//! workspace, `SOURCE_UNAVAILABLE` for a repository inside the node's own state, a refused
+//! address, a host name that does not resolve, a repository that cannot be fetched, a ref or
+//! commit that does not resolve, a tree past the bounds or one that cannot be written, or a node
+//! host without `git`. A failed fetch never carries git's message (which would tell a caller
+//! what answers at an address: a closed port, a server that speaks no TLS): the message says
+//! only that the fetch failed, and the node host logs git's stderr (the URL's user name taken
+//! out) at `warn`. This holds for every caller, admin keys and the operator too.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -54,6 +69,10 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use gatehouse_fsops::Dir;
+use gatehouse_policy::repository::Host;
+use gatehouse_policy::repository::RepositoryUrl;
+use gatehouse_policy::repository::Scheme;
+use gatehouse_policy::repository::SourceAllowList;
 use gatehouse_protocol::checkpoint::KIND_FILE;
 use gatehouse_protocol::checkpoint::KIND_SYMLINK;
 use gatehouse_protocol::checkpoint::KeptFromEarlier;
@@ -134,17 +153,11 @@ const MAX_GIT_STDOUT_BYTES: usize = 64 * 1024;
 /// [`gatehouse_protocol::checkpoint::MAX_CHECKPOINT_PATH_BYTES`] plus its header, with room.
 const MAX_GIT_RECORD_BYTES: u64 = 8192;
 
-/// The longest repository URL, in bytes.
-const MAX_URL_BYTES: usize = 4096;
-
 /// The longest `ref`, in bytes.
 const MAX_REF_BYTES: usize = 255;
 
 /// The ref the cache keeps on the commit last written, so its objects are never pruned.
 const CACHE_REF: &str = "refs/gatehouse/source";
-
-/// The URL schemes a source may use.
-const URL_SCHEMES: [&str; 3] = ["file://", "https://", "ssh://"];
 
 /// `agent.session.source`.
 pub(crate) struct SessionSourceHandler {
@@ -165,10 +178,8 @@ impl Serve<AgentSessionSource, InvokeContext> for SessionSourceHandler {
 /// A checked `agent.session.source` request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SourceRequest {
-    /// The repository URL, as sent.
-    url: String,
-    /// The user name of the URL (`user` in `ssh://user@host/`), taken out of git's messages.
-    user: Option<String>,
+    /// The repository URL, in its canonical form.
+    url: RepositoryUrl,
     /// The ref to resolve when `commit` is absent.
     reference: String,
     /// The pinned commit.
@@ -182,13 +193,17 @@ impl SourceRequest {
     ///
     /// # Errors
     /// `INVALID_PARAMS`, with a message that names what is wrong and never quotes the URL: a
-    /// scheme other than `file://`, `https://` and `ssh://` (so `ext::` and `-`-leading URLs
-    /// too), a password in the URL, whitespace or control characters, a host or user name
-    /// starting with `-`; a `ref` that is empty, longer than 255 bytes, starts with `-`, or
-    /// holds whitespace, a control character, `..`, `:`, `~`, `^`, `?`, `*`, `[` or `\`; a
-    /// `commit` that is not 40 lowercase hex digits.
+    /// URL [`RepositoryUrl::parse`] refuses (so `ext::`, scp-like and `-`-leading URLs, a
+    /// password, whitespace anywhere, a host or user name starting with `-`); a `ref` that is
+    /// empty, longer than 255 bytes, starts with `-`, or holds whitespace, a control character,
+    /// `..`, `:`, `~`, `^`, `?`, `*`, `[` or `\`; a `commit` that is not 40 lowercase hex digits.
     pub(crate) fn parse(params: &AgentSessionSourceParams) -> Result<SourceRequest, WireError> {
-        let user = check_url(&params.url)?;
+        let url = RepositoryUrl::parse(&params.url).map_err(|refusal| {
+            WireError::new(
+                ErrorCode::InvalidParams,
+                format!("the repository URL is refused: {refusal}"),
+            )
+        })?;
         let reference = params.reference.as_deref().unwrap_or("HEAD");
         check_ref(reference)?;
         if let Some(commit) = &params.commit
@@ -206,65 +221,12 @@ impl SourceRequest {
             ));
         }
         Ok(SourceRequest {
-            url: params.url.clone(),
-            user,
+            url,
             reference: reference.to_owned(),
             commit: params.commit.clone(),
             report: params.report,
         })
     }
-}
-
-/// Checks a repository URL; returns its user name, if any.
-fn check_url(url: &str) -> Result<Option<String>, WireError> {
-    let refuse = |why: &str| {
-        Err(WireError::new(
-            ErrorCode::InvalidParams,
-            format!("the repository URL is refused: {why}"),
-        ))
-    };
-    if url.len() > MAX_URL_BYTES {
-        return refuse("it is longer than 4096 bytes");
-    }
-    if url
-        .chars()
-        .any(|character| character.is_whitespace() || character.is_control())
-    {
-        return refuse("it holds whitespace or a control character");
-    }
-    let Some((scheme, rest)) = URL_SCHEMES
-        .iter()
-        .find_map(|scheme| url.strip_prefix(scheme).map(|rest| (*scheme, rest)))
-    else {
-        return refuse("its scheme is not file://, https:// or ssh://");
-    };
-    let authority = rest.split('/').next().unwrap_or_default();
-    let (user, host) = match authority.rsplit_once('@') {
-        Some((user, host)) => (Some(user), host),
-        None => (None, authority),
-    };
-    if let Some(user) = user {
-        // A token passed as the user name (`https://TOKEN@host/`) is a credential too, and so is
-        // an encoded password; only ssh takes a plain user name.
-        if user.contains(':') || user.contains('%') || scheme != "ssh://" {
-            return refuse(
-                "it carries credentials (only an ssh URL may name a plain user); credentials belong in the node host's git configuration, credential helpers or ssh keys",
-            );
-        }
-        if user.is_empty() || user.starts_with('-') {
-            return refuse("its user name is empty or starts with -");
-        }
-    }
-    if host.starts_with('-') {
-        return refuse("its host starts with -");
-    }
-    if scheme != "file://" && host.is_empty() {
-        return refuse("it names no host");
-    }
-    if rest.len() == authority.len() {
-        return refuse("it names no path");
-    }
-    Ok(user.map(str::to_owned))
 }
 
 /// Checks a `ref`.
@@ -306,16 +268,17 @@ fn is_commit_id(text: &str) -> bool {
 
 /// Refuses a `file://` repository inside the node host's root: its session workspaces and
 /// source caches belong to other sessions, and a session must never read another's through a
-/// repository URL. The path is resolved with every link followed, so a link into the root is
-/// refused too.
+/// repository URL. The path is the canonical URL's decoded path (so `file://localhost/...`
+/// and `FILE://...` are judged alike), resolved with every link followed, so a link into the
+/// root is refused too.
 ///
 /// # Errors
 /// `SOURCE_UNAVAILABLE` for a repository inside the root.
-fn refuse_own_state(root: &Path, url: &str) -> Result<(), WireError> {
-    let Some(path) = url.strip_prefix("file://") else {
+fn refuse_own_state(root: &Path, url: &RepositoryUrl) -> Result<(), WireError> {
+    let Some(path) = url.file_path() else {
         return Ok(());
     };
-    let path = Path::new(path);
+    let path = path.as_path();
     let inside = match (std::fs::canonicalize(root), std::fs::canonicalize(path)) {
         (Ok(root), Ok(path)) => path.starts_with(root),
         // A path that does not resolve fails the fetch, which says so.
@@ -331,9 +294,132 @@ fn refuse_own_state(root: &Path, url: &str) -> Result<(), WireError> {
     }
 }
 
+/// How git reaches a repository: the URL it is given and the settings that pin its connection
+/// to the addresses that were checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Remote {
+    /// The canonical URL git fetches.
+    url: String,
+    /// The URL's user name (`user` in `ssh://user@host/`), taken out of git's messages.
+    user: Option<String>,
+    /// `-c NAME=VALUE` settings of every fetch: for `https`, no redirects (which would lead to
+    /// an unchecked host) and, for a host name, `http.curloptResolve=NAME:PORT:ADDRESSES`; for
+    /// `ssh` with a host name, `ssh.variant=ssh`.
+    config: Vec<String>,
+    /// The environment of every fetch: for `ssh` with a host name, `GIT_SSH_COMMAND=ssh -o
+    /// HostName=ADDRESS -o HostKeyAlias=NAME` (`[NAME]:PORT` on another port than 22, as
+    /// `known_hosts` names it), which replaces any `core.sshCommand` or `GIT_SSH_COMMAND` of
+    /// the node host's; its ssh settings belong in `~/.ssh/config`, whose `Host NAME` entries
+    /// still apply.
+    env: Vec<(&'static str, String)>,
+}
+
+impl Remote {
+    /// Returns how git reaches `url` through `addresses`, the checked addresses of its host
+    /// (none for `file://`).
+    pub(crate) fn pinned(url: &RepositoryUrl, addresses: &[std::net::IpAddr]) -> Remote {
+        let mut remote = Remote {
+            url: url.as_str().to_owned(),
+            user: url.user().map(str::to_owned),
+            config: Vec::new(),
+            env: Vec::new(),
+        };
+        let (Some(Host::Name(name)), Some(port)) = (url.host(), url.port_or_default()) else {
+            if url.scheme() == Scheme::Https {
+                remote
+                    .config
+                    .push(String::from("http.followRedirects=false"));
+            }
+            return remote;
+        };
+        match url.scheme() {
+            Scheme::File => {}
+            Scheme::Https => {
+                let addresses = addresses
+                    .iter()
+                    .map(|address| match address {
+                        std::net::IpAddr::V4(address) => address.to_string(),
+                        std::net::IpAddr::V6(address) => format!("[{address}]"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",");
+                remote.config.extend([
+                    String::from("http.followRedirects=false"),
+                    format!("http.curloptResolve={name}:{port}:{addresses}"),
+                ]);
+            }
+            Scheme::Ssh => {
+                if let Some(address) = addresses.first() {
+                    let alias = match port {
+                        22 => name.clone(),
+                        port => format!("[{name}]:{port}"),
+                    };
+                    remote.config.push(String::from("ssh.variant=ssh"));
+                    remote.env.push((
+                        "GIT_SSH_COMMAND",
+                        format!("ssh -o HostName={address} -o HostKeyAlias={alias}"),
+                    ));
+                }
+            }
+        }
+        remote
+    }
+}
+
+/// Resolves the host of a network repository and judges each address with `allow`; returns
+/// the addresses git may connect to (none for `file://`).
+///
+/// # Errors
+/// `SOURCE_UNAVAILABLE` for a host name that does not resolve, and for a refused address (the
+/// message names its class, never the address).
+pub(crate) async fn checked_addresses(
+    url: &RepositoryUrl,
+    allow: &SourceAllowList,
+) -> Result<Vec<std::net::IpAddr>, WireError> {
+    let (Some(host), Some(port)) = (url.host(), url.port_or_default()) else {
+        return Ok(Vec::new());
+    };
+    let addresses = match host {
+        Host::Ip(address) => vec![*address],
+        Host::Name(name) => {
+            let resolved = tokio::net::lookup_host((name.as_str(), port)).await;
+            let mut addresses = Vec::new();
+            match resolved {
+                Ok(resolved) => {
+                    for address in resolved.map(|address| address.ip()) {
+                        if !addresses.contains(&address) {
+                            addresses.push(address);
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(host = %name, %error, "the host of a session's repository does not resolve");
+                }
+            }
+            if addresses.is_empty() {
+                return Err(WireError::new(
+                    ErrorCode::SourceUnavailable,
+                    "the session's repository cannot be fetched: its host name does not resolve",
+                ));
+            }
+            addresses
+        }
+    };
+    for address in &addresses {
+        if let Err(refused) = allow.check(host, *address) {
+            tracing::warn!(%host, %address, class = %refused.class, "refused the address of a session's repository");
+            return Err(WireError::new(
+                ErrorCode::SourceUnavailable,
+                refused.to_string(),
+            ));
+        }
+    }
+    Ok(addresses)
+}
+
 /// Fetches the requested commit into the session's cache and writes its tree into the
 /// session's missing workspace; the caller has checked the request and stopped the session's
-/// worker.
+/// worker. `allow` is the node host's `source-allow-hosts`.
 ///
 /// # Errors
 /// As the module says.
@@ -342,6 +428,7 @@ pub(crate) async fn fetch_into_session(
     session_key: &str,
     request: &SourceRequest,
     overlay: Option<SourceOverlay>,
+    allow: &SourceAllowList,
 ) -> Result<AgentSessionSourceResult, WireError> {
     let id = crate::worker::session_dir_name(session_key);
     refuse_own_state(root, &request.url)?;
@@ -361,9 +448,10 @@ pub(crate) async fn fetch_into_session(
         return Err(crate::worker::workspace_exists());
     }
     let fetched = async {
+        let addresses = checked_addresses(&request.url, allow).await?;
         let git = Git {
             git_dir: open_cache(root, &id).await?,
-            user: request.user.clone(),
+            remote: Remote::pinned(&request.url, &addresses),
         };
         let commit = fetch(&git, request).await?;
         Ok::<_, WireError>((git, commit))
@@ -454,8 +542,8 @@ async fn open_cache(root: &Path, id: &str) -> Result<PathBuf, WireError> {
 /// keeps under [`CACHE_REF`].
 async fn fetch(git: &Git, request: &SourceRequest) -> Result<String, WireError> {
     let commit = match &request.commit {
-        Some(commit) => fetch_commit(git, &request.url, commit).await?,
-        None => fetch_ref(git, &request.url, &request.reference).await?,
+        Some(commit) => fetch_commit(git, commit).await?,
+        None => fetch_ref(git, &request.reference).await?,
     };
     git.run(["update-ref", CACHE_REF, commit.as_str()])
         .await
@@ -465,11 +553,11 @@ async fn fetch(git: &Git, request: &SourceRequest) -> Result<String, WireError> 
 
 /// Makes sure the cache has `commit`: from the cache, by id, or from every branch and tag
 /// when the server refuses to send an object by id.
-async fn fetch_commit(git: &Git, url: &str, commit: &str) -> Result<String, WireError> {
+async fn fetch_commit(git: &Git, commit: &str) -> Result<String, WireError> {
     if git.has_commit(commit).await? {
         return Ok(commit.to_owned());
     }
-    if let Err(failure) = git.fetch(url, &["--depth=1"], &[commit]).await {
+    if let Err(failure) = git.fetch(&["--depth=1"], &[commit]).await {
         tracing::info!(
             stderr = %failure.detail(),
             "the repository does not send a commit by id; fetching its branches and tags"
@@ -484,7 +572,6 @@ async fn fetch_commit(git: &Git, url: &str, commit: &str) -> Result<String, Wire
             false => &[],
         };
         git.fetch(
-            url,
             options,
             &[
                 "+refs/heads/*:refs/gatehouse/heads/*",
@@ -492,7 +579,7 @@ async fn fetch_commit(git: &Git, url: &str, commit: &str) -> Result<String, Wire
             ],
         )
         .await
-        .map_err(|failure| failure.unavailable())?;
+        .map_err(|failure| fetch_failed(&failure))?;
     }
     match git.has_commit(commit).await? {
         true => Ok(commit.to_owned()),
@@ -504,19 +591,19 @@ async fn fetch_commit(git: &Git, url: &str, commit: &str) -> Result<String, Wire
 }
 
 /// Fetches `reference` and returns the commit it resolves to.
-async fn fetch_ref(git: &Git, url: &str, reference: &str) -> Result<String, WireError> {
+async fn fetch_ref(git: &Git, reference: &str) -> Result<String, WireError> {
     let unresolved = || {
         WireError::new(
             ErrorCode::SourceUnavailable,
             format!("the ref {reference} does not resolve to a commit"),
         )
     };
-    if let Err(failure) = git.fetch(url, &["--depth=1"], &[reference]).await {
+    if let Err(failure) = git.fetch(&["--depth=1"], &[reference]).await {
         return match &failure {
             GitFailure::Exited { stderr } if stderr.contains("couldn't find remote ref") => {
                 Err(unresolved())
             }
-            _ => Err(failure.unavailable()),
+            _ => Err(fetch_failed(&failure)),
         };
     }
     let resolved = git
@@ -973,8 +1060,8 @@ fn write_listing(
 struct Git {
     /// The bare repository of the cache.
     git_dir: PathBuf,
-    /// The user name of the source's URL, taken out of git's messages.
-    user: Option<String>,
+    /// The repository, as git reaches it.
+    remote: Remote,
 }
 
 impl Git {
@@ -995,7 +1082,7 @@ impl Git {
     {
         let mut command = self.command();
         command.args(args);
-        run(command, self.user.as_deref()).await
+        run(command, self.remote.user.as_deref()).await
     }
 
     /// Returns whether the cache holds `commit` as a commit.
@@ -1010,26 +1097,29 @@ impl Git {
         }
     }
 
-    /// Fetches `refspecs` from `url` into the cache, without tags beyond the refspecs.
-    async fn fetch(
-        &self,
-        url: &str,
-        options: &[&str],
-        refspecs: &[&str],
-    ) -> Result<(), GitFailure> {
+    /// Fetches `refspecs` from the remote into the cache, without tags beyond the refspecs,
+    /// with the remote's pinning settings.
+    async fn fetch(&self, options: &[&str], refspecs: &[&str]) -> Result<(), GitFailure> {
         let mut command = self.command();
+        for setting in &self.remote.config {
+            command.args(["-c", setting]);
+        }
+        if !self.remote.env.is_empty() {
+            command.env_remove("GIT_SSH");
+        }
+        command.envs(self.remote.env.iter().map(|(name, value)| (name, value)));
         command
             .args(["fetch", "--quiet", "--no-tags", "--no-recurse-submodules"])
             .args(options)
             .arg("--")
-            .arg(url)
+            .arg(&self.remote.url)
             .args(refspecs);
-        run(command, self.user.as_deref()).await.map(|_| ())
+        run(command, self.remote.user.as_deref()).await.map(|_| ())
     }
 
     /// Returns `text` without the URL's user name.
     fn redact(&self, text: &[u8]) -> String {
-        redact(text, self.user.as_deref())
+        redact(text, self.remote.user.as_deref())
     }
 }
 
@@ -1079,18 +1169,6 @@ impl GitFailure {
         }
     }
 
-    /// Returns the error of a fetch that failed: `SOURCE_UNAVAILABLE`, "the session's
-    /// repository cannot be fetched" and the detail.
-    fn unavailable(&self) -> WireError {
-        WireError::new(
-            ErrorCode::SourceUnavailable,
-            format!(
-                "the session's repository cannot be fetched: {}",
-                self.detail()
-            ),
-        )
-    }
-
     /// Returns the error of a call on the cache that failed: `SOURCE_UNAVAILABLE` when git
     /// cannot be run on the node host, else `INTERNAL`; the message is `context` and the detail.
     fn internal(&self, context: &str) -> WireError {
@@ -1102,6 +1180,23 @@ impl GitFailure {
         };
         WireError::new(code, format!("{context}: {}", self.detail()))
     }
+}
+
+/// Logs why a fetch failed, git's stderr included, and returns its error for the caller:
+/// `SOURCE_UNAVAILABLE`, "the session's repository cannot be fetched" and what failed, without
+/// git's message (which tells what answers at an address).
+fn fetch_failed(failure: &GitFailure) -> WireError {
+    tracing::warn!(detail = %failure.detail(), "git cannot fetch a session's repository");
+    let what = match failure {
+        GitFailure::Spawn(_) => "git cannot be run on the node host",
+        GitFailure::Exited { .. } | GitFailure::TooMuchOutput | GitFailure::Io(_) => {
+            "git failed (the node host's log has its message)"
+        }
+    };
+    WireError::new(
+        ErrorCode::SourceUnavailable,
+        format!("the session's repository cannot be fetched: {what}"),
+    )
 }
 
 /// Starts `command`.

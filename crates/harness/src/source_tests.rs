@@ -4,12 +4,15 @@ use std::path::PathBuf;
 
 use base64::Engine;
 use gatehouse_fsops::test_support::tree;
+use gatehouse_policy::repository::RepositoryUrl;
+use gatehouse_policy::repository::SourceAllowList;
 use gatehouse_protocol::checkpoint::validate_manifest;
 use gatehouse_protocol::worker::AgentSessionSourceParams;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::SandboxSettings;
 use pretty_assertions::assert_eq;
 
+use crate::source::Remote;
 use crate::source::SourceRequest;
 use crate::worker::WorkerRetirement;
 use crate::worker::WorkerSettings;
@@ -56,6 +59,11 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
+        Fixture::allowing(SourceAllowList::default())
+    }
+
+    /// A fixture whose node host has `allow` as its `source-allow-hosts`.
+    fn allowing(allow: SourceAllowList) -> Fixture {
         let temp = tempfile::tempdir().unwrap();
         let base = temp.path().canonicalize().unwrap();
         let root = base.join("harness");
@@ -76,6 +84,7 @@ impl Fixture {
             exec_timeout_seconds: 10,
             sandbox: SandboxSettings::default(),
             telemetry_env: Vec::new(),
+            source_allow: allow,
         };
         Fixture {
             _temp: temp,
@@ -353,12 +362,13 @@ async fn an_unknown_ref_or_an_unreachable_repository_is_source_unavailable() {
         fixture.root.parent().unwrap().display()
     );
     let error = fixture.supervisor.source(unreachable).await.unwrap_err();
-    assert_eq!(error.code, "SOURCE_UNAVAILABLE", "{error:?}");
-    assert!(
-        error
-            .message
-            .starts_with("the session's repository cannot be fetched: "),
-        "{error:?}"
+    // git's message (which names the path) stays in the node host's log.
+    assert_eq!(
+        (error.code.as_str(), error.message.as_str()),
+        (
+            "SOURCE_UNAVAILABLE",
+            "the session's repository cannot be fetched: git failed (the node host's log has its message)"
+        )
     );
     assert!(!fixture.workspace("unknown").exists());
     assert!(!fixture.workspace("unreachable").exists());
@@ -377,7 +387,8 @@ async fn refused_params_are_invalid_params_before_anything_runs() {
         ("-uhttps://example.com/repo.git", None, None),
         ("http://example.com/repo.git", None, None),
         ("git@example.com:repo.git", None, None),
-        ("HTTPS://example.com/repo.git", None, None),
+        (" file:///srv/repo", None, None),
+        ("file://otherhost/srv/repo", None, None),
         ("ssh://-oProxyCommand=touch/repo", None, None),
         ("https://example.com/repo.git\n", None, None),
         ("https://", None, None),
@@ -444,7 +455,7 @@ fn accepted_urls_keep_their_user_name_for_redaction() {
             overlay: None,
         };
         let request = SourceRequest::parse(&params).unwrap();
-        assert_eq!(request.user.as_deref(), user, "{url}");
+        assert_eq!(request.url.user(), user, "{url}");
         assert_eq!(request.reference, "release/v1.2");
     }
     assert_eq!(
@@ -471,6 +482,11 @@ async fn a_repository_inside_the_node_root_is_refused() {
         format!("file://{}", inside.display()),
         format!("file://{}", outside.display()),
         format!("file://{}/sources", fixture.root.display()),
+        // Every spelling of the same path: git ignores a file URL's host and reads `%2e%2e`.
+        format!("file://localhost{}/sources/x", fixture.root.display()),
+        format!("FILE://{}/sources", fixture.root.display()),
+        format!("File://LOCALHOST{}", inside.display()),
+        format!("file://{}/sessions/%2e%2e/sources", fixture.root.display()),
     ] {
         let params = AgentSessionSourceParams {
             session_key: String::from("reader"),
@@ -740,4 +756,164 @@ async fn an_overlay_keeps_what_the_checkpoint_left_out_from_the_commit() {
     params.overlay = Some(overlay);
     let error = fixture.supervisor.source(params).await.unwrap_err();
     assert_eq!(error.code, "INVALID_PARAMS", "{error:?}");
+}
+
+/// Binds a TCP port on loopback and closes it again: nothing listens there.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Returns the error of a source from `url` on `fixture`'s node host.
+async fn source_error(fixture: &Fixture, url: &str) -> gatehouse_protocol::error::WireError {
+    let mut params = fixture.params("network");
+    params.url = url.to_owned();
+    fixture.supervisor.source(params).await.unwrap_err()
+}
+
+/// By default the node host fetches from no loopback, link-local or private address, whether
+/// the URL names it or a host name resolves to it, and it refuses before git runs.
+#[tokio::test]
+async fn internal_addresses_are_refused_unless_allowed() {
+    let fixture = Fixture::new();
+    let port = closed_port();
+    for url in [
+        format!("https://127.0.0.1:{port}/x"),
+        String::from("https://169.254.169.254/latest/meta-data/"),
+        format!("https://[::1]:{port}/"),
+        format!("https://[::ffff:127.0.0.1]:{port}/x"),
+        format!("https://localhost:{port}/x"),
+        format!("ssh://git@127.0.0.1:{port}/x"),
+        String::from("ssh://10.0.0.1/x"),
+    ] {
+        let error = source_error(&fixture, &url).await;
+        assert_eq!(error.code, "SOURCE_UNAVAILABLE", "{url}: {error:?}");
+        assert!(
+            error
+                .message
+                .starts_with("the repository's host is refused: it is or resolves to a ")
+                && error.message.contains("source-allow-hosts"),
+            "{url}: {error:?}"
+        );
+        assert!(
+            !error.message.contains(&port.to_string()),
+            "{url}: {error:?}"
+        );
+    }
+    assert!(
+        !fixture.root.join("sources").exists(),
+        "a refused source reached git"
+    );
+}
+
+/// An allow-listed host is fetched from, through the address that was checked; git's message
+/// about the failed connection stays in the node host's log.
+#[tokio::test]
+async fn an_allowed_host_is_fetched_from_its_checked_address() {
+    let fixture = Fixture::allowing(SourceAllowList::new(["localhost", "127.0.0.0/8"]).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // A plain TCP server: it answers git's TLS hello with text and hangs up.
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&accepted);
+    let server = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ =
+                tokio::io::AsyncWriteExt::write_all(&mut stream, b"HTTP/1.0 200 OK\r\n\r\n").await;
+        }
+    });
+    let closed = closed_port();
+    let mut errors = Vec::new();
+    for url in [
+        format!("https://localhost:{port}/x"),
+        format!("https://127.0.0.1:{port}/x"),
+        format!("https://127.0.0.1:{closed}/x"),
+    ] {
+        let error = source_error(&fixture, &url).await;
+        assert!(
+            !error.message.contains("TLS")
+                && !error.message.contains("connect")
+                && !error.message.contains(&port.to_string())
+                && !error.message.contains(&closed.to_string()),
+            "{url}: {error:?}"
+        );
+        errors.push((error.code, error.message));
+    }
+    let expected = (
+        String::from("SOURCE_UNAVAILABLE"),
+        String::from(
+            "the session's repository cannot be fetched: git failed (the node host's log has its message)",
+        ),
+    );
+    assert_eq!(errors, vec![expected.clone(), expected.clone(), expected]);
+    server.abort();
+    // git connected to the checked address, by name and by literal.
+    assert!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "git never reached the allowed host"
+    );
+}
+
+/// git connects to the addresses that were checked, never to a new resolution of the name.
+#[test]
+fn a_remote_is_pinned_to_its_checked_addresses() {
+    let address = |text: &str| text.parse::<std::net::IpAddr>().unwrap();
+    let checked = [address("10.1.2.3"), address("fd00::1")];
+    let remote = |url: &str| Remote::pinned(&RepositoryUrl::parse(url).unwrap(), &checked);
+    let strings = |items: &[&str]| {
+        items
+            .iter()
+            .map(|item| (*item).to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        remote("HTTPS://Git.Corp.Example/r.git"),
+        Remote {
+            url: String::from("https://git.corp.example/r.git"),
+            user: None,
+            config: strings(&[
+                "http.followRedirects=false",
+                "http.curloptResolve=git.corp.example:443:10.1.2.3,[fd00::1]",
+            ]),
+            env: Vec::new(),
+        }
+    );
+    assert_eq!(
+        remote("ssh://git@git.corp.example:2222/r.git"),
+        Remote {
+            url: String::from("ssh://git@git.corp.example:2222/r.git"),
+            user: Some(String::from("git")),
+            config: strings(&["ssh.variant=ssh"]),
+            env: vec![(
+                "GIT_SSH_COMMAND",
+                String::from("ssh -o HostName=10.1.2.3 -o HostKeyAlias=[git.corp.example]:2222")
+            )],
+        }
+    );
+    assert_eq!(
+        remote("ssh://git.corp.example/r.git").env,
+        vec![(
+            "GIT_SSH_COMMAND",
+            String::from("ssh -o HostName=10.1.2.3 -o HostKeyAlias=git.corp.example")
+        )]
+    );
+    // An address literal needs no pinning; https still follows no redirect.
+    let literal = remote("https://192.0.2.7:8443/r.git");
+    assert_eq!(
+        (literal.url.as_str(), literal.config, literal.env),
+        (
+            "https://192.0.2.7:8443/r.git",
+            strings(&["http.followRedirects=false"]),
+            Vec::new()
+        )
+    );
+    let file = remote("file://localhost/srv/r");
+    assert_eq!(
+        (file.url.as_str(), file.config.len(), file.env.len()),
+        ("file:///srv/r", 0, 0)
+    );
 }

@@ -133,6 +133,10 @@ pub struct WorkerSettings {
     /// filter and log format and its `OTEL_*` settings, so a worker logs and exports traces
     /// the way its node host does. Nothing else of the node host's environment reaches it.
     pub telemetry_env: Vec<(String, String)>,
+    /// The host names and networks a session's repository may be fetched from although the
+    /// default rule refuses their addresses (`source-allow-hosts`); see
+    /// [`gatehouse_policy::repository`].
+    pub source_allow: gatehouse_policy::repository::SourceAllowList,
 }
 
 /// One running worker.
@@ -505,7 +509,14 @@ impl WorkerSupervisor {
         // A worker holding an old directory must not serve the new one, and no background
         // process may run while the workspace is written.
         self.stop(&params.session_key).await;
-        crate::source::fetch_into_session(&self.root, &params.session_key, &request, overlay).await
+        crate::source::fetch_into_session(
+            &self.root,
+            &params.session_key,
+            &request,
+            overlay,
+            &self.settings.source_allow,
+        )
+        .await
     }
 
     /// Runs one turn on the session's worker, streaming its events as progress lines.

@@ -216,6 +216,7 @@ async fn a_turn_that_requires_its_workspace_is_refused_when_it_is_missing() {
         exec_timeout_seconds: 10,
         sandbox: gatehouse_protocol::worker::SandboxSettings::default(),
         telemetry_env: Vec::new(),
+        source_allow: Default::default(),
     };
     let supervisor = crate::worker::WorkerSupervisor::new(settings, harness.root.clone());
     let workspace = harness

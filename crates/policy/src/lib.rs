@@ -11,6 +11,8 @@
 //!   policy.
 //! - [`tool`]: the tool policy. Profiles, groups and allow/deny layers where each layer can
 //!   only narrow and a deny always wins.
+//! - [`repository`]: the repository URLs of session workspace sources, parsed one way for the
+//!   Gateway and the node host, and the addresses the node host's `git` may reach.
 //! - [`PolicyError`]: the one error type, for invalid configuration and refused updates.
 //!   Policy decisions are values, not errors.
 //!
@@ -48,6 +50,7 @@
 
 mod error;
 pub mod path;
+pub mod repository;
 pub mod tool;
 
 pub use crate::error::PolicyError;

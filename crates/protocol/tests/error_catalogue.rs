@@ -65,6 +65,14 @@ const NOT_CODES: &[(&str, &str)] = &[
         "the git variable naming the transports it may use",
     ),
     (
+        "GIT_SSH_COMMAND",
+        "the git variable the node host sets to pin ssh to a checked address",
+    ),
+    (
+        "GIT_SSH",
+        "the git variable the node host clears when it pins ssh",
+    ),
+    (
         "OPENAI_API_KEY",
         "the default name of the model key variable",
     ),

@@ -247,6 +247,7 @@ impl Configuration {
             exec_timeout_seconds: gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS,
             sandbox: crate::sandbox_setup::best_available(),
             telemetry_env: crate::logging::worker_env(),
+            source_allow: Default::default(),
         };
         let host = NodeHost::prepare_with(
             NodeHostConfig {

@@ -72,6 +72,7 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
         // The tool turn runs through the same hardened sandbox as a node's.
         sandbox: crate::sandbox_setup::best_available(),
         telemetry_env: crate::logging::worker_env(),
+        source_allow: Default::default(),
     };
     let runtime_config = RuntimeConfig {
         model: ModelSpec::Mock,

@@ -731,3 +731,207 @@ async fn issue_19_a_repository_session_is_pinned_to_its_commit_and_rebuilt_from_
         "{session}"
     );
 }
+
+/// A request to the `up` with `token` (an API key's or the operator's).
+async fn request_as(
+    up: &Up,
+    token: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut request = reqwest::Client::new()
+        .request(method, format!("{}{path}", up.url))
+        .bearer_auth(token)
+        .timeout(WAIT);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// Sets `session`'s repository to `url` as `token`; returns the status and body.
+async fn put_repository(
+    up: &Up,
+    token: &str,
+    session: &str,
+    url: &str,
+) -> (u16, serde_json::Value) {
+    request_as(
+        up,
+        token,
+        reqwest::Method::PUT,
+        &format!("/v1/sessions/{session}"),
+        Some(serde_json::json!({"workspace": {"source": "repository", "url": url}})),
+    )
+    .await
+}
+
+/// Runs a turn of `session` as `token`; returns the finished turn.
+async fn turn_as(up: &Up, token: &str, session: &str) -> serde_json::Value {
+    let (status, accepted) = request_as(
+        up,
+        token,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{session}/messages"),
+        Some(serde_json::json!({"text": "/say hi"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{accepted}");
+    let (status, turn) = request_as(
+        up,
+        token,
+        reqwest::Method::GET,
+        &format!("/v1/turns/{}?wait=60", accepted["turnId"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{turn}");
+    turn
+}
+
+/// Issue 33: a chat key limited to its sessions neither scans the node host's network through
+/// a repository session's error (a closed port and a port that speaks no TLS answer alike, and
+/// internal addresses are refused unless the node host allows them) nor reads the node host's
+/// files through another spelling of `file://`.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_33_a_chat_key_scans_no_port_and_reads_no_node_state_through_a_repository() {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().canonicalize().unwrap().join("data");
+    // Loopback is allowed here, so git does connect; what it saw must still stay in the log.
+    let mut command = gatehouse();
+    command
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--source-allow-hosts",
+            "127.0.0.1",
+        ])
+        .arg("--data")
+        .arg(&data);
+    let up = Up::spawn(command, None, &data.join("gateway"), &data);
+    up.wait_ready().await;
+    let (status, key) = up
+        .request(
+            reqwest::Method::POST,
+            "/v1/keys",
+            Some(serde_json::json!({"name": "scanner", "scopes": ["chat"], "sessions": "scan"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{key}");
+    let chat = key["key"].as_str().unwrap().to_owned();
+    // An open port that speaks plain TCP, and a closed one.
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let open_port = open.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in open.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let _ = std::io::Write::write_all(&mut stream, b"SSH-2.0-OpenSSH_9.6\r\n");
+        }
+    });
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut errors = Vec::new();
+    for (session, port) in [("scan-open", open_port), ("scan-closed", closed_port)] {
+        let url = format!("https://127.0.0.1:{port}/x");
+        let (status, created) = put_repository(&up, &chat, session, &url).await;
+        assert_eq!(status, 201, "{created}");
+        let turn = turn_as(&up, &chat, session).await;
+        assert_eq!(turn["status"], "failed", "{turn}");
+        let text = turn.to_string();
+        assert!(
+            !text.contains("Couldn't connect") && !text.contains("TLS") && !text.contains("SSL"),
+            "{turn}"
+        );
+        let error = turn["error"].clone();
+        assert!(
+            !error.to_string().contains(&port.to_string()),
+            "the error names the port: {error}"
+        );
+        errors.push(error);
+    }
+    assert_eq!(
+        errors[0], errors[1],
+        "a closed and an open port answer apart"
+    );
+    assert_eq!(errors[0]["code"], "SOURCE_UNAVAILABLE", "{}", errors[0]);
+    // The node host's log has git's message.
+    assert!(
+        up.process
+            .stderr()
+            .contains("git cannot fetch a session's repository"),
+        "{}",
+        up.process.stderr()
+    );
+    // A cloud's metadata service is refused before git runs, naming only the class.
+    let (status, created) = put_repository(
+        &up,
+        &chat,
+        "scan-metadata",
+        "https://169.254.169.254/latest/",
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let turn = turn_as(&up, &chat, "scan-metadata").await;
+    assert_eq!(turn["error"]["code"], "SOURCE_UNAVAILABLE", "{turn}");
+    let message = turn["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("link-local") && !message.contains("169.254"),
+        "{turn}"
+    );
+    // No spelling of file:// passes for a chat key.
+    let sources = data.join("harness").join("sources").join("x");
+    for url in [
+        format!("FILE://{}", sources.display()),
+        format!("File://localhost{}", sources.display()),
+        format!("file://localhost{}", sources.display()),
+    ] {
+        let (status, refused) = put_repository(&up, &chat, "scan-file", &url).await;
+        assert_eq!(
+            (status, &refused["error"]["code"]),
+            (403, &serde_json::json!("SCOPE_DENIED")),
+            "{url}: {refused}"
+        );
+    }
+    let (status, refused) = put_repository(
+        &up,
+        &chat,
+        "scan-file",
+        &format!(" file://{}", sources.display()),
+    )
+    .await;
+    assert_eq!(
+        (status, &refused["error"]["code"]),
+        (400, &serde_json::json!("INVALID_REQUEST")),
+        "{refused}"
+    );
+    // The operator may name a path on the node host, but never into the node's own state,
+    // whatever host the URL names.
+    let (status, created) = put_repository(
+        &up,
+        &up.token,
+        "own-state",
+        &format!("file://localhost{}", sources.display()),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let turn = turn_as(&up, &up.token, "own-state").await;
+    assert_eq!(turn["error"]["code"], "SOURCE_UNAVAILABLE", "{turn}");
+    assert!(
+        turn["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("own state"),
+        "{turn}"
+    );
+}

@@ -33,6 +33,8 @@ use gatehouse_api::sessions::WorktreeTarQuery;
 use gatehouse_api::sessions::WorktreeVersionSummary;
 use gatehouse_api::sessions::WorktreeWriteQuery;
 use gatehouse_api::sessions::WorktreeWritten;
+use gatehouse_policy::repository::RepositoryUrl;
+use gatehouse_policy::repository::Scheme;
 use gatehouse_protocol::checkpoint::KIND_FILE;
 use gatehouse_protocol::checkpoint::KIND_SYMLINK;
 use gatehouse_protocol::checkpoint::validate_entry;
@@ -72,13 +74,11 @@ pub(crate) async fn put_session(
     Json(params): Json<SessionParams>,
 ) -> Result<Response, ApiError> {
     check_session_key(&session_key)?;
-    check_source(&params.workspace)?;
+    let url = check_source(&params.workspace)?;
     // A `file://` repository is a path on the node host: only an admin names one, so a chat
-    // key limited to its sessions cannot read what the node host keeps elsewhere.
-    if params
-        .workspace
-        .repository()
-        .is_some_and(|repository| repository.url.starts_with("file://"))
+    // key limited to its sessions cannot read what the node host keeps elsewhere. The scheme
+    // is the canonical reading, so `FILE://` is `file://` too.
+    if url.is_some_and(|url| url.scheme() == Scheme::File)
         && !principal.has(gatehouse_store::model::Scope::Admin)
     {
         return Err(ApiError::new(
@@ -183,31 +183,18 @@ fn source_name(source: &WorkspaceSource) -> &'static str {
     }
 }
 
-/// Refuses a repository the Harness would refuse: a URL that is not `file://`, `https://` or
-/// `ssh://`, or that carries a password (credentials live on the Harness side only, in its git
-/// configuration), and a ref git would not take.
-fn check_source(source: &WorkspaceSource) -> Result<(), ApiError> {
+/// Refuses a repository the Harness would refuse, with the Harness's own reading of the URL
+/// ([`RepositoryUrl::parse`]: `file://`, `https://` or `ssh://` in any case, no whitespace, no
+/// credentials, which live on the Harness side only, in its git configuration), and a ref git
+/// would not take; returns the URL's canonical reading, if the source names a repository.
+/// Which addresses the Harness may reach is the Harness's to judge, after it resolves the host.
+fn check_source(source: &WorkspaceSource) -> Result<Option<RepositoryUrl>, ApiError> {
     let Some(repository) = source.repository() else {
-        return Ok(());
+        return Ok(None);
     };
-    let url = url::Url::parse(&repository.url).map_err(|error| {
-        ApiError::invalid_request(format!("the repository URL is invalid: {error}"))
+    let url = RepositoryUrl::parse(&repository.url).map_err(|refusal| {
+        ApiError::invalid_request(format!("the repository URL is refused: {refusal}"))
     })?;
-    if !matches!(url.scheme(), "file" | "https" | "ssh") {
-        return Err(ApiError::invalid_request(
-            "the repository URL must be file://, https:// or ssh://",
-        ));
-    }
-    // A token passed as the user name (`https://TOKEN@host/`) is a credential too: only an ssh
-    // URL may name a plain user.
-    let user = url.username();
-    if url.password().is_some()
-        || (!user.is_empty() && (url.scheme() != "ssh" || user.contains('%')))
-    {
-        return Err(ApiError::invalid_request(
-            "the repository URL carries credentials (only an ssh URL may name a plain user); credentials belong in the Harness's git configuration, never in the URL",
-        ));
-    }
     if let Some(reference) = &repository.reference {
         let valid = !reference.is_empty()
             && reference.len() <= 255
@@ -222,7 +209,7 @@ fn check_source(source: &WorkspaceSource) -> Result<(), ApiError> {
             ));
         }
     }
-    Ok(())
+    Ok(Some(url))
 }
 
 /// Returns the head of the session's worktree.

@@ -82,6 +82,7 @@ pub(crate) async fn start_with_worker(write_worker: impl FnOnce(&Path) -> PathBu
         // The hostile worker is a script that runs no command.
         sandbox: gatehouse_protocol::worker::SandboxSettings::default(),
         telemetry_env: Vec::new(),
+        source_allow: Default::default(),
     };
     let runtime = RuntimeConfig {
         workers: Some(workers),
