@@ -26,8 +26,8 @@ pub(crate) struct ShareArgs {
         value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_STREAMS_LIMIT)))]
     max_streams: Option<u32>,
     /// The turns one key may have queued or running at once, unless the key sets its own
-    /// (default: half the worker capacity of the linked nodes, at least 1). Past it the key is
-    /// answered 429 RATE_LIMITED.
+    /// (default: half the worker capacity of the smallest linked node and at most half of
+    /// max-concurrent-turns, at least 1). Past it the key is answered 429 RATE_LIMITED.
     #[arg(long, env = "GATEHOUSE_KEY_CONCURRENT_TURNS", value_name = "N",
         value_parser = clap::value_parser!(u32).range(1..))]
     key_concurrent_turns: Option<u32>,

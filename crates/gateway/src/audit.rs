@@ -121,7 +121,12 @@ pub enum Limited {
 #[derive(Clone)]
 pub struct Audit {
     store: Arc<dyn Store>,
+    /// The windows of nodes and peers ([`Audit::record_limited`]).
     limiter: Arc<Limiter>,
+    /// The windows of API callers ([`Audit::record_caller`]), apart from the nodes' and peers',
+    /// so a flood of peer addresses that fills [`MAX_LIMITED_KEYS`] never folds a key into the
+    /// shared overflow window.
+    callers: Arc<Limiter>,
 }
 
 impl Audit {
@@ -135,6 +140,7 @@ impl Audit {
         Self {
             store,
             limiter: Arc::new(Limiter::with_window(limit_window)),
+            callers: Arc::new(Limiter::with_window(limit_window)),
         }
     }
 
@@ -188,7 +194,7 @@ impl Audit {
             reason_code,
             details,
         };
-        self.record_limited(actor, row).await
+        self.record_in(&self.callers, actor, row).await
     }
 
     /// Records `row` unless `key` (a node id, a peer address or a caller's actor) already added
@@ -199,7 +205,12 @@ impl Audit {
     /// # Returns
     /// Whether the row was written, so the caller logs only written rows.
     pub async fn record_limited(&self, key: &str, row: AuditRow<'_>) -> Limited {
-        let decision = self.limiter.admit(key, Instant::now());
+        self.record_in(&self.limiter, key, row).await
+    }
+
+    /// Records `row` under `key`'s window of `limiter`, as [`Audit::record_limited`] says.
+    async fn record_in(&self, limiter: &Limiter, key: &str, row: AuditRow<'_>) -> Limited {
+        let decision = limiter.admit(key, Instant::now());
         if let Some(summary) = decision.summary {
             self.write_summary(&summary).await;
         }
@@ -213,7 +224,10 @@ impl Audit {
     /// Writes the summaries of every window that ended with suppressed rows; called
     /// periodically so a key that went quiet is still summarised.
     pub async fn flush_summaries(&self) {
-        for summary in self.limiter.take_ended(Instant::now()) {
+        let now = Instant::now();
+        let mut ended = self.limiter.take_ended(now);
+        ended.extend(self.callers.take_ended(now));
+        for summary in ended {
             self.write_summary(&summary).await;
         }
     }
@@ -551,6 +565,34 @@ mod tests {
             }]
         );
         assert!(limiter.windows.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn peers_filling_the_table_never_fold_a_caller_into_the_overflow_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(
+            gatehouse_store::sqlite::SqliteStore::open(&dir.path().join("audit.db"))
+                .await
+                .unwrap(),
+        );
+        let audit = Audit::new(Arc::clone(&store));
+        for index in 0..MAX_LIMITED_KEYS + 10 {
+            audit
+                .limiter
+                .admit(&format!("peer:{index}"), Instant::now());
+        }
+        let recorded = audit
+            .record_caller(
+                "key:app",
+                "session.abort",
+                "succeeded",
+                None,
+                serde_json::json!({}),
+            )
+            .await;
+        assert_eq!(recorded, Limited::Recorded);
+        assert!(audit.callers.windows.lock().contains_key("key:app"));
+        assert!(!audit.callers.windows.lock().contains_key(OVERFLOW_KEY));
     }
 
     #[test]

@@ -311,8 +311,11 @@ pub(crate) struct GatewayState {
 
 impl GatewayState {
     /// Returns the turns `key` may have queued or running at once: its own limit, else the
-    /// configured default share, else half the worker capacity of the nodes linked here (the
-    /// Gateway's cap on concurrent turns while no node has reported one).
+    /// configured default share, else half the worker capacity of the smallest node linked here
+    /// (each report bounded by [`shares::MAX_REPORTED_CAPACITY`]) or of the Gateway's cap on
+    /// concurrent turns, whichever is smaller, so a hostile node cannot lift the share.
+    /// A session's worker lives on one node, so half the smallest node is what keeps one key
+    /// from holding every slot of any node.
     pub(crate) fn turn_share(&self, key: &gatehouse_store::model::ApiKeyRecord) -> u32 {
         if let Some(limit) = key
             .concurrent_turns
@@ -320,17 +323,19 @@ impl GatewayState {
         {
             return limit;
         }
-        let linked: u64 = self
+        let smallest = self
             .registry
             .all()
             .iter()
             .filter_map(|node| node.report())
-            .map(|report| u64::from(report.worker_capacity))
-            .sum();
-        let capacity = match linked {
-            0 => self.config.max_concurrent_turns as u64,
-            linked => linked,
-        };
+            .map(|report| report.worker_capacity)
+            .filter(|capacity| *capacity > 0)
+            .map(|capacity| u64::from(capacity.min(shares::MAX_REPORTED_CAPACITY)))
+            .min();
+        // The Gateway runs at most `max_concurrent_turns` at once: half of those is the most a
+        // key is given whatever the nodes say.
+        let gateway_cap = self.config.max_concurrent_turns as u64;
+        let capacity = smallest.map_or(gateway_cap, |smallest| smallest.min(gateway_cap));
         shares::default_turn_share(capacity)
     }
 

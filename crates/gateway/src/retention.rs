@@ -50,6 +50,7 @@ use gatehouse_store::cluster::TurnWriter;
 use gatehouse_store::model::CheckpointBlob;
 use gatehouse_store::model::MediaCharge;
 use gatehouse_store::model::MediaChargeKind;
+use gatehouse_store::model::ReleasedUpload;
 use tokio::sync::RwLock;
 use tokio::sync::RwLockReadGuard;
 
@@ -238,19 +239,48 @@ impl MediaRetention {
         }
     }
 
-    /// Collects what nothing refers to any more (after an upload was released); failures are
-    /// logged and audited, never returned.
-    pub(crate) async fn collect_released(&self) -> GcSummary {
+    /// Releases an upload of `media_id` ([`Store::release_upload`]: `owner`'s, or every one for
+    /// `None`) and, when no upload holds the blob any more, collects it unless something else
+    /// refers to it. It runs under the exclusive side of the local lock and the store's
+    /// collection hold, so an upload of the same bytes in flight (on any replica) has either
+    /// stored its charge and its pin or not begun: a release never lands between the two and
+    /// leaves a pinned blob charged to nobody.
+    ///
+    /// # Errors
+    /// [`ReleaseError::Busy`] when another replica kept the media lock through every attempt; a
+    /// store failure.
+    pub(crate) async fn release_upload(
+        &self,
+        owner: Option<&str>,
+        media_id: &str,
+    ) -> Result<ReleasedUpload, ReleaseError> {
         let _deleting = self.lock.write().await;
+        let mut held = None;
+        for _ in 0..RELEASE_ATTEMPTS {
+            held = self.store.try_hold_media_collection().await?;
+            if held.is_some() {
+                break;
+            }
+            tokio::time::sleep(RELEASE_RETRY).await;
+        }
+        let Some(mut held) = held else {
+            return Err(ReleaseError::Busy);
+        };
+        let released = self.store.release_upload(owner, media_id, now_ms()).await;
         let mut summary = GcSummary::default();
-        if let Err(error) = self.sweep_held(&mut summary).await {
-            tracing::error!(error = %error, "cannot collect released media");
+        let swept = match &released {
+            Ok(released) if released.unpinned => self.sweep(&mut summary, held.as_mut()).await,
+            _ => Ok(()),
+        };
+        held.release().await;
+        let released = released?;
+        if let Err(error) = swept {
+            tracing::error!(error = %error, "cannot collect a released upload");
             summary.failed_blobs += 1;
         }
         self.audit_summary(GcTrigger::Release, None, &summary).await;
-        summary
+        Ok(released)
     }
-
     /// Returns a hold to keep while storing media and recording its reference (an upload and
     /// its pin): no collection, on this replica or another, deletes a blob while any hold is
     /// kept. Give it back with [`WriteHold::release`].
@@ -614,6 +644,23 @@ pub(crate) fn manifest_blobs(manifest: &serde_json::Value) -> HashMap<String, u6
         }
     }
     blobs
+}
+
+/// How many times [`MediaRetention::release_upload`] tries to take the store's media lock.
+const RELEASE_ATTEMPTS: u32 = 50;
+
+/// The pause between two of those attempts.
+const RELEASE_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Why an upload could not be released.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReleaseError {
+    /// Another replica stored media through every attempt to take the media lock; retry.
+    #[error("media is being stored on another replica; retry")]
+    Busy,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Why writing a checkpoint failed.

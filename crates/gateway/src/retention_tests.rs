@@ -334,3 +334,57 @@ async fn finding_6_retention_keeps_the_newest_checkpoints_and_their_blobs() {
         .await
         .unwrap();
 }
+
+/// Issue 33, review: a key that deletes an upload while the same upload is still being stored
+/// must not leave a pinned blob charged to nobody. The release waits for the upload's hold, so
+/// it sees the upload's charge and pin together, and the blob is collected.
+#[tokio::test]
+async fn a_release_waits_for_an_upload_in_flight_and_then_collects_its_blob() {
+    use gatehouse_store::model::MediaChargeKind;
+    let parts = parts(
+        RetentionConfig {
+            checkpoint_quota_bytes: 1 << 20,
+            checkpoints_kept: 1,
+        },
+        None,
+    )
+    .await;
+    let retention = Arc::new(parts.retention);
+    let upload = blob(7, 100);
+    let listed = [CheckpointBlob {
+        media_id: upload.media_id.clone(),
+        size_bytes: 100,
+    }];
+    // The upload in flight: charged, not yet stored or pinned.
+    let writing = retention.hold().await.unwrap();
+    parts
+        .store
+        .charge_media("key:a", MediaChargeKind::Upload, &listed, None, 1)
+        .await
+        .unwrap();
+    let release = tokio::spawn({
+        let retention = Arc::clone(&retention);
+        let media_id = upload.media_id.clone();
+        async move { retention.release_upload(Some("key:a"), &media_id).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!release.is_finished(), "the release ran beside the upload");
+    parts
+        .media
+        .put(upload.bytes.clone(), "application/octet-stream", None)
+        .await
+        .unwrap();
+    parts
+        .store
+        .pin_media(&upload.media_id, "upload", 2)
+        .await
+        .unwrap();
+    writing.release().await;
+    let released = release.await.unwrap().unwrap();
+    assert!(released.released && released.unpinned, "{released:?}");
+    assert!(matches!(
+        parts.media.get(&upload.media_id).await,
+        Err(MediaError::NotFound { .. })
+    ));
+    assert_eq!(parts.store.media_charged_bytes("key:a").await.unwrap(), 0);
+}

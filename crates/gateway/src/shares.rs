@@ -12,8 +12,8 @@
 //!   the store and ordinary requests, so a flood of streams is refused by an answer, never by a
 //!   failed `accept`.
 //! - **Turns:** its turns queued or running at once ([`crate::http::limits`]). The default is half
-//!   the worker capacity of the nodes linked to this replica (at least 1), so one key can never
-//!   hold every worker slot.
+//!   the worker capacity of the smallest node linked to this replica (at least 1), so one key
+//!   never holds every worker slot of a node.
 //! - **Media:** the bytes charged to it: its uploads, plus the checkpoints and worktree versions
 //!   of the sessions it created (`KEY_MEDIA_QUOTA_EXCEEDED`, 507). The default is a quarter of
 //!   the Gateway's media quota.
@@ -40,6 +40,10 @@ pub const DEFAULT_MAX_STREAMS: u32 = 4096;
 /// The most streams any key may be given, and the most a Gateway may serve.
 pub const MAX_STREAMS_LIMIT: u32 = 1_000_000;
 
+/// The largest worker capacity a node's report is believed for the default turn share: the most
+/// `gatehouse node --capacity` takes. A report past it counts as this many.
+pub const MAX_REPORTED_CAPACITY: u32 = 1024;
+
 /// The `Retry-After` of a refused stream, in seconds.
 pub const STREAM_RETRY_AFTER_SECONDS: u64 = 5;
 
@@ -55,7 +59,7 @@ pub struct ShareConfig {
     /// start by [`fd_budget`].
     pub max_streams: u32,
     /// The turns a key has queued or running unless it sets `concurrentTurns`; `None` is half
-    /// the worker capacity of the linked nodes (at least 1).
+    /// the worker capacity of the smallest linked node (at least 1).
     pub key_concurrent_turns: Option<u32>,
     /// The media bytes charged to a key unless it sets `mediaQuotaBytes`; `None` is a quarter of
     /// the Gateway's media quota.

@@ -357,7 +357,10 @@ impl Remote {
                     remote.config.push(String::from("ssh.variant=ssh"));
                     remote.env.push((
                         "GIT_SSH_COMMAND",
-                        format!("ssh -o HostName={address} -o HostKeyAlias={alias}"),
+                        // git runs the command through the shell: the alias is quoted, so
+                        // `[NAME]:PORT` is never read as a glob (a name holds only letters,
+                        // digits, `.`, `_` and `-`, never a quote).
+                        format!("ssh -o HostName={address} -o 'HostKeyAlias={alias}'"),
                     ));
                 }
             }

@@ -890,7 +890,7 @@ fn a_remote_is_pinned_to_its_checked_addresses() {
             config: strings(&["ssh.variant=ssh"]),
             env: vec![(
                 "GIT_SSH_COMMAND",
-                String::from("ssh -o HostName=10.1.2.3 -o HostKeyAlias=[git.corp.example]:2222")
+                String::from("ssh -o HostName=10.1.2.3 -o 'HostKeyAlias=[git.corp.example]:2222'")
             )],
         }
     );
@@ -898,7 +898,7 @@ fn a_remote_is_pinned_to_its_checked_addresses() {
         remote("ssh://git.corp.example/r.git").env,
         vec![(
             "GIT_SSH_COMMAND",
-            String::from("ssh -o HostName=10.1.2.3 -o HostKeyAlias=git.corp.example")
+            String::from("ssh -o HostName=10.1.2.3 -o 'HostKeyAlias=git.corp.example'")
         )]
     );
     // An address literal needs no pinning; https still follows no redirect.

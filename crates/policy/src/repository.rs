@@ -16,8 +16,9 @@
 //! - No password, and a user name only in an `ssh` URL (a token as `https://TOKEN@host/` is a
 //!   credential too); no query and no fragment.
 //! - `https` and `ssh` name a host: a name of ASCII letters, digits, `-`, `_` and `.` that does
-//!   not start with `-` (international names are taken in their `xn--` form, percent-escapes
-//!   decoded first), or an IP literal (`[::1]` for IPv6).
+//!   not start with `-`, made of non-empty labels with no trailing dot (an `https` name is
+//!   percent-decoded and taken in its `xn--` form first; an `ssh` name with a percent-escape
+//!   is refused), or an IP literal (`[::1]` for IPv6).
 //! - `file` names no host, or `localhost` (the same thing); any other host is refused, as git
 //!   would silently ignore it. Its path is percent-decoded ([`RepositoryUrl::file_path`]), must
 //!   be absolute and must hold no `..` component and no NUL once decoded; `.` and `..` segments
@@ -26,8 +27,10 @@
 //! # The default address rule
 //! An address is refused ([`refused_class`]) when it is loopback, link-local (so
 //! `169.254.169.254`, a cloud's metadata service), private (RFC 1918, the shared range
-//! `100.64.0.0/10`, IPv6 unique local `fc00::/7`), unspecified (`0.0.0.0/8`, `::`), multicast or
-//! broadcast, and so is the IPv4-mapped IPv6 form (`::ffff:a.b.c.d`) of each. A
+//! `100.64.0.0/10`, IPv6 unique local `fc00::/7` and site-local `fec0::/10`), unspecified
+//! (`0.0.0.0/8`, `::`), multicast or broadcast; an IPv6 address that carries an IPv4 one (mapped
+//! `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`,
+//! 6to4 `2002::/16`) is judged by that IPv4 address. A
 //! [`SourceAllowList`] names the host names and networks exempt from it (a company's own git
 //! server).
 
@@ -319,12 +322,18 @@ fn canonical(
 
 /// Returns whether `name` is a host or user name of ASCII letters, digits, `.`, `_` and `-`
 /// that does not start with `-`: nothing a shell, `ssh` or `git` would read as more.
+/// A host name of non-empty labels of ASCII letters, digits, `_` and `-`, not starting with `-`
+/// and without a trailing dot: `example.com.` is refused, since curl may not find the address
+/// the node pins for it under that spelling and resolve the name again itself.
 fn is_plain_name(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with('-')
-        && name
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-'))
+        })
 }
 
 /// The classes of addresses the node host refuses to fetch from by default.
@@ -355,11 +364,15 @@ pub fn refused_class(address: IpAddr) -> Option<AddressClass> {
     match address.to_canonical() {
         IpAddr::V4(address) => refused_v4(address),
         IpAddr::V6(address) => {
+            if let Some(embedded) = embedded_v4(address) {
+                return refused_v4(embedded);
+            }
             if address.is_loopback() {
                 Some(AddressClass::Loopback)
             } else if address.is_unicast_link_local() {
                 Some(AddressClass::LinkLocal)
-            } else if address.is_unique_local() {
+            } else if address.is_unique_local() || (address.segments()[0] & 0xffc0) == 0xfec0 {
+                // Unique local `fc00::/7`, and the deprecated site-local `fec0::/10`.
                 Some(AddressClass::Private)
             } else if address.is_unspecified() {
                 Some(AddressClass::Unspecified)
@@ -370,6 +383,29 @@ pub fn refused_class(address: IpAddr) -> Option<AddressClass> {
             }
         }
     }
+}
+
+/// Returns the IPv4 address an IPv6 address carries and reaches through a translator or a
+/// tunnel: NAT64 (`64:ff9b::/96`, and the local-use `64:ff9b:1::/48` with the address in its
+/// last 32 bits), 6to4 (`2002:AABB:CCDD::/48`) and the deprecated IPv4-compatible `::a.b.c.d`
+/// (not `::` or `::1`). The mapped form `::ffff:a.b.c.d` is handled by `to_canonical`.
+fn embedded_v4(address: std::net::Ipv6Addr) -> Option<Ipv4Addr> {
+    let segments = address.segments();
+    let last32 = Ipv4Addr::from(u32::from(segments[6]) << 16 | u32::from(segments[7]));
+    let nat64 = segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+        || (segments[0] == 0x64 && segments[1] == 0xff9b && segments[2] == 1);
+    if nat64 {
+        return Some(last32);
+    }
+    if segments[0] == 0x2002 {
+        return Some(Ipv4Addr::from(
+            u32::from(segments[1]) << 16 | u32::from(segments[2]),
+        ));
+    }
+    if segments[..6] == [0; 6] && u32::from(last32) > 1 {
+        return Some(last32);
+    }
+    None
 }
 
 /// [`refused_class`] of an IPv4 address.

@@ -215,8 +215,19 @@ fn the_default_rule_refuses_internal_addresses_and_their_mapped_forms() {
         ("224.0.0.1", AddressClass::Multicast),
         ("255.255.255.255", AddressClass::Multicast),
         ("ff02::1", AddressClass::Multicast),
+        // IPv4 reached through NAT64, 6to4 or the IPv4-compatible form is judged as IPv4.
+        ("64:ff9b::a00:1", AddressClass::Private),
+        ("64:ff9b::7f00:1", AddressClass::Loopback),
+        ("64:ff9b:1::a9fe:a9fe", AddressClass::LinkLocal),
+        ("2002:a9fe:a9fe::1", AddressClass::LinkLocal),
+        ("::10.0.0.1", AddressClass::Private),
+        ("fec0::1", AddressClass::Private),
     ] {
         assert_eq!(refused_class(ip(address)), Some(class), "{address}");
+    }
+    // A public address behind NAT64 or 6to4 stays public.
+    for address in ["64:ff9b::5db8:d70e", "2002:5db8:d70e::1"] {
+        assert_eq!(refused_class(ip(address)), None, "{address}");
     }
     for address in [
         "93.184.215.14",
@@ -263,4 +274,16 @@ fn the_allow_list_exempts_named_hosts_and_networks() {
     for entry in ["-x", "a b", "10.0.0.0/33", "host:22"] {
         assert!(SourceAllowList::new([entry]).is_err(), "{entry}");
     }
+}
+
+#[test]
+fn a_host_name_with_a_trailing_dot_or_an_empty_label_is_refused() {
+    for url in [
+        "https://example.com./repo.git",
+        "https://example..com/repo.git",
+        "ssh://git@example.com./repo.git",
+    ] {
+        assert!(RepositoryUrl::parse(url).is_err(), "{url}");
+    }
+    assert!(RepositoryUrl::parse("https://git.example.com/repo.git").is_ok());
 }

@@ -56,16 +56,23 @@ struct Client {
 impl Client {
     /// Creates a `chat` key named `name` limited to the sessions starting with `prefix`.
     async fn chat_key(up: &Up, name: &str, prefix: &str) -> Client {
-        let (status, created) = up
-            .request(
-                reqwest::Method::POST,
-                "/v1/keys",
-                Some(serde_json::json!({"name": name, "scopes": ["chat"], "sessions": prefix})),
-            )
-            .await;
-        assert_eq!(status, 200, "{created}");
+        Client::create(&up.url, &up.token, name, prefix).await
+    }
+
+    /// Creates a `chat` key on the Gateway at `url` with the operator token `token`.
+    async fn create(url: &str, token: &str, name: &str, prefix: &str) -> Client {
+        let response = reqwest::Client::new()
+            .post(format!("{url}/v1/keys"))
+            .bearer_auth(token)
+            .json(&serde_json::json!({"name": name, "scopes": ["chat"], "sessions": prefix}))
+            .timeout(WAIT)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let created: serde_json::Value = response.json().await.unwrap();
         Client {
-            url: up.url.clone(),
+            url: url.to_owned(),
             key: created["key"].as_str().unwrap().to_owned(),
             // One connection per request: every stream holds a connection of its own.
             http: reqwest::Client::builder()
@@ -485,4 +492,61 @@ async fn issue_33_one_key_holding_all_it_can_leaves_the_gateway_to_the_others() 
     assert!(stream.is_ok(), "{:?}", stream.err());
     let _node = link_another_node(&up, &dirs.base).await;
     drop(streams);
+}
+
+/// An attacker's pass at the default turn share: a hostile node reports a worker capacity of
+/// `u32::MAX` to lift every key's share. The share believes at most
+/// `MAX_REPORTED_CAPACITY` of a node and never more than half the Gateway's own cap on
+/// concurrent turns (64 by default), so a key still has at most 32 turns queued or running.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_33_a_hostile_nodes_capacity_report_does_not_lift_the_turn_share() {
+    use crate::suite::hostile::HostileNode;
+    use crate::suite::hostile::NATIVE_COMMANDS;
+    use crate::suite::support::Gateway;
+
+    let dirs = dirs();
+    let gateway = Gateway::start(&dirs.base.join("gateway"), &dirs.base.join("logs"));
+    let mut node = HostileNode::enroll(&gateway, 33, NATIVE_COMMANDS).await;
+    let report = serde_json::json!({
+        "type": "event",
+        "event": "node.report",
+        "payload": {"workerSlotsInUse": 0, "workerCapacity": u32::MAX},
+    });
+    node.send_text(report.to_string()).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let metrics = reqwest::get(format!("{}/metrics", gateway.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let reported = metrics.lines().any(|line| {
+            line.starts_with("gatehouse_node_worker_capacity{")
+                && line.ends_with(&format!(" {}", u32::MAX))
+        });
+        if reported {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the report never arrived: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let attacker = Client::create(&gateway.url, &gateway.token, "attacker", "a-").await;
+    // The node never answers: every admitted turn stays running or queued.
+    let mut admitted = 0;
+    for n in 0..40 {
+        let (status, posted) = attacker.post(&format!("a-{n}"), "hello").await;
+        match status {
+            202 => admitted += 1,
+            _ => assert_eq!(
+                (status, posted["error"]["code"].as_str()),
+                (429, Some("RATE_LIMITED")),
+                "{posted}"
+            ),
+        }
+    }
+    assert_eq!(admitted, 32);
 }

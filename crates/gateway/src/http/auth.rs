@@ -37,7 +37,6 @@ use gatehouse_store::model::ApiKeyRecord;
 use gatehouse_store::model::Scope;
 
 use crate::GatewayState;
-use crate::audit::AuditRow;
 use crate::audit::Limited;
 use crate::clock::now_ms;
 use crate::http::console::session::COOKIE_NAME;
@@ -621,14 +620,17 @@ async fn record_scope_denial(
     route: &str,
 ) {
     let code = ErrorCode::ScopeDenied.as_str();
-    let row = AuditRow {
-        actor: principal.actor(),
-        action: "http.request",
-        outcome: "denied",
-        reason_code: Some(code),
-        details: serde_json::json!({"method": method.as_str(), "route": route}),
-    };
-    if state.audit.record_limited(principal.actor(), row).await == Limited::Recorded {
+    let recorded = state
+        .audit
+        .record_caller(
+            principal.actor(),
+            "http.request",
+            "denied",
+            Some(code),
+            serde_json::json!({"method": method.as_str(), "route": route}),
+        )
+        .await;
+    if recorded == Limited::Recorded {
         tracing::info!(actor = principal.actor(), method = %method, route, "request outside the key's scopes");
     }
 }

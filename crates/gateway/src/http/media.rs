@@ -33,6 +33,7 @@ use crate::GatewayState;
 use crate::clock::now_ms;
 use crate::http::auth::Principal;
 use crate::http::error::ApiError;
+use crate::retention::ReleaseError;
 
 /// The MIME type of an upload without `Content-Type`.
 const DEFAULT_MIME_TYPE: &str = "application/octet-stream";
@@ -115,18 +116,20 @@ pub(crate) async fn delete_media(
         false => Some(principal.owner()),
     };
     let released = state
-        .store
-        .release_upload(owner.as_deref(), &media_id, now_ms())
+        .retention
+        .release_upload(owner.as_deref(), &media_id)
         .await
-        .map_err(|error| crate::http::error::store_error(&error))?;
+        .map_err(|error| match error {
+            ReleaseError::Busy => {
+                ApiError::new(ErrorCode::StoreUnavailable, error.to_string()).with_retry_after(1)
+            }
+            ReleaseError::Store(error) => crate::http::error::store_error(&error),
+        })?;
     if !released.released {
         return Err(ApiError::new(
             ErrorCode::MediaNotFound,
             format!("no upload of media {media_id} is yours to delete"),
         ));
-    }
-    if released.unpinned {
-        state.retention.collect_released().await;
     }
     state
         .audit
