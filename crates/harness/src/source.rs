@@ -8,7 +8,7 @@
 //!   helpers and ssh keys, never in the URL, which would reach argv and logs), a plain `ref` and
 //!   a 40-digit lowercase hex `commit`. git is only ever given the URL's canonical form.
 //! - A `file://` repository inside the node host's root is refused, whatever host or spelling
-//!   the URL had ([`refuse_own_state`]). The Gateway lets only the operator and admin keys name
+//!   the URL had, and git is given the path with its links resolved ([`resolve_file_source`]). The Gateway lets only the operator and admin keys name
 //!   a `file://` repository at all.
 //! - The host of an `https://` or `ssh://` repository is resolved by the node host, and every
 //!   address is judged by the default rule and the node host's `source-allow-hosts`
@@ -266,32 +266,48 @@ fn is_commit_id(text: &str) -> bool {
             .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
 }
 
-/// Refuses a `file://` repository inside the node host's root: its session workspaces and
-/// source caches belong to other sessions, and a session must never read another's through a
-/// repository URL. The path is the canonical URL's decoded path (so `file://localhost/...`
-/// and `FILE://...` are judged alike), resolved with every link followed, so a link into the
-/// root is refused too.
+/// Returns the URL git fetches for `url`: a network URL as it is; for a `file://` repository,
+/// the `file://` URL of its path with every link resolved, refused when that path is inside the
+/// node host's root (its session workspaces and source caches), whatever host or spelling the
+/// URL had, or when it does not resolve. git is then given the resolved path, so a link swapped
+/// after this check (to point into the root) is never followed.
 ///
 /// # Errors
-/// `SOURCE_UNAVAILABLE` for a repository inside the root.
-fn refuse_own_state(root: &Path, url: &RepositoryUrl) -> Result<(), WireError> {
+/// `SOURCE_UNAVAILABLE` for a path inside the root or one that does not resolve.
+pub(crate) fn resolve_file_source(
+    root: &Path,
+    url: &RepositoryUrl,
+) -> Result<RepositoryUrl, WireError> {
     let Some(path) = url.file_path() else {
-        return Ok(());
+        return Ok(url.clone());
     };
-    let path = path.as_path();
-    let inside = match (std::fs::canonicalize(root), std::fs::canonicalize(path)) {
-        (Ok(root), Ok(path)) => path.starts_with(root),
-        // A path that does not resolve fails the fetch, which says so.
-        (Ok(root), Err(_)) => path.starts_with(root),
-        (Err(_), _) => true,
-    };
-    match inside {
-        true => Err(WireError::new(
+    let own_state = || {
+        WireError::new(
             ErrorCode::SourceUnavailable,
             "the repository is inside the node host's own state (its sessions and caches); name a repository outside it",
-        )),
-        false => Ok(()),
+        )
+    };
+    let root = std::fs::canonicalize(root).map_err(|_| own_state())?;
+    let resolved = match std::fs::canonicalize(&path) {
+        Ok(resolved) => resolved,
+        // A path under the root is refused as such, even when it does not exist (yet).
+        Err(_) if path.starts_with(&root) => return Err(own_state()),
+        Err(_) => {
+            return Err(WireError::new(
+                ErrorCode::SourceUnavailable,
+                "the session's repository cannot be fetched: its path does not exist on the node host",
+            ));
+        }
+    };
+    if resolved.starts_with(&root) {
+        return Err(own_state());
     }
+    RepositoryUrl::from_file_path(&resolved).map_err(|refusal| {
+        WireError::new(
+            ErrorCode::SourceUnavailable,
+            format!("the session's repository cannot be fetched: its resolved path is refused: {refusal}"),
+        )
+    })
 }
 
 /// How git reaches a repository: the URL it is given and the settings that pin its connection
@@ -434,7 +450,7 @@ pub(crate) async fn fetch_into_session(
     allow: &SourceAllowList,
 ) -> Result<AgentSessionSourceResult, WireError> {
     let id = crate::worker::session_dir_name(session_key);
-    refuse_own_state(root, &request.url)?;
+    let url = resolve_file_source(root, &request.url)?;
     if let Some(overlay) = &overlay {
         validate_manifest(&overlay.entries)
             .and_then(|()| validate_omitted(&overlay.omitted))
@@ -451,10 +467,10 @@ pub(crate) async fn fetch_into_session(
         return Err(crate::worker::workspace_exists());
     }
     let fetched = async {
-        let addresses = checked_addresses(&request.url, allow).await?;
+        let addresses = checked_addresses(&url, allow).await?;
         let git = Git {
             git_dir: open_cache(root, &id).await?,
-            remote: Remote::pinned(&request.url, &addresses),
+            remote: Remote::pinned(&url, &addresses),
         };
         let commit = fetch(&git, request).await?;
         Ok::<_, WireError>((git, commit))

@@ -356,11 +356,11 @@ async fn an_unknown_ref_or_an_unreachable_repository_is_source_unavailable() {
             "the ref no-such-branch does not resolve to a commit"
         )
     );
+    // A directory that exists but holds no repository: git itself fails.
+    let not_a_repository = fixture.root.parent().unwrap().join("not-a-repository");
+    std::fs::create_dir(&not_a_repository).unwrap();
     let mut unreachable = fixture.params("unreachable");
-    unreachable.url = format!(
-        "file://{}/no-such-repository",
-        fixture.root.parent().unwrap().display()
-    );
+    unreachable.url = format!("file://{}", not_a_repository.display());
     let error = fixture.supervisor.source(unreachable).await.unwrap_err();
     // git's message (which names the path) stays in the node host's log.
     assert_eq!(
@@ -916,4 +916,40 @@ fn a_remote_is_pinned_to_its_checked_addresses() {
         (file.url.as_str(), file.config.len(), file.env.len()),
         ("file:///srv/r", 0, 0)
     );
+}
+
+/// A hostile swap: a `file://` repository named through a link outside the root passes the
+/// own-state check, and the link is then pointed into the root before git opens it. git is given
+/// the path the check resolved, never the link, so the swap reads nothing of the node's state;
+/// and a path that does not resolve (a link planted later) is refused before git runs.
+#[test]
+fn a_file_repository_is_fetched_by_the_path_the_check_resolved() {
+    let fixture = Fixture::new();
+    let base = fixture.root.parent().unwrap().to_path_buf();
+    let link = base.join("link-to-repo");
+    std::os::unix::fs::symlink(&fixture.repo, &link).unwrap();
+    let url = RepositoryUrl::parse(&format!("file://{}", link.display())).unwrap();
+    let resolved = crate::source::resolve_file_source(&fixture.root, &url).unwrap();
+    assert_eq!(resolved.file_path().unwrap(), fixture.repo);
+    // Swapped after the check: what git is given still names the repository itself.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(fixture.root.join("sources"), &link).unwrap();
+    let remote = Remote::pinned(&resolved, &[]);
+    assert_eq!(
+        remote,
+        Remote::pinned(
+            &RepositoryUrl::parse(&format!("file://{}", fixture.repo.display())).unwrap(),
+            &[]
+        )
+    );
+    // A path that does not resolve is refused, inside the root as its own state.
+    let missing =
+        RepositoryUrl::parse(&format!("file://{}", base.join("later").display())).unwrap();
+    let error = crate::source::resolve_file_source(&fixture.root, &missing).unwrap_err();
+    assert_eq!(error.code, "SOURCE_UNAVAILABLE");
+    assert!(error.message.contains("does not exist"), "{error:?}");
+    let inside =
+        RepositoryUrl::parse(&format!("file://{}/sources/later", fixture.root.display())).unwrap();
+    let error = crate::source::resolve_file_source(&fixture.root, &inside).unwrap_err();
+    assert!(error.message.contains("own state"), "{error:?}");
 }

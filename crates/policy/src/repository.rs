@@ -263,6 +263,17 @@ impl RepositoryUrl {
         &self.path
     }
 
+    /// Returns the `file://` URL of the absolute path `path` (percent-encoded as needed), read
+    /// as [`RepositoryUrl::parse`] reads it: what the node host fetches once it has resolved a
+    /// `file://` repository's links, so git never follows a link swapped after the check.
+    ///
+    /// # Errors
+    /// [`UrlRefusal`] for a relative path or one the rules refuse.
+    pub fn from_file_path(path: &std::path::Path) -> Result<RepositoryUrl, UrlRefusal> {
+        let url = url::Url::from_file_path(path).map_err(|()| UrlRefusal::NotUrl)?;
+        RepositoryUrl::parse(url.as_str())
+    }
+
     /// Returns the decoded path of a `file` URL on the node host; `None` for the other schemes.
     #[must_use]
     pub fn file_path(&self) -> Option<PathBuf> {
