@@ -21,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+mod charges;
 pub mod cluster;
 pub mod error;
 pub mod exclusive;

@@ -38,6 +38,8 @@ use crate::error::Result;
 use crate::error::StoreError;
 use crate::location::PostgresLocation;
 
+use crate::charges;
+use crate::charges::Dialect;
 use crate::model::API_KEY_LAST_USED_RESOLUTION_MS;
 use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
@@ -1083,16 +1085,9 @@ impl Store for PgStore {
         owner: &str,
         now_ms: i64,
     ) -> Result<String> {
-        sqlx::query(
-            "INSERT INTO session_owners (session_key, owner, created_at_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT (session_key) DO NOTHING",
-        )
-        .bind(text(session_key))
-        .bind(owner)
-        .bind(now_ms)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| map_error(e, "session owner"))?;
+        charges::claim_session_owner(&self.pool, Dialect::Postgres, session_key, owner, now_ms)
+            .await
+            .map_err(|e| map_error(e, "session owner"))?;
         self.session_owner(session_key)
             .await?
             .ok_or(StoreError::Corrupt {
@@ -1101,9 +1096,7 @@ impl Store for PgStore {
     }
 
     async fn session_owner(&self, session_key: &str) -> Result<Option<String>> {
-        sqlx::query_scalar("SELECT owner FROM session_owners WHERE session_key = $1")
-            .bind(text(session_key))
-            .fetch_optional(&self.pool)
+        charges::session_owner(&self.pool, Dialect::Postgres, session_key)
             .await
             .map_err(|e| map_error(e, "session owner"))
     }
@@ -1117,79 +1110,28 @@ impl Store for PgStore {
         now_ms: i64,
     ) -> Result<MediaCharge> {
         let mut tx = self.begin("media charge").await?;
-        // Charges of one owner are serialised on every replica by a lock on the owner's hash.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(owner)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "media charge"))?;
-        let used: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(size_bytes), 0)::bigint FROM media_charges WHERE owner = $1",
+        lock(&mut tx, owner, "media charge").await?;
+        let charged = charges::charge::<sqlx::Postgres>(
+            &mut tx,
+            Dialect::Postgres,
+            owner,
+            kind,
+            blobs,
+            quota_bytes,
+            now_ms,
         )
-        .bind(owner)
-        .fetch_one(&mut *tx)
         .await
         .map_err(|e| map_error(e, "media charge"))?;
-        let used_bytes = u64::try_from(used).unwrap_or(0);
-        let mut fresh: Vec<&CheckpointBlob> = Vec::new();
-        for blob in blobs {
-            if fresh.iter().any(|seen| seen.media_id == blob.media_id) {
-                continue;
-            }
-            let charged: Option<String> = sqlx::query_scalar(
-                "SELECT media_id FROM media_charges WHERE owner = $1 AND media_id = $2 AND kind = $3",
-            )
-            .bind(owner)
-            .bind(&blob.media_id)
-            .bind(kind.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "media charge"))?;
-            if charged.is_none() {
-                fresh.push(blob);
-            }
-        }
-        let new_bytes: u64 = fresh.iter().map(|blob| blob.size_bytes).sum();
-        if new_bytes > 0
-            && quota_bytes.is_some_and(|quota| used_bytes.saturating_add(new_bytes) > quota)
-        {
-            return Ok(MediaCharge::OverQuota {
-                used_bytes,
-                new_bytes,
-            });
-        }
-        for blob in fresh {
-            sqlx::query(
-                "INSERT INTO media_charges (owner, media_id, kind, size_bytes, charged_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (owner, media_id, kind) DO NOTHING",
-            )
-            .bind(owner)
-            .bind(&blob.media_id)
-            .bind(kind.as_str())
-            .bind(i64::try_from(blob.size_bytes).unwrap_or(i64::MAX))
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "media charge"))?;
-        }
         tx.commit()
             .await
             .map_err(|e| map_error(e, "media charge"))?;
-        Ok(MediaCharge::Charged {
-            new_bytes,
-            used_bytes: used_bytes.saturating_add(new_bytes),
-        })
+        Ok(charged)
     }
 
     async fn media_charged_bytes(&self, owner: &str) -> Result<u64> {
-        let used: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(size_bytes), 0)::bigint FROM media_charges WHERE owner = $1",
-        )
-        .bind(owner)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| map_error(e, "media charge"))?;
-        Ok(u64::try_from(used).unwrap_or(0))
+        charges::charged_bytes(&self.pool, Dialect::Postgres, owner)
+            .await
+            .map_err(|e| map_error(e, "media charge"))
     }
 
     async fn uncharge_media(
@@ -1198,11 +1140,7 @@ impl Store for PgStore {
         kind: MediaChargeKind,
         media_id: &str,
     ) -> Result<()> {
-        sqlx::query("DELETE FROM media_charges WHERE owner = $1 AND media_id = $2 AND kind = $3")
-            .bind(owner)
-            .bind(media_id)
-            .bind(kind.as_str())
-            .execute(&self.pool)
+        charges::uncharge(&self.pool, Dialect::Postgres, Some(owner), kind, media_id)
             .await
             .map_err(|e| map_error(e, "media charge"))?;
         Ok(())
@@ -1214,89 +1152,33 @@ impl Store for PgStore {
         media_id: &str,
         now_ms: i64,
     ) -> Result<ReleasedUpload> {
-        let upload = MediaChargeKind::Upload.as_str();
         let mut tx = self.begin("media release").await?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(media_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "media release"))?;
-        let size: Option<i64> = sqlx::query_scalar(
-            "SELECT max(size_bytes) FROM media_charges WHERE media_id = $1 AND kind = $2",
+        lock(&mut tx, media_id, "media release").await?;
+        let released = charges::release_upload::<sqlx::Postgres>(
+            &mut tx,
+            Dialect::Postgres,
+            owner,
+            media_id,
+            now_ms,
         )
-        .bind(media_id)
-        .bind(upload)
-        .fetch_one(&mut *tx)
         .await
         .map_err(|e| map_error(e, "media release"))?;
-        let removed = match owner {
-            Some(owner) => {
-                sqlx::query("DELETE FROM media_grants WHERE media_id = $1 AND grantee = $2")
-                    .bind(media_id)
-                    .bind(owner)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| map_error(e, "media release"))?;
-                sqlx::query(
-                    "DELETE FROM media_charges WHERE owner = $1 AND media_id = $2 AND kind = $3",
-                )
-                .bind(owner)
-                .bind(media_id)
-                .bind(upload)
-                .execute(&mut *tx)
-                .await
-            }
-            None => {
-                sqlx::query("DELETE FROM media_charges WHERE media_id = $1 AND kind = $2")
-                    .bind(media_id)
-                    .bind(upload)
-                    .execute(&mut *tx)
-                    .await
-            }
-        }
-        .map_err(|e| map_error(e, "media release"))?
-        .rows_affected();
-        let left: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM media_charges WHERE media_id = $1 AND kind = $2",
-        )
-        .bind(media_id)
-        .bind(upload)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, "media release"))?;
-        let unpinned = removed > 0 && left == 0;
-        if unpinned {
-            sqlx::query("DELETE FROM media_pins WHERE media_id = $1")
-                .bind(media_id)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| map_error(e, "media release"))?;
-            sqlx::query(
-                "INSERT INTO checkpoint_blobs (media_id, size_bytes, registered_at_ms) \
-                 VALUES ($1, $2, $3) ON CONFLICT (media_id) DO NOTHING",
-            )
-            .bind(media_id)
-            .bind(size.unwrap_or(0))
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "media release"))?;
-        }
         tx.commit()
             .await
             .map_err(|e| map_error(e, "media release"))?;
-        Ok(ReleasedUpload {
-            released: removed > 0,
-            unpinned,
-        })
+        Ok(released)
     }
 
     async fn forget_checkpoint_blob(&self, media_id: &str) -> Result<()> {
-        sqlx::query("DELETE FROM media_charges WHERE media_id = $1 AND kind = 'session'")
-            .bind(media_id)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| map_error(e, "checkpoint blob"))?;
+        charges::uncharge(
+            &self.pool,
+            Dialect::Postgres,
+            None,
+            MediaChargeKind::Session,
+            media_id,
+        )
+        .await
+        .map_err(|e| map_error(e, "checkpoint blob"))?;
         sqlx::query("DELETE FROM checkpoint_blobs WHERE media_id = $1")
             .bind(media_id)
             .execute(&self.pool)
@@ -2184,4 +2066,20 @@ fn worktree_result_from_row(row: &PgRow) -> Result<WorktreeResult> {
         version: get(row, "version")?,
         staged_at_ms: get(row, "staged_at_ms")?,
     })
+}
+
+/// Takes the transaction-level advisory lock of `key` (its 64-bit text hash), so transactions
+/// that lock the same key (the charges of one owner, the releases of one blob) run one at a time
+/// on every replica.
+async fn lock(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    key: &str,
+    what: &'static str,
+) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(text(key))
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| map_error(e, what))?;
+    Ok(())
 }

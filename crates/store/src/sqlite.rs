@@ -21,6 +21,8 @@ use crate::cluster::TurnWriter;
 use crate::error::Result;
 use crate::error::StoreError;
 
+use crate::charges;
+use crate::charges::Dialect;
 use crate::model::API_KEY_LAST_USED_RESOLUTION_MS;
 use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
@@ -1004,16 +1006,9 @@ impl Store for SqliteStore {
         owner: &str,
         now_ms: i64,
     ) -> Result<String> {
-        sqlx::query(
-            "INSERT INTO session_owners (session_key, owner, created_at_ms) VALUES (?, ?, ?) \
-             ON CONFLICT (session_key) DO NOTHING",
-        )
-        .bind(session_key)
-        .bind(owner)
-        .bind(now_ms)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| map_error(e, "session owner"))?;
+        charges::claim_session_owner(&self.pool, Dialect::Sqlite, session_key, owner, now_ms)
+            .await
+            .map_err(|e| map_error(e, "session owner"))?;
         self.session_owner(session_key)
             .await?
             .ok_or(StoreError::Corrupt {
@@ -1022,9 +1017,7 @@ impl Store for SqliteStore {
     }
 
     async fn session_owner(&self, session_key: &str) -> Result<Option<String>> {
-        sqlx::query_scalar("SELECT owner FROM session_owners WHERE session_key = ?")
-            .bind(session_key)
-            .fetch_optional(&self.pool)
+        charges::session_owner(&self.pool, Dialect::Sqlite, session_key)
             .await
             .map_err(|e| map_error(e, "session owner"))
     }
@@ -1041,73 +1034,27 @@ impl Store for SqliteStore {
             .begin_write()
             .await
             .map_err(|e| map_error(e, "media charge"))?;
-        let used: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(size_bytes), 0) FROM media_charges WHERE owner = ?",
+        let charged = charges::charge::<sqlx::Sqlite>(
+            &mut tx,
+            Dialect::Sqlite,
+            owner,
+            kind,
+            blobs,
+            quota_bytes,
+            now_ms,
         )
-        .bind(owner)
-        .fetch_one(&mut *tx)
         .await
         .map_err(|e| map_error(e, "media charge"))?;
-        let used_bytes = u64::try_from(used).unwrap_or(0);
-        let mut fresh: Vec<&CheckpointBlob> = Vec::new();
-        for blob in blobs {
-            if fresh.iter().any(|seen| seen.media_id == blob.media_id) {
-                continue;
-            }
-            let charged: Option<String> = sqlx::query_scalar(
-                "SELECT media_id FROM media_charges WHERE owner = ? AND media_id = ? AND kind = ?",
-            )
-            .bind(owner)
-            .bind(&blob.media_id)
-            .bind(kind.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "media charge"))?;
-            if charged.is_none() {
-                fresh.push(blob);
-            }
-        }
-        let new_bytes: u64 = fresh.iter().map(|blob| blob.size_bytes).sum();
-        if new_bytes > 0
-            && quota_bytes.is_some_and(|quota| used_bytes.saturating_add(new_bytes) > quota)
-        {
-            return Ok(MediaCharge::OverQuota {
-                used_bytes,
-                new_bytes,
-            });
-        }
-        for blob in fresh {
-            sqlx::query(
-                "INSERT INTO media_charges (owner, media_id, kind, size_bytes, charged_at_ms) \
-                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, media_id, kind) DO NOTHING",
-            )
-            .bind(owner)
-            .bind(&blob.media_id)
-            .bind(kind.as_str())
-            .bind(i64::try_from(blob.size_bytes).unwrap_or(i64::MAX))
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "media charge"))?;
-        }
         tx.commit()
             .await
             .map_err(|e| map_error(e, "media charge"))?;
-        Ok(MediaCharge::Charged {
-            new_bytes,
-            used_bytes: used_bytes.saturating_add(new_bytes),
-        })
+        Ok(charged)
     }
 
     async fn media_charged_bytes(&self, owner: &str) -> Result<u64> {
-        let used: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(size_bytes), 0) FROM media_charges WHERE owner = ?",
-        )
-        .bind(owner)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| map_error(e, "media charge"))?;
-        Ok(u64::try_from(used).unwrap_or(0))
+        charges::charged_bytes(&self.pool, Dialect::Sqlite, owner)
+            .await
+            .map_err(|e| map_error(e, "media charge"))
     }
 
     async fn uncharge_media(
@@ -1116,11 +1063,7 @@ impl Store for SqliteStore {
         kind: MediaChargeKind,
         media_id: &str,
     ) -> Result<()> {
-        sqlx::query("DELETE FROM media_charges WHERE owner = ? AND media_id = ? AND kind = ?")
-            .bind(owner)
-            .bind(media_id)
-            .bind(kind.as_str())
-            .execute(&self.pool)
+        charges::uncharge(&self.pool, Dialect::Sqlite, Some(owner), kind, media_id)
             .await
             .map_err(|e| map_error(e, "media charge"))?;
         Ok(())
@@ -1132,87 +1075,35 @@ impl Store for SqliteStore {
         media_id: &str,
         now_ms: i64,
     ) -> Result<ReleasedUpload> {
-        let upload = MediaChargeKind::Upload.as_str();
         let mut tx = self
             .begin_write()
             .await
             .map_err(|e| map_error(e, "media release"))?;
-        let size: Option<i64> = sqlx::query_scalar(
-            "SELECT max(size_bytes) FROM media_charges WHERE media_id = ? AND kind = ?",
+        let released = charges::release_upload::<sqlx::Sqlite>(
+            &mut tx,
+            Dialect::Sqlite,
+            owner,
+            media_id,
+            now_ms,
         )
-        .bind(media_id)
-        .bind(upload)
-        .fetch_one(&mut *tx)
         .await
         .map_err(|e| map_error(e, "media release"))?;
-        let removed = match owner {
-            Some(owner) => {
-                sqlx::query("DELETE FROM media_grants WHERE media_id = ? AND grantee = ?")
-                    .bind(media_id)
-                    .bind(owner)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| map_error(e, "media release"))?;
-                sqlx::query(
-                    "DELETE FROM media_charges WHERE owner = ? AND media_id = ? AND kind = ?",
-                )
-                .bind(owner)
-                .bind(media_id)
-                .bind(upload)
-                .execute(&mut *tx)
-                .await
-            }
-            None => {
-                sqlx::query("DELETE FROM media_charges WHERE media_id = ? AND kind = ?")
-                    .bind(media_id)
-                    .bind(upload)
-                    .execute(&mut *tx)
-                    .await
-            }
-        }
-        .map_err(|e| map_error(e, "media release"))?
-        .rows_affected();
-        let left: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM media_charges WHERE media_id = ? AND kind = ?",
-        )
-        .bind(media_id)
-        .bind(upload)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, "media release"))?;
-        let unpinned = removed > 0 && left == 0;
-        if unpinned {
-            sqlx::query("DELETE FROM media_pins WHERE media_id = ?")
-                .bind(media_id)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| map_error(e, "media release"))?;
-            sqlx::query(
-                "INSERT INTO checkpoint_blobs (media_id, size_bytes, registered_at_ms) \
-                 VALUES (?, ?, ?) ON CONFLICT (media_id) DO NOTHING",
-            )
-            .bind(media_id)
-            .bind(size.unwrap_or(0))
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, "media release"))?;
-        }
         tx.commit()
             .await
             .map_err(|e| map_error(e, "media release"))?;
-        Ok(ReleasedUpload {
-            released: removed > 0,
-            unpinned,
-        })
+        Ok(released)
     }
 
     async fn forget_checkpoint_blob(&self, media_id: &str) -> Result<()> {
-        sqlx::query("DELETE FROM media_charges WHERE media_id = ? AND kind = 'session'")
-            .bind(media_id)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| map_error(e, "checkpoint blob"))?;
+        charges::uncharge(
+            &self.pool,
+            Dialect::Sqlite,
+            None,
+            MediaChargeKind::Session,
+            media_id,
+        )
+        .await
+        .map_err(|e| map_error(e, "checkpoint blob"))?;
         sqlx::query("DELETE FROM checkpoint_blobs WHERE media_id = ?")
             .bind(media_id)
             .execute(&self.pool)

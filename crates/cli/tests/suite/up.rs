@@ -122,9 +122,21 @@ impl Up {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> (u16, serde_json::Value) {
+        self.request_as(&self.token, method, path, body).await
+    }
+
+    /// A request with `token` (an API key's or the operator's); returns the status and the
+    /// JSON body (or the text, as a JSON string).
+    pub(crate) async fn request_as(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
         let mut request = reqwest::Client::new()
             .request(method, format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
+            .bearer_auth(token)
             .timeout(WAIT);
         if let Some(body) = body {
             request = request.json(&body);

@@ -732,30 +732,6 @@ async fn issue_19_a_repository_session_is_pinned_to_its_commit_and_rebuilt_from_
     );
 }
 
-/// A request to the `up` with `token` (an API key's or the operator's).
-async fn request_as(
-    up: &Up,
-    token: &str,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<serde_json::Value>,
-) -> (u16, serde_json::Value) {
-    let mut request = reqwest::Client::new()
-        .request(method, format!("{}{path}", up.url))
-        .bearer_auth(token)
-        .timeout(WAIT);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-    )
-}
-
 /// Sets `session`'s repository to `url` as `token`; returns the status and body.
 async fn put_repository(
     up: &Up,
@@ -763,8 +739,7 @@ async fn put_repository(
     session: &str,
     url: &str,
 ) -> (u16, serde_json::Value) {
-    request_as(
-        up,
+    up.request_as(
         token,
         reqwest::Method::PUT,
         &format!("/v1/sessions/{session}"),
@@ -775,23 +750,23 @@ async fn put_repository(
 
 /// Runs a turn of `session` as `token`; returns the finished turn.
 async fn turn_as(up: &Up, token: &str, session: &str) -> serde_json::Value {
-    let (status, accepted) = request_as(
-        up,
-        token,
-        reqwest::Method::POST,
-        &format!("/v1/sessions/{session}/messages"),
-        Some(serde_json::json!({"text": "/say hi"})),
-    )
-    .await;
+    let (status, accepted) = up
+        .request_as(
+            token,
+            reqwest::Method::POST,
+            &format!("/v1/sessions/{session}/messages"),
+            Some(serde_json::json!({"text": "/say hi"})),
+        )
+        .await;
     assert_eq!(status, 202, "{accepted}");
-    let (status, turn) = request_as(
-        up,
-        token,
-        reqwest::Method::GET,
-        &format!("/v1/turns/{}?wait=60", accepted["turnId"].as_str().unwrap()),
-        None,
-    )
-    .await;
+    let (status, turn) = up
+        .request_as(
+            token,
+            reqwest::Method::GET,
+            &format!("/v1/turns/{}?wait=60", accepted["turnId"].as_str().unwrap()),
+            None,
+        )
+        .await;
     assert_eq!(status, 200, "{turn}");
     turn
 }
