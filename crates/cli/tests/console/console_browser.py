@@ -263,8 +263,16 @@ def chat_checks(driver):
     check(staged, "the attachment was staged into the session's workspace on the Harness")
     ok(f"an uploaded attachment reached the Harness: {staged[0].relative_to(harness_root)}")
 
+    # The reply may show before its turn has ended (staging and the checkpoint are slower on
+    # PostgreSQL and S3): an abort sent meanwhile would stop that turn, not the hanging one.
+    wait_for(driver, lambda d: "completed" in (text_of(d, "#chat-status") or ""), "the attachment turn's end")
+    ended = text_of(driver, "#chat-status")
     send(driver, "/hang")
-    wait_for(driver, lambda d: "running" in (text_of(d, "#chat-status") or ""), "the hanging turn")
+    wait_for(
+        driver,
+        lambda d: "running" in (text_of(d, "#chat-status") or "") and text_of(d, "#chat-status") != ended,
+        "the hanging turn",
+    )
     driver.find_element(By.ID, "abort").click()
     wait_for(
         driver,
