@@ -228,8 +228,16 @@ async fn a_turn_ending_while_postgres_is_unreachable_is_recorded_when_it_is_back
     assert_eq!(status, 202, "{body}");
     let turn_id = body["turnId"].as_str().unwrap().to_owned();
     let deadline = Instant::now() + WAIT;
-    while up.turn_status(&turn_id, 0).await["status"] != "running" {
-        assert!(Instant::now() < deadline, "the turn did not start");
+    loop {
+        let turn = up.turn_status(&turn_id, 0).await;
+        if turn["status"] == "running" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the turn did not start: {turn}\n{}",
+            up.process.stderr()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The reply comes while the server is away: the runtime cannot commit it and the engine
