@@ -14,14 +14,14 @@
 //!
 //! # Modules
 //! - [`model`]: the records the store reads and writes.
-//! - [`sqlite`]: the SQLite implementation.
-//! - `postgres`: the PostgreSQL implementation (feature `postgres`).
+//! - [`sql`]: the one store body, over a small backend layer.
+//! - [`sqlite`]: the SQLite backend.
+//! - `postgres`: the PostgreSQL backend (feature `postgres`).
 //! - [`location`]: the store URL (`sqlite://PATH`, `postgres://...`) and its password rules.
 //! - [`error`]: the error type, [`StoreError`].
 
 #![deny(missing_docs)]
 
-mod charges;
 pub mod cluster;
 pub mod error;
 pub mod exclusive;
@@ -29,6 +29,7 @@ pub mod location;
 pub mod model;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod sql;
 pub mod sqlite;
 
 use std::sync::Arc;

@@ -1,0 +1,563 @@
+//! One store body for both SQL backends.
+//!
+//! [`SqlStore`] implements [`crate::Store`] and [`crate::ClusterStore`] once, for any
+//! [`Backend`]; [`crate::sqlite`] and [`crate::postgres`] each supply a backend: how to connect
+//! and migrate, how a write transaction begins, how a statement runs and a row is read, and how
+//! an engine error maps to a [`StoreError`]. Statements are written once, in PostgreSQL's
+//! spelling with `?` placeholders, and [`Dialect::translate`] adapts them (see there). Where the
+//! engines truly differ in what a method must do (PostgreSQL's advisory locks and row locks for
+//! many writers at once, its `LISTEN`/`NOTIFY`), the body asks [`Backend::DIALECT`] or a
+//! backend method, in one place each.
+//!
+//! Why not generics over `sqlx::Database`: every statement would carry a dozen `Encode`/`Decode`
+//! bounds per backend, which Rust does not imply from a trait. Why not `sqlx::Any`: it connects
+//! only from URLs (losing PostgreSQL's TLS and password-file options and SQLite's pool hooks)
+//! and has no `LISTEN`. Values cross this layer as [`Arg`] and are read back through
+//! [`SqlRow`], a handful of types the schema uses (64-bit integers, text, booleans).
+
+use std::borrow::Cow;
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+
+use crate::cluster::Announcement;
+use crate::cluster::ClusterListener;
+use crate::cluster::MediaHold;
+use crate::cluster::NoHold;
+use crate::error::Result;
+use crate::error::StoreError;
+
+mod body;
+mod cluster;
+
+/// What differs between the backends' SQL text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite: `?` placeholders, no casts, no row locks (a write transaction locks the file).
+    Sqlite,
+    /// PostgreSQL: `$1`, `$2`, … placeholders; NUL is replaced in text.
+    Postgres,
+}
+
+/// The server clock in Unix milliseconds, as a statement writes it: [`Dialect::translate`]
+/// expands it for each engine (PostgreSQL's `clock_timestamp()`, SQLite's `unixepoch`).
+pub const NOW_MS: &str = "now_ms()";
+
+/// What [`Dialect::translate`] removes for SQLite: PostgreSQL's casts, row locks and collation,
+/// which SQLite either lacks or does not need (its one writer holds the whole file, and its
+/// default collation already compares bytes).
+const POSTGRES_ONLY: [&str; 8] = [
+    "::jsonb",
+    "::text",
+    "::bigint",
+    " FOR UPDATE SKIP LOCKED",
+    " FOR UPDATE",
+    " FOR SHARE",
+    " FOR KEY SHARE",
+    " COLLATE \"C\"",
+];
+
+impl Dialect {
+    /// Returns `text`, written for PostgreSQL but with `?` placeholders, in this dialect:
+    /// numbered placeholders for PostgreSQL; for SQLite, without [`POSTGRES_ONLY`] and with
+    /// `GREATEST(` and `LEAST(` as `MAX(` and `MIN(`. [`NOW_MS`] becomes each engine's clock. A `?` inside a quoted
+    /// literal is left alone.
+    pub fn translate(self, text: &str) -> String {
+        let text = match self {
+            Dialect::Postgres => Cow::<str>::Owned(text.replace(
+                NOW_MS,
+                "(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            )),
+            Dialect::Sqlite => {
+                let mut owned = text.replace(NOW_MS, "CAST(unixepoch('subsec') * 1000 AS INTEGER)");
+                for token in POSTGRES_ONLY {
+                    owned = owned.replace(token, "");
+                }
+                Cow::Owned(owned.replace("GREATEST(", "MAX(").replace("LEAST(", "MIN("))
+            }
+        };
+        match self {
+            Dialect::Sqlite => text.into_owned(),
+            Dialect::Postgres => {
+                let mut numbered = String::with_capacity(text.len() + 16);
+                let mut next = 0;
+                let mut quoted = false;
+                for character in text.chars() {
+                    match character {
+                        '\'' => {
+                            quoted = !quoted;
+                            numbered.push(character);
+                        }
+                        '?' if !quoted => {
+                            next += 1;
+                            numbered.push('$');
+                            numbered.push_str(&next.to_string());
+                        }
+                        other => numbered.push(other),
+                    }
+                }
+                numbered
+            }
+        }
+    }
+
+    /// Returns the statement of this dialect among two that cannot be written as one.
+    pub fn pick(self, sqlite: &'static str, postgres: &'static str) -> &'static str {
+        match self {
+            Dialect::Sqlite => sqlite,
+            Dialect::Postgres => postgres,
+        }
+    }
+}
+
+/// A value bound to a statement.
+#[derive(Debug, Clone)]
+pub enum Arg {
+    /// A 64-bit integer, or NULL.
+    Int(Option<i64>),
+    /// Text as given, or NULL (keys and ids, which the Gateway validates before they get here).
+    Text(Option<String>),
+    /// Text a client wrote, or NULL: PostgreSQL refuses NUL in text, so there NUL becomes
+    /// U+FFFD ([`crate::scrub_nul`]).
+    Scrubbed(Option<String>),
+    /// JSON text for a JSON column; on PostgreSQL NUL in any string or key becomes U+FFFD.
+    Json(String),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl From<i64> for Arg {
+    fn from(value: i64) -> Self {
+        Arg::Int(Some(value))
+    }
+}
+
+impl From<Option<i64>> for Arg {
+    fn from(value: Option<i64>) -> Self {
+        Arg::Int(value)
+    }
+}
+
+impl From<&str> for Arg {
+    fn from(value: &str) -> Self {
+        Arg::Text(Some(value.to_owned()))
+    }
+}
+
+impl From<&String> for Arg {
+    fn from(value: &String) -> Self {
+        Arg::Text(Some(value.clone()))
+    }
+}
+
+impl From<String> for Arg {
+    fn from(value: String) -> Self {
+        Arg::Text(Some(value))
+    }
+}
+
+impl From<Option<&str>> for Arg {
+    fn from(value: Option<&str>) -> Self {
+        Arg::Text(value.map(str::to_owned))
+    }
+}
+
+impl From<&Option<String>> for Arg {
+    fn from(value: &Option<String>) -> Self {
+        Arg::Text(value.clone())
+    }
+}
+
+impl From<bool> for Arg {
+    fn from(value: bool) -> Self {
+        Arg::Bool(value)
+    }
+}
+
+/// Returns `value` as stored in a PostgreSQL `jsonb` column, which refuses `\u0000` in
+/// strings: NUL in any string or key becomes U+FFFD, as in [`crate::scrub_nul`].
+pub fn scrubbed_json(encoded: String) -> String {
+    fn clean(value: &serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::String(string) => {
+                serde_json::Value::String(crate::scrub_nul(string).into_owned())
+            }
+            serde_json::Value::Array(items) => {
+                serde_json::Value::Array(items.iter().map(clean).collect())
+            }
+            serde_json::Value::Object(map) => serde_json::Value::Object(
+                map.iter()
+                    .map(|(key, item)| (crate::scrub_nul(key).into_owned(), clean(item)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    if !encoded.contains("\\u0000") {
+        return encoded;
+    }
+    match serde_json::from_str::<serde_json::Value>(&encoded) {
+        Ok(value) => clean(&value).to_string(),
+        Err(_) => encoded,
+    }
+}
+
+/// A column of a row: by name, or by position (0 for a scalar query).
+#[derive(Debug, Clone, Copy)]
+pub enum Col<'a> {
+    /// The column with this name.
+    Name(&'a str),
+    /// The column at this position.
+    Index(usize),
+}
+
+/// A row a backend returned, read by type; a value of another type is an error.
+pub trait SqlRow: Send + Sync + 'static {
+    /// A 64-bit integer column, or NULL.
+    fn int(&self, column: Col<'_>) -> std::result::Result<Option<i64>, sqlx::Error>;
+    /// A text column, or NULL.
+    fn text(&self, column: Col<'_>) -> std::result::Result<Option<String>, sqlx::Error>;
+    /// A boolean column (an integer on SQLite), or NULL.
+    fn boolean(&self, column: Col<'_>) -> std::result::Result<Option<bool>, sqlx::Error>;
+}
+
+/// A type a column is read as.
+pub trait FromColumn: Sized {
+    /// Reads `column` of `row`.
+    fn read(row: &impl SqlRow, column: Col<'_>) -> std::result::Result<Self, sqlx::Error>;
+}
+
+/// The error of a NULL where the schema has none.
+fn unexpected_null(column: Col<'_>) -> sqlx::Error {
+    sqlx::Error::Decode(format!("unexpected NULL in column {column:?}").into())
+}
+
+macro_rules! from_column {
+    ($type:ty, $method:ident) => {
+        impl FromColumn for Option<$type> {
+            fn read(row: &impl SqlRow, column: Col<'_>) -> std::result::Result<Self, sqlx::Error> {
+                row.$method(column)
+            }
+        }
+
+        impl FromColumn for $type {
+            fn read(row: &impl SqlRow, column: Col<'_>) -> std::result::Result<Self, sqlx::Error> {
+                row.$method(column)?.ok_or_else(|| unexpected_null(column))
+            }
+        }
+    };
+}
+
+from_column!(i64, int);
+from_column!(String, text);
+from_column!(bool, boolean);
+
+/// Reads `column` of `row` as `T`; a value of another type is [`StoreError::Internal`].
+pub fn get<T: FromColumn>(row: &impl SqlRow, column: &'static str) -> Result<T> {
+    T::read(row, Col::Name(column)).map_err(|error| StoreError::Internal {
+        source: Box::new(error),
+    })
+}
+
+/// Reads JSON text from `column` of `row` as `T`; text that does not parse is
+/// [`StoreError::Corrupt`] of `what`.
+pub fn get_json<T: serde::de::DeserializeOwned>(
+    row: &impl SqlRow,
+    column: &'static str,
+    what: &'static str,
+) -> Result<T> {
+    let text: String = get(row, column)?;
+    serde_json::from_str(&text).map_err(|_| StoreError::Corrupt { what })
+}
+
+/// What a statement returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fetch {
+    /// The number of rows it changed.
+    Affected,
+    /// Its first row, if any.
+    Optional,
+    /// Its first row; none is an error.
+    One,
+    /// Every row.
+    All,
+}
+
+/// What a backend returns for a statement: the rows (none for [`Fetch::Affected`]) and the
+/// number of rows changed.
+#[derive(Debug)]
+pub struct Ran<R> {
+    /// The rows fetched.
+    pub rows: Vec<R>,
+    /// The rows changed, for [`Fetch::Affected`].
+    pub affected: u64,
+}
+
+/// Where a statement runs: on the pool (its own implicit transaction), or inside one.
+pub enum On<'a, B: Backend> {
+    /// Any pooled connection.
+    Pool(&'a B),
+    /// The open transaction.
+    Tx(&'a mut Tx<B>),
+}
+
+/// A backend: one SQL engine and its connections.
+#[async_trait]
+pub trait Backend: Clone + Debug + Send + Sync + 'static {
+    /// The SQL text this engine reads.
+    const DIALECT: Dialect;
+    /// An open transaction.
+    type Transaction: Send;
+    /// A fetched row.
+    type Row: SqlRow;
+
+    /// Begins a transaction that will write: on SQLite it takes the write lock at once
+    /// (`BEGIN IMMEDIATE`), so it never fails halfway for a writer that committed meanwhile.
+    async fn begin(&self) -> std::result::Result<Self::Transaction, sqlx::Error>;
+
+    /// Commits `tx`.
+    async fn commit(tx: Self::Transaction) -> std::result::Result<(), sqlx::Error>;
+
+    /// Runs `sql` (already in this dialect) with `args` on `on`.
+    async fn run(
+        on: On<'_, Self>,
+        sql: &str,
+        args: Vec<Arg>,
+        fetch: Fetch,
+    ) -> std::result::Result<Ran<Self::Row>, sqlx::Error>;
+
+    /// Translates an engine error into the backend-neutral error; `what` names the record.
+    fn map_error(error: sqlx::Error, what: &'static str) -> StoreError;
+
+    /// The backend to renew leases on: PostgreSQL keeps a connection of its own for them, so a
+    /// busy pool never makes a replica miss its renewal.
+    fn for_leases(&self) -> Self {
+        self.clone()
+    }
+
+    /// Sends `announcements` to the other replicas ([`crate::ClusterStore::announce`]); SQLite has one
+    /// replica and no channel.
+    async fn announce(&self, _announcements: &[Announcement]) -> Result<()> {
+        Ok(())
+    }
+
+    /// [`crate::ClusterStore::hold_media_writes`]; where one process owns the store, its own lock
+    /// suffices.
+    async fn hold_media_writes(&self) -> Result<Box<dyn MediaHold>> {
+        Ok(Box::new(NoHold))
+    }
+
+    /// [`crate::ClusterStore::try_hold_media_collection`].
+    async fn try_hold_media_collection(&self) -> Result<Option<Box<dyn MediaHold>>> {
+        Ok(Some(Box::new(NoHold)))
+    }
+
+    /// [`crate::ClusterStore::listen`]; `None` where there is no channel.
+    async fn listen(&self) -> Result<Option<Box<dyn ClusterListener>>> {
+        Ok(None)
+    }
+}
+
+/// An open transaction of backend `B`; dropping it rolls back.
+pub struct Tx<B: Backend> {
+    inner: B::Transaction,
+}
+
+impl<B: Backend> Tx<B> {
+    /// Commits; `what` names the record in an error.
+    pub async fn commit(self, what: &'static str) -> Result<()> {
+        B::commit(self.inner)
+            .await
+            .map_err(|error| B::map_error(error, what))
+    }
+
+    /// The backend's transaction.
+    pub fn inner(&mut self) -> &mut B::Transaction {
+        &mut self.inner
+    }
+}
+
+/// Something a [`Query`] runs on: a backend (its pool) or an open transaction.
+pub trait Exec: Send {
+    /// The backend.
+    type B: Backend;
+    /// Where the statement runs.
+    fn on(&mut self) -> On<'_, Self::B>;
+}
+
+impl<B: Backend> Exec for &B {
+    type B = B;
+    fn on(&mut self) -> On<'_, B> {
+        On::Pool(self)
+    }
+}
+
+impl<B: Backend> Exec for &mut Tx<B> {
+    type B = B;
+    fn on(&mut self) -> On<'_, B> {
+        On::Tx(self)
+    }
+}
+
+/// A statement and its arguments, in PostgreSQL's spelling with `?` placeholders.
+#[must_use]
+#[derive(Debug)]
+pub struct Query {
+    sql: Cow<'static, str>,
+    args: Vec<Arg>,
+}
+
+/// Starts a statement.
+pub fn query(sql: impl Into<Cow<'static, str>>) -> Query {
+    Query {
+        sql: sql.into(),
+        args: Vec::new(),
+    }
+}
+
+impl Query {
+    /// Binds the next `?`.
+    pub fn bind(mut self, value: impl Into<Arg>) -> Self {
+        self.args.push(value.into());
+        self
+    }
+
+    /// Binds text a client wrote ([`Arg::Scrubbed`]).
+    pub fn text(mut self, value: &str) -> Self {
+        self.args.push(Arg::Scrubbed(Some(value.to_owned())));
+        self
+    }
+
+    /// Binds optional text a client wrote ([`Arg::Scrubbed`]).
+    pub fn opt_text(mut self, value: Option<&str>) -> Self {
+        self.args.push(Arg::Scrubbed(value.map(str::to_owned)));
+        self
+    }
+
+    /// Binds JSON text for a JSON column ([`Arg::Json`]).
+    pub fn json(mut self, encoded: String) -> Self {
+        self.args.push(Arg::Json(encoded));
+        self
+    }
+
+    async fn run<E: Exec>(
+        self,
+        mut on: E,
+        fetch: Fetch,
+        what: &'static str,
+    ) -> Result<Ran<<E::B as Backend>::Row>> {
+        let sql = <E::B as Backend>::DIALECT.translate(&self.sql);
+        <E::B as Backend>::run(on.on(), &sql, self.args, fetch)
+            .await
+            .map_err(|error| <E::B as Backend>::map_error(error, what))
+    }
+
+    /// Runs the statement and returns the number of rows it changed.
+    pub async fn execute<E: Exec>(self, on: E, what: &'static str) -> Result<u64> {
+        Ok(self.run(on, Fetch::Affected, what).await?.affected)
+    }
+
+    /// Runs the statement and returns its first row, if any.
+    pub async fn optional<E: Exec>(
+        self,
+        on: E,
+        what: &'static str,
+    ) -> Result<Option<<E::B as Backend>::Row>> {
+        Ok(self.run(on, Fetch::Optional, what).await?.rows.pop())
+    }
+
+    /// Runs the statement and returns its first row; none is an error.
+    pub async fn one<E: Exec>(self, on: E, what: &'static str) -> Result<<E::B as Backend>::Row> {
+        self.run(on, Fetch::One, what)
+            .await?
+            .rows
+            .pop()
+            .ok_or(StoreError::NotFound { what })
+    }
+
+    /// Runs the statement and returns every row.
+    pub async fn all<E: Exec>(
+        self,
+        on: E,
+        what: &'static str,
+    ) -> Result<Vec<<E::B as Backend>::Row>> {
+        Ok(self.run(on, Fetch::All, what).await?.rows)
+    }
+
+    /// Runs the statement and returns the first column of its one row.
+    pub async fn scalar<T: FromColumn, E: Exec>(self, on: E, what: &'static str) -> Result<T> {
+        let row = self.one(on, what).await?;
+        T::read(&row, Col::Index(0)).map_err(|error| <E::B as Backend>::map_error(error, what))
+    }
+
+    /// Runs the statement and returns the first column of its first row, if there is a row.
+    pub async fn opt_scalar<T: FromColumn, E: Exec>(
+        self,
+        on: E,
+        what: &'static str,
+    ) -> Result<Option<T>> {
+        match self.optional(on, what).await? {
+            Some(row) => T::read(&row, Col::Index(0))
+                .map(Some)
+                .map_err(|error| <E::B as Backend>::map_error(error, what)),
+            None => Ok(None),
+        }
+    }
+
+    /// Runs the statement and returns the first column of every row.
+    pub async fn column<T: FromColumn, E: Exec>(self, on: E, what: &'static str) -> Result<Vec<T>> {
+        self.all(on, what)
+            .await?
+            .iter()
+            .map(|row| {
+                T::read(row, Col::Index(0))
+                    .map_err(|error| <E::B as Backend>::map_error(error, what))
+            })
+            .collect()
+    }
+}
+
+/// The Gateway store on a SQL backend.
+#[derive(Debug, Clone)]
+pub struct SqlStore<B: Backend> {
+    pub(crate) db: B,
+}
+
+impl<B: Backend> SqlStore<B> {
+    /// Begins a write transaction ([`Backend::begin`]).
+    pub async fn begin(&self, what: &'static str) -> Result<Tx<B>> {
+        let inner = self
+            .db
+            .begin()
+            .await
+            .map_err(|error| B::map_error(error, what))?;
+        Ok(Tx { inner })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dialect;
+
+    #[test]
+    fn postgres_numbers_placeholders_outside_literals() {
+        assert_eq!(
+            Dialect::Postgres.translate("SELECT '?' , a FROM t WHERE b = ? AND c = ?::jsonb"),
+            "SELECT '?' , a FROM t WHERE b = $1 AND c = $2::jsonb"
+        );
+    }
+
+    #[test]
+    fn sqlite_drops_what_only_postgres_reads() {
+        assert_eq!(
+            Dialect::Sqlite.translate(
+                "SELECT x::text AS x FROM t WHERE k = ?::bigint ORDER BY k COLLATE \"C\" FOR UPDATE"
+            ),
+            "SELECT x AS x FROM t WHERE k = ? ORDER BY k"
+        );
+        assert_eq!(
+            Dialect::Sqlite.translate("SELECT GREATEST(a, ?) WHERE e > now_ms()"),
+            "SELECT MAX(a, ?) WHERE e > CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+        );
+    }
+}
