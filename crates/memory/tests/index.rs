@@ -1,6 +1,6 @@
 //! The memory index on each backend: SQLite in a real file in a tempdir, and PostgreSQL in a
 //! fresh database per test on the server `GATEHOUSE_TEST_POSTGRES_URL` names (scripts/test
-//! starts a throwaway one). Each contract test is one generic function; the `conformance!` macro
+//! starts a throwaway one). Each contract test is one generic function; `on_both_backends!`
 //! instantiates it once per backend, so both run the same assertions. The ranking tests index
 //! one fixed corpus on both backends and compare the results.
 
@@ -26,29 +26,8 @@ use gatehouse_memory::search::search;
 use pretty_assertions::assert_eq;
 use support::Target;
 
-/// Instantiates each named contract test for SQLite and for PostgreSQL.
-macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::support::Target::sqlite()).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::support::Target::postgres().await).await;
-                }
-            )*
-        }
-    };
-}
-
-conformance!(
+gatehouse_testkit::on_both_backends!(
+    threads = 2;
     keyword_hits_cite_their_lines_and_a_file_is_resynced_by_hash,
     a_vector_only_hit_is_found_and_ranked_with_the_keyword_leg,
     dated_notes_rank_by_recency_and_mmr_drops_near_duplicates,

@@ -25,8 +25,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::Connection;
-use sqlx::Row;
-use sqlx::postgres::PgArguments;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::postgres::PgConnection;
 use sqlx::postgres::PgListener;
@@ -45,14 +43,12 @@ use crate::error::StoreError;
 use crate::location::PostgresLocation;
 use crate::sql::Arg;
 use crate::sql::Backend;
-use crate::sql::Col;
 use crate::sql::Dialect;
 use crate::sql::Fetch;
 use crate::sql::On;
 use crate::sql::Ran;
-use crate::sql::SqlRow;
 use crate::sql::SqlStore;
-use crate::sql::scrubbed_json;
+use crate::sql::run_on;
 
 /// The most pooled connections of one Gateway.
 pub const POOL_CONNECTIONS: u32 = 16;
@@ -186,24 +182,27 @@ impl Backend for Postgres {
         args: Vec<Arg>,
         fetch: Fetch,
     ) -> std::result::Result<Ran<PgRow>, sqlx::Error> {
-        let mut arguments = PgArguments::default();
-        for arg in args {
-            use sqlx::Arguments;
-            match arg {
-                Arg::Int(value) => arguments.add(value),
-                Arg::Text(value) => arguments.add(value),
-                Arg::Scrubbed(value) => {
-                    arguments.add(value.map(|text| crate::scrub_nul(&text).into_owned()))
-                }
-                Arg::Json(value) => arguments.add(scrubbed_json(value)),
-                Arg::Bool(value) => arguments.add(value),
-            }
-            .map_err(sqlx::Error::Encode)?;
-        }
-        let statement = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments);
         match on {
-            On::Pool(db) => run(statement, &db.pool, fetch).await,
-            On::Tx(tx) => run(statement, &mut **tx.inner(), fetch).await,
+            On::Pool(db) => {
+                run_on(
+                    &db.pool,
+                    sql,
+                    args,
+                    fetch,
+                    sqlx::postgres::PgQueryResult::rows_affected,
+                )
+                .await
+            }
+            On::Tx(tx) => {
+                run_on(
+                    &mut **tx.inner(),
+                    sql,
+                    args,
+                    fetch,
+                    sqlx::postgres::PgQueryResult::rows_affected,
+                )
+                .await
+            }
         }
     }
 
@@ -288,57 +287,6 @@ impl Backend for Postgres {
             .await
             .map_err(|e| map_error(e, "listener"))?;
         Ok(Some(Box::new(PgClusterListener { listener })))
-    }
-}
-
-/// Runs `statement` on `executor` as `fetch` asks.
-async fn run<'e, E>(
-    statement: sqlx::query::Query<'e, sqlx::Postgres, PgArguments>,
-    executor: E,
-    fetch: Fetch,
-) -> std::result::Result<Ran<PgRow>, sqlx::Error>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Postgres>,
-{
-    let (rows, affected) = match fetch {
-        Fetch::Affected => (
-            Vec::new(),
-            statement.execute(executor).await?.rows_affected(),
-        ),
-        Fetch::Optional => (
-            statement
-                .fetch_optional(executor)
-                .await?
-                .into_iter()
-                .collect(),
-            0,
-        ),
-        Fetch::One => (vec![statement.fetch_one(executor).await?], 0),
-        Fetch::All => (statement.fetch_all(executor).await?, 0),
-    };
-    Ok(Ran { rows, affected })
-}
-
-impl SqlRow for PgRow {
-    fn int(&self, column: Col<'_>) -> std::result::Result<Option<i64>, sqlx::Error> {
-        match column {
-            Col::Name(name) => self.try_get(name),
-            Col::Index(index) => self.try_get(index),
-        }
-    }
-
-    fn text(&self, column: Col<'_>) -> std::result::Result<Option<String>, sqlx::Error> {
-        match column {
-            Col::Name(name) => self.try_get(name),
-            Col::Index(index) => self.try_get(index),
-        }
-    }
-
-    fn boolean(&self, column: Col<'_>) -> std::result::Result<Option<bool>, sqlx::Error> {
-        match column {
-            Col::Name(name) => self.try_get(name),
-            Col::Index(index) => self.try_get(index),
-        }
     }
 }
 

@@ -9,8 +9,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::Row;
-use sqlx::sqlite::SqliteArguments;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::sqlite::SqliteJournalMode;
 use sqlx::sqlite::SqlitePool;
@@ -22,13 +20,12 @@ use crate::error::Result;
 use crate::error::StoreError;
 use crate::sql::Arg;
 use crate::sql::Backend;
-use crate::sql::Col;
 use crate::sql::Dialect;
 use crate::sql::Fetch;
 use crate::sql::On;
 use crate::sql::Ran;
-use crate::sql::SqlRow;
 use crate::sql::SqlStore;
+use crate::sql::run_on;
 
 /// The number of pooled connections; SQLite serializes writers anyway.
 const POOL_CONNECTIONS: u32 = 8;
@@ -123,78 +120,32 @@ impl Backend for Sqlite {
         args: Vec<Arg>,
         fetch: Fetch,
     ) -> std::result::Result<Ran<SqliteRow>, sqlx::Error> {
-        let mut arguments = SqliteArguments::default();
-        for arg in args {
-            use sqlx::Arguments;
-            match arg {
-                Arg::Int(value) => arguments.add(value),
-                Arg::Text(value) | Arg::Scrubbed(value) => arguments.add(value),
-                Arg::Json(value) => arguments.add(value),
-                Arg::Bool(value) => arguments.add(value),
-            }
-            .map_err(sqlx::Error::Encode)?;
-        }
-        let statement = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments);
         match on {
-            On::Pool(db) => run(statement, &db.pool, fetch).await,
-            On::Tx(tx) => run(statement, &mut **tx.inner(), fetch).await,
+            On::Pool(db) => {
+                run_on(
+                    &db.pool,
+                    sql,
+                    args,
+                    fetch,
+                    sqlx::sqlite::SqliteQueryResult::rows_affected,
+                )
+                .await
+            }
+            On::Tx(tx) => {
+                run_on(
+                    &mut **tx.inner(),
+                    sql,
+                    args,
+                    fetch,
+                    sqlx::sqlite::SqliteQueryResult::rows_affected,
+                )
+                .await
+            }
         }
     }
 
-    /// Translates an engine error into the backend-neutral error.
     fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {
         map_error(error, what)
-    }
-}
-
-/// Runs `statement` on `executor` as `fetch` asks.
-async fn run<'e, E>(
-    statement: sqlx::query::Query<'e, sqlx::Sqlite, SqliteArguments>,
-    executor: E,
-    fetch: Fetch,
-) -> std::result::Result<Ran<SqliteRow>, sqlx::Error>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
-{
-    let (rows, affected) = match fetch {
-        Fetch::Affected => (
-            Vec::new(),
-            statement.execute(executor).await?.rows_affected(),
-        ),
-        Fetch::Optional => (
-            statement
-                .fetch_optional(executor)
-                .await?
-                .into_iter()
-                .collect(),
-            0,
-        ),
-        Fetch::One => (vec![statement.fetch_one(executor).await?], 0),
-        Fetch::All => (statement.fetch_all(executor).await?, 0),
-    };
-    Ok(Ran { rows, affected })
-}
-
-impl SqlRow for SqliteRow {
-    fn int(&self, column: Col<'_>) -> std::result::Result<Option<i64>, sqlx::Error> {
-        match column {
-            Col::Name(name) => self.try_get(name),
-            Col::Index(index) => self.try_get(index),
-        }
-    }
-
-    fn text(&self, column: Col<'_>) -> std::result::Result<Option<String>, sqlx::Error> {
-        match column {
-            Col::Name(name) => self.try_get(name),
-            Col::Index(index) => self.try_get(index),
-        }
-    }
-
-    fn boolean(&self, column: Col<'_>) -> std::result::Result<Option<bool>, sqlx::Error> {
-        match column {
-            Col::Name(name) => self.try_get(name),
-            Col::Index(index) => self.try_get(index),
-        }
     }
 }
 

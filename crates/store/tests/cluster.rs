@@ -31,29 +31,8 @@ use gatehouse_store::model::TurnStatus;
 use pretty_assertions::assert_eq;
 use support::Target;
 
-/// Instantiates each named contract test for SQLite and for PostgreSQL.
-macro_rules! contract {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::support::Target::sqlite()).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::support::Target::postgres().await).await;
-                }
-            )*
-        }
-    };
-}
-
-contract!(
+gatehouse_testkit::on_both_backends!(
+    threads = 4;
     a_lease_is_held_by_one_process_and_never_renewed_after_it_expired,
     a_turn_writes_only_under_its_live_lease_and_survivors_take_it_over,
     a_replica_claims_only_the_sessions_whose_node_it_holds,

@@ -1,7 +1,7 @@
 //! The `Store` contract, run against every backend: SQLite in a real file in a tempdir, and
 //! PostgreSQL in a fresh database per test on the server `GATEHOUSE_TEST_POSTGRES_URL` names
-//! (scripts/test starts a throwaway one). Each contract test is one generic function; the
-//! `conformance!` macro instantiates it once per backend, so both run the same assertions.
+//! (scripts/test starts a throwaway one). Each contract test is one generic function;
+//! `gatehouse_testkit::on_both_backends!` instantiates it once per backend, so both run the same assertions.
 
 #![allow(
     clippy::unwrap_used,
@@ -53,29 +53,8 @@ use gatehouse_store::model::WorktreeOrigin;
 use pretty_assertions::assert_eq;
 use support::Target;
 
-/// Instantiates each named contract test for SQLite and for PostgreSQL.
-macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::support::Target::sqlite()).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::support::Target::postgres().await).await;
-                }
-            )*
-        }
-    };
-}
-
-conformance!(
+gatehouse_testkit::on_both_backends!(
+    threads = 4;
     a_setup_code_enrolls_exactly_once,
     an_expired_code_is_refused_and_stays_unused,
     concurrent_enrollments_with_one_code_enroll_one_node,

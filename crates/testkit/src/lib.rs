@@ -124,3 +124,29 @@ pub async fn create_bucket(endpoint: &url::Url, bucket: &str) {
         response.status()
     );
 }
+
+/// Instantiates each named contract test once per store backend: a module `sqlite` whose tests
+/// call `super::NAME(super::support::Target::sqlite())`, and a module `postgres` whose tests
+/// call it with `super::support::Target::postgres().await`. The calling test crate has a
+/// `support` module with that `Target`, and tokio; `threads` is the runtime's worker count.
+#[macro_export]
+macro_rules! on_both_backends {
+    (threads = $threads:literal; $($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $name() {
+                    super::$name(super::support::Target::sqlite()).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $name() {
+                    super::$name(super::support::Target::postgres().await).await;
+                }
+            )*
+        }
+    };
+}

@@ -174,9 +174,23 @@ impl From<bool> for Arg {
     }
 }
 
+impl Arg {
+    /// Returns this value as PostgreSQL stores it: [`Arg::Scrubbed`] and [`Arg::Json`] without
+    /// NUL.
+    fn scrubbed(self) -> Self {
+        match self {
+            Arg::Scrubbed(value) => {
+                Arg::Text(value.map(|text| crate::scrub_nul(&text).into_owned()))
+            }
+            Arg::Json(value) => Arg::Json(scrubbed_json(value)),
+            other => other,
+        }
+    }
+}
+
 /// Returns `value` as stored in a PostgreSQL `jsonb` column, which refuses `\u0000` in
 /// strings: NUL in any string or key becomes U+FFFD, as in [`crate::scrub_nul`].
-pub fn scrubbed_json(encoded: String) -> String {
+fn scrubbed_json(encoded: String) -> String {
     fn clean(value: &serde_json::Value) -> serde_json::Value {
         match value {
             serde_json::Value::String(string) => {
@@ -219,6 +233,89 @@ pub trait SqlRow: Send + Sync + 'static {
     fn text(&self, column: Col<'_>) -> std::result::Result<Option<String>, sqlx::Error>;
     /// A boolean column (an integer on SQLite), or NULL.
     fn boolean(&self, column: Col<'_>) -> std::result::Result<Option<bool>, sqlx::Error>;
+}
+
+impl<R> SqlRow for R
+where
+    R: sqlx::Row + 'static,
+    usize: sqlx::ColumnIndex<R>,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    Option<i64>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<bool>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn int(&self, column: Col<'_>) -> std::result::Result<Option<i64>, sqlx::Error> {
+        match column {
+            Col::Name(name) => self.try_get(name),
+            Col::Index(index) => self.try_get(index),
+        }
+    }
+
+    fn text(&self, column: Col<'_>) -> std::result::Result<Option<String>, sqlx::Error> {
+        match column {
+            Col::Name(name) => self.try_get(name),
+            Col::Index(index) => self.try_get(index),
+        }
+    }
+
+    fn boolean(&self, column: Col<'_>) -> std::result::Result<Option<bool>, sqlx::Error> {
+        match column {
+            Col::Name(name) => self.try_get(name),
+            Col::Index(index) => self.try_get(index),
+        }
+    }
+}
+
+/// Binds `args` and runs `sql` on `executor` as `fetch` asks: the body of each backend's
+/// [`Backend::run`], written once over sqlx's traits; `affected` reads the rows a statement
+/// changed from the engine's result (sqlx has no trait for it).
+///
+/// # Errors
+/// What the engine reports.
+pub async fn run_on<'e, DB, E>(
+    executor: E,
+    sql: &'e str,
+    args: Vec<Arg>,
+    fetch: Fetch,
+    affected: fn(&DB::QueryResult) -> u64,
+) -> std::result::Result<Ran<DB::Row>, sqlx::Error>
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'e, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    Option<i64>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<String>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    bool: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    use sqlx::Arguments;
+    let mut arguments = DB::Arguments::default();
+    for arg in args {
+        match arg {
+            Arg::Int(value) => arguments.add(value),
+            Arg::Text(value) | Arg::Scrubbed(value) => arguments.add(value),
+            Arg::Json(value) => arguments.add(Some(value)),
+            Arg::Bool(value) => arguments.add(value),
+        }
+        .map_err(sqlx::Error::Encode)?;
+    }
+    let statement = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments);
+    let (rows, changed) = match fetch {
+        Fetch::Affected => (Vec::new(), affected(&statement.execute(executor).await?)),
+        Fetch::Optional => (
+            statement
+                .fetch_optional(executor)
+                .await?
+                .into_iter()
+                .collect(),
+            0,
+        ),
+        Fetch::One => (vec![statement.fetch_one(executor).await?], 0),
+        Fetch::All => (statement.fetch_all(executor).await?, 0),
+    };
+    Ok(Ran {
+        rows,
+        affected: changed,
+    })
 }
 
 /// A type a column is read as.
@@ -318,7 +415,8 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// Commits `tx`.
     async fn commit(tx: Self::Transaction) -> std::result::Result<(), sqlx::Error>;
 
-    /// Runs `sql` (already in this dialect) with `args` on `on`.
+    /// Runs `sql` (already in this dialect) with `args` (already as the engine stores them) on
+    /// `on`; [`run_on`] is the body.
     async fn run(
         on: On<'_, Self>,
         sql: &str,
@@ -446,8 +544,13 @@ impl Query {
         fetch: Fetch,
         what: &'static str,
     ) -> Result<Ran<<E::B as Backend>::Row>> {
-        let sql = <E::B as Backend>::DIALECT.translate(&self.sql);
-        <E::B as Backend>::run(on.on(), &sql, self.args, fetch)
+        let dialect = <E::B as Backend>::DIALECT;
+        let sql = dialect.translate(&self.sql);
+        let args = match dialect {
+            Dialect::Sqlite => self.args,
+            Dialect::Postgres => self.args.into_iter().map(Arg::scrubbed).collect(),
+        };
+        <E::B as Backend>::run(on.on(), &sql, args, fetch)
             .await
             .map_err(|error| <E::B as Backend>::map_error(error, what))
     }
