@@ -681,32 +681,10 @@ impl Scope {
     }
 }
 
-/// An API key to record. Only the hash of its secret reaches the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewApiKey {
-    /// The key's unique name; the only thing about it that logs and the audit trail show.
-    pub name: String,
-    /// Lowercase hex SHA-256 of the secret.
-    pub secret_sha256: String,
-    /// What it may do; never empty.
-    pub scopes: Vec<Scope>,
-    /// The session-key prefix its session routes are limited to.
-    pub session_prefix: Option<String>,
-    /// When it was created.
-    pub created_at_ms: i64,
-    /// When it stops being accepted; `None`: never.
-    pub expires_at_ms: Option<i64>,
-    /// The most requests it may send per minute; `None`: unlimited.
-    pub requests_per_minute: Option<u32>,
-    /// The most turns its requests may have running at once; `None`: the Gateway's default
-    /// share.
-    pub concurrent_turns: Option<u32>,
-    /// The most event streams and long polls it may hold open at once; `None`: the Gateway's
-    /// default share.
-    pub max_streams: Option<u32>,
-    /// The most media bytes charged to it; `None`: the Gateway's default share.
-    pub media_quota_bytes: Option<u64>,
-}
+/// An API key to record ([`crate::Store::insert_api_key`]): a record, whose
+/// `last_used_at_ms` is `None` until a request presents it. Only the hash of its secret reaches
+/// the store.
+pub type NewApiKey = ApiKeyRecord;
 
 /// A stored API key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1759,6 +1759,7 @@ fn new_key(name: &str, hash: &str, expires_at_ms: Option<i64>) -> NewApiKey {
         session_prefix: Some("app1-".into()),
         created_at_ms: 5,
         expires_at_ms,
+        last_used_at_ms: None,
         requests_per_minute: Some(60),
         concurrent_turns: None,
         max_streams: Some(3),

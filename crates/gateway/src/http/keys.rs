@@ -113,6 +113,7 @@ pub(crate) async fn create_key(
         session_prefix: params.sessions,
         created_at_ms: now,
         expires_at_ms,
+        last_used_at_ms: None,
         requests_per_minute: params.requests_per_minute,
         concurrent_turns: params.concurrent_turns,
         max_streams: params.max_streams,

@@ -490,6 +490,7 @@ async fn issue_17_expired_revoked_and_unknown_keys_get_401() {
             session_prefix: None,
             created_at_ms: 1,
             expires_at_ms: Some(2),
+            last_used_at_ms: None,
             requests_per_minute: None,
             concurrent_turns: None,
             max_streams: None,

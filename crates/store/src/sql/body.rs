@@ -137,8 +137,9 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn insert_api_key(&self, key: &NewApiKey) -> Result<()> {
         query(
             "INSERT INTO api_keys (name, secret_sha256, scopes_json, session_prefix, \
-             created_at_ms, expires_at_ms, requests_per_minute, concurrent_turns, max_streams, \
-             media_quota_bytes) VALUES (?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?, ?)",
+             created_at_ms, expires_at_ms, last_used_at_ms, requests_per_minute, \
+             concurrent_turns, max_streams, media_quota_bytes) \
+             VALUES (?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .text(&key.name)
         .bind(&key.secret_sha256)
@@ -146,6 +147,7 @@ impl<B: Backend> Store for SqlStore<B> {
         .opt_text(key.session_prefix.as_deref())
         .bind(key.created_at_ms)
         .bind(key.expires_at_ms)
+        .bind(key.last_used_at_ms)
         .bind(key.requests_per_minute.map(i64::from))
         .bind(key.concurrent_turns.map(i64::from))
         .bind(key.max_streams.map(i64::from))
