@@ -41,13 +41,13 @@ use crate::cluster::MediaHold;
 use crate::error::Result;
 use crate::error::StoreError;
 use crate::location::PostgresLocation;
-use crate::sql::Arg;
 use crate::sql::Backend;
 use crate::sql::Dialect;
-use crate::sql::Fetch;
 use crate::sql::On;
 use crate::sql::Ran;
+use crate::sql::SqlResult;
 use crate::sql::SqlStore;
+use crate::sql::Statement;
 use crate::sql::run_on;
 
 /// The most pooled connections of one Gateway.
@@ -165,45 +165,18 @@ impl SqlStore<Postgres> {
 #[async_trait]
 impl Backend for Postgres {
     const DIALECT: Dialect = Dialect::Postgres;
-    type Transaction = sqlx::Transaction<'static, sqlx::Postgres>;
-    type Row = PgRow;
+    type Db = sqlx::Postgres;
 
-    async fn begin(&self) -> std::result::Result<Self::Transaction, sqlx::Error> {
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn begin(&self) -> SqlResult<sqlx::Transaction<'static, sqlx::Postgres>> {
         self.pool.begin().await
     }
 
-    async fn commit(tx: Self::Transaction) -> std::result::Result<(), sqlx::Error> {
-        tx.commit().await
-    }
-
-    async fn run(
-        on: On<'_, Self>,
-        sql: &str,
-        args: Vec<Arg>,
-        fetch: Fetch,
-    ) -> std::result::Result<Ran<PgRow>, sqlx::Error> {
-        match on {
-            On::Pool(db) => {
-                run_on(
-                    &db.pool,
-                    sql,
-                    args,
-                    fetch,
-                    sqlx::postgres::PgQueryResult::rows_affected,
-                )
-                .await
-            }
-            On::Tx(tx) => {
-                run_on(
-                    &mut **tx.inner(),
-                    sql,
-                    args,
-                    fetch,
-                    sqlx::postgres::PgQueryResult::rows_affected,
-                )
-                .await
-            }
-        }
+    async fn run(on: On<'_, Self>, statement: Statement) -> SqlResult<Ran<PgRow>> {
+        run_on(on, statement, sqlx::postgres::PgQueryResult::rows_affected).await
     }
 
     fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {

@@ -18,13 +18,13 @@ use sqlx::sqlite::SqliteSynchronous;
 
 use crate::error::Result;
 use crate::error::StoreError;
-use crate::sql::Arg;
 use crate::sql::Backend;
 use crate::sql::Dialect;
-use crate::sql::Fetch;
 use crate::sql::On;
 use crate::sql::Ran;
+use crate::sql::SqlResult;
 use crate::sql::SqlStore;
+use crate::sql::Statement;
 use crate::sql::run_on;
 
 /// The number of pooled connections; SQLite serializes writers anyway.
@@ -103,45 +103,23 @@ async fn still_usable(
 #[async_trait]
 impl Backend for Sqlite {
     const DIALECT: Dialect = Dialect::Sqlite;
-    type Transaction = sqlx::Transaction<'static, sqlx::Sqlite>;
-    type Row = SqliteRow;
+    type Db = sqlx::Sqlite;
 
-    async fn begin(&self) -> std::result::Result<Self::Transaction, sqlx::Error> {
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    async fn begin(&self) -> SqlResult<sqlx::Transaction<'static, sqlx::Sqlite>> {
         self.pool.begin_with("BEGIN IMMEDIATE").await
     }
 
-    async fn commit(tx: Self::Transaction) -> std::result::Result<(), sqlx::Error> {
-        tx.commit().await
-    }
-
-    async fn run(
-        on: On<'_, Self>,
-        sql: &str,
-        args: Vec<Arg>,
-        fetch: Fetch,
-    ) -> std::result::Result<Ran<SqliteRow>, sqlx::Error> {
-        match on {
-            On::Pool(db) => {
-                run_on(
-                    &db.pool,
-                    sql,
-                    args,
-                    fetch,
-                    sqlx::sqlite::SqliteQueryResult::rows_affected,
-                )
-                .await
-            }
-            On::Tx(tx) => {
-                run_on(
-                    &mut **tx.inner(),
-                    sql,
-                    args,
-                    fetch,
-                    sqlx::sqlite::SqliteQueryResult::rows_affected,
-                )
-                .await
-            }
-        }
+    async fn run(on: On<'_, Self>, statement: Statement) -> SqlResult<Ran<SqliteRow>> {
+        run_on(
+            on,
+            statement,
+            sqlx::sqlite::SqliteQueryResult::rows_affected,
+        )
+        .await
     }
 
     fn map_error(error: sqlx::Error, what: &'static str) -> StoreError {

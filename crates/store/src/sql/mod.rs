@@ -266,19 +266,55 @@ where
     }
 }
 
-/// Binds `args` and runs `sql` on `executor` as `fetch` asks: the body of each backend's
-/// [`Backend::run`], written once over sqlx's traits; `affected` reads the rows a statement
-/// changed from the engine's result (sqlx has no trait for it).
+/// The result of a statement on an engine.
+pub type SqlResult<T> = std::result::Result<T, sqlx::Error>;
+
+/// The row type of backend `B`.
+pub type RowOf<B> = <<B as Backend>::Db as sqlx::Database>::Row;
+
+/// A statement ready for an engine: its text in the engine's dialect, its arguments as the
+/// engine stores them, and what it returns.
+#[derive(Debug)]
+pub struct Statement {
+    /// The text.
+    pub sql: String,
+    /// The arguments, in placeholder order.
+    pub args: Vec<Arg>,
+    /// What it returns.
+    pub fetch: Fetch,
+}
+
+/// Runs `statement` on `on`: the body of each backend's [`Backend::run`], written once over
+/// sqlx's traits; `affected` reads the rows a statement changed from the engine's result (sqlx
+/// has no trait for it).
 ///
 /// # Errors
 /// What the engine reports.
-pub async fn run_on<'e, DB, E>(
+pub async fn run_on<B>(
+    on: On<'_, B>,
+    statement: Statement,
+    affected: fn(&<B::Db as sqlx::Database>::QueryResult) -> u64,
+) -> SqlResult<Ran<RowOf<B>>>
+where
+    B: Backend,
+    <B::Db as sqlx::Database>::Arguments: sqlx::IntoArguments<B::Db>,
+    for<'c> &'c mut <B::Db as sqlx::Database>::Connection: sqlx::Executor<'c, Database = B::Db>,
+    Option<i64>: for<'q> sqlx::Encode<'q, B::Db> + sqlx::Type<B::Db>,
+    Option<String>: for<'q> sqlx::Encode<'q, B::Db> + sqlx::Type<B::Db>,
+    bool: for<'q> sqlx::Encode<'q, B::Db> + sqlx::Type<B::Db>,
+{
+    match on {
+        On::Pool(db) => execute(db.pool(), statement, affected).await,
+        On::Tx(tx) => execute(&mut *tx.inner, statement, affected).await,
+    }
+}
+
+/// Binds the arguments of `statement` and runs it on `executor`.
+async fn execute<'e, DB, E>(
     executor: E,
-    sql: &'e str,
-    args: Vec<Arg>,
-    fetch: Fetch,
+    statement: Statement,
     affected: fn(&DB::QueryResult) -> u64,
-) -> std::result::Result<Ran<DB::Row>, sqlx::Error>
+) -> SqlResult<Ran<DB::Row>>
 where
     DB: sqlx::Database,
     E: sqlx::Executor<'e, Database = DB>,
@@ -289,7 +325,7 @@ where
 {
     use sqlx::Arguments;
     let mut arguments = DB::Arguments::default();
-    for arg in args {
+    for arg in statement.args {
         match arg {
             Arg::Int(value) => arguments.add(value),
             Arg::Text(value) | Arg::Scrubbed(value) => arguments.add(value),
@@ -298,19 +334,15 @@ where
         }
         .map_err(sqlx::Error::Encode)?;
     }
-    let statement = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments);
-    let (rows, changed) = match fetch {
-        Fetch::Affected => (Vec::new(), affected(&statement.execute(executor).await?)),
+    let query = sqlx::query_with(sqlx::AssertSqlSafe(statement.sql), arguments);
+    let (rows, changed) = match statement.fetch {
+        Fetch::Affected => (Vec::new(), affected(&query.execute(executor).await?)),
         Fetch::Optional => (
-            statement
-                .fetch_optional(executor)
-                .await?
-                .into_iter()
-                .collect(),
+            query.fetch_optional(executor).await?.into_iter().collect(),
             0,
         ),
-        Fetch::One => (vec![statement.fetch_one(executor).await?], 0),
-        Fetch::All => (statement.fetch_all(executor).await?, 0),
+        Fetch::One => (vec![query.fetch_one(executor).await?], 0),
+        Fetch::All => (query.fetch_all(executor).await?, 0),
     };
     Ok(Ran {
         rows,
@@ -403,26 +435,19 @@ pub enum On<'a, B: Backend> {
 pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// The SQL text this engine reads.
     const DIALECT: Dialect;
-    /// An open transaction.
-    type Transaction: Send;
-    /// A fetched row.
-    type Row: SqlRow;
+    /// The sqlx engine; its rows are read as [`SqlRow`].
+    type Db: sqlx::Database<Row: SqlRow>;
+
+    /// The connection pool.
+    fn pool(&self) -> &sqlx::Pool<Self::Db>;
 
     /// Begins a transaction that will write: on SQLite it takes the write lock at once
     /// (`BEGIN IMMEDIATE`), so it never fails halfway for a writer that committed meanwhile.
-    async fn begin(&self) -> std::result::Result<Self::Transaction, sqlx::Error>;
+    async fn begin(&self) -> SqlResult<sqlx::Transaction<'static, Self::Db>>;
 
-    /// Commits `tx`.
-    async fn commit(tx: Self::Transaction) -> std::result::Result<(), sqlx::Error>;
-
-    /// Runs `sql` (already in this dialect) with `args` (already as the engine stores them) on
-    /// `on`; [`run_on`] is the body.
-    async fn run(
-        on: On<'_, Self>,
-        sql: &str,
-        args: Vec<Arg>,
-        fetch: Fetch,
-    ) -> std::result::Result<Ran<Self::Row>, sqlx::Error>;
+    /// Runs `statement` (already in this dialect, its arguments already as the engine stores
+    /// them) on `on`; [`run_on`] is the body.
+    async fn run(on: On<'_, Self>, statement: Statement) -> SqlResult<Ran<RowOf<Self>>>;
 
     /// Translates an engine error into the backend-neutral error; `what` names the record.
     fn map_error(error: sqlx::Error, what: &'static str) -> StoreError;
@@ -458,19 +483,20 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
 
 /// An open transaction of backend `B`; dropping it rolls back.
 pub struct Tx<B: Backend> {
-    inner: B::Transaction,
+    inner: sqlx::Transaction<'static, B::Db>,
 }
 
 impl<B: Backend> Tx<B> {
     /// Commits; `what` names the record in an error.
     pub async fn commit(self, what: &'static str) -> Result<()> {
-        B::commit(self.inner)
+        self.inner
+            .commit()
             .await
             .map_err(|error| B::map_error(error, what))
     }
 
-    /// The backend's transaction.
-    pub fn inner(&mut self) -> &mut B::Transaction {
+    /// The engine's transaction.
+    pub fn inner(&mut self) -> &mut sqlx::Transaction<'static, B::Db> {
         &mut self.inner
     }
 }
@@ -543,14 +569,17 @@ impl Query {
         mut on: E,
         fetch: Fetch,
         what: &'static str,
-    ) -> Result<Ran<<E::B as Backend>::Row>> {
+    ) -> Result<Ran<RowOf<E::B>>> {
         let dialect = <E::B as Backend>::DIALECT;
-        let sql = dialect.translate(&self.sql);
-        let args = match dialect {
-            Dialect::Sqlite => self.args,
-            Dialect::Postgres => self.args.into_iter().map(Arg::scrubbed).collect(),
+        let statement = Statement {
+            sql: dialect.translate(&self.sql),
+            args: match dialect {
+                Dialect::Sqlite => self.args,
+                Dialect::Postgres => self.args.into_iter().map(Arg::scrubbed).collect(),
+            },
+            fetch,
         };
-        <E::B as Backend>::run(on.on(), &sql, args, fetch)
+        <E::B as Backend>::run(on.on(), statement)
             .await
             .map_err(|error| <E::B as Backend>::map_error(error, what))
     }
@@ -561,16 +590,12 @@ impl Query {
     }
 
     /// Runs the statement and returns its first row, if any.
-    pub async fn optional<E: Exec>(
-        self,
-        on: E,
-        what: &'static str,
-    ) -> Result<Option<<E::B as Backend>::Row>> {
+    pub async fn optional<E: Exec>(self, on: E, what: &'static str) -> Result<Option<RowOf<E::B>>> {
         Ok(self.run(on, Fetch::Optional, what).await?.rows.pop())
     }
 
     /// Runs the statement and returns its first row; none is an error.
-    pub async fn one<E: Exec>(self, on: E, what: &'static str) -> Result<<E::B as Backend>::Row> {
+    pub async fn one<E: Exec>(self, on: E, what: &'static str) -> Result<RowOf<E::B>> {
         self.run(on, Fetch::One, what)
             .await?
             .rows
@@ -579,11 +604,7 @@ impl Query {
     }
 
     /// Runs the statement and returns every row.
-    pub async fn all<E: Exec>(
-        self,
-        on: E,
-        what: &'static str,
-    ) -> Result<Vec<<E::B as Backend>::Row>> {
+    pub async fn all<E: Exec>(self, on: E, what: &'static str) -> Result<Vec<RowOf<E::B>>> {
         Ok(self.run(on, Fetch::All, what).await?.rows)
     }
 
