@@ -18,20 +18,26 @@
 //!   [`Audit`], [`SkillsService`], [`WorkspaceAccess`]);
 //! - the documented limits and defaults an operator or a test relies on.
 //!
-//! # Modules
-//! - `link`: handshake, sessions and the node registry.
-//! - `workspace`: the workspace client (policy check, invoke, integrity check).
-//! - `http`: the router and error mapping.
-//! - `setup_code`: one-time enrollment codes.
-//! - `turns`: admission, queue modes, dispatch to the runtime, and the event hub.
-//! - `documents`: the four Agent documents and their validation.
-//! - `staging`: copying a turn's attachments to the Harness before dispatch.
-//! - `secrets`: tokens, hashes and the operator token file.
-//! - `audit`: the audit trail.
-//! - `retention`: the checkpoint quota and the garbage collection of checkpoint blobs.
-//! - `metrics`: every `/metrics` family, in one registry.
-//! - `cluster`: replicas on one store: leases, node links in the store, dispatch to the replica
-//!   holding a session's node, the sweep, announcements and forwarding.
+//! # Layers
+//! A module uses only its own layer and lower ones, so the crate reads from the bottom up and no
+//! cycle spans two layers (`tests/suite/module_layers.rs` reads this list and holds it):
+//! 1. `clock`, `secrets`, `instruments`: the wall clock; tokens, hashes and the operator token
+//!    file; the metric instruments the turn engine and the link record into.
+//! 2. `audit`, `setup_code`, `readiness`, `shares`: the audit trail, one-time enrollment codes,
+//!    the shared `/readyz` check, and the fair shares of API keys.
+//! 3. `link`: the node link: handshake, sessions and the registry of connected nodes.
+//! 4. `workspace`, `memory`, `skills`: what the Gateway reaches through a node: the workspace
+//!    client, the memory index and the skills catalog.
+//! 5. `tools`, `documents`: the Gateway-provided tools and the four Agent documents.
+//! 6. `turns`: admission, queue modes, the runtime interface, dispatch, and the event hub.
+//! 7. `retention`, `worktree`, `staging`: what a turn keeps and takes: the checkpoint quota and
+//!    blob collection, the worktrees of sessions, and the staging of attachments.
+//! 8. `cluster`: replicas on one store: leases, node links in the store, dispatch to the replica
+//!    holding a session's node, the sweep, announcements and forwarding.
+//! 9. `node_runtime`: the runtime that runs a turn on the enrolled node, with its checkpoint and
+//!    worktree.
+//! 10. `crate`, `http`, `metrics`: the assembled Gateway: the root (`start`, `GatewayState`), the
+//!     router and its error mapping, and `/metrics`, which samples the whole state.
 
 #![deny(missing_docs)]
 
@@ -44,9 +50,11 @@ mod documents;
     reason = "the handlers' items are written `pub` inside this private module"
 )]
 mod http;
+mod instruments;
 mod link;
 mod memory;
 mod metrics;
+mod node_runtime;
 mod readiness;
 mod retention;
 mod secrets;
@@ -705,14 +713,14 @@ pub async fn start(
         (Some(runtime), _, _) => Some(runtime),
         (None, Some(factory), _) => Some(factory(parts)),
         (None, None, FallbackRuntime::Node) => Some(Arc::new(
-            turns::node_runtime::NodeRuntime::new(
+            node_runtime::NodeRuntime::new(
                 Arc::clone(&registry),
                 Arc::clone(&store),
                 Arc::clone(&media),
                 Arc::clone(&tools),
                 audit.clone(),
                 Arc::clone(&retention),
-                turns::node_runtime::DEFAULT_TURN_TIMEOUT,
+                node_runtime::DEFAULT_TURN_TIMEOUT,
             )
             .with_skills(Arc::clone(&skills))
             .with_worktrees(Arc::clone(&worktrees)),

@@ -2,9 +2,10 @@
 //! [`GatewayMetrics::new`], in one `prometheus-client` registry owned by the Gateway state.
 //!
 //! Instruments are recorded where things happen: the turn engine owns its [`TurnMetrics`], the
-//! node registry its [`LinkMetrics`] (invokes and handshake refusals), and [`GatewayMetrics`]
-//! the HTTP, event-stream and sampled families. The registry holds clones of them (each
-//! instrument is a shared handle), so recording never goes through the registry.
+//! node registry its [`LinkMetrics`] (invokes and handshake refusals), both defined below them
+//! in `crate::instruments`, and [`GatewayMetrics`] the HTTP, event-stream and sampled families.
+//! The registry holds clones of them (each instrument is a shared handle), so recording never
+//! goes through the registry.
 //! Figures that are a state rather than an event (connected nodes, queued turns, the memory
 //! index, stored bytes) are sampled when `/metrics` is read; the worker figures of each node are
 //! the last `node.report` it sent, collected from the connected nodes at each scrape, so a node
@@ -33,62 +34,25 @@ use prometheus_client::encoding::EncodeMetric;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::GatewayState;
-use crate::link::registry::InvokeError;
+use crate::instruments::LatencyFamily;
+use crate::instruments::TurnMetrics;
+use crate::instruments::latency_family;
 use crate::link::registry::NodeRegistry;
 
 /// The `Content-Type` of the answer: the Prometheus text format, version 0.0.4.
 pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-/// Upper bounds, in seconds, of every latency histogram's buckets.
-pub(crate) const LATENCY_BUCKETS: [f64; 10] =
-    [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
-
 /// The `route` label of a request that matched no route (the fallback's `404`).
 pub(crate) const UNMATCHED_ROUTE: &str = "unmatched";
-
-/// A family of latency histograms with [`LATENCY_BUCKETS`].
-type LatencyFamily<L> = Family<L, Histogram, fn() -> Histogram>;
-
-fn latency_histogram() -> Histogram {
-    Histogram::new(LATENCY_BUCKETS)
-}
-
-fn latency_family<L: Clone + std::hash::Hash + Eq>() -> LatencyFamily<L> {
-    Family::new_with_constructor(latency_histogram)
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    outcome: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RuntimeOutcomeLabels {
-    runtime: String,
-    outcome: &'static str,
-}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
     method: &'static str,
     route: String,
     status: u16,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct InvokeLabels {
-    command: String,
-    outcome: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RefusalLabels {
-    code: &'static str,
-    reason: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -101,7 +65,6 @@ struct NodeLabels {
     node: String,
 }
 
-/// The `outcome` values of the turn families, one per way a turn ends.
 /// How long a scrape reuses the figures it read from the store and the memory index (queued
 /// turns, checkpoint bytes, memory files and chunks) before it reads them again: 5 s.
 ///
@@ -112,154 +75,6 @@ struct NodeLabels {
 /// write that an operator or a turn caused. Figures held in memory (sessions, connections, the
 /// sync lag, the media store's counted bytes, the node reports) are read at every scrape.
 pub const DEFAULT_METRICS_REFRESH_INTERVAL: Duration = Duration::from_secs(5);
-
-pub(crate) const TURN_OUTCOMES: [&str; 4] = ["completed", "failed", "aborted", "interrupted"];
-
-/// The turn engine's instruments: turns that ended, by outcome (and by runtime), and their
-/// latency from dispatch to the end.
-#[derive(Debug, Clone)]
-pub(crate) struct TurnMetrics {
-    turns: Family<OutcomeLabels, Counter>,
-    duration: Histogram,
-    runtime_turns: Family<RuntimeOutcomeLabels, Counter>,
-    runtime_duration: LatencyFamily<RuntimeOutcomeLabels>,
-    /// Bumped at every change of the turn queue; a scrape that sees it moved reads the store's
-    /// figures again (see [`DEFAULT_METRICS_REFRESH_INTERVAL`]).
-    queue_changes: Arc<AtomicU64>,
-}
-
-impl Default for TurnMetrics {
-    /// Returns zeroed instruments with a series for every outcome, so a scrape shows each
-    /// outcome from the start.
-    fn default() -> Self {
-        let turns = Family::default();
-        for outcome in TURN_OUTCOMES {
-            drop(turns.get_or_create(&OutcomeLabels { outcome }));
-        }
-        Self {
-            turns,
-            duration: latency_histogram(),
-            runtime_turns: Family::default(),
-            runtime_duration: latency_family(),
-            queue_changes: Arc::default(),
-        }
-    }
-}
-
-impl TurnMetrics {
-    /// Notes that the turn queue changed (a turn was admitted, claimed or ended), so the next
-    /// scrape reads the queued turns again.
-    pub(crate) fn queue_changed(&self) {
-        self.queue_changes.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Records a turn of `runtime` that ended with `outcome` (one of [`TURN_OUTCOMES`]) after
-    /// `elapsed`.
-    pub(crate) fn record_end(&self, runtime: &str, outcome: &'static str, elapsed: Duration) {
-        self.count(runtime, outcome);
-        let labels = RuntimeOutcomeLabels {
-            runtime: runtime.to_owned(),
-            outcome,
-        };
-        self.duration.observe(elapsed.as_secs_f64());
-        self.runtime_duration
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
-    }
-
-    /// Counts a turn of `runtime` that ended with `outcome` without a latency (one a restart
-    /// interrupted, whose start this process did not see).
-    pub(crate) fn count(&self, runtime: &str, outcome: &'static str) {
-        self.turns.get_or_create(&OutcomeLabels { outcome }).inc();
-        let labels = RuntimeOutcomeLabels {
-            runtime: runtime.to_owned(),
-            outcome,
-        };
-        self.runtime_turns.get_or_create(&labels).inc();
-    }
-}
-
-/// The node link's instruments: invokes by command and outcome with their latency, and
-/// refused handshakes by code.
-#[derive(Debug, Clone)]
-pub struct LinkMetrics {
-    invokes: Family<InvokeLabels, Counter>,
-    invoke_duration: LatencyFamily<InvokeLabels>,
-    handshake_refusals: Family<RefusalLabels, Counter>,
-}
-
-impl Default for LinkMetrics {
-    fn default() -> Self {
-        Self {
-            invokes: Family::default(),
-            invoke_duration: latency_family(),
-            handshake_refusals: Family::default(),
-        }
-    }
-}
-
-/// The `outcome` of an invoke that ended without a result because its caller gave up.
-pub(crate) const INVOKE_CANCELLED: &str = "cancelled";
-
-impl LinkMetrics {
-    /// Records an invoke of `command` that ended with `error` (`None`: the node's result
-    /// arrived) after `elapsed`.
-    pub(crate) fn record_invoke(
-        &self,
-        command: &str,
-        error: Option<&InvokeError>,
-        elapsed: Duration,
-    ) {
-        self.record_invoke_outcome(command, invoke_outcome(error), elapsed);
-    }
-
-    /// Records an invoke of `command` that ended with `outcome` after `elapsed`.
-    pub(crate) fn record_invoke_outcome(
-        &self,
-        command: &str,
-        outcome: &'static str,
-        elapsed: Duration,
-    ) {
-        let labels = InvokeLabels {
-            command: command.to_owned(),
-            outcome,
-        };
-        self.invokes.get_or_create(&labels).inc();
-        self.invoke_duration
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
-    }
-
-    /// Counts a refused handshake with its stable `code` and the Gateway's `reason`.
-    pub(crate) fn record_refusal(&self, code: ErrorCode, reason: &'static str) {
-        let labels = RefusalLabels {
-            code: code.as_str(),
-            reason,
-        };
-        self.handshake_refusals.get_or_create(&labels).inc();
-    }
-}
-
-/// Returns the `outcome` label of an invoke that ended with `error` (`None` for a result,
-/// `ok`): a class, never the node's own code, which a node could choose without bound. The
-/// invoke's span records the same class.
-pub(crate) fn invoke_outcome(error: Option<&InvokeError>) -> &'static str {
-    let Some(error) = error else {
-        return "ok";
-    };
-    match error {
-        InvokeError::Unavailable => "unavailable",
-        InvokeError::Disconnected => "disconnected",
-        InvokeError::Timeout(_) => "timeout",
-        InvokeError::CommandNotDeclared { .. } => "not_declared",
-        InvokeError::Remote(_) => "error",
-        // An answer that is not the command's result type is as malformed as a broken frame.
-        InvokeError::Malformed | InvokeError::UndecodableResult { .. } => "malformed",
-        InvokeError::UnencodableParams { .. } => "unencodable",
-        InvokeError::Overrun { .. } => "overrun",
-        InvokeError::TooLarge { .. } => "too_large",
-    }
-}
 
 /// Every metric family of the Gateway, in one registry.
 #[derive(Debug)]
@@ -714,12 +529,12 @@ mod tests {
     use gatehouse_protocol::commands::FileFetchParams;
     use gatehouse_protocol::commands::FileStatParams;
 
+    use crate::instruments::TurnMetrics;
     use crate::link::registry::ConnectionIdentity;
     use crate::link::registry::NodeConnection;
     use crate::link::registry::NodeRegistry;
     use crate::metrics::GatewayMetrics;
     use crate::metrics::SampleCache;
-    use crate::metrics::TurnMetrics;
 
     #[test]
     fn sampled_figures_are_reused_until_the_interval_passes_or_the_queue_changes() {

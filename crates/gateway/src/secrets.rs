@@ -12,6 +12,10 @@ use subtle::ConstantTimeEq;
 /// The name of the operator token file in the Gateway state directory.
 pub(crate) const OPERATOR_TOKEN_FILE: &str = "operator-token";
 
+/// The name of the store's shared secret that is the operator token of every replica on the
+/// store.
+const OPERATOR_TOKEN: &str = "operator-token";
+
 /// The environment variable that overrides the operator token file.
 pub const OPERATOR_TOKEN_ENV: &str = "GATEHOUSE_TOKEN";
 
@@ -115,11 +119,7 @@ impl OperatorToken {
             None => random_token()?,
         };
         let token = store
-            .shared_secret(
-                crate::cluster::OPERATOR_TOKEN,
-                &proposed,
-                crate::clock::now_ms(),
-            )
+            .shared_secret(OPERATOR_TOKEN, &proposed, crate::clock::now_ms())
             .await
             .map_err(std::io::Error::other)?;
         if on_disk.as_deref() != Some(token.as_str()) {

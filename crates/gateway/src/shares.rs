@@ -25,11 +25,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::model::ApiKeyRecord;
 use parking_lot::Mutex;
-
-use crate::http::error::ApiError;
 
 /// The default share of open streams of one key.
 pub const DEFAULT_KEY_MAX_STREAMS: u32 = 64;
@@ -156,6 +153,30 @@ struct Counts {
     by_key: HashMap<String, u32>,
 }
 
+/// Why a stream was refused; the HTTP layer answers it as `429 STREAM_SHARE_EXHAUSTED` with
+/// `Retry-After` ([`STREAM_RETRY_AFTER_SECONDS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum StreamRefusal {
+    /// The Gateway serves its total of streams, `max_total`, every key and the operator together.
+    #[error(
+        "this Gateway serves {max_total} event streams and long polls at once; retry in {} s",
+        STREAM_RETRY_AFTER_SECONDS
+    )]
+    GatewayFull {
+        /// The Gateway's total.
+        max_total: u32,
+    },
+    /// The key holds its share of streams, `share`.
+    #[error(
+        "this key may hold {share} event streams and long polls open at once; close one or retry in {} s",
+        STREAM_RETRY_AFTER_SECONDS
+    )]
+    KeyFull {
+        /// The key's share.
+        share: u32,
+    },
+}
+
 /// One open stream, counted until it is dropped.
 #[derive(Debug)]
 pub(crate) struct StreamTicket {
@@ -193,26 +214,23 @@ impl StreamGate {
     /// dropped.
     ///
     /// # Errors
-    /// `429 STREAM_SHARE_EXHAUSTED` with `Retry-After` when the key holds its share or the
-    /// Gateway its total.
+    /// [`StreamRefusal::GatewayFull`] when the Gateway serves its total, else
+    /// [`StreamRefusal::KeyFull`] when the key holds its share.
     pub(crate) fn open(
         self: &Arc<Self>,
         key: Option<&ApiKeyRecord>,
-    ) -> Result<StreamTicket, ApiError> {
+    ) -> Result<StreamTicket, StreamRefusal> {
         let mut counts = self.counts.lock();
         if counts.total >= self.max_total {
-            return Err(refusal(format!(
-                "this Gateway serves {} event streams and long polls at once; retry in {STREAM_RETRY_AFTER_SECONDS} s",
-                self.max_total
-            )));
+            return Err(StreamRefusal::GatewayFull {
+                max_total: self.max_total,
+            });
         }
         if let Some(key) = key {
             let share = key.max_streams.unwrap_or(self.key_default);
             let held = counts.by_key.get(&key.secret_sha256).copied().unwrap_or(0);
             if held >= share {
-                return Err(refusal(format!(
-                    "this key may hold {share} event streams and long polls open at once; close one or retry in {STREAM_RETRY_AFTER_SECONDS} s"
-                )));
+                return Err(StreamRefusal::KeyFull { share });
             }
             counts
                 .by_key
@@ -230,11 +248,6 @@ impl StreamGate {
     pub(crate) fn open_streams(&self) -> u32 {
         self.counts.lock().total
     }
-}
-
-fn refusal(message: String) -> ApiError {
-    ApiError::new(ErrorCode::StreamShareExhausted, message)
-        .with_retry_after(STREAM_RETRY_AFTER_SECONDS)
 }
 
 #[cfg(test)]
@@ -265,11 +278,7 @@ mod tests {
         let a1 = gate.open(Some(&a)).unwrap();
         let _a2 = gate.open(Some(&a)).unwrap();
         let refused = gate.open(Some(&a)).unwrap_err();
-        assert_eq!(refused.code, ErrorCode::StreamShareExhausted.as_str());
-        assert_eq!(
-            refused.retry_after_seconds,
-            Some(STREAM_RETRY_AFTER_SECONDS)
-        );
+        assert_eq!(refused, StreamRefusal::KeyFull { share: 2 });
         // Closing one gives the key its slot back.
         drop(a1);
         let _a3 = gate.open(Some(&a)).unwrap();
@@ -280,8 +289,8 @@ mod tests {
         // The total is reached: the operator and a key with room are refused too.
         for refused in [gate.open(None), gate.open(Some(&b))] {
             assert_eq!(
-                refused.unwrap_err().code,
-                ErrorCode::StreamShareExhausted.as_str()
+                refused.unwrap_err(),
+                StreamRefusal::GatewayFull { max_total: 5 }
             );
         }
     }

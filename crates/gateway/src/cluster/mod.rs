@@ -64,9 +64,6 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// The name of the shared secret that authenticates replica-to-replica calls.
 pub(crate) const REPLICA_KEY: &str = "replica-key";
 
-/// The name of the shared secret that is the operator token of every replica.
-pub(crate) const OPERATOR_TOKEN: &str = "operator-token";
-
 /// How a replica identifies itself to the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaConfig {

@@ -27,6 +27,8 @@ use gatehouse_api::error::ErrorResponse;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::StoreError;
 
+use crate::shares::STREAM_RETRY_AFTER_SECONDS;
+use crate::shares::StreamRefusal;
 use crate::workspace::WorkspaceError;
 
 /// The most bytes of a rejection's own text kept as the message of its JSON error.
@@ -188,6 +190,14 @@ pub(crate) async fn json_error_shape(response: Response) -> Response {
     Response::from_parts(parts, body)
 }
 
+impl From<StreamRefusal> for ApiError {
+    /// Answers a refused stream `429 STREAM_SHARE_EXHAUSTED`, with `Retry-After`.
+    fn from(refusal: StreamRefusal) -> Self {
+        Self::new(ErrorCode::StreamShareExhausted, refusal.to_string())
+            .with_retry_after(STREAM_RETRY_AFTER_SECONDS)
+    }
+}
+
 impl From<WorkspaceError> for ApiError {
     fn from(error: WorkspaceError) -> Self {
         match error {
@@ -262,5 +272,42 @@ pub(crate) fn store_error(error: &StoreError) -> ApiError {
         // Any other store failure is 503 whatever its code: retrying later may succeed.
         other => ApiError::new(other.code(), "the gateway store failed; retry later")
             .with_status(StatusCode::SERVICE_UNAVAILABLE),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use gatehouse_protocol::error::ErrorCode;
+    use pretty_assertions::assert_eq;
+
+    use crate::http::error::ApiError;
+    use crate::shares::STREAM_RETRY_AFTER_SECONDS;
+    use crate::shares::StreamRefusal;
+
+    #[test]
+    fn a_refused_stream_is_429_with_retry_after_and_says_which_share_is_full() {
+        let cases = [
+            (
+                StreamRefusal::GatewayFull { max_total: 5 },
+                "this Gateway serves 5 event streams and long polls at once; retry in 5 s",
+            ),
+            (
+                StreamRefusal::KeyFull { share: 2 },
+                "this key may hold 2 event streams and long polls open at once; close one or retry in 5 s",
+            ),
+        ];
+        for (refusal, message) in cases {
+            assert_eq!(
+                ApiError::from(refusal),
+                ApiError {
+                    status: StatusCode::TOO_MANY_REQUESTS,
+                    code: ErrorCode::StreamShareExhausted.as_str().to_owned(),
+                    message: message.to_owned(),
+                    details: None,
+                    retry_after_seconds: Some(STREAM_RETRY_AFTER_SECONDS),
+                }
+            );
+        }
     }
 }

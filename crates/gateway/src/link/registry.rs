@@ -29,12 +29,12 @@ use crate::link::progress::ByteBudget;
 use crate::link::progress::ChunkRefusal;
 use gatehouse_protocol::frame::MAX_FRAME_BYTES;
 
+use crate::instruments::INVOKE_CANCELLED;
+use crate::instruments::LinkMetrics;
 use crate::link::progress::MAX_CONNECTION_BUFFERED_BYTES;
 use crate::link::progress::ProgressLines;
 use crate::link::progress::ProgressSink;
 use crate::link::session::Outbound;
-use crate::metrics::INVOKE_CANCELLED;
-use crate::metrics::LinkMetrics;
 
 /// Why an invoke did not produce a result.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +112,27 @@ impl InvokeError {
             Self::TooLarge { .. } => Some(ErrorCode::PayloadTooLarge.as_str()),
             _ => None,
         }
+    }
+}
+
+/// Returns the `outcome` label of an invoke that ended with `error` (`None` for a result, `ok`):
+/// a class, never the node's own code, which a node could choose without bound. The invoke's
+/// span records the same class, and [`LinkMetrics::record_invoke`] counts it.
+pub(crate) fn invoke_outcome(error: Option<&InvokeError>) -> &'static str {
+    let Some(error) = error else {
+        return "ok";
+    };
+    match error {
+        InvokeError::Unavailable => "unavailable",
+        InvokeError::Disconnected => "disconnected",
+        InvokeError::Timeout(_) => "timeout",
+        InvokeError::CommandNotDeclared { .. } => "not_declared",
+        InvokeError::Remote(_) => "error",
+        // An answer that is not the command's result type is as malformed as a broken frame.
+        InvokeError::Malformed | InvokeError::UndecodableResult { .. } => "malformed",
+        InvokeError::UnencodableParams { .. } => "unencodable",
+        InvokeError::Overrun { .. } => "overrun",
+        InvokeError::TooLarge { .. } => "too_large",
     }
 }
 
@@ -699,7 +720,7 @@ impl NodeRegistry {
                 command: command.to_owned(),
             };
             self.metrics
-                .record_invoke(command, Some(&error), started.elapsed());
+                .record_invoke(command, invoke_outcome(Some(&error)), started.elapsed());
             return Err(error);
         }
         let id = format!("inv-{}", self.next_id());
@@ -728,7 +749,7 @@ impl NodeRegistry {
                 max: MAX_FRAME_BYTES,
             };
             self.metrics
-                .record_invoke(command, Some(&error), started.elapsed());
+                .record_invoke(command, invoke_outcome(Some(&error)), started.elapsed());
             return Err(error);
         }
         let receiver = connection.register(id.clone(), progress);
@@ -835,9 +856,9 @@ impl RawInvoke {
             return;
         }
         let elapsed = self.started.elapsed();
-        self.metrics.record_invoke(self.command, error, elapsed);
-        self.span
-            .record("outcome", crate::metrics::invoke_outcome(error));
+        self.metrics
+            .record_invoke(self.command, invoke_outcome(error), elapsed);
+        self.span.record("outcome", invoke_outcome(error));
         if let Some(code) = error.and_then(InvokeError::code) {
             self.span.record("error_code", code);
         }
@@ -910,11 +931,8 @@ impl Drop for RawInvoke {
     /// `node.invoke.cancel` if the invoke ends without a result (timeout or caller gone).
     fn drop(&mut self) {
         if !self.recorded {
-            self.metrics.record_invoke_outcome(
-                self.command,
-                INVOKE_CANCELLED,
-                self.started.elapsed(),
-            );
+            self.metrics
+                .record_invoke(self.command, INVOKE_CANCELLED, self.started.elapsed());
             self.span.record("outcome", INVOKE_CANCELLED);
         }
         if self.receiver.is_some() && self.connection.forget(&self.id) {

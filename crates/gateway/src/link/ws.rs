@@ -8,7 +8,6 @@
 //! and tungstenite's own limits ([`MAX_WS_MESSAGE_BYTES`]) apply; tungstenite cannot change its
 //! limits on a running stream, which is why the pre-auth bound is a separate layer.
 
-use gatehouse_protocol::error::ErrorCode;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -40,7 +39,6 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
-use crate::http::error::ApiError;
 use crate::link::session::Inbound;
 use crate::link::session::LinkContext;
 use crate::link::session::OUTBOUND_CAPACITY;
@@ -60,24 +58,33 @@ const WRITER_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 /// The largest piece read through a closed gate at once.
 const GATED_READ_CHUNK: usize = 8 * 1024;
 
+/// Why a `/node` request was not upgraded; the HTTP layer answers it as `INVALID_REQUEST`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum UpgradeRefusal {
+    /// The request is not a WebSocket (version 13) upgrade.
+    #[error("/node takes a WebSocket upgrade (version 13)")]
+    NotWebSocket,
+    /// The connection the request came on cannot be taken over (no upgrade handle).
+    #[error("this connection cannot be upgraded")]
+    NotUpgradable,
+}
+
 /// Answers the `/node` upgrade request and serves the node session on the upgraded stream.
-pub(crate) fn upgrade(context: LinkContext, mut request: Request) -> Response {
+///
+/// # Errors
+/// [`UpgradeRefusal`] when the request cannot be upgraded; nothing is served then.
+pub(crate) fn upgrade(
+    context: LinkContext,
+    mut request: Request,
+) -> Result<Response, UpgradeRefusal> {
     let Some(accept) = accept_key(request.headers()) else {
-        return ApiError::new(
-            ErrorCode::InvalidRequest,
-            "/node takes a WebSocket upgrade (version 13)",
-        )
-        .into_response();
+        return Err(UpgradeRefusal::NotWebSocket);
     };
     let Some(on_upgrade) = request
         .extensions_mut()
         .remove::<hyper::upgrade::OnUpgrade>()
     else {
-        return ApiError::new(
-            ErrorCode::InvalidRequest,
-            "this connection cannot be upgraded",
-        )
-        .into_response();
+        return Err(UpgradeRefusal::NotUpgradable);
     };
     let peer = request
         .extensions()
@@ -109,7 +116,7 @@ pub(crate) fn upgrade(context: LinkContext, mut request: Request) -> Response {
     if let Ok(value) = HeaderValue::from_str(&accept) {
         headers.insert(header::SEC_WEBSOCKET_ACCEPT, value);
     }
-    response
+    Ok(response)
 }
 
 /// Returns the `Sec-WebSocket-Accept` value for a valid version 13 upgrade request.

@@ -13,7 +13,6 @@
 //!   replayed.
 
 pub(crate) mod events;
-pub(crate) mod node_runtime;
 pub(crate) mod runtime;
 
 use gatehouse_protocol::error::ErrorCode;
@@ -39,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::clock::now_ms;
-use crate::metrics::TurnMetrics;
+use crate::instruments::TurnMetrics;
 use crate::turns::events::EventHub;
 use crate::turns::runtime::TurnFailure;
 use crate::turns::runtime::TurnInput;

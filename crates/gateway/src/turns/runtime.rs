@@ -156,6 +156,10 @@ pub trait TurnRuntime: Send + Sync + 'static {
     }
 }
 
+/// The roles a runtime may commit to a transcript (a node's worker included): `user` messages
+/// come only from the API.
+pub(crate) const RUNTIME_ROLES: &[&str] = &["assistant", "tool"];
+
 /// The most bytes of one committed message's content; the rest is cut at a character boundary
 /// and replaced by a marker naming how much was left out.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
@@ -358,7 +362,7 @@ impl TurnSink {
         content: &str,
         tool_name: Option<&str>,
     ) -> Result<i64, TurnFailure> {
-        if !crate::turns::node_runtime::NODE_ROLES.contains(&role) {
+        if !RUNTIME_ROLES.contains(&role) {
             return Err(TurnFailure::new(
                 gatehouse_protocol::error::ErrorCode::RoleNotAllowed.as_str(),
                 "a runtime commits only assistant and tool messages",

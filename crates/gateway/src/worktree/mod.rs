@@ -6,7 +6,7 @@
 //! as a checkpoint; so it lives wherever the Gateway's state does (SQLite and local media, or
 //! PostgreSQL and S3), and applying a result is one store transaction: never half-applied.
 //!
-//! The flow of a turn (see [`crate::turns::node_runtime`]):
+//! The flow of a turn (see [`crate::node_runtime`]):
 //! 1. dispatch: the turn waits up to [`RECONCILE_WAIT`] for the previous result to be applied
 //!    (`WORKSPACE_RECONCILING` otherwise); at the session's first dispatch the head becomes
 //!    the merge base and, when it holds anything, is sent as the execution workspace's

@@ -5,6 +5,7 @@ mod http_answers_are_typed;
 mod keys;
 mod keys_review;
 mod media;
+mod module_layers;
 mod openai;
 mod sessions;
 mod support;

@@ -68,6 +68,7 @@ use crate::link::registry::NodeRegistry;
 use crate::retention::MediaRetention;
 use crate::retention::NewBlob;
 use crate::turns::runtime::Placement;
+use crate::turns::runtime::RUNTIME_ROLES;
 use crate::turns::runtime::TurnFailure;
 use crate::turns::runtime::TurnInput;
 use crate::turns::runtime::TurnReply;
@@ -98,9 +99,6 @@ pub(crate) struct NodeRuntime {
     /// The worktrees of `worktree` sessions, which every result of theirs is merged into.
     worktrees: Option<Arc<crate::worktree::WorktreeService>>,
 }
-
-/// The roles a node may commit to a transcript.
-pub(crate) const NODE_ROLES: &[&str] = &["assistant", "tool"];
 
 impl NodeRuntime {
     /// Returns a runtime over the connected nodes of `registry`, whose checkpoints are bounded
@@ -976,16 +974,18 @@ impl NodeRuntime {
                 sink.tool_started(&tool, &arguments).await
             }
             WorkerEvent::ToolCompleted { tool, ok } => sink.tool_completed(&tool, ok).await,
-            WorkerEvent::Message { role, .. } if !NODE_ROLES.contains(&role.as_str()) => Err(self
-                .refuse(
-                    node,
-                    params,
-                    ErrorCode::RoleNotAllowed,
-                    String::from(
-                        "the node tried to commit a message that is neither assistant nor tool",
-                    ),
-                )
-                .await),
+            WorkerEvent::Message { role, .. } if !RUNTIME_ROLES.contains(&role.as_str()) => {
+                Err(self
+                    .refuse(
+                        node,
+                        params,
+                        ErrorCode::RoleNotAllowed,
+                        String::from(
+                            "the node tried to commit a message that is neither assistant nor tool",
+                        ),
+                    )
+                    .await)
+            }
             WorkerEvent::Message {
                 role,
                 content,
