@@ -10,15 +10,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::Serialize;
 
-use gatehouse_store::model::EventPayload;
+use gatehouse_protocol::error::ErrorCode;
+use serde_json::Value;
 
+use crate::sessions::QueueMode;
 use crate::sessions::TurnError;
-
-pub use gatehouse_store::model::TurnCompleted;
-pub use gatehouse_store::model::TurnFailed;
-pub use gatehouse_store::model::TurnQueued;
-pub use gatehouse_store::model::TurnStarted;
-pub use gatehouse_store::model::WorkspaceConflict;
+use crate::sessions::TurnStatus;
 
 /// The event name of [`WorkspaceConflict`].
 pub const WORKSPACE_CONFLICT: &str = WorkspaceConflict::KIND;
@@ -245,4 +242,127 @@ impl SessionEvent {
             SessionEvent::StreamDropped(_) | SessionEvent::Other { .. } => None,
         }
     }
+}
+
+/// The payload of a session event that a store backend writes itself, in the transaction that
+/// changes the turn, with the event name it is stored and streamed under.
+///
+/// The payload is the event's `data:` in `GET /v1/sessions/{key}/events` (the Gateway adds the
+/// `seq`), so these types are wire types and live here; the store crate uses them. A backend
+/// stores [`EventPayload::to_payload_json`] under [`EventPayload::KIND`].
+pub trait EventPayload: serde::Serialize {
+    /// The event's name, the `kind` of its row.
+    const KIND: &'static str;
+
+    /// Returns the payload as the JSON object a backend stores as the event's `payload_json`.
+    /// Its text (`to_string()`) has the keys sorted, as the payloads built by hand before these
+    /// types existed had, so stored events keep their bytes.
+    fn to_payload_json(&self) -> Value {
+        // The payloads are strings, integers, enums and options of them: serializing them into
+        // a `Value` cannot fail.
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// `turn.queued`: a message was admitted as a new turn (durable).
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnQueued {
+    /// The turn.
+    pub turn_id: String,
+    /// How it was queued.
+    pub queue_mode: QueueMode,
+}
+
+impl EventPayload for TurnQueued {
+    const KIND: &'static str = "turn.queued";
+}
+
+/// `turn.started`: the turn was dispatched to its runtime (durable).
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnStarted {
+    /// The turn.
+    pub turn_id: String,
+}
+
+impl EventPayload for TurnStarted {
+    const KIND: &'static str = "turn.started";
+}
+
+/// `turn.completed`: the turn ended with a reply (durable).
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnCompleted {
+    /// The turn.
+    pub turn_id: String,
+    /// `completed`.
+    pub status: TurnStatus,
+    /// The final reply.
+    pub reply: Option<String>,
+}
+
+impl EventPayload for TurnCompleted {
+    const KIND: &'static str = "turn.completed";
+}
+
+/// `turn.failed`: the turn ended without a reply: failed, interrupted or aborted (durable).
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnFailed {
+    /// The turn.
+    pub turn_id: String,
+    /// `failed`, `interrupted` or `aborted`.
+    pub status: TurnStatus,
+    /// Why.
+    pub error: TurnError,
+}
+
+impl EventPayload for TurnFailed {
+    const KIND: &'static str = "turn.failed";
+}
+
+/// The error message of a turn the Gateway marks `interrupted` at start.
+pub const INTERRUPTED_MESSAGE: &str = "the gateway stopped while this turn ran; it is not replayed";
+
+impl TurnFailed {
+    /// The event of a turn that was running when the Gateway stopped: status `interrupted`, code
+    /// `INTERRUPTED` and [`INTERRUPTED_MESSAGE`].
+    pub fn interrupted(turn_id: &str) -> Self {
+        Self {
+            turn_id: turn_id.to_owned(),
+            status: TurnStatus::Interrupted,
+            error: TurnError {
+                code: Some(ErrorCode::Interrupted.as_str().to_owned()),
+                message: Some(INTERRUPTED_MESSAGE.to_owned()),
+            },
+        }
+    }
+}
+
+/// `workspace.conflict`: a turn's result changed paths the worktree had also changed since the
+/// merge base; the worktree kept its versions of them (durable).
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceConflict {
+    /// The turn whose result was applied.
+    pub turn_id: String,
+    /// The paths that kept the worktree's version, in order.
+    pub conflicts: Vec<String>,
+    /// The name the worker's whole result is kept under.
+    pub staged_ref: String,
+}
+
+impl EventPayload for WorkspaceConflict {
+    const KIND: &'static str = "workspace.conflict";
 }

@@ -7,8 +7,6 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::Serialize;
 
-pub use gatehouse_store::model::Scope;
-
 /// The body of `POST /v1/keys`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -117,4 +115,54 @@ pub struct ApiKeySummary {
 pub struct ApiKeyRevoked {
     /// Whether a key of that name existed; it is refused from the next request on.
     pub revoked: bool,
+}
+
+/// What an API key may do; each `/v1` route needs one of these (the Gateway's route table).
+// It is also the wire form of a scope in `POST /v1/keys` and `GET /v1/keys` (`"chat"`, ...), so
+// it is serialized as the wire writes it; the doc line above is its description in the API's
+// JSON Schema.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Post messages, read its sessions' turns, transcripts and events, upload media, and the
+    /// OpenAI-compatible routes.
+    Chat,
+    /// Every `GET` route.
+    Read,
+    /// The four Agent documents.
+    Documents,
+    /// Everything, keys and setup codes included.
+    Admin,
+}
+
+impl Scope {
+    /// Every scope, in the order of the contract.
+    pub const ALL: [Scope; 4] = [Scope::Chat, Scope::Read, Scope::Documents, Scope::Admin];
+
+    /// Returns the scope as stored and accepted by the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Chat => "chat",
+            Scope::Read => "read",
+            Scope::Documents => "documents",
+            Scope::Admin => "admin",
+        }
+    }
+
+    /// Parses a scope.
+    pub fn parse(text: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|scope| scope.as_str() == text)
+    }
 }

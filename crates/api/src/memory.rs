@@ -6,8 +6,6 @@ use serde::Serialize;
 
 use crate::error::ErrorResponse;
 
-pub use gatehouse_memory::index::IndexStats;
-pub use gatehouse_memory::search::SearchHit;
 pub use gatehouse_protocol::memory::MemoryReadResult;
 
 /// The query of `GET /v1/memory/search`.
@@ -128,4 +126,38 @@ pub enum ReindexLine {
     },
     /// `{"error":{"code","message"}}`: the rebuild failed.
     Failed(ErrorResponse),
+}
+
+/// Counts and state, for `gatehouse memory status`.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexStats {
+    /// Indexed files.
+    pub files: u64,
+    /// Indexed chunks.
+    pub chunks: u64,
+    /// Chunks with a vector.
+    pub vectors: u64,
+    /// The identity the index was built with.
+    pub identity: String,
+}
+
+/// One result.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchHit {
+    /// The workspace-relative path.
+    pub path: String,
+    /// The first line, 1-based.
+    pub start_line: u32,
+    /// The last line, 1-based.
+    pub end_line: u32,
+    /// The final score.
+    pub score: f64,
+    /// At most 700 characters of the chunk.
+    pub snippet: String,
+    /// `path#Lstart-Lend`.
+    pub citation: String,
 }

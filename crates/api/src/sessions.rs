@@ -6,15 +6,6 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::Serialize;
 
-pub use gatehouse_store::model::Attachment;
-pub use gatehouse_store::model::QueueMode;
-pub use gatehouse_store::model::RepositorySpec;
-pub use gatehouse_store::model::ResultState;
-pub use gatehouse_store::model::SessionWorkspace;
-pub use gatehouse_store::model::TurnError;
-pub use gatehouse_store::model::TurnStatus;
-pub use gatehouse_store::model::WorkspaceSource;
-
 /// The body of `POST /v1/sessions/{key}/messages`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -278,4 +269,255 @@ pub struct WorktreeTarQuery {
     /// A turn: its staged result (the worker's whole tree) instead of a version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<String>,
+}
+
+/// The status of a turn.
+// It is also the `status` of a turn as the HTTP API shows it and as the turn events carry it, so
+// it is serialized as the wire writes it (`"queued"`, ...); the doc line above is its description
+// in the API's JSON Schema.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum TurnStatus {
+    /// Admitted, waiting for its session or for a global slot.
+    Queued,
+    /// Dispatched to the runtime.
+    Running,
+    /// Finished with a reply.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Was running when the Gateway stopped; never replayed.
+    Interrupted,
+    /// Stopped by an abort.
+    Aborted,
+}
+
+impl TurnStatus {
+    /// Returns the status as stored and shown in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Queued => "queued",
+            TurnStatus::Running => "running",
+            TurnStatus::Completed => "completed",
+            TurnStatus::Failed => "failed",
+            TurnStatus::Interrupted => "interrupted",
+            TurnStatus::Aborted => "aborted",
+        }
+    }
+
+    /// Parses a stored status.
+    pub fn parse(text: &str) -> Option<TurnStatus> {
+        [
+            TurnStatus::Queued,
+            TurnStatus::Running,
+            TurnStatus::Completed,
+            TurnStatus::Failed,
+            TurnStatus::Interrupted,
+            TurnStatus::Aborted,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
+
+    /// Returns true once the turn can no longer change.
+    pub fn is_terminal(self) -> bool {
+        match self {
+            TurnStatus::Queued | TurnStatus::Running => false,
+            TurnStatus::Completed
+            | TurnStatus::Failed
+            | TurnStatus::Interrupted
+            | TurnStatus::Aborted => true,
+        }
+    }
+}
+
+/// How a message that arrives while a turn of its session runs is queued.
+// It is also the `queueMode` of `POST /v1/sessions/{key}/messages` and of a `turn.queued` event,
+// so it is serialized as the wire writes it (`"followup"`, ...); the doc line above is its
+// description in the API's JSON Schema.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueMode {
+    /// A new turn, run after the ones before it.
+    Followup,
+    /// Delivered to the running turn when the runtime supports it, else a follow-up.
+    Steer,
+    /// Merged into the next queued turn of the session.
+    Collect,
+    /// Aborts the running turn, then runs as a new turn.
+    Interrupt,
+}
+
+impl QueueMode {
+    /// Returns the mode as stored and accepted by the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueMode::Followup => "followup",
+            QueueMode::Collect => "collect",
+            QueueMode::Steer => "steer",
+            QueueMode::Interrupt => "interrupt",
+        }
+    }
+
+    /// Parses a mode.
+    pub fn parse(text: &str) -> Option<QueueMode> {
+        [
+            QueueMode::Followup,
+            QueueMode::Collect,
+            QueueMode::Steer,
+            QueueMode::Interrupt,
+        ]
+        .into_iter()
+        .find(|mode| mode.as_str() == text)
+    }
+}
+
+/// One attachment of a message: a media id returned by `POST /v1/media` and whether the turn
+/// may run without it. It is the item of `attachments` in `POST /v1/sessions/{key}/messages`
+/// (where `required` may be left out and means true), the item of a turn's stored attachments
+/// (`[{"mediaId","required"}]`), and what the Gateway stages before the turn runs.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Attachment {
+    /// The media id returned by `POST /v1/media`.
+    pub media_id: String,
+    /// Whether the turn must not run without this attachment (default true; `null` is the
+    /// default too).
+    #[serde(
+        default = "required_by_default",
+        deserialize_with = "required_or_default"
+    )]
+    pub required: bool,
+}
+
+/// The default of [`Attachment::required`]: an attachment is required unless said otherwise.
+fn required_by_default() -> bool {
+    true
+}
+
+/// Reads [`Attachment::required`], where an explicit `null` means the default, as the API has
+/// always accepted it.
+fn required_or_default<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<bool, D::Error> {
+    let required: Option<bool> = serde::Deserialize::deserialize(deserializer)?;
+    Ok(required.unwrap_or_else(required_by_default))
+}
+
+/// Why a turn did not complete: a stable code and its message (`null` when the runtime gave
+/// none). Also the `error` of the `turn.failed` and `artifact.refused` events.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct TurnError {
+    /// The stable code (`null` only in a `turn.failed` event of a turn ended without one).
+    pub code: Option<String>,
+    /// What happened, for a person.
+    pub message: Option<String>,
+}
+
+/// Where a session's execution workspace comes from, as `PUT /v1/sessions/{key}` sets it and
+/// `GET /v1/sessions/{key}` shows it. A session nobody set a source for is `empty`.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(tag = "source", rename_all = "camelCase", deny_unknown_fields)]
+pub enum WorkspaceSource {
+    /// An empty workspace; the Gateway keeps checkpoints of it.
+    Empty,
+    /// A repository commit, fetched by the Harness; checkpoints accumulate on top of it.
+    Repository {
+        /// A `file://`, `https://` or `ssh://` URL, without credentials.
+        url: String,
+        /// The branch, tag or commit; the repository's `HEAD` when left out.
+        #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+        reference: Option<String>,
+    },
+    /// A worktree the Gateway keeps, which every turn's result is merged into.
+    Worktree {
+        /// The repository the worktree starts from; empty when left out.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<RepositorySpec>,
+    },
+}
+
+impl WorkspaceSource {
+    /// The repository the source fetches from, if any.
+    #[must_use]
+    pub fn repository(&self) -> Option<RepositorySpec> {
+        match self {
+            Self::Empty | Self::Worktree { from: None } => None,
+            Self::Repository { url, reference } => Some(RepositorySpec {
+                url: url.clone(),
+                reference: reference.clone(),
+            }),
+            Self::Worktree { from: Some(from) } => Some(from.clone()),
+        }
+    }
+
+    /// Whether the Gateway keeps a worktree for the session.
+    #[must_use]
+    pub fn is_worktree(&self) -> bool {
+        matches!(self, Self::Worktree { .. })
+    }
+}
+
+/// A repository and the ref to start from.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct RepositorySpec {
+    /// A `file://`, `https://` or `ssh://` URL, without credentials.
+    pub url: String,
+    /// The branch, tag or commit; the repository's `HEAD` when left out.
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+}
+
+/// A session's workspace source and the commit it was pinned to.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct SessionWorkspace {
+    /// The source.
+    #[serde(flatten)]
+    pub source: WorkspaceSource,
+    /// The commit the repository's ref resolved to at the first dispatch (40 hex digits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// Whether a staged worktree result was applied.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultState {
+    /// Stored, not yet merged into the worktree.
+    Staged,
+    /// Merged into the worktree.
+    Applied,
 }

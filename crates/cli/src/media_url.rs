@@ -28,7 +28,7 @@ pub(crate) fn open_media_url(url: &str, role: MediaRole) -> anyhow::Result<Media
             .map_err(|error: gatehouse_media::location::MediaLocationError| {
                 UsageError::new(format!("{} ({})", error, error.code().as_str()))
             })?;
-    if let (MediaLocation::File(dir), MediaRole::Existing) = (&location, role)
+    if let (MediaLocation::Local(dir), MediaRole::Existing) = (&location, role)
         && !dir.is_dir()
     {
         return Err(UsageError::new(format!(

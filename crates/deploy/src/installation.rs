@@ -406,8 +406,8 @@ impl StoreSettings {
     /// Returns the parsed URL; [`InstallationSpec::validate`] checked that it is PostgreSQL.
     pub(crate) fn location(&self) -> Option<gatehouse_store::location::PostgresLocation> {
         match self.url.parse() {
-            Ok(gatehouse_store::location::StoreLocation::Postgres(location)) => Some(location),
-            Ok(gatehouse_store::location::StoreLocation::Sqlite(_)) | Err(_) => None,
+            Ok(gatehouse_store::location::StoreLocation::Remote(location)) => Some(location),
+            Ok(gatehouse_store::location::StoreLocation::Local(_)) | Err(_) => None,
         }
     }
 
@@ -756,8 +756,8 @@ impl InstallationSpec {
                 .url
                 .parse::<gatehouse_store::location::StoreLocation>()
             {
-                Ok(gatehouse_store::location::StoreLocation::Postgres(_)) => {}
-                Ok(gatehouse_store::location::StoreLocation::Sqlite(_)) => {
+                Ok(gatehouse_store::location::StoreLocation::Remote(_)) => {}
+                Ok(gatehouse_store::location::StoreLocation::Local(_)) => {
                     return Err(invalid(
                         "gateway.store.url",
                         "SQLite lives on the Gateway claim; remove gateway.store to use it",
@@ -793,8 +793,8 @@ impl InstallationSpec {
         }
         if let Some(media) = &self.gateway.media {
             match media.url.parse::<gatehouse_media::MediaLocation>() {
-                Ok(gatehouse_media::MediaLocation::S3(_)) => {}
-                Ok(gatehouse_media::MediaLocation::File(_)) => {
+                Ok(gatehouse_media::MediaLocation::Remote(_)) => {}
+                Ok(gatehouse_media::MediaLocation::Local(_)) => {
                     return Err(invalid(
                         "gateway.media.url",
                         "local media lives on the Gateway claim; remove gateway.media to use it",

@@ -251,15 +251,15 @@ impl GatewayConfig {
     pub fn store_location(&self) -> StoreLocation {
         self.store
             .clone()
-            .unwrap_or_else(|| StoreLocation::Sqlite(self.state_dir.join(DATABASE_FILE)))
+            .unwrap_or_else(|| StoreLocation::Local(self.state_dir.join(DATABASE_FILE)))
     }
 
     /// Returns where the media store keeps its blobs: [`GatewayConfig::media`], else the
     /// directory [`MEDIA_DIR`] in the state directory.
     pub fn media_location(&self) -> gatehouse_media::MediaLocation {
-        self.media
-            .clone()
-            .unwrap_or_else(|| gatehouse_media::MediaLocation::File(self.state_dir.join(MEDIA_DIR)))
+        self.media.clone().unwrap_or_else(|| {
+            gatehouse_media::MediaLocation::Local(self.state_dir.join(MEDIA_DIR))
+        })
     }
 }
 
@@ -558,7 +558,7 @@ pub async fn start(
             .await?,
     );
     let store: Arc<dyn Store> = gatehouse_store::open(&location).await?;
-    if matches!(location, StoreLocation::Sqlite(_)) {
+    if matches!(location, StoreLocation::Local(_)) {
         // This process holds the file alone: no lease on it can belong to a live replica.
         store.end_all_leases().await?;
     }
@@ -596,8 +596,8 @@ pub async fn start(
         match location {
             // One process holds a SQLite file (its lock): its lease never needs to lapse, so
             // neither a suspended machine nor a step of the wall clock fences its turns.
-            StoreLocation::Sqlite(_) => cluster::SQLITE_LEASE,
-            StoreLocation::Postgres(_) => config.replica.lease.max(MIN_LEASE),
+            StoreLocation::Local(_) => cluster::SQLITE_LEASE,
+            StoreLocation::Remote(_) => config.replica.lease.max(MIN_LEASE),
         },
         config.store_lock_wait,
     )

@@ -69,9 +69,9 @@ pub(crate) fn index_location(
     state_dir: &std::path::Path,
 ) -> Result<IndexLocation, MemoryServiceError> {
     match store {
-        StoreLocation::Sqlite(_) => Ok(IndexLocation::File(state_dir.join(MEMORY_INDEX_FILE))),
+        StoreLocation::Local(_) => Ok(IndexLocation::File(state_dir.join(MEMORY_INDEX_FILE))),
         #[cfg(feature = "postgres")]
-        StoreLocation::Postgres(database) => database
+        StoreLocation::Remote(database) => database
             .connect_options()
             .map(|options| IndexLocation::Postgres(Box::new(options)))
             .map_err(|error| {
@@ -80,7 +80,7 @@ pub(crate) fn index_location(
                 ))
             }),
         #[cfg(not(feature = "postgres"))]
-        StoreLocation::Postgres(_) => Err(MemoryServiceError::from(
+        StoreLocation::Remote(_) => Err(MemoryServiceError::from(
             gatehouse_memory::index::IndexError::Unavailable(String::from(
                 "this gatehouse was built without the postgres feature",
             )),

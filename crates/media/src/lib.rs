@@ -209,14 +209,14 @@ impl MediaStore {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, MediaError> {
         match location {
-            MediaLocation::File(dir) => Self::open(dir),
+            MediaLocation::Local(dir) => Self::open(dir),
             #[cfg(feature = "s3")]
-            MediaLocation::S3(s3) => Ok(Self::with_object_store(crate::s3::open(
+            MediaLocation::Remote(s3) => Ok(Self::with_object_store(crate::s3::open(
                 s3,
                 &env.into_iter().collect(),
             )?)),
             #[cfg(not(feature = "s3"))]
-            MediaLocation::S3(s3) => {
+            MediaLocation::Remote(s3) => {
                 drop(env);
                 Err(MediaError::Open(std::io::Error::other(format!(
                     "cannot open {s3}: this gatehouse was built without S3 support (the `s3` \

@@ -7,19 +7,15 @@
 //!
 //! Every refusal is a [`MediaLocationError`] with a stable [`MediaLocationError::code`].
 
+use gatehouse_location::Location;
+use gatehouse_location::Remote;
 use gatehouse_protocol::error::ErrorCode;
 use std::fmt;
-use std::path::PathBuf;
-use std::str::FromStr;
 
-/// Where the media store keeps its blobs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MediaLocation {
-    /// A local directory.
-    File(PathBuf),
-    /// A bucket of an S3-compatible object store, and a key prefix in it.
-    S3(S3Location),
-}
+/// Where the media store keeps its blobs: [`Location::Local`], a local directory
+/// (`file://DIR`), or [`Location::Remote`], a bucket of an S3-compatible object store and a key
+/// prefix in it (`s3://BUCKET/PREFIX`).
+pub type MediaLocation = Location<S3Location>;
 
 /// A bucket and a key prefix in it, as `s3://BUCKET/PREFIX` names them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,32 +72,22 @@ impl MediaLocationError {
     }
 }
 
-impl FromStr for MediaLocation {
-    type Err = MediaLocationError;
+impl Remote for S3Location {
+    const LOCAL_SCHEME: &'static str = "file://";
+    type Error = MediaLocationError;
 
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        if let Some(path) = text.strip_prefix("file://") {
-            if path.is_empty() {
-                return Err(MediaLocationError::EmptyPath);
-            }
-            return Ok(MediaLocation::File(PathBuf::from(path)));
-        }
-        if let Some(rest) = text.strip_prefix("s3://") {
-            return S3Location::parse(rest).map(MediaLocation::S3);
-        }
+    fn empty_path() -> MediaLocationError {
+        MediaLocationError::EmptyPath
+    }
+
+    fn parse_remote(text: &str) -> Option<Result<Self, MediaLocationError>> {
+        text.strip_prefix("s3://").map(S3Location::parse)
+    }
+
+    fn unknown_scheme(text: &str) -> MediaLocationError {
         // Only the scheme is echoed: the rest may be a mistyped URL with credentials in it.
         let scheme = text.split_once("://").map_or(text, |(scheme, _)| scheme);
-        Err(MediaLocationError::UnknownScheme(format!("{scheme}://…")))
-    }
-}
-
-impl fmt::Display for MediaLocation {
-    /// Shows the URL; it never holds a secret, so it is safe to log.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MediaLocation::File(dir) => write!(f, "file://{}", dir.display()),
-            MediaLocation::S3(location) => location.fmt(f),
-        }
+        MediaLocationError::UnknownScheme(format!("{scheme}://…"))
     }
 }
 
@@ -178,17 +164,19 @@ mod tests {
 
     use pretty_assertions::assert_eq;
 
+    use std::path::PathBuf;
+
     use super::*;
 
     #[test]
     fn file_urls_name_a_directory() {
         assert_eq!(
             "file:///srv/gatehouse/media".parse::<MediaLocation>(),
-            Ok(MediaLocation::File(PathBuf::from("/srv/gatehouse/media")))
+            Ok(MediaLocation::Local(PathBuf::from("/srv/gatehouse/media")))
         );
         assert_eq!(
             "file://state/media".parse::<MediaLocation>(),
-            Ok(MediaLocation::File(PathBuf::from("state/media")))
+            Ok(MediaLocation::Local(PathBuf::from("state/media")))
         );
         assert_eq!(
             "file:///srv/m"
@@ -202,7 +190,7 @@ mod tests {
     #[test]
     fn s3_urls_name_a_bucket_and_a_prefix() {
         let location: MediaLocation = "s3://gatehouse-media/prod/gateway/".parse().unwrap();
-        let MediaLocation::S3(s3) = &location else {
+        let MediaLocation::Remote(s3) = &location else {
             panic!("not s3: {location:?}");
         };
         assert_eq!(

@@ -157,21 +157,8 @@ pub enum VectorState {
     },
 }
 
-/// Counts and state, for `gatehouse memory status`.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct IndexStats {
-    /// Indexed files.
-    pub files: u64,
-    /// Indexed chunks.
-    pub chunks: u64,
-    /// Chunks with a vector.
-    pub vectors: u64,
-    /// The identity the index was built with.
-    pub identity: String,
-}
+/// Counts and state, for `gatehouse memory status` (an API type: `GET /v1/memory/status`).
+pub use gatehouse_api::memory::IndexStats;
 
 /// One indexed file with its chunks as stored, for copying an index to another backend.
 #[derive(Debug, Clone, PartialEq)]

@@ -31,23 +31,8 @@ impl Default for SearchOptions {
     }
 }
 
-/// One result.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SearchHit {
-    /// The workspace-relative path.
-    pub path: String,
-    /// The first line, 1-based.
-    pub start_line: u32,
-    /// The last line, 1-based.
-    pub end_line: u32,
-    /// The final score.
-    pub score: f64,
-    /// At most 700 characters of the chunk.
-    pub snippet: String,
-    /// `path#Lstart-Lend`.
-    pub citation: String,
-}
+/// One result (an API type: `GET /v1/memory/search`).
+pub use gatehouse_api::memory::SearchHit;
 
 /// Searches `index` for `query`; `query_vector` (normalised) enables the vector leg. `today` is
 /// the current day since 1970-01-01, for the recency of dated notes.

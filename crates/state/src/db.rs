@@ -117,7 +117,7 @@ impl Db {
             reason: error,
         };
         match location {
-            StoreLocation::Sqlite(path) => {
+            StoreLocation::Local(path) => {
                 if !path.is_file() {
                     return Err(open(String::from("there is no such file")));
                 }
@@ -132,7 +132,7 @@ impl Db {
                     .map_err(|error| open(error.to_string()))?;
                 Ok(Db::Sqlite(pool))
             }
-            StoreLocation::Postgres(database) => {
+            StoreLocation::Remote(database) => {
                 let options = database
                     .connect_options()
                     .map_err(|error| open(error.to_string()))?
@@ -158,14 +158,14 @@ impl Db {
             reason: error,
         };
         match location {
-            StoreLocation::Sqlite(path) => {
+            StoreLocation::Local(path) => {
                 create_parent(path).map_err(|error| open(error.to_string()))?;
                 let store = gatehouse_store::sqlite::SqliteStore::open(path)
                     .await
                     .map_err(|error| open(error.to_string()))?;
                 Ok(Db::Sqlite(store.pool().clone()))
             }
-            StoreLocation::Postgres(database) => {
+            StoreLocation::Remote(database) => {
                 let store = gatehouse_store::postgres::PgStore::open(database)
                     .await
                     .map_err(|error| open(error.to_string()))?;

@@ -250,11 +250,11 @@ pub async fn migrate(
 /// is refused.
 fn source_identity(from: &StoreLocation) -> String {
     match from {
-        StoreLocation::Sqlite(path) => match std::fs::canonicalize(path) {
+        StoreLocation::Local(path) => match std::fs::canonicalize(path) {
             Ok(path) => format!("sqlite://{}", path.display()),
             Err(_) => from.to_string(),
         },
-        StoreLocation::Postgres(_) => from.to_string(),
+        StoreLocation::Remote(_) => from.to_string(),
     }
 }
 
@@ -264,7 +264,7 @@ fn source_identity(from: &StoreLocation) -> String {
 fn same_file(from: &StoreLocation, to: &StoreLocation) -> bool {
     use std::os::unix::fs::MetadataExt;
 
-    let (StoreLocation::Sqlite(from), StoreLocation::Sqlite(to)) = (from, to) else {
+    let (StoreLocation::Local(from), StoreLocation::Local(to)) = (from, to) else {
         return false;
     };
     match (std::fs::metadata(from), std::fs::metadata(to)) {

@@ -73,7 +73,7 @@ async fn every_table_and_column_of_the_schema_is_in_the_catalogue() {
         );
     }
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = StoreLocation::Sqlite(dir.path().join("gateway.db"));
+    let sqlite = StoreLocation::Local(dir.path().join("gateway.db"));
     for location in [sqlite, fresh_postgres().await] {
         let db = Db::open_writable(&location).await.unwrap();
         let live: BTreeSet<String> = db
@@ -166,7 +166,7 @@ fn audit(action: &str) -> NewAuditEvent {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_moves_sqlite_to_postgres_and_back_with_its_order_and_counters() {
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = StoreLocation::Sqlite(dir.path().join("gateway.db"));
+    let sqlite = StoreLocation::Local(dir.path().join("gateway.db"));
     populate(&gatehouse_store::open(&sqlite).await.unwrap()).await;
     let postgres = fresh_postgres().await;
     let options = MigrateOptions {
@@ -177,7 +177,7 @@ async fn a_store_moves_sqlite_to_postgres_and_back_with_its_order_and_counters()
         .await
         .unwrap();
     assert!(report.verified, "{report:?}");
-    let back = StoreLocation::Sqlite(dir.path().join("back.db"));
+    let back = StoreLocation::Local(dir.path().join("back.db"));
     let report = gatehouse_state::migrate::migrate(&postgres, &back, &options, &mut |_| {})
         .await
         .unwrap();
@@ -236,9 +236,9 @@ async fn a_store_moves_sqlite_to_postgres_and_back_with_its_order_and_counters()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_copy_is_refused_into_a_store_with_state_one_holding_another_copy_or_its_source() {
     let dir = tempfile::tempdir().unwrap();
-    let source = StoreLocation::Sqlite(dir.path().join("gateway.db"));
+    let source = StoreLocation::Local(dir.path().join("gateway.db"));
     populate(&gatehouse_store::open(&source).await.unwrap()).await;
-    let other = StoreLocation::Sqlite(dir.path().join("other.db"));
+    let other = StoreLocation::Local(dir.path().join("other.db"));
     gatehouse_store::open(&other)
         .await
         .unwrap()
@@ -259,7 +259,7 @@ async fn a_copy_is_refused_into_a_store_with_state_one_holding_another_copy_or_i
         "{refused}"
     );
     // The source under another spelling is the same store, never a target.
-    let spelled = StoreLocation::Sqlite(dir.path().join(".").join("gateway.db"));
+    let spelled = StoreLocation::Local(dir.path().join(".").join("gateway.db"));
     let same = gatehouse_state::migrate::migrate(&source, &spelled, &options, &mut |_| {})
         .await
         .unwrap_err();
@@ -277,7 +277,7 @@ async fn a_copy_is_refused_into_a_store_with_state_one_holding_another_copy_or_i
     };
     let same = gatehouse_state::migrate::migrate(
         &source,
-        &StoreLocation::Sqlite(linked),
+        &StoreLocation::Local(linked),
         &replace,
         &mut |_| {},
     )
@@ -323,7 +323,7 @@ async fn state_check_reports_each_kind_of_damage_on_both_backends() {
     use gatehouse_protocol::error::ErrorCode as FindingCode;
 
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = StoreLocation::Sqlite(dir.path().join("gateway.db"));
+    let sqlite = StoreLocation::Local(dir.path().join("gateway.db"));
     for location in [sqlite, fresh_postgres().await] {
         populate(&gatehouse_store::open(&location).await.unwrap()).await;
         let clean = gatehouse_state::check::check(&location, None)

@@ -96,11 +96,11 @@ impl StoreLock {
         let mut logged = false;
         loop {
             let taken = match location {
-                StoreLocation::Sqlite(path) => try_lock_file(path)?.map(Held::Sqlite),
+                StoreLocation::Local(path) => try_lock_file(path)?.map(Held::Sqlite),
                 #[cfg(feature = "postgres")]
-                StoreLocation::Postgres(database) => postgres::try_take(database, shared).await?,
+                StoreLocation::Remote(database) => postgres::try_take(database, shared).await?,
                 #[cfg(not(feature = "postgres"))]
-                StoreLocation::Postgres(_) => {
+                StoreLocation::Remote(_) => {
                     let _ = shared;
                     return Err(StoreError::Unavailable {
                         source: "this gatehouse was built without the postgres feature".into(),
@@ -379,7 +379,7 @@ mod tests {
     #[tokio::test]
     async fn a_sqlite_store_is_held_by_one_lock_at_a_time_until_it_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let location = StoreLocation::Sqlite(dir.path().join("gateway.db"));
+        let location = StoreLocation::Local(dir.path().join("gateway.db"));
         let first = StoreLock::acquire(&location, Duration::ZERO).await.unwrap();
         let lock_file = lock_path(&dir.path().join("gateway.db"));
         let mode = std::fs::metadata(&lock_file).unwrap().permissions().mode();
@@ -399,7 +399,7 @@ mod tests {
     #[tokio::test]
     async fn a_held_lock_is_waited_for_while_its_holder_stops() {
         let dir = tempfile::tempdir().unwrap();
-        let location = StoreLocation::Sqlite(dir.path().join("gateway.db"));
+        let location = StoreLocation::Local(dir.path().join("gateway.db"));
         let first = StoreLock::acquire(&location, Duration::ZERO).await.unwrap();
         let release = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(300)).await;

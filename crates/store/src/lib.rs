@@ -91,15 +91,15 @@ pub fn scrub_nul(value: &str) -> std::borrow::Cow<'_, str> {
 /// database and this build lacks the `postgres` feature.
 pub async fn open(location: &location::StoreLocation) -> Result<Arc<dyn Store>> {
     match location {
-        location::StoreLocation::Sqlite(path) => {
+        location::StoreLocation::Local(path) => {
             Ok(Arc::new(sqlite::SqliteStore::open(path).await?))
         }
         #[cfg(feature = "postgres")]
-        location::StoreLocation::Postgres(database) => {
+        location::StoreLocation::Remote(database) => {
             Ok(Arc::new(postgres::PgStore::open(database).await?))
         }
         #[cfg(not(feature = "postgres"))]
-        location::StoreLocation::Postgres(_) => Err(StoreError::Unavailable {
+        location::StoreLocation::Remote(_) => Err(StoreError::Unavailable {
             source: "this gatehouse was built without the postgres feature".into(),
         }),
     }

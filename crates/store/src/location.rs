@@ -20,7 +20,11 @@
 
 use std::fmt;
 use std::path::PathBuf;
+#[cfg(feature = "postgres")]
 use std::str::FromStr;
+
+use gatehouse_location::Location;
+use gatehouse_location::Remote;
 
 /// The query parameter naming the environment variable that holds the password.
 pub const PASSWORD_ENV_PARAM: &str = "password-env";
@@ -28,14 +32,9 @@ pub const PASSWORD_ENV_PARAM: &str = "password-env";
 /// The query parameter naming a password file (libpq's name).
 pub const PASSFILE_PARAM: &str = "passfile";
 
-/// Where the Gateway store lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreLocation {
-    /// One SQLite file.
-    Sqlite(PathBuf),
-    /// A PostgreSQL database.
-    Postgres(PostgresLocation),
-}
+/// Where the Gateway store lives: [`Location::Local`], one SQLite file (`sqlite://PATH`), or
+/// [`Location::Remote`], a PostgreSQL database (`postgres://…`).
+pub type StoreLocation = Location<PostgresLocation>;
 
 /// A PostgreSQL database, named by a URL without a password.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,35 +52,26 @@ pub struct PostgresLocation {
 #[error("{0}")]
 pub struct LocationError(String);
 
-impl FromStr for StoreLocation {
-    type Err = LocationError;
+impl Remote for PostgresLocation {
+    const LOCAL_SCHEME: &'static str = "sqlite://";
+    type Error = LocationError;
 
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        if let Some(path) = text.strip_prefix("sqlite://") {
-            if path.is_empty() {
-                return Err(LocationError(
-                    "a sqlite:// store URL needs a file path, for example sqlite:///var/lib/gatehouse/gateway.db".into(),
-                ));
-            }
-            return Ok(StoreLocation::Sqlite(PathBuf::from(path)));
-        }
-        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-            return PostgresLocation::parse(text).map(StoreLocation::Postgres);
-        }
-        Err(LocationError(format!(
+    fn empty_path() -> LocationError {
+        LocationError(
+            "a sqlite:// store URL needs a file path, for example sqlite:///var/lib/gatehouse/gateway.db".into(),
+        )
+    }
+
+    fn parse_remote(text: &str) -> Option<Result<Self, LocationError>> {
+        (text.starts_with("postgres://") || text.starts_with("postgresql://"))
+            .then(|| PostgresLocation::parse(text))
+    }
+
+    fn unknown_scheme(text: &str) -> LocationError {
+        LocationError(format!(
             "the store URL '{}' is neither sqlite://PATH nor postgres://HOST/DATABASE",
             redact(text)
-        )))
-    }
-}
-
-impl fmt::Display for StoreLocation {
-    /// Shows the URL; it never holds a password, so it is safe to log.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreLocation::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
-            StoreLocation::Postgres(location) => location.fmt(f),
-        }
+        ))
     }
 }
 
@@ -372,13 +362,11 @@ mod tests {
     fn sqlite_urls_name_a_file() {
         assert_eq!(
             "sqlite:///srv/state/gateway.db".parse::<StoreLocation>(),
-            Ok(StoreLocation::Sqlite(PathBuf::from(
-                "/srv/state/gateway.db"
-            )))
+            Ok(StoreLocation::Local(PathBuf::from("/srv/state/gateway.db")))
         );
         assert_eq!(
             "sqlite://state/gateway.db".parse::<StoreLocation>(),
-            Ok(StoreLocation::Sqlite(PathBuf::from("state/gateway.db")))
+            Ok(StoreLocation::Local(PathBuf::from("state/gateway.db")))
         );
         assert!("sqlite://".parse::<StoreLocation>().is_err());
         assert!("mysql://db/x".parse::<StoreLocation>().is_err());
@@ -390,7 +378,7 @@ mod tests {
             "postgres://gatehouse@db.internal:5433/gh?sslmode=require&password-env=GH_PG_PASSWORD"
                 .parse()
                 .unwrap();
-        let StoreLocation::Postgres(postgres) = &location else {
+        let StoreLocation::Remote(postgres) = &location else {
             panic!("not postgres: {location:?}");
         };
         assert_eq!(
@@ -442,7 +430,7 @@ mod tests {
             "postgres://gh@db:5433/gh?sslmode=require&passfile=/etc/gh/pg%20pass"
                 .parse()
                 .unwrap();
-        let StoreLocation::Postgres(postgres) = &location else {
+        let StoreLocation::Remote(postgres) = &location else {
             panic!("not postgres: {location:?}");
         };
         assert_eq!(postgres.url(), "postgres://gh@db:5433/gh?sslmode=require");

@@ -1,8 +1,28 @@
 //! Records the store reads and writes. Times are Unix milliseconds.
+//!
+//! The records that are also part of the HTTP API (a turn's status and queue mode, attachments,
+//! scopes, workspace sources, the turn events a backend writes) are defined, with their
+//! serialization, by the API crate; they are re-exported here under the names the backends use.
 
-use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::worker::TokenUsage;
 use serde_json::Value;
+
+pub use gatehouse_api::events::EventPayload;
+pub use gatehouse_api::events::INTERRUPTED_MESSAGE;
+pub use gatehouse_api::events::TurnCompleted;
+pub use gatehouse_api::events::TurnFailed;
+pub use gatehouse_api::events::TurnQueued;
+pub use gatehouse_api::events::TurnStarted;
+pub use gatehouse_api::events::WorkspaceConflict;
+pub use gatehouse_api::keys::Scope;
+pub use gatehouse_api::sessions::Attachment;
+pub use gatehouse_api::sessions::QueueMode;
+pub use gatehouse_api::sessions::RepositorySpec;
+pub use gatehouse_api::sessions::ResultState;
+pub use gatehouse_api::sessions::SessionWorkspace;
+pub use gatehouse_api::sessions::TurnError;
+pub use gatehouse_api::sessions::TurnStatus;
+pub use gatehouse_api::sessions::WorkspaceSource;
 
 /// A setup code to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,161 +134,6 @@ pub struct AuditEvent {
     pub reason_code: Option<String>,
     /// Context.
     pub details: Value,
-}
-
-/// The status of a turn.
-// It is also the `status` of a turn as the HTTP API shows it and as the turn events carry it, so
-// it is serialized as the wire writes it (`"queued"`, ...); the doc line above is its description
-// in the API's JSON Schema.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum TurnStatus {
-    /// Admitted, waiting for its session or for a global slot.
-    Queued,
-    /// Dispatched to the runtime.
-    Running,
-    /// Finished with a reply.
-    Completed,
-    /// Finished with an error.
-    Failed,
-    /// Was running when the Gateway stopped; never replayed.
-    Interrupted,
-    /// Stopped by an abort.
-    Aborted,
-}
-
-impl TurnStatus {
-    /// Returns the status as stored and shown in the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TurnStatus::Queued => "queued",
-            TurnStatus::Running => "running",
-            TurnStatus::Completed => "completed",
-            TurnStatus::Failed => "failed",
-            TurnStatus::Interrupted => "interrupted",
-            TurnStatus::Aborted => "aborted",
-        }
-    }
-
-    /// Parses a stored status.
-    pub fn parse(text: &str) -> Option<TurnStatus> {
-        [
-            TurnStatus::Queued,
-            TurnStatus::Running,
-            TurnStatus::Completed,
-            TurnStatus::Failed,
-            TurnStatus::Interrupted,
-            TurnStatus::Aborted,
-        ]
-        .into_iter()
-        .find(|status| status.as_str() == text)
-    }
-
-    /// Returns true once the turn can no longer change.
-    pub fn is_terminal(self) -> bool {
-        match self {
-            TurnStatus::Queued | TurnStatus::Running => false,
-            TurnStatus::Completed
-            | TurnStatus::Failed
-            | TurnStatus::Interrupted
-            | TurnStatus::Aborted => true,
-        }
-    }
-}
-
-/// How a message that arrives while a turn of its session runs is queued.
-// It is also the `queueMode` of `POST /v1/sessions/{key}/messages` and of a `turn.queued` event,
-// so it is serialized as the wire writes it (`"followup"`, ...); the doc line above is its
-// description in the API's JSON Schema.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum QueueMode {
-    /// A new turn, run after the ones before it.
-    Followup,
-    /// Delivered to the running turn when the runtime supports it, else a follow-up.
-    Steer,
-    /// Merged into the next queued turn of the session.
-    Collect,
-    /// Aborts the running turn, then runs as a new turn.
-    Interrupt,
-}
-
-impl QueueMode {
-    /// Returns the mode as stored and accepted by the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueueMode::Followup => "followup",
-            QueueMode::Collect => "collect",
-            QueueMode::Steer => "steer",
-            QueueMode::Interrupt => "interrupt",
-        }
-    }
-
-    /// Parses a mode.
-    pub fn parse(text: &str) -> Option<QueueMode> {
-        [
-            QueueMode::Followup,
-            QueueMode::Collect,
-            QueueMode::Steer,
-            QueueMode::Interrupt,
-        ]
-        .into_iter()
-        .find(|mode| mode.as_str() == text)
-    }
-}
-
-/// One attachment of a message: a media id returned by `POST /v1/media` and whether the turn
-/// may run without it. It is the item of `attachments` in `POST /v1/sessions/{key}/messages`
-/// (where `required` may be left out and means true), the item of a turn's stored attachments
-/// (`[{"mediaId","required"}]`), and what the Gateway stages before the turn runs.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Attachment {
-    /// The media id returned by `POST /v1/media`.
-    pub media_id: String,
-    /// Whether the turn must not run without this attachment (default true; `null` is the
-    /// default too).
-    #[serde(
-        default = "required_by_default",
-        deserialize_with = "required_or_default"
-    )]
-    pub required: bool,
-}
-
-/// The default of [`Attachment::required`]: an attachment is required unless said otherwise.
-fn required_by_default() -> bool {
-    true
-}
-
-/// Reads [`Attachment::required`], where an explicit `null` means the default, as the API has
-/// always accepted it.
-fn required_or_default<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<bool, D::Error> {
-    let required: Option<bool> = serde::Deserialize::deserialize(deserializer)?;
-    Ok(required.unwrap_or_else(required_by_default))
 }
 
 /// A message to admit.
@@ -449,122 +314,6 @@ pub struct CheckpointBlob {
     pub size_bytes: u64,
 }
 
-/// Why a turn did not complete: a stable code and its message (`null` when the runtime gave
-/// none). Also the `error` of the `turn.failed` and `artifact.refused` events.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-pub struct TurnError {
-    /// The stable code (`null` only in a `turn.failed` event of a turn ended without one).
-    pub code: Option<String>,
-    /// What happened, for a person.
-    pub message: Option<String>,
-}
-
-/// The payload of a session event that a store backend writes itself, in the transaction that
-/// changes the turn, with the event name it is stored and streamed under.
-///
-/// The payload is the event's `data:` in `GET /v1/sessions/{key}/events` (the Gateway adds the
-/// `seq`), so these types are wire types; the api crate re-exports them. A backend stores
-/// [`EventPayload::to_payload_json`] under [`EventPayload::KIND`].
-pub trait EventPayload: serde::Serialize {
-    /// The event's name, the `kind` of its row.
-    const KIND: &'static str;
-
-    /// Returns the payload as the JSON object a backend stores as the event's `payload_json`.
-    /// Its text (`to_string()`) has the keys sorted, as the payloads built by hand before these
-    /// types existed had, so stored events keep their bytes.
-    fn to_payload_json(&self) -> Value {
-        // The payloads are strings, integers, enums and options of them: serializing them into
-        // a `Value` cannot fail.
-        serde_json::to_value(self).unwrap_or_default()
-    }
-}
-
-/// `turn.queued`: a message was admitted as a new turn (durable).
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnQueued {
-    /// The turn.
-    pub turn_id: String,
-    /// How it was queued.
-    pub queue_mode: QueueMode,
-}
-
-impl EventPayload for TurnQueued {
-    const KIND: &'static str = "turn.queued";
-}
-
-/// `turn.started`: the turn was dispatched to its runtime (durable).
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnStarted {
-    /// The turn.
-    pub turn_id: String,
-}
-
-impl EventPayload for TurnStarted {
-    const KIND: &'static str = "turn.started";
-}
-
-/// `turn.completed`: the turn ended with a reply (durable).
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnCompleted {
-    /// The turn.
-    pub turn_id: String,
-    /// `completed`.
-    pub status: TurnStatus,
-    /// The final reply.
-    pub reply: Option<String>,
-}
-
-impl EventPayload for TurnCompleted {
-    const KIND: &'static str = "turn.completed";
-}
-
-/// `turn.failed`: the turn ended without a reply: failed, interrupted or aborted (durable).
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnFailed {
-    /// The turn.
-    pub turn_id: String,
-    /// `failed`, `interrupted` or `aborted`.
-    pub status: TurnStatus,
-    /// Why.
-    pub error: TurnError,
-}
-
-impl EventPayload for TurnFailed {
-    const KIND: &'static str = "turn.failed";
-}
-
-/// The error message of a turn the Gateway marks `interrupted` at start.
-pub const INTERRUPTED_MESSAGE: &str = "the gateway stopped while this turn ran; it is not replayed";
-
-impl TurnFailed {
-    /// The event of a turn that was running when the Gateway stopped: status `interrupted`, code
-    /// `INTERRUPTED` and [`INTERRUPTED_MESSAGE`].
-    pub fn interrupted(turn_id: &str) -> Self {
-        Self {
-            turn_id: turn_id.to_owned(),
-            status: TurnStatus::Interrupted,
-            error: TurnError {
-                code: Some(ErrorCode::Interrupted.as_str().to_owned()),
-                message: Some(INTERRUPTED_MESSAGE.to_owned()),
-            },
-        }
-    }
-}
-
 /// The `input_tokens`, `output_tokens` and `total_tokens` columns of `usage` (counts past
 /// `i64::MAX` are stored as `i64::MAX`).
 pub(crate) fn usage_columns(usage: Option<TokenUsage>) -> [Option<i64>; 3] {
@@ -628,56 +377,6 @@ impl TurnEnd {
                 .to_payload_json(),
             ),
         }
-    }
-}
-
-/// What an API key may do; each `/v1` route needs one of these (the Gateway's route table).
-// It is also the wire form of a scope in `POST /v1/keys` and `GET /v1/keys` (`"chat"`, ...), so
-// it is serialized as the wire writes it; the doc line above is its description in the API's
-// JSON Schema.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// Post messages, read its sessions' turns, transcripts and events, upload media, and the
-    /// OpenAI-compatible routes.
-    Chat,
-    /// Every `GET` route.
-    Read,
-    /// The four Agent documents.
-    Documents,
-    /// Everything, keys and setup codes included.
-    Admin,
-}
-
-impl Scope {
-    /// Every scope, in the order of the contract.
-    pub const ALL: [Scope; 4] = [Scope::Chat, Scope::Read, Scope::Documents, Scope::Admin];
-
-    /// Returns the scope as stored and accepted by the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Chat => "chat",
-            Scope::Read => "read",
-            Scope::Documents => "documents",
-            Scope::Admin => "admin",
-        }
-    }
-
-    /// Parses a scope.
-    pub fn parse(text: &str) -> Option<Scope> {
-        Scope::ALL.into_iter().find(|scope| scope.as_str() == text)
     }
 }
 
@@ -827,78 +526,6 @@ pub(crate) fn stored_limit(value: Option<i64>) -> crate::Result<Option<u32>> {
         .transpose()
 }
 
-/// Where a session's execution workspace comes from, as `PUT /v1/sessions/{key}` sets it and
-/// `GET /v1/sessions/{key}` shows it. A session nobody set a source for is `empty`.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(tag = "source", rename_all = "camelCase", deny_unknown_fields)]
-pub enum WorkspaceSource {
-    /// An empty workspace; the Gateway keeps checkpoints of it.
-    Empty,
-    /// A repository commit, fetched by the Harness; checkpoints accumulate on top of it.
-    Repository {
-        /// A `file://`, `https://` or `ssh://` URL, without credentials.
-        url: String,
-        /// The branch, tag or commit; the repository's `HEAD` when left out.
-        #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
-        reference: Option<String>,
-    },
-    /// A worktree the Gateway keeps, which every turn's result is merged into.
-    Worktree {
-        /// The repository the worktree starts from; empty when left out.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        from: Option<RepositorySpec>,
-    },
-}
-
-impl WorkspaceSource {
-    /// The repository the source fetches from, if any.
-    #[must_use]
-    pub fn repository(&self) -> Option<RepositorySpec> {
-        match self {
-            Self::Empty | Self::Worktree { from: None } => None,
-            Self::Repository { url, reference } => Some(RepositorySpec {
-                url: url.clone(),
-                reference: reference.clone(),
-            }),
-            Self::Worktree { from: Some(from) } => Some(from.clone()),
-        }
-    }
-
-    /// Whether the Gateway keeps a worktree for the session.
-    #[must_use]
-    pub fn is_worktree(&self) -> bool {
-        matches!(self, Self::Worktree { .. })
-    }
-}
-
-/// A repository and the ref to start from.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(deny_unknown_fields)]
-pub struct RepositorySpec {
-    /// A `file://`, `https://` or `ssh://` URL, without credentials.
-    pub url: String,
-    /// The branch, tag or commit; the repository's `HEAD` when left out.
-    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
-    pub reference: Option<String>,
-}
-
-/// A session's workspace source and the commit it was pinned to.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-pub struct SessionWorkspace {
-    /// The source.
-    #[serde(flatten)]
-    pub source: WorkspaceSource,
-    /// The commit the repository's ref resolved to at the first dispatch (40 hex digits).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
-}
-
 /// What [`crate::Store::set_session_workspace`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkspaceSet {
@@ -1004,18 +631,6 @@ pub struct WorktreeVersion {
     pub manifest: StoredManifest,
     /// When it was made.
     pub created_at_ms: i64,
-}
-
-/// Whether a staged worktree result was applied.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum ResultState {
-    /// Stored, not yet merged into the worktree.
-    Staged,
-    /// Merged into the worktree.
-    Applied,
 }
 
 /// A worker's result for a `worktree` session.
@@ -1142,23 +757,4 @@ pub(crate) fn paths_json(paths: &[String]) -> crate::Result<String> {
     serde_json::to_string(paths).map_err(|error| crate::StoreError::Internal {
         source: Box::new(error),
     })
-}
-
-/// `workspace.conflict`: a turn's result changed paths the worktree had also changed since the
-/// merge base; the worktree kept its versions of them (durable).
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkspaceConflict {
-    /// The turn whose result was applied.
-    pub turn_id: String,
-    /// The paths that kept the worktree's version, in order.
-    pub conflicts: Vec<String>,
-    /// The name the worker's whole result is kept under.
-    pub staged_ref: String,
-}
-
-impl EventPayload for WorkspaceConflict {
-    const KIND: &'static str = "workspace.conflict";
 }

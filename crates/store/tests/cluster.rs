@@ -640,7 +640,7 @@ async fn a_collection_never_runs_while_a_replica_stores_media(target: Target) {
     let collecting = other.try_hold_media_collection().await.unwrap();
     let exclusive = !matches!(
         target.location(),
-        gatehouse_store::location::StoreLocation::Sqlite(_)
+        gatehouse_store::location::StoreLocation::Local(_)
     );
     // SQLite has one process, whose own lock keeps its collection out.
     assert_eq!(collecting.is_none(), exclusive);

@@ -1166,7 +1166,7 @@ mod postgres_only {
 
     /// Connects to the target's database directly, as an operator would with psql.
     async fn connect(target: &Target) -> sqlx::PgConnection {
-        let StoreLocation::Postgres(database) = target.location() else {
+        let StoreLocation::Remote(database) = target.location() else {
             panic!("not a PostgreSQL target");
         };
         sqlx::PgConnection::connect(database.url()).await.unwrap()
@@ -1432,7 +1432,7 @@ mod postgres_only {
             )
             .parse()
             .unwrap();
-            let StoreLocation::Postgres(location) = location else {
+            let StoreLocation::Remote(location) = location else {
                 panic!("not postgres");
             };
             let options = location.connect_options().unwrap();
@@ -1488,14 +1488,14 @@ mod postgres_only {
             let mut target = url.clone();
             target.set_username(&role).unwrap();
             target.query_pairs_mut().clear().extend_pairs(params);
-            let StoreLocation::Postgres(location) = target.as_str().parse().unwrap() else {
+            let StoreLocation::Remote(location) = target.as_str().parse().unwrap() else {
                 panic!("not postgres");
             };
             location
         };
 
         let verified = at(&[("sslmode", "verify-full"), ("sslrootcert", &ca)]);
-        let store = gatehouse_store::open(&StoreLocation::Postgres(verified.clone()))
+        let store = gatehouse_store::open(&StoreLocation::Remote(verified.clone()))
             .await
             .unwrap();
         store.ping().await.unwrap();
@@ -1515,7 +1515,7 @@ mod postgres_only {
             .and_then(|error| error.code().map(std::borrow::Cow::into_owned));
         assert_eq!(code.as_deref(), Some("28000"), "{refused}");
         let Err(error) =
-            gatehouse_store::open(&StoreLocation::Postgres(at(&[("sslmode", "disable")]))).await
+            gatehouse_store::open(&StoreLocation::Remote(at(&[("sslmode", "disable")]))).await
         else {
             panic!("the store opened in clear");
         };

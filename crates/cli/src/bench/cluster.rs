@@ -57,8 +57,8 @@ const CONFIGURATIONS: [(usize, usize); 4] = [(1, 1), (3, 1), (1, 2), (3, 2)];
 /// Runs the benchmark.
 pub(crate) fn run(args: &ClusterArgs) -> anyhow::Result<Report> {
     let store = match args.store.parse::<StoreLocation>() {
-        Ok(location @ StoreLocation::Postgres(_)) => location,
-        Ok(StoreLocation::Sqlite(_)) => {
+        Ok(location @ StoreLocation::Remote(_)) => location,
+        Ok(StoreLocation::Local(_)) => {
             return Err(UsageError::new(
                 "--store takes a postgres:// URL: replicas share a PostgreSQL database",
             )
@@ -211,7 +211,7 @@ impl Configuration {
         );
         config.operator_token_override = Some(String::from(BENCH_TOKEN));
         config.store = Some(self.store.clone());
-        config.media = Some(gatehouse_media::MediaLocation::File(self.media.clone()));
+        config.media = Some(gatehouse_media::MediaLocation::Local(self.media.clone()));
         config.replica.replica_id = Some(format!("{}-r{index}", self.name));
         crate::embedded::start_gateway(config).await
     }

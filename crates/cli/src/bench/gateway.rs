@@ -75,8 +75,8 @@ pub(crate) fn run(args: &GatewayBenchArgs) -> anyhow::Result<Report> {
         .store
         .as_deref()
         .map(|url| match url.parse::<StoreLocation>() {
-            Ok(StoreLocation::Postgres(location)) => Ok(location),
-            Ok(StoreLocation::Sqlite(_)) => Err(UsageError::new(
+            Ok(StoreLocation::Remote(location)) => Ok(location),
+            Ok(StoreLocation::Local(_)) => Err(UsageError::new(
                 "--store takes a postgres:// URL; the SQLite figures are always measured, in a temporary file",
             )),
             Err(error) => Err(UsageError::new(error.to_string())),
@@ -90,7 +90,7 @@ async fn measure(
     postgres: Option<PostgresLocation>,
 ) -> anyhow::Result<Report> {
     if let Some(location) = &postgres {
-        let store = gatehouse_store::open(&StoreLocation::Postgres(location.clone())).await?;
+        let store = gatehouse_store::open(&StoreLocation::Remote(location.clone())).await?;
         if !store.sessions().await?.is_empty() {
             return Err(UsageError::new(
                 "the benchmark's store already holds sessions; give --store an empty database used only for benchmarks",
@@ -119,7 +119,7 @@ async fn measure(
         "gatehouse bench gateway: message admission (HTTP -> durable commit -> 202) vs a bare SQLite insert",
     );
     if let Some(location) = postgres {
-        let store = StoreLocation::Postgres(location.clone());
+        let store = StoreLocation::Remote(location.clone());
         let baseline = Baseline::postgres(&location).await?;
         let measured = measure_backend(
             args,

@@ -32,9 +32,9 @@ use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use axum::response::Response;
+use gatehouse_api::keys::Scope;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::model::ApiKeyRecord;
-use gatehouse_store::model::Scope;
 
 use crate::GatewayState;
 use crate::audit::Limited;

@@ -16,10 +16,10 @@ use gatehouse_api::keys::ApiKeyList;
 use gatehouse_api::keys::ApiKeyParams;
 use gatehouse_api::keys::ApiKeyRevoked;
 use gatehouse_api::keys::ApiKeySummary;
+use gatehouse_api::keys::Scope;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::StoreError;
 use gatehouse_store::model::NewApiKey;
-use gatehouse_store::model::Scope;
 
 use crate::GatewayState;
 use crate::clock::now_ms;

@@ -23,11 +23,11 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use futures_util::StreamExt;
+use gatehouse_api::keys::Scope;
 use gatehouse_media::MediaError;
 use gatehouse_store::model::CheckpointBlob;
 use gatehouse_store::model::MediaCharge;
 use gatehouse_store::model::MediaChargeKind;
-use gatehouse_store::model::Scope;
 
 use crate::GatewayState;
 use crate::clock::now_ms;

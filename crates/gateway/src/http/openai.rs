@@ -65,9 +65,9 @@ use gatehouse_api::openai::OpenAiErrorResponse;
 use gatehouse_api::openai::SESSION_HEADER;
 use gatehouse_api::openai::STREAM_DONE;
 use gatehouse_api::sessions::MessageParams;
+use gatehouse_api::sessions::TurnStatus;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::model::TurnRecord;
-use gatehouse_store::model::TurnStatus;
 
 use crate::GatewayState;
 use crate::documents::MAIN_AGENT;

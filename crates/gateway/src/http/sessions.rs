@@ -35,8 +35,8 @@ use axum::response::sse::Event;
 use axum::response::sse::KeepAlive;
 use axum::response::sse::Sse;
 use futures_util::Stream;
+use gatehouse_api::sessions::QueueMode;
 use gatehouse_store::model::Admitted;
-use gatehouse_store::model::QueueMode;
 use gatehouse_store::model::TurnRecord;
 
 use crate::GatewayState;

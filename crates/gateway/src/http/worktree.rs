@@ -79,7 +79,7 @@ pub(crate) async fn put_session(
     // key limited to its sessions cannot read what the node host keeps elsewhere. The scheme
     // is the canonical reading, so `FILE://` is `file://` too.
     if url.is_some_and(|url| url.scheme() == Scheme::File)
-        && !principal.has(gatehouse_store::model::Scope::Admin)
+        && !principal.has(gatehouse_api::keys::Scope::Admin)
     {
         return Err(ApiError::new(
             ErrorCode::ScopeDenied,

@@ -17,7 +17,7 @@ impl Target {
     pub(crate) fn sqlite() -> Self {
         let dir = tempfile::tempdir().expect("a tempdir");
         Self {
-            location: StoreLocation::Sqlite(dir.path().join("gateway.db")),
+            location: StoreLocation::Local(dir.path().join("gateway.db")),
             _dir: Some(dir),
         }
     }

@@ -39,7 +39,7 @@ use axum::response::Redirect;
 use axum::response::Response;
 use axum::routing::get;
 use axum::routing::post;
-use gatehouse_store::model::Scope;
+use gatehouse_api::keys::Scope;
 use maud::DOCTYPE;
 use maud::Markup;
 use maud::html;
