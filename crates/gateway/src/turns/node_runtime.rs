@@ -229,21 +229,10 @@ impl NodeRuntime {
                 }
                 None => (None, entry.size),
             };
-            stored.push(serde_json::json!({
-                "path": entry.path,
-                "kind": entry.kind,
-                "executable": entry.executable,
-                "sha256": entry.sha256,
-                "size": size,
-                "target": entry.target,
-                "mediaId": media_id,
-            }));
+            stored.push(reported_entry(entry, media_id, size));
         }
-        let mut manifest = serde_json::json!({"entries": stored});
-        if !omitted.is_empty() {
-            manifest["omitted"] = serde_json::to_value(&omitted)
-                .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
-        }
+        let manifest = report_manifest(stored, &omitted)
+            .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
         // A worktree's result is judged whole before anything is committed.
         let staged = match worktree {
             Some(worktrees) => Some((
@@ -253,9 +242,7 @@ impl NodeRuntime {
             )),
             None => None,
         };
-        let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
-            .to_hex()
-            .to_string();
+        let checkpoint_id = checkpoint_id(&manifest);
         self.retention
             .check_checkpoint_quota(session_key, turn_id, &checkpoint_id, &referenced)
             .await?;
@@ -460,9 +447,7 @@ impl NodeRuntime {
         }
         let manifest = serde_json::to_value(inventory)
             .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
-        let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
-            .to_hex()
-            .to_string();
+        let checkpoint_id = checkpoint_id(&manifest);
         self.retention
             .commit_checkpoint(
                 &input.session_key,
@@ -1145,6 +1130,45 @@ async fn media_id_of(bytes: Bytes) -> Result<String, TurnFailure> {
         .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))
 }
 
+/// Returns the id of a checkpoint: the blake3 of its manifest's text, which is also the text
+/// stored.
+fn checkpoint_id(manifest: &serde_json::Value) -> String {
+    blake3::hash(manifest.to_string().as_bytes())
+        .to_hex()
+        .to_string()
+}
+
+/// Returns one entry of a reported checkpoint's manifest, its content as the media blob
+/// `media_id` of `size` bytes.
+fn reported_entry(
+    entry: CheckpointEntry,
+    media_id: Option<String>,
+    size: u64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "path": entry.path,
+        "kind": entry.kind,
+        "executable": entry.executable,
+        "sha256": entry.sha256,
+        "size": size,
+        "target": entry.target,
+        "mediaId": media_id,
+    })
+}
+
+/// Returns the manifest of a reported checkpoint: its `stored` entries and, when the node left
+/// anything out, the `omitted` list.
+fn report_manifest(
+    stored: Vec<serde_json::Value>,
+    omitted: &OmittedPaths,
+) -> Result<serde_json::Value, serde_json::Error> {
+    let mut manifest = serde_json::json!({"entries": stored});
+    if !omitted.is_empty() {
+        manifest["omitted"] = serde_json::to_value(omitted)?;
+    }
+    Ok(manifest)
+}
+
 /// How many media blobs a restore reads at once.
 const RESTORE_READS: usize = 16;
 
@@ -1190,3 +1214,7 @@ enum CheckpointStage {
     /// Stored, about to be sent to the node for a restore.
     Restore,
 }
+
+#[cfg(test)]
+#[path = "checkpoint_pin_tests.rs"]
+mod checkpoint_pin_tests;
