@@ -45,6 +45,7 @@ use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
+use crate::model::CheckpointManifest;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventPayload;
@@ -940,7 +941,7 @@ impl Store for PgStore {
         &self,
         session_key: &str,
         checkpoint_id: &str,
-        manifest: &serde_json::Value,
+        manifest: &CheckpointManifest,
         now_ms: i64,
         writer: Option<TurnWriter<'_>>,
     ) -> Result<bool> {
@@ -959,7 +960,7 @@ impl Store for PgStore {
         )
         .bind(checkpoint_id)
         .bind(session_key)
-        .bind(manifest.to_string())
+        .bind(manifest.to_json()?)
         .bind(now_ms)
         .execute(&mut *tx)
         .await
@@ -977,7 +978,7 @@ impl Store for PgStore {
     async fn latest_checkpoint(
         &self,
         session_key: &str,
-    ) -> Result<Option<(String, serde_json::Value)>> {
+    ) -> Result<Option<(String, CheckpointManifest)>> {
         let row = sqlx::query(
             "SELECT c.checkpoint_id, c.manifest_json::text AS manifest_json FROM sessions s \
              JOIN checkpoints c ON c.checkpoint_id = s.latest_checkpoint_id \
@@ -995,7 +996,7 @@ impl Store for PgStore {
         session_key: &str,
         except: &str,
         limit: u32,
-    ) -> Result<Vec<(String, serde_json::Value)>> {
+    ) -> Result<Vec<(String, CheckpointManifest)>> {
         let rows = sqlx::query(
             "SELECT checkpoint_id, manifest_json::text AS manifest_json FROM checkpoints \
              WHERE session_key = $1 AND checkpoint_id != $2 \
@@ -1810,10 +1811,10 @@ fn message_from_row(row: &PgRow) -> Result<MessageRecord> {
     })
 }
 
-fn checkpoint_from_row(row: &PgRow) -> Result<(String, serde_json::Value)> {
+fn checkpoint_from_row(row: &PgRow) -> Result<(String, CheckpointManifest)> {
     Ok((
         get(row, "checkpoint_id")?,
-        json(row, "manifest_json", "checkpoint")?,
+        CheckpointManifest::parse(&get::<String>(row, "manifest_json")?)?,
     ))
 }
 

@@ -28,6 +28,7 @@ use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
+use crate::model::CheckpointManifest;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventPayload;
@@ -845,7 +846,7 @@ impl Store for SqliteStore {
         &self,
         session_key: &str,
         checkpoint_id: &str,
-        manifest: &serde_json::Value,
+        manifest: &CheckpointManifest,
         now_ms: i64,
         writer: Option<TurnWriter<'_>>,
     ) -> Result<bool> {
@@ -867,7 +868,7 @@ impl Store for SqliteStore {
         )
         .bind(checkpoint_id)
         .bind(session_key)
-        .bind(manifest.to_string())
+        .bind(manifest.to_json()?)
         .bind(now_ms)
         .execute(&mut *tx)
         .await
@@ -885,7 +886,7 @@ impl Store for SqliteStore {
     async fn latest_checkpoint(
         &self,
         session_key: &str,
-    ) -> Result<Option<(String, serde_json::Value)>> {
+    ) -> Result<Option<(String, CheckpointManifest)>> {
         let row = sqlx::query(
             "SELECT c.checkpoint_id, c.manifest_json FROM sessions s \
              JOIN checkpoints c ON c.checkpoint_id = s.latest_checkpoint_id WHERE s.session_key = ?",
@@ -897,9 +898,7 @@ impl Store for SqliteStore {
         let Some(row) = row else {
             return Ok(None);
         };
-        let manifest: String = get(&row, "manifest_json")?;
-        let manifest = serde_json::from_str(&manifest)
-            .map_err(|_| StoreError::Corrupt { what: "checkpoint" })?;
+        let manifest = CheckpointManifest::parse(&get::<String>(&row, "manifest_json")?)?;
         Ok(Some((get(&row, "checkpoint_id")?, manifest)))
     }
 
@@ -908,7 +907,7 @@ impl Store for SqliteStore {
         session_key: &str,
         except: &str,
         limit: u32,
-    ) -> Result<Vec<(String, serde_json::Value)>> {
+    ) -> Result<Vec<(String, CheckpointManifest)>> {
         let rows = sqlx::query(
             "SELECT checkpoint_id, manifest_json FROM checkpoints \
              WHERE session_key = ? AND checkpoint_id != ? \
@@ -922,9 +921,7 @@ impl Store for SqliteStore {
         .map_err(|e| map_error(e, "checkpoint"))?;
         let mut checkpoints = Vec::with_capacity(rows.len());
         for row in &rows {
-            let manifest: String = get(row, "manifest_json")?;
-            let manifest = serde_json::from_str(&manifest)
-                .map_err(|_| StoreError::Corrupt { what: "checkpoint" })?;
+            let manifest = CheckpointManifest::parse(&get::<String>(row, "manifest_json")?)?;
             checkpoints.push((get(row, "checkpoint_id")?, manifest));
         }
         Ok(checkpoints)

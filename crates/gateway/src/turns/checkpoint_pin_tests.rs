@@ -7,10 +7,12 @@
 use pretty_assertions::assert_eq;
 
 use super::checkpoint_id;
-use super::report_manifest;
-use super::reported_entry;
+use super::stored_entry;
 use gatehouse_protocol::worker::CheckpointEntry;
+use gatehouse_protocol::worker::Inline;
 use gatehouse_protocol::worker::OmittedPaths;
+use gatehouse_store::model::Blob;
+use gatehouse_store::model::CheckpointManifest;
 use gatehouse_store::model::StoredEntry;
 use gatehouse_store::model::StoredManifest;
 
@@ -27,7 +29,7 @@ fn file(path: &str, sha256: &str, size: u64, executable: bool, media_id: &str) -
         sha256: Some(sha256.to_owned()),
         size,
         target: None,
-        content_base64: None,
+        content: Inline::default(),
     };
     (entry, Some(media_id.to_owned()), size)
 }
@@ -41,7 +43,7 @@ fn link(path: &str, target: &str) -> Reported {
         sha256: None,
         size: 0,
         target: Some(target.to_owned()),
-        content_base64: None,
+        content: Inline::default(),
     };
     (entry, None, 0)
 }
@@ -53,16 +55,22 @@ type Reported = (CheckpointEntry, Option<String>, u64);
 fn report(entries: Vec<Reported>, omitted: &OmittedPaths) -> (String, String) {
     let stored = entries
         .into_iter()
-        .map(|(entry, media_id, size)| reported_entry(entry, media_id, size))
+        .map(|(entry, media_id, size)| stored_entry(entry, media_id, size))
         .collect();
-    let manifest = report_manifest(stored, omitted).unwrap();
-    (checkpoint_id(&manifest), manifest.to_string())
+    let manifest = CheckpointManifest::report(stored, omitted.clone());
+    (
+        checkpoint_id(&manifest).unwrap(),
+        manifest.to_json().unwrap(),
+    )
 }
 
 /// Returns the id and the stored text of a worktree's first tree, committed as a checkpoint.
 fn inventory(entries: Vec<StoredEntry>) -> (String, String) {
-    let manifest = serde_json::to_value(StoredManifest { entries }).unwrap();
-    (checkpoint_id(&manifest), manifest.to_string())
+    let manifest = CheckpointManifest::tree(StoredManifest { entries });
+    (
+        checkpoint_id(&manifest).unwrap(),
+        manifest.to_json().unwrap(),
+    )
 }
 
 fn stored(path: &str, kind: &str, sha256: Option<&str>, size: u64) -> StoredEntry {
@@ -73,7 +81,9 @@ fn stored(path: &str, kind: &str, sha256: Option<&str>, size: u64) -> StoredEntr
         sha256: sha256.map(str::to_owned),
         size,
         target: None,
-        media_id: sha256.map(|sha256| format!("m-{}", &sha256[..4])),
+        content: Blob {
+            media_id: sha256.map(|sha256| format!("m-{}", &sha256[..4])),
+        },
     }
 }
 
