@@ -31,6 +31,7 @@ use gatehouse_protocol::checkpoint::truncated;
 use gatehouse_protocol::checkpoint::validate_entry;
 use gatehouse_protocol::checkpoint::validate_path;
 use gatehouse_protocol::worker::CheckpointEntry;
+use gatehouse_protocol::worker::Inline;
 pub use gatehouse_protocol::worker::MAX_CHECKPOINT_BYTES;
 use gatehouse_protocol::worker::OmittedPaths;
 
@@ -178,7 +179,7 @@ fn link_entry(root: &Root, path: String) -> Option<CheckpointEntry> {
         sha256: None,
         size: 0,
         target: Some(target),
-        content_base64: None,
+        content: Inline::default(),
     })
 }
 
@@ -222,7 +223,9 @@ fn file_entry(
         kind: String::from(KIND_FILE),
         executable: metadata.mode & 0o111 != 0,
         size: content.len() as u64,
-        content_base64: changed.then(|| base64::engine::general_purpose::STANDARD.encode(&content)),
+        content: Inline {
+            base64: changed.then(|| base64::engine::general_purpose::STANDARD.encode(&content)),
+        },
         sha256: Some(sha256),
         target: None,
     })

@@ -45,11 +45,14 @@ use gatehouse_protocol::worker::AgentSessionStopParams;
 use gatehouse_protocol::worker::AgentTurnParams;
 use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_protocol::worker::HistoryMessage;
+use gatehouse_protocol::worker::Inline;
 use gatehouse_protocol::worker::OmittedPaths;
 use gatehouse_protocol::worker::SourceOverlay;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_store::Store;
 use gatehouse_store::cluster::Fence;
+use gatehouse_store::model::Blob;
+use gatehouse_store::model::CheckpointManifest;
 use gatehouse_store::model::NewWorktreeVersion;
 use gatehouse_store::model::RepositorySpec;
 use gatehouse_store::model::SessionWorkspace;
@@ -181,26 +184,18 @@ impl NodeRuntime {
         // (path, sha256) → (media id, size), as the Gateway recorded them.
         let mut known: HashMap<(String, String), (String, u64)> = HashMap::new();
         for entry in latest
-            .iter()
-            .flat_map(|(_, manifest)| manifest["entries"].as_array().cloned().unwrap_or_default())
+            .into_iter()
+            .flat_map(|(_, manifest)| manifest.entries)
         {
-            if let (Some(path), Some(sha256), Some(media_id)) = (
-                entry["path"].as_str(),
-                entry["sha256"].as_str(),
-                entry["mediaId"].as_str(),
-            ) {
-                let size = entry["size"].as_u64().unwrap_or(0);
-                known.insert(
-                    (path.to_owned(), sha256.to_owned()),
-                    (media_id.to_owned(), size),
-                );
+            if let (Some(sha256), Some(media_id)) = (entry.sha256, entry.content.media_id) {
+                known.insert((entry.path, sha256), (media_id, entry.size));
             }
         }
         let mut stored = Vec::with_capacity(entries.len());
         let mut new_blobs: HashMap<String, Bytes> = HashMap::new();
         let mut referenced: HashMap<String, u64> = HashMap::new();
         for mut entry in entries {
-            let blob = match (entry.content_base64.take(), &entry.sha256) {
+            let blob = match (entry.content.base64.take(), &entry.sha256) {
                 (Some(content), _) => {
                     let bytes = decode_content(content, entry.sha256.as_deref()).await?;
                     let size = bytes.len() as u64;
@@ -227,33 +222,18 @@ impl NodeRuntime {
                 }
                 None => (None, entry.size),
             };
-            stored.push(serde_json::json!({
-                "path": entry.path,
-                "kind": entry.kind,
-                "executable": entry.executable,
-                "sha256": entry.sha256,
-                "size": size,
-                "target": entry.target,
-                "mediaId": media_id,
-            }));
+            stored.push(stored_entry(entry, media_id, size));
         }
-        let mut manifest = serde_json::json!({"entries": stored});
-        if !omitted.is_empty() {
-            manifest["omitted"] = serde_json::to_value(&omitted)
-                .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
-        }
+        let manifest = CheckpointManifest::report(stored, omitted);
         // A worktree's result is judged whole before anything is committed.
         let staged = match worktree {
             Some(worktrees) => Some((
                 worktrees,
-                self.worktree_result(node, session_key, &manifest, &omitted)
-                    .await?,
+                self.worktree_result(node, session_key, &manifest).await?,
             )),
             None => None,
         };
-        let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
-            .to_hex()
-            .to_string();
+        let checkpoint_id = checkpoint_id(&manifest)?;
         self.retention
             .check_checkpoint_quota(session_key, turn_id, &checkpoint_id, &referenced)
             .await?;
@@ -281,7 +261,7 @@ impl NodeRuntime {
 
     /// Returns a `worktree` session's result of a turn from its accepted checkpoint
     /// `manifest`: without `.git` paths, and with the base's entries for what the scan left out
-    /// (`omitted`). The whole result must pass the manifest rules and
+    /// (its omitted list). The whole result must pass the manifest rules and
     /// [`validate_contained_links`] again, since the entries taken from the base were not judged
     /// together with the node's.
     ///
@@ -292,11 +272,9 @@ impl NodeRuntime {
         &self,
         node: &NodeConnection,
         session_key: &str,
-        manifest: &serde_json::Value,
-        omitted: &OmittedPaths,
+        manifest: &CheckpointManifest,
     ) -> Result<StoredManifest, TurnFailure> {
-        let mut result: StoredManifest = serde_json::from_value(manifest.clone())
-            .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
+        let (mut result, omitted) = (manifest.to_tree(), &manifest.omitted);
         // A repository the agent made inside its workspace stays there: a worktree holds no
         // `.git` (whose configuration a tool reading the tree would run).
         result.entries.retain(|entry| !is_git_path(&entry.path));
@@ -304,13 +282,12 @@ impl NodeRuntime {
             return Ok(result);
         }
         // What the scan left out was not deleted by the agent: the base's version stays.
-        let whole = self
-            .keep_base_for_omitted(session_key, &mut result, omitted)
+        self.keep_base_for_omitted(session_key, &mut result, omitted)
             .await?;
         // The size bounds are the merge's to judge: past them it applies nothing and reports
         // every change as a conflict, and the turn still completes.
-        if let Err(error) =
-            validate_structure(&whole).and_then(|()| validate_contained_links(&whole))
+        if let Err(error) = validate_structure(&result.entries)
+            .and_then(|()| validate_contained_links(&result.entries))
         {
             return Err(self
                 .refuse_checkpoint(node, session_key, CheckpointStage::Report, &error)
@@ -320,8 +297,7 @@ impl NodeRuntime {
     }
 
     /// Adds to `tree` the worktree base's entries that stand for what `omitted` names (see
-    /// [`crate::worktree::merge::keep_omitted`]); returns the whole tree as the manifest rules
-    /// see it.
+    /// [`crate::worktree::merge::keep_omitted`]).
     ///
     /// # Errors
     /// The store's code when the base cannot be read.
@@ -330,7 +306,7 @@ impl NodeRuntime {
         session_key: &str,
         tree: &mut StoredManifest,
         omitted: &OmittedPaths,
-    ) -> Result<Vec<CheckpointEntry>, TurnFailure> {
+    ) -> Result<(), TurnFailure> {
         let base = self
             .store
             .worktree_base(session_key)
@@ -338,11 +314,7 @@ impl NodeRuntime {
             .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?
             .unwrap_or_default();
         crate::worktree::merge::keep_omitted(tree, &base, omitted);
-        Ok(tree
-            .entries
-            .iter()
-            .map(crate::worktree::checkpoint_entry)
-            .collect())
+        Ok(())
     }
 
     /// Prepares the session workspace from its source before a turn:
@@ -456,11 +428,8 @@ impl NodeRuntime {
         if inventory.entries.is_empty() {
             return Ok(());
         }
-        let manifest = serde_json::to_value(inventory)
-            .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
-        let checkpoint_id = blake3::hash(manifest.to_string().as_bytes())
-            .to_hex()
-            .to_string();
+        let manifest = CheckpointManifest::tree(inventory.clone());
+        let checkpoint_id = checkpoint_id(&manifest)?;
         self.retention
             .commit_checkpoint(
                 &input.session_key,
@@ -532,7 +501,7 @@ impl NodeRuntime {
             .into_iter()
             .filter(|entry| !is_git_path(&entry.path))
         {
-            let media_id = match entry.content_base64.take() {
+            let media_id = match entry.content.base64.take() {
                 Some(content) => {
                     let bytes = decode_content(content, entry.sha256.as_deref()).await?;
                     let media_id = media_id_of(bytes.clone()).await?;
@@ -544,15 +513,7 @@ impl NodeRuntime {
                 }
                 None => None,
             };
-            tree.entries.push(StoredEntry {
-                path: entry.path,
-                kind: entry.kind,
-                executable: entry.executable,
-                sha256: entry.sha256,
-                size: entry.size,
-                target: entry.target,
-                media_id,
-            });
+            tree.entries.push(entry.with_content(Blob { media_id }));
         }
         let version = NewWorktreeVersion {
             session_key: input.session_key.clone(),
@@ -585,19 +546,11 @@ impl NodeRuntime {
         &self,
         node: &Arc<NodeConnection>,
         session_key: &str,
-        checkpoint: &(String, serde_json::Value),
+        checkpoint: &(String, CheckpointManifest),
         earlier: Earlier<'_>,
     ) -> Result<(), TurnFailure> {
         let (checkpoint_id, manifest) = checkpoint;
-        let omitted: OmittedPaths = match manifest.get("omitted") {
-            Some(omitted) => serde_json::from_value(omitted.clone()).map_err(|error| {
-                TurnFailure::new(
-                    ErrorCode::CheckpointInvalid,
-                    format!("the checkpoint's omitted list is unreadable: {error}"),
-                )
-            })?,
-            None => OmittedPaths::default(),
-        };
+        let omitted = manifest.omitted.clone();
         if let Err(error) = validate_omitted(&omitted) {
             return Err(self
                 .refuse_checkpoint(node, session_key, CheckpointStage::Restore, &error)
@@ -605,25 +558,25 @@ impl NodeRuntime {
         }
         let entries = match earlier {
             Earlier::WorktreeBase if !omitted.is_empty() => {
-                let mut tree: StoredManifest = serde_json::from_value(manifest.clone())
-                    .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
-                let whole = self
-                    .keep_base_for_omitted(session_key, &mut tree, &omitted)
+                let mut tree = manifest.to_tree();
+                self.keep_base_for_omitted(session_key, &mut tree, &omitted)
                     .await?;
-                match validate_manifest(&whole) {
+                match validate_manifest(&tree.entries) {
                     Ok(()) => {
-                        let tree = serde_json::to_value(&tree).map_err(|error| {
-                            TurnFailure::new(ErrorCode::Internal, error.to_string())
-                        })?;
-                        self.checkpoint_entries(node, session_key, &tree).await?
+                        self.checkpoint_entries(node, session_key, &tree.entries)
+                            .await?
                     }
                     Err(error) => {
                         tracing::warn!(session_key, checkpoint_id = %checkpoint_id, error = %error, "the checkpoint and the worktree base's files it left out do not fit one restore; rebuilding from the checkpoint alone");
-                        self.checkpoint_entries(node, session_key, manifest).await?
+                        self.checkpoint_entries(node, session_key, &manifest.entries)
+                            .await?
                     }
                 }
             }
-            _ => self.checkpoint_entries(node, session_key, manifest).await?,
+            _ => {
+                self.checkpoint_entries(node, session_key, &manifest.entries)
+                    .await?
+            }
         };
         match earlier {
             Earlier::Commit((repository, commit)) if !omitted.is_empty() => {
@@ -673,38 +626,26 @@ impl NodeRuntime {
         Ok(())
     }
 
-    /// Returns the entries of a stored checkpoint `manifest`, each file with its content from
-    /// the media store, after judging the manifest again (one stored before the current rules
-    /// is refused before anything of it is read or sent).
+    /// Returns a stored checkpoint's entries as the node restores them, each file with its
+    /// content from the media store, after judging them again (a manifest stored before the
+    /// current rules is refused before anything of it is read or sent).
     async fn checkpoint_entries(
         &self,
         node: &NodeConnection,
         session_key: &str,
-        manifest: &serde_json::Value,
+        stored: &[StoredEntry],
     ) -> Result<Vec<CheckpointEntry>, TurnFailure> {
-        let mut entries = Vec::new();
-        let mut media_ids = Vec::new();
-        for entry in manifest["entries"].as_array().cloned().unwrap_or_default() {
-            media_ids.push(entry["mediaId"].as_str().map(str::to_owned));
-            entries.push(CheckpointEntry {
-                path: entry["path"].as_str().unwrap_or_default().to_owned(),
-                kind: entry["kind"].as_str().unwrap_or_default().to_owned(),
-                executable: entry["executable"].as_bool().unwrap_or(false),
-                sha256: entry["sha256"].as_str().map(str::to_owned),
-                size: entry["size"].as_u64().unwrap_or(0),
-                target: entry["target"].as_str().map(str::to_owned),
-                content_base64: None,
-            });
-        }
-        if let Err(error) = validate_manifest(&entries) {
+        if let Err(error) = validate_manifest(stored) {
             return Err(self
                 .refuse_checkpoint(node, session_key, CheckpointStage::Restore, &error)
                 .await);
         }
         // Each distinct blob is read once (many files share one, the empty file first of all),
         // [`RESTORE_READS`] at a time, since a media store on S3 answers each read in turn.
-        let distinct: std::collections::BTreeSet<String> =
-            media_ids.iter().flatten().cloned().collect();
+        let distinct: std::collections::BTreeSet<String> = stored
+            .iter()
+            .filter_map(|entry| entry.content.media_id.clone())
+            .collect();
         let reads = distinct.into_iter().map(|media_id| {
             let media = Arc::clone(&self.media);
             async move {
@@ -722,12 +663,14 @@ impl NodeRuntime {
             .buffer_unordered(RESTORE_READS)
             .try_collect()
             .await?;
-        for (entry, media_id) in entries.iter_mut().zip(&media_ids) {
-            if let Some(media_id) = media_id {
-                entry.content_base64 = contents.get(media_id.as_str()).cloned();
-            }
-        }
-        Ok(entries)
+        Ok(stored
+            .iter()
+            .map(|entry| {
+                let base64 = (entry.content.media_id.as_ref())
+                    .and_then(|media_id| contents.get(media_id.as_str()).cloned());
+                entry.clone().with_content(Inline { base64 })
+            })
+            .collect())
     }
 
     /// Audits and logs a refused manifest (`checkpoint.refused`, every field bounded) and
@@ -1145,6 +1088,23 @@ async fn media_id_of(bytes: Bytes) -> Result<String, TurnFailure> {
         .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))
 }
 
+/// Returns the id of a checkpoint: the blake3 of its manifest's text (the text the store
+/// keeps).
+fn checkpoint_id(manifest: &CheckpointManifest) -> Result<String, TurnFailure> {
+    let text = manifest
+        .to_json()
+        .map_err(|error| TurnFailure::new(ErrorCode::Internal, error.to_string()))?;
+    Ok(blake3::hash(text.as_bytes()).to_hex().to_string())
+}
+
+/// Returns a reported entry as the Gateway stores it: its content (taken out of the entry
+/// before) as the media blob `media_id` of `size` bytes.
+fn stored_entry(entry: CheckpointEntry, media_id: Option<String>, size: u64) -> StoredEntry {
+    let mut stored = entry.with_content(Blob { media_id });
+    stored.size = size;
+    stored
+}
+
 /// How many media blobs a restore reads at once.
 const RESTORE_READS: usize = 16;
 
@@ -1190,3 +1150,7 @@ enum CheckpointStage {
     /// Stored, about to be sent to the node for a restore.
     Restore,
 }
+
+#[cfg(test)]
+#[path = "checkpoint_pin_tests.rs"]
+mod checkpoint_pin_tests;

@@ -48,6 +48,7 @@ use gatehouse_store::cluster::Fence;
 use gatehouse_store::cluster::MediaHold;
 use gatehouse_store::cluster::TurnWriter;
 use gatehouse_store::model::CheckpointBlob;
+use gatehouse_store::model::CheckpointManifest;
 use gatehouse_store::model::MediaCharge;
 use gatehouse_store::model::MediaChargeKind;
 use gatehouse_store::model::ReleasedUpload;
@@ -385,7 +386,7 @@ impl MediaRetention {
         session_key: &str,
         turn_id: &str,
         checkpoint_id: &str,
-        manifest: &serde_json::Value,
+        manifest: &CheckpointManifest,
         new_blobs: Vec<NewBlob>,
         fence: Option<&Fence>,
     ) -> Result<(), TurnFailure> {
@@ -497,7 +498,7 @@ impl MediaRetention {
         &self,
         session_key: &str,
         checkpoint_id: &str,
-        manifest: &serde_json::Value,
+        manifest: &CheckpointManifest,
         new_blobs: Vec<NewBlob>,
         writer: Option<TurnWriter<'_>>,
     ) -> Result<bool, WriteError> {
@@ -636,14 +637,12 @@ impl MediaRetention {
 }
 
 /// Returns media id → size of every entry of a stored manifest that refers to a blob.
-pub(crate) fn manifest_blobs(manifest: &serde_json::Value) -> HashMap<String, u64> {
-    let mut blobs = HashMap::new();
-    for entry in manifest["entries"].as_array().into_iter().flatten() {
-        if let Some(media_id) = entry["mediaId"].as_str() {
-            blobs.insert(media_id.to_owned(), entry["size"].as_u64().unwrap_or(0));
-        }
-    }
-    blobs
+pub(crate) fn manifest_blobs(manifest: &CheckpointManifest) -> HashMap<String, u64> {
+    manifest
+        .entries
+        .iter()
+        .filter_map(|entry| Some((entry.content.media_id.clone()?, entry.size)))
+        .collect()
 }
 
 /// How many times [`MediaRetention::release_upload`] tries to take the store's media lock.

@@ -12,10 +12,14 @@ use crate::retention::RetentionConfig;
 use bytes::Bytes;
 use gatehouse_media::MediaError;
 use gatehouse_media::MediaStore;
+use gatehouse_protocol::worker::OmittedPaths;
 use gatehouse_store::Store;
+use gatehouse_store::model::Blob;
 use gatehouse_store::model::CheckpointBlob;
+use gatehouse_store::model::CheckpointManifest;
 use gatehouse_store::model::NewUserMessage;
 use gatehouse_store::model::QueueMode;
+use gatehouse_store::model::StoredEntry;
 use gatehouse_store::sqlite::SqliteStore;
 use pretty_assertions::assert_eq;
 
@@ -77,16 +81,23 @@ fn blob(fill: u8, size: usize) -> NewBlob {
     }
 }
 
-fn manifest(blobs: &[&NewBlob]) -> serde_json::Value {
-    let entries: Vec<serde_json::Value> = blobs
+fn manifest(blobs: &[&NewBlob]) -> CheckpointManifest {
+    let entries = blobs
         .iter()
         .enumerate()
-        .map(|(idx, blob)| {
-            serde_json::json!({"path": format!("f{idx}"), "kind": "file",
-                "size": blob.bytes.len(), "mediaId": blob.media_id})
+        .map(|(idx, blob)| StoredEntry {
+            path: format!("f{idx}"),
+            kind: String::from("file"),
+            executable: false,
+            sha256: None,
+            size: blob.bytes.len() as u64,
+            target: None,
+            content: Blob {
+                media_id: Some(blob.media_id.clone()),
+            },
         })
         .collect();
-    serde_json::json!({ "entries": entries })
+    CheckpointManifest::report(entries, OmittedPaths::default())
 }
 
 fn referenced(blobs: &[&NewBlob]) -> HashMap<String, u64> {

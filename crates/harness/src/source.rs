@@ -92,6 +92,7 @@ use gatehouse_protocol::error::WireError;
 use gatehouse_protocol::worker::AgentSessionSourceParams;
 use gatehouse_protocol::worker::AgentSessionSourceResult;
 use gatehouse_protocol::worker::CheckpointEntry;
+use gatehouse_protocol::worker::Inline;
 use gatehouse_protocol::worker::SourceOverlay;
 use tokio::io::AsyncBufReadExt;
 use tokio::io::AsyncRead;
@@ -819,7 +820,7 @@ fn parse_tree_record(record: &[u8]) -> Option<Listed> {
             sha256: Some("0".repeat(64)),
             size,
             target: None,
-            content_base64: None,
+            content: Inline::default(),
         },
         ListedKind::Symlink => link_entry(path.to_owned(), String::from("-")),
     };
@@ -882,7 +883,7 @@ fn link_entry(path: String, target: String) -> CheckpointEntry {
         sha256: None,
         size: 0,
         target: Some(target),
-        content_base64: None,
+        content: Inline::default(),
     }
 }
 
@@ -1029,9 +1030,11 @@ fn write_listing(
                             sha256: Some(gatehouse_fsops::commands::sha256_hex(&content)),
                             size: listed.size,
                             target: None,
-                            content_base64: Some(
-                                base64::engine::general_purpose::STANDARD.encode(&content),
-                            ),
+                            content: Inline {
+                                base64: Some(
+                                    base64::engine::general_purpose::STANDARD.encode(&content),
+                                ),
+                            },
                         });
                     }
                     NewEntry {

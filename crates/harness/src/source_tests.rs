@@ -9,6 +9,7 @@ use gatehouse_policy::repository::SourceAllowList;
 use gatehouse_protocol::checkpoint::validate_manifest;
 use gatehouse_protocol::worker::AgentSessionSourceParams;
 use gatehouse_protocol::worker::CheckpointEntry;
+use gatehouse_protocol::worker::Inline;
 use gatehouse_protocol::worker::SandboxSettings;
 use pretty_assertions::assert_eq;
 
@@ -544,7 +545,9 @@ async fn a_report_answers_every_written_entry_as_a_valid_manifest() {
         sha256: Some(gatehouse_fsops::commands::sha256_hex(content)),
         size: content.len() as u64,
         target: None,
-        content_base64: Some(base64::engine::general_purpose::STANDARD.encode(content)),
+        content: Inline {
+            base64: Some(base64::engine::general_purpose::STANDARD.encode(content)),
+        },
     };
     assert_eq!(
         (result.commit, result.written, result.entries),
@@ -561,7 +564,7 @@ async fn a_report_answers_every_written_entry_as_a_valid_manifest() {
                     sha256: None,
                     size: 0,
                     target: Some(String::from("a.txt")),
-                    content_base64: None,
+                    content: Inline::default(),
                 },
             ]
         )
@@ -682,7 +685,9 @@ fn checkpoint_file(path: &str, content: &str) -> CheckpointEntry {
         sha256: Some(gatehouse_fsops::commands::sha256_hex(content.as_bytes())),
         size: content.len() as u64,
         target: None,
-        content_base64: Some(base64::engine::general_purpose::STANDARD.encode(content)),
+        content: Inline {
+            base64: Some(base64::engine::general_purpose::STANDARD.encode(content)),
+        },
     }
 }
 
@@ -733,7 +738,7 @@ async fn an_overlay_keeps_what_the_checkpoint_left_out_from_the_commit() {
 
     // Content that does not match its hash fails the rebuild, and nothing is left behind.
     let mut forged = overlay.clone();
-    forged.entries[0].content_base64 = Some(base64::engine::general_purpose::STANDARD.encode("a3"));
+    forged.entries[0].content.base64 = Some(base64::engine::general_purpose::STANDARD.encode("a3"));
     let mut params = fixture.params("forged");
     params.commit = Some(commit.clone());
     params.overlay = Some(forged);

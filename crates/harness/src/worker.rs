@@ -955,7 +955,7 @@ fn restore_entries(session_dir: &Dir, entries: &[CheckpointEntry]) -> Result<usi
 /// `INVALID_PARAMS` for a file without content; `INTEGRITY_FAILURE` for content that does not
 /// match its hash; the decoder's error for content that is not strict base64.
 pub(crate) fn decode_entry(index: usize, entry: &CheckpointEntry) -> Result<NewEntry, WireError> {
-    match (entry.kind.as_str(), &entry.content_base64, &entry.target) {
+    match (entry.kind.as_str(), &entry.content.base64, &entry.target) {
         (KIND_FILE, Some(content), _) => {
             let content = gatehouse_fsops::commands::decode_base64_strict(content)
                 .map_err(|error| error.to_wire())?;

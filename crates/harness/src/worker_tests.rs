@@ -3,6 +3,7 @@ use std::os::unix::fs::PermissionsExt;
 use gatehouse_fsops::Dir;
 use gatehouse_fsops::test_support::tree;
 use gatehouse_protocol::worker::CheckpointEntry;
+use gatehouse_protocol::worker::Inline;
 use pretty_assertions::assert_eq;
 
 use crate::worker::restore_entries;
@@ -16,7 +17,9 @@ fn file(path: &str, content: &[u8], executable: bool) -> CheckpointEntry {
         sha256: Some(gatehouse_fsops::commands::sha256_hex(content)),
         size: content.len() as u64,
         target: None,
-        content_base64: Some(base64::engine::general_purpose::STANDARD.encode(content)),
+        content: Inline {
+            base64: Some(base64::engine::general_purpose::STANDARD.encode(content)),
+        },
     }
 }
 
@@ -28,7 +31,7 @@ fn link(path: &str, target: &str) -> CheckpointEntry {
         sha256: None,
         size: 0,
         target: Some(target.to_owned()),
-        content_base64: None,
+        content: Inline::default(),
     }
 }
 

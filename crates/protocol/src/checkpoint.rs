@@ -24,9 +24,10 @@
 
 use crate::error::ErrorCode;
 use crate::error::WireError;
-use crate::worker::CheckpointEntry;
+use crate::worker::EntryContent;
 pub use crate::worker::MAX_CHECKPOINT_BYTES;
 use crate::worker::OmittedPaths;
+use crate::worker::TreeEntry;
 
 /// The most entries a checkpoint manifest holds.
 pub const MAX_CHECKPOINT_ENTRIES: usize = 20_000;
@@ -148,7 +149,7 @@ pub struct ManifestError {
 }
 
 impl ManifestError {
-    fn at(index: usize, entry: &CheckpointEntry, violation: ManifestViolation) -> ManifestError {
+    fn at<C>(index: usize, entry: &TreeEntry<C>, violation: ManifestViolation) -> ManifestError {
         ManifestError {
             violation,
             index: Some(index),
@@ -207,7 +208,9 @@ const MAX_LINK_WORK_BYTES: usize = 64 * 1024 * 1024;
 /// # Errors
 /// [`ManifestViolation::LinkOutside`] for the first link that leaves the tree (or whose chain
 /// is too long), [`ManifestViolation::CaseCollision`] for the first path that collides.
-pub fn validate_contained_links(entries: &[CheckpointEntry]) -> Result<(), ManifestError> {
+pub fn validate_contained_links<C: EntryContent>(
+    entries: &[TreeEntry<C>],
+) -> Result<(), ManifestError> {
     let mut folded = std::collections::HashSet::with_capacity(entries.len());
     for (index, entry) in entries.iter().enumerate() {
         if !folded.insert(entry.path.to_lowercase()) {
@@ -285,7 +288,7 @@ fn resolve<'a>(
 ///
 /// # Errors
 /// The first violation found, in entry order after the whole-manifest bounds.
-pub fn validate_manifest(entries: &[CheckpointEntry]) -> Result<(), ManifestError> {
+pub fn validate_manifest<C: EntryContent>(entries: &[TreeEntry<C>]) -> Result<(), ManifestError> {
     let whole = |violation| ManifestError {
         violation,
         index: None,
@@ -309,7 +312,7 @@ pub fn validate_manifest(entries: &[CheckpointEntry]) -> Result<(), ManifestErro
 ///
 /// # Errors
 /// The first violation found, in entry order.
-pub fn validate_structure(entries: &[CheckpointEntry]) -> Result<(), ManifestError> {
+pub fn validate_structure<C: EntryContent>(entries: &[TreeEntry<C>]) -> Result<(), ManifestError> {
     let mut kinds = std::collections::HashMap::with_capacity(entries.len());
     for (index, entry) in entries.iter().enumerate() {
         let refuse = |violation| ManifestError::at(index, entry, violation);
@@ -428,7 +431,7 @@ pub fn ancestors(path: &str) -> impl Iterator<Item = &str> {
 ///
 /// # Errors
 /// The first violation of the entry.
-pub fn validate_entry(entry: &CheckpointEntry) -> Result<(), ManifestViolation> {
+pub fn validate_entry<C: EntryContent>(entry: &TreeEntry<C>) -> Result<(), ManifestViolation> {
     check_path(&entry.path)?;
     match entry.kind.as_str() {
         KIND_FILE => check_file(entry),
@@ -475,7 +478,7 @@ fn check_path(path: &str) -> Result<(), ManifestViolation> {
     Ok(())
 }
 
-fn check_file(entry: &CheckpointEntry) -> Result<(), ManifestViolation> {
+fn check_file<C: EntryContent>(entry: &TreeEntry<C>) -> Result<(), ManifestViolation> {
     let inconsistent = |why| Err(ManifestViolation::Inconsistent(why));
     if entry.target.is_some() {
         return inconsistent("a file has a link target");
@@ -490,16 +493,16 @@ fn check_file(entry: &CheckpointEntry) -> Result<(), ManifestViolation> {
     if !is_hex {
         return inconsistent("a file's sha256 is not 64 lowercase hex digits");
     }
-    if let Some(content) = &entry.content_base64
-        && Some(content.len() as u64) != base64_len(entry.size)
+    if let Some(length) = entry.content.inline_len()
+        && Some(length as u64) != base64_len(entry.size)
     {
         return inconsistent("a file's content does not have its size");
     }
     Ok(())
 }
 
-fn check_symlink(entry: &CheckpointEntry) -> Result<(), ManifestViolation> {
-    if entry.sha256.is_some() || entry.content_base64.is_some() || entry.size != 0 {
+fn check_symlink<C: EntryContent>(entry: &TreeEntry<C>) -> Result<(), ManifestViolation> {
+    if entry.sha256.is_some() || entry.content.inline_len().is_some() || entry.size != 0 {
         return Err(ManifestViolation::Inconsistent(
             "a symbolic link has file content, a hash or a size",
         ));

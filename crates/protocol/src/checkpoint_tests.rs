@@ -8,6 +8,7 @@ use crate::checkpoint::ManifestViolation;
 use crate::checkpoint::truncated;
 use crate::checkpoint::validate_manifest;
 use crate::worker::CheckpointEntry;
+use crate::worker::Inline;
 
 const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -19,7 +20,9 @@ fn file(path: &str) -> CheckpointEntry {
         sha256: Some(SHA.to_owned()),
         size: 3,
         target: None,
-        content_base64: Some(String::from("YWJj")),
+        content: Inline {
+            base64: Some(String::from("YWJj")),
+        },
     }
 }
 
@@ -31,7 +34,7 @@ fn link(path: &str, target: &str) -> CheckpointEntry {
         sha256: None,
         size: 0,
         target: Some(target.to_owned()),
-        content_base64: None,
+        content: Inline::default(),
     }
 }
 
@@ -72,11 +75,11 @@ fn manifests_are_judged_by_the_table() {
     let mut wrong_size = file("f");
     wrong_size.size = 4;
     let mut unchanged = file("f");
-    unchanged.content_base64 = None;
+    unchanged.content.base64 = None;
     let mut file_with_target = file("f");
     file_with_target.target = Some(String::from("x"));
     let mut link_with_content = link("l", "x");
-    link_with_content.content_base64 = Some(String::from("YWJj"));
+    link_with_content.content.base64 = Some(String::from("YWJj"));
     let mut no_target = link("l", "x");
     no_target.target = None;
     let mut directory = file("d");
@@ -178,22 +181,22 @@ fn bounds_on_entries_and_total_size_hold() {
     let many: Vec<CheckpointEntry> = (0..=MAX_CHECKPOINT_ENTRIES)
         .map(|index| {
             let mut entry = file(&format!("f{index}"));
-            entry.content_base64 = None;
+            entry.content.base64 = None;
             entry
         })
         .collect();
     assert_eq!(reason(&many[..MAX_CHECKPOINT_ENTRIES]), None);
     assert_eq!(reason(&many), Some("too_many_entries"));
     let mut big = file("big");
-    big.content_base64 = None;
+    big.content.base64 = None;
     big.size = MAX_CHECKPOINT_BYTES;
     assert_eq!(reason(std::slice::from_ref(&big)), None);
     let mut one_more = file("one");
-    one_more.content_base64 = None;
+    one_more.content.base64 = None;
     one_more.size = 1;
     assert_eq!(reason(&[big, one_more]), Some("too_large"));
     let mut huge = file("huge");
-    huge.content_base64 = None;
+    huge.content.base64 = None;
     huge.size = u64::MAX;
     assert_eq!(reason(&[huge]), Some("too_large"));
 }
@@ -342,7 +345,7 @@ fn the_structure_is_judged_without_the_bounds() {
     use crate::checkpoint::validate_structure;
     let mut big = file("big.bin");
     big.size = MAX_CHECKPOINT_BYTES + 1;
-    big.content_base64 = None;
+    big.content.base64 = None;
     let entries = vec![big, file("a.txt")];
     assert_eq!(
         validate_manifest(&entries).unwrap_err().violation,

@@ -138,13 +138,20 @@ pub struct AgentTurnParams {
     pub traceparent: Option<String>,
 }
 
-/// One entry of a checkpoint: a regular file (with its content when it changed) or a link.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One entry of a tree (a checkpoint's, a worktree's, a fetched commit's): a regular file or a
+/// link, kept as its target and never followed. `C` says where a file's content is: [`Inline`]
+/// on the wire between the Gateway and a node, a media blob in the Gateway's store. Whatever
+/// `C` is, the entry is judged by one rule set ([`crate::checkpoint::validate_manifest`]).
+///
+/// Its JSON is an object with camel-case keys in field order, the content's keys last; absent
+/// optional fields are left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct CheckpointEntry {
-    /// The path relative to the session workspace.
+pub struct TreeEntry<C> {
+    /// The path relative to the workspace.
     pub path: String,
-    /// `file` or `symlink`.
+    /// `file` or `symlink` (kept as text, so an unknown kind is refused by the rules rather
+    /// than by the parser).
     pub kind: String,
     /// Whether the file is executable.
     #[serde(default)]
@@ -158,10 +165,54 @@ pub struct CheckpointEntry {
     /// The link target (links), as stored; never followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
-    /// The content, standard base64, when the node sends or restores it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content_base64: Option<String>,
+    /// Where a file's content is.
+    #[serde(flatten)]
+    pub content: C,
 }
+
+impl<C> TreeEntry<C> {
+    /// Returns the entry with its content kept elsewhere (for example a reported file's content
+    /// once the Gateway stored it as a media blob).
+    #[must_use]
+    pub fn with_content<D>(self, content: D) -> TreeEntry<D> {
+        TreeEntry {
+            path: self.path,
+            kind: self.kind,
+            executable: self.executable,
+            sha256: self.sha256,
+            size: self.size,
+            target: self.target,
+            content,
+        }
+    }
+}
+
+/// Where a [`TreeEntry`]'s content is, as the manifest rules need to know it.
+pub trait EntryContent {
+    /// The length of the content carried in the entry itself (standard base64), if any.
+    fn inline_len(&self) -> Option<usize>;
+}
+
+/// A file's content carried in the entry, when the node sends or restores it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Inline {
+    /// The content, standard base64; absent for an unchanged file.
+    #[serde(
+        rename = "contentBase64",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub base64: Option<String>,
+}
+
+impl EntryContent for Inline {
+    fn inline_len(&self) -> Option<usize> {
+        self.base64.as_ref().map(String::len)
+    }
+}
+
+/// One entry of a checkpoint on the wire, each file with its content when it changed.
+pub type CheckpointEntry = TreeEntry<Inline>;
 
 /// The paths a checkpoint left out (a file past [`MAX_CHECKPOINT_BYTES`], or what came past
 /// the entry bound); each covers everything below it. A rebuild of a `repository` session keeps

@@ -13,6 +13,7 @@ use gatehouse_media::MediaStore;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::location::StoreLocation;
 use gatehouse_store::model::Attachment;
+use gatehouse_store::model::CheckpointManifest;
 
 use crate::db::Cell;
 use crate::db::Db;
@@ -258,19 +259,6 @@ async fn references(db: &Db, findings: &mut Vec<Finding>) -> Result<()> {
     Ok(())
 }
 
-/// The checkpoint manifest fields this check reads.
-#[derive(Debug, serde::Deserialize)]
-struct Manifest {
-    #[serde(default)]
-    entries: Vec<ManifestEntry>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct ManifestEntry {
-    #[serde(rename = "mediaId")]
-    media_id: Option<String>,
-}
-
 /// Finds checkpoint entries, turn attachments and pins whose blob is not in `media`.
 async fn blobs(db: &Db, media: &MediaStore, findings: &mut Vec<Finding>) -> Result<()> {
     let mut present: HashMap<String, bool> = HashMap::new();
@@ -282,7 +270,7 @@ async fn blobs(db: &Db, media: &MediaStore, findings: &mut Vec<Finding>) -> Resu
         )
         .await?;
     for [session, checkpoint, manifest] in texts(rows) {
-        let manifest: Manifest =
+        let manifest: CheckpointManifest =
             serde_json::from_str(&manifest).map_err(|error| StateError::Corrupt {
                 table: "checkpoints",
                 column: "manifest_json",
@@ -291,7 +279,7 @@ async fn blobs(db: &Db, media: &MediaStore, findings: &mut Vec<Finding>) -> Resu
         for id in manifest
             .entries
             .into_iter()
-            .filter_map(|entry| entry.media_id)
+            .filter_map(|entry| entry.content.media_id)
         {
             if !has_blob(media, &mut present, &id).await? {
                 findings.push(

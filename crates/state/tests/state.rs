@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use gatehouse_protocol::worker::OmittedPaths;
 use gatehouse_state::db::Db;
 use gatehouse_state::db::Statement;
 use gatehouse_state::migrate::MigrateOptions;
@@ -18,9 +19,12 @@ use gatehouse_state::tables::TABLES;
 use gatehouse_store::Store;
 use gatehouse_store::location::StoreLocation;
 use gatehouse_store::model::Attachment;
+use gatehouse_store::model::Blob;
+use gatehouse_store::model::CheckpointManifest;
 use gatehouse_store::model::NewAuditEvent;
 use gatehouse_store::model::NewUserMessage;
 use gatehouse_store::model::QueueMode;
+use gatehouse_store::model::StoredEntry;
 use pretty_assertions::assert_eq;
 
 /// Creates an empty database on the test server and returns its location.
@@ -127,8 +131,22 @@ async fn populate(store: &Arc<dyn Store>) {
             .save_checkpoint(
                 "a",
                 id,
-                &serde_json::json!({"v": 1, "entries": [{"path": id, "kind": "file", "mediaId": "b".repeat(64)}]}),
-                5_000, None,
+                &CheckpointManifest::report(
+                    vec![StoredEntry {
+                        path: id.to_owned(),
+                        kind: String::from("file"),
+                        executable: false,
+                        sha256: None,
+                        size: 0,
+                        target: None,
+                        content: Blob {
+                            media_id: Some("b".repeat(64)),
+                        },
+                    }],
+                    OmittedPaths::default(),
+                ),
+                5_000,
+                None,
             )
             .await
             .unwrap();

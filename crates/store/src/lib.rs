@@ -14,6 +14,7 @@
 //!
 //! # Modules
 //! - [`model`]: the records the store reads and writes.
+//! - [`manifest`]: the trees it keeps (checkpoint manifests, worktree versions) and their text.
 //! - [`sql`]: the one store body, over a small backend layer.
 //! - [`sqlite`]: the SQLite backend.
 //! - `postgres`: the PostgreSQL backend (feature `postgres`).
@@ -26,6 +27,7 @@ pub mod cluster;
 pub mod error;
 pub mod exclusive;
 pub mod location;
+pub mod manifest;
 pub mod model;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -46,6 +48,7 @@ use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
+use crate::model::CheckpointManifest;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventRecord;
@@ -346,7 +349,7 @@ pub trait Store: ClusterStore {
         &self,
         session_key: &str,
         checkpoint_id: &str,
-        manifest: &serde_json::Value,
+        manifest: &CheckpointManifest,
         now_ms: i64,
         writer: Option<TurnWriter<'_>>,
     ) -> Result<bool>;
@@ -354,11 +357,11 @@ pub trait Store: ClusterStore {
     /// Returns the id and manifest of the session's latest accepted checkpoint.
     ///
     /// # Errors
-    /// Storage failures.
+    /// Storage failures; [`StoreError::Corrupt`] for an unreadable manifest.
     async fn latest_checkpoint(
         &self,
         session_key: &str,
-    ) -> Result<Option<(String, serde_json::Value)>>;
+    ) -> Result<Option<(String, CheckpointManifest)>>;
 
     /// Returns up to `limit` of the session's checkpoints other than `except`, newest first (by
     /// the time they were last saved).
@@ -370,7 +373,7 @@ pub trait Store: ClusterStore {
         session_key: &str,
         except: &str,
         limit: u32,
-    ) -> Result<Vec<(String, serde_json::Value)>>;
+    ) -> Result<Vec<(String, CheckpointManifest)>>;
 
     /// Deletes the session's checkpoints beyond the `keep` newest and returns how many were
     /// deleted. A checkpoint that is any session's latest is never deleted. Blobs are not

@@ -23,6 +23,12 @@ pub use gatehouse_api::sessions::SessionWorkspace;
 pub use gatehouse_api::sessions::TurnError;
 pub use gatehouse_api::sessions::TurnStatus;
 pub use gatehouse_api::sessions::WorkspaceSource;
+pub use crate::manifest::Blob;
+pub use crate::manifest::CheckpointManifest;
+pub use crate::manifest::StoredEntry;
+pub use crate::manifest::StoredManifest;
+pub(crate) use crate::manifest::manifest_json;
+pub(crate) use crate::manifest::parse_manifest;
 
 /// A setup code to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -539,43 +545,6 @@ pub enum WorkspaceSet {
     Locked(SessionWorkspace),
 }
 
-/// One entry of a stored tree (a checkpoint's or a worktree's): a regular file, whose content
-/// is the media blob `media_id`, or a link, kept as its target and never followed.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct StoredEntry {
-    /// The path relative to the workspace.
-    pub path: String,
-    /// `file` or `symlink`.
-    pub kind: String,
-    /// Whether the file is executable.
-    #[serde(default)]
-    pub executable: bool,
-    /// Lowercase hex SHA-256 of the content (files).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
-    /// The size in bytes (files).
-    #[serde(default)]
-    pub size: u64,
-    /// The link target (links).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-    /// The media blob of the content (files).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub media_id: Option<String>,
-}
-
-/// A stored tree: its entries in path order.
-#[derive(
-    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-pub struct StoredManifest {
-    /// The entries.
-    pub entries: Vec<StoredEntry>,
-}
-
 /// Why a worktree version exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorktreeOrigin {
@@ -690,16 +659,6 @@ pub struct NewWorktreeVersion {
     pub manifest: StoredManifest,
 }
 
-/// Parses a stored manifest.
-///
-/// # Errors
-/// [`crate::StoreError::Corrupt`] when the text is not a manifest.
-pub(crate) fn parse_manifest(text: &str) -> crate::Result<StoredManifest> {
-    serde_json::from_str(text).map_err(|_| crate::StoreError::Corrupt {
-        what: "stored manifest",
-    })
-}
-
 /// Parses a stored list of paths.
 ///
 /// # Errors
@@ -737,16 +696,6 @@ pub(crate) fn stored_workspace(
         })?,
     };
     Ok(SessionWorkspace { source, commit })
-}
-
-/// Serializes a stored manifest.
-///
-/// # Errors
-/// [`crate::StoreError::Internal`] if it cannot be serialized.
-pub(crate) fn manifest_json(manifest: &StoredManifest) -> crate::Result<String> {
-    serde_json::to_string(manifest).map_err(|error| crate::StoreError::Internal {
-        source: Box::new(error),
-    })
 }
 
 /// Serializes a list of paths.

@@ -22,6 +22,7 @@ use gatehouse_store::cluster::NodeLink;
 use gatehouse_store::cluster::PlacementCandidate;
 use gatehouse_store::cluster::SessionPlacement;
 use gatehouse_store::cluster::TurnWriter;
+use gatehouse_store::model::CheckpointManifest;
 use gatehouse_store::model::NewTurnMessage;
 use gatehouse_store::model::NewUserMessage;
 use gatehouse_store::model::QueueMode;
@@ -244,7 +245,7 @@ async fn a_turn_writes_only_under_its_live_lease_and_survivors_take_it_over(targ
             .save_checkpoint(
                 "s",
                 "late",
-                &serde_json::json!({"entries": []}),
+                &CheckpointManifest::tree(StoredManifest::default()),
                 3,
                 Some(writer)
             )
@@ -308,7 +309,7 @@ async fn a_turn_writes_only_under_its_live_lease_and_survivors_take_it_over(targ
             .save_checkpoint(
                 "s",
                 "c2",
-                &serde_json::json!({"entries": []}),
+                &CheckpointManifest::tree(StoredManifest::default()),
                 6,
                 Some(writer)
             )

@@ -15,15 +15,19 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::worker::OmittedPaths;
 use gatehouse_protocol::worker::TokenUsage;
 use gatehouse_store::Store;
 use gatehouse_store::cluster::Acquired;
 use gatehouse_store::cluster::ClaimOutcome;
 use gatehouse_store::cluster::Fence;
+use gatehouse_store::location::StoreLocation;
 use gatehouse_store::model::API_KEY_LAST_USED_RESOLUTION_MS;
 use gatehouse_store::model::ApiKeyRecord;
 use gatehouse_store::model::Attachment;
+use gatehouse_store::model::Blob;
 use gatehouse_store::model::CheckpointBlob;
+use gatehouse_store::model::CheckpointManifest;
 use gatehouse_store::model::EnrollOutcome;
 use gatehouse_store::model::Enrollment;
 use gatehouse_store::model::MediaCharge;
@@ -83,6 +87,7 @@ gatehouse_testkit::on_both_backends!(
     a_completed_turns_usage_is_stored_with_it,
     a_session_is_rebound_only_from_the_node_it_is_bound_to,
     a_worktree_keeps_versions_applies_a_result_once_and_prunes_old_versions,
+    a_checkpoint_stored_as_untyped_json_reads_back_typed,
 );
 
 /// Takes a lease for the replica `r1` that outlives the test and returns its fence.
@@ -932,7 +937,11 @@ async fn checkpoints_keep_the_latest_order_by_save_and_prune_the_rest(target: Ta
         .await
         .unwrap();
     assert_eq!(store.latest_checkpoint("s").await.unwrap(), None);
-    let manifest = |n: u32| serde_json::json!({"entries": [{"path": "f", "mediaId": format!("m{n}"), "size": n}]});
+    let manifest = |n: u64| {
+        let mut entry = one_file(&format!("m{n}")).entries.remove(0);
+        entry.size = n;
+        CheckpointManifest::report(vec![entry], OmittedPaths::default())
+    };
     for (n, now_ms) in [(1, 10), (2, 20), (3, 20), (4, 30)] {
         store
             .save_checkpoint("s", &format!("c{n}"), &manifest(n), now_ms, None)
@@ -949,7 +958,7 @@ async fn checkpoints_keep_the_latest_order_by_save_and_prune_the_rest(target: Ta
         .await
         .unwrap();
     assert_eq!(store.latest_checkpoint("s").await.unwrap().unwrap().0, "c1");
-    let ids = |list: Vec<(String, serde_json::Value)>| -> Vec<String> {
+    let ids = |list: Vec<(String, CheckpointManifest)>| -> Vec<String> {
         list.into_iter().map(|(id, _)| id).collect()
     };
     // Newest first; c3 was saved after c2 in the same millisecond.
@@ -1025,8 +1034,12 @@ async fn checkpoint_blob_garbage_is_what_nothing_refers_to(target: Target) {
         .save_checkpoint(
             "s",
             "c1",
-            &serde_json::json!({"entries": [{"path": "f", "mediaId": "in-checkpoint"}, {"path": "d", "kind": "dir"}]}),
-            5, None,
+            &CheckpointManifest::report(
+                vec![one_file("in-checkpoint").entries.remove(0), link("d", "f")],
+                OmittedPaths::default(),
+            ),
+            5,
+            None,
         )
         .await
         .unwrap();
@@ -2165,9 +2178,103 @@ fn one_file(media_id: &str) -> StoredManifest {
             sha256: Some(format!("{media_id:0>64}")),
             size: 1,
             target: None,
-            media_id: Some(media_id.to_owned()),
+            content: Blob {
+                media_id: Some(media_id.to_owned()),
+            },
         }],
     }
+}
+
+/// A link entry.
+fn link(path: &str, target: &str) -> StoredEntry {
+    StoredEntry {
+        path: path.to_owned(),
+        kind: String::from("symlink"),
+        executable: false,
+        sha256: None,
+        size: 0,
+        target: Some(target.to_owned()),
+        content: Blob::default(),
+    }
+}
+
+/// Runs `sql` on the store's database directly, as an older Gateway wrote its rows.
+async fn execute_raw(target: &Target, sql: String) {
+    use sqlx::Connection;
+    match target.location() {
+        StoreLocation::Sqlite(path) => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+            let mut connection = sqlx::SqliteConnection::connect_with(&options)
+                .await
+                .unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut connection)
+                .await
+                .unwrap();
+        }
+        StoreLocation::Postgres(database) => {
+            let mut connection = sqlx::PgConnection::connect(database.url()).await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut connection)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// A node's report as the Gateway stored it before manifests were typed: keys in lexical
+/// order, every field of an entry named (an absent one `null`), and the omitted list.
+const UNTYPED_REPORT: &str = r#"{"entries":[{"executable":true,"kind":"file","mediaId":"m-run","path":"bin/rün.sh","sha256":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","size":20,"target":null},{"executable":false,"kind":"symlink","mediaId":null,"path":"docs/latest","sha256":null,"size":0,"target":"../bin/rün.sh"}],"omitted":{"paths":["big.bin"],"truncated":true}}"#;
+
+/// A worktree's first tree as the Gateway stored it as a checkpoint before manifests were
+/// typed: keys in lexical order, absent fields left out.
+const UNTYPED_TREE: &str = r#"{"entries":[{"executable":false,"kind":"file","mediaId":"m-a","path":"a.txt","sha256":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","size":1},{"executable":false,"kind":"symlink","path":"l","size":0,"target":"a.txt"}]}"#;
+
+async fn a_checkpoint_stored_as_untyped_json_reads_back_typed(target: Target) {
+    let store = target.open().await;
+    store
+        .admit_user_message(&message("s", "t1", "one", None, QueueMode::Followup))
+        .await
+        .unwrap();
+    execute_raw(
+        &target,
+        format!(
+            "INSERT INTO checkpoints (checkpoint_id, session_key, manifest_json, created_at_ms) \
+             VALUES ('c-tree', 's', '{UNTYPED_TREE}', 10), ('c-report', 's', '{UNTYPED_REPORT}', 20); \
+             UPDATE sessions SET latest_checkpoint_id = 'c-report' WHERE session_key = 's';"
+        ),
+    )
+    .await;
+    let mut run = one_file("m-run").entries.remove(0);
+    run.path = String::from("bin/rün.sh");
+    run.executable = true;
+    run.sha256 = Some(String::from(
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    ));
+    run.size = 20;
+    let report = CheckpointManifest::report(
+        vec![run, link("docs/latest", "../bin/rün.sh")],
+        OmittedPaths {
+            paths: vec![String::from("big.bin")],
+            truncated: true,
+        },
+    );
+    let mut a = one_file("m-a").entries.remove(0);
+    a.sha256 = Some("a".repeat(64));
+    let tree = CheckpointManifest::tree(StoredManifest {
+        entries: vec![a, link("l", "a.txt")],
+    });
+    assert_eq!(
+        store.latest_checkpoint("s").await.unwrap(),
+        Some((String::from("c-report"), report.clone()))
+    );
+    assert_eq!(
+        store.recent_checkpoints("s", "", 10).await.unwrap(),
+        vec![
+            (String::from("c-report"), report),
+            (String::from("c-tree"), tree)
+        ]
+    );
 }
 
 async fn a_worktree_keeps_versions_applies_a_result_once_and_prunes_old_versions(target: Target) {

@@ -40,7 +40,7 @@ use gatehouse_protocol::checkpoint::KIND_SYMLINK;
 use gatehouse_protocol::checkpoint::validate_entry;
 use gatehouse_protocol::checkpoint::validate_manifest;
 use gatehouse_protocol::error::ErrorCode;
-use gatehouse_protocol::worker::CheckpointEntry;
+use gatehouse_store::model::Blob;
 use gatehouse_store::model::NewWorktreeVersion;
 use gatehouse_store::model::StoredEntry;
 use gatehouse_store::model::StoredManifest;
@@ -274,7 +274,7 @@ pub(crate) async fn read_worktree_file(
 
 /// Reads the content of a worktree file from the media store.
 async fn blob(state: &GatewayState, entry: &StoredEntry) -> Result<Bytes, ApiError> {
-    let Some(media_id) = &entry.media_id else {
+    let Some(media_id) = &entry.content.media_id else {
         return Err(ApiError::new(
             ErrorCode::StoreFailure,
             format!("the worktree file {:?} has no stored content", entry.path),
@@ -305,16 +305,16 @@ pub(crate) async fn write_worktree_file(
     }
     let sha256 = hex::encode(sha2::Sha256::digest(&body));
     let size = body.len() as u64;
-    let checked = CheckpointEntry {
+    let mut entry = StoredEntry {
         path: path.clone(),
         kind: String::from(KIND_FILE),
         executable: query.executable,
         sha256: Some(sha256.clone()),
         size,
         target: None,
-        content_base64: None,
+        content: Blob::default(),
     };
-    validate_entry(&checked).map_err(|violation| {
+    validate_entry(&entry).map_err(|violation| {
         ApiError::new(
             ErrorCode::InvalidPath,
             format!("the path is refused: {}", violation.reason()),
@@ -327,15 +327,7 @@ pub(crate) async fn write_worktree_file(
         ));
     }
     let media_id = gatehouse_media::media_id(&body);
-    let entry = StoredEntry {
-        path: path.clone(),
-        kind: String::from(KIND_FILE),
-        executable: query.executable,
-        sha256: Some(sha256.clone()),
-        size,
-        target: None,
-        media_id: Some(media_id.clone()),
-    };
+    entry.content.media_id = Some(media_id.clone());
     for _ in 0..EDIT_ATTEMPTS {
         let head = head(&state, &session_key).await?;
         let manifest = with_entry(&head.manifest, entry.clone())?;
@@ -413,11 +405,7 @@ fn with_entry(manifest: &StoredManifest, entry: StoredEntry) -> Result<StoredMan
         .collect();
     entries.push(entry);
     entries.sort_by(|left, right| left.path.cmp(&right.path));
-    let checked: Vec<CheckpointEntry> = entries
-        .iter()
-        .map(crate::worktree::checkpoint_entry)
-        .collect();
-    validate_manifest(&checked).map_err(|error| {
+    validate_manifest(&entries).map_err(|error| {
         ApiError::new(
             ErrorCode::InvalidPath,
             format!(
@@ -718,6 +706,7 @@ fn file_diff(
 
 #[cfg(test)]
 mod tests {
+    use gatehouse_store::model::Blob;
     use gatehouse_store::model::StoredEntry;
 
     fn entry(path: &str) -> StoredEntry {
@@ -728,7 +717,7 @@ mod tests {
             sha256: Some(String::from("0")),
             size: 1,
             target: None,
-            media_id: None,
+            content: Blob::default(),
         }
     }
 

@@ -1,3 +1,4 @@
+use gatehouse_store::model::Blob;
 use gatehouse_store::model::StoredEntry;
 use gatehouse_store::model::StoredManifest;
 use pretty_assertions::assert_eq;
@@ -12,7 +13,9 @@ fn file(path: &str, content: &str) -> StoredEntry {
         sha256: Some(format!("{content:0>64}")),
         size: content.len() as u64,
         target: None,
-        media_id: Some(format!("m-{content}")),
+        content: Blob {
+            media_id: Some(format!("m-{content}")),
+        },
     }
 }
 
@@ -31,7 +34,7 @@ fn link(path: &str, target: &str) -> StoredEntry {
         sha256: None,
         size: 0,
         target: Some(target.to_owned()),
-        media_id: None,
+        content: Blob { media_id: None },
     }
 }
 

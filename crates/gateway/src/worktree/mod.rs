@@ -28,13 +28,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gatehouse_protocol::error::ErrorCode;
-use gatehouse_protocol::worker::CheckpointEntry;
 use gatehouse_store::Store;
 use gatehouse_store::StoreError;
 use gatehouse_store::model::EventPayload;
 use gatehouse_store::model::ResultApply;
 use gatehouse_store::model::ResultState;
-use gatehouse_store::model::StoredEntry;
 use gatehouse_store::model::StoredManifest;
 use gatehouse_store::model::WorkspaceConflict;
 use gatehouse_store::model::WorktreeResult;
@@ -71,19 +69,6 @@ pub(crate) async fn prune(store: &dyn Store, session_key: &str) {
 
 /// How often an apply that lost a race with a Gateway-side edit computes the merge again.
 const APPLY_ATTEMPTS: usize = 16;
-
-/// Returns a stored entry as the manifest rules see it (without content).
-pub(crate) fn checkpoint_entry(entry: &StoredEntry) -> CheckpointEntry {
-    CheckpointEntry {
-        path: entry.path.clone(),
-        kind: entry.kind.clone(),
-        executable: entry.executable,
-        sha256: entry.sha256.clone(),
-        size: entry.size,
-        target: entry.target.clone(),
-        content_base64: None,
-    }
-}
 
 /// Returns the name a turn's result is staged under.
 pub(crate) fn staged_ref(turn_id: &str) -> String {

@@ -16,6 +16,7 @@ use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::NodeHost;
 use gatehouse_harness::host::RuntimeConfig;
 use gatehouse_harness::worker::WorkerSettings;
+use gatehouse_store::model::CheckpointManifest;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
@@ -241,7 +242,8 @@ async fn finding_3_a_hostile_node_cannot_plant_a_file_through_a_crafted_checkpoi
 
     // Stored by an older Gateway and about to be restored after the session's disk was lost:
     // refused before anything of it is sent.
-    let manifest = json!({"entries": crafted(&hostile.harness_root)});
+    let manifest = json!({"entries": crafted(&hostile.harness_root)}).to_string();
+    let manifest = CheckpointManifest::parse(&manifest).unwrap();
     hostile
         .running
         .store()

@@ -41,6 +41,7 @@ use crate::model::Admitted;
 use crate::model::ApiKeyRecord;
 use crate::model::AuditEvent;
 use crate::model::CheckpointBlob;
+use crate::model::CheckpointManifest;
 use crate::model::EnrollOutcome;
 use crate::model::Enrollment;
 use crate::model::EventPayload;
@@ -821,7 +822,7 @@ impl<B: Backend> Store for SqlStore<B> {
         &self,
         session_key: &str,
         checkpoint_id: &str,
-        manifest: &serde_json::Value,
+        manifest: &CheckpointManifest,
         now_ms: i64,
         writer: Option<TurnWriter<'_>>,
     ) -> Result<bool> {
@@ -840,7 +841,7 @@ impl<B: Backend> Store for SqlStore<B> {
         )
         .bind(checkpoint_id)
         .bind(session_key)
-        .bind(manifest.to_string())
+        .bind(manifest.to_json()?)
         .bind(now_ms)
         .execute(&mut tx, "checkpoint")
         .await?;
@@ -856,7 +857,7 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn latest_checkpoint(
         &self,
         session_key: &str,
-    ) -> Result<Option<(String, serde_json::Value)>> {
+    ) -> Result<Option<(String, CheckpointManifest)>> {
         query(
             "SELECT c.checkpoint_id, c.manifest_json::text AS manifest_json FROM sessions s \
              JOIN checkpoints c ON c.checkpoint_id = s.latest_checkpoint_id \
@@ -875,7 +876,7 @@ impl<B: Backend> Store for SqlStore<B> {
         session_key: &str,
         except: &str,
         limit: u32,
-    ) -> Result<Vec<(String, serde_json::Value)>> {
+    ) -> Result<Vec<(String, CheckpointManifest)>> {
         query(format!(
             "SELECT checkpoint_id, manifest_json::text AS manifest_json FROM checkpoints \
              WHERE session_key = ? AND checkpoint_id != ? \
@@ -1852,10 +1853,10 @@ fn message_from_row(row: &impl SqlRow) -> Result<MessageRecord> {
 }
 
 /// Reads a checkpoint's id and manifest.
-fn checkpoint_from_row(row: &impl SqlRow) -> Result<(String, serde_json::Value)> {
+fn checkpoint_from_row(row: &impl SqlRow) -> Result<(String, CheckpointManifest)> {
     Ok((
         get(row, "checkpoint_id")?,
-        get_json(row, "manifest_json", "checkpoint")?,
+        CheckpointManifest::parse(&get::<String>(row, "manifest_json")?)?,
     ))
 }
 
