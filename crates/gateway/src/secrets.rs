@@ -118,7 +118,7 @@ impl OperatorToken {
             .shared_secret(
                 crate::cluster::OPERATOR_TOKEN,
                 &proposed,
-                crate::clock::now_ms(),
+                gatehouse_protocol::time::now_ms(),
             )
             .await
             .map_err(std::io::Error::other)?;

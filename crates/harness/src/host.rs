@@ -16,6 +16,7 @@ use gatehouse_protocol::command::WorkspaceMemory;
 use gatehouse_protocol::command::WorkspaceSkills;
 use gatehouse_protocol::handshake::ConnectAuth;
 use gatehouse_protocol::handshake::HelloOk;
+use gatehouse_protocol::time::now_ms;
 use gatehouse_scratch::ScratchReport;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -702,14 +703,6 @@ fn warn_if_expired(setup_code: &SetupCode) {
             "the setup code has expired; the gateway will likely refuse it"
         );
     }
-}
-
-/// Returns the current time in Unix milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Returns `backoff` lengthened by the share `random / u64::MAX` of half of it, so the pause is
