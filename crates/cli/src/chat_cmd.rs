@@ -11,7 +11,6 @@ use gatehouse_api::events::EventsQuery;
 use gatehouse_api::events::SessionEvent;
 use gatehouse_api::sessions::MessageParams;
 use gatehouse_gateway::OPERATOR_TOKEN_ENV;
-use gatehouse_model::sse::SseParser;
 
 use crate::exit::UsageError;
 
@@ -76,61 +75,56 @@ pub(crate) fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Prints the turn's deltas as they arrive, then its end.
-async fn follow(events: reqwest::Response, turn_id: &str) -> anyhow::Result<ExitCode> {
-    let mut stream = events.bytes_stream();
-    let mut parser = SseParser::default();
+async fn follow(response: reqwest::Response, turn_id: &str) -> anyhow::Result<ExitCode> {
+    let mut events = gatehouse_model::sse::events(response);
     let mut streamed = false;
-    while let Some(chunk) = stream.next().await {
-        parser.push(&chunk?)?;
-        while let Some(event) = parser.next_event() {
-            let name = event.name.unwrap_or_else(|| String::from("message"));
-            // An event of another shape (or from a newer Gateway) is not this command's.
-            let Ok((_seq, event)) = SessionEvent::parse(&name, &event.data) else {
-                continue;
-            };
-            if event.turn_id() != Some(turn_id) {
-                continue;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        let name = event.name.unwrap_or_else(|| String::from("message"));
+        // An event of another shape (or from a newer Gateway) is not this command's.
+        let Ok((_seq, event)) = SessionEvent::parse(&name, &event.data) else {
+            continue;
+        };
+        if event.turn_id() != Some(turn_id) {
+            continue;
+        }
+        match event {
+            SessionEvent::MessageDelta(delta) => {
+                let mut stdout = std::io::stdout().lock();
+                let _ = write!(stdout, "{}", delta.text);
+                let _ = stdout.flush();
+                streamed = true;
             }
-            match event {
-                SessionEvent::MessageDelta(delta) => {
-                    let mut stdout = std::io::stdout().lock();
-                    let _ = write!(stdout, "{}", delta.text);
-                    let _ = stdout.flush();
-                    streamed = true;
+            SessionEvent::TurnCompleted(completed) => {
+                match streamed {
+                    true => crate::output::line(""),
+                    false => crate::output::line(completed.reply.as_deref().unwrap_or_default()),
                 }
-                SessionEvent::TurnCompleted(completed) => {
-                    match streamed {
-                        true => crate::output::line(""),
-                        false => {
-                            crate::output::line(completed.reply.as_deref().unwrap_or_default())
-                        }
-                    }
-                    return Ok(ExitCode::SUCCESS);
-                }
-                SessionEvent::TurnFailed(failed) => {
-                    if streamed {
-                        crate::output::line("");
-                    }
-                    let code = failed.error.code.as_deref().unwrap_or("UNKNOWN");
-                    let message = failed.error.message.as_deref().unwrap_or_default();
-                    crate::output::error_line(&format!(
-                        "turn {} {}: {code}: {message}",
-                        turn_id,
-                        failed.status.as_str()
-                    ));
-                    return Ok(ExitCode::from(1));
-                }
-                SessionEvent::TurnQueued(_)
-                | SessionEvent::TurnStarted(_)
-                | SessionEvent::MessageCompleted(_)
-                | SessionEvent::ToolStarted(_)
-                | SessionEvent::ToolCompleted(_)
-                | SessionEvent::ArtifactStored(_)
-                | SessionEvent::ArtifactRefused(_)
-                | SessionEvent::StreamDropped(_)
-                | SessionEvent::WorkspaceConflict(_)
-                | SessionEvent::Other { .. } => {}
+                return Ok(ExitCode::SUCCESS);
             }
+            SessionEvent::TurnFailed(failed) => {
+                if streamed {
+                    crate::output::line("");
+                }
+                let code = failed.error.code.as_deref().unwrap_or("UNKNOWN");
+                let message = failed.error.message.as_deref().unwrap_or_default();
+                crate::output::error_line(&format!(
+                    "turn {} {}: {code}: {message}",
+                    turn_id,
+                    failed.status.as_str()
+                ));
+                return Ok(ExitCode::from(1));
+            }
+            SessionEvent::TurnQueued(_)
+            | SessionEvent::TurnStarted(_)
+            | SessionEvent::MessageCompleted(_)
+            | SessionEvent::ToolStarted(_)
+            | SessionEvent::ToolCompleted(_)
+            | SessionEvent::ArtifactStored(_)
+            | SessionEvent::ArtifactRefused(_)
+            | SessionEvent::StreamDropped(_)
+            | SessionEvent::WorkspaceConflict(_)
+            | SessionEvent::Other { .. } => {}
         }
     }
     Err(anyhow::anyhow!(

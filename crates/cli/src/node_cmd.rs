@@ -8,6 +8,7 @@
 //!   exits 0 when healthy, else 1 with the reason on stderr. It opens no socket.
 
 use gatehouse_protocol::runtime::RuntimeKind;
+use gatehouse_protocol::time::now_ms;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -374,13 +375,6 @@ fn health_json(status: Option<&NodeStatus>, verdict: &Result<(), String>) -> ser
         );
     }
     serde_json::Value::Object(fields)
-}
-
-fn now_ms() -> i64 {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Cancels `shutdown` on the first SIGINT or SIGTERM, and exits at once on the second.

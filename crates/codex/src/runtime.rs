@@ -293,7 +293,7 @@ impl CodexRuntime {
                 let thread_id = started.thread.id;
                 self.parts
                     .store
-                    .bind_codex_thread(session_key, &thread_id, gatehouse_gateway::now_ms())
+                    .bind_codex_thread(session_key, &thread_id, gatehouse_protocol::time::now_ms())
                     .await
                     .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
                 self.parts

@@ -30,7 +30,7 @@ use gatehouse_store::Store;
 use gatehouse_store::model::NewAuditEvent;
 use parking_lot::Mutex;
 
-use crate::clock::now_ms;
+use gatehouse_protocol::time::now_ms;
 
 /// The longest string kept in an audit field (identifiers, codes, names), in bytes.
 pub const MAX_AUDIT_FIELD_BYTES: usize = 256;

@@ -21,7 +21,7 @@
 //! # Layers
 //! A module uses only its own layer and lower ones, so the crate reads from the bottom up and no
 //! cycle spans two layers (`tests/suite/module_layers.rs` reads this list and holds it):
-//! 1. `clock`, `secrets`, `instruments`: the wall clock; tokens, hashes and the operator token
+//! 1. `secrets`, `instruments`: tokens, hashes and the operator token
 //!    file; the metric instruments the turn engine and the link record into.
 //! 2. `audit`, `setup_code`, `readiness`, `shares`: the audit trail, one-time enrollment codes,
 //!    the shared `/readyz` check, and the fair shares of API keys.
@@ -42,7 +42,6 @@
 #![deny(missing_docs)]
 
 mod audit;
-mod clock;
 mod cluster;
 mod documents;
 #[expect(
@@ -72,8 +71,6 @@ pub use crate::audit::{
     Audit, AuditConfig, DEFAULT_AUDIT_RETENTION, LIMIT_WINDOW, LIMITED_ROWS_PER_WINDOW,
     MAX_AUDIT_FIELD_BYTES, TRUNCATION_MARKER, bounded_str, loggable,
 };
-/// The Gateway's wall clock in Unix milliseconds.
-pub use crate::clock::now_ms;
 /// How replicas on one store identify themselves, and their defaults.
 pub use crate::cluster::{
     DEFAULT_LEASE, LeaseError, MIN_LEASE, ReplicaConfig, SWEEP_INTERVAL, check_advertise_url,
@@ -512,7 +509,13 @@ impl RunningGateway {
         url: &str,
         ttl_seconds: u64,
     ) -> Result<IssuedCode, gatehouse_store::StoreError> {
-        setup_code::issue(self.state.store.as_ref(), url, ttl_seconds, clock::now_ms()).await
+        setup_code::issue(
+            self.state.store.as_ref(),
+            url,
+            ttl_seconds,
+            gatehouse_protocol::time::now_ms(),
+        )
+        .await
     }
 
     /// Waits for the server to stop (after [`RunningGateway::shutdown`] is cancelled). The
@@ -607,7 +610,7 @@ pub async fn start(
         .shared_secret(
             cluster::REPLICA_KEY,
             &random_token().map_err(GatewayError::OperatorToken)?,
-            clock::now_ms(),
+            gatehouse_protocol::time::now_ms(),
         )
         .await?;
     let media_location = config.media_location();
@@ -774,7 +777,7 @@ pub async fn start(
         metrics,
         store_ping: readiness::SharedCheck::new(readiness::STORE_PING_REUSE),
         remote_nodes: readiness::SharedCheck::new(readiness::STORE_PING_REUSE),
-        started_at_ms: clock::now_ms(),
+        started_at_ms: gatehouse_protocol::time::now_ms(),
         key_limits: http::limits::KeyLimiter::default(),
         console_sessions: Arc::new(http::console::session::ConsoleSessions::default()),
         streams,

@@ -526,7 +526,7 @@ impl NodeRuntime {
         self.retention
             .write_blobs_then(&input.session_key, blobs, async move {
                 store
-                    .save_worktree_version(&version, crate::clock::now_ms())
+                    .save_worktree_version(&version, gatehouse_protocol::time::now_ms())
                     .await
             })
             .await?;
@@ -836,7 +836,11 @@ impl NodeRuntime {
                 };
                 let owner = self
                     .store
-                    .bind_session_node(session_key, &node.device_id, crate::clock::now_ms())
+                    .bind_session_node(
+                        session_key,
+                        &node.device_id,
+                        gatehouse_protocol::time::now_ms(),
+                    )
                     .await
                     .map_err(store_failure)?;
                 if owner == node.device_id {

@@ -56,8 +56,8 @@ use tokio::sync::RwLock;
 use tokio::sync::RwLockReadGuard;
 
 use crate::audit::Audit;
-use crate::clock::now_ms;
 use crate::turns::runtime::TurnFailure;
+use gatehouse_protocol::time::now_ms;
 
 /// The default checkpoint quota per session: 64 MiB of file content. A worker reports at most
 /// 16 MiB per checkpoint, so the default never refuses an honest session that keeps up to four

@@ -119,7 +119,7 @@ impl OperatorToken {
             None => random_token()?,
         };
         let token = store
-            .shared_secret(OPERATOR_TOKEN, &proposed, crate::clock::now_ms())
+            .shared_secret(OPERATOR_TOKEN, &proposed, gatehouse_protocol::time::now_ms())
             .await
             .map_err(std::io::Error::other)?;
         if on_disk.as_deref() != Some(token.as_str()) {

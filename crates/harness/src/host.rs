@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::BackoffBuilder;
+use backon::ExponentialBuilder;
 use gatehouse_fsops::Root;
 use gatehouse_policy::path::FileTransferPolicy;
 use gatehouse_protocol::command::AgentSessionRestore;
@@ -16,6 +18,7 @@ use gatehouse_protocol::command::WorkspaceMemory;
 use gatehouse_protocol::command::WorkspaceSkills;
 use gatehouse_protocol::handshake::ConnectAuth;
 use gatehouse_protocol::handshake::HelloOk;
+use gatehouse_protocol::time::now_ms;
 use gatehouse_scratch::ScratchReport;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -100,15 +103,32 @@ pub struct RuntimeConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReconnectPolicy {
     /// The first delay after a failed attempt, and the delay after a session that reached
-    /// `hello-ok`.
+    /// `hello-ok` (before jitter, see [`ReconnectPolicy::backoffs`]).
     pub initial_backoff: Duration,
-    /// The largest delay; the delay doubles after each failed attempt up to this.
+    /// The largest delay before jitter; the delay doubles after each round of failed attempts
+    /// up to this.
     pub max_backoff: Duration,
     /// How long opening the link and each handshake step (challenge, `hello-ok`) may take.
     pub handshake_timeout: Duration,
     /// How often a connected session rewrites the status file
     /// ([`STATUS_HEARTBEAT`](crate::status::STATUS_HEARTBEAT) by default).
     pub status_heartbeat: Duration,
+}
+
+impl ReconnectPolicy {
+    /// Returns the pauses between rounds of reconnect attempts, without end: `initial_backoff`,
+    /// doubling up to `max_backoff`, each lengthened by a random share of up to itself (`backon`'s
+    /// jitter), so every pause lies between its delay and twice it. A pause is never shorter than
+    /// its delay, and nodes cut off together do not reconnect in lockstep.
+    pub fn backoffs(&self) -> impl Iterator<Item = Duration> + use<> {
+        ExponentialBuilder::new()
+            .with_min_delay(self.initial_backoff)
+            .with_max_delay(self.max_backoff)
+            .with_factor(2.0)
+            .without_max_times()
+            .with_jitter()
+            .build()
+    }
 }
 
 impl Default for ReconnectPolicy {
@@ -405,10 +425,10 @@ impl NodeHost {
     /// Opens links with `connector` and runs sessions on them until `shutdown` fires, then
     /// returns `Ok`.
     ///
-    /// A failed attempt is logged and retried after a backoff that starts at
-    /// `reconnect.initial_backoff` and doubles up to `reconnect.max_backoff`; it is reset after a
-    /// session that reached `hello-ok`. Each pause is lengthened by a random share of up to half
-    /// the backoff ([`jittered`]), so nodes cut off together do not reconnect in lockstep. While the node has no device token, the setup code file
+    /// A failed attempt is logged and retried after a pause from [`ReconnectPolicy::backoffs`]:
+    /// it starts at `reconnect.initial_backoff` and doubles up to `reconnect.max_backoff` once
+    /// every Gateway URL failed in turn, with jitter, and starts over after a session that reached
+    /// `hello-ok`. While the node has no device token, the setup code file
     /// is read again before each attempt. Opening the link may take at most
     /// `reconnect.handshake_timeout`.
     ///
@@ -442,8 +462,10 @@ impl NodeHost {
         reconnect: ReconnectPolicy,
         shutdown: CancellationToken,
     ) -> Result<()> {
-        let mut backoff = reconnect.initial_backoff;
-        // Failed attempts since the last session that reached `hello-ok`: the pause doubles
+        let mut backoffs = reconnect.backoffs();
+        // The pause of the current round: every attempt of a round waits as long.
+        let mut pause = next_pause(&mut backoffs, reconnect);
+        // Failed attempts since the last session that reached `hello-ok`: the pause grows
         // once per round of every URL failing.
         let mut failures: usize = 0;
         let round = self.gateway_urls.len().max(1);
@@ -476,8 +498,9 @@ impl NodeHost {
                     // The replica may be gone: the next attempt goes to the next URL.
                     self.next_gateway_url();
                     failures = 0;
-                    backoff = reconnect.initial_backoff;
-                    jittered(backoff, random_u64())
+                    backoffs = reconnect.backoffs();
+                    pause = next_pause(&mut backoffs, reconnect);
+                    pause
                 }
                 Err(err) if err.is_startup() => {
                     let code = err.code().to_owned();
@@ -487,7 +510,7 @@ impl NodeHost {
                 Err(err) => {
                     let code = err.code().to_owned();
                     self.status.publish(StatusUpdate::Failed { code }).await;
-                    let delay = jittered(backoff, random_u64());
+                    let delay = pause;
                     tracing::warn!(
                         code = err.code(),
                         error = %error_chain(&err),
@@ -498,7 +521,7 @@ impl NodeHost {
                     self.next_gateway_url();
                     failures += 1;
                     if failures.is_multiple_of(round) {
-                        backoff = backoff.saturating_mul(2).min(reconnect.max_backoff);
+                        pause = next_pause(&mut backoffs, reconnect);
                     }
                     delay
                 }
@@ -704,58 +727,40 @@ fn warn_if_expired(setup_code: &SetupCode) {
     }
 }
 
-/// Returns the current time in Unix milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Returns `backoff` lengthened by the share `random / u64::MAX` of half of it, so the pause is
-/// between `backoff` (never shorter than the policy asks) and one and a half times it.
-pub(crate) fn jittered(backoff: Duration, random: u64) -> Duration {
-    let half = backoff / 2;
-    let extra_nanos = half.as_nanos() * u128::from(random) / u128::from(u64::MAX);
-    backoff.saturating_add(Duration::from_nanos(
-        u64::try_from(extra_nanos).unwrap_or(u64::MAX),
-    ))
-}
-
-/// Returns a random number for the jitter; zero (the shortest pause) when the system has no
-/// randomness.
-fn random_u64() -> u64 {
-    let mut bytes = [0_u8; 8];
-    match getrandom::fill(&mut bytes) {
-        Ok(()) => u64::from_le_bytes(bytes),
-        Err(_) => 0,
-    }
+/// Returns the next pause of `backoffs`. The schedule has no end; should it end anyway, the
+/// policy's largest delay is used.
+fn next_pause(
+    backoffs: &mut impl Iterator<Item = Duration>,
+    reconnect: ReconnectPolicy,
+) -> Duration {
+    backoffs.next().unwrap_or(reconnect.max_backoff)
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use crate::host::jittered;
+    use crate::host::ReconnectPolicy;
 
     #[test]
-    fn a_jittered_backoff_lies_between_it_and_one_and_a_half_times_it() {
-        let backoff = Duration::from_secs(30);
-        assert_eq!(jittered(backoff, 0), backoff);
-        assert_eq!(jittered(backoff, u64::MAX), Duration::from_secs(45));
-        // Half of the random range adds a quarter, less the nanosecond rounded away.
-        assert_eq!(
-            jittered(backoff, u64::MAX / 2),
-            Duration::from_nanos(37_499_999_999)
-        );
-        assert_eq!(
-            jittered(Duration::from_nanos(3), u64::MAX),
-            Duration::from_nanos(4)
-        );
-        assert_eq!(jittered(Duration::ZERO, u64::MAX), Duration::ZERO);
-        for random in [1, 1 << 20, 1 << 40, u64::MAX - 1] {
-            let pause = jittered(backoff, random);
-            assert!(pause >= backoff && pause <= backoff * 3 / 2, "{pause:?}");
+    fn reconnect_pauses_double_to_the_maximum_and_lie_between_the_delay_and_twice_it() {
+        let policy = ReconnectPolicy::default();
+        let delays_s = [1, 2, 4, 8, 16, 30, 30, 30];
+        for _ in 0..100 {
+            let pauses: Vec<Duration> = policy.backoffs().take(delays_s.len()).collect();
+            assert_eq!(pauses.len(), delays_s.len());
+            for (pause, delay_s) in pauses.iter().zip(delays_s) {
+                let delay = Duration::from_secs(delay_s);
+                assert!(*pause >= delay && *pause < delay * 2, "{pauses:?}");
+            }
         }
+    }
+
+    #[test]
+    fn reconnect_pauses_are_not_in_lockstep() {
+        let policy = ReconnectPolicy::default();
+        let first_pauses: std::collections::HashSet<Duration> =
+            (0..20).filter_map(|_| policy.backoffs().next()).collect();
+        assert!(first_pauses.len() > 1, "{first_pauses:?}");
     }
 }

@@ -276,7 +276,7 @@ impl StatusFile {
             StatusUpdate::Heartbeat if !current.connected => return Ok(()),
             StatusUpdate::Heartbeat => {}
         }
-        current.updated_at_ms = crate::host::now_ms();
+        current.updated_at_ms = gatehouse_protocol::time::now_ms();
         let bytes = serde_json::to_vec(&*current).map_err(|err| NodeHostError::StatusIo {
             path: self.node_dir.join(STATUS_FILE),
             source: std::io::Error::other(err),

@@ -114,7 +114,7 @@ fn record_writes_a_0600_file_that_read_status_returns() {
     );
     assert!(
         connected
-            .check(Probe::Readiness, crate::host::now_ms())
+            .check(Probe::Readiness, gatehouse_protocol::time::now_ms())
             .is_ok()
     );
 

@@ -3,10 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::BackoffBuilder;
+use backon::ExponentialBuilder;
+
 use crate::ModelClient;
 use crate::chat::ChatCompletionsClient;
 use crate::error::ModelError;
 use crate::error::Result;
+#[cfg(feature = "mock")]
 use crate::mock::MockClient;
 use crate::responses::ResponsesClient;
 
@@ -23,7 +27,9 @@ pub enum ModelApi {
     Responses,
     /// OpenAI Chat Completions (`POST {base_url}/chat/completions`, SSE chunks).
     Chat,
-    /// The in-process deterministic mock (`gatehouse-mockmodel`), no HTTP and no key.
+    /// The in-process deterministic mock (`gatehouse-mockmodel`), no HTTP and no key. Only with
+    /// the crate's `mock` feature.
+    #[cfg(feature = "mock")]
     Mock,
 }
 
@@ -61,14 +67,32 @@ pub struct Timeouts {
 }
 
 /// The pauses before each retry. A client retries only before the first event was received, and
-/// only connect errors and statuses 429 and 5xx. When a 429 or 503 answer carries `Retry-After`,
-/// the client waits that long instead of its own pause, but never longer than
-/// [`RetryPolicy::max_retry_after`].
+/// only connect errors and statuses 429 and 5xx.
+///
+/// The pauses grow exponentially from `first_backoff`, [`BACKOFF_FACTOR`] times per retry, up to
+/// `max_backoff`, and each is lengthened by a random share of up to itself (`backon`'s jitter), so
+/// a pause lies between its delay and twice it and clients refused together do not come back in
+/// lockstep. When a 429 or 503 answer carries `Retry-After`, the client waits that long instead of
+/// its own pause, but never longer than [`RetryPolicy::max_retry_after`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
-    /// At most [`MAX_RETRIES`] pauses, one per retry.
-    backoffs: Vec<Duration>,
+    /// The delay before the first retry.
+    first_backoff: Duration,
+    /// The longest delay before jitter.
+    max_backoff: Duration,
+    /// At most [`MAX_RETRIES`].
+    n_retries: usize,
     /// The longest `Retry-After` honoured; a longer one is cut to this.
+    max_retry_after: Duration,
+}
+
+/// How much longer each retry's delay is than the one before (500 ms, then 2 s by default).
+pub const BACKOFF_FACTOR: f32 = 4.0;
+
+/// The pauses of one request's retries, from [`RetryPolicy::pauses`].
+#[derive(Debug)]
+pub(crate) struct RetryPauses {
+    backoffs: <ExponentialBuilder as BackoffBuilder>::Backoff,
     max_retry_after: Duration,
 }
 
@@ -149,27 +173,33 @@ impl Default for Timeouts {
 }
 
 impl Default for RetryPolicy {
-    /// Two retries, after 500 ms and 2 s.
+    /// Two retries, after 500 ms and 2 s (before jitter).
     fn default() -> RetryPolicy {
-        RetryPolicy::new(vec![Duration::from_millis(500), Duration::from_secs(2)])
+        RetryPolicy::new(
+            Duration::from_millis(500),
+            Duration::from_secs(2),
+            MAX_RETRIES,
+        )
     }
 }
 
 impl RetryPolicy {
-    /// Returns a policy that waits `backoffs[i]` before retry `i + 1`; pauses past
-    /// [`MAX_RETRIES`] are dropped.
+    /// Returns a policy of `n_retries` retries (at most [`MAX_RETRIES`]), the first after
+    /// `first_backoff`, each later one [`BACKOFF_FACTOR`] times longer up to `max_backoff`, all
+    /// with jitter.
     /// A server's `Retry-After` is honoured up to [`DEFAULT_MAX_RETRY_AFTER`].
-    pub fn new(mut backoffs: Vec<Duration>) -> RetryPolicy {
-        backoffs.truncate(MAX_RETRIES);
+    pub fn new(first_backoff: Duration, max_backoff: Duration, n_retries: usize) -> RetryPolicy {
         RetryPolicy {
-            backoffs,
+            first_backoff,
+            max_backoff,
+            n_retries: n_retries.min(MAX_RETRIES),
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
         }
     }
 
     /// Returns a policy that never retries.
     pub fn never() -> RetryPolicy {
-        RetryPolicy::new(Vec::new())
+        RetryPolicy::new(Duration::ZERO, Duration::ZERO, 0)
     }
 
     /// Returns this policy honouring a server's `Retry-After` up to `max_retry_after`.
@@ -180,9 +210,9 @@ impl RetryPolicy {
         }
     }
 
-    /// Returns the pause before each retry.
-    pub fn backoffs(&self) -> &[Duration] {
-        &self.backoffs
+    /// Returns how many retries the policy allows.
+    pub fn n_retries(&self) -> usize {
+        self.n_retries
     }
 
     /// Returns the longest `Retry-After` honoured.
@@ -190,17 +220,35 @@ impl RetryPolicy {
         self.max_retry_after
     }
 
-    /// Returns the pause before retry `n_retries + 1`, or `None` when the policy has no retry
-    /// left: the server's `retry_after` when it sent one (at most
-    /// [`RetryPolicy::max_retry_after`]), the policy's own pause otherwise.
-    pub fn pause(&self, n_retries: usize, retry_after: Option<Duration>) -> Option<Duration> {
-        let backoff = *self.backoffs.get(n_retries)?;
+    /// Returns the pauses of one request's retries, with fresh jitter.
+    pub(crate) fn pauses(&self) -> RetryPauses {
+        let backoffs = ExponentialBuilder::new()
+            .with_min_delay(self.first_backoff)
+            .with_max_delay(self.max_backoff)
+            .with_factor(BACKOFF_FACTOR)
+            .with_max_times(self.n_retries)
+            .with_jitter()
+            .build();
+        RetryPauses {
+            backoffs,
+            max_retry_after: self.max_retry_after,
+        }
+    }
+}
+
+impl RetryPauses {
+    /// Returns the pause before the next retry, or `None` when the policy has no retry left: the
+    /// server's `retry_after` when it sent one (at most [`RetryPolicy::max_retry_after`]), the
+    /// policy's own jittered pause otherwise.
+    pub(crate) fn next(&mut self, retry_after: Option<Duration>) -> Option<Duration> {
+        let backoff = self.backoffs.next()?;
         Some(retry_after.map_or(backoff, |wait| wait.min(self.max_retry_after)))
     }
 }
 
 impl ModelConfig {
     /// Returns the configuration of the in-process mock model.
+    #[cfg(feature = "mock")]
     pub fn mock() -> ModelConfig {
         ModelConfig {
             api: ModelApi::Mock,
@@ -212,7 +260,8 @@ impl ModelConfig {
         }
     }
 
-    /// Parses a `--model` spec: `mock`, `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`.
+    /// Parses a `--model` spec: `mock` (with the `mock` feature), `openai-responses:URL:MODEL` or
+    /// `openai-chat:URL:MODEL`.
     ///
     /// The model name is what follows the LAST `:`, so the URL may contain colons (scheme, port)
     /// and the model name may not. A name made only of digits (optionally followed by a path) is
@@ -222,6 +271,7 @@ impl ModelConfig {
     ///
     /// Returns a [`ModelSpecError`] saying which part is wrong.
     pub fn parse(spec: &str, key_env: &str) -> std::result::Result<ModelConfig, ModelSpecError> {
+        #[cfg(feature = "mock")]
         if spec == "mock" {
             return Ok(ModelConfig {
                 key_env: key_env.to_owned(),
@@ -272,6 +322,7 @@ impl ModelConfig {
     /// Returns the spec this configuration was parsed from (`mock` or `API:URL:MODEL`).
     pub fn spec(&self) -> String {
         match self.api {
+            #[cfg(feature = "mock")]
             ModelApi::Mock => String::from("mock"),
             ModelApi::Responses => format!("openai-responses:{}:{}", self.base_url, self.model),
             ModelApi::Chat => format!("openai-chat:{}:{}", self.base_url, self.model),
@@ -299,6 +350,7 @@ impl ModelConfig {
         &self,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Arc<dyn ModelClient>> {
+        #[cfg(feature = "mock")]
         if self.api == ModelApi::Mock {
             return Ok(Arc::new(MockClient::new(self.timeouts)));
         }
@@ -320,6 +372,7 @@ impl ModelConfig {
         match self.api {
             ModelApi::Responses => Ok(Arc::new(ResponsesClient::new(http)?)),
             ModelApi::Chat => Ok(Arc::new(ChatCompletionsClient::new(http)?)),
+            #[cfg(feature = "mock")]
             ModelApi::Mock => Ok(Arc::new(MockClient::new(self.timeouts))),
         }
     }

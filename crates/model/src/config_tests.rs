@@ -143,26 +143,54 @@ fn the_key_never_shows_in_debug_output() {
 
 #[test]
 fn retries_are_capped_at_two() {
-    let policy = RetryPolicy::new(vec![std::time::Duration::from_millis(1); 5]);
-    assert_eq!(policy.backoffs().len(), 2);
+    let millisecond = std::time::Duration::from_millis(1);
+    let policy = RetryPolicy::new(millisecond, millisecond, 5);
+    assert_eq!(policy.n_retries(), 2);
+    let mut pauses = policy.pauses();
+    assert!(pauses.next(None).is_some());
+    assert!(pauses.next(None).is_some());
+    assert_eq!(pauses.next(None), None, "no retry left");
+}
+
+#[test]
+fn the_default_pauses_are_500_ms_then_2_s_with_jitter_of_up_to_as_long_again() {
+    use std::time::Duration;
+    let policy = RetryPolicy::default();
+    assert_eq!(policy.n_retries(), 2);
+    let delays = [Duration::from_millis(500), Duration::from_secs(2)];
+    let mut first_pauses = std::collections::HashSet::new();
+    for _ in 0..100 {
+        let mut pauses = policy.pauses();
+        for delay in delays {
+            let pause = pauses.next(None).unwrap();
+            assert!(
+                pause >= delay && pause < delay * 2,
+                "{pause:?} for {delay:?}"
+            );
+            if delay == delays[0] {
+                first_pauses.insert(pause);
+            }
+        }
+        assert_eq!(pauses.next(None), None, "no retry left");
+    }
+    assert!(first_pauses.len() > 1, "the pauses have no jitter");
 }
 
 #[test]
 fn a_retry_after_replaces_the_backoff_up_to_its_bound() {
     use std::time::Duration;
-    let policy = RetryPolicy::new(vec![Duration::from_millis(500), Duration::from_secs(2)])
+    let policy = RetryPolicy::new(Duration::from_millis(500), Duration::from_secs(2), 2)
         .with_max_retry_after(Duration::from_secs(5));
-    assert_eq!(policy.pause(0, None), Some(Duration::from_millis(500)));
-    assert_eq!(policy.pause(1, None), Some(Duration::from_secs(2)));
+    let mut pauses = policy.pauses();
     assert_eq!(
-        policy.pause(0, Some(Duration::from_secs(3))),
+        pauses.next(Some(Duration::from_secs(3))),
         Some(Duration::from_secs(3))
     );
     assert_eq!(
-        policy.pause(1, Some(Duration::from_secs(3600))),
+        pauses.next(Some(Duration::from_secs(3600))),
         Some(Duration::from_secs(5))
     );
-    assert_eq!(policy.pause(2, Some(Duration::ZERO)), None, "no retry left");
+    assert_eq!(pauses.next(Some(Duration::ZERO)), None, "no retry left");
     assert_eq!(
         RetryPolicy::default().max_retry_after(),
         crate::config::DEFAULT_MAX_RETRY_AFTER

@@ -82,6 +82,13 @@ pub enum ModelError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The SSE stream could not be decoded: a `data:` or `event:` value is not UTF-8.
+    #[error("model sent an undecodable event stream")]
+    InvalidSse {
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A `data:` payload was not valid JSON.
     #[error("model sent invalid json")]
     InvalidJson {
@@ -143,6 +150,7 @@ impl ModelError {
                 Some(_) | None => ErrorCode::ModelBadResponse,
             },
             ModelError::LineTooLong { .. }
+            | ModelError::InvalidSse { .. }
             | ModelError::InvalidJson { .. }
             | ModelError::Truncated
             | ModelError::UnexpectedShape { .. }
@@ -163,6 +171,7 @@ impl ModelError {
             | ModelError::Timeout { .. }
             | ModelError::Transport { .. }
             | ModelError::LineTooLong { .. }
+            | ModelError::InvalidSse { .. }
             | ModelError::InvalidJson { .. }
             | ModelError::Truncated
             | ModelError::UnexpectedShape { .. }

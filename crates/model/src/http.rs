@@ -2,10 +2,8 @@
 //! events under the first-event and idle timeouts.
 
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::time::Duration;
 
-use futures_util::Stream;
 use futures_util::StreamExt;
 use reqwest::StatusCode;
 use reqwest::header::ACCEPT;
@@ -24,7 +22,7 @@ use crate::error::ModelError;
 use crate::error::Result;
 use crate::error::TimeoutPhase;
 use crate::sse::SseEvent;
-use crate::sse::SseParser;
+use crate::sse::SseEventStream;
 use crate::types::ModelEvent;
 
 /// The most bytes of an error body quoted in [`ModelError::Status`].
@@ -110,7 +108,8 @@ impl Transport {
     }
 
     /// Posts `body` and returns the event stream, retrying connect errors, 429 and 5xx (at most
-    /// as many times as the policy has pauses). Nothing is retried once a response was accepted.
+    /// as many times as the policy allows, after its jittered pauses). Nothing is retried once a
+    /// response was accepted.
     ///
     /// # Errors
     ///
@@ -122,6 +121,7 @@ impl Transport {
         interpreter: impl Interpreter,
     ) -> Result<ModelEventStream> {
         let body = bytes::Bytes::from(body);
+        let mut pauses = self.retry.pauses();
         let mut n_retries = 0;
         loop {
             let deadline = Instant::now() + self.timeouts.first_event;
@@ -132,9 +132,11 @@ impl Transport {
                 }
                 Err(refusal) => refusal,
             };
-            let backoff = match self.retry.pause(n_retries, retry_after) {
-                Some(backoff) if error.is_retryable() => backoff,
-                Some(_) | None => return Err(error),
+            if !error.is_retryable() {
+                return Err(error);
+            }
+            let Some(backoff) = pauses.next(retry_after) else {
+                return Err(error);
             };
             n_retries += 1;
             tracing::warn!(
@@ -257,14 +259,12 @@ enum PumpState {
 }
 
 struct Pump<I> {
-    body: Pin<Box<dyn Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    parser: SseParser,
+    events: SseEventStream,
     interpreter: I,
     pending: VecDeque<ModelEvent>,
     deadline: Instant,
     timeouts: Timeouts,
     got_first_event: bool,
-    body_ended: bool,
     state: PumpState,
 }
 
@@ -280,14 +280,12 @@ pub(crate) fn event_stream(
     interpreter: impl Interpreter,
 ) -> ModelEventStream {
     let pump = Pump {
-        body: Box::pin(response.bytes_stream()),
-        parser: SseParser::default(),
+        events: crate::sse::events(response),
         interpreter,
         pending: VecDeque::new(),
         deadline: first_event_deadline,
         timeouts,
         got_first_event: false,
-        body_ended: false,
         state: PumpState::Reading,
     };
     Box::pin(futures_util::stream::unfold(pump, |mut pump| async move {
@@ -316,31 +314,22 @@ pub(crate) fn event_stream(
 impl<I: Interpreter> Pump<I> {
     /// Returns the next SSE event, or `None` at the end of the body.
     async fn next_sse_event(&mut self) -> Result<Option<SseEvent>> {
-        loop {
-            if let Some(event) = self.parser.next_event() {
+        match tokio::time::timeout_at(self.deadline, self.events.next()).await {
+            Err(_) => {
+                let phase = if self.got_first_event {
+                    TimeoutPhase::Idle
+                } else {
+                    TimeoutPhase::FirstEvent
+                };
+                tracing::warn!(?phase, "model stream timed out");
+                Err(ModelError::Timeout { phase })
+            }
+            Ok(None) => Ok(None),
+            Ok(Some(Err(error))) => Err(error),
+            Ok(Some(Ok(event))) => {
                 self.got_first_event = true;
                 self.deadline = Instant::now() + self.timeouts.idle;
-                return Ok(Some(event));
-            }
-            if self.body_ended {
-                return Ok(None);
-            }
-            match tokio::time::timeout_at(self.deadline, self.body.next()).await {
-                Err(_) => {
-                    let phase = if self.got_first_event {
-                        TimeoutPhase::Idle
-                    } else {
-                        TimeoutPhase::FirstEvent
-                    };
-                    tracing::warn!(?phase, "model stream timed out");
-                    return Err(ModelError::Timeout { phase });
-                }
-                Ok(None) => {
-                    self.body_ended = true;
-                    self.parser.finish();
-                }
-                Ok(Some(Err(source))) => return Err(ModelError::Transport { source }),
-                Ok(Some(Ok(chunk))) => self.parser.push(&chunk)?,
+                Ok(Some(event))
             }
         }
     }

@@ -1,5 +1,5 @@
 //! Streaming model clients behind one provider-neutral interface: OpenAI Responses, OpenAI Chat
-//! Completions, and the in-process deterministic mock.
+//! Completions, and the in-process deterministic mock (with the `mock` feature).
 //!
 //! An agent loop builds a [`ModelRequest`] (system prompt, conversation [`Message`]s, [`ToolSpec`]s)
 //! and reads a stream of [`ModelEvent`]s: text deltas, whole tool calls, then one `Completed`.
@@ -37,7 +37,8 @@
 //!
 //! Connect 10 s, first event 60 s (headers included), idle between events 120 s; SSE comments
 //! (keep-alives) do not count as events ([`Timeouts`]). Before the first event only, connect errors,
-//! 429 and 5xx are retried at most twice (500 ms, then 2 s; [`RetryPolicy`]); nothing is retried
+//! 429 and 5xx are retried at most twice (after 500 ms, then 2 s, each lengthened by a random share
+//! of up to itself; [`RetryPolicy`]); nothing is retried
 //! once a stream was accepted. Every [`ModelError`] has a stable [`ModelError::code`]:
 //! `MODEL_UNAVAILABLE`, `MODEL_AUTH_FAILED`, `MODEL_RATE_LIMITED` or `MODEL_BAD_RESPONSE`. A
 //! stream that ends without its end marker (`response.completed`, `data: [DONE]`) is
@@ -46,8 +47,10 @@
 //! Only streamed answers are read: a server that ignores `stream: true` and sends one JSON body
 //! gives `MODEL_BAD_RESPONSE`.
 //!
-//! Modules: `types` (request and events), `config` (spec, timeouts, building), `error`, `sse` (the
-//! hand-written SSE parser), `http` (sending, retries, timeouts), `responses`, `chat`, `mock`.
+//! Modules: `types` (request and events), `config` (spec, timeouts, building), `error`, `sse` (SSE
+//! events from a response body, over `sse-stream`), `http` (sending, retries, timeouts),
+//! `responses`, `chat`, `mock` (the `mock` feature: the in-process mock model, which follows the
+//! script of `gatehouse-mockmodel`).
 
 #![deny(missing_docs)]
 
@@ -55,6 +58,7 @@ mod chat;
 mod config;
 mod error;
 mod http;
+#[cfg(feature = "mock")]
 mod mock;
 mod responses;
 pub mod sse;
@@ -66,6 +70,7 @@ use futures_util::Stream;
 
 pub use crate::chat::ChatCompletionsClient;
 pub use crate::config::ApiKey;
+pub use crate::config::BACKOFF_FACTOR;
 pub use crate::config::DEFAULT_KEY_ENV;
 pub use crate::config::DEFAULT_MAX_RETRY_AFTER;
 pub use crate::config::HttpClientConfig;
@@ -78,6 +83,7 @@ pub use crate::config::Timeouts;
 pub use crate::error::ModelError;
 pub use crate::error::Result;
 pub use crate::error::TimeoutPhase;
+#[cfg(feature = "mock")]
 pub use crate::mock::MockClient;
 pub use crate::responses::ResponsesClient;
 pub use crate::types::Message;

@@ -1,7 +1,13 @@
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
 use pretty_assertions::assert_eq;
 
+use crate::error::ModelError;
+use crate::sse::MAX_LINE_BYTES;
 use crate::sse::SseEvent;
-use crate::sse::SseParser;
+use crate::sse::decode;
 
 fn event(name: Option<&str>, data: &str) -> SseEvent {
     SseEvent {
@@ -10,20 +16,28 @@ fn event(name: Option<&str>, data: &str) -> SseEvent {
     }
 }
 
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// Returns every item of the body made of `chunks`.
+fn decode_chunks(chunks: Vec<Bytes>) -> Vec<Result<SseEvent, ModelError>> {
+    let body = futures_util::stream::iter(chunks.into_iter().map(Ok));
+    runtime().block_on(decode(body).collect())
+}
+
 fn parse_chunks(chunks: &[&[u8]]) -> Vec<SseEvent> {
-    let mut parser = SseParser::default();
-    let mut events = Vec::new();
-    for chunk in chunks {
-        parser.push(chunk).unwrap();
-        while let Some(event) = parser.next_event() {
-            events.push(event);
-        }
-    }
-    parser.finish();
-    while let Some(event) = parser.next_event() {
-        events.push(event);
-    }
-    events
+    let chunks = chunks
+        .iter()
+        .map(|chunk| Bytes::copy_from_slice(chunk))
+        .collect();
+    decode_chunks(chunks)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
 }
 
 #[test]
@@ -78,19 +92,90 @@ fn finish_dispatches_an_event_without_its_blank_line() {
 
 #[test]
 fn refuses_a_line_that_never_ends() {
-    let mut parser = SseParser::default();
-    let chunk = vec![b'x'; 1024 * 1024];
-    let mut result = Ok(());
-    for _ in 0..=16 {
-        result = parser.push(&chunk);
-        if result.is_err() {
-            break;
-        }
-    }
+    let chunk = Bytes::from(vec![b'x'; 1024 * 1024]);
+    let items = decode_chunks(vec![chunk; 17]);
+    let codes: Vec<_> = items
+        .iter()
+        .map(|item| item.as_ref().err().map(ModelError::code))
+        .collect();
     assert_eq!(
-        result.map_err(|error| error.code()),
-        Err(gatehouse_protocol::error::ErrorCode::ModelBadResponse)
+        codes,
+        [Some(gatehouse_protocol::error::ErrorCode::ModelBadResponse)]
     );
+    assert!(
+        matches!(
+            items[0],
+            Err(ModelError::LineTooLong {
+                limit: MAX_LINE_BYTES
+            })
+        ),
+        "{items:?}"
+    );
+}
+
+#[test]
+fn a_line_of_the_limit_is_read_and_one_byte_more_is_refused() {
+    let data = "x".repeat(MAX_LINE_BYTES - "data: ".len());
+    let line = format!("data: {data}");
+    let events = decode_chunks(vec![Bytes::from(format!("{line}\r\n\r\n"))]);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].as_ref().unwrap().data.len(), data.len());
+    // The limit holds for a line in the middle of a chunk (the chunk is refused whole), and for
+    // one split across chunks.
+    let too_long = format!("{line}x");
+    let items = decode_chunks(vec![Bytes::from(format!("data: a\n\n{too_long}\n\n"))]);
+    assert!(
+        matches!(items[..], [Err(ModelError::LineTooLong { .. })]),
+        "{items:?}"
+    );
+    let (head, tail) = too_long.split_at(10);
+    let items = decode_chunks(vec![
+        Bytes::from(head.to_owned()),
+        Bytes::from(tail.to_owned()),
+    ]);
+    assert!(
+        matches!(items[..], [Err(ModelError::LineTooLong { .. })]),
+        "{items:?}"
+    );
+}
+
+#[test]
+fn an_event_comes_out_when_its_blank_line_arrives() {
+    runtime().block_on(async {
+        for input in ["event: e\ndata: 1\n\n", "data: 1\r\n\r\n", "data: 1\r\r"] {
+            let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+            let body = channel_body(receiver);
+            let mut events = decode(body);
+            sender.send(Ok(Bytes::from(input))).unwrap();
+            // The body stays open: the event must not wait for the next chunk or the end.
+            let first = tokio::time::timeout(Duration::from_secs(5), events.next())
+                .await
+                .unwrap_or_else(|_| panic!("no event before the next chunk for {input:?}"));
+            assert_eq!(first.unwrap().unwrap().data, "1");
+            drop(sender);
+            assert!(events.next().await.is_none());
+        }
+    });
+}
+
+#[test]
+fn a_non_utf8_value_is_a_bad_response() {
+    let items = decode_chunks(vec![Bytes::from_static(b"data: \xff\n\n")]);
+    assert!(
+        matches!(items[..], [Err(ModelError::InvalidSse { .. })]),
+        "{items:?}"
+    );
+    assert_eq!(
+        items[0].as_ref().err().map(ModelError::code),
+        Some(gatehouse_protocol::error::ErrorCode::ModelBadResponse)
+    );
+}
+
+/// Returns the chunks sent on `receiver` as a body stream.
+fn channel_body(
+    mut receiver: tokio::sync::mpsc::UnboundedReceiver<reqwest::Result<Bytes>>,
+) -> impl futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + 'static {
+    futures_util::stream::poll_fn(move |context| receiver.poll_recv(context))
 }
 
 #[test]

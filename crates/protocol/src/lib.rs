@@ -2,9 +2,10 @@
 //!
 //! This crate holds data only: the JSON frames that travel over the link, the handshake messages,
 //! the node-invoke envelope, the parameters and results of the workspace node commands, the
-//! stable error codes, and the setup code that enrolls a node. It does no I/O and has no business
-//! logic beyond one pure validator (of checkpoint manifests, which both sides must judge
-//! identically); every other crate uses these types on the wire and nothing else.
+//! stable error codes, and the setup code that enrolls a node. It does no I/O (it only reads the
+//! wall clock, in [`time`]) and has no business logic beyond one pure validator (of checkpoint
+//! manifests, which both sides must judge identically); every other crate uses these types on the
+//! wire and nothing else.
 //!
 //! The link is shaped after the OpenClaw gateway protocol: `req`/`res`/`event` frames, a
 //! `connect.challenge` → `connect` → `hello-ok` handshake with an Ed25519 device signature, and
@@ -32,6 +33,7 @@
 //! - [`skills`]: `workspace.skills`, the node's skills discovery.
 //! - [`error`]: stable error codes and the wire error shape.
 //! - [`runtime`]: the runtime kind a node hosts, `native` or `codex`.
+//! - [`time`]: the current time in Unix milliseconds, the unit of the link's times.
 //! - [`worker`]: the native runtime: `agent.turn`, and the worker pipe protocol.
 //!
 //! ```
@@ -55,4 +57,5 @@ pub mod report;
 pub mod runtime;
 pub mod setup_code;
 pub mod skills;
+pub mod time;
 pub mod worker;

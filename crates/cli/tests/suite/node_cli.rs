@@ -10,19 +10,13 @@ use std::process::Stdio;
 use std::time::Duration;
 use std::time::Instant;
 
+use gatehouse_protocol::time::now_ms;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::suite::support::WAIT;
 use crate::suite::support::gatehouse;
 use crate::suite::support::mode;
-
-fn now_ms() -> i64 {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    i64::try_from(since_epoch.as_millis()).unwrap()
-}
 
 fn stderr(output: &Output) -> String {
     String::from_utf8(output.stderr.clone()).unwrap()

@@ -110,7 +110,7 @@ impl ClusterDispatcher {
                 let candidates = self.candidates(placement, &links);
                 match self
                     .store
-                    .place_session(session_key, &candidates, crate::clock::now_ms())
+                    .place_session(session_key, &candidates, gatehouse_protocol::time::now_ms())
                     .await?
                 {
                     Some(placement) => {
@@ -312,7 +312,7 @@ impl ClusterDispatcher {
                 session_key,
                 bound,
                 &target.device_id,
-                crate::clock::now_ms(),
+                gatehouse_protocol::time::now_ms(),
             )
             .await?;
         if moved {
@@ -350,7 +350,7 @@ impl ClusterDispatcher {
         let Some(queued) = self.store.next_queued_turn(session_key).await? else {
             return Ok(Decision::Wait);
         };
-        let waited = crate::clock::now_ms().saturating_sub(queued.created_at_ms);
+        let waited = gatehouse_protocol::time::now_ms().saturating_sub(queued.created_at_ms);
         if u128::try_from(waited).unwrap_or(0) < self.grace.as_millis() {
             return Ok(Decision::Wait);
         }

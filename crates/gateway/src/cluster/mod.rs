@@ -209,7 +209,8 @@ impl Replica {
             {
                 Acquired::Taken(taken) => break (taken, asked),
                 Acquired::Held { expires_at_ms } => {
-                    let remaining_ms = expires_at_ms.saturating_sub(crate::clock::now_ms());
+                    let remaining_ms =
+                        expires_at_ms.saturating_sub(gatehouse_protocol::time::now_ms());
                     if tokio::time::Instant::now() >= deadline {
                         return Err(LeaseError::InUse { id, remaining_ms });
                     }

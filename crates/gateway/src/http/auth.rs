@@ -38,7 +38,6 @@ use gatehouse_store::model::ApiKeyRecord;
 
 use crate::GatewayState;
 use crate::audit::Limited;
-use crate::clock::now_ms;
 use crate::http::console::session::COOKIE_NAME;
 use crate::http::console::session::ConsoleLease;
 use crate::http::console::session::ConsoleSession;
@@ -49,6 +48,7 @@ use crate::http::error::store_error;
 use crate::http::same_origin;
 use crate::secrets::secrets_equal;
 use crate::secrets::sha256_hex;
+use gatehouse_protocol::time::now_ms;
 
 /// The start of every API key's secret, so a leaked one is recognisable (and a secret scanner
 /// can look for it).
@@ -266,7 +266,7 @@ impl Principal {
     /// a console session is also no longer valid once that session is logged out or expired.
     pub(crate) async fn still_valid(&self, store: &dyn gatehouse_store::Store) -> bool {
         if let Some(lease) = &self.console
-            && !lease.is_live(crate::clock::now_ms())
+            && !lease.is_live(gatehouse_protocol::time::now_ms())
         {
             return false;
         }
@@ -275,7 +275,7 @@ impl Principal {
         };
         matches!(
             store
-                .use_api_key(&key.secret_sha256, crate::clock::now_ms())
+                .use_api_key(&key.secret_sha256, gatehouse_protocol::time::now_ms())
                 .await,
             Ok(Some(_))
         )

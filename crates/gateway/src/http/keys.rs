@@ -22,13 +22,13 @@ use gatehouse_store::StoreError;
 use gatehouse_store::model::NewApiKey;
 
 use crate::GatewayState;
-use crate::clock::now_ms;
 use crate::http::auth::KEY_PREFIX;
 use crate::http::auth::Principal;
 use crate::http::error::ApiError;
 use crate::http::error::store_error;
 use crate::secrets::random_token;
 use crate::secrets::sha256_hex;
+use gatehouse_protocol::time::now_ms;
 
 /// The longest key name, in bytes.
 pub(crate) const MAX_KEY_NAME_BYTES: usize = 64;

@@ -30,10 +30,10 @@ use gatehouse_store::model::MediaCharge;
 use gatehouse_store::model::MediaChargeKind;
 
 use crate::GatewayState;
-use crate::clock::now_ms;
 use crate::http::auth::Principal;
 use crate::http::error::ApiError;
 use crate::retention::ReleaseError;
+use gatehouse_protocol::time::now_ms;
 
 /// The MIME type of an upload without `Content-Type`.
 const DEFAULT_MIME_TYPE: &str = "application/octet-stream";

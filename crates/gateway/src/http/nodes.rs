@@ -14,11 +14,11 @@ use axum::Json;
 use axum::extract::State;
 
 use crate::GatewayState;
-use crate::clock::now_ms;
 use crate::http::auth::Principal;
 use crate::http::error::ApiError;
 use crate::http::error::store_error;
 use crate::setup_code;
+use gatehouse_protocol::time::now_ms;
 
 /// `GET /v1/nodes`: every enrolled node, connected when a live replica holds its link, with
 /// the commands of that link and the worker slots of its last report. A node linked here

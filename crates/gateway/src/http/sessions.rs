@@ -135,7 +135,7 @@ pub(crate) async fn admit_message(
             .grant_media(
                 &attachment.media_id,
                 &session_grantee,
-                crate::clock::now_ms(),
+                gatehouse_protocol::time::now_ms(),
             )
             .await
             .map_err(|error| store_error(&error))?;
@@ -209,7 +209,11 @@ pub(crate) async fn claim_session(
     if recorded.is_none() {
         state
             .store
-            .claim_session_owner(session_key, &principal.owner(), crate::clock::now_ms())
+            .claim_session_owner(
+                session_key,
+                &principal.owner(),
+                gatehouse_protocol::time::now_ms(),
+            )
             .await
             .map_err(|error| store_error(&error))?;
     }
@@ -701,7 +705,7 @@ pub(crate) async fn move_session(
     let to = body.node.as_deref();
     let outcome = state
         .store
-        .move_session_node(&session_key, to, crate::clock::now_ms())
+        .move_session_node(&session_key, to, gatehouse_protocol::time::now_ms())
         .await
         .map_err(|error| store_error(&error))?;
     let from = match outcome {

@@ -101,7 +101,7 @@ pub(crate) async fn put_session(
             &session_key,
             state.turns.runtime_name(),
             &params.workspace,
-            crate::clock::now_ms(),
+            gatehouse_protocol::time::now_ms(),
         )
         .await
         .map_err(|error| store_error(&error))?;
@@ -349,7 +349,7 @@ pub(crate) async fn write_worktree_file(
                 }],
                 async move {
                     store
-                        .save_worktree_version(&version, crate::clock::now_ms())
+                        .save_worktree_version(&version, gatehouse_protocol::time::now_ms())
                         .await
                 },
             )

@@ -32,7 +32,6 @@ use tokio::sync::mpsc;
 use crate::audit::Audit;
 use crate::audit::AuditRow;
 use crate::audit::Limited;
-use crate::clock::now_ms;
 use crate::link::handshake::Admission;
 use crate::link::handshake::Refusal;
 use crate::link::handshake::admit;
@@ -43,6 +42,7 @@ use crate::link::registry::ConnectionIdentity;
 use crate::link::registry::NodeConnection;
 use crate::link::registry::NodeRegistry;
 use crate::link::registry::event_frame;
+use gatehouse_protocol::time::now_ms;
 
 /// How long the node has to answer the challenge.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);

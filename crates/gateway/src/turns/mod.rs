@@ -37,7 +37,6 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::clock::now_ms;
 use crate::instruments::TurnMetrics;
 use crate::turns::events::EventHub;
 use crate::turns::runtime::TurnFailure;
@@ -45,6 +44,7 @@ use crate::turns::runtime::TurnInput;
 use crate::turns::runtime::TurnReply;
 use crate::turns::runtime::TurnRuntime;
 use crate::turns::runtime::TurnSink;
+use gatehouse_protocol::time::now_ms;
 
 /// The default cap on turns running at once across all sessions.
 pub const DEFAULT_MAX_CONCURRENT_TURNS: usize = 64;

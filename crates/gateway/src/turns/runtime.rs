@@ -27,8 +27,8 @@ use gatehouse_store::model::NewTurnMessage;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::now_ms;
 use crate::turns::events::EventHub;
+use gatehouse_protocol::time::now_ms;
 
 /// What a runtime gets for one turn.
 #[derive(Debug)]
@@ -317,7 +317,7 @@ impl TurnSink {
         let grantee = format!("session:{}", self.session_key);
         if let Err(error) = self
             .store
-            .grant_media(media_id, &grantee, crate::clock::now_ms())
+            .grant_media(media_id, &grantee, gatehouse_protocol::time::now_ms())
             .await
         {
             tracing::error!(error = %error, media_id, "cannot record the session of a reply artifact");

@@ -125,7 +125,7 @@ impl WorktreeService {
                 session_key,
                 &staged_ref(turn_id),
                 manifest,
-                crate::clock::now_ms(),
+                gatehouse_protocol::time::now_ms(),
                 Some(fence),
             )
             .await
@@ -202,7 +202,7 @@ impl WorktreeService {
             };
             if self
                 .store
-                .apply_worktree_result(&apply, crate::clock::now_ms())
+                .apply_worktree_result(&apply, gatehouse_protocol::time::now_ms())
                 .await?
             {
                 tracing::info!(
@@ -247,7 +247,7 @@ impl WorktreeService {
                 &result.session_key,
                 WorkspaceConflict::KIND,
                 &event.to_payload_json(),
-                crate::clock::now_ms(),
+                gatehouse_protocol::time::now_ms(),
             )
             .await?;
         self.hub.sync(&result.session_key).await;

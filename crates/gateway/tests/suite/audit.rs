@@ -118,7 +118,7 @@ async fn issue_33_the_running_gateway_prunes_audit_rows_older_than_the_retention
         config.audit.retention = Some(retention);
     })
     .await;
-    let now = gatehouse_gateway::now_ms();
+    let now = gatehouse_protocol::time::now_ms();
     let store = gateway.store();
     store
         .append_audit(&event("test.a_day_old", now - 86_400_000))

@@ -251,7 +251,7 @@ async fn finding_3_a_hostile_node_cannot_plant_a_file_through_a_crafted_checkpoi
             "reported",
             "crafted",
             &manifest,
-            gatehouse_gateway::now_ms(),
+            gatehouse_protocol::time::now_ms(),
             None,
         )
         .await

@@ -306,7 +306,7 @@ async fn an_unreachable_model_is_unavailable_after_retries() {
             api,
             &format!("http://{address}/v1"),
             Timeouts::default(),
-            RetryPolicy::new(vec![Duration::from_millis(5); 2]),
+            RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(5), 2),
         );
         let error = refused(client.stream(&user("hi")).await);
         assert_eq!(error.code(), ErrorCode::ModelUnavailable, "{api:?}");

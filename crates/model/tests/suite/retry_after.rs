@@ -88,7 +88,7 @@ async fn requests_until_success(
 async fn a_retry_after_of_429_and_503_replaces_the_clients_own_pause() {
     for status in [429, 503] {
         // The policy's own pause is an hour: only the server's zero lets the retry happen now.
-        let retry = RetryPolicy::new(vec![FOREVER]);
+        let retry = RetryPolicy::new(FOREVER, FOREVER, 1);
         assert_eq!(
             requests_until_success(status, "0", retry).await,
             2,
@@ -99,7 +99,7 @@ async fn a_retry_after_of_429_and_503_replaces_the_clients_own_pause() {
 
 #[tokio::test]
 async fn a_long_retry_after_is_cut_to_the_policys_maximum() {
-    let retry = RetryPolicy::new(vec![Duration::from_millis(10)])
+    let retry = RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(10), 1)
         .with_max_retry_after(Duration::from_millis(20));
     assert_eq!(requests_until_success(429, "3600", retry).await, 2);
 }
@@ -108,6 +108,6 @@ async fn a_long_retry_after_is_cut_to_the_policys_maximum() {
 async fn a_retry_after_on_other_statuses_is_ignored() {
     // A 500 is retried after the policy's pause; its Retry-After of an hour (cut to the default
     // 30 s maximum, longer than the test allows) must not be honoured.
-    let retry = RetryPolicy::new(vec![Duration::from_millis(10)]);
+    let retry = RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(10), 1);
     assert_eq!(requests_until_success(500, "3600", retry).await, 2);
 }

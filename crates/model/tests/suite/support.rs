@@ -26,7 +26,7 @@ pub(crate) const KEY: &str = "sk-test-key-123";
 
 /// Retries that keep tests quick.
 pub(crate) fn quick_retry() -> RetryPolicy {
-    RetryPolicy::new(vec![Duration::from_millis(10), Duration::from_millis(20)])
+    RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(20), 2)
 }
 
 /// What a canned body does after its chunks.

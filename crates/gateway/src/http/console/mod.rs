@@ -46,7 +46,6 @@ use maud::html;
 use serde::Deserialize;
 
 use crate::GatewayState;
-use crate::clock::now_ms;
 use crate::http::auth::Principal;
 use crate::http::auth::principal_of_console;
 use crate::http::auth::principal_of_token;
@@ -56,6 +55,7 @@ use crate::http::console::session::SESSION_TTL_MS;
 use crate::http::console::session::cookie_value;
 use crate::http::error::ApiError;
 use crate::http::same_origin;
+use gatehouse_protocol::time::now_ms;
 
 /// The policy of every console answer: only this origin's script, style, images and
 /// connections; no inline script or style, no plugins, no framing, forms post only here.
