@@ -70,3 +70,31 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Returns the configuration of a benchmark's Gateway: its state in `state_dir`, listening on a
+/// free loopback port, with the operator token fixed to [`turn::BENCH_TOKEN`].
+fn gateway_config(state_dir: std::path::PathBuf) -> anyhow::Result<gatehouse_gateway::GatewayConfig> {
+    let mut config = gatehouse_gateway::GatewayConfig::with_defaults(state_dir, "127.0.0.1:0".parse()?);
+    config.operator_token_override = Some(String::from(turn::BENCH_TOKEN));
+    Ok(config)
+}
+
+/// Returns the settings of `capacity` native workers that run this executable with the mock
+/// model and the hardened sandbox a node uses.
+fn mock_workers(capacity: usize) -> anyhow::Result<gatehouse_harness::worker::WorkerSettings> {
+    Ok(gatehouse_harness::worker::WorkerSettings {
+        program: std::env::current_exe()?,
+        capacity,
+        retirement: gatehouse_harness::worker::WorkerRetirement::default(),
+        model: String::from("mock"),
+        model_key_env: String::from("OPENAI_API_KEY"),
+        allow_unsandboxed: false,
+        scratch: None,
+        hidden_paths: Vec::new(),
+        denied_tools: Vec::new(),
+        exec_timeout_seconds: gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS,
+        sandbox: crate::sandbox_setup::best_available(),
+        telemetry_env: crate::logging::worker_env(),
+        source_allow: Default::default(),
+    })
+}

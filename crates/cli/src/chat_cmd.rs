@@ -38,9 +38,7 @@ pub(crate) struct ChatArgs {
 pub(crate) fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
     let token = operator_token(args.token_file.as_deref())?;
     let base = args.url.trim_end_matches('/').to_owned();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::signals::client_runtime()?;
     runtime.block_on(async move {
         let client = Client::new(&base, &token);
         // Open the event stream first, so no event of the new turn is missed.

@@ -91,20 +91,20 @@ impl Check {
     }
 
     fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check {
-            name,
-            status: Status::Warn,
-            detail: detail.into(),
-            fix: Some(fix.into()),
-        }
+        Check::with_fix(name, Status::Warn, detail.into(), fix.into())
     }
 
     fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check::with_fix(name, Status::Fail, detail.into(), fix.into())
+    }
+
+    /// Returns a check that did not pass, with what to do about it.
+    fn with_fix(name: &'static str, status: Status, detail: String, fix: String) -> Check {
         Check {
             name,
-            status: Status::Fail,
-            detail: detail.into(),
-            fix: Some(fix.into()),
+            status,
+            detail,
+            fix: Some(fix),
         }
     }
 }
@@ -664,9 +664,7 @@ fn gateway_checks(url: &str, token: Option<&str>) -> anyhow::Result<Vec<Check>> 
         );
     }
     let token = token.map(str::to_owned);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::signals::client_runtime()?;
     Ok(runtime.block_on(async move {
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))

@@ -68,9 +68,7 @@ fn parse_scope(text: &str) -> Result<Scope, String> {
 /// unknown.
 pub(crate) fn run(args: KeysArgs) -> anyhow::Result<ExitCode> {
     let client = args.api.client()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::signals::client_runtime()?;
     runtime.block_on(async move {
         match args.command {
             KeysCommand::Create {
@@ -145,26 +143,19 @@ pub(crate) fn run(args: KeysArgs) -> anyhow::Result<ExitCode> {
 fn describe(key: &ApiKeySummary) -> String {
     let scopes: Vec<&str> = key.scopes.iter().map(|scope| scope.as_str()).collect();
     let mut line = format!("{}  scopes={}", key.name, scopes.join(","));
-    if let Some(prefix) = &key.sessions {
-        line.push_str(&format!("  sessions={prefix}*"));
-    }
-    if let Some(expires) = key.expires_at_ms {
-        line.push_str(&format!("  expiresAtMs={expires}"));
-    }
-    if let Some(used) = key.last_used_at_ms {
-        line.push_str(&format!("  lastUsedAtMs={used}"));
-    }
-    if let Some(limit) = key.requests_per_minute {
-        line.push_str(&format!("  requestsPerMinute={limit}"));
-    }
-    if let Some(limit) = key.concurrent_turns {
-        line.push_str(&format!("  concurrentTurns={limit}"));
-    }
-    if let Some(limit) = key.max_streams {
-        line.push_str(&format!("  maxStreams={limit}"));
-    }
-    if let Some(limit) = key.media_quota_bytes {
-        line.push_str(&format!("  mediaQuotaBytes={limit}"));
+    let optional = [
+        ("sessions", key.sessions.as_ref().map(|prefix| format!("{prefix}*"))),
+        ("expiresAtMs", key.expires_at_ms.map(|expires| expires.to_string())),
+        ("lastUsedAtMs", key.last_used_at_ms.map(|used| used.to_string())),
+        ("requestsPerMinute", key.requests_per_minute.map(|limit| limit.to_string())),
+        ("concurrentTurns", key.concurrent_turns.map(|limit| limit.to_string())),
+        ("maxStreams", key.max_streams.map(|limit| limit.to_string())),
+        ("mediaQuotaBytes", key.media_quota_bytes.map(|limit| limit.to_string())),
+    ];
+    for (label, value) in optional {
+        if let Some(value) = value {
+            line.push_str(&format!("  {label}={value}"));
+        }
     }
     line
 }

@@ -41,9 +41,7 @@ enum MemoryCommand {
 /// Runs `gatehouse memory`: exit 0 on success, 1 when the Gateway refuses.
 pub(crate) fn run(args: MemoryArgs) -> anyhow::Result<ExitCode> {
     let client = args.api.client()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::signals::client_runtime()?;
     runtime.block_on(async move {
         match args.command {
             MemoryCommand::Search { query, limit } => {

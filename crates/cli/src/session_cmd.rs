@@ -65,9 +65,7 @@ enum SessionCommand {
 pub(crate) fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
     let client = args.api.client()?;
     let json = args.api.json;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::signals::client_runtime()?;
     runtime.block_on(async move {
         match args.command {
             SessionCommand::Create {

@@ -40,9 +40,7 @@ pub(crate) fn run(args: SetupCodeArgs) -> anyhow::Result<ExitCode> {
         })?,
     };
     let client = Client::new(&args.url, &token);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::signals::client_runtime()?;
     let params = SetupCodeParams {
         ttl_seconds: Some(args.ttl_seconds),
     };

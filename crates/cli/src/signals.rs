@@ -34,3 +34,11 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()?)
 }
+
+/// Returns a single-threaded runtime for a command that makes a few requests to a Gateway and
+/// exits.
+pub(crate) fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}

@@ -21,9 +21,7 @@ enum SkillsCommand {
 pub(crate) fn run(args: SkillsArgs) -> anyhow::Result<ExitCode> {
     let SkillsCommand::List = args.command;
     let client = args.api.client()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::signals::client_runtime()?;
     let view = runtime.block_on(client.skills())?;
     if args.api.json {
         crate::output::json(&view);

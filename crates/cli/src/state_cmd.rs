@@ -151,14 +151,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
         }
     };
     display.finish();
-    match args.json {
-        true => crate::output::json(&report),
-        false => print_migration(&report),
-    }
-    Ok(match report.verified {
-        true => ExitCode::SUCCESS,
-        false => ExitCode::from(1),
-    })
+    Ok(report_outcome(args.json, &report, print_migration, report.verified))
 }
 
 /// Takes the exclusive use of both stores ([`StoreLock`], as a Gateway does), so that no
@@ -315,14 +308,19 @@ async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         .map(|url| open_media_url(url, MediaRole::Existing))
         .transpose()?;
     let report = gatehouse_state::check::check(&store, media.as_ref()).await?;
-    match args.json {
-        true => crate::output::json(&report),
-        false => print_check(&report),
+    Ok(report_outcome(args.json, &report, print_check, report.ok))
+}
+
+/// Prints `report` as JSON or, with `print`, as text, and returns exit 0 when it is `ok`, else 1.
+fn report_outcome<T: serde::Serialize>(json: bool, report: &T, print: fn(&T), ok: bool) -> ExitCode {
+    match json {
+        true => crate::output::json(report),
+        false => print(report),
     }
-    Ok(match report.ok {
+    match ok {
         true => ExitCode::SUCCESS,
         false => ExitCode::from(1),
-    })
+    }
 }
 
 fn print_check(report: &CheckReport) {

@@ -92,6 +92,7 @@ use crate::error::Result;
 use crate::installation::Embedder;
 use crate::installation::Installation;
 use crate::installation::SecretKeyRef;
+use crate::manifest::Object;
 use crate::installation::Topology;
 use crate::installation::url_port;
 use crate::manifest;
@@ -240,17 +241,7 @@ pub fn render(installation: &Installation) -> Result<Rendered> {
     Ok(rendered)
 }
 
-/// A typed object on its way to YAML.
-enum Object {
-    ServiceAccount(ServiceAccount),
-    PersistentVolumeClaim(PersistentVolumeClaim),
-    Service(Service),
-    NetworkPolicy(NetworkPolicy),
-    Deployment(Box<Deployment>),
-    StatefulSet(Box<StatefulSet>),
-    PodDisruptionBudget(PodDisruptionBudget),
-}
-
+/// A typed object on its way to YAML: the kinds [`crate::manifest::parse_manifests`] reads back.
 impl Object {
     fn into_manifest(self, index: usize) -> Result<Manifest> {
         let (kind, name, value) = match self {
@@ -1324,31 +1315,38 @@ fn env_value(name: &str, value: &str) -> EnvVar {
 }
 
 fn env_secret(name: &str, secret: &SecretKeyRef) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value_from: Some(EnvVarSource {
+    env_from(
+        name,
+        EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {
                 name: secret.name.clone(),
                 key: secret.key.clone(),
                 ..SecretKeySelector::default()
             }),
             ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
+        },
+    )
 }
 
 /// A variable set from the Pod's own field at `path` (the downward API).
 fn env_field(name: &str, path: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value_from: Some(EnvVarSource {
+    env_from(
+        name,
+        EnvVarSource {
             field_ref: Some(ObjectFieldSelector {
                 field_path: path.to_owned(),
                 ..ObjectFieldSelector::default()
             }),
             ..EnvVarSource::default()
-        }),
+        },
+    )
+}
+
+/// A variable whose value Kubernetes takes from `source` when it starts the container.
+fn env_from(name: &str, source: EnvVarSource) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(source),
         ..EnvVar::default()
     }
 }

@@ -15,7 +15,6 @@ use std::time::Instant;
 use gatehouse_api::client::Client;
 use gatehouse_api::sessions::MessageParams;
 use gatehouse_api::sessions::TurnQuery;
-use gatehouse_gateway::GatewayConfig;
 use gatehouse_gateway::RunningGateway;
 use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::NodeHost;
@@ -23,7 +22,6 @@ use gatehouse_harness::host::NodeHostConfig;
 use gatehouse_harness::host::Runtime;
 use gatehouse_harness::host::RuntimeConfig;
 use gatehouse_harness::model::ModelSpec;
-use gatehouse_harness::worker::WorkerSettings;
 use gatehouse_store::location::StoreLocation;
 
 use crate::bench::stats::Report;
@@ -121,20 +119,18 @@ async fn measure(args: &ClusterArgs, store: StoreLocation) -> anyhow::Result<Rep
     for run in &measured {
         let baseline = baseline_of(&measured, run);
         let (shape, baseline_shape) = (run.shape(), baseline.shape());
-        rows.push(Row {
-            case: format!("admit, {shape}"),
-            baseline_name: format!("admit, {baseline_shape}"),
-            baseline: Stats::from_samples(&mut baseline.admit.clone()),
-            candidate: Stats::from_samples(&mut run.admit.clone()),
-            target: String::from("informational"),
-        });
-        rows.push(Row {
-            case: format!("/say hi turn, {shape}"),
-            baseline_name: format!("/say hi turn, {baseline_shape}"),
-            baseline: Stats::from_samples(&mut baseline.turns.clone()),
-            candidate: Stats::from_samples(&mut run.turns.clone()),
-            target: String::from("informational"),
-        });
+        for (measure, baseline_samples, candidate_samples) in [
+            ("admit", &baseline.admit, &run.admit),
+            ("/say hi turn", &baseline.turns, &run.turns),
+        ] {
+            rows.push(Row {
+                case: format!("{measure}, {shape}"),
+                baseline_name: format!("{measure}, {baseline_shape}"),
+                baseline: Stats::from_samples(&mut baseline_samples.clone()),
+                candidate: Stats::from_samples(&mut candidate_samples.clone()),
+                target: String::from("informational"),
+            });
+        }
         notes.push(format!(
             "{shape}: {:.0} messages/s admitted by {} clients ({:.2}x the {:.0} of {baseline_shape})",
             run.admitted_per_second,
@@ -205,11 +201,7 @@ impl Configuration {
     }
 
     async fn start_replica(&self, index: usize) -> anyhow::Result<RunningGateway> {
-        let mut config = GatewayConfig::with_defaults(
-            self.dir.join(format!("replica-{index}")),
-            "127.0.0.1:0".parse()?,
-        );
-        config.operator_token_override = Some(String::from(BENCH_TOKEN));
+        let mut config = crate::bench::gateway_config(self.dir.join(format!("replica-{index}")))?;
         config.store = Some(self.store.clone());
         config.media = Some(gatehouse_media::MediaLocation::Local(self.media.clone()));
         config.replica.replica_id = Some(format!("{}-r{index}", self.name));
@@ -234,21 +226,7 @@ impl Configuration {
                 format!("ws://{}/node", gateway.local_addr)
             })
             .collect();
-        let workers = WorkerSettings {
-            program: std::env::current_exe()?,
-            capacity: args.clients + 8,
-            retirement: gatehouse_harness::worker::WorkerRetirement::default(),
-            model: String::from("mock"),
-            model_key_env: String::from("OPENAI_API_KEY"),
-            allow_unsandboxed: false,
-            scratch: None,
-            hidden_paths: Vec::new(),
-            denied_tools: Vec::new(),
-            exec_timeout_seconds: gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS,
-            sandbox: crate::sandbox_setup::best_available(),
-            telemetry_env: crate::logging::worker_env(),
-            source_allow: Default::default(),
-        };
+        let workers = crate::bench::mock_workers(args.clients + 8)?;
         let host = NodeHost::prepare_with(
             NodeHostConfig {
                 root,

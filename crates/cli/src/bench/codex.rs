@@ -21,7 +21,6 @@ use gatehouse_codex::messages::UserInput;
 use gatehouse_codex::rpc::DEFAULT_REQUEST_TIMEOUT;
 use gatehouse_codex::rpc::RpcClient;
 use gatehouse_codex::rpc::ThreadMessage;
-use gatehouse_gateway::GatewayConfig;
 use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::Runtime;
 use gatehouse_harness::host::RuntimeConfig;
@@ -63,8 +62,7 @@ async fn measure(args: &CodexArgs) -> anyhow::Result<Report> {
     let settings = crate::codex_setup::node_settings(&model, args.codex_bin.as_deref(), false)?;
 
     // The Gateway path: an embedded Gateway with the Codex runtime and an in-process node host.
-    let mut config = GatewayConfig::with_defaults(base.join("gateway"), "127.0.0.1:0".parse()?);
-    config.operator_token_override = Some(String::from(crate::bench::turn::BENCH_TOKEN));
+    let config = crate::bench::gateway_config(base.join("gateway"))?;
     let extensions =
         crate::codex_setup::gateway_extensions(gatehouse_codex::runtime::CodexConfig::default());
     let running = crate::embedded::start_gateway_with(config, extensions).await?;

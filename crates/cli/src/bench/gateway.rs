@@ -11,7 +11,6 @@ use std::time::Instant;
 
 use gatehouse_api::client::Client;
 use gatehouse_api::sessions::MessageParams;
-use gatehouse_gateway::GatewayConfig;
 use gatehouse_gateway::TurnFailure;
 use gatehouse_gateway::TurnInput;
 use gatehouse_gateway::TurnReply;
@@ -152,8 +151,7 @@ async fn measure_backend(
     notes: &mut Vec<String>,
 ) -> anyhow::Result<()> {
     let backend = baseline.backend();
-    let mut config = GatewayConfig::with_defaults(state_dir.to_path_buf(), "127.0.0.1:0".parse()?);
-    config.operator_token_override = Some(String::from(crate::bench::turn::BENCH_TOKEN));
+    let mut config = crate::bench::gateway_config(state_dir.to_path_buf())?;
     config.store = store;
     let extensions = gatehouse_gateway::Extensions {
         runtime: Some(Arc::new(ParkedRuntime)),

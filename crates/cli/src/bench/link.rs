@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use gatehouse_fsops::Root;
 use gatehouse_fsops::commands::file_fetch;
-use gatehouse_gateway::GatewayConfig;
 use gatehouse_harness::CancellationToken;
 use gatehouse_protocol::commands::FileFetchParams;
 use gatehouse_protocol::commands::HARD_MAX_BYTES;
@@ -36,8 +35,7 @@ pub(crate) fn run(args: &LinkArgs) -> anyhow::Result<Report> {
 async fn measure(args: &LinkArgs) -> anyhow::Result<Report> {
     let temp = tempfile::tempdir()?;
     let base = temp.path().canonicalize()?;
-    let mut config = GatewayConfig::with_defaults(base.join("gateway"), "127.0.0.1:0".parse()?);
-    config.operator_token_override = Some(String::from("bench-token"));
+    let config = crate::bench::gateway_config(base.join("gateway"))?;
     let running = crate::embedded::start_gateway(config).await?;
     let url = format!("ws://{}/node", running.local_addr);
     let harness_root = base.join("harness");

@@ -299,11 +299,7 @@ async fn measure(args: &MemoryBenchArgs) -> anyhow::Result<Report> {
 async fn end_to_end() -> anyhow::Result<Duration> {
     let temp = tempfile::tempdir()?;
     let base = temp.path().canonicalize()?;
-    let mut config = gatehouse_gateway::GatewayConfig::with_defaults(
-        base.join("gateway"),
-        "127.0.0.1:0".parse()?,
-    );
-    config.operator_token_override = Some(String::from(crate::bench::turn::BENCH_TOKEN));
+    let mut config = crate::bench::gateway_config(base.join("gateway"))?;
     config.memory_embedder = Some(EmbedderKind::Local);
     let extensions = gatehouse_gateway::Extensions {
         memory_embedder: Some(Arc::new(HashEmbedder)),

@@ -14,12 +14,10 @@ use gatehouse_api::client::ClientError;
 use gatehouse_api::sessions::MessageParams;
 use gatehouse_api::sessions::TurnQuery;
 use gatehouse_api::sessions::TurnStatus;
-use gatehouse_gateway::GatewayConfig;
 use gatehouse_harness::CancellationToken;
 use gatehouse_harness::host::Runtime;
 use gatehouse_harness::host::RuntimeConfig;
 use gatehouse_harness::model::ModelSpec;
-use gatehouse_harness::worker::WorkerSettings;
 
 use crate::bench::stats::Report;
 use crate::bench::stats::Row;
@@ -54,26 +52,11 @@ pub(crate) fn run(args: &TurnArgs) -> anyhow::Result<Report> {
 async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
     let temp = tempfile::tempdir()?;
     let base = temp.path().canonicalize()?;
-    let mut config = GatewayConfig::with_defaults(base.join("gateway"), "127.0.0.1:0".parse()?);
-    config.operator_token_override = Some(String::from(crate::bench::turn::BENCH_TOKEN));
+    let config = crate::bench::gateway_config(base.join("gateway"))?;
     let running = crate::embedded::start_gateway(config).await?;
     let url = format!("http://{}", running.local_addr);
-    let workers = WorkerSettings {
-        program: std::env::current_exe()?,
-        capacity: args.cold_iterations + 4,
-        retirement: gatehouse_harness::worker::WorkerRetirement::default(),
-        model: String::from("mock"),
-        model_key_env: String::from("OPENAI_API_KEY"),
-        allow_unsandboxed: false,
-        scratch: None,
-        hidden_paths: Vec::new(),
-        denied_tools: Vec::new(),
-        exec_timeout_seconds: gatehouse_protocol::worker::DEFAULT_EXEC_TIMEOUT_SECONDS,
-        // The tool turn runs through the same hardened sandbox as a node's.
-        sandbox: crate::sandbox_setup::best_available(),
-        telemetry_env: crate::logging::worker_env(),
-        source_allow: Default::default(),
-    };
+    // The tool turn runs through the same hardened sandbox as a node's.
+    let workers = crate::bench::mock_workers(args.cold_iterations + 4)?;
     let runtime_config = RuntimeConfig {
         model: ModelSpec::Mock,
         scratch: None,

@@ -135,12 +135,8 @@ async fn the_backend_switch_decides_where_a_gateways_state_lives() {
     let marker = "the switch decides, 4c1e";
     let (status, body) = up.post("where", serde_json::json!({"text": marker})).await;
     assert_eq!(status, 202, "{body}");
-    let uploaded = reqwest::Client::new()
-        .post(format!("{}/v1/media", up.url))
-        .bearer_auth(&up.token)
-        .header("Content-Type", "text/plain")
+    let uploaded = crate::suite::support::media_upload(&up.url, &up.token, "an uploaded blob")
         .header("X-Filename", "where.txt")
-        .body("an uploaded blob")
         .send()
         .await
         .unwrap();

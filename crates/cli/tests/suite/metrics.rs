@@ -18,7 +18,7 @@ use crate::suite::support::Gateway;
 use crate::suite::support::WAIT;
 use crate::suite::support::dirs;
 use crate::suite::support::mock_model;
-use crate::suite::support::start_node_with;
+use crate::suite::support::start_mock_model_node_with;
 use crate::suite::support::turn;
 
 /// One sample line: `name{label="value",...} value`.
@@ -225,21 +225,14 @@ async fn metrics_show_every_family_after_a_scripted_run() {
         "# Memory\n\nThe metrics dashboard lives on the second screen.\n",
     )
     .unwrap();
-    let model = format!("openai-chat:{mock_url}/v1:mock-model");
-    let mut node = start_node_with(
+    let mut node = start_mock_model_node_with(
         &gateway,
         &harness,
         Some(&code),
         &logs,
-        &[
-            "--model",
-            &model,
-            "--model-key-env",
-            "MOCK_MODEL_KEY",
-            "--capacity",
-            "3",
-        ],
-        &[("MOCK_MODEL_KEY", "mock-model-test-key")],
+        &mock_url,
+        &["--capacity", "3"],
+        &[],
     );
     gateway.wait_ready().await;
     let node_id = gateway.get_json("/v1/nodes").await["nodes"][0]["nodeId"]
@@ -264,11 +257,7 @@ async fn metrics_show_every_family_after_a_scripted_run() {
     .await;
     assert_eq!(wrote["status"], "completed", "{wrote}");
     let upload = b"an upload the media store keeps".to_vec();
-    let uploaded = reqwest::Client::new()
-        .post(format!("{}/v1/media", gateway.url))
-        .bearer_auth(&gateway.token)
-        .header("content-type", "text/plain")
-        .body(upload.clone())
+    let uploaded = crate::suite::support::media_upload(&gateway.url, &gateway.token, upload.clone())
         .send()
         .await
         .unwrap();
@@ -473,24 +462,17 @@ async fn issue_16_new_sessions_are_placed_on_the_least_loaded_of_two_nodes() {
     let logs = dirs.base.join("logs");
     let (_mock, mock_url) = mock_model(&logs);
     let gateway = Gateway::start(&dirs.base.join("gateway"), &logs);
-    let model = format!("openai-chat:{mock_url}/v1:mock-model");
     let nodes: Vec<_> = ["harness-a", "harness-b"]
         .into_iter()
         .map(|root| {
-            start_node_with(
+            start_mock_model_node_with(
                 &gateway,
                 &dirs.base.join(root),
                 Some(&gateway.setup_code(600)),
                 &logs,
-                &[
-                    "--model",
-                    &model,
-                    "--model-key-env",
-                    "MOCK_MODEL_KEY",
-                    "--capacity",
-                    "2",
-                ],
-                &[("MOCK_MODEL_KEY", "mock-model-test-key")],
+                &mock_url,
+                &["--capacity", "2"],
+                &[],
             )
         })
         .collect();

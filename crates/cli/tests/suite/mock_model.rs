@@ -1,10 +1,7 @@
 //! `gatehouse mock-model`: the real binary on `127.0.0.1:0`, spoken to over HTTP.
 
-use std::io::BufRead;
-use std::io::BufReader;
 use std::process::Child;
 use std::process::Stdio;
-use std::sync::mpsc;
 
 use pretty_assertions::assert_eq;
 use serde_json::Value;
@@ -27,16 +24,7 @@ impl MockModel {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let receiver = crate::suite::support::stdout_lines(&mut child);
         let mut mock_model = MockModel {
             child,
             url: String::new(),

@@ -11,62 +11,34 @@ use std::time::Instant;
 use gatehouse_fsops::test_support::tree;
 use pretty_assertions::assert_eq;
 
-use crate::suite::support::Dirs;
 use crate::suite::support::Gateway;
-use crate::suite::support::Process;
+use crate::suite::support::MockModelSetup;
 use crate::suite::support::WAIT;
 use crate::suite::support::dirs;
 use crate::suite::support::files_under;
-use crate::suite::support::mock_model;
 use crate::suite::support::mode;
 use crate::suite::support::processes;
-use crate::suite::support::start_mock_model_node;
 use crate::suite::support::turn;
 
-struct Setup {
-    dirs: Dirs,
-    gateway: Gateway,
-    _node: Process,
-    _mock: Process,
-}
-
-async fn start() -> Setup {
+async fn start() -> MockModelSetup {
     let dirs = dirs();
-    let base = &dirs.base;
-    let logs = base.join("logs");
-    let (mock, mock_url) = mock_model(&logs);
-    let managed = base.join("managed");
+    let managed = dirs.base.join("managed");
     std::fs::create_dir_all(managed.join("greeter")).unwrap();
     std::fs::write(
         managed.join("greeter/SKILL.md"),
         "---\nname: greeter\ndescription: Greets.\n---\n# greeter\n",
     )
     .unwrap();
-    let gateway = Gateway::start_with(
-        &base.join("gateway"),
-        &logs,
+    MockModelSetup::start(
+        dirs,
         &[
             "--skills-dir",
             managed.to_str().unwrap(),
             "--memory-embedder",
             "none",
         ],
-    );
-    let code = gateway.setup_code(600);
-    let node = start_mock_model_node(
-        &gateway,
-        &base.join("harness"),
-        Some(&code),
-        &logs,
-        &mock_url,
-    );
-    gateway.wait_ready().await;
-    Setup {
-        dirs,
-        gateway,
-        _node: node,
-        _mock: mock,
-    }
+    )
+    .await
 }
 
 /// The mock model's instruction to call `process` with `arguments`.

@@ -7,7 +7,7 @@ use pretty_assertions::assert_eq;
 use crate::suite::support::Gateway;
 use crate::suite::support::dirs;
 use crate::suite::support::mock_model;
-use crate::suite::support::start_node_with;
+use crate::suite::support::start_mock_model_node;
 use crate::suite::support::turn;
 
 /// Returns the node id `session` is bound to.
@@ -33,15 +33,13 @@ async fn issue_16_a_session_whose_node_is_gone_moves_to_another_node_with_its_wo
         &logs,
         &["--move-sessions-after", "1"],
     );
-    let model = format!("openai-chat:{mock_url}/v1:mock-model");
     let start = |root: &str| {
-        start_node_with(
+        start_mock_model_node(
             &gateway,
             &dirs.base.join(root),
             Some(&gateway.setup_code(600)),
             &logs,
-            &["--model", &model, "--model-key-env", "MOCK_MODEL_KEY"],
-            &[("MOCK_MODEL_KEY", "mock-model-test-key")],
+            &mock_url,
         )
     };
     let mut node_a = start("harness-a");

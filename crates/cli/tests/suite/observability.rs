@@ -17,7 +17,7 @@ use crate::suite::support::Gateway;
 use crate::suite::support::WAIT;
 use crate::suite::support::dirs;
 use crate::suite::support::mock_model;
-use crate::suite::support::start_node_with;
+use crate::suite::support::start_mock_model_node_with;
 use crate::suite::support::wait_turn;
 
 /// Sends `GET path` with an optional `X-Request-Id` and returns the status and the echoed id.
@@ -104,18 +104,15 @@ async fn json_log_lines_parse_and_carry_the_request_id_and_the_turn_id() {
         &[("GATEHOUSE_LOG", "info,gatehouse_gateway=debug")],
     );
     let code = gateway.setup_code(600);
-    let model = format!("openai-chat:{mock_url}/v1:mock-model");
     // The node and its worker take the format from the environment.
-    let node = start_node_with(
+    let node = start_mock_model_node_with(
         &gateway,
         &dirs.base.join("harness"),
         Some(&code),
         &logs,
-        &["--model", &model, "--model-key-env", "MOCK_MODEL_KEY"],
-        &[
-            ("MOCK_MODEL_KEY", "mock-model-test-key"),
-            ("GATEHOUSE_LOG_FORMAT", "json"),
-        ],
+        &mock_url,
+        &[],
+        &[("GATEHOUSE_LOG_FORMAT", "json")],
     );
     gateway.wait_ready().await;
 
@@ -313,15 +310,14 @@ async fn one_native_turn_is_one_trace_across_gateway_node_host_and_worker() {
         ],
     );
     let code = gateway.setup_code(600);
-    let model = format!("openai-chat:{mock_url}/v1:mock-model");
-    let mut node = start_node_with(
+    let mut node = start_mock_model_node_with(
         &gateway,
         &dirs.base.join("harness"),
         Some(&code),
         &logs,
-        &["--model", &model, "--model-key-env", "MOCK_MODEL_KEY"],
+        &mock_url,
+        &[],
         &[
-            ("MOCK_MODEL_KEY", "mock-model-test-key"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
         ],

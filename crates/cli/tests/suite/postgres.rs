@@ -160,14 +160,12 @@ pub(crate) async fn up_behind_outage() -> (tempfile::TempDir, Outage, Up) {
 }
 
 pub(crate) async fn readyz(up: &Up) -> (u16, serde_json::Value) {
-    let response = reqwest::Client::new()
-        .get(format!("{}/readyz", up.url))
-        .timeout(WAIT)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
+    crate::suite::support::status_and_json(
+        reqwest::Client::new()
+            .get(format!("{}/readyz", up.url))
+            .timeout(WAIT),
+    )
+    .await
 }
 
 /// Waits until `/readyz` answers `503` with `code`.

@@ -10,49 +10,24 @@ use std::time::Instant;
 
 use pretty_assertions::assert_eq;
 
-use crate::suite::support::Dirs;
 use crate::suite::support::Gateway;
-use crate::suite::support::Process;
+use crate::suite::support::MockModelSetup;
 use crate::suite::support::dirs;
 use crate::suite::support::files_under;
-use crate::suite::support::mock_model;
-use crate::suite::support::start_mock_model_node;
 use crate::suite::support::turn;
 use crate::suite::support::wait_turn;
-
-struct Setup {
-    _dirs: Dirs,
-    gateway: Gateway,
-    _node: Process,
-    _mock: Process,
-    harness: PathBuf,
-}
 
 /// Link ticks slow enough that a multi-megabyte checkpoint frame, parsed by a debug build on a
 /// busy machine, never starves the keep-alive (the node gives up after two silent ticks).
 const TICK_INTERVAL_MS: &str = "3000";
 
 /// Starts a Gateway with `gateway_args`, a native node and the mock model.
-async fn setup(gateway_args: &[&str]) -> Setup {
-    let dirs = dirs();
-    let logs = dirs.base.join("logs");
-    let (mock, mock_url) = mock_model(&logs);
-    let gateway = Gateway::start_with(
-        &dirs.base.join("gateway"),
-        &logs,
+async fn setup(gateway_args: &[&str]) -> MockModelSetup {
+    MockModelSetup::start(
+        dirs(),
         &[gateway_args, &["--tick-interval-ms", TICK_INTERVAL_MS]].concat(),
-    );
-    let code = gateway.setup_code(600);
-    let harness = dirs.base.join("harness");
-    let node = start_mock_model_node(&gateway, &harness, Some(&code), &logs, &mock_url);
-    gateway.wait_ready().await;
-    Setup {
-        _dirs: dirs,
-        gateway,
-        _node: node,
-        _mock: mock,
-        harness,
-    }
+    )
+    .await
 }
 
 /// Runs `command` through the model's `exec` tool in `session` and returns the ended turn.
@@ -148,7 +123,7 @@ async fn finding_6_checkpoint_quota_fails_the_turn_and_keeps_the_last_good_check
         first["status"],
         "completed",
         "{first}\nNODE {}\nGATEWAY {}",
-        setup._node.stderr(),
+        setup.node.stderr(),
         gateway.process.stderr()
     );
     let good_blobs = media_blobs(gateway).await;
@@ -161,7 +136,7 @@ async fn finding_6_checkpoint_quota_fails_the_turn_and_keeps_the_last_good_check
         over["error"]["code"],
         "CHECKPOINT_QUOTA_EXCEEDED",
         "{over}\nNODE {}\nGATEWAY {}",
-        setup._node.stderr(),
+        setup.node.stderr(),
         gateway.process.stderr()
     );
     let events = wait_event(gateway, "q", "turn.failed").await;
@@ -176,7 +151,7 @@ async fn finding_6_checkpoint_quota_fails_the_turn_and_keeps_the_last_good_check
     assert_eq!(media_blobs(gateway).await, good_blobs);
 
     // The session workspace is lost; the next turn rebuilds it from the last good checkpoint.
-    let workspace = session_workspace_with(&setup.harness, "keep.txt");
+    let workspace = session_workspace_with(&setup.path("harness"), "keep.txt");
     let medium = std::fs::read(workspace.join("medium")).unwrap();
     std::fs::remove_dir_all(&workspace).unwrap();
     let read = turn(gateway, "q", r#"/tool read {"path":"keep.txt"}"#).await;
@@ -191,18 +166,12 @@ async fn finding_6_unreferenced_checkpoint_blobs_are_collected() {
     let setup = setup(&[]).await;
     let gateway = &setup.gateway;
     let attachment = b"an attachment that stays 5d0".to_vec();
-    let uploaded: serde_json::Value = reqwest::Client::new()
-        .post(format!("{}/v1/media", gateway.url))
-        .bearer_auth(&gateway.token)
-        .header("content-type", "text/plain")
-        .body(attachment.clone())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let attachment_id = uploaded["mediaId"].as_str().unwrap().to_owned();
+    let attachment_id = crate::suite::support::media_id_of(crate::suite::support::media_upload(
+        &gateway.url,
+        &gateway.token,
+        attachment.clone(),
+    ))
+    .await;
     let posted: serde_json::Value = reqwest::Client::new()
         .post(format!("{}/v1/sessions/gc/messages", gateway.url))
         .bearer_auth(&gateway.token)
@@ -221,10 +190,10 @@ async fn finding_6_unreferenced_checkpoint_blobs_are_collected() {
         first["status"],
         "completed",
         "{first}\n{}\n{}",
-        setup._node.stderr(),
+        setup.node.stderr(),
         gateway.process.stderr()
     );
-    let workspace = session_workspace_with(&setup.harness, "small.txt");
+    let workspace = session_workspace_with(&setup.path("harness"), "small.txt");
     let mut old_bigs = vec![std::fs::read(workspace.join("big")).unwrap()];
     for _ in 0..3 {
         let overwrite = exec(gateway, "gc", "head -c 3000000 /dev/urandom > big").await;

@@ -268,18 +268,12 @@ fn up_on(data: &Path, store: &url::Url, media: &str, endpoint: &url::Url) -> Up 
 
 /// Uploads `bytes` and returns the answer's status and body.
 async fn upload(up: &Up, bytes: &'static [u8]) -> (u16, serde_json::Value) {
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/media", up.url))
-        .bearer_auth(&up.token)
-        .header("Content-Type", "text/plain")
-        .header("X-Filename", "note.txt")
-        .body(bytes)
-        .timeout(WAIT)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
+    crate::suite::support::status_and_json(
+        crate::suite::support::media_upload(&up.url, &up.token, bytes)
+            .header("X-Filename", "note.txt")
+            .timeout(WAIT),
+    )
+    .await
 }
 
 /// Downloads `media_id` and returns the answer's status and bytes.

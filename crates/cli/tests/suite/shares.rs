@@ -91,13 +91,7 @@ impl Client {
 
     /// Sends a request and returns its status and JSON body.
     async fn send(&self, request: reqwest::RequestBuilder) -> (u16, serde_json::Value) {
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-        )
+        crate::suite::support::status_and_body(request).await
     }
 
     /// Posts `text` to `session`.

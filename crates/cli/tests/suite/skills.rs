@@ -6,14 +6,11 @@ use std::path::Path;
 
 use pretty_assertions::assert_eq;
 
-use crate::suite::support::Dirs;
 use crate::suite::support::Gateway;
-use crate::suite::support::Process;
+use crate::suite::support::MockModelSetup;
 use crate::suite::support::dirs;
 use crate::suite::support::files_under;
-use crate::suite::support::mock_model;
 use crate::suite::support::mode;
-use crate::suite::support::start_mock_model_node;
 use crate::suite::support::turn;
 
 fn skill(root: &Path, dir: &str, name: &str, description: &str, extra: &str) {
@@ -25,62 +22,30 @@ fn skill(root: &Path, dir: &str, name: &str, description: &str, extra: &str) {
     .unwrap();
 }
 
-struct Setup {
-    dirs: Dirs,
-    gateway: Gateway,
-    _node: Process,
-    _mock: Process,
-    mock_url: String,
-}
-
-impl Setup {
-    async fn start() -> Setup {
-        let dirs = dirs();
-        let base = &dirs.base;
-        let logs = base.join("logs");
-        let (mock, mock_url) = mock_model(&logs);
-        let managed = base.join("managed");
-        let bundled = base.join("bundled");
-        std::fs::create_dir_all(&managed).unwrap();
-        std::fs::create_dir_all(&bundled).unwrap();
-        let gateway = Gateway::start_with(
-            &base.join("gateway"),
-            &logs,
-            &[
-                "--skills-dir",
-                managed.to_str().unwrap(),
-                "--bundled-skills-dir",
-                bundled.to_str().unwrap(),
-                "--memory-embedder",
-                "none",
-            ],
-        );
-        let code = gateway.setup_code(600);
-        let node = start_mock_model_node(
-            &gateway,
-            &base.join("harness"),
-            Some(&code),
-            &logs,
-            &mock_url,
-        );
-        gateway.wait_ready().await;
-        Setup {
-            dirs,
-            gateway,
-            _node: node,
-            _mock: mock,
-            mock_url,
-        }
-    }
-
-    fn path(&self, name: &str) -> std::path::PathBuf {
-        self.dirs.base.join(name)
-    }
+/// Starts the mock model, a Gateway with empty managed and bundled skill roots, and a node.
+async fn start() -> MockModelSetup {
+    let dirs = dirs();
+    let managed = dirs.base.join("managed");
+    let bundled = dirs.base.join("bundled");
+    std::fs::create_dir_all(&managed).unwrap();
+    std::fs::create_dir_all(&bundled).unwrap();
+    MockModelSetup::start(
+        dirs,
+        &[
+            "--skills-dir",
+            managed.to_str().unwrap(),
+            "--bundled-skills-dir",
+            bundled.to_str().unwrap(),
+            "--memory-embedder",
+            "none",
+        ],
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_catalog_merges_both_hosts_by_precedence_and_explains_gating() {
-    let setup = Setup::start().await;
+    let setup = start().await;
     let workspace = setup.path("harness/workspace");
     skill(
         &setup.path("bundled"),
@@ -196,7 +161,7 @@ async fn the_catalog_merges_both_hosts_by_precedence_and_explains_gating() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn skill_copies_are_read_only_kept_out_of_checkpoints_and_gone_before_the_next_turn() {
-    let setup = Setup::start().await;
+    let setup = start().await;
     skill(
         &setup.path("bundled"),
         "greeter",

@@ -77,19 +77,11 @@ async fn populated_installation() -> Installation {
     )
     .await;
     // An uploaded file (pinned, audited) attached to a turn.
-    let uploaded: serde_json::Value = reqwest::Client::new()
-        .post(format!("{}/v1/media", up.url))
-        .bearer_auth(token(&data))
-        .header("content-type", "text/plain")
-        .header("x-filename", "notes.txt")
-        .body("attached before the move")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let media_id = uploaded["mediaId"].as_str().unwrap().to_owned();
+    let media_id = crate::suite::support::media_id_of(
+        crate::suite::support::media_upload(&up.url, &token(&data), "attached before the move")
+            .header("x-filename", "notes.txt"),
+    )
+    .await;
     let (status, posted) = up
         .post(
             "att",

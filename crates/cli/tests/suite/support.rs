@@ -54,6 +54,61 @@ pub(crate) fn gatehouse() -> Command {
     command
 }
 
+/// Takes `child`'s piped stdout and returns its lines as they come, read on a thread of their own
+/// until the stream ends or the receiver is dropped.
+pub(crate) fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receiver
+}
+
+/// Returns a request that uploads `body` as `text/plain` media to the Gateway at `url` with
+/// `token`.
+pub(crate) fn media_upload(
+    url: &str,
+    token: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .post(format!("{url}/v1/media"))
+        .bearer_auth(token)
+        .header("content-type", "text/plain")
+        .body(body)
+}
+
+/// Sends `request` and returns the answer's status and JSON body.
+pub(crate) async fn status_and_json(request: reqwest::RequestBuilder) -> (u16, serde_json::Value) {
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// Sends `request` and returns the answer's status and JSON body, or its text as a JSON string
+/// when it is not JSON.
+pub(crate) async fn status_and_body(request: reqwest::RequestBuilder) -> (u16, serde_json::Value) {
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// Sends the upload `request` and returns the `mediaId` of its answer.
+pub(crate) async fn media_id_of(request: reqwest::RequestBuilder) -> String {
+    let uploaded: serde_json::Value = request.send().await.unwrap().json().await.unwrap();
+    uploaded["mediaId"].as_str().unwrap().to_owned()
+}
+
 /// A child process that is killed (SIGKILL) and reaped when dropped.
 pub(crate) struct Process {
     child: Child,
@@ -176,16 +231,7 @@ impl Gateway {
             .stderr(std::fs::File::create(&stderr_log).unwrap())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let receiver = stdout_lines(&mut child);
         let process = Process { child, stderr_log };
         let first = receiver
             .recv_timeout(WAIT)
@@ -338,14 +384,28 @@ pub(crate) fn start_mock_model_node(
     logs: &Path,
     mock_url: &str,
 ) -> Process {
+    start_mock_model_node_with(gateway, root, setup_code, logs, mock_url, &[], &[])
+}
+
+/// Starts `gatehouse node` like [`start_mock_model_node`], with extra arguments and environment
+/// variables.
+pub(crate) fn start_mock_model_node_with(
+    gateway: &Gateway,
+    root: &Path,
+    setup_code: Option<&str>,
+    logs: &Path,
+    mock_url: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Process {
     let model = format!("openai-chat:{mock_url}/v1:mock-model");
     start_node_with(
         gateway,
         root,
         setup_code,
         logs,
-        &["--model", &model, "--model-key-env", "MOCK_MODEL_KEY"],
-        &[("MOCK_MODEL_KEY", "mock-model-test-key")],
+        &[&["--model", &model, "--model-key-env", "MOCK_MODEL_KEY"], args].concat(),
+        &[&[("MOCK_MODEL_KEY", "mock-model-test-key")], envs].concat(),
     )
 }
 
@@ -452,6 +512,48 @@ pub(crate) fn dirs() -> Dirs {
     let base = temp.path().canonicalize().unwrap();
     std::fs::create_dir_all(base.join("logs")).unwrap();
     Dirs { _temp: temp, base }
+}
+
+/// A Gateway and one native node whose workers ask the mock model, each with its own root under
+/// `dirs.base` (`gateway/`, `harness/`); all of it killed and removed when dropped.
+pub(crate) struct MockModelSetup {
+    pub(crate) dirs: Dirs,
+    pub(crate) gateway: Gateway,
+    pub(crate) node: Process,
+    /// The mock model, kept to live as long as the setup.
+    _mock: Process,
+    pub(crate) mock_url: String,
+}
+
+impl MockModelSetup {
+    /// Starts the mock model, a Gateway with `gateway_args`, and a node enrolled with a setup
+    /// code, and returns once the Gateway is ready.
+    pub(crate) async fn start(dirs: Dirs, gateway_args: &[&str]) -> MockModelSetup {
+        let logs = dirs.base.join("logs");
+        let (mock, mock_url) = mock_model(&logs);
+        let gateway = Gateway::start_with(&dirs.base.join("gateway"), &logs, gateway_args);
+        let code = gateway.setup_code(600);
+        let node = start_mock_model_node(
+            &gateway,
+            &dirs.base.join("harness"),
+            Some(&code),
+            &logs,
+            &mock_url,
+        );
+        gateway.wait_ready().await;
+        MockModelSetup {
+            dirs,
+            gateway,
+            node,
+            _mock: mock,
+            mock_url,
+        }
+    }
+
+    /// Returns the path of `name` under the base directory.
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
+        self.dirs.base.join(name)
+    }
 }
 
 /// Starts `gatehouse mock-model` on a free port and returns it with its base URL.

@@ -1,12 +1,9 @@
 //! `gatehouse up` (embedded mode) as a real process: documents, admission under load, idempotent
 //! retries, `kill -9` recovery, a full disk, and `gatehouse chat`.
 
-use std::io::BufRead;
-use std::io::BufReader;
 use std::path::Path;
 use std::process::Command;
 use std::process::Stdio;
-use std::sync::mpsc;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -79,16 +76,7 @@ impl Up {
             )
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let receiver = crate::suite::support::stdout_lines(&mut child);
         let process = Process::from_child(child, stderr_log);
         let mut lines = Vec::new();
         for _ in 0..4 {
@@ -141,13 +129,7 @@ impl Up {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-        )
+        crate::suite::support::status_and_body(request).await
     }
 
     pub(crate) async fn wait_ready(&self) {
@@ -632,19 +614,11 @@ async fn an_attachment_is_staged_on_the_harness_and_read_by_the_turn() {
     let (_temp, data) = data_dir();
     let up = Up::start(&data);
     up.wait_ready().await;
-    let uploaded: serde_json::Value = reqwest::Client::new()
-        .post(format!("{}/v1/media", up.url))
-        .bearer_auth(&up.token)
-        .header("content-type", "text/plain")
-        .header("x-filename", "../../notes from me.txt")
-        .body("attached content 7e1")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let media_id = uploaded["mediaId"].as_str().unwrap().to_owned();
+    let media_id = crate::suite::support::media_id_of(
+        crate::suite::support::media_upload(&up.url, &up.token, "attached content 7e1")
+            .header("x-filename", "../../notes from me.txt"),
+    )
+    .await;
     let (status, posted) = up
         .post("att", serde_json::json!({"text": "what did I attach?", "attachments": [{"mediaId": media_id}]}))
         .await;

@@ -54,16 +54,12 @@ pub(crate) async fn read(up: &Up, session: &str, path: &str) -> Read {
 }
 
 pub(crate) async fn write(up: &Up, session: &str, path: &str, content: &str) -> serde_json::Value {
-    let response = reqwest::Client::new()
+    let request = reqwest::Client::new()
         .put(format!("{}/v1/sessions/{session}/worktree/{path}", up.url))
         .bearer_auth(&up.token)
         .body(content.to_owned())
-        .timeout(WAIT)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let body: serde_json::Value = response.json().await.unwrap();
+        .timeout(WAIT);
+    let (status, body) = crate::suite::support::status_and_json(request).await;
     assert_eq!(status, 200, "{body}");
     body
 }

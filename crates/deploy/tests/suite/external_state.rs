@@ -13,14 +13,6 @@ use pretty_assertions::assert_eq;
 
 use crate::suite::support;
 
-fn redacted(text: &str) -> String {
-    let rendered = support::render_text(text);
-    rendered
-        .to_yaml()
-        .replace(rendered.revision(), "[revision]")
-        .replace(rendered.agent_hash(), "[agent-hash]")
-}
-
 /// Returns the environment of the first container of the Deployment `name`, by variable.
 fn env_of(text: &str, name: &str) -> BTreeMap<String, EnvVar> {
     let rendered = support::render_text(text);
@@ -59,18 +51,6 @@ fn claims(text: &str) -> Vec<String> {
         .collect()
 }
 
-fn policy(text: &str, name: &str) -> NetworkPolicy {
-    support::objects(&support::render_text(text))
-        .into_iter()
-        .find_map(|object| match object {
-            Object::NetworkPolicy(policy) if policy.metadata.name.as_deref() == Some(name) => {
-                Some(policy)
-            }
-            _ => None,
-        })
-        .unwrap()
-}
-
 /// Returns each egress rule of `policy` as (CIDRs, ports).
 fn egress(policy: &NetworkPolicy) -> Vec<(Vec<String>, Vec<i32>)> {
     policy
@@ -107,33 +87,26 @@ fn egress(policy: &NetworkPolicy) -> Vec<(Vec<String>, Vec<i32>)> {
 fn dedicated_postgres_s3_golden() {
     insta::assert_snapshot!(
         "dedicated_postgres_s3",
-        redacted(support::DEDICATED_POSTGRES_S3)
+        support::redacted(support::DEDICATED_POSTGRES_S3)
     );
 }
 
 #[test]
 fn the_gateway_gets_the_store_and_media_settings_and_secrets_by_reference_only() {
     let env = env_of(support::DEDICATED_POSTGRES_S3, "main-gateway");
-    assert_eq!(
-        value(&env, "GATEHOUSE_STORE").as_deref(),
-        Some("postgres://gatehouse@db.internal:5432/gatehouse?sslmode=verify-full")
-    );
-    assert_eq!(
-        value(&env, "GATEHOUSE_MEDIA").as_deref(),
-        Some("s3://gatehouse-media/main")
-    );
-    assert_eq!(
-        value(&env, "GATEHOUSE_S3_ENDPOINT").as_deref(),
-        Some("https://minio.storage.svc:9000")
-    );
-    assert_eq!(
-        value(&env, "GATEHOUSE_S3_REGION").as_deref(),
-        Some("eu-west-1")
-    );
-    assert_eq!(
-        value(&env, "GATEHOUSE_S3_PATH_STYLE").as_deref(),
-        Some("true")
-    );
+    let expected_values = [
+        (
+            "GATEHOUSE_STORE",
+            "postgres://gatehouse@db.internal:5432/gatehouse?sslmode=verify-full",
+        ),
+        ("GATEHOUSE_MEDIA", "s3://gatehouse-media/main"),
+        ("GATEHOUSE_S3_ENDPOINT", "https://minio.storage.svc:9000"),
+        ("GATEHOUSE_S3_REGION", "eu-west-1"),
+        ("GATEHOUSE_S3_PATH_STYLE", "true"),
+    ];
+    for (name, expected) in expected_values {
+        assert_eq!(value(&env, name).as_deref(), Some(expected), "{name}");
+    }
     // An https endpoint needs no AWS_ALLOW_HTTP.
     assert!(!env.contains_key("AWS_ALLOW_HTTP"));
     let expected_secrets = [
@@ -218,7 +191,7 @@ fn embedded_with_external_state() -> String {
 
 #[test]
 fn the_gateway_may_reach_postgres_and_s3_on_their_ports_only() {
-    let rules = egress(&policy(support::DEDICATED_POSTGRES_S3, "main-gateway"));
+    let rules = egress(&support::network_policy(support::DEDICATED_POSTGRES_S3, "main-gateway"));
     assert!(
         rules.contains(&(vec![String::from("10.20.0.0/16")], vec![5432])),
         "{rules:?}"
@@ -227,7 +200,7 @@ fn the_gateway_may_reach_postgres_and_s3_on_their_ports_only() {
         rules.contains(&(vec![String::from("10.30.0.0/16")], vec![9000])),
         "{rules:?}"
     );
-    let harness = egress(&policy(support::DEDICATED_POSTGRES_S3, "main-harness"));
+    let harness = egress(&support::network_policy(support::DEDICATED_POSTGRES_S3, "main-harness"));
     assert!(
         !harness
             .iter()

@@ -3,27 +3,19 @@
 
 use crate::suite::support;
 
-fn redacted(text: &str) -> String {
-    let rendered = support::render_text(text);
-    rendered
-        .to_yaml()
-        .replace(rendered.revision(), "[revision]")
-        .replace(rendered.agent_hash(), "[agent-hash]")
-}
-
 #[test]
 fn embedded_golden() {
-    insta::assert_snapshot!("embedded", redacted(support::EMBEDDED));
+    insta::assert_snapshot!("embedded", support::redacted(support::EMBEDDED));
 }
 
 #[test]
 fn dedicated_native_golden() {
-    insta::assert_snapshot!("dedicated_native", redacted(support::DEDICATED_NATIVE));
+    insta::assert_snapshot!("dedicated_native", support::redacted(support::DEDICATED_NATIVE));
 }
 
 #[test]
 fn dedicated_codex_golden() {
-    insta::assert_snapshot!("dedicated_codex", redacted(support::DEDICATED_CODEX));
+    insta::assert_snapshot!("dedicated_codex", support::redacted(support::DEDICATED_CODEX));
 }
 
 #[test]
@@ -62,10 +54,10 @@ fn a_changed_setting_changes_the_revision() {
 
 #[test]
 fn dedicated_nodes_golden() {
-    insta::assert_snapshot!("dedicated_nodes", redacted(support::DEDICATED_NODES));
+    insta::assert_snapshot!("dedicated_nodes", support::redacted(support::DEDICATED_NODES));
 }
 
 #[test]
 fn dedicated_replicas_golden() {
-    insta::assert_snapshot!("dedicated_replicas", redacted(support::DEDICATED_REPLICAS));
+    insta::assert_snapshot!("dedicated_replicas", support::redacted(support::DEDICATED_REPLICAS));
 }

@@ -10,7 +10,6 @@ use gatehouse_deploy::render::LABEL_ROLE;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::api::core::v1::PodSpec;
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::api::networking::v1::NetworkPolicyPort;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -60,18 +59,6 @@ fn budgets(text: &str) -> Vec<PodDisruptionBudget> {
             _ => None,
         })
         .collect()
-}
-
-fn policy(text: &str, name: &str) -> NetworkPolicy {
-    support::objects(&support::render_text(text))
-        .into_iter()
-        .find_map(|object| match object {
-            Object::NetworkPolicy(policy) if policy.metadata.name.as_deref() == Some(name) => {
-                Some(policy)
-            }
-            _ => None,
-        })
-        .unwrap()
 }
 
 /// A peer of the agent's own namespace that selects the Pods of `role`, and nothing else.
@@ -302,7 +289,7 @@ fn the_gateway_disruption_budget_selects_exactly_the_gateway_pods() {
 
 #[test]
 fn the_replicas_may_reach_each_other_on_7420_and_nothing_more() {
-    let spec = policy(support::DEDICATED_REPLICAS, "main-gateway")
+    let spec = support::network_policy(support::DEDICATED_REPLICAS, "main-gateway")
         .spec
         .unwrap();
     assert_eq!(
@@ -333,7 +320,7 @@ fn the_replicas_may_reach_each_other_on_7420_and_nothing_more() {
     assert_eq!(to_gateway[0].ports, Some(port_7420()));
 
     // One replica has no one to call, and is admitted by no other Gateway Pod.
-    let single = policy(&with_replicas(1), "main-gateway").spec.unwrap();
+    let single = support::network_policy(&with_replicas(1), "main-gateway").spec.unwrap();
     for rule in single.ingress.iter().flatten() {
         assert_ne!(rule.from.as_deref(), Some(&[pods_of("gateway")][..]));
     }
@@ -345,8 +332,8 @@ fn the_replicas_may_reach_each_other_on_7420_and_nothing_more() {
 
     // The Harness policy does not change with the replicas.
     assert_eq!(
-        policy(support::DEDICATED_REPLICAS, "main-harness").spec,
-        policy(&with_replicas(1), "main-harness").spec
+        support::network_policy(support::DEDICATED_REPLICAS, "main-harness").spec,
+        support::network_policy(&with_replicas(1), "main-harness").spec
     );
 }
 

@@ -4,6 +4,7 @@ use gatehouse_deploy::installation::Installation;
 use gatehouse_deploy::manifest::Object;
 use gatehouse_deploy::render::Rendered;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 pub(crate) const EMBEDDED: &str = include_str!("../../../../deploy/examples/embedded.yaml");
 pub(crate) const DEDICATED_NATIVE: &str =
@@ -43,6 +44,29 @@ pub(crate) const ALL_EXAMPLES: [(&str, &str); 6] = [
 pub(crate) fn render_text(text: &str) -> Rendered {
     let installation = Installation::from_yaml(text).unwrap();
     gatehouse_deploy::render::render(&installation).unwrap()
+}
+
+/// Returns the YAML rendered from `text`, with the revision and the agent hash, which change
+/// with the crate, redacted.
+pub(crate) fn redacted(text: &str) -> String {
+    let rendered = render_text(text);
+    rendered
+        .to_yaml()
+        .replace(rendered.revision(), "[revision]")
+        .replace(rendered.agent_hash(), "[agent-hash]")
+}
+
+/// Returns the NetworkPolicy `name` rendered from `text`.
+pub(crate) fn network_policy(text: &str, name: &str) -> NetworkPolicy {
+    objects(&render_text(text))
+        .into_iter()
+        .find_map(|object| match object {
+            Object::NetworkPolicy(policy) if policy.metadata.name.as_deref() == Some(name) => {
+                Some(policy)
+            }
+            _ => None,
+        })
+        .unwrap()
 }
 
 pub(crate) fn objects(rendered: &Rendered) -> Vec<Object> {
