@@ -381,8 +381,10 @@ fn no_stable_code_literal_outside_the_catalogue() {
     let root = workspace_root();
     let catalogue = root.join("crates/shared/protocol/src/error.rs");
     let mut files = Vec::new();
+    // `crates/<side>/<crate>/src`: every crate of every side of the split.
     let mut crates: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
         .unwrap()
+        .flat_map(|side| std::fs::read_dir(side.unwrap().path()).unwrap())
         .map(|entry| entry.unwrap().path().join("src"))
         .filter(|src| src.is_dir())
         .collect();

@@ -28,7 +28,7 @@ const AUDIT_ROW: &str = "AuditRow";
 /// The functions of the Gateway tools and the Harness that may build JSON with `json!`, as
 /// (source file under `crates/`, `Type::function` or `function`, why the payload is opaque).
 const NODE_ALLOWED: &[(&str, &str, &str)] = &[(
-    "harness/src/worker_child.rs",
+    "harness/node/src/worker_child.rs",
     "GatewayToolProxy::call",
     "the arguments of a model's tool call, relayed to a Gateway tool as the model wrote them: \
      `{}` for arguments that are not JSON, `{\"input\"}` for a freeform call",
@@ -312,7 +312,7 @@ fn no_node_bound_result_is_built_with_json_macro() {
     assert!(
         test_files
             .iter()
-            .any(|file| file.ends_with("harness/src/setup_code_tests.rs")),
+            .any(|file| file.ends_with("harness/node/src/setup_code_tests.rs")),
         "the out-of-line test modules were not recognized: {test_files:?}"
     );
     let mut report = Vec::new();
