@@ -67,6 +67,7 @@ async fn session(store: &Arc<dyn Store>, key: &str, attachments: serde_json::Val
             attachments: serde_json::from_value(attachments).unwrap(),
             idempotency_key: None,
             queue_mode: QueueMode::Followup,
+            origin: None,
             now_ms: 1,
         })
         .await

@@ -29,6 +29,7 @@ async fn setup(layers: Vec<ToolLayer>) -> (tempfile::TempDir, Arc<dyn Store>, Ga
             attachments: Vec::new(),
             idempotency_key: None,
             queue_mode: QueueMode::Followup,
+            origin: None,
             now_ms: 1,
         })
         .await

@@ -14,6 +14,7 @@
 //!
 //! # Modules
 //! - [`records`]: the records the store reads and writes.
+//! - [`channels`]: what channels keep: messages judged once, pairings, the reply outbox.
 //! - [`manifest`]: the trees it keeps (checkpoint manifests, worktree versions) and their text.
 //! - [`sql`]: the one store body, over a small backend layer.
 //! - [`sqlite`]: the SQLite backend.
@@ -23,6 +24,7 @@
 
 #![deny(missing_docs)]
 
+pub mod channels;
 pub mod cluster;
 pub mod error;
 pub mod exclusive;
@@ -38,6 +40,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+pub use crate::channels::ChannelStore;
 use crate::cluster::ClaimOutcome;
 pub use crate::cluster::ClusterStore;
 use crate::cluster::Fence;
@@ -110,7 +113,7 @@ pub async fn open(location: &location::StoreLocation) -> Result<Arc<dyn Store>> 
 
 /// What the Gateway needs from its storage; what its replicas share is [`ClusterStore`].
 #[async_trait]
-pub trait Store: ClusterStore {
+pub trait Store: ClusterStore + ChannelStore {
     /// Records a new API key (by the hash of its secret).
     ///
     /// # Errors

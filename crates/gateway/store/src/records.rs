@@ -159,6 +159,9 @@ pub struct NewUserMessage {
     pub idempotency_key: Option<String>,
     /// How it is queued ([`QueueMode::Collect`] joins a queued turn; the others create one).
     pub queue_mode: QueueMode,
+    /// The channel message it is, if it came from a channel: admitted at most once per
+    /// channel and message id, and the turn's reply goes back to it.
+    pub origin: Option<ChannelOrigin>,
     /// The time.
     pub now_ms: i64,
 }
@@ -706,4 +709,148 @@ pub(crate) fn paths_json(paths: &[String]) -> crate::Result<String> {
     serde_json::to_string(paths).map_err(|error| crate::StoreError::Internal {
         source: Box::new(error),
     })
+}
+
+/// Where a message received on a channel came from, and where its turn's reply goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelOrigin {
+    /// The channel's configured name.
+    pub channel: String,
+    /// The platform's id of the message: each is admitted at most once per channel.
+    pub message_id: String,
+    /// The conversation the reply goes to (a room, a chat, or the sender of a direct message).
+    pub conversation: String,
+    /// The sender, the reply's recipient.
+    pub sender: String,
+}
+
+/// What a channel did with a message it did not admit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboundOutcome {
+    /// The sender was sent a pairing code, or has one pending.
+    Pairing,
+    /// The access policy refused the sender or the conversation.
+    Denied,
+    /// The message did not address the agent (a group message without a mention).
+    Ignored,
+}
+
+impl InboundOutcome {
+    /// Returns the outcome as stored.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InboundOutcome::Pairing => "pairing",
+            InboundOutcome::Denied => "denied",
+            InboundOutcome::Ignored => "ignored",
+        }
+    }
+}
+
+/// A pairing request from an unknown direct sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingRequest {
+    /// The message that asked, judged once ([`InboundOutcome::Pairing`]).
+    pub origin: ChannelOrigin,
+    /// A fresh code, used when a new pairing is created.
+    pub code: String,
+    /// The reply that carries the code, queued in the outbox with the pairing.
+    pub reply: NewDelivery,
+    /// When the code stops being accepted.
+    pub expires_at_ms: i64,
+    /// The most pairings a channel may have pending.
+    pub max_pending: u32,
+    /// The time.
+    pub now_ms: i64,
+}
+
+/// What a pairing request came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairingOutcome {
+    /// A new pairing was created and its reply queued.
+    Created,
+    /// The sender already has a pending pairing: nothing was sent.
+    Pending,
+    /// The channel has as many pending pairings as it may: nothing was created or sent.
+    Full,
+    /// The message was seen before: nothing changed.
+    Duplicate,
+}
+
+/// A pending pairing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingRecord {
+    /// The code the sender was given.
+    pub code: String,
+    /// The sender.
+    pub sender: String,
+    /// Where the sender asked from.
+    pub conversation: String,
+    /// When the code stops being accepted.
+    pub expires_at_ms: i64,
+}
+
+/// A message to queue in a channel's outbox with its own text (a pairing code, a notice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDelivery {
+    /// Its id, which the platform sees where it takes one (so a retry is never doubled).
+    pub delivery_id: String,
+    /// The text.
+    pub text: String,
+}
+
+/// A claimed outbox entry, to deliver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    /// Its id, the same on every attempt.
+    pub delivery_id: String,
+    /// The channel.
+    pub channel: String,
+    /// The turn whose reply it is; `None` for a message with its own text.
+    pub turn_id: Option<String>,
+    /// The platform id of the message it answers.
+    pub in_reply_to: Option<String>,
+    /// Where it goes.
+    pub conversation: String,
+    /// Whom it answers.
+    pub recipient: String,
+    /// Its own text (pairing replies and notices).
+    pub text: Option<String>,
+    /// The attempts made before this one.
+    pub attempts: u32,
+    /// When it was queued.
+    pub created_at_ms: i64,
+}
+
+/// How a delivery attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryEnd {
+    /// The platform took it.
+    Delivered,
+    /// It failed for now: try again at `next_attempt_at_ms`.
+    Retry {
+        /// When to try again.
+        next_attempt_at_ms: i64,
+        /// Why it failed (no secret, no content).
+        error: String,
+    },
+    /// It failed for good: it is never tried again.
+    Failed {
+        /// Why.
+        error: String,
+    },
+}
+
+/// What `GET /v1/channels` shows of a channel, read from the store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChannelFigures {
+    /// When its last message was received.
+    pub last_inbound_at_ms: Option<i64>,
+    /// When its last delivery was taken by the platform.
+    pub last_delivery_at_ms: Option<i64>,
+    /// Its deliveries not yet delivered or failed.
+    pub pending_deliveries: u64,
+    /// The error of its latest failed attempt, when that attempt is newer than its latest
+    /// delivery.
+    pub last_error: Option<String>,
 }

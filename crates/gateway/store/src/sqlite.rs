@@ -183,6 +183,7 @@ mod tests {
             attachments: Vec::new(),
             idempotency_key: None,
             queue_mode: QueueMode::Followup,
+            origin: None,
             now_ms: 1,
         }
     }
@@ -259,6 +260,7 @@ mod tests {
                     attachments: Vec::new(),
                     idempotency_key: None,
                     queue_mode: QueueMode::Followup,
+                    origin: None,
                     now_ms: 1,
                 })
                 .await;

@@ -79,6 +79,7 @@ async fn admit(store: &Arc<dyn Store>, session: &str, turn_id: &str) {
             attachments: Vec::new(),
             idempotency_key: None,
             queue_mode: QueueMode::Followup,
+            origin: None,
             now_ms: 1,
         })
         .await

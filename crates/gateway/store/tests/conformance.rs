@@ -168,6 +168,7 @@ fn message(
         attachments: Vec::new(),
         idempotency_key: key.map(str::to_owned),
         queue_mode: mode,
+        origin: None,
         now_ms: 1,
     }
 }

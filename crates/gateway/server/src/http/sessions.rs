@@ -148,6 +148,7 @@ pub(crate) async fn admit_message(
             attachments: body.attachments,
             idempotency_key: body.idempotency_key,
             queue_mode,
+            origin: None,
         })
         .await
         .map_err(|error| match error {

@@ -114,6 +114,8 @@ pub(crate) struct IncomingMessage {
     pub idempotency_key: Option<String>,
     /// How it is queued.
     pub queue_mode: QueueMode,
+    /// The channel message it is, when it came from a channel.
+    pub origin: Option<gatehouse_store::records::ChannelOrigin>,
 }
 
 struct RunningTurn {
@@ -243,6 +245,7 @@ impl TurnEngine {
                 attachments: message.attachments,
                 idempotency_key: message.idempotency_key,
                 queue_mode: message.queue_mode,
+                origin: message.origin,
                 now_ms: now_ms(),
             })
             .await?;

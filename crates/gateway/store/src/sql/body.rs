@@ -27,6 +27,9 @@ use super::Query;
 use super::SqlRow;
 use super::SqlStore;
 use super::Tx;
+use super::channels::insert_inbound;
+use super::channels::queue_turn_reply;
+use super::channels::record_channel_turn;
 use super::get;
 use super::get_json;
 use super::query;
@@ -399,6 +402,31 @@ impl<B: Backend> Store for SqlStore<B> {
         .bind(message.now_ms)
         .execute(&mut tx, "session")
         .await?;
+        if let Some(origin) = &message.origin
+            && !insert_inbound(&mut tx, origin, "admitted", message.now_ms).await?
+        {
+            // The channel delivered this message before: answer with the turn it joined, or
+            // refuse when it admitted nothing then.
+            let turn_id: Option<Option<String>> =
+                query("SELECT turn_id FROM channel_inbound WHERE channel = ? AND message_id = ?")
+                    .bind(&origin.channel)
+                    .text(&origin.message_id)
+                    .opt_scalar(&mut tx, "channel message")
+                    .await?;
+            let Some(turn_id) = turn_id.flatten() else {
+                return Err(StoreError::AlreadyExists {
+                    what: "channel message",
+                });
+            };
+            let row = query(format!("{TURN_COLUMNS} WHERE turn_id = ?"))
+                .bind(&turn_id)
+                .one(&mut tx, "turn")
+                .await?;
+            return Ok(Admitted {
+                turn: turn_from_row(&row)?,
+                created: false,
+            });
+        }
         if let Some(key) = &message.idempotency_key
             && let Some(turn) = self
                 .turn_by_idempotency_key(&mut tx, &message.session_key, key)
@@ -498,6 +526,9 @@ impl<B: Backend> Store for SqlStore<B> {
                 }
             }
         };
+        if let Some(origin) = &message.origin {
+            record_channel_turn(&mut tx, &turn.turn_id, origin).await?;
+        }
         insert_message(
             &mut tx,
             &message.session_key,
@@ -657,6 +688,7 @@ impl<B: Backend> Store for SqlStore<B> {
         };
         let (kind, payload) = end.event(turn_id);
         insert_event(&mut tx, &session_key, kind, &payload, end.now_ms).await?;
+        queue_turn_reply(&mut tx, turn_id, end.now_ms).await?;
         tx.commit("turn").await?;
         Ok(true)
     }
@@ -1672,7 +1704,11 @@ async fn worktree_head<B: Backend>(tx: &mut Tx<B>, session_key: &str) -> Result<
 /// Takes the transaction-level advisory lock of `key` (its 64-bit text hash) on PostgreSQL, so
 /// transactions that lock the same key (the charges of one owner, the releases of one blob) run
 /// one at a time on every replica. On SQLite the write transaction already runs alone.
-async fn lock_key<B: Backend>(tx: &mut Tx<B>, key: &str, what: &'static str) -> Result<()> {
+pub(super) async fn lock_key<B: Backend>(
+    tx: &mut Tx<B>,
+    key: &str,
+    what: &'static str,
+) -> Result<()> {
     if B::DIALECT == Dialect::Postgres {
         query("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))")
             .text(key)

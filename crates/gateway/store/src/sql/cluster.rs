@@ -14,6 +14,7 @@ use super::body::TURN_COLUMNS;
 use super::body::insert_event;
 use super::body::lock_session;
 use super::body::turn_from_row;
+use super::channels::queue_turn_reply;
 use super::get;
 use super::get_json;
 use super::query;
@@ -206,6 +207,7 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
                 now_ms,
             )
             .await?;
+            queue_turn_reply(&mut tx, &turn.turn_id, now_ms).await?;
             turn.status = TurnStatus::Interrupted;
             turn.ended_at_ms = Some(now_ms);
             interrupted.push(turn);

@@ -28,6 +28,7 @@ use crate::error::Result;
 use crate::error::StoreError;
 
 mod body;
+mod channels;
 mod cluster;
 
 /// What differs between the backends' SQL text.

@@ -1,0 +1,71 @@
+-- Channels: messages received from chat platforms and signed webhooks, and the replies
+-- delivered to them.
+--
+-- Every inbound message a channel judged, by the platform's own message id: a message seen
+-- again (redelivered, re-synced, or sent twice by the platform) finds its row and admits
+-- nothing. `outcome` is `admitted` (with the turn it joined), `pairing`, `denied` or
+-- `ignored`.
+CREATE TABLE channel_inbound (
+    channel TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    turn_id TEXT,
+    received_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (channel, message_id)
+);
+
+-- Where the reply of a channel-origin turn goes: the conversation and sender of the latest
+-- message the turn took.
+CREATE TABLE channel_turns (
+    turn_id TEXT PRIMARY KEY NOT NULL,
+    channel TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    conversation TEXT NOT NULL,
+    sender TEXT NOT NULL
+);
+
+-- Pending pairing requests: one per sender, at most a few per channel, each until it expires or
+-- an operator approves or denies it.
+CREATE TABLE channel_pairings (
+    channel TEXT NOT NULL,
+    code TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    conversation TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    expires_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (channel, code)
+);
+
+CREATE UNIQUE INDEX channel_pairings_by_sender ON channel_pairings (channel, sender);
+
+-- Senders an operator approved by pairing, beside the channel's configured allow list.
+CREATE TABLE channel_senders (
+    channel TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    approved_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (channel, sender)
+);
+
+-- The outbox: every reply to deliver, written in the transaction that ends its turn (or that
+-- creates a pairing). `text` is absent for a turn's reply, which is read from the turn when it
+-- is sent. A deliverer claims a row until `claimed_until_ms`; `state` is `pending`,
+-- `delivered` or `failed`.
+CREATE TABLE channel_outbox (
+    delivery_id TEXT PRIMARY KEY NOT NULL,
+    channel TEXT NOT NULL,
+    turn_id TEXT,
+    in_reply_to TEXT,
+    conversation TEXT NOT NULL,
+    recipient TEXT NOT NULL,
+    text TEXT,
+    state TEXT NOT NULL,
+    attempts BIGINT NOT NULL,
+    next_attempt_at_ms BIGINT NOT NULL,
+    claimed_by TEXT,
+    claimed_until_ms BIGINT,
+    last_error TEXT,
+    created_at_ms BIGINT NOT NULL,
+    ended_at_ms BIGINT
+);
+
+CREATE INDEX channel_outbox_due ON channel_outbox (channel, state, next_attempt_at_ms);

@@ -1,0 +1,122 @@
+//! [`ChannelStore`]: what the Gateway's channels keep, so that a message is judged once and a
+//! reply is delivered once, across restarts and replicas.
+//!
+//! - **Inbound.** Every message a channel receives is recorded by its platform id
+//!   (`channel_inbound`): an admitted one in the admission's own transaction
+//!   ([`crate::records::NewUserMessage::origin`]), any other with its outcome
+//!   ([`ChannelStore::record_channel_inbound`], [`ChannelStore::request_channel_pairing`]). A
+//!   message seen again finds its row and changes nothing.
+//! - **Outbox.** A channel-origin turn's end queues its reply in the transaction that ends the
+//!   turn ([`crate::Store::finish_turn`], and the takeover of an interrupted turn); a pairing
+//!   queues its reply with the pairing. A deliverer claims an entry for a while
+//!   ([`ChannelStore::claim_channel_delivery`]), so two replicas never send it at once, and
+//!   ends the attempt under its claim ([`ChannelStore::end_channel_delivery`]).
+//! - **Pairing.** Pending pairings and the senders operators approved.
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::records::ChannelFigures;
+use crate::records::ChannelOrigin;
+use crate::records::DeliveryEnd;
+use crate::records::InboundOutcome;
+use crate::records::NewDelivery;
+use crate::records::OutboxEntry;
+use crate::records::PairingOutcome;
+use crate::records::PairingRecord;
+use crate::records::PairingRequest;
+
+/// The channels' state in the store.
+#[async_trait]
+pub trait ChannelStore: Send + Sync + 'static {
+    /// Records that `origin`'s message was judged `outcome` and admitted nothing; returns
+    /// false, changing nothing, when the message was recorded before.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn record_channel_inbound(
+        &self,
+        origin: &ChannelOrigin,
+        outcome: InboundOutcome,
+        now_ms: i64,
+    ) -> Result<bool>;
+
+    /// Whether an operator approved `sender` on `channel` by pairing.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn channel_sender_approved(&self, channel: &str, sender: &str) -> Result<bool>;
+
+    /// Handles a message from a sender who needs pairing, in one transaction: records the
+    /// message ([`InboundOutcome::Pairing`]), drops the channel's expired pairings, and unless
+    /// the sender has one pending or the channel has `max_pending`, creates the pairing and
+    /// queues its reply.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn request_channel_pairing(&self, request: &PairingRequest) -> Result<PairingOutcome>;
+
+    /// Returns the channel's pairings that have not expired, oldest first.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn channel_pairings(&self, channel: &str, now_ms: i64) -> Result<Vec<PairingRecord>>;
+
+    /// Approves a pending, unexpired pairing: removes it, adds its sender to the channel's
+    /// approved senders and queues `notice` to the sender, in one transaction. Returns the
+    /// sender, or `None` when no such pairing is pending.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn approve_channel_pairing(
+        &self,
+        channel: &str,
+        code: &str,
+        notice: &NewDelivery,
+        now_ms: i64,
+    ) -> Result<Option<String>>;
+
+    /// Denies a pending pairing: removes it. Returns its sender, or `None` when no such
+    /// pairing is pending.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn deny_channel_pairing(
+        &self,
+        channel: &str,
+        code: &str,
+        now_ms: i64,
+    ) -> Result<Option<String>>;
+
+    /// Claims the oldest due entry of one of `channels` for `claimant` until `now_ms +
+    /// claim_ms`: a pending entry whose next attempt is due and which no live claim holds.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn claim_channel_delivery(
+        &self,
+        channels: &[String],
+        claimant: &str,
+        claim_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<OutboxEntry>>;
+
+    /// Ends an attempt on an entry `claimant` holds; returns false, changing nothing, when the
+    /// claim is no longer its own (it lapsed and another deliverer took the entry).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn end_channel_delivery(
+        &self,
+        delivery_id: &str,
+        claimant: &str,
+        end: &DeliveryEnd,
+        now_ms: i64,
+    ) -> Result<bool>;
+
+    /// Returns what `GET /v1/channels` shows of `channel`.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn channel_figures(&self, channel: &str) -> Result<ChannelFigures>;
+}
