@@ -31,6 +31,7 @@
 //! - [`memory`]: the `/v1/memory/...` routes;
 //! - [`skills`]: `GET /v1/skills`;
 //! - [`audit`]: `GET /v1/audit`;
+//! - [`channels`]: `GET /v1/channels`, the pairing routes, and the `webhook` kind's bodies;
 //! - [`keys`]: `POST`/`GET /v1/keys`, `DELETE /v1/keys/{name}`;
 //! - [`openai`]: `GET /v1/models`, `POST /v1/chat/completions` (the OpenAI-compatible routes);
 //! - [`schema`]: the JSON Schema of all of them;
@@ -39,6 +40,7 @@
 #![deny(missing_docs)]
 
 pub mod audit;
+pub mod channels;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod documents;

@@ -10,6 +10,7 @@ use serde_json::Map;
 use serde_json::Value;
 
 use crate::audit;
+use crate::channels;
 use crate::documents;
 use crate::error;
 use crate::events;
@@ -262,6 +263,41 @@ pub fn api_schema() -> Value {
             answer: reference::<skills::SkillsView>(&mut generator),
         },
         RouteTypes {
+            method: "GET",
+            path: "/v1/channels",
+            query: None,
+            body: None,
+            answer: reference::<channels::ChannelList>(&mut generator),
+        },
+        RouteTypes {
+            method: "GET",
+            path: "/v1/channels/{name}/pairings",
+            query: None,
+            body: None,
+            answer: reference::<channels::PairingList>(&mut generator),
+        },
+        RouteTypes {
+            method: "POST",
+            path: "/v1/channels/{name}/pairings/{code}/approve",
+            query: None,
+            body: None,
+            answer: reference::<channels::PairingApproved>(&mut generator),
+        },
+        RouteTypes {
+            method: "DELETE",
+            path: "/v1/channels/{name}/pairings/{code}",
+            query: None,
+            body: None,
+            answer: reference::<channels::PairingDenied>(&mut generator),
+        },
+        RouteTypes {
+            method: "POST",
+            path: "/channels/{name}/inbound",
+            query: None,
+            body: Some(reference::<channels::WebhookMessage>(&mut generator)),
+            answer: reference::<channels::WebhookAnswer>(&mut generator),
+        },
+        RouteTypes {
             method: "POST",
             path: "/v1/keys",
             query: None,
@@ -369,6 +405,8 @@ pub fn api_schema() -> Value {
         String::from("payloadTooLarge"),
         reference::<error::PayloadTooLargeDetails>(&mut generator),
     );
+    // What a `webhook` channel POSTs to its `reply-url`.
+    let webhook_reply = reference::<channels::WebhookDelivery>(&mut generator);
     let routes: Vec<Value> = routes
         .into_iter()
         .map(|route| {
@@ -404,6 +442,7 @@ pub fn api_schema() -> Value {
     document.insert(String::from("routes"), Value::Array(routes));
     document.insert(String::from("events"), Value::Object(extras));
     document.insert(String::from("errorDetails"), Value::Object(details));
+    document.insert(String::from("webhookReply"), webhook_reply);
     document.insert(
         String::from("$defs"),
         Value::Object(generator.take_definitions(true)),

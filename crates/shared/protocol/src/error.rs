@@ -559,6 +559,31 @@ catalogue! {
         UnknownError = "UNKNOWN_ERROR", 500;
     }
 
+    /// Codes of the Gateway's channels: chat platforms and signed webhooks.
+    Channel = "Channels" {
+        /// An inbound webhook's signature, secret header or timestamp did not verify (a missing
+        /// header, a wrong signature, or a timestamp more than 300 s from the Gateway's clock):
+        /// nothing was admitted.
+        ChannelSignatureInvalid = "CHANNEL_SIGNATURE_INVALID", 401;
+        /// No channel of that name is configured and enabled on this Gateway.
+        ChannelNotFound = "CHANNEL_NOT_FOUND", 404;
+        /// No pairing with that code is pending on the channel (it expired, or was approved or
+        /// denied already).
+        PairingNotFound = "PAIRING_NOT_FOUND", 404;
+        /// `[[channels]]` in the config file is invalid; the message names the key
+        /// (`channels[i].key`).
+        ChannelConfigInvalid = "CHANNEL_CONFIG_INVALID", 400;
+        /// A channel's credential (`*-env`, `*-file`) is not set or cannot be read.
+        ChannelCredentialMissing = "CHANNEL_CREDENTIAL_MISSING", 400;
+        /// `gatehouse up` was given an enabled channel: channel credentials need dedicated
+        /// execution, a Gateway (`gatehouse gateway`) with its node hosts on other machines or
+        /// users.
+        ChannelsNeedDedicated = "CHANNELS_NEED_DEDICATED", 400;
+        /// A reply could not be delivered to its channel within the retry bound; the transcript
+        /// keeps it and the audit trail has a `delivery.failed` row.
+        DeliveryFailed = "DELIVERY_FAILED", 502;
+    }
+
     /// Codes of the scratch volume and of deployment rendering.
     Deploy = "Scratch space and deployment" {
         /// The scratch directory does not exist.
