@@ -30,8 +30,10 @@
 //!    client, the memory index and the skills catalog.
 //! 5. `tools`, `documents`: the Gateway-provided tools and the four Agent documents.
 //! 6. `turns`: admission, queue modes, the runtime interface, dispatch, and the event hub.
-//! 7. `retention`, `worktree`, `staging`: what a turn keeps and takes: the checkpoint quota and
-//!    blob collection, the worktrees of sessions, and the staging of attachments.
+//! 7. `retention`, `worktree`, `staging`, `channels`: what a turn keeps and takes: the
+//!    checkpoint quota and blob collection, the worktrees of sessions, and the staging of
+//!    attachments; and the chat platforms' channels, whose messages are admitted as turns and
+//!    whose replies are delivered from the store's outbox.
 //! 8. `cluster`: replicas on one store: leases, node links in the store, dispatch to the replica
 //!    holding a session's node, the sweep, announcements and forwarding.
 //! 9. `node_runtime`: the runtime that runs a turn on the enrolled node, with its checkpoint and
@@ -42,6 +44,7 @@
 #![deny(missing_docs)]
 
 mod audit;
+mod channels;
 mod cluster;
 mod documents;
 #[expect(
@@ -207,6 +210,9 @@ pub struct GatewayConfig {
     pub shares: shares::ShareConfig,
     /// How long audit rows are kept and the window of the audit's per-key rate limit.
     pub audit: AuditConfig,
+    /// The channels of the config file (`[[channels]]`), validated and with their credentials
+    /// read ([`gatehouse_channels::setup::prepare`]).
+    pub channels: Vec<gatehouse_channels::setup::ChannelSetup>,
 }
 
 impl GatewayConfig {
@@ -240,6 +246,7 @@ impl GatewayConfig {
             ready_needs_own_node: false,
             shares: shares::ShareConfig::default(),
             audit: AuditConfig::default(),
+            channels: Vec::new(),
         }
     }
 
@@ -312,6 +319,8 @@ pub(crate) struct GatewayState {
     pub(crate) console_sessions: Arc<http::console::session::ConsoleSessions>,
     /// The open event streams and long polls, per key and in all.
     pub(crate) streams: Arc<shares::StreamGate>,
+    /// The configured channels.
+    pub(crate) channels: Arc<channels::Channels>,
 }
 
 impl GatewayState {
@@ -435,6 +444,9 @@ pub enum GatewayError {
     /// The replica's lease cannot be taken (`REPLICA_ID_IN_USE`, or the store failed).
     #[error("cannot take the replica's lease: {0}")]
     Lease(#[source] LeaseError),
+    /// A channel's HTTP client cannot be built.
+    #[error("cannot prepare the channels")]
+    Channels(#[source] reqwest::Error),
     /// The listen address cannot be bound.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -756,6 +768,8 @@ pub async fn start(
         shares::fd_budget(config.shares.max_streams),
         config.shares.key_max_streams,
     );
+    let channels =
+        Arc::new(channels::Channels::new(&config.channels).map_err(GatewayError::Channels)?);
     let state = Arc::new(GatewayState {
         config,
         local_addr,
@@ -781,8 +795,16 @@ pub async fn start(
         key_limits: http::limits::KeyLimiter::default(),
         console_sessions: Arc::new(http::console::session::ConsoleSessions::default()),
         streams,
+        channels,
     });
     let shutdown = CancellationToken::new();
+    tokio::spawn(channels::run_deliverer(
+        Arc::clone(&state.channels),
+        Arc::clone(&state.store),
+        state.audit.clone(),
+        state.replica.id().to_owned(),
+        shutdown.child_token(),
+    ));
     tokio::spawn(Arc::clone(&state.memory).run(shutdown.child_token()));
     tokio::spawn(flush_audit_summaries(
         state.audit.clone(),

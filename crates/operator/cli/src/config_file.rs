@@ -43,6 +43,71 @@ pub(crate) struct GatewayFile {
     pub(crate) max_streams: Option<u32>,
     pub(crate) key_concurrent_turns: Option<u32>,
     pub(crate) key_media_quota_bytes: Option<u64>,
+    /// `[[channels]]`: the chat platforms and signed webhooks the Gateway receives messages
+    /// from.
+    #[serde(default)]
+    pub(crate) channels: Vec<gatehouse_channels::config::ChannelSpec>,
+}
+
+impl GatewayFile {
+    /// Validates the file's channels and reads the credentials of the enabled ones.
+    ///
+    /// # Errors
+    /// A usage error that starts with the stable code (`CHANNEL_CONFIG_INVALID`,
+    /// `CHANNEL_CREDENTIAL_MISSING`) and names the key.
+    pub(crate) fn channels(
+        &self,
+    ) -> Result<Vec<gatehouse_channels::setup::ChannelSetup>, UsageError> {
+        use gatehouse_channels::setup::SetupError;
+        use gatehouse_protocol::error::ErrorCode;
+        gatehouse_channels::setup::prepare(&self.channels).map_err(|error| {
+            let code = match &error {
+                SetupError::Config(_) => ErrorCode::ChannelConfigInvalid,
+                SetupError::Credential { .. } => ErrorCode::ChannelCredentialMissing,
+            };
+            UsageError::new(format!("{}: {error}", code.as_str()))
+        })
+    }
+
+    /// Checks the file for `gatehouse up`: an enabled channel is refused with
+    /// `CHANNELS_NEED_DEDICATED` (channel credentials need a dedicated Gateway, apart from the
+    /// node host that runs model-directed work), and so is a key `up` takes only as a flag or
+    /// not at all.
+    ///
+    /// # Errors
+    /// A usage error naming the channel or the key.
+    pub(crate) fn check_for_up(&self) -> Result<(), UsageError> {
+        if let Some(channel) = self.channels.iter().find(|channel| channel.enabled) {
+            return Err(UsageError::new(format!(
+                "{}: the channel {:?} is enabled, and channel credentials need dedicated execution: \
+                 run `gatehouse gateway` with its node hosts apart (or set enabled = false)",
+                gatehouse_protocol::error::ErrorCode::ChannelsNeedDedicated.as_str(),
+                channel.name
+            )));
+        }
+        let flag_only = [
+            ("state", self.state.is_some()),
+            ("listen", self.listen.is_some()),
+            ("public-url", self.public_url.is_some()),
+            ("runtime", self.runtime.is_some()),
+            (
+                "codex-command-approval",
+                self.codex_command_approval.is_some(),
+            ),
+            ("codex-file-approval", self.codex_file_approval.is_some()),
+            ("move-sessions-after", self.move_sessions_after.is_some()),
+            ("replica-id", self.replica_id.is_some()),
+            ("advertise-url", self.advertise_url.is_some()),
+            ("lease-seconds", self.lease_seconds.is_some()),
+        ];
+        match flag_only.iter().find(|(_, set)| *set) {
+            Some((key, _)) => Err(UsageError::new(format!(
+                "the config file sets `{key}`, which `gatehouse up` does not take from a file: \
+                 use its flags"
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// `gatehouse node --config`.

@@ -124,6 +124,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     let quotas = args.quotas.or_file(&file);
     let shares = args.shares.or_file(&file);
     let store = args.store.or_file(&file);
+    let channels = file.channels()?;
     let Some(state) = args.state.or(file.state) else {
         return Err(UsageError::new("pass --state DIR (or `state` in the config file)").into());
     };
@@ -132,6 +133,7 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     // Everything the Gateway writes is private to it.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let mut config = GatewayConfig::with_defaults(state, listen);
+    config.channels = channels;
     config.public_url = args.public_url.or(file.public_url);
     if let Some(max) = file.max_concurrent_turns {
         config.max_concurrent_turns = max;

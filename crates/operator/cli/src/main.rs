@@ -2,6 +2,7 @@
 //! error into an exit code (0 success, 1 runtime failure, 2 usage or configuration error).
 
 mod bench;
+mod channels_cmd;
 mod chat_cmd;
 mod codex_setup;
 mod config_file;
@@ -72,6 +73,8 @@ enum Command {
     SetupCode(setup_code_cmd::SetupCodeArgs),
     /// Create, list or revoke the Gateway's scoped API keys.
     Keys(keys_cmd::KeysArgs),
+    /// List the Gateway's channels, and approve or deny their pairing requests.
+    Channels(channels_cmd::ChannelsArgs),
     /// Create a session with its workspace source, or export a worktree session's history.
     Session(session_cmd::SessionArgs),
     /// Serve the deterministic mock model over HTTP.
@@ -119,6 +122,7 @@ fn main() -> ExitCode {
         Command::Node(args) => node_cmd::run(args),
         Command::SetupCode(args) => setup_code_cmd::run(args),
         Command::Keys(args) => keys_cmd::run(args),
+        Command::Channels(args) => channels_cmd::run(args),
         Command::Session(args) => session_cmd::run(args),
         Command::MockModel(args) => mock_model_cmd::run(args),
         Command::Doctor(args) => doctor_cmd::run(args),
@@ -154,6 +158,7 @@ impl Command {
             Command::Node(_) => "node",
             Command::SetupCode(_) => "setup-code",
             Command::Keys(_) => "keys",
+            Command::Channels(_) => "channels",
             Command::Session(_) => "session",
             Command::MockModel(_) => "mock-model",
             Command::Worker(_) => "worker",

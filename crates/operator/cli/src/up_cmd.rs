@@ -21,6 +21,10 @@ use crate::exit::UsageError;
 /// Arguments of `gatehouse up`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct UpArgs {
+    /// A config file in `gatehouse gateway`'s format, for the settings `up` has no flag for
+    /// and the flags' defaults; an enabled channel is refused (`CHANNELS_NEED_DEDICATED`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// The data directory: Gateway state in `DIR/gateway`, the Harness root in `DIR/harness`
     /// (default `$XDG_DATA_HOME/gatehouse`).
     #[arg(long, value_name = "DIR")]
@@ -100,6 +104,8 @@ const DEFAULT_DOCUMENTS: [(&str, &str); 4] = [
 
 /// Runs `gatehouse up` until SIGINT or SIGTERM.
 pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
+    let file: crate::config_file::GatewayFile = crate::config_file::load(args.config.as_deref())?;
+    file.check_for_up()?;
     let (model, model_line) = model_and_line(&args.model, &args.model_key_env)?;
     let data = match args.data {
         Some(data) => data,
@@ -150,12 +156,20 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     config.operator_token_override = std::env::var(OPERATOR_TOKEN_ENV).ok();
     // Ready once this process's own node links, not on a link a replaced `up` left behind.
     config.ready_needs_own_node = true;
-    args.quotas.apply(&mut config);
-    args.shares.apply(&mut config)?;
-    args.store.apply(&mut config)?;
+    if let Some(max) = file.max_concurrent_turns {
+        config.max_concurrent_turns = max;
+    }
+    if let Some(max) = file.media_max_bytes {
+        config.media_max_bytes = max;
+    }
+    args.quotas.or_file(&file).apply(&mut config);
+    args.shares.or_file(&file).apply(&mut config)?;
+    args.store.or_file(&file).apply(&mut config)?;
+    // Disabled channels only (checked above): listed as stopped.
+    config.channels = file.channels()?;
     let runtime = args.runtime;
     let source_allow = crate::worker_args::source_allow_list(&args.source_allow_hosts)?;
-    let memory_embedder = args.memory_skills.apply(&mut config)?;
+    let memory_embedder = args.memory_skills.or_file(&file).apply(&mut config)?;
     crate::signals::runtime()?.block_on(async move {
         let send_key = !matches!(model, ModelSpec::Mock);
         let (mut extensions, codex_model) = match runtime {

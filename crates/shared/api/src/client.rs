@@ -255,6 +255,52 @@ impl Client {
         self.answer(self.authorized(self.http.delete(url))).await
     }
 
+    /// `GET /v1/channels`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn channels(&self) -> Result<crate::channels::ChannelList, ClientError> {
+        self.answer(self.get("/v1/channels")).await
+    }
+
+    /// `GET /v1/channels/{name}/pairings`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn channel_pairings(
+        &self,
+        channel: &str,
+    ) -> Result<crate::channels::PairingList, ClientError> {
+        self.answer(self.get(&format!("/v1/channels/{channel}/pairings")))
+            .await
+    }
+
+    /// `POST /v1/channels/{name}/pairings/{code}/approve`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn approve_pairing(
+        &self,
+        channel: &str,
+        code: &str,
+    ) -> Result<crate::channels::PairingApproved, ClientError> {
+        self.answer(self.post(&format!("/v1/channels/{channel}/pairings/{code}/approve")))
+            .await
+    }
+
+    /// `DELETE /v1/channels/{name}/pairings/{code}`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn deny_pairing(
+        &self,
+        channel: &str,
+        code: &str,
+    ) -> Result<crate::channels::PairingDenied, ClientError> {
+        let url = format!("{}/v1/channels/{channel}/pairings/{code}", self.base_url);
+        self.answer(self.authorized(self.http.delete(url))).await
+    }
+
     /// `PUT /v1/sessions/{key}`: sets the session's workspace source.
     ///
     /// # Errors

@@ -200,6 +200,25 @@ pub(crate) const ROUTE_SCOPES: &[RouteScope] = &[
     route("POST", "/v1/keys", ADMIN, SessionOf::Nothing),
     route("GET", "/v1/keys", ADMIN, SessionOf::Nothing),
     route("DELETE", "/v1/keys/{name}", ADMIN, SessionOf::Nothing),
+    route("GET", "/v1/channels", READ, SessionOf::Nothing),
+    route(
+        "GET",
+        "/v1/channels/{name}/pairings",
+        ADMIN,
+        SessionOf::Nothing,
+    ),
+    route(
+        "POST",
+        "/v1/channels/{name}/pairings/{code}/approve",
+        ADMIN,
+        SessionOf::Nothing,
+    ),
+    route(
+        "DELETE",
+        "/v1/channels/{name}/pairings/{code}",
+        ADMIN,
+        SessionOf::Nothing,
+    ),
     route("GET", "/v1/models", CHAT_READ, SessionOf::Nothing),
     route("POST", "/v1/chat/completions", CHAT, SessionOf::Handler),
 ];

@@ -7,6 +7,8 @@
 //! - `nodes`: `/v1/nodes`, `/v1/nodes/setup-codes`, `/v1/replicas`;
 //! - `audit`: `/v1/audit`;
 //! - `auth`: the bearer token as a principal, and the one table of the scopes of each route;
+//! - `channels`: `/channels/{name}/inbound` (signed by the platform, no bearer token),
+//!   `/v1/channels` and its pairing routes;
 //! - `keys`: `/v1/keys`;
 //! - `limits`: the rate limits of API keys;
 //! - `openai`: `/v1/models`, `/v1/chat/completions`, with errors in OpenAI's shape;
@@ -26,6 +28,7 @@
 
 mod audit;
 pub(crate) mod auth;
+mod channels;
 pub(crate) mod console;
 mod documents;
 pub mod error;
@@ -132,6 +135,16 @@ pub fn app(state: Arc<GatewayState>) -> Router {
                 .route_layer(axum::middleware::from_fn(require_json_content_type)),
         )
         .route("/keys/{name}", axum::routing::delete(keys::revoke_key))
+        .route("/channels", get(channels::list_channels))
+        .route("/channels/{name}/pairings", get(channels::list_pairings))
+        .route(
+            "/channels/{name}/pairings/{code}/approve",
+            post(channels::approve_pairing),
+        )
+        .route(
+            "/channels/{name}/pairings/{code}",
+            axum::routing::delete(channels::deny_pairing),
+        )
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             auth::authenticate,
@@ -160,6 +173,12 @@ pub fn app(state: Arc<GatewayState>) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics))
         .route("/node", get(node_socket::node_socket))
+        .route(
+            "/channels/{name}/inbound",
+            post(channels::inbound).layer(axum::extract::DefaultBodyLimit::max(
+                channels::MAX_INBOUND_BODY_BYTES,
+            )),
+        )
         .nest("/v1", v1)
         .nest(
             crate::cluster::peers::INTERNAL_PREFIX,

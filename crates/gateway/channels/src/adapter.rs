@@ -1,0 +1,52 @@
+//! The one small trait every channel kind implements to send what the outbox holds.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+/// One message to send: an outbox entry with its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The outbox entry's id, the same on every attempt: the platform's idempotency key where
+    /// it takes one.
+    pub delivery_id: String,
+    /// The platform id of the message it answers.
+    pub in_reply_to: Option<String>,
+    /// Where it goes.
+    pub conversation: String,
+    /// Whom it answers.
+    pub recipient: String,
+    /// The text, in Markdown.
+    pub text: String,
+}
+
+/// Why a send failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// It may work later (a timeout, a refused connection, `429`, `5xx`, or any answer the
+    /// platform documents as worth retrying); `retry_after` is the platform's own hint.
+    #[error("{message}")]
+    Transient {
+        /// What happened; no content, no credential.
+        message: String,
+        /// The platform's `Retry-After`, when it sent one.
+        retry_after: Option<Duration>,
+    },
+    /// It will never work (the platform refused the message itself).
+    #[error("{message}")]
+    Permanent {
+        /// What happened; no content, no credential.
+        message: String,
+    },
+}
+
+/// A channel kind's way out to its platform.
+#[async_trait]
+pub trait Adapter: Send + Sync + 'static {
+    /// Sends `message`; a send repeated with the same delivery id must not show twice where the
+    /// platform allows it to be prevented.
+    ///
+    /// # Errors
+    /// [`SendError`].
+    async fn send(&self, message: &Outgoing) -> Result<(), SendError>;
+}

@@ -1,0 +1,441 @@
+//! `[[channels]]` of the Gateway's config file: what each table may say, and its validation.
+//!
+//! A table is read as a [`ChannelSpec`] (unknown keys are refused by name), then
+//! [`validate`] checks what serde cannot: names, the keys each kind needs and the ones it does
+//! not take, credential references, URLs. Every error names its key as `channels[i].key`.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use gatehouse_api::channels::ChannelKind;
+use gatehouse_api::sessions::QueueMode;
+use serde::Deserialize;
+
+use crate::secret::CredentialRef;
+
+/// One `[[channels]]` table, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ChannelSpec {
+    /// Its name: 1 to 64 of `a-z`, `0-9`, `-`, unique in the file.
+    pub name: String,
+    /// Its kind.
+    pub kind: ChannelKind,
+    /// Whether it runs (default true); a disabled channel is validated and listed as
+    /// `stopped`.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The agent its sessions belong to (default `main`).
+    #[serde(default = "main_agent")]
+    pub agent: String,
+    /// Who may write to it directly.
+    #[serde(default)]
+    pub dm_policy: DmPolicy,
+    /// Senders allowed without pairing.
+    #[serde(default)]
+    pub allow_from: Vec<String>,
+    /// Which groups it answers in.
+    #[serde(default)]
+    pub group_policy: GroupPolicy,
+    /// Groups allowed under [`GroupPolicy::Allowlist`].
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// When not empty, the only group members who may address it.
+    #[serde(default)]
+    pub group_allow_from: Vec<String>,
+    /// Whether a group message must mention it (default true).
+    #[serde(default = "yes")]
+    pub require_mention: bool,
+    /// How direct messages map to sessions.
+    #[serde(default)]
+    pub dm_scope: DmScope,
+    /// How replies are sent.
+    #[serde(default)]
+    pub streaming: Streaming,
+    /// Tools its sessions may not use.
+    #[serde(default)]
+    pub deny_tools: Vec<String>,
+    /// How its messages are queued behind a running turn (default `followup`).
+    #[serde(default)]
+    pub queue_mode: Option<QueueMode>,
+    /// Matrix: the homeserver's base URL.
+    pub homeserver: Option<String>,
+    /// Matrix: the bot's user id.
+    pub user_id: Option<String>,
+    /// Matrix: the environment variable holding the access token.
+    pub access_token_env: Option<String>,
+    /// Matrix: the file holding the access token.
+    pub access_token_file: Option<PathBuf>,
+    /// Webhook: the environment variable holding the signing secret.
+    pub secret_env: Option<String>,
+    /// Webhook: the file holding the signing secret.
+    pub secret_file: Option<PathBuf>,
+    /// Webhook: where replies are POSTed.
+    pub reply_url: Option<String>,
+    /// Slack, Telegram: the environment variable holding the bot token.
+    pub bot_token_env: Option<String>,
+    /// Slack, Telegram: the file holding the bot token.
+    pub bot_token_file: Option<PathBuf>,
+    /// Slack (Socket Mode): the environment variable holding the app-level token.
+    pub app_token_env: Option<String>,
+    /// Slack (Events API): the environment variable holding the signing secret.
+    pub signing_secret_env: Option<String>,
+    /// Slack, Telegram: the API's base URL.
+    pub api_base: Option<String>,
+    /// Telegram: `poll` or `webhook`.
+    pub mode: Option<String>,
+    /// Telegram (webhook mode): the environment variable holding the secret token.
+    pub webhook_secret_env: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn main_agent() -> String {
+    String::from("main")
+}
+
+/// Who may send a channel direct messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DmPolicy {
+    /// Senders in `allow-from` or approved by pairing; others are sent a pairing code.
+    #[default]
+    Pairing,
+    /// Senders in `allow-from` or approved before; others are refused without a reply.
+    Allowlist,
+    /// Anyone.
+    Open,
+    /// Nobody.
+    Disabled,
+}
+
+/// Which groups a channel answers in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupPolicy {
+    /// The groups in `groups`.
+    #[default]
+    Allowlist,
+    /// Any group it is in.
+    Open,
+    /// None.
+    Disabled,
+}
+
+/// How a channel's direct messages map to sessions (OpenClaw's `dmScope`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DmScope {
+    /// Every direct sender shares the agent's main session.
+    Main,
+    /// One session per sender, across channels.
+    PerPeer,
+    /// One session per sender on each channel.
+    #[default]
+    PerChannelPeer,
+    /// One session per sender on each channel and account.
+    PerAccountChannelPeer,
+}
+
+/// How a channel sends a reply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Streaming {
+    /// Once, when the turn ends.
+    #[default]
+    Off,
+    /// One message edited as the reply grows.
+    Edits,
+}
+
+/// A key of `[[channels]]` that is wrong, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("channels[{index}].{key}: {message}")]
+pub struct ConfigError {
+    /// The table's index in the file.
+    pub index: usize,
+    /// The key.
+    pub key: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// A validated webhook channel's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookSettings {
+    /// Where its signing secret is.
+    pub secret: CredentialRef,
+    /// Where replies go.
+    pub reply_url: url::Url,
+}
+
+/// Checks every table of `specs`; returns the webhook settings of each, in order (`None` for
+/// a disabled channel of a kind this build does not run).
+///
+/// # Errors
+/// The first wrong key, named `channels[i].key`.
+pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<WebhookSettings>>, ConfigError> {
+    let mut names = HashSet::new();
+    specs
+        .iter()
+        .enumerate()
+        .map(|(index, spec)| {
+            let error = |key: &'static str, message: String| ConfigError {
+                index,
+                key,
+                message,
+            };
+            if !valid_name(&spec.name) {
+                return Err(error(
+                    "name",
+                    format!(
+                        "{:?} is not 1 to 64 of a-z, 0-9 and '-', starting with a letter or digit",
+                        spec.name
+                    ),
+                ));
+            }
+            if !names.insert(spec.name.as_str()) {
+                return Err(error(
+                    "name",
+                    format!("{:?} names another channel too", spec.name),
+                ));
+            }
+            if !valid_agent(&spec.agent) {
+                return Err(error(
+                    "agent",
+                    format!("{:?} is not an agent name", spec.agent),
+                ));
+            }
+            if spec.queue_mode == Some(QueueMode::Steer) {
+                return Err(error(
+                    "queue-mode",
+                    String::from(
+                        "steer is not available for channels (a steered message joins no turn of its own); use followup, collect or interrupt",
+                    ),
+                ));
+            }
+            if !spec.deny_tools.is_empty() {
+                return Err(error(
+                    "deny-tools",
+                    String::from("narrowing the tool policy per channel is not supported by this build yet; leave it empty and narrow the node's deny-tools"),
+                ));
+            }
+            if spec.streaming == Streaming::Edits && spec.kind == ChannelKind::Webhook {
+                return Err(error(
+                    "streaming",
+                    String::from("a webhook channel sends each reply once; only \"off\" is valid"),
+                ));
+            }
+            for (key, ids) in [
+                ("allow-from", &spec.allow_from),
+                ("groups", &spec.groups),
+                ("group-allow-from", &spec.group_allow_from),
+            ] {
+                if let Some(id) = ids.iter().find(|id| id.is_empty() || id.len() > 255) {
+                    return Err(error(key, format!("{id:?} is not a platform id (1 to 255 bytes)")));
+                }
+            }
+            let settings = match spec.kind {
+                ChannelKind::Webhook => webhook_settings(spec).map_err(|(key, message)| error(key, message))?,
+                other if spec.enabled => {
+                    return Err(error(
+                        "kind",
+                        format!(
+                            "{} channels are not supported by this build yet; the webhook kind is (or set enabled = false)",
+                            other.as_str()
+                        ),
+                    ));
+                }
+                _ => None,
+            };
+            Ok(settings)
+        })
+        .collect()
+}
+
+/// Checks a webhook table: its secret, its reply URL, and no key of another kind.
+fn webhook_settings(spec: &ChannelSpec) -> Result<Option<WebhookSettings>, (&'static str, String)> {
+    let foreign = [
+        ("homeserver", spec.homeserver.is_some()),
+        ("user-id", spec.user_id.is_some()),
+        ("access-token-env", spec.access_token_env.is_some()),
+        ("access-token-file", spec.access_token_file.is_some()),
+        ("bot-token-env", spec.bot_token_env.is_some()),
+        ("bot-token-file", spec.bot_token_file.is_some()),
+        ("app-token-env", spec.app_token_env.is_some()),
+        ("signing-secret-env", spec.signing_secret_env.is_some()),
+        ("api-base", spec.api_base.is_some()),
+        ("mode", spec.mode.is_some()),
+        ("webhook-secret-env", spec.webhook_secret_env.is_some()),
+    ];
+    if let Some((key, _)) = foreign.iter().find(|(_, set)| *set) {
+        return Err((key, String::from("is not a key of a webhook channel")));
+    }
+    let secret = CredentialRef::from_keys(spec.secret_env.as_deref(), spec.secret_file.as_deref())
+        .map_err(|message| ("secret-env", message))?;
+    let Some(reply_url) = &spec.reply_url else {
+        return Err((
+            "reply-url",
+            String::from("is required for a webhook channel"),
+        ));
+    };
+    let reply_url = url::Url::parse(reply_url)
+        .map_err(|error| ("reply-url", format!("is not a URL: {error}")))?;
+    if !matches!(reply_url.scheme(), "http" | "https") || reply_url.host().is_none() {
+        return Err((
+            "reply-url",
+            String::from("must be an http or https URL with a host"),
+        ));
+    }
+    if !reply_url.username().is_empty() || reply_url.password().is_some() {
+        return Err((
+            "reply-url",
+            String::from("must not carry credentials; the reply is signed with the secret"),
+        ));
+    }
+    Ok(Some(WebhookSettings { secret, reply_url }))
+}
+
+/// Whether `name` is a channel name: 1 to 64 of `a-z`, `0-9`, `-`, starting with a letter or
+/// digit.
+#[must_use]
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|first| first.is_ascii_lowercase() || first.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Whether `agent` may stand in a session key: 1 to 64 letters, digits, `.`, `_` or `-`.
+fn valid_agent(agent: &str) -> bool {
+    (1..=64).contains(&agent.len())
+        && agent
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "a test fails loudly")]
+
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct File {
+        channels: Vec<ChannelSpec>,
+    }
+
+    fn parse(text: &str) -> Vec<ChannelSpec> {
+        toml::from_str::<File>(text).unwrap().channels
+    }
+
+    const WEBHOOK: &str = "[[channels]]\nname = \"hooks\"\nkind = \"webhook\"\nsecret-env = \"HOOK_SECRET\"\nreply-url = \"http://127.0.0.1:9/replies\"\n";
+
+    #[test]
+    fn a_webhook_table_takes_the_documented_defaults() {
+        let specs = parse(WEBHOOK);
+        let spec = &specs[0];
+        assert!(spec.enabled && spec.require_mention);
+        assert_eq!(spec.agent, "main");
+        assert_eq!(spec.dm_policy, DmPolicy::Pairing);
+        assert_eq!(spec.group_policy, GroupPolicy::Allowlist);
+        assert_eq!(spec.dm_scope, DmScope::PerChannelPeer);
+        let settings = validate(&specs).unwrap();
+        let webhook = settings[0].as_ref().unwrap();
+        assert_eq!(webhook.secret, CredentialRef::Env("HOOK_SECRET".into()));
+        assert_eq!(webhook.reply_url.as_str(), "http://127.0.0.1:9/replies");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let error = toml::from_str::<File>(&format!("{WEBHOOK}secret = \"inline\"\n"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("unknown field `secret`"), "{error}");
+    }
+
+    #[test]
+    fn every_error_names_its_key() {
+        let cases = [
+            ("name = \"hooks\"", "name = \"Hooks\"", "channels[0].name"),
+            (
+                "secret-env = \"HOOK_SECRET\"\n",
+                "",
+                "channels[0].secret-env",
+            ),
+            (
+                "secret-env = \"HOOK_SECRET\"\n",
+                "secret-env = \"A\"\nsecret-file = \"/x\"\n",
+                "channels[0].secret-env",
+            ),
+            (
+                "reply-url = \"http://127.0.0.1:9/replies\"\n",
+                "",
+                "channels[0].reply-url",
+            ),
+            (
+                "reply-url = \"http://127.0.0.1:9/replies\"",
+                "reply-url = \"file:///etc/passwd\"",
+                "channels[0].reply-url",
+            ),
+            (
+                "reply-url = \"http://127.0.0.1:9/replies\"",
+                "reply-url = \"http://u:p@127.0.0.1:9/\"",
+                "channels[0].reply-url",
+            ),
+            (
+                "kind = \"webhook\"",
+                "kind = \"matrix\"",
+                "channels[0].kind",
+            ),
+            (
+                "kind = \"webhook\"\n",
+                "kind = \"webhook\"\nhomeserver = \"http://x\"\n",
+                "channels[0].homeserver",
+            ),
+            (
+                "kind = \"webhook\"\n",
+                "kind = \"webhook\"\nqueue-mode = \"steer\"\n",
+                "channels[0].queue-mode",
+            ),
+            (
+                "kind = \"webhook\"\n",
+                "kind = \"webhook\"\nstreaming = \"edits\"\n",
+                "channels[0].streaming",
+            ),
+            (
+                "kind = \"webhook\"\n",
+                "kind = \"webhook\"\ndeny-tools = [\"exec\"]\n",
+                "channels[0].deny-tools",
+            ),
+            (
+                "kind = \"webhook\"\n",
+                "kind = \"webhook\"\nallow-from = [\"\"]\n",
+                "channels[0].allow-from",
+            ),
+        ];
+        for (from, to, key) in cases {
+            let text = WEBHOOK.replace(from, to);
+            let error = validate(&parse(&text)).unwrap_err().to_string();
+            assert!(error.starts_with(key), "{text}\n→ {error}");
+        }
+        let twice = format!("{WEBHOOK}{WEBHOOK}");
+        assert_eq!(
+            validate(&parse(&twice)).unwrap_err().to_string(),
+            "channels[1].name: \"hooks\" names another channel too"
+        );
+    }
+
+    #[test]
+    fn a_disabled_channel_of_a_kind_not_built_is_kept_but_not_run() {
+        let text = "[[channels]]\nname = \"team\"\nkind = \"matrix\"\nenabled = false\n";
+        assert_eq!(validate(&parse(text)).unwrap(), vec![None]);
+    }
+}

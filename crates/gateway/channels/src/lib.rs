@@ -1,0 +1,32 @@
+//! The Gateway's channel core: what it needs to receive messages from chat platforms and
+//! signed webhooks and to deliver the replies, without the platforms' details leaking into the
+//! Gateway.
+//!
+//! - [`config`]: `[[channels]]` of the config file and its validation (errors name
+//!   `channels[i].key`);
+//! - [`secret`]: credentials by reference (`*-env`, `*-file`), held in a [`secret::Secret`]
+//!   that never prints;
+//! - [`session_key`]: OpenClaw's session-key shapes per `dm-scope`, with platform ids encoded
+//!   stably and reversibly;
+//! - [`access`]: the access decision of one message (`dm-policy`, `allow-from`,
+//!   `group-policy`, `groups`, `require-mention`);
+//! - [`pairing`]: pairing codes and their texts;
+//! - [`adapter`]: the one trait a kind implements to send ([`adapter::Adapter`]);
+//! - [`retry`]: the delivery retry schedule and its bound;
+//! - [`setup`]: validation and credentials together, giving what the Gateway runs;
+//! - [`webhook`]: the `webhook` kind's signatures and its adapter.
+//!
+//! The Gateway (`gatehouse-gateway`) owns what needs its state: the inbound route, admission
+//! through the same path as API messages, the store's records, and the deliverer.
+
+#![deny(missing_docs)]
+
+pub mod access;
+pub mod adapter;
+pub mod config;
+pub mod pairing;
+pub mod retry;
+pub mod secret;
+pub mod session_key;
+pub mod setup;
+pub mod webhook;

@@ -1,0 +1,521 @@
+//! The Gateway's channels: the chat platforms and signed webhooks it receives messages from
+//! and delivers replies to ([`gatehouse_channels`] holds the platform-neutral core).
+//!
+//! - **Receiving.** A message is judged once ([`gatehouse_channels::access::judge`]): an
+//!   admitted one goes through the same admission as `POST /v1/sessions/{key}/messages`, with
+//!   the platform's message id recorded in the admission's transaction, so a redelivered message
+//!   admits nothing, across restarts and replicas; a sender who must pair is sent one code; a
+//!   refused or ignored one is recorded and reaches no session and no model.
+//! - **Delivering.** A channel-origin turn's reply is queued in the store's outbox by the
+//!   transaction that ends the turn. [`run_deliverer`] claims due entries of the enabled
+//!   channels under this replica's id, sends them through the channel's adapter, and ends each
+//!   attempt under its claim: delivered, retried with jittered backoff honouring `Retry-After`
+//!   ([`gatehouse_channels::retry`]), or given up after
+//!   [`gatehouse_channels::retry::MAX_ATTEMPTS`] with an audited `delivery.failed` (the
+//!   transcript keeps the reply).
+//!
+//! Credentials stay in this process: they are read at start from the environment or a file,
+//! used by the adapters and the signature checks, and never stored, logged, audited or sent to
+//! a node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatehouse_api::channels::NotAcceptedReason;
+use gatehouse_api::sessions::QueueMode;
+use gatehouse_channels::access::Arrival;
+use gatehouse_channels::access::Verdict;
+use gatehouse_channels::adapter::Adapter;
+use gatehouse_channels::adapter::Outgoing;
+use gatehouse_channels::adapter::SendError;
+use gatehouse_channels::config::ChannelSpec;
+use gatehouse_channels::pairing;
+use gatehouse_channels::retry;
+use gatehouse_channels::secret::Secret;
+use gatehouse_channels::session_key::KeyParts;
+use gatehouse_channels::session_key::Place;
+use gatehouse_channels::setup::ChannelSetup;
+use gatehouse_channels::setup::KindSetup;
+use gatehouse_protocol::time::now_ms;
+use gatehouse_store::Store;
+use gatehouse_store::StoreError;
+use gatehouse_store::records::ChannelOrigin;
+use gatehouse_store::records::DeliveryEnd;
+use gatehouse_store::records::InboundOutcome;
+use gatehouse_store::records::NewDelivery;
+use gatehouse_store::records::OutboxEntry;
+use gatehouse_store::records::PairingOutcome;
+use gatehouse_store::records::PairingRequest;
+use gatehouse_store::records::TurnStatus;
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::Audit;
+use crate::audit::AuditRow;
+use crate::turns::IncomingMessage;
+use crate::turns::TurnEngine;
+
+/// How often the deliverer looks for due entries when it found none.
+pub(crate) const DELIVERY_POLL: Duration = Duration::from_millis(250);
+
+/// How long a claimed delivery is this replica's before another may take it: longer than
+/// any send's timeout, so a live replica never loses a claim it is using.
+pub(crate) const DELIVERY_CLAIM: Duration = Duration::from_secs(60);
+
+/// A configured channel as this Gateway runs it.
+pub(crate) struct Channel {
+    /// What the config file says.
+    pub(crate) spec: ChannelSpec,
+    /// The secret inbound requests are verified with (webhook kind).
+    webhook_secret: Option<Secret>,
+    /// The way out to the platform; `None` when the channel is disabled.
+    adapter: Option<Arc<dyn Adapter>>,
+}
+
+impl Channel {
+    /// Whether the channel runs on this Gateway.
+    pub(crate) fn enabled(&self) -> bool {
+        self.adapter.is_some()
+    }
+
+    /// The secret of its signed inbound requests, when it takes them.
+    pub(crate) fn webhook_secret(&self) -> Option<&Secret> {
+        self.webhook_secret.as_ref()
+    }
+}
+
+/// Every configured channel, in the config file's order.
+#[derive(Default)]
+pub(crate) struct Channels {
+    list: Vec<Channel>,
+}
+
+impl Channels {
+    /// Builds the channels of `setups` (validated, credentials read).
+    ///
+    /// # Errors
+    /// An adapter's HTTP client cannot be built.
+    pub(crate) fn new(setups: &[ChannelSetup]) -> Result<Self, reqwest::Error> {
+        let list = setups
+            .iter()
+            .map(|setup| {
+                let (webhook_secret, adapter): (Option<Secret>, Option<Arc<dyn Adapter>>) =
+                    match &setup.kind {
+                        Some(KindSetup::Webhook { reply_url, secret }) => (
+                            Some(secret.clone()),
+                            Some(Arc::new(gatehouse_channels::webhook::WebhookAdapter::new(
+                                reply_url.clone(),
+                                secret.clone(),
+                            )?)),
+                        ),
+                        None => (None, None),
+                    };
+                Ok(Channel {
+                    spec: setup.spec.clone(),
+                    webhook_secret,
+                    adapter,
+                })
+            })
+            .collect::<Result<_, reqwest::Error>>()?;
+        Ok(Self { list })
+    }
+
+    /// Returns every configured channel.
+    pub(crate) fn all(&self) -> &[Channel] {
+        &self.list
+    }
+
+    /// Returns the channel called `name`, enabled or not.
+    pub(crate) fn get(&self, name: &str) -> Option<&Channel> {
+        self.list.iter().find(|channel| channel.spec.name == name)
+    }
+
+    /// Returns the enabled channel called `name`.
+    pub(crate) fn enabled(&self, name: &str) -> Option<&Channel> {
+        self.get(name).filter(|channel| channel.enabled())
+    }
+
+    fn enabled_names(&self) -> Vec<String> {
+        self.list
+            .iter()
+            .filter(|channel| channel.enabled())
+            .map(|channel| channel.spec.name.clone())
+            .collect()
+    }
+}
+
+/// A message a channel received, in platform-neutral terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inbound {
+    /// The platform's id of the message.
+    pub(crate) message_id: String,
+    /// The sender's platform id.
+    pub(crate) sender: String,
+    /// The group it was written in; `None` for a direct message.
+    pub(crate) group: Option<String>,
+    /// The thread, when the platform has one.
+    pub(crate) thread: Option<String>,
+    /// Whether it addresses the bot.
+    pub(crate) mentioned: bool,
+    /// The text.
+    pub(crate) text: String,
+}
+
+/// What became of an inbound message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Received {
+    /// It joined a turn of a session.
+    Admitted {
+        /// The session.
+        session_key: String,
+        /// The turn.
+        turn_id: String,
+    },
+    /// It reached no session.
+    NotAccepted(NotAcceptedReason),
+}
+
+/// What receiving needs of the Gateway.
+pub(crate) struct ReceiveParts<'a> {
+    /// The store.
+    pub(crate) store: &'a Arc<dyn Store>,
+    /// Admission.
+    pub(crate) turns: &'a Arc<TurnEngine>,
+    /// The audit trail.
+    pub(crate) audit: &'a Audit,
+}
+
+/// The audit actor of a channel's own rows.
+fn actor(channel: &str) -> String {
+    format!("channel:{channel}")
+}
+
+/// Judges and, when allowed, admits `message` received on `channel`.
+///
+/// # Errors
+/// The store's failure; nothing was admitted.
+pub(crate) async fn receive(
+    parts: &ReceiveParts<'_>,
+    channel: &Channel,
+    message: Inbound,
+) -> Result<Received, StoreError> {
+    let spec = &channel.spec;
+    let approved = match message.group {
+        None => {
+            parts
+                .store
+                .channel_sender_approved(&spec.name, &message.sender)
+                .await?
+        }
+        Some(_) => false,
+    };
+    let verdict = gatehouse_channels::access::judge(
+        spec,
+        &Arrival {
+            sender: &message.sender,
+            group: message.group.as_deref(),
+            mentioned: message.mentioned,
+            approved,
+        },
+    );
+    let origin = ChannelOrigin {
+        channel: spec.name.clone(),
+        message_id: message.message_id.clone(),
+        conversation: message
+            .group
+            .clone()
+            .unwrap_or_else(|| message.sender.clone()),
+        sender: message.sender.clone(),
+    };
+    match verdict {
+        Verdict::Admit => admit(parts, spec, message, origin).await,
+        Verdict::Pair => request_pairing(parts, spec, origin).await,
+        Verdict::Deny | Verdict::Ignore => {
+            let outcome = match verdict {
+                Verdict::Deny => InboundOutcome::Denied,
+                _ => InboundOutcome::Ignored,
+            };
+            let new = parts
+                .store
+                .record_channel_inbound(&origin, outcome, now_ms())
+                .await?;
+            if !new {
+                return Ok(Received::NotAccepted(NotAcceptedReason::Duplicate));
+            }
+            if outcome == InboundOutcome::Denied {
+                parts
+                    .audit
+                    .record_limited(
+                        &actor(&spec.name),
+                        AuditRow {
+                            actor: &actor(&spec.name),
+                            action: "channel.denied",
+                            outcome: "denied",
+                            reason_code: None,
+                            details: serde_json::json!({
+                                "channel": spec.name,
+                                "sender": message.sender,
+                                "group": message.group,
+                            }),
+                        },
+                    )
+                    .await;
+            }
+            Ok(Received::NotAccepted(NotAcceptedReason::Denied))
+        }
+    }
+}
+
+/// Admits an allowed message to its session.
+async fn admit(
+    parts: &ReceiveParts<'_>,
+    spec: &ChannelSpec,
+    message: Inbound,
+    origin: ChannelOrigin,
+) -> Result<Received, StoreError> {
+    let place = match &message.group {
+        Some(group) => Place::Group(group),
+        None => Place::Direct,
+    };
+    let session_key = gatehouse_channels::session_key::session_key(&KeyParts {
+        agent: &spec.agent,
+        channel: &spec.name,
+        account: &spec.name,
+        dm_scope: spec.dm_scope,
+        sender: &message.sender,
+        place,
+        thread: message.thread.as_deref(),
+    });
+    let admitted = parts
+        .turns
+        .admit(IncomingMessage {
+            session_key: session_key.clone(),
+            text: message.text,
+            attachments: Vec::new(),
+            idempotency_key: None,
+            queue_mode: spec.queue_mode.unwrap_or(QueueMode::Followup),
+            origin: Some(origin),
+        })
+        .await;
+    match admitted {
+        Ok(admitted) if admitted.created => Ok(Received::Admitted {
+            session_key,
+            turn_id: admitted.turn.turn_id,
+        }),
+        Ok(_) | Err(crate::turns::AdmitError::Store(StoreError::AlreadyExists { .. })) => {
+            Ok(Received::NotAccepted(NotAcceptedReason::Duplicate))
+        }
+        Err(crate::turns::AdmitError::Store(error)) => Err(error),
+    }
+}
+
+/// Sends an unknown direct sender a pairing code, once.
+async fn request_pairing(
+    parts: &ReceiveParts<'_>,
+    spec: &ChannelSpec,
+    origin: ChannelOrigin,
+) -> Result<Received, StoreError> {
+    let now = now_ms();
+    let code = pairing::new_code();
+    let sender = origin.sender.clone();
+    let outcome = parts
+        .store
+        .request_channel_pairing(&PairingRequest {
+            origin,
+            reply: NewDelivery {
+                delivery_id: new_delivery_id(),
+                text: pairing::pairing_reply(&code),
+            },
+            code,
+            expires_at_ms: now.saturating_add(pairing::CODE_TTL_MS),
+            max_pending: pairing::MAX_PENDING,
+            now_ms: now,
+        })
+        .await?;
+    let audited = match outcome {
+        PairingOutcome::Duplicate => {
+            return Ok(Received::NotAccepted(NotAcceptedReason::Duplicate));
+        }
+        PairingOutcome::Created => Some("requested"),
+        PairingOutcome::Full => Some("full"),
+        PairingOutcome::Pending => None,
+    };
+    if let Some(outcome) = audited {
+        parts
+            .audit
+            .record_limited(
+                &actor(&spec.name),
+                AuditRow {
+                    actor: &actor(&spec.name),
+                    action: "channel.pairing",
+                    outcome,
+                    reason_code: None,
+                    details: serde_json::json!({"channel": spec.name, "sender": sender}),
+                },
+            )
+            .await;
+    }
+    Ok(Received::NotAccepted(NotAcceptedReason::Pairing))
+}
+
+/// A fresh outbox id for a message with its own text.
+pub(crate) fn new_delivery_id() -> String {
+    let mut bytes = [0_u8; 12];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The random source failed: the time still tells ids apart here, and the store refuses
+        // a duplicate rather than overwrite.
+        return format!("note-{:024x}", now_ms());
+    }
+    format!("note-{}", hex::encode(bytes))
+}
+
+/// Sends the enabled channels' due outbox entries until `shutdown`, claiming each under
+/// `claimant` (this replica's id).
+pub(crate) async fn run_deliverer(
+    channels: Arc<Channels>,
+    store: Arc<dyn Store>,
+    audit: Audit,
+    claimant: String,
+    shutdown: CancellationToken,
+) {
+    let names = channels.enabled_names();
+    if names.is_empty() {
+        return;
+    }
+    let claim_ms = i64::try_from(DELIVERY_CLAIM.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        let claimed = store
+            .claim_channel_delivery(&names, &claimant, claim_ms, now_ms())
+            .await;
+        match claimed {
+            Ok(Some(entry)) => {
+                deliver(&channels, store.as_ref(), &audit, &claimant, entry).await;
+                continue;
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot read the channels' outbox");
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(DELIVERY_POLL) => {}
+        }
+    }
+}
+
+/// Makes one attempt at `entry` and ends it under the claim.
+async fn deliver(
+    channels: &Channels,
+    store: &dyn Store,
+    audit: &Audit,
+    claimant: &str,
+    entry: OutboxEntry,
+) {
+    let Some(adapter) = channels
+        .enabled(&entry.channel)
+        .and_then(|channel| channel.adapter.clone())
+    else {
+        return;
+    };
+    let end = match outgoing_text(store, &entry).await {
+        Err(error) => DeliveryEnd::Failed { error },
+        Ok(text) => {
+            let message = Outgoing {
+                delivery_id: entry.delivery_id.clone(),
+                in_reply_to: entry.in_reply_to.clone(),
+                conversation: entry.conversation.clone(),
+                recipient: entry.recipient.clone(),
+                text,
+            };
+            match adapter.send(&message).await {
+                Ok(()) => DeliveryEnd::Delivered,
+                Err(SendError::Permanent { message }) => DeliveryEnd::Failed { error: message },
+                Err(SendError::Transient {
+                    message,
+                    retry_after,
+                }) => match retry::next_delay(
+                    entry.attempts.saturating_add(1),
+                    retry_after,
+                    retry::jitter_unit(),
+                ) {
+                    Some(delay) => DeliveryEnd::Retry {
+                        next_attempt_at_ms: now_ms()
+                            .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+                        error: message,
+                    },
+                    None => DeliveryEnd::Failed { error: message },
+                },
+            }
+        }
+    };
+    match store
+        .end_channel_delivery(&entry.delivery_id, claimant, &end, now_ms())
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(
+                channel = %entry.channel,
+                delivery = %entry.delivery_id,
+                "a delivery's claim lapsed before its attempt ended"
+            );
+            return;
+        }
+        Err(error) => {
+            tracing::warn!(error = %error, delivery = %entry.delivery_id, "cannot end a delivery attempt");
+            return;
+        }
+    }
+    match &end {
+        DeliveryEnd::Delivered => {
+            tracing::debug!(channel = %entry.channel, delivery = %entry.delivery_id, "delivered");
+        }
+        DeliveryEnd::Retry { error, .. } => {
+            tracing::info!(channel = %entry.channel, delivery = %entry.delivery_id, error = %error, "a delivery will be retried");
+        }
+        DeliveryEnd::Failed { error } => {
+            tracing::warn!(channel = %entry.channel, delivery = %entry.delivery_id, error = %error, "a delivery was given up");
+            audit
+                .record(
+                    &actor(&entry.channel),
+                    "delivery.failed",
+                    "failed",
+                    Some(gatehouse_protocol::error::ErrorCode::DeliveryFailed.as_str()),
+                    serde_json::json!({
+                        "channel": entry.channel,
+                        "deliveryId": entry.delivery_id,
+                        "turnId": entry.turn_id,
+                        "attempts": entry.attempts.saturating_add(1),
+                        "error": error,
+                    }),
+                )
+                .await;
+        }
+    }
+}
+
+/// Returns the text of `entry`: its own, or its turn's reply (a short notice with the code
+/// when the turn did not complete).
+async fn outgoing_text(store: &dyn Store, entry: &OutboxEntry) -> Result<String, String> {
+    if let Some(text) = &entry.text {
+        return Ok(text.clone());
+    }
+    let Some(turn_id) = &entry.turn_id else {
+        return Err(String::from("the outbox entry has neither text nor turn"));
+    };
+    let turn = match store.turn(turn_id).await {
+        Ok(Some(turn)) => turn,
+        Ok(None) => return Err(String::from("the reply's turn is gone")),
+        Err(error) => {
+            return Err(format!("cannot read the reply's turn: {error}"));
+        }
+    };
+    match (turn.status, turn.reply) {
+        (TurnStatus::Completed, Some(reply)) if !reply.trim().is_empty() => Ok(reply),
+        (TurnStatus::Completed, _) => Ok(String::from("(The agent finished without a reply.)")),
+        (_, _) => Ok(format!(
+            "The agent could not answer this message ({}).",
+            turn.error_code.as_deref().unwrap_or("FAILED")
+        )),
+    }
+}

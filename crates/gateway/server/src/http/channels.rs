@@ -1,0 +1,332 @@
+//! `POST /channels/{name}/inbound` (no bearer token: the platform's own signature),
+//! `GET /v1/channels`, and the pairing routes `GET /v1/channels/{name}/pairings`,
+//! `POST /v1/channels/{name}/pairings/{code}/approve`, `DELETE /v1/channels/{name}/pairings/{code}`
+//! (admin, see [`crate::http::auth::ROUTE_SCOPES`]).
+//!
+//! An inbound request is checked in this order, and nothing is admitted unless every check
+//! passes: the channel exists and is enabled (`404 CHANNEL_NOT_FOUND`), the body is within
+//! [`MAX_INBOUND_BODY_BYTES`] (`413`), the signature and timestamp verify (`401
+//! CHANNEL_SIGNATURE_INVALID`, audited at most [`crate::audit::LIMITED_ROWS_PER_WINDOW`] rows
+//! per channel per minute), the body parses (`400 INVALID_REQUEST`).
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::Path;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use gatehouse_api::channels::ChannelError;
+use gatehouse_api::channels::ChannelList;
+use gatehouse_api::channels::ChannelState;
+use gatehouse_api::channels::ChannelStatus;
+use gatehouse_api::channels::Pairing;
+use gatehouse_api::channels::PairingApproved;
+use gatehouse_api::channels::PairingDenied;
+use gatehouse_api::channels::PairingList;
+use gatehouse_api::channels::WebhookAnswer;
+use gatehouse_api::channels::WebhookMessage;
+use gatehouse_channels::webhook;
+use gatehouse_protocol::error::ErrorCode;
+use gatehouse_protocol::time::now_ms;
+use gatehouse_store::records::NewDelivery;
+
+use crate::GatewayState;
+use crate::audit::AuditRow;
+use crate::channels::Channel;
+use crate::channels::Inbound;
+use crate::channels::ReceiveParts;
+use crate::channels::Received;
+use crate::http::auth::Principal;
+use crate::http::error::ApiError;
+use crate::http::error::store_error;
+use crate::http::sessions::MAX_TEXT_BYTES;
+
+/// The largest inbound request body: 1 MiB.
+pub(crate) const MAX_INBOUND_BODY_BYTES: usize = 1024 * 1024;
+
+/// The longest platform id (message, sender, conversation) an inbound message may carry.
+pub(crate) const MAX_PLATFORM_ID_BYTES: usize = 255;
+
+/// `POST /channels/{name}/inbound`.
+pub(crate) async fn inbound(
+    State(state): State<Arc<GatewayState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let channel = state
+        .channels
+        .enabled(&name)
+        .filter(|channel| channel.webhook_secret().is_some())
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::ChannelNotFound,
+                "no enabled channel of that name takes inbound requests",
+            )
+        })?;
+    verify(&state, channel, &headers, &body).await?;
+    let message: WebhookMessage = serde_json::from_slice(&body)
+        .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))?;
+    let inbound = check_message(message)?;
+    let parts = ReceiveParts {
+        store: &state.store,
+        turns: &state.turns,
+        audit: &state.audit,
+    };
+    let received = crate::channels::receive(&parts, channel, inbound)
+        .await
+        .map_err(|error| store_error(&error))?;
+    Ok(match received {
+        Received::Admitted {
+            session_key,
+            turn_id,
+        } => (
+            StatusCode::ACCEPTED,
+            Json(WebhookAnswer {
+                accepted: true,
+                session_key: Some(session_key),
+                turn_id: Some(turn_id),
+                reason: None,
+            }),
+        )
+            .into_response(),
+        Received::NotAccepted(reason) => Json(WebhookAnswer {
+            accepted: false,
+            session_key: None,
+            turn_id: None,
+            reason: Some(reason),
+        })
+        .into_response(),
+    })
+}
+
+/// Checks the request's signature headers; a refusal is audited, rate-limited per channel.
+async fn verify(
+    state: &GatewayState,
+    channel: &Channel,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), ApiError> {
+    let Some(secret) = channel.webhook_secret() else {
+        return Err(ApiError::new(
+            ErrorCode::ChannelNotFound,
+            "the channel takes no inbound requests",
+        ));
+    };
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    let verified = webhook::verify(
+        secret,
+        header(webhook::TIMESTAMP_HEADER),
+        header(webhook::SIGNATURE_HEADER),
+        body,
+        now_ms() / 1_000,
+    );
+    let Err(refusal) = verified else {
+        return Ok(());
+    };
+    let actor = format!("channel:{}", channel.spec.name);
+    state
+        .audit
+        .record_limited(
+            &actor,
+            AuditRow {
+                actor: &actor,
+                action: "channel.inbound",
+                outcome: "denied",
+                reason_code: Some(ErrorCode::ChannelSignatureInvalid.as_str()),
+                details: serde_json::json!({
+                    "channel": channel.spec.name,
+                    "why": refusal.to_string(),
+                }),
+            },
+        )
+        .await;
+    Err(ApiError::new(
+        ErrorCode::ChannelSignatureInvalid,
+        format!("the request is not verified: {refusal}"),
+    ))
+}
+
+/// Checks a webhook message's fields and makes it platform-neutral.
+fn check_message(message: WebhookMessage) -> Result<Inbound, ApiError> {
+    for (field, value) in [
+        ("messageId", Some(&message.message_id)),
+        ("sender", Some(&message.sender)),
+        ("conversation", message.conversation.as_ref()),
+    ] {
+        if let Some(value) = value
+            && (value.is_empty() || value.len() > MAX_PLATFORM_ID_BYTES)
+        {
+            return Err(ApiError::invalid_request(format!(
+                "{field} must be 1 to {MAX_PLATFORM_ID_BYTES} bytes"
+            )));
+        }
+    }
+    if message.text.trim().is_empty() {
+        return Err(ApiError::invalid_request("text must not be empty"));
+    }
+    if message.text.len() > MAX_TEXT_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("text is over {MAX_TEXT_BYTES} bytes"),
+        ));
+    }
+    if !message.attachments.is_empty() {
+        return Err(ApiError::invalid_request(
+            "attachments on webhook messages are not supported by this build yet",
+        ));
+    }
+    let group = message
+        .conversation
+        .filter(|conversation| *conversation != message.sender);
+    Ok(Inbound {
+        message_id: message.message_id,
+        sender: message.sender,
+        group,
+        thread: None,
+        // A webhook message is sent to the agent: it is addressed by being sent.
+        mentioned: true,
+        text: message.text,
+    })
+}
+
+/// `GET /v1/channels`.
+pub(crate) async fn list_channels(
+    State(state): State<Arc<GatewayState>>,
+) -> Result<Json<ChannelList>, ApiError> {
+    let mut channels = Vec::new();
+    for channel in state.channels.all() {
+        let figures = state
+            .store
+            .channel_figures(&channel.spec.name)
+            .await
+            .map_err(|error| store_error(&error))?;
+        let state = match (channel.enabled(), &figures.last_error) {
+            (false, _) => ChannelState::Stopped,
+            (true, Some(_)) => ChannelState::Degraded,
+            (true, None) => ChannelState::Connected,
+        };
+        channels.push(ChannelStatus {
+            name: channel.spec.name.clone(),
+            kind: channel.spec.kind,
+            agent: channel.spec.agent.clone(),
+            state,
+            last_inbound_at: figures.last_inbound_at_ms,
+            last_delivery_at: figures.last_delivery_at_ms,
+            pending_deliveries: figures.pending_deliveries,
+            last_error: figures.last_error.map(|message| ChannelError {
+                code: ErrorCode::DeliveryFailed.as_str().to_owned(),
+                message,
+            }),
+        });
+    }
+    Ok(Json(ChannelList { channels }))
+}
+
+/// Returns the configured channel `name` (enabled or not), or `404 CHANNEL_NOT_FOUND`.
+fn configured<'a>(state: &'a GatewayState, name: &str) -> Result<&'a Channel, ApiError> {
+    state
+        .channels
+        .get(name)
+        .ok_or_else(|| ApiError::new(ErrorCode::ChannelNotFound, "no channel of that name"))
+}
+
+/// `GET /v1/channels/{name}/pairings`.
+pub(crate) async fn list_pairings(
+    State(state): State<Arc<GatewayState>>,
+    Path(name): Path<String>,
+) -> Result<Json<PairingList>, ApiError> {
+    configured(&state, &name)?;
+    let pairings = state
+        .store
+        .channel_pairings(&name, now_ms())
+        .await
+        .map_err(|error| store_error(&error))?
+        .into_iter()
+        .map(|pairing| Pairing {
+            code: pairing.code,
+            sender: pairing.sender,
+            expires_at_ms: pairing.expires_at_ms,
+        })
+        .collect();
+    Ok(Json(PairingList { pairings }))
+}
+
+fn pairing_not_found() -> ApiError {
+    ApiError::new(
+        ErrorCode::PairingNotFound,
+        "no pairing with that code is pending on the channel",
+    )
+}
+
+/// `POST /v1/channels/{name}/pairings/{code}/approve`.
+pub(crate) async fn approve_pairing(
+    State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
+    Path((name, code)): Path<(String, String)>,
+) -> Result<Json<PairingApproved>, ApiError> {
+    configured(&state, &name)?;
+    if !gatehouse_channels::pairing::plausible_code(&code) {
+        return Err(pairing_not_found());
+    }
+    let notice = NewDelivery {
+        delivery_id: crate::channels::new_delivery_id(),
+        text: gatehouse_channels::pairing::APPROVED_NOTICE.to_owned(),
+    };
+    let sender = state
+        .store
+        .approve_channel_pairing(&name, &code, &notice, now_ms())
+        .await
+        .map_err(|error| store_error(&error))?
+        .ok_or_else(pairing_not_found)?;
+    state
+        .audit
+        .record_caller(
+            principal.actor(),
+            "channel.pairing.approve",
+            "succeeded",
+            None,
+            serde_json::json!({"channel": name, "sender": sender}),
+        )
+        .await;
+    Ok(Json(PairingApproved {
+        approved: true,
+        sender,
+    }))
+}
+
+/// `DELETE /v1/channels/{name}/pairings/{code}`.
+pub(crate) async fn deny_pairing(
+    State(state): State<Arc<GatewayState>>,
+    Extension(principal): Extension<Principal>,
+    Path((name, code)): Path<(String, String)>,
+) -> Result<Json<PairingDenied>, ApiError> {
+    configured(&state, &name)?;
+    if !gatehouse_channels::pairing::plausible_code(&code) {
+        return Err(pairing_not_found());
+    }
+    let sender = state
+        .store
+        .deny_channel_pairing(&name, &code, now_ms())
+        .await
+        .map_err(|error| store_error(&error))?
+        .ok_or_else(pairing_not_found)?;
+    state
+        .audit
+        .record_caller(
+            principal.actor(),
+            "channel.pairing.deny",
+            "succeeded",
+            None,
+            serde_json::json!({"channel": name, "sender": sender}),
+        )
+        .await;
+    Ok(Json(PairingDenied {
+        denied: true,
+        sender,
+    }))
+}
