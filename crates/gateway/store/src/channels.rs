@@ -89,7 +89,9 @@ pub trait ChannelStore: Send + Sync + 'static {
     ) -> Result<Option<String>>;
 
     /// Claims the oldest due entry of one of `channels` for `claimant` until `now_ms +
-    /// claim_ms`: a pending entry whose next attempt is due and which no live claim holds.
+    /// claim_ms`: a pending entry whose next attempt is due and which no live claim of another
+    /// claimant holds. A claimant's own claim is taken again: a replica id runs in one process
+    /// at a time (its lease), so such a claim is one its earlier, dead process left.
     ///
     /// # Errors
     /// Storage failures.

@@ -316,10 +316,10 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
             "UPDATE channel_outbox SET claimed_by = ?, claimed_until_ms = ? \
              WHERE delivery_id = (SELECT delivery_id FROM channel_outbox \
              WHERE channel IN ({names}) AND state = 'pending' AND next_attempt_at_ms <= ? \
-             AND (claimed_until_ms IS NULL OR claimed_until_ms <= ?) \
+             AND (claimed_until_ms IS NULL OR claimed_until_ms <= ? OR claimed_by = ?) \
              ORDER BY next_attempt_at_ms, created_at_ms, delivery_id LIMIT 1 \
              FOR UPDATE SKIP LOCKED) \
-             AND (claimed_until_ms IS NULL OR claimed_until_ms <= ?) \
+             AND (claimed_until_ms IS NULL OR claimed_until_ms <= ? OR claimed_by = ?) \
              RETURNING {OUTBOX_COLUMNS}"
         ))
         .bind(claimant)
@@ -330,7 +330,9 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         claim
             .bind(now_ms)
             .bind(now_ms)
+            .bind(claimant)
             .bind(now_ms)
+            .bind(claimant)
             .optional(&self.db, "channel delivery")
             .await?
             .as_ref()

@@ -3,6 +3,7 @@
 mod audit;
 mod backend;
 mod bench;
+mod channels;
 mod cli_basics;
 mod cluster;
 mod codex;
