@@ -850,7 +850,7 @@ pub struct ChannelFigures {
     pub last_delivery_at_ms: Option<i64>,
     /// Its deliveries not yet delivered or failed.
     pub pending_deliveries: u64,
-    /// The error of its latest failed attempt, when that attempt is newer than its latest
-    /// delivery.
+    /// The error of its newest delivery that is being retried, or else that was given up
+    /// after its latest successful delivery.
     pub last_error: Option<String>,
 }

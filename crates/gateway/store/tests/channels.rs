@@ -11,7 +11,6 @@ mod support;
 
 use std::sync::Arc;
 
-use gatehouse_store::Store;
 use gatehouse_store::StoreError;
 use gatehouse_store::cluster::Acquired;
 use gatehouse_store::cluster::ClaimOutcome;

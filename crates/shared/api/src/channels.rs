@@ -39,7 +39,8 @@ pub enum ChannelState {
     Connecting,
     /// Receiving, and its last delivery attempt (if any) succeeded.
     Connected,
-    /// Receiving, but its last delivery attempt failed (see `lastError`).
+    /// Receiving, but a delivery is being retried, or one was given up after the last
+    /// success (see `lastError`).
     Degraded,
     /// Not running on this Gateway.
     Stopped,

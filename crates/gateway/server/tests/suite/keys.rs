@@ -399,6 +399,28 @@ async fn issue_17_every_v1_route_answers_each_scope_as_the_table_says() {
                 None,
                 ADMIN_ONLY,
             ),
+            case("GET", "/v1/channels", "/v1/channels", None, READ),
+            case(
+                "GET",
+                "/v1/channels/{name}/pairings",
+                "/v1/channels/hooks/pairings",
+                None,
+                ADMIN_ONLY,
+            ),
+            case(
+                "POST",
+                "/v1/channels/{name}/pairings/{code}/approve",
+                "/v1/channels/hooks/pairings/ABCDEFGH/approve",
+                None,
+                ADMIN_ONLY,
+            ),
+            case(
+                "DELETE",
+                "/v1/channels/{name}/pairings/{code}",
+                "/v1/channels/hooks/pairings/ABCDEFGH",
+                None,
+                ADMIN_ONLY,
+            ),
             case("GET", "/v1/models", "/v1/models", None, CHAT_READ),
             case(
                 "POST",

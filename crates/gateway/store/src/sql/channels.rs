@@ -396,11 +396,12 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
                 .scalar(&self.db, "channel delivery")
                 .await?;
         let last_error: Option<String> = query(
-            "SELECT last_error FROM channel_outbox WHERE channel = ? \
-             AND last_error IS NOT NULL AND state <> 'delivered' \
+            "SELECT last_error FROM channel_outbox WHERE channel = ? AND last_error IS NOT NULL \
+             AND (state = 'pending' OR (state = 'failed' AND ended_at_ms > ?)) \
              ORDER BY created_at_ms DESC, delivery_id DESC LIMIT 1",
         )
         .bind(channel)
+        .bind(last_delivery_at_ms.unwrap_or(0))
         .opt_scalar(&self.db, "channel delivery")
         .await?;
         Ok(ChannelFigures {

@@ -43,6 +43,10 @@ impl Target {
     }
 
     /// The location, for tests that open it their own way.
+    #[allow(
+        dead_code,
+        reason = "each test binary compiles this module, and not every one opens a store its own way"
+    )]
     pub(crate) fn location(&self) -> &StoreLocation {
         &self.location
     }
