@@ -242,23 +242,19 @@ pub(crate) async fn receive(
                 return Ok(Received::NotAccepted(NotAcceptedReason::Duplicate));
             }
             if outcome == InboundOutcome::Denied {
-                parts
-                    .audit
-                    .record_limited(
-                        &actor(&spec.name),
-                        AuditRow {
-                            actor: &actor(&spec.name),
-                            action: "channel.denied",
-                            outcome: "denied",
-                            reason_code: None,
-                            details: serde_json::json!({
-                                "channel": spec.name,
-                                "sender": message.sender,
-                                "group": message.group,
-                            }),
-                        },
-                    )
-                    .await;
+                audit_channel(
+                    parts.audit,
+                    &spec.name,
+                    "channel.denied",
+                    "denied",
+                    None,
+                    serde_json::json!({
+                        "channel": spec.name,
+                        "sender": message.sender,
+                        "group": message.group,
+                    }),
+                )
+                .await;
             }
             Ok(Received::NotAccepted(NotAcceptedReason::Denied))
         }
@@ -340,21 +336,39 @@ async fn request_pairing(
         PairingOutcome::Pending => None,
     };
     if let Some(outcome) = audited {
-        parts
-            .audit
-            .record_limited(
-                &actor(&spec.name),
-                AuditRow {
-                    actor: &actor(&spec.name),
-                    action: "channel.pairing",
-                    outcome,
-                    reason_code: None,
-                    details: serde_json::json!({"channel": spec.name, "sender": sender}),
-                },
-            )
-            .await;
+        audit_channel(
+            parts.audit,
+            &spec.name,
+            "channel.pairing",
+            outcome,
+            None,
+            serde_json::json!({"channel": spec.name, "sender": sender}),
+        )
+        .await;
     }
     Ok(Received::NotAccepted(NotAcceptedReason::Pairing))
+}
+
+/// Records a row a channel's traffic caused, at most
+/// [`crate::audit::LIMITED_ROWS_PER_WINDOW`] per channel per window, so a flood of messages
+/// cannot flood the trail.
+pub(crate) async fn audit_channel(
+    audit: &Audit,
+    channel: &str,
+    action: &str,
+    outcome: &str,
+    reason_code: Option<&str>,
+    details: serde_json::Value,
+) {
+    let actor = actor(channel);
+    let row = AuditRow {
+        actor: &actor,
+        action,
+        outcome,
+        reason_code,
+        details,
+    };
+    audit.record_limited(&actor, row).await;
 }
 
 /// A fresh outbox id for a message with its own text.

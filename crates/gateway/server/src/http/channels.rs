@@ -35,7 +35,6 @@ use gatehouse_protocol::time::now_ms;
 use gatehouse_store::records::NewDelivery;
 
 use crate::GatewayState;
-use crate::audit::AuditRow;
 use crate::channels::Channel;
 use crate::channels::Inbound;
 use crate::channels::ReceiveParts;
@@ -128,23 +127,15 @@ async fn verify(
     let Err(refusal) = verified else {
         return Ok(());
     };
-    let actor = format!("channel:{}", channel.spec.name);
-    state
-        .audit
-        .record_limited(
-            &actor,
-            AuditRow {
-                actor: &actor,
-                action: "channel.inbound",
-                outcome: "denied",
-                reason_code: Some(ErrorCode::ChannelSignatureInvalid.as_str()),
-                details: serde_json::json!({
-                    "channel": channel.spec.name,
-                    "why": refusal.to_string(),
-                }),
-            },
-        )
-        .await;
+    crate::channels::audit_channel(
+        &state.audit,
+        &channel.spec.name,
+        "channel.inbound",
+        "denied",
+        Some(ErrorCode::ChannelSignatureInvalid.as_str()),
+        serde_json::json!({"channel": channel.spec.name, "why": refusal.to_string()}),
+    )
+    .await;
     Err(ApiError::new(
         ErrorCode::ChannelSignatureInvalid,
         format!("the request is not verified: {refusal}"),
@@ -263,6 +254,31 @@ fn pairing_not_found() -> ApiError {
     )
 }
 
+/// Audits an operator's decision on a pairing and returns its sender, or `404
+/// PAIRING_NOT_FOUND` when no such pairing was pending.
+async fn decided(
+    state: &GatewayState,
+    principal: &Principal,
+    action: &str,
+    channel: &str,
+    sender: Result<Option<String>, gatehouse_store::StoreError>,
+) -> Result<String, ApiError> {
+    let sender = sender
+        .map_err(|error| store_error(&error))?
+        .ok_or_else(pairing_not_found)?;
+    state
+        .audit
+        .record_caller(
+            principal.actor(),
+            action,
+            "succeeded",
+            None,
+            serde_json::json!({"channel": channel, "sender": sender}),
+        )
+        .await;
+    Ok(sender)
+}
+
 /// `POST /v1/channels/{name}/pairings/{code}/approve`.
 pub(crate) async fn approve_pairing(
     State(state): State<Arc<GatewayState>>,
@@ -280,19 +296,8 @@ pub(crate) async fn approve_pairing(
     let sender = state
         .store
         .approve_channel_pairing(&name, &code, &notice, now_ms())
-        .await
-        .map_err(|error| store_error(&error))?
-        .ok_or_else(pairing_not_found)?;
-    state
-        .audit
-        .record_caller(
-            principal.actor(),
-            "channel.pairing.approve",
-            "succeeded",
-            None,
-            serde_json::json!({"channel": name, "sender": sender}),
-        )
         .await;
+    let sender = decided(&state, &principal, "channel.pairing.approve", &name, sender).await?;
     Ok(Json(PairingApproved {
         approved: true,
         sender,
@@ -312,19 +317,8 @@ pub(crate) async fn deny_pairing(
     let sender = state
         .store
         .deny_channel_pairing(&name, &code, now_ms())
-        .await
-        .map_err(|error| store_error(&error))?
-        .ok_or_else(pairing_not_found)?;
-    state
-        .audit
-        .record_caller(
-            principal.actor(),
-            "channel.pairing.deny",
-            "succeeded",
-            None,
-            serde_json::json!({"channel": name, "sender": sender}),
-        )
         .await;
+    let sender = decided(&state, &principal, "channel.pairing.deny", &name, sender).await?;
     Ok(Json(PairingDenied {
         denied: true,
         sender,
