@@ -162,21 +162,33 @@ pub struct ConfigError {
     pub message: String,
 }
 
-/// A validated webhook channel's settings.
+/// A validated channel's kind-specific settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookSettings {
-    /// Where its signing secret is.
-    pub secret: CredentialRef,
-    /// Where replies go.
-    pub reply_url: url::Url,
+pub enum KindSettings {
+    /// A signed webhook channel.
+    Webhook {
+        /// Where its signing secret is.
+        secret: CredentialRef,
+        /// Where replies go.
+        reply_url: url::Url,
+    },
+    /// A Matrix bot account.
+    Matrix {
+        /// The homeserver's base URL.
+        homeserver: url::Url,
+        /// The bot's user id.
+        user_id: String,
+        /// Where its access token is.
+        access_token: CredentialRef,
+    },
 }
 
-/// Checks every table of `specs`; returns the webhook settings of each, in order (`None` for
-/// a disabled channel of a kind this build does not run).
+/// Checks every table of `specs`; returns the settings of each, in order (`None` for a
+/// disabled channel of a kind this build does not run).
 ///
 /// # Errors
 /// The first wrong key, named `channels[i].key`.
-pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<WebhookSettings>>, ConfigError> {
+pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<KindSettings>>, ConfigError> {
     let mut names = HashSet::new();
     specs
         .iter()
@@ -222,10 +234,10 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<WebhookSettings>>, C
                     String::from("narrowing the tool policy per channel is not supported by this build yet; leave it empty and narrow the node's deny-tools"),
                 ));
             }
-            if spec.streaming == Streaming::Edits && spec.kind == ChannelKind::Webhook {
+            if spec.streaming == Streaming::Edits {
                 return Err(error(
                     "streaming",
-                    String::from("a webhook channel sends each reply once; only \"off\" is valid"),
+                    String::from("\"edits\" is not supported by this build yet; only \"off\" is valid"),
                 ));
             }
             for (key, ids) in [
@@ -238,12 +250,13 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<WebhookSettings>>, C
                 }
             }
             let settings = match spec.kind {
-                ChannelKind::Webhook => webhook_settings(spec).map_err(|(key, message)| error(key, message))?,
+                ChannelKind::Webhook => Some(webhook_settings(spec).map_err(|(key, message)| error(key, message))?),
+                ChannelKind::Matrix => Some(matrix_settings(spec).map_err(|(key, message)| error(key, message))?),
                 other if spec.enabled => {
                     return Err(error(
                         "kind",
                         format!(
-                            "{} channels are not supported by this build yet; the webhook kind is (or set enabled = false)",
+                            "{} channels are not supported by this build yet; the webhook and matrix kinds are (or set enabled = false)",
                             other.as_str()
                         ),
                     ));
@@ -255,13 +268,16 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<WebhookSettings>>, C
         .collect()
 }
 
-/// Checks a webhook table: its secret, its reply URL, and no key of another kind.
-fn webhook_settings(spec: &ChannelSpec) -> Result<Option<WebhookSettings>, (&'static str, String)> {
-    let foreign = [
+/// Refuses the first kind-specific key set in `spec` that is not one of `own`.
+fn only_keys(spec: &ChannelSpec, own: &[&str]) -> Result<(), (&'static str, String)> {
+    let set = [
         ("homeserver", spec.homeserver.is_some()),
         ("user-id", spec.user_id.is_some()),
         ("access-token-env", spec.access_token_env.is_some()),
         ("access-token-file", spec.access_token_file.is_some()),
+        ("secret-env", spec.secret_env.is_some()),
+        ("secret-file", spec.secret_file.is_some()),
+        ("reply-url", spec.reply_url.is_some()),
         ("bot-token-env", spec.bot_token_env.is_some()),
         ("bot-token-file", spec.bot_token_file.is_some()),
         ("app-token-env", spec.app_token_env.is_some()),
@@ -270,9 +286,36 @@ fn webhook_settings(spec: &ChannelSpec) -> Result<Option<WebhookSettings>, (&'st
         ("mode", spec.mode.is_some()),
         ("webhook-secret-env", spec.webhook_secret_env.is_some()),
     ];
-    if let Some((key, _)) = foreign.iter().find(|(_, set)| *set) {
-        return Err((key, String::from("is not a key of a webhook channel")));
+    match set.iter().find(|(key, set)| *set && !own.contains(key)) {
+        Some((key, _)) => Err((
+            key,
+            format!("is not a key of a {} channel", spec.kind.as_str()),
+        )),
+        None => Ok(()),
     }
+}
+
+/// Parses an `http` or `https` URL with a host and no credentials.
+fn http_url(key: &'static str, text: &str) -> Result<url::Url, (&'static str, String)> {
+    let url = url::Url::parse(text).map_err(|error| (key, format!("is not a URL: {error}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err((
+            key,
+            String::from("must be an http or https URL with a host"),
+        ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err((
+            key,
+            String::from("must not carry credentials; name them with a *-env or *-file key"),
+        ));
+    }
+    Ok(url)
+}
+
+/// Checks a webhook table: its secret, its reply URL, and no key of another kind.
+fn webhook_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, String)> {
+    only_keys(spec, &["secret-env", "secret-file", "reply-url"])?;
     let secret = CredentialRef::from_keys(spec.secret_env.as_deref(), spec.secret_file.as_deref())
         .map_err(|message| ("secret-env", message))?;
     let Some(reply_url) = &spec.reply_url else {
@@ -281,21 +324,44 @@ fn webhook_settings(spec: &ChannelSpec) -> Result<Option<WebhookSettings>, (&'st
             String::from("is required for a webhook channel"),
         ));
     };
-    let reply_url = url::Url::parse(reply_url)
-        .map_err(|error| ("reply-url", format!("is not a URL: {error}")))?;
-    if !matches!(reply_url.scheme(), "http" | "https") || reply_url.host().is_none() {
+    Ok(KindSettings::Webhook {
+        secret,
+        reply_url: http_url("reply-url", reply_url)?,
+    })
+}
+
+/// Checks a Matrix table: the homeserver, the bot's user id and its access token.
+fn matrix_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, String)> {
+    only_keys(
+        spec,
+        &[
+            "homeserver",
+            "user-id",
+            "access-token-env",
+            "access-token-file",
+        ],
+    )?;
+    let Some(homeserver) = &spec.homeserver else {
         return Err((
-            "reply-url",
-            String::from("must be an http or https URL with a host"),
+            "homeserver",
+            String::from("is required for a matrix channel"),
         ));
-    }
-    if !reply_url.username().is_empty() || reply_url.password().is_some() {
-        return Err((
-            "reply-url",
-            String::from("must not carry credentials; the reply is signed with the secret"),
-        ));
-    }
-    Ok(Some(WebhookSettings { secret, reply_url }))
+    };
+    let user_id = match &spec.user_id {
+        Some(id) if !id.is_empty() && id.len() <= 255 => id.clone(),
+        Some(_) => return Err(("user-id", String::from("must be 1 to 255 bytes"))),
+        None => return Err(("user-id", String::from("is required for a matrix channel"))),
+    };
+    let access_token = CredentialRef::from_keys(
+        spec.access_token_env.as_deref(),
+        spec.access_token_file.as_deref(),
+    )
+    .map_err(|message| ("access-token-env", message))?;
+    Ok(KindSettings::Matrix {
+        homeserver: http_url("homeserver", homeserver)?,
+        user_id,
+        access_token,
+    })
 }
 
 /// Whether `name` is a channel name: 1 to 64 of `a-z`, `0-9`, `-`, starting with a letter or
@@ -347,9 +413,11 @@ mod tests {
         assert_eq!(spec.group_policy, GroupPolicy::Allowlist);
         assert_eq!(spec.dm_scope, DmScope::PerChannelPeer);
         let settings = validate(&specs).unwrap();
-        let webhook = settings[0].as_ref().unwrap();
-        assert_eq!(webhook.secret, CredentialRef::Env("HOOK_SECRET".into()));
-        assert_eq!(webhook.reply_url.as_str(), "http://127.0.0.1:9/replies");
+        let Some(KindSettings::Webhook { secret, reply_url }) = &settings[0] else {
+            panic!("{settings:?}");
+        };
+        assert_eq!(*secret, CredentialRef::Env("HOOK_SECRET".into()));
+        assert_eq!(reply_url.as_str(), "http://127.0.0.1:9/replies");
     }
 
     #[test]
@@ -390,10 +458,11 @@ mod tests {
                 "reply-url = \"http://u:p@127.0.0.1:9/\"",
                 "channels[0].reply-url",
             ),
+            ("kind = \"webhook\"", "kind = \"slack\"", "channels[0].kind"),
             (
                 "kind = \"webhook\"",
                 "kind = \"matrix\"",
-                "channels[0].kind",
+                "channels[0].secret-env",
             ),
             (
                 "kind = \"webhook\"\n",
@@ -435,7 +504,46 @@ mod tests {
 
     #[test]
     fn a_disabled_channel_of_a_kind_not_built_is_kept_but_not_run() {
-        let text = "[[channels]]\nname = \"team\"\nkind = \"matrix\"\nenabled = false\n";
+        let text = "[[channels]]\nname = \"team\"\nkind = \"telegram\"\nenabled = false\n";
         assert_eq!(validate(&parse(text)).unwrap(), vec![None]);
+    }
+
+    #[test]
+    fn a_matrix_table_names_its_homeserver_bot_and_token() {
+        let text = "[[channels]]\nname = \"team\"\nkind = \"matrix\"\nhomeserver = \"http://127.0.0.1:8008\"\nuser-id = \"@bot:hs.test\"\naccess-token-file = \"/run/bot-token\"\n";
+        let settings = validate(&parse(text)).unwrap();
+        let Some(KindSettings::Matrix {
+            user_id,
+            access_token,
+            ..
+        }) = &settings[0]
+        else {
+            panic!("{settings:?}");
+        };
+        assert_eq!(user_id, "@bot:hs.test");
+        assert_eq!(*access_token, CredentialRef::File("/run/bot-token".into()));
+        for (from, to, key) in [
+            ("user-id = \"@bot:hs.test\"\n", "", "channels[0].user-id"),
+            (
+                "access-token-file = \"/run/bot-token\"\n",
+                "",
+                "channels[0].access-token-env",
+            ),
+            (
+                "homeserver = \"http://127.0.0.1:8008\"",
+                "homeserver = \"127.0.0.1:8008\"",
+                "channels[0].homeserver",
+            ),
+            (
+                "user-id",
+                "reply-url = \"http://x/\"\nuser-id",
+                "channels[0].reply-url",
+            ),
+        ] {
+            let error = validate(&parse(&text.replace(from, to)))
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with(key), "{from} → {error}");
+        }
     }
 }

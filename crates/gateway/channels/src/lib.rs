@@ -14,6 +14,8 @@
 //! - [`adapter`]: the one trait a kind implements to send ([`adapter::Adapter`]);
 //! - [`retry`]: the delivery retry schedule and its bound;
 //! - [`setup`]: validation and credentials together, giving what the Gateway runs;
+//! - [`text`]: splitting long replies and rendering Markdown to sanitised HTML;
+//! - [`matrix`]: the Matrix client–server API client, what a `/sync` asks, and its adapter;
 //! - [`webhook`]: the `webhook` kind's signatures and its adapter.
 //!
 //! The Gateway (`gatehouse-gateway`) owns what needs its state: the inbound route, admission
@@ -24,9 +26,11 @@
 pub mod access;
 pub mod adapter;
 pub mod config;
+pub mod matrix;
 pub mod pairing;
 pub mod retry;
 pub mod secret;
 pub mod session_key;
 pub mod setup;
+pub mod text;
 pub mod webhook;

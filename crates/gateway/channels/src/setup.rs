@@ -3,6 +3,7 @@
 
 use crate::config::ChannelSpec;
 use crate::config::ConfigError;
+use crate::config::KindSettings;
 use crate::config::validate;
 use crate::secret::CredentialError;
 use crate::secret::Secret;
@@ -25,6 +26,15 @@ pub enum KindSetup {
         reply_url: url::Url,
         /// The signing secret of both directions.
         secret: Secret,
+    },
+    /// A Matrix bot account.
+    Matrix {
+        /// The homeserver's base URL.
+        homeserver: url::Url,
+        /// The bot's user id.
+        user_id: String,
+        /// Its access token.
+        access_token: Secret,
     },
 }
 
@@ -55,16 +65,28 @@ pub fn prepare(specs: &[ChannelSpec]) -> Result<Vec<ChannelSetup>, SetupError> {
         .iter()
         .zip(settings)
         .enumerate()
-        .map(|(index, (spec, webhook))| {
-            let kind = match webhook {
-                Some(webhook) if spec.enabled => Some(KindSetup::Webhook {
-                    secret: webhook
-                        .secret
-                        .resolve()
-                        .map_err(|source| SetupError::Credential { index, source })?,
-                    reply_url: webhook.reply_url,
+        .map(|(index, (spec, settings))| {
+            let read = |credential: &crate::secret::CredentialRef| {
+                credential
+                    .resolve()
+                    .map_err(|source| SetupError::Credential { index, source })
+            };
+            let kind = match settings {
+                Some(_) if !spec.enabled => None,
+                Some(KindSettings::Webhook { secret, reply_url }) => Some(KindSetup::Webhook {
+                    secret: read(&secret)?,
+                    reply_url,
                 }),
-                _ => None,
+                Some(KindSettings::Matrix {
+                    homeserver,
+                    user_id,
+                    access_token,
+                }) => Some(KindSetup::Matrix {
+                    access_token: read(&access_token)?,
+                    homeserver,
+                    user_id,
+                }),
+                None => None,
             };
             Ok(ChannelSetup {
                 spec: spec.clone(),

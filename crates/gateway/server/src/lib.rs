@@ -798,6 +798,16 @@ pub async fn start(
         channels,
     });
     let shutdown = CancellationToken::new();
+    channels::run_matrix_channels(
+        &channels::LoopParts {
+            channels: Arc::clone(&state.channels),
+            store: Arc::clone(&state.store),
+            turns: Arc::clone(&state.turns),
+            audit: state.audit.clone(),
+            holder: state.replica.id().to_owned(),
+        },
+        &shutdown,
+    );
     tokio::spawn(channels::run_deliverer(
         Arc::clone(&state.channels),
         Arc::clone(&state.store),

@@ -372,6 +372,19 @@ pub const TABLES: &[Table] = &[
         generated_order: None,
     },
     Table {
+        name: "channel_state",
+        columns: &[
+            text("channel"),
+            text("cursor"),
+            text("holder"),
+            int("held_until_ms"),
+            int("updated_at_ms"),
+        ],
+        postgres_order: &["channel"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
         name: "shared_secrets",
         columns: &[text("name"), text("value"), int("created_at_ms")],
         postgres_order: &["name"],

@@ -12,6 +12,7 @@
 //!   ([`ChannelStore::claim_channel_delivery`]), so two replicas never send it at once, and
 //!   ends the attempt under its claim ([`ChannelStore::end_channel_delivery`]).
 //! - **Pairing.** Pending pairings and the senders operators approved.
+//! - **Polling.** A polling channel's cursor and the lease that lets one replica poll it.
 
 use async_trait::async_trait;
 
@@ -113,6 +114,53 @@ pub trait ChannelStore: Send + Sync + 'static {
         delivery_id: &str,
         claimant: &str,
         end: &DeliveryEnd,
+        now_ms: i64,
+    ) -> Result<bool>;
+
+    /// Records that `origin`'s message was judged `outcome` and queues `notice` to its
+    /// conversation, in one transaction; returns false, changing nothing, when the message was
+    /// recorded before.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn answer_channel_inbound(
+        &self,
+        origin: &ChannelOrigin,
+        outcome: InboundOutcome,
+        notice: &NewDelivery,
+        now_ms: i64,
+    ) -> Result<bool>;
+
+    /// Takes or renews the sync lease of a polling channel for `holder` until `now_ms +
+    /// lease_ms`: when no one holds it, its holder's lease lapsed, or `holder` holds it already.
+    /// Returns whether `holder` holds it now.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn hold_channel(
+        &self,
+        channel: &str,
+        holder: &str,
+        lease_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool>;
+
+    /// Returns the channel's stored cursor.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn channel_cursor(&self, channel: &str) -> Result<Option<String>>;
+
+    /// Stores the channel's cursor while `holder`'s lease lives; returns false, writing nothing,
+    /// when it does not (another replica took the channel over).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn set_channel_cursor(
+        &self,
+        channel: &str,
+        holder: &str,
+        cursor: &str,
         now_ms: i64,
     ) -> Result<bool>;
 

@@ -32,6 +32,7 @@ gatehouse_testkit::on_both_backends!(
     a_channel_message_is_judged_once_across_reopens,
     a_channel_turn_queues_its_reply_as_it_ends_and_one_deliverer_sends_it,
     pairing_keeps_one_code_per_sender_and_a_bounded_number_per_channel,
+    one_holder_polls_a_channel_and_only_it_moves_the_cursor,
 );
 
 fn origin(message_id: &str, sender: &str) -> ChannelOrigin {
@@ -394,5 +395,122 @@ async fn pairing_keeps_one_code_per_sender_and_a_bounded_number_per_channel(targ
     assert_eq!(
         request("m6", "carol", "GGGG2222", 2_001).await,
         PairingOutcome::Created
+    );
+}
+
+async fn one_holder_polls_a_channel_and_only_it_moves_the_cursor(target: Target) {
+    let store = target.open().await;
+    assert_eq!(store.channel_cursor("team").await.unwrap(), None);
+    assert!(store.hold_channel("team", "r1", 1_000, 10).await.unwrap());
+    assert!(!store.hold_channel("team", "r2", 1_000, 20).await.unwrap());
+    assert!(
+        store.hold_channel("team", "r1", 1_000, 500).await.unwrap(),
+        "a renewal"
+    );
+    assert!(
+        store
+            .set_channel_cursor("team", "r1", "s1", 600)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .set_channel_cursor("team", "r2", "s0", 600)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.channel_cursor("team").await.unwrap().as_deref(),
+        Some("s1")
+    );
+    // The holder stalls: its lease lapses, another replica takes the channel and its cursor.
+    assert!(
+        !store
+            .set_channel_cursor("team", "r1", "s2", 1_500)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .hold_channel("team", "r2", 1_000, 1_500)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .hold_channel("team", "r1", 1_000, 1_600)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .set_channel_cursor("team", "r1", "s2", 1_600)
+            .await
+            .unwrap()
+    );
+    let reopened = target.open().await;
+    assert_eq!(
+        reopened.channel_cursor("team").await.unwrap().as_deref(),
+        Some("s1")
+    );
+    assert!(
+        reopened
+            .set_channel_cursor("team", "r2", "s3", 1_700)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.channel_cursor("team").await.unwrap().as_deref(),
+        Some("s3")
+    );
+    // Another channel is held apart.
+    assert!(
+        store
+            .hold_channel("other", "r1", 1_000, 1_700)
+            .await
+            .unwrap()
+    );
+
+    // A message answered with a notice is judged once and its notice queued once.
+    let notice = NewDelivery {
+        delivery_id: "note-1".into(),
+        text: "not supported".into(),
+    };
+    let origin = origin("e1", "alice");
+    assert!(
+        store
+            .answer_channel_inbound(&origin, InboundOutcome::Denied, &notice, 1_800)
+            .await
+            .unwrap()
+    );
+    let again = NewDelivery {
+        delivery_id: "note-2".into(),
+        text: "not supported".into(),
+    };
+    assert!(
+        !store
+            .answer_channel_inbound(&origin, InboundOutcome::Denied, &again, 1_801)
+            .await
+            .unwrap()
+    );
+    let entry = store
+        .claim_channel_delivery(&["hooks".to_owned()], "r1", 1_000, 1_900)
+        .await
+        .unwrap()
+        .expect("the notice is queued");
+    assert_eq!(
+        (
+            entry.delivery_id.as_str(),
+            entry.text.as_deref(),
+            entry.in_reply_to.as_deref()
+        ),
+        ("note-1", Some("not supported"), Some("e1"))
+    );
+    assert_eq!(
+        store
+            .claim_channel_delivery(&["hooks".to_owned()], "r2", 1_000, 1_900)
+            .await
+            .unwrap(),
+        None
     );
 }

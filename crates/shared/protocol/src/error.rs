@@ -579,6 +579,10 @@ catalogue! {
         /// execution, a Gateway (`gatehouse gateway`) with its node hosts on other machines or
         /// users.
         ChannelsNeedDedicated = "CHANNELS_NEED_DEDICATED", 400;
+        /// A polling channel cannot reach its platform, or the platform refuses its credential
+        /// (a Matrix `/sync` that fails, an access token of another user); the channel retries
+        /// with backoff and `GET /v1/channels` shows it `degraded`.
+        ChannelUnavailable = "CHANNEL_UNAVAILABLE", 502;
         /// A reply could not be delivered to its channel within the retry bound; the transcript
         /// keeps it and the audit trail has a `delivery.failed` row.
         DeliveryFailed = "DELIVERY_FAILED", 502;

@@ -37,6 +37,7 @@ use gatehouse_store::records::NewDelivery;
 use crate::GatewayState;
 use crate::channels::Channel;
 use crate::channels::Inbound;
+use crate::channels::LoopStatus;
 use crate::channels::ReceiveParts;
 use crate::channels::Received;
 use crate::http::auth::Principal;
@@ -176,6 +177,7 @@ fn check_message(message: WebhookMessage) -> Result<Inbound, ApiError> {
         .filter(|conversation| *conversation != message.sender);
     Ok(Inbound {
         message_id: message.message_id,
+        conversation: group.clone().unwrap_or_else(|| message.sender.clone()),
         sender: message.sender,
         group,
         thread: None,
@@ -196,10 +198,23 @@ pub(crate) async fn list_channels(
             .channel_figures(&channel.spec.name)
             .await
             .map_err(|error| store_error(&error))?;
-        let state = match (channel.enabled(), &figures.last_error) {
+        let loop_error = match channel.loop_status() {
+            LoopStatus::Failing(message) => Some(ChannelError {
+                code: ErrorCode::ChannelUnavailable.as_str().to_owned(),
+                message,
+            }),
+            _ => None,
+        };
+        let delivery_error = figures.last_error.map(|message| ChannelError {
+            code: ErrorCode::DeliveryFailed.as_str().to_owned(),
+            message,
+        });
+        let state = match (channel.enabled(), channel.loop_status()) {
             (false, _) => ChannelState::Stopped,
-            (true, Some(_)) => ChannelState::Degraded,
-            (true, None) => ChannelState::Connected,
+            (true, LoopStatus::Failing(_)) => ChannelState::Degraded,
+            (true, LoopStatus::Starting) if channel.polls() => ChannelState::Connecting,
+            (true, _) if delivery_error.is_some() => ChannelState::Degraded,
+            (true, _) => ChannelState::Connected,
         };
         channels.push(ChannelStatus {
             name: channel.spec.name.clone(),
@@ -209,10 +224,7 @@ pub(crate) async fn list_channels(
             last_inbound_at: figures.last_inbound_at_ms,
             last_delivery_at: figures.last_delivery_at_ms,
             pending_deliveries: figures.pending_deliveries,
-            last_error: figures.last_error.map(|message| ChannelError {
-                code: ErrorCode::DeliveryFailed.as_str().to_owned(),
-                message,
-            }),
+            last_error: loop_error.or(delivery_error),
         });
     }
     Ok(Json(ChannelList { channels }))

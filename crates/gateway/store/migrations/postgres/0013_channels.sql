@@ -69,3 +69,14 @@ CREATE TABLE channel_outbox (
 );
 
 CREATE INDEX channel_outbox_due ON channel_outbox (channel, state, next_attempt_at_ms);
+
+-- A polling channel's place: the platform's cursor (Matrix's `next_batch`), written after
+-- what it covers was judged, so a restart resumes without skipping or answering twice; and the
+-- replica whose sync loop holds the channel until `held_until_ms`, so one loop runs at a time.
+CREATE TABLE channel_state (
+    channel TEXT PRIMARY KEY NOT NULL,
+    cursor TEXT,
+    holder TEXT NOT NULL,
+    held_until_ms BIGINT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
+);

@@ -378,6 +378,85 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         Ok(changed == 1)
     }
 
+    async fn answer_channel_inbound(
+        &self,
+        origin: &ChannelOrigin,
+        outcome: InboundOutcome,
+        notice: &NewDelivery,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let mut tx = self.begin("channel message").await?;
+        if !insert_inbound(&mut tx, origin, outcome.as_str(), now_ms).await? {
+            return Ok(false);
+        }
+        queue_delivery(
+            &mut tx,
+            &origin.channel,
+            Some(&origin.message_id),
+            &origin.conversation,
+            &origin.sender,
+            notice,
+            now_ms,
+        )
+        .await?;
+        tx.commit("channel message").await?;
+        Ok(true)
+    }
+
+    async fn hold_channel(
+        &self,
+        channel: &str,
+        holder: &str,
+        lease_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let held = query(
+            "INSERT INTO channel_state (channel, cursor, holder, held_until_ms, updated_at_ms) \
+             VALUES (?, NULL, ?, ?, ?) ON CONFLICT (channel) DO UPDATE SET \
+             holder = excluded.holder, held_until_ms = excluded.held_until_ms, \
+             updated_at_ms = excluded.updated_at_ms \
+             WHERE channel_state.holder = excluded.holder OR channel_state.held_until_ms <= ?",
+        )
+        .bind(channel)
+        .bind(holder)
+        .bind(now_ms.saturating_add(lease_ms))
+        .bind(now_ms)
+        .bind(now_ms)
+        .execute(&self.db, "channel lease")
+        .await?;
+        Ok(held == 1)
+    }
+
+    async fn channel_cursor(&self, channel: &str) -> Result<Option<String>> {
+        let cursor: Option<Option<String>> =
+            query("SELECT cursor FROM channel_state WHERE channel = ?")
+                .bind(channel)
+                .opt_scalar(&self.db, "channel cursor")
+                .await?;
+        Ok(cursor.flatten())
+    }
+
+    async fn set_channel_cursor(
+        &self,
+        channel: &str,
+        holder: &str,
+        cursor: &str,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let written = query(
+            "UPDATE channel_state SET cursor = ?, updated_at_ms = ? \
+             WHERE channel = ? AND holder = ? AND held_until_ms > ?",
+        )
+        .text(cursor)
+        .bind(now_ms)
+        .bind(channel)
+        .bind(holder)
+        .bind(now_ms)
+        .execute(&self.db, "channel cursor")
+        .await?;
+        Ok(written == 1)
+    }
+
     async fn channel_figures(&self, channel: &str) -> Result<ChannelFigures> {
         let last_inbound_at_ms: Option<i64> =
             query("SELECT MAX(received_at_ms) FROM channel_inbound WHERE channel = ?")

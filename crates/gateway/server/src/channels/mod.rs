@@ -54,6 +54,11 @@ use crate::audit::AuditRow;
 use crate::turns::IncomingMessage;
 use crate::turns::TurnEngine;
 
+mod matrix;
+
+pub(crate) use matrix::LoopParts;
+pub(crate) use matrix::run_matrix_channels;
+
 /// How often the deliverer looks for due entries when it found none.
 pub(crate) const DELIVERY_POLL: Duration = Duration::from_millis(250);
 
@@ -67,8 +72,26 @@ pub(crate) struct Channel {
     pub(crate) spec: ChannelSpec,
     /// The secret inbound requests are verified with (webhook kind).
     webhook_secret: Option<Secret>,
+    /// The bot account of a Matrix channel, which its sync loop uses.
+    matrix: Option<matrix::MatrixBot>,
     /// The way out to the platform; `None` when the channel is disabled.
     adapter: Option<Arc<dyn Adapter>>,
+    /// What its sync loop last found, for `GET /v1/channels`.
+    status: parking_lot::Mutex<LoopStatus>,
+}
+
+/// What a polling channel's loop last found on this replica.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum LoopStatus {
+    /// Not synced yet (or not a polling channel).
+    #[default]
+    Starting,
+    /// Its last sync succeeded.
+    Synced,
+    /// Another replica holds the channel's sync lease.
+    Standby,
+    /// Its last sync failed with this message (`CHANNEL_UNAVAILABLE`).
+    Failing(String),
 }
 
 impl Channel {
@@ -80,6 +103,20 @@ impl Channel {
     /// The secret of its signed inbound requests, when it takes them.
     pub(crate) fn webhook_secret(&self) -> Option<&Secret> {
         self.webhook_secret.as_ref()
+    }
+
+    /// Whether it polls its platform (a sync loop) rather than being called.
+    pub(crate) fn polls(&self) -> bool {
+        self.matrix.is_some()
+    }
+
+    /// What its sync loop last found on this replica.
+    pub(crate) fn loop_status(&self) -> LoopStatus {
+        self.status.lock().clone()
+    }
+
+    fn set_status(&self, status: LoopStatus) {
+        *self.status.lock() = status;
     }
 }
 
@@ -98,22 +135,42 @@ impl Channels {
         let list = setups
             .iter()
             .map(|setup| {
-                let (webhook_secret, adapter): (Option<Secret>, Option<Arc<dyn Adapter>>) =
-                    match &setup.kind {
-                        Some(KindSetup::Webhook { reply_url, secret }) => (
-                            Some(secret.clone()),
+                let mut channel = Channel {
+                    spec: setup.spec.clone(),
+                    webhook_secret: None,
+                    matrix: None,
+                    adapter: None,
+                    status: parking_lot::Mutex::new(LoopStatus::Starting),
+                };
+                match &setup.kind {
+                    Some(KindSetup::Webhook { reply_url, secret }) => {
+                        channel.webhook_secret = Some(secret.clone());
+                        channel.adapter =
                             Some(Arc::new(gatehouse_channels::webhook::WebhookAdapter::new(
                                 reply_url.clone(),
                                 secret.clone(),
-                            )?)),
-                        ),
-                        None => (None, None),
-                    };
-                Ok(Channel {
-                    spec: setup.spec.clone(),
-                    webhook_secret,
-                    adapter,
-                })
+                            )?));
+                    }
+                    Some(KindSetup::Matrix {
+                        homeserver,
+                        user_id,
+                        access_token,
+                    }) => {
+                        let client = gatehouse_channels::matrix::MatrixClient::new(
+                            homeserver.clone(),
+                            access_token.clone(),
+                        )?;
+                        channel.adapter = Some(Arc::new(
+                            gatehouse_channels::matrix::MatrixAdapter::new(client.clone()),
+                        ));
+                        channel.matrix = Some(matrix::MatrixBot {
+                            client,
+                            user_id: user_id.clone(),
+                        });
+                    }
+                    None => {}
+                }
+                Ok(channel)
             })
             .collect::<Result<_, reqwest::Error>>()?;
         Ok(Self { list })
@@ -150,6 +207,8 @@ pub(crate) struct Inbound {
     pub(crate) message_id: String,
     /// The sender's platform id.
     pub(crate) sender: String,
+    /// Where its reply goes (a room, a chat, or the sender of a direct webhook message).
+    pub(crate) conversation: String,
     /// The group it was written in; `None` for a direct message.
     pub(crate) group: Option<String>,
     /// The thread, when the platform has one.
@@ -220,10 +279,7 @@ pub(crate) async fn receive(
     let origin = ChannelOrigin {
         channel: spec.name.clone(),
         message_id: message.message_id.clone(),
-        conversation: message
-            .group
-            .clone()
-            .unwrap_or_else(|| message.sender.clone()),
+        conversation: message.conversation.clone(),
         sender: message.sender.clone(),
     };
     match verdict {

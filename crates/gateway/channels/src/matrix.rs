@@ -1,0 +1,699 @@
+//! The `matrix` kind: a client of the Matrix client–server API (v3) for one bot account, what
+//! a `/sync` answer means for the Gateway ([`interpret`]), and the adapter that sends replies.
+//!
+//! Platform ids are opaque: room ids of room version 12 have no `:server` part, so nothing here
+//! parses an id's shape; ids go into URL paths percent-encoded as whole segments.
+//! End-to-end encrypted rooms are not supported: an invite into one is rejected, and an
+//! encrypted message is answered with a notice saying so ([`Input::Encrypted`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+
+use crate::adapter::Adapter;
+use crate::adapter::Outgoing;
+use crate::adapter::SendError;
+use crate::secret::Secret;
+use crate::text::markdown_to_html;
+use crate::text::split;
+
+/// The most characters of one message the adapter sends; a longer reply is split.
+pub const MAX_MESSAGE_CHARS: usize = 16_000;
+
+/// How long the server may hold a `/sync` open.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How much longer than its `timeout` a `/sync` may take before it is given up.
+pub const SYNC_GRACE: Duration = Duration::from_secs(15);
+
+/// How long one request other than `/sync` may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The notice an encrypted message is answered with.
+pub const ENCRYPTED_NOTICE: &str = "This room is end-to-end encrypted, which this agent does not \
+     support: it cannot read messages here. Write to it in an unencrypted room.";
+
+/// The notice a file or image is answered with.
+pub const UNSUPPORTED_NOTICE: &str =
+    "This agent reads text messages only here; files and images are not passed on.";
+
+/// A failed Matrix request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MatrixError {
+    /// The homeserver answered an error.
+    #[error("the homeserver answered HTTP {status} {errcode}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The Matrix `errcode` (`M_FORBIDDEN`, `M_LIMIT_EXCEEDED`, ...), or empty.
+        errcode: String,
+        /// The server's `retry_after_ms`, or its `Retry-After` header.
+        retry_after: Option<Duration>,
+    },
+    /// The homeserver could not be reached or did not answer in time.
+    #[error("the homeserver did not answer: {0}")]
+    Transport(String),
+    /// The answer is not what the API documents.
+    #[error("the homeserver's answer is not understood: {0}")]
+    Decode(String),
+}
+
+impl MatrixError {
+    /// Whether trying again later may work.
+    #[must_use]
+    pub fn transient(&self) -> bool {
+        match self {
+            MatrixError::Status { status, .. } => *status == 429 || *status >= 500,
+            MatrixError::Transport(_) => true,
+            MatrixError::Decode(_) => false,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    errcode: String,
+    #[serde(default)]
+    retry_after_ms: Option<u64>,
+}
+
+/// A bot account on a homeserver.
+#[derive(Clone)]
+pub struct MatrixClient {
+    http: reqwest::Client,
+    homeserver: url::Url,
+    token: Secret,
+}
+
+/// The answer of `/sync`, kept opaque: read it with [`SyncAnswer::next_batch`] and
+/// [`interpret`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct SyncAnswer {
+    next_batch: String,
+    #[serde(default)]
+    rooms: Rooms,
+}
+
+impl SyncAnswer {
+    /// The token to pass as `since` next time.
+    #[must_use]
+    pub fn next_batch(&self) -> &str {
+        &self.next_batch
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct Rooms {
+    #[serde(default)]
+    join: BTreeMap<String, JoinedRoom>,
+    #[serde(default)]
+    invite: BTreeMap<String, InvitedRoom>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct JoinedRoom {
+    #[serde(default)]
+    timeline: Events,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct InvitedRoom {
+    #[serde(default)]
+    invite_state: Events,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct Events {
+    #[serde(default)]
+    events: Vec<RoomEvent>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct RoomEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    sender: String,
+    #[serde(default)]
+    event_id: Option<String>,
+    #[serde(default)]
+    state_key: Option<String>,
+    #[serde(default)]
+    content: EventContent,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct EventContent {
+    #[serde(default)]
+    msgtype: Option<String>,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    membership: Option<String>,
+    #[serde(default)]
+    is_direct: Option<bool>,
+    #[serde(default, rename = "m.mentions")]
+    mentions: Option<Mentions>,
+    #[serde(default, rename = "m.relates_to")]
+    relates_to: Option<Relation>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct Mentions {
+    #[serde(default)]
+    user_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct Relation {
+    #[serde(default)]
+    rel_type: Option<String>,
+    #[serde(default)]
+    event_id: Option<String>,
+}
+
+/// Who the bot is, for telling which messages address it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BotIdentity {
+    /// Its user id.
+    pub user_id: String,
+    /// Its display name, when it has one.
+    pub display_name: Option<String>,
+}
+
+/// What one `/sync` answer asks of the Gateway, in timeline order per room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// The bot was invited to a room.
+    Invite {
+        /// The room.
+        room: String,
+        /// Who invited it.
+        inviter: String,
+        /// Whether the inviter marked it a direct chat.
+        direct: bool,
+        /// Whether the room is end-to-end encrypted.
+        encrypted: bool,
+    },
+    /// A text message from someone else.
+    Message {
+        /// The room.
+        room: String,
+        /// The event id: the message's id.
+        event_id: String,
+        /// Its sender.
+        sender: String,
+        /// The text.
+        text: String,
+        /// The thread's root event, for a message in a thread.
+        thread: Option<String>,
+        /// Whether it names the bot (`m.mentions`, its user id, or its display name).
+        mentioned: bool,
+    },
+    /// An encrypted message, which the bot cannot read.
+    Encrypted {
+        /// The room.
+        room: String,
+        /// The event id.
+        event_id: String,
+        /// Its sender.
+        sender: String,
+    },
+    /// A message the bot does not read (a file, an image, audio, a location).
+    Unsupported {
+        /// The room.
+        room: String,
+        /// The event id.
+        event_id: String,
+        /// Its sender.
+        sender: String,
+    },
+}
+
+/// Reads what `answer` asks of the Gateway: invites first, then each joined room's new
+/// messages; the bot's own events, edits and state changes ask nothing.
+#[must_use]
+pub fn interpret(answer: &SyncAnswer, bot: &BotIdentity) -> Vec<Input> {
+    let mut inputs = Vec::new();
+    for (room, invited) in &answer.rooms.invite {
+        let events = &invited.invite_state.events;
+        let Some(invite) = events.iter().find(|event| {
+            event.kind == "m.room.member"
+                && event.state_key.as_deref() == Some(bot.user_id.as_str())
+                && event.content.membership.as_deref() == Some("invite")
+        }) else {
+            continue;
+        };
+        inputs.push(Input::Invite {
+            room: room.clone(),
+            inviter: invite.sender.clone(),
+            direct: invite.content.is_direct == Some(true),
+            encrypted: events.iter().any(|event| event.kind == "m.room.encryption"),
+        });
+    }
+    for (room, joined) in &answer.rooms.join {
+        for event in &joined.timeline.events {
+            if event.sender == bot.user_id || event.state_key.is_some() {
+                continue;
+            }
+            let Some(event_id) = event.event_id.clone() else {
+                continue;
+            };
+            let (room, sender) = (room.clone(), event.sender.clone());
+            match event.kind.as_str() {
+                "m.room.encrypted" => inputs.push(Input::Encrypted {
+                    room,
+                    event_id,
+                    sender,
+                }),
+                "m.room.message" => {
+                    let relation = event.content.relates_to.as_ref();
+                    if relation.and_then(|r| r.rel_type.as_deref()) == Some("m.replace") {
+                        continue;
+                    }
+                    let body = event.content.body.clone().unwrap_or_default();
+                    match event.content.msgtype.as_deref() {
+                        Some("m.text" | "m.notice" | "m.emote") if !body.trim().is_empty() => {
+                            let thread = relation
+                                .filter(|r| r.rel_type.as_deref() == Some("m.thread"))
+                                .and_then(|r| r.event_id.clone());
+                            let mentioned = mentions(&event.content, &body, bot);
+                            inputs.push(Input::Message {
+                                room,
+                                event_id,
+                                sender,
+                                text: body,
+                                thread,
+                                mentioned,
+                            });
+                        }
+                        Some("m.text" | "m.notice" | "m.emote") => {}
+                        _ => inputs.push(Input::Unsupported {
+                            room,
+                            event_id,
+                            sender,
+                        }),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    inputs
+}
+
+fn mentions(content: &EventContent, body: &str, bot: &BotIdentity) -> bool {
+    content
+        .mentions
+        .as_ref()
+        .is_some_and(|mentions| mentions.user_ids.contains(&bot.user_id))
+        || body.contains(&bot.user_id)
+        || bot
+            .display_name
+            .as_deref()
+            .filter(|name| !name.trim().is_empty())
+            .is_some_and(|name| body.to_lowercase().contains(&name.to_lowercase()))
+}
+
+#[derive(Deserialize)]
+struct WhoAmI {
+    user_id: String,
+}
+
+#[derive(Deserialize)]
+struct DisplayName {
+    #[serde(default)]
+    displayname: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct JoinedMembers {
+    #[serde(default)]
+    joined: BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct SentEvent {
+    event_id: String,
+}
+
+impl MatrixClient {
+    /// A client of `homeserver` (its base URL) with the bot's access token.
+    ///
+    /// # Errors
+    /// The HTTP client cannot be built.
+    pub fn new(homeserver: url::Url, token: Secret) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        Ok(Self {
+            http,
+            homeserver,
+            token,
+        })
+    }
+
+    /// `homeserver/_matrix/client/v3/<segments>`, each segment percent-encoded whole.
+    fn endpoint(&self, segments: &[&str]) -> url::Url {
+        let mut url = self.homeserver.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(["_matrix", "client", "v3"]);
+            path.extend(segments);
+        }
+        url
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<T, MatrixError> {
+        let answer = request
+            .bearer_auth(self.token.expose())
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|error| MatrixError::Transport(error.without_url().to_string()))?;
+        let status = answer.status();
+        let header_retry = crate::webhook::retry_after(answer.headers());
+        let bytes = answer
+            .bytes()
+            .await
+            .map_err(|error| MatrixError::Transport(error.without_url().to_string()))?;
+        if !status.is_success() {
+            let body: Option<ErrorBody> = serde_json::from_slice(&bytes).ok();
+            return Err(MatrixError::Status {
+                status: status.as_u16(),
+                errcode: body.as_ref().map(|b| b.errcode.clone()).unwrap_or_default(),
+                retry_after: body
+                    .and_then(|b| b.retry_after_ms)
+                    .map(Duration::from_millis)
+                    .or(header_retry),
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|error| MatrixError::Decode(error.to_string()))
+    }
+
+    /// `GET /account/whoami`: the token's user id.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn whoami(&self) -> Result<String, MatrixError> {
+        let answer: WhoAmI = self
+            .call(
+                self.http.get(self.endpoint(&["account", "whoami"])),
+                REQUEST_TIMEOUT,
+            )
+            .await?;
+        Ok(answer.user_id)
+    }
+
+    /// `GET /profile/{user}/displayname`; `None` when it has none.
+    ///
+    /// # Errors
+    /// [`MatrixError`] other than a missing profile.
+    pub async fn display_name(&self, user_id: &str) -> Result<Option<String>, MatrixError> {
+        let request = self
+            .http
+            .get(self.endpoint(&["profile", user_id, "displayname"]));
+        match self.call::<DisplayName>(request, REQUEST_TIMEOUT).await {
+            Ok(answer) => Ok(answer.displayname),
+            Err(MatrixError::Status { status: 404, .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// `GET /sync`, from `since` (the first sync when `None`), held open up to `timeout`.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn sync(
+        &self,
+        since: Option<&str>,
+        timeout: Duration,
+    ) -> Result<SyncAnswer, MatrixError> {
+        let mut url = self.endpoint(&["sync"]);
+        {
+            let mut query = url.query_pairs_mut();
+            query.append_pair("timeout", &timeout.as_millis().to_string());
+            if let Some(since) = since {
+                query.append_pair("since", since);
+            }
+        }
+        self.call(self.http.get(url), timeout + REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /join/{room}`.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn join(&self, room: &str) -> Result<(), MatrixError> {
+        let request = self
+            .http
+            .post(self.endpoint(&["join", room]))
+            .json(&serde_json::json!({}));
+        self.call::<serde::de::IgnoredAny>(request, REQUEST_TIMEOUT)
+            .await
+            .map(drop)
+    }
+
+    /// `POST /rooms/{room}/leave`: leaves a room, or rejects an invite.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn leave(&self, room: &str) -> Result<(), MatrixError> {
+        let request = self
+            .http
+            .post(self.endpoint(&["rooms", room, "leave"]))
+            .json(&serde_json::json!({}));
+        self.call::<serde::de::IgnoredAny>(request, REQUEST_TIMEOUT)
+            .await
+            .map(drop)
+    }
+
+    /// `GET /rooms/{room}/joined_members`: how many users are joined.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn joined_member_count(&self, room: &str) -> Result<usize, MatrixError> {
+        let request = self
+            .http
+            .get(self.endpoint(&["rooms", room, "joined_members"]));
+        let answer: JoinedMembers = self.call(request, REQUEST_TIMEOUT).await?;
+        Ok(answer.joined.len())
+    }
+
+    /// `PUT /rooms/{room}/typing/{user}`.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn typing(&self, room: &str, user_id: &str, on: bool) -> Result<(), MatrixError> {
+        let body = match on {
+            true => serde_json::json!({"typing": true, "timeout": 30_000}),
+            false => serde_json::json!({"typing": false}),
+        };
+        let request = self
+            .http
+            .put(self.endpoint(&["rooms", room, "typing", user_id]))
+            .json(&body);
+        self.call::<serde::de::IgnoredAny>(request, REQUEST_TIMEOUT)
+            .await
+            .map(drop)
+    }
+
+    /// `PUT /rooms/{room}/send/m.room.message/{txn}`: idempotent per token and `txn`.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn send(
+        &self,
+        room: &str,
+        txn: &str,
+        content: &serde_json::Value,
+    ) -> Result<String, MatrixError> {
+        let request = self
+            .http
+            .put(self.endpoint(&["rooms", room, "send", "m.room.message", txn]))
+            .json(content);
+        let answer: SentEvent = self.call(request, REQUEST_TIMEOUT).await?;
+        Ok(answer.event_id)
+    }
+}
+
+/// The content of one reply message: plain `body`, and the Markdown rendered as sanitised
+/// HTML in `formatted_body`; the first part of a reply answers `in_reply_to`.
+#[must_use]
+pub fn message_content(text: &str, in_reply_to: Option<&str>) -> serde_json::Value {
+    let mut content = serde_json::json!({
+        "msgtype": "m.text",
+        "body": text,
+        "format": "org.matrix.custom.html",
+        "formatted_body": markdown_to_html(text),
+    });
+    if let Some(event_id) = in_reply_to {
+        content["m.relates_to"] = serde_json::json!({"m.in_reply_to": {"event_id": event_id}});
+    }
+    content
+}
+
+/// Sends replies as the bot: each outbox entry's parts with the transaction ids
+/// `<delivery id>.<part>`, so a retried entry never shows twice.
+pub struct MatrixAdapter {
+    client: MatrixClient,
+}
+
+impl MatrixAdapter {
+    /// An adapter sending through `client`.
+    #[must_use]
+    pub fn new(client: MatrixClient) -> Self {
+        Self { client }
+    }
+}
+
+#[async_trait]
+impl Adapter for MatrixAdapter {
+    async fn send(&self, message: &Outgoing) -> Result<(), SendError> {
+        let in_reply_to = message
+            .in_reply_to
+            .as_deref()
+            .filter(|id| id.starts_with('$'));
+        for (index, part) in split(&message.text, MAX_MESSAGE_CHARS).iter().enumerate() {
+            let content = message_content(part, in_reply_to.filter(|_| index == 0));
+            let txn = format!("{}.{index}", message.delivery_id);
+            if let Err(error) = self
+                .client
+                .send(&message.conversation, &txn, &content)
+                .await
+            {
+                let retry_after = match &error {
+                    MatrixError::Status { retry_after, .. } => *retry_after,
+                    _ => None,
+                };
+                return Err(match error.transient() {
+                    true => SendError::Transient {
+                        message: error.to_string(),
+                        retry_after,
+                    },
+                    false => SendError::Permanent {
+                        message: error.to_string(),
+                    },
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "a test fails loudly")]
+
+    use super::*;
+
+    fn bot() -> BotIdentity {
+        BotIdentity {
+            user_id: "@bot:hs.test".into(),
+            display_name: Some("Helper".into()),
+        }
+    }
+
+    #[test]
+    fn a_sync_answer_becomes_invites_and_messages() {
+        let answer: SyncAnswer = serde_json::from_value(serde_json::json!({
+            "next_batch": "s42",
+            "rooms": {
+                "invite": {"!dm": {"invite_state": {"events": [
+                    {"type": "m.room.member", "sender": "@alice:hs.test", "state_key": "@bot:hs.test",
+                     "content": {"membership": "invite", "is_direct": true}},
+                    {"type": "m.room.encryption", "sender": "@alice:hs.test", "state_key": "",
+                     "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
+                ]}}},
+                "join": {"!room": {"timeline": {"events": [
+                    {"type": "m.room.message", "sender": "@bot:hs.test", "event_id": "$own",
+                     "content": {"msgtype": "m.text", "body": "mine"}},
+                    {"type": "m.room.member", "sender": "@carol:hs.test", "event_id": "$m",
+                     "state_key": "@carol:hs.test", "content": {"membership": "join"}},
+                    {"type": "m.room.message", "sender": "@carol:hs.test", "event_id": "$1",
+                     "content": {"msgtype": "m.text", "body": "hi", "m.mentions": {"user_ids": ["@bot:hs.test"]}}},
+                    {"type": "m.room.message", "sender": "@carol:hs.test", "event_id": "$2",
+                     "content": {"msgtype": "m.text", "body": "helper, look",
+                                 "m.relates_to": {"rel_type": "m.thread", "event_id": "$1"}}},
+                    {"type": "m.room.message", "sender": "@carol:hs.test", "event_id": "$3",
+                     "content": {"msgtype": "m.text", "body": "* edit",
+                                 "m.relates_to": {"rel_type": "m.replace", "event_id": "$2"}}},
+                    {"type": "m.room.message", "sender": "@carol:hs.test", "event_id": "$4",
+                     "content": {"msgtype": "m.image", "body": "cat.png"}},
+                    {"type": "m.room.encrypted", "sender": "@carol:hs.test", "event_id": "$5",
+                     "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
+                    {"type": "m.room.message", "sender": "@carol:hs.test", "event_id": "$6",
+                     "content": {"msgtype": "m.text", "body": "just chatting"}}
+                ]}}}
+            }
+        }))
+        .unwrap();
+        assert_eq!(answer.next_batch(), "s42");
+        let message =
+            |id: &str, text: &str, thread: Option<&str>, mentioned: bool| Input::Message {
+                room: "!room".into(),
+                event_id: id.into(),
+                sender: "@carol:hs.test".into(),
+                text: text.into(),
+                thread: thread.map(Into::into),
+                mentioned,
+            };
+        assert_eq!(
+            interpret(&answer, &bot()),
+            vec![
+                Input::Invite {
+                    room: "!dm".into(),
+                    inviter: "@alice:hs.test".into(),
+                    direct: true,
+                    encrypted: true,
+                },
+                message("$1", "hi", None, true),
+                message("$2", "helper, look", Some("$1"), true),
+                Input::Unsupported {
+                    room: "!room".into(),
+                    event_id: "$4".into(),
+                    sender: "@carol:hs.test".into(),
+                },
+                Input::Encrypted {
+                    room: "!room".into(),
+                    event_id: "$5".into(),
+                    sender: "@carol:hs.test".into(),
+                },
+                message("$6", "just chatting", None, false),
+            ]
+        );
+    }
+
+    #[test]
+    fn ids_go_into_paths_as_whole_encoded_segments() {
+        let client = MatrixClient::new(
+            url::Url::parse("http://127.0.0.1:8008/").unwrap(),
+            Secret::new("t".into()),
+        )
+        .unwrap();
+        let url = client.endpoint(&["rooms", "!a/b?c#d", "send", "m.room.message", "x.0"]);
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:8008/_matrix/client/v3/rooms/!a%2Fb%3Fc%23d/send/m.room.message/x.0"
+        );
+    }
+
+    #[test]
+    fn a_reply_carries_plain_and_sanitised_html_bodies() {
+        let content = message_content("**done** <b>x</b>", Some("$ev"));
+        assert_eq!(content["body"], "**done** <b>x</b>");
+        let html = content["formatted_body"].as_str().unwrap();
+        assert!(
+            html.contains("<strong>done</strong>") && !html.contains("<b>"),
+            "{html}"
+        );
+        assert_eq!(content["m.relates_to"]["m.in_reply_to"]["event_id"], "$ev");
+    }
+}

@@ -1,0 +1,446 @@
+//! The sync loop of a Matrix channel: one replica at a time holds the channel's lease in the
+//! store and long-polls `/sync`; what an answer asks ([`gatehouse_channels::matrix::interpret`])
+//! is judged and admitted as any channel message; the answer's `next_batch` is stored only
+//! after everything it covers was judged, so a restart (of the Gateway or the homeserver)
+//! resumes where it stopped, and what was judged before finds its record and admits nothing.
+//!
+//! - **Invites.** The bot joins a room it is invited to when the invite is a direct chat and
+//!   the channel takes direct messages from the inviter (`open`, `pairing`, or the inviter is
+//!   in `allow-from` or approved), or the room is one the group policy allows; it rejects every
+//!   other invite, and every invite into an end-to-end encrypted room.
+//! - **Messages.** A room whose joined members are the bot and one other user is a direct chat;
+//!   any other room is a group. Text messages are judged as the contract says; files and images
+//!   in a direct chat get a notice that they are not passed on; an encrypted message gets, once
+//!   per room and process, a notice that encrypted rooms are not supported.
+//! - **Typing.** While an admitted message's turn runs, the bot shows as typing in its room.
+//! - **Failures.** A failed sync is retried with jittered backoff up to a minute, and the channel
+//!   shows `degraded` with `CHANNEL_UNAVAILABLE` until a sync succeeds.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatehouse_channels::config::DmPolicy;
+use gatehouse_channels::config::GroupPolicy;
+use gatehouse_channels::matrix::BotIdentity;
+use gatehouse_channels::matrix::Input;
+use gatehouse_channels::matrix::MatrixClient;
+use gatehouse_protocol::time::now_ms;
+use gatehouse_store::Store;
+use gatehouse_store::records::ChannelOrigin;
+use gatehouse_store::records::InboundOutcome;
+use gatehouse_store::records::NewDelivery;
+use tokio_util::sync::CancellationToken;
+
+use super::Channel;
+use super::Channels;
+use super::Inbound;
+use super::LoopStatus;
+use super::ReceiveParts;
+use super::Received;
+use super::audit_channel;
+use super::new_delivery_id;
+use crate::audit::Audit;
+use crate::turns::TurnEngine;
+
+/// How long a replica holds a Matrix channel's sync lease; it renews it before every sync, and
+/// a sync returns well within it, so a live holder never loses it and another replica takes a
+/// dead holder's channel within this bound.
+pub(crate) const SYNC_LEASE: Duration = Duration::from_secs(45);
+
+/// How often a replica that does not hold a channel's lease tries to take it.
+pub(crate) const STANDBY_POLL: Duration = Duration::from_secs(2);
+
+/// The longest wait after failed syncs.
+pub(crate) const MAX_SYNC_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The longest a typing indicator is kept up for one turn.
+pub(crate) const MAX_TYPING: Duration = Duration::from_secs(600);
+
+/// A Matrix channel's bot account.
+pub(crate) struct MatrixBot {
+    /// Its client.
+    pub(crate) client: MatrixClient,
+    /// The user id the config file names; the access token must belong to it.
+    pub(crate) user_id: String,
+}
+
+/// What one sync loop needs, owned.
+#[derive(Clone)]
+pub(crate) struct LoopParts {
+    /// The channels.
+    pub(crate) channels: Arc<Channels>,
+    /// The store.
+    pub(crate) store: Arc<dyn Store>,
+    /// Admission.
+    pub(crate) turns: Arc<TurnEngine>,
+    /// The audit trail.
+    pub(crate) audit: Audit,
+    /// This replica's id: the lease's holder.
+    pub(crate) holder: String,
+}
+
+/// Starts the sync loop of every enabled Matrix channel; each runs until `shutdown`.
+pub(crate) fn run_matrix_channels(parts: &LoopParts, shutdown: &CancellationToken) {
+    for (index, channel) in parts.channels.all().iter().enumerate() {
+        if channel.enabled() && channel.matrix.is_some() {
+            tokio::spawn(run_loop(parts.clone(), index, shutdown.child_token()));
+        }
+    }
+}
+
+/// What one turn of the loop came to.
+enum Step {
+    /// It synced and judged what the answer asked.
+    Synced,
+    /// Another replica holds the channel.
+    Standby,
+}
+
+/// The loop's memory between syncs.
+#[derive(Default)]
+struct LoopMemory {
+    /// The bot's identity, checked against its token once.
+    identity: Option<BotIdentity>,
+    /// Rooms told in this process that encrypted rooms are not supported.
+    told_encrypted: HashSet<String>,
+}
+
+async fn run_loop(parts: LoopParts, index: usize, shutdown: CancellationToken) {
+    let channel = &parts.channels.all()[index];
+    let mut memory = LoopMemory::default();
+    let mut failures: u32 = 0;
+    loop {
+        let step = tokio::select! {
+            () = shutdown.cancelled() => return,
+            step = sync_once(&parts, channel, &mut memory) => step,
+        };
+        let pause = match step {
+            Ok(Step::Synced) => {
+                failures = 0;
+                channel.set_status(LoopStatus::Synced);
+                continue;
+            }
+            Ok(Step::Standby) => {
+                channel.set_status(LoopStatus::Standby);
+                STANDBY_POLL
+            }
+            Err(message) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(channel = %channel.spec.name, error = %message, "a Matrix sync failed");
+                channel.set_status(LoopStatus::Failing(message));
+                let backoff = Duration::from_secs(1_u64 << failures.min(6)).min(MAX_SYNC_BACKOFF);
+                backoff.mul_f64(0.5 + 0.5 * gatehouse_channels::retry::jitter_unit())
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+fn lease_ms() -> i64 {
+    i64::try_from(SYNC_LEASE.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Takes the lease, syncs once, judges what the answer asks, and stores its cursor.
+async fn sync_once(
+    parts: &LoopParts,
+    channel: &Channel,
+    memory: &mut LoopMemory,
+) -> Result<Step, String> {
+    let name = &channel.spec.name;
+    let Some(bot) = &channel.matrix else {
+        return Err(String::from("the channel has no Matrix account"));
+    };
+    let held = parts
+        .store
+        .hold_channel(name, &parts.holder, lease_ms(), now_ms())
+        .await
+        .map_err(|error| format!("cannot take the channel's lease: {error}"))?;
+    if !held {
+        return Ok(Step::Standby);
+    }
+    let identity = match &memory.identity {
+        Some(identity) => identity.clone(),
+        None => {
+            let identity = identify(bot).await?;
+            memory.identity = Some(identity.clone());
+            identity
+        }
+    };
+    let cursor = parts
+        .store
+        .channel_cursor(name)
+        .await
+        .map_err(|error| format!("cannot read the channel's cursor: {error}"))?;
+    // The first sync only learns where "now" is (and the invites waiting): history from before
+    // the channel ran is not answered.
+    let timeout = match cursor {
+        Some(_) => gatehouse_channels::matrix::SYNC_TIMEOUT,
+        None => Duration::ZERO,
+    };
+    let answer = bot
+        .client
+        .sync(cursor.as_deref(), timeout)
+        .await
+        .map_err(|error| error.to_string())?;
+    for input in gatehouse_channels::matrix::interpret(&answer, &identity) {
+        let invite = matches!(input, Input::Invite { .. });
+        if cursor.is_some() || invite {
+            handle(parts, channel, bot, memory, input).await?;
+        }
+    }
+    let stored = parts
+        .store
+        .set_channel_cursor(name, &parts.holder, answer.next_batch(), now_ms())
+        .await
+        .map_err(|error| format!("cannot store the channel's cursor: {error}"))?;
+    Ok(match stored {
+        true => Step::Synced,
+        false => Step::Standby,
+    })
+}
+
+/// Checks that the access token belongs to the configured user and reads its display name.
+async fn identify(bot: &MatrixBot) -> Result<BotIdentity, String> {
+    let user_id = bot
+        .client
+        .whoami()
+        .await
+        .map_err(|error| error.to_string())?;
+    if user_id != bot.user_id {
+        return Err(format!(
+            "the access token belongs to {user_id}, not to the configured user-id {}",
+            bot.user_id
+        ));
+    }
+    let display_name = bot
+        .client
+        .display_name(&user_id)
+        .await
+        .map_err(|error| error.to_string())?;
+    Ok(BotIdentity {
+        user_id,
+        display_name,
+    })
+}
+
+/// Does what one input asks. An error leaves the cursor where it was, so the answer is judged
+/// again (and what was judged already admits nothing).
+async fn handle(
+    parts: &LoopParts,
+    channel: &Channel,
+    bot: &MatrixBot,
+    memory: &mut LoopMemory,
+    input: Input,
+) -> Result<(), String> {
+    let store_error = |error: gatehouse_store::StoreError| error.to_string();
+    match input {
+        Input::Invite {
+            room,
+            inviter,
+            direct,
+            encrypted,
+        } => {
+            let accept =
+                !encrypted && invite_allowed(parts, channel, &inviter, &room, direct).await?;
+            let done = match accept {
+                true => bot.client.join(&room).await,
+                false => bot.client.leave(&room).await,
+            };
+            if let Err(error) = done {
+                // A room that vanished or refuses the bot must not stall the channel.
+                tracing::warn!(channel = %channel.spec.name, error = %error, "cannot answer a Matrix invite");
+            }
+            audit_channel(
+                &parts.audit,
+                &channel.spec.name,
+                "channel.invite",
+                if accept { "accepted" } else { "rejected" },
+                None,
+                serde_json::json!({
+                    "channel": channel.spec.name,
+                    "room": room,
+                    "inviter": inviter,
+                    "encrypted": encrypted,
+                }),
+            )
+            .await;
+            Ok(())
+        }
+        Input::Message {
+            room,
+            event_id,
+            sender,
+            text,
+            thread,
+            mentioned,
+        } => {
+            let direct = is_direct(bot, &room).await?;
+            let inbound = Inbound {
+                message_id: event_id,
+                sender,
+                conversation: room.clone(),
+                group: (!direct).then(|| room.clone()),
+                thread,
+                mentioned,
+                text,
+            };
+            let receive = ReceiveParts {
+                store: &parts.store,
+                turns: &parts.turns,
+                audit: &parts.audit,
+            };
+            let received = super::receive(&receive, channel, inbound)
+                .await
+                .map_err(store_error)?;
+            if let Received::Admitted { turn_id, .. } = received {
+                show_typing(bot, &parts.store, room, turn_id);
+            }
+            Ok(())
+        }
+        Input::Encrypted {
+            room,
+            event_id,
+            sender,
+        } => {
+            let origin = origin(channel, &room, event_id, sender);
+            let tell = memory.told_encrypted.insert(room);
+            notice_or_record(
+                parts,
+                &origin,
+                InboundOutcome::Denied,
+                tell,
+                gatehouse_channels::matrix::ENCRYPTED_NOTICE,
+            )
+            .await
+            .map_err(store_error)
+        }
+        Input::Unsupported {
+            room,
+            event_id,
+            sender,
+        } => {
+            let tell = is_direct(bot, &room).await?;
+            let origin = origin(channel, &room, event_id, sender);
+            notice_or_record(
+                parts,
+                &origin,
+                InboundOutcome::Ignored,
+                tell,
+                gatehouse_channels::matrix::UNSUPPORTED_NOTICE,
+            )
+            .await
+            .map_err(store_error)
+        }
+    }
+}
+
+fn origin(channel: &Channel, room: &str, event_id: String, sender: String) -> ChannelOrigin {
+    ChannelOrigin {
+        channel: channel.spec.name.clone(),
+        message_id: event_id,
+        conversation: room.to_owned(),
+        sender,
+    }
+}
+
+/// Records a message that admits nothing, with a notice to its room when `tell`.
+async fn notice_or_record(
+    parts: &LoopParts,
+    origin: &ChannelOrigin,
+    outcome: InboundOutcome,
+    tell: bool,
+    notice: &str,
+) -> Result<(), gatehouse_store::StoreError> {
+    let now = now_ms();
+    match tell {
+        true => {
+            let notice = NewDelivery {
+                delivery_id: new_delivery_id(),
+                text: notice.to_owned(),
+            };
+            parts
+                .store
+                .answer_channel_inbound(origin, outcome, &notice, now)
+                .await?;
+        }
+        false => {
+            parts
+                .store
+                .record_channel_inbound(origin, outcome, now)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a room is a direct chat: the bot and one other user joined.
+async fn is_direct(bot: &MatrixBot, room: &str) -> Result<bool, String> {
+    bot.client
+        .joined_member_count(room)
+        .await
+        .map(|count| count == 2)
+        .map_err(|error| error.to_string())
+}
+
+/// Whether the bot accepts `inviter`'s invite into `room`.
+async fn invite_allowed(
+    parts: &LoopParts,
+    channel: &Channel,
+    inviter: &str,
+    room: &str,
+    direct: bool,
+) -> Result<bool, String> {
+    let spec = &channel.spec;
+    if direct {
+        return Ok(match spec.dm_policy {
+            DmPolicy::Open | DmPolicy::Pairing => true,
+            DmPolicy::Disabled => false,
+            DmPolicy::Allowlist => {
+                spec.allow_from.iter().any(|id| id == inviter)
+                    || parts
+                        .store
+                        .channel_sender_approved(&spec.name, inviter)
+                        .await
+                        .map_err(|error| error.to_string())?
+            }
+        });
+    }
+    let member_allowed =
+        spec.group_allow_from.is_empty() || spec.group_allow_from.iter().any(|id| id == inviter);
+    Ok(member_allowed
+        && match spec.group_policy {
+            GroupPolicy::Open => true,
+            GroupPolicy::Disabled => false,
+            GroupPolicy::Allowlist => spec.groups.iter().any(|id| id == room),
+        })
+}
+
+/// Shows the bot typing in `room` until `turn_id` ends (at most [`MAX_TYPING`]).
+fn show_typing(bot: &MatrixBot, store: &Arc<dyn Store>, room: String, turn_id: String) {
+    let client = bot.client.clone();
+    let user_id = bot.user_id.clone();
+    let store = Arc::clone(store);
+    tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        'shown: while started.elapsed() < MAX_TYPING {
+            if let Err(error) = client.typing(&room, &user_id, true).await {
+                tracing::debug!(error = %error, "cannot show typing");
+            }
+            // Matrix drops the indicator after its 30 s timeout: renew it every 20 s.
+            for _ in 0..40 {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                match store.turn(&turn_id).await {
+                    Ok(Some(turn)) if !turn.status.is_terminal() => {}
+                    _ => break 'shown,
+                }
+            }
+        }
+        if let Err(error) = client.typing(&room, &user_id, false).await {
+            tracing::debug!(error = %error, "cannot stop showing typing");
+        }
+    });
+}
