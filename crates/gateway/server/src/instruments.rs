@@ -1,5 +1,6 @@
-//! The instruments that the turn engine ([`TurnMetrics`]) and the node link ([`LinkMetrics`])
-//! record into where things happen, and what every latency histogram shares.
+//! The instruments that the turn engine ([`TurnMetrics`]), the node link ([`LinkMetrics`]) and
+//! the channels ([`ChannelMetrics`]) record into where things happen, and what every latency
+//! histogram shares.
 //!
 //! Each instrument is a shared handle: `crate::metrics` registers clones of them in the one
 //! `/metrics` registry, under the family names it gives them, so recording never goes through
@@ -14,6 +15,7 @@ use gatehouse_protocol::error::ErrorCode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
 /// Upper bounds, in seconds, of every latency histogram's buckets.
@@ -172,5 +174,110 @@ impl LinkMetrics {
             reason,
         };
         self.handshake_refusals.get_or_create(&labels).inc();
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ChannelOutcomeLabels {
+    channel: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ChannelLabels {
+    channel: String,
+}
+
+/// The `outcome` values of `gatehouse_channel_inbound`.
+pub(crate) const INBOUND_OUTCOMES: [&str; 6] = [
+    "admitted",
+    "duplicate",
+    "denied",
+    "pairing",
+    "ignored",
+    "invalid",
+];
+
+/// The `outcome` values of `gatehouse_channel_deliveries`.
+pub(crate) const DELIVERY_OUTCOMES: [&str; 3] = ["delivered", "retried", "failed"];
+
+/// The channels' instruments, labelled by the configured channel name (a bounded set).
+#[derive(Debug, Clone)]
+pub(crate) struct ChannelMetrics {
+    /// `gatehouse_channel_inbound`: messages received, by channel and outcome.
+    pub(crate) inbound: Family<ChannelOutcomeLabels, Counter>,
+    /// `gatehouse_channel_deliveries`: delivery attempts, by channel and outcome.
+    pub(crate) deliveries: Family<ChannelOutcomeLabels, Counter>,
+    /// `gatehouse_channel_delivery_latency_seconds`: from queueing to the platform taking it.
+    pub(crate) latency: LatencyFamily<ChannelLabels>,
+    /// `gatehouse_channel_outbox_depth`: replies not yet delivered or given up.
+    pub(crate) outbox_depth: Family<ChannelLabels, Gauge>,
+}
+
+impl ChannelMetrics {
+    /// Returns zeroed instruments with a series for each of `channels` and every outcome.
+    pub(crate) fn for_channels(channels: &[String]) -> Self {
+        let metrics = Self {
+            inbound: Family::default(),
+            deliveries: Family::default(),
+            latency: latency_family(),
+            outbox_depth: Family::default(),
+        };
+        for channel in channels {
+            for outcome in INBOUND_OUTCOMES {
+                drop(metrics.inbound.get_or_create(&labels(channel, outcome)));
+            }
+            for outcome in DELIVERY_OUTCOMES {
+                drop(metrics.deliveries.get_or_create(&labels(channel, outcome)));
+            }
+            drop(metrics.outbox_depth.get_or_create(&ChannelLabels {
+                channel: channel.clone(),
+            }));
+        }
+        metrics
+    }
+
+    /// Counts a message `channel` received, with one of [`INBOUND_OUTCOMES`].
+    pub(crate) fn inbound(&self, channel: &str, outcome: &'static str) {
+        self.inbound.get_or_create(&labels(channel, outcome)).inc();
+    }
+
+    /// Counts a delivery attempt, with one of [`DELIVERY_OUTCOMES`].
+    pub(crate) fn delivery(&self, channel: &str, outcome: &'static str) {
+        self.deliveries
+            .get_or_create(&labels(channel, outcome))
+            .inc();
+    }
+
+    /// Records a delivery the platform took `elapsed` after it was queued.
+    pub(crate) fn delivered_after(&self, channel: &str, elapsed: Duration) {
+        self.latency
+            .get_or_create(&ChannelLabels {
+                channel: channel.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Sets the outbox depth of `channel`.
+    pub(crate) fn set_outbox_depth(&self, channel: &str, depth: u64) {
+        self.outbox_depth
+            .get_or_create(&ChannelLabels {
+                channel: channel.to_owned(),
+            })
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
+    }
+}
+
+impl Default for ChannelMetrics {
+    /// Returns instruments without a channel.
+    fn default() -> Self {
+        Self::for_channels(&[])
+    }
+}
+
+fn labels(channel: &str, outcome: &'static str) -> ChannelOutcomeLabels {
+    ChannelOutcomeLabels {
+        channel: channel.to_owned(),
+        outcome,
     }
 }

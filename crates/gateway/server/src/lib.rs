@@ -762,14 +762,18 @@ pub async fn start(
     // The turns this replica's earlier lease (or a replica that died) left running end as
     // interrupted before anything is dispatched; the sweep does the same from now on.
     cluster::sweep::sweep_once(&replica, store.as_ref(), &turns).await;
-    let metrics =
-        metrics::GatewayMetrics::new(&turns.metrics, &registry, config.metrics_refresh_interval);
+    let channels =
+        Arc::new(channels::Channels::new(&config.channels).map_err(GatewayError::Channels)?);
+    let metrics = metrics::GatewayMetrics::new(
+        &turns.metrics,
+        &registry,
+        &channels.metrics,
+        config.metrics_refresh_interval,
+    );
     let streams = shares::StreamGate::new(
         shares::fd_budget(config.shares.max_streams),
         config.shares.key_max_streams,
     );
-    let channels =
-        Arc::new(channels::Channels::new(&config.channels).map_err(GatewayError::Channels)?);
     let state = Arc::new(GatewayState {
         config,
         local_addr,

@@ -37,6 +37,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::GatewayState;
+use crate::instruments::ChannelMetrics;
 use crate::instruments::LatencyFamily;
 use crate::instruments::TurnMetrics;
 use crate::instruments::latency_family;
@@ -152,6 +153,7 @@ impl GatewayMetrics {
     pub(crate) fn new(
         turns: &TurnMetrics,
         nodes: &Arc<NodeRegistry>,
+        channels: &ChannelMetrics,
         refresh_interval: Duration,
     ) -> Self {
         let mut metrics = Self {
@@ -309,6 +311,26 @@ impl GatewayMetrics {
             "Reads of the store's and the memory index's figures by scrapes (at most one per refresh interval, and one after each change of the turn queue)",
             metrics.samplings.clone(),
         );
+        registry.register(
+            "gatehouse_channel_inbound",
+            "Messages the channels received, by channel and outcome (admitted, duplicate, denied, pairing, ignored, invalid)",
+            channels.inbound.clone(),
+        );
+        registry.register(
+            "gatehouse_channel_deliveries",
+            "Delivery attempts of the channels' outboxes, by channel and outcome (delivered, retried, failed)",
+            channels.deliveries.clone(),
+        );
+        registry.register(
+            "gatehouse_channel_delivery_latency_seconds",
+            "Time from a reply's queueing in the outbox to its platform taking it, by channel",
+            channels.latency.clone(),
+        );
+        registry.register(
+            "gatehouse_channel_outbox_depth",
+            "Replies in a channel's outbox not yet delivered or given up",
+            channels.outbox_depth.clone(),
+        );
         registry.register_collector(Box::new(NodeFigures {
             nodes: Arc::clone(nodes),
         }));
@@ -405,6 +427,15 @@ impl GatewayMetrics {
                 self.cluster_slots.set(saturating_i64(slots));
             }
             Err(error) => tracing::warn!(error = %error, "cannot read the node links"),
+        }
+        for channel in state.channels.enabled_names() {
+            match state.store.channel_figures(&channel).await {
+                Ok(figures) => state
+                    .channels
+                    .metrics
+                    .set_outbox_depth(&channel, figures.pending_deliveries),
+                Err(error) => tracing::warn!(error = %error, "cannot read a channel's outbox"),
+            }
         }
         match state.memory.status().await {
             Ok(status) => {
@@ -580,6 +611,7 @@ mod tests {
         let metrics = GatewayMetrics::new(
             &TurnMetrics::default(),
             &registry,
+            &crate::instruments::ChannelMetrics::default(),
             crate::metrics::DEFAULT_METRICS_REFRESH_INTERVAL,
         );
         let (outbound, mut node_side) = tokio::sync::mpsc::channel(16);

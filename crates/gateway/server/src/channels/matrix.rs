@@ -292,6 +292,7 @@ async fn handle(
                 store: &parts.store,
                 turns: &parts.turns,
                 audit: &parts.audit,
+                metrics: &parts.channels.metrics,
             };
             let received = super::receive(&receive, channel, inbound)
                 .await
@@ -356,6 +357,11 @@ async fn notice_or_record(
     notice: &str,
 ) -> Result<(), gatehouse_store::StoreError> {
     let now = now_ms();
+    let counted = match outcome {
+        InboundOutcome::Ignored => "ignored",
+        _ => "denied",
+    };
+    parts.channels.metrics.inbound(&origin.channel, counted);
     match tell {
         true => {
             let notice = NewDelivery {

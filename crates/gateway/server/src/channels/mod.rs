@@ -51,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::audit::Audit;
 use crate::audit::AuditRow;
+use crate::instruments::ChannelMetrics;
 use crate::turns::IncomingMessage;
 use crate::turns::TurnEngine;
 
@@ -124,6 +125,8 @@ impl Channel {
 #[derive(Default)]
 pub(crate) struct Channels {
     list: Vec<Channel>,
+    /// Their `/metrics` instruments.
+    pub(crate) metrics: ChannelMetrics,
 }
 
 impl Channels {
@@ -172,8 +175,15 @@ impl Channels {
                 }
                 Ok(channel)
             })
-            .collect::<Result<_, reqwest::Error>>()?;
-        Ok(Self { list })
+            .collect::<Result<Vec<Channel>, reqwest::Error>>()?;
+        let names: Vec<String> = list
+            .iter()
+            .map(|channel| channel.spec.name.clone())
+            .collect();
+        Ok(Self {
+            list,
+            metrics: ChannelMetrics::for_channels(&names),
+        })
     }
 
     /// Returns every configured channel.
@@ -191,7 +201,7 @@ impl Channels {
         self.get(name).filter(|channel| channel.enabled())
     }
 
-    fn enabled_names(&self) -> Vec<String> {
+    pub(crate) fn enabled_names(&self) -> Vec<String> {
         self.list
             .iter()
             .filter(|channel| channel.enabled())
@@ -241,6 +251,8 @@ pub(crate) struct ReceiveParts<'a> {
     pub(crate) turns: &'a Arc<TurnEngine>,
     /// The audit trail.
     pub(crate) audit: &'a Audit,
+    /// The channels' instruments.
+    pub(crate) metrics: &'a ChannelMetrics,
 }
 
 /// The audit actor of a channel's own rows.
@@ -248,11 +260,28 @@ fn actor(channel: &str) -> String {
     format!("channel:{channel}")
 }
 
-/// Judges and, when allowed, admits `message` received on `channel`.
+/// Judges and, when allowed, admits `message` received on `channel`, and counts its outcome
+/// in `gatehouse_channel_inbound`.
 ///
 /// # Errors
 /// The store's failure; nothing was admitted.
 pub(crate) async fn receive(
+    parts: &ReceiveParts<'_>,
+    channel: &Channel,
+    message: Inbound,
+) -> Result<Received, StoreError> {
+    let received = judge(parts, channel, message).await?;
+    let outcome = match &received {
+        Received::Admitted { .. } => "admitted",
+        Received::NotAccepted(NotAcceptedReason::Duplicate) => "duplicate",
+        Received::NotAccepted(NotAcceptedReason::Pairing) => "pairing",
+        Received::NotAccepted(NotAcceptedReason::Denied) => "denied",
+    };
+    parts.metrics.inbound(&channel.spec.name, outcome);
+    Ok(received)
+}
+
+async fn judge(
     parts: &ReceiveParts<'_>,
     channel: &Channel,
     message: Inbound,
@@ -536,14 +565,23 @@ async fn deliver(
             return;
         }
     }
+    let metrics = &channels.metrics;
     match &end {
         DeliveryEnd::Delivered => {
+            metrics.delivery(&entry.channel, "delivered");
+            let waited = now_ms().saturating_sub(entry.created_at_ms).max(0);
+            metrics.delivered_after(
+                &entry.channel,
+                Duration::from_millis(u64::try_from(waited).unwrap_or(0)),
+            );
             tracing::debug!(channel = %entry.channel, delivery = %entry.delivery_id, "delivered");
         }
         DeliveryEnd::Retry { error, .. } => {
+            metrics.delivery(&entry.channel, "retried");
             tracing::info!(channel = %entry.channel, delivery = %entry.delivery_id, error = %error, "a delivery will be retried");
         }
         DeliveryEnd::Failed { error } => {
+            metrics.delivery(&entry.channel, "failed");
             tracing::warn!(channel = %entry.channel, delivery = %entry.delivery_id, error = %error, "a delivery was given up");
             audit
                 .record(

@@ -68,14 +68,18 @@ pub(crate) async fn inbound(
                 "no enabled channel of that name takes inbound requests",
             )
         })?;
-    verify(&state, channel, &headers, &body).await?;
-    let message: WebhookMessage = serde_json::from_slice(&body)
-        .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))?;
-    let inbound = check_message(message)?;
+    let checked = match verify(&state, channel, &headers, &body).await {
+        Ok(()) => serde_json::from_slice::<WebhookMessage>(&body)
+            .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))
+            .and_then(check_message),
+        Err(refusal) => Err(refusal),
+    };
+    let inbound = checked.inspect_err(|_| state.channels.metrics.inbound(&name, "invalid"))?;
     let parts = ReceiveParts {
         store: &state.store,
         turns: &state.turns,
         audit: &state.audit,
+        metrics: &state.channels.metrics,
     };
     let received = crate::channels::receive(&parts, channel, inbound)
         .await

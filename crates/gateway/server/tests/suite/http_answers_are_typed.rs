@@ -18,9 +18,9 @@ use syn::visit::Visit;
 /// The methods whose arguments may be built with `json!`: the audit trail's `details`.
 const AUDIT_METHODS: &[&str] = &["record", "record_caller", "record_limited"];
 
-/// The functions whose arguments may be built with `json!`: the link's audit helper, whose
-/// last argument is the row's `details`.
-const AUDIT_FUNCTIONS: &[&str] = &["audit_node_refusal"];
+/// The functions whose arguments may be built with `json!`: the link's and the channels' audit
+/// helpers, whose last argument is the row's `details`.
+const AUDIT_FUNCTIONS: &[&str] = &["audit_node_refusal", "audit_channel"];
 
 /// The struct of an audit row, whose `details` field may be built with `json!`.
 const AUDIT_ROW: &str = "AuditRow";

@@ -368,6 +368,48 @@ async fn a_webhook_channel_answers_allowed_senders_once_and_pairs_strangers_befo
         "{hooks:?}"
     );
     assert!(hooks.last_inbound_at.is_some() && hooks.last_delivery_at.is_some());
+    let metrics = gateway.get("/metrics").await.text().await.unwrap();
+    for (series, at_least) in [
+        (
+            "gatehouse_channel_inbound_total{channel=\"hooks\",outcome=\"admitted\"}",
+            3,
+        ),
+        (
+            "gatehouse_channel_inbound_total{channel=\"hooks\",outcome=\"pairing\"}",
+            2,
+        ),
+        (
+            "gatehouse_channel_inbound_total{channel=\"hooks\",outcome=\"duplicate\"}",
+            1,
+        ),
+        (
+            "gatehouse_channel_inbound_total{channel=\"hooks\",outcome=\"denied\"}",
+            1,
+        ),
+        (
+            "gatehouse_channel_deliveries_total{channel=\"hooks\",outcome=\"retried\"}",
+            1,
+        ),
+        (
+            "gatehouse_channel_deliveries_total{channel=\"hooks\",outcome=\"delivered\"}",
+            5,
+        ),
+        (
+            "gatehouse_channel_delivery_latency_seconds_count{channel=\"hooks\"}",
+            5,
+        ),
+    ] {
+        let value = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}"));
+        assert!(value >= f64::from(at_least), "{series} is {value}");
+    }
+    assert!(
+        metrics.contains("gatehouse_channel_outbox_depth{channel=\"hooks\"} 0"),
+        "{metrics}"
+    );
     let audit = gateway.get_json("/v1/audit").await.to_string();
     for action in [
         "channel.pairing",
@@ -491,6 +533,13 @@ async fn unverified_or_malformed_inbound_requests_admit_nothing() {
     assert_eq!(model_calls_with(&setup, "forged").await, 0);
     let audit = gateway.get_json("/v1/audit").await.to_string();
     assert!(audit.contains("CHANNEL_SIGNATURE_INVALID"), "{audit}");
+    let metrics = gateway.get("/metrics").await.text().await.unwrap();
+    for series in [
+        "gatehouse_channel_inbound_total{channel=\"hooks\",outcome=\"invalid\"} 8",
+        "gatehouse_channel_inbound_total{channel=\"hooks\",outcome=\"admitted\"} 0",
+    ] {
+        assert!(metrics.contains(series), "no {series} in\n{metrics}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
