@@ -372,6 +372,18 @@ pub const TABLES: &[Table] = &[
         generated_order: None,
     },
     Table {
+        name: "channel_sessions",
+        columns: &[
+            text("session_key"),
+            text("channel"),
+            text("peer"),
+            text("room"),
+        ],
+        postgres_order: &["session_key"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
         name: "channel_state",
         columns: &[
             text("channel"),

@@ -248,6 +248,12 @@ pub struct SessionRecord {
     pub created_at_ms: i64,
     /// When it last changed.
     pub updated_at_ms: i64,
+    /// The channel its messages come from, for a channel's session.
+    pub channel: Option<String>,
+    /// The platform id of the peer of a channel's direct session.
+    pub peer: Option<String>,
+    /// The platform id of the room of a channel's group session.
+    pub room: Option<String>,
 }
 
 /// A committed transcript message.
@@ -722,6 +728,8 @@ pub struct ChannelOrigin {
     pub conversation: String,
     /// The sender, the reply's recipient.
     pub sender: String,
+    /// The group (room, chat) it was written in; `None` for a direct message.
+    pub room: Option<String>,
 }
 
 /// What a channel did with a message it did not admit.

@@ -41,6 +41,7 @@ fn origin(message_id: &str, sender: &str) -> ChannelOrigin {
         message_id: message_id.into(),
         conversation: format!("room-of-{sender}"),
         sender: sender.into(),
+        room: None,
     }
 }
 
@@ -65,6 +66,15 @@ async fn a_channel_message_is_judged_once_across_reopens(target: Target) {
         .await
         .unwrap();
     assert!(first.created);
+    let sessions = store.sessions().await.unwrap();
+    assert_eq!(
+        (
+            sessions[0].channel.as_deref(),
+            sessions[0].peer.as_deref(),
+            sessions[0].room.as_deref()
+        ),
+        (Some("hooks"), Some("alice"), None)
+    );
     // Redelivered after a restart: the same turn, nothing new.
     let store = target.open().await;
     let again = store

@@ -163,6 +163,15 @@ pub struct SessionSummary {
     /// The node the session is bound to, once a turn ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
+    /// The channel its messages come from, for a channel's session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// The raw platform id of the peer of a channel's direct session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+    /// The raw platform id of the room of a channel's group session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<String>,
 }
 
 /// The answer of `GET /v1/sessions/{key}/transcript`.

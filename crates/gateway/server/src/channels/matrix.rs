@@ -339,12 +339,14 @@ async fn handle(
     }
 }
 
+/// The origin of a message that admits nothing; its room is the conversation either way.
 fn origin(channel: &Channel, room: &str, event_id: String, sender: String) -> ChannelOrigin {
     ChannelOrigin {
         channel: channel.spec.name.clone(),
         message_id: event_id,
         conversation: room.to_owned(),
         sender,
+        room: None,
     }
 }
 

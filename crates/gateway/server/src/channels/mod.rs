@@ -310,6 +310,7 @@ async fn judge(
         message_id: message.message_id.clone(),
         conversation: message.conversation.clone(),
         sender: message.sender.clone(),
+        room: message.group.clone(),
     };
     match verdict {
         Verdict::Admit => admit(parts, spec, message, origin).await,

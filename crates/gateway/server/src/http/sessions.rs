@@ -261,6 +261,9 @@ pub(crate) fn summary_of(session: gatehouse_store::records::SessionRecord) -> Se
         updated_at: session.updated_at_ms,
         active_turn_id: session.active_turn_id,
         node_id: session.node_id,
+        channel: session.channel,
+        peer: session.peer,
+        room: session.room,
     }
 }
 

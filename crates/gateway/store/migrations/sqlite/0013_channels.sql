@@ -80,3 +80,12 @@ CREATE TABLE channel_state (
     held_until_ms INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL
 ) STRICT;
+
+-- The channel a session's messages come from, with the raw platform ids it is keyed by: the
+-- peer of a direct session, the room (group, chat) of a group session.
+CREATE TABLE channel_sessions (
+    session_key TEXT PRIMARY KEY NOT NULL,
+    channel TEXT NOT NULL,
+    peer TEXT,
+    room TEXT
+) STRICT;

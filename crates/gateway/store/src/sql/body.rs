@@ -29,6 +29,7 @@ use super::SqlStore;
 use super::Tx;
 use super::channels::insert_inbound;
 use super::channels::queue_turn_reply;
+use super::channels::record_channel_session;
 use super::channels::record_channel_turn;
 use super::get;
 use super::get_json;
@@ -528,6 +529,7 @@ impl<B: Backend> Store for SqlStore<B> {
         };
         if let Some(origin) = &message.origin {
             record_channel_turn(&mut tx, &turn.turn_id, origin).await?;
+            record_channel_session(&mut tx, &message.session_key, origin).await?;
         }
         insert_message(
             &mut tx,
@@ -809,8 +811,10 @@ impl<B: Backend> Store for SqlStore<B> {
         let rows = query(
             "SELECT s.session_key, s.runtime, s.node_id, s.created_at_ms, s.updated_at_ms, \
              (SELECT turn_id FROM turns t WHERE t.session_key = s.session_key \
-              AND t.status = 'running' LIMIT 1) AS active_turn_id \
-             FROM sessions s ORDER BY s.session_key COLLATE \"C\"",
+              AND t.status = 'running' LIMIT 1) AS active_turn_id, \
+             c.channel, c.peer, c.room \
+             FROM sessions s LEFT JOIN channel_sessions c ON c.session_key = s.session_key \
+             ORDER BY s.session_key COLLATE \"C\"",
         )
         .all(&self.db, "session")
         .await?;
@@ -823,6 +827,9 @@ impl<B: Backend> Store for SqlStore<B> {
                     node_id: get(row, "node_id")?,
                     created_at_ms: get(row, "created_at_ms")?,
                     updated_at_ms: get(row, "updated_at_ms")?,
+                    channel: get(row, "channel")?,
+                    peer: get(row, "peer")?,
+                    room: get(row, "room")?,
                 })
             })
             .collect()

@@ -75,6 +75,29 @@ pub(super) async fn record_channel_turn<B: Backend>(
     Ok(())
 }
 
+/// Records, once, the channel `session_key` belongs to and its platform ids.
+pub(super) async fn record_channel_session<B: Backend>(
+    tx: &mut Tx<B>,
+    session_key: &str,
+    origin: &ChannelOrigin,
+) -> Result<()> {
+    let peer = match origin.room {
+        Some(_) => None,
+        None => Some(origin.sender.as_str()),
+    };
+    query(
+        "INSERT INTO channel_sessions (session_key, channel, peer, room) VALUES (?, ?, ?, ?) \
+         ON CONFLICT (session_key) DO NOTHING",
+    )
+    .bind(session_key)
+    .bind(&origin.channel)
+    .opt_text(peer)
+    .opt_text(origin.room.as_deref())
+    .execute(tx, "channel session")
+    .await?;
+    Ok(())
+}
+
 /// Queues the reply of `turn_id` when the turn came from a channel (nothing otherwise). Its
 /// text is read from the turn when it is sent; its id is `reply-<turn id>`, so a turn's reply
 /// is queued once.

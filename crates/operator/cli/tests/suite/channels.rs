@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use gatehouse_api::channels::ChannelList;
 use gatehouse_api::channels::WebhookDelivery;
+use gatehouse_api::sessions::SessionList;
 use sha2::Digest;
 use sha2::Sha256;
 
@@ -352,6 +353,27 @@ async fn a_webhook_channel_answers_allowed_senders_once_and_pairs_strangers_befo
         ("ops-room", 1)
     );
 
+    let sessions: SessionList = gateway.get_typed("/v1/sessions").await;
+    let place = |key: &str| {
+        let session = sessions
+            .sessions
+            .iter()
+            .find(|session| session.session_key == key)
+            .unwrap_or_else(|| panic!("no session {key}: {sessions:?}"));
+        (
+            session.channel.clone(),
+            session.peer.clone(),
+            session.room.clone(),
+        )
+    };
+    assert_eq!(
+        place("agent:main:hooks:direct:alice"),
+        (Some("hooks".into()), Some("alice".into()), None)
+    );
+    assert_eq!(
+        place("agent:main:hooks:group:ops-room"),
+        (Some("hooks".into()), None, Some("ops-room".into()))
+    );
     let list: ChannelList = gateway.get_typed("/v1/channels").await;
     let hooks = &list.channels[0];
     assert_eq!(
