@@ -35,6 +35,7 @@ mod skills;
 mod state;
 mod store_lock;
 mod support;
+mod synapse;
 mod up;
 mod worker_child;
 mod worker_retirement;
