@@ -14,6 +14,7 @@ mod doctor;
 mod hostile;
 mod hostile_node;
 mod link;
+mod matrix;
 mod memory;
 mod memory_postgres;
 mod metrics;

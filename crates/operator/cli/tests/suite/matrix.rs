@@ -1,0 +1,370 @@
+//! Matrix channels end to end: a real Synapse homeserver on loopback, a real Gateway with a
+//! native node and the mock model, pairing by CLI, groups and mentions, and restarts of the
+//! Gateway (SIGKILL) and of the homeserver without a message lost or answered twice.
+
+use std::time::Duration;
+use std::time::Instant;
+
+use gatehouse_api::channels::ChannelList;
+
+use crate::suite::support::Gateway;
+use crate::suite::support::MockModelSetup;
+use crate::suite::support::dirs;
+use crate::suite::support::files_under;
+use crate::suite::support::mock_requests;
+use crate::suite::support::processes;
+use crate::suite::synapse::MatrixUser;
+use crate::suite::synapse::Synapse;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Writes a config file with one Matrix channel for `bot` and returns its path.
+fn matrix_config(
+    base: &std::path::Path,
+    synapse: &Synapse,
+    bot: &MatrixUser,
+    extra: &str,
+) -> String {
+    let token_file = base.join("bot-token");
+    std::fs::write(&token_file, format!("{}\n", bot.access_token)).unwrap();
+    let config = base.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[channels]]\nname = \"team\"\nkind = \"matrix\"\nhomeserver = {:?}\nuser-id = {:?}\n\
+             access-token-file = {:?}\n{extra}",
+            synapse.url(),
+            bot.user_id,
+            token_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    config.display().to_string()
+}
+
+/// Waits until the channel synced once (`connected`), so later messages are new to it.
+async fn wait_connected(gateway: &Gateway) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let list: ChannelList = gateway.get_typed("/v1/channels").await;
+        let state = serde_json::to_value(list.channels[0].state).unwrap();
+        if state == "connected" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the channel is {state}: {:?}\n{}",
+            list.channels[0],
+            gateway.process.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The bot's text messages in `room`, oldest first.
+async fn bot_messages(
+    synapse: &Synapse,
+    reader: &MatrixUser,
+    bot: &MatrixUser,
+    room: &str,
+) -> Vec<String> {
+    synapse
+        .messages(reader, room)
+        .await
+        .iter()
+        .filter(|event| {
+            event["type"] == "m.room.message" && event["sender"] == bot.user_id.as_str()
+        })
+        .map(|event| {
+            event["content"]["body"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Waits until the bot sent `count` messages in `room` and returns them.
+async fn wait_bot_messages(
+    synapse: &Synapse,
+    reader: &MatrixUser,
+    bot: &MatrixUser,
+    room: &str,
+    count: usize,
+) -> Vec<String> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let messages = bot_messages(synapse, reader, bot, room).await;
+        if messages.len() >= count {
+            return messages;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bot sent {} of {count} messages: {messages:?}",
+            messages.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until `user`'s membership of `room` is `membership` as `reader` sees it.
+async fn wait_membership(
+    synapse: &Synapse,
+    reader: &MatrixUser,
+    room: &str,
+    user: &MatrixUser,
+    membership: &str,
+) {
+    synapse
+        .wait_for(
+            reader,
+            room,
+            |event| {
+                event["type"] == "m.room.member"
+                    && event["state_key"] == user.user_id.as_str()
+                    && event["content"]["membership"] == membership
+            },
+            WAIT,
+        )
+        .await;
+}
+
+async fn model_calls_with(setup: &MockModelSetup, text: &str) -> usize {
+    mock_requests(&setup.mock_url)
+        .await
+        .iter()
+        .filter(|request| request["body"].to_string().contains(text))
+        .count()
+}
+
+/// Waits `settle` and checks the bot still sent exactly `count` messages in `room`.
+async fn still(synapse: &Synapse, reader: &MatrixUser, bot: &MatrixUser, room: &str, count: usize) {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let messages = bot_messages(synapse, reader, bot, room).await;
+    assert_eq!(messages.len(), count, "{messages:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_matrix_channel_pairs_strangers_answers_once_and_speaks_in_groups_only_when_mentioned() {
+    let dirs = dirs();
+    let logs = dirs.base.join("logs");
+    let synapse = Synapse::start(&dirs.base.join("synapse"), &logs).await;
+    let bot = synapse.register("gatehouse-bot", "bot-password").await;
+    let alice = synapse.register("alice", "alice-password").await;
+    let bob = synapse.register("bob", "bob-password").await;
+    let carol = synapse.register("carol", "carol-password").await;
+    synapse.set_display_name(&bot, "Helper").await;
+    // Rooms made before the Gateway starts: their invites wait in the first sync.
+    let team_room = synapse
+        .create_room(&alice, false, &[&bot.user_id, &carol.user_id])
+        .await;
+    synapse.join(&carol, &team_room).await;
+    let other_room = synapse.create_room(&carol, false, &[&bot.user_id]).await;
+    let config = matrix_config(
+        &dirs.base,
+        &synapse,
+        &bot,
+        &format!(
+            "allow-from = [{:?}]\ngroups = [{:?}]\n",
+            alice.user_id, team_room
+        ),
+    );
+    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    let gateway = &setup.gateway;
+    wait_connected(gateway).await;
+
+    // The listed room is joined; the other is refused.
+    wait_membership(&synapse, &alice, &team_room, &bot, "join").await;
+    wait_membership(&synapse, &carol, &other_room, &bot, "leave").await;
+
+    // A stranger's direct chat: one pairing code, nothing reaches the model.
+    let bob_dm = synapse.create_room(&bob, true, &[&bot.user_id]).await;
+    wait_membership(&synapse, &bob, &bob_dm, &bot, "join").await;
+    synapse
+        .send_text(&bob, &bob_dm, "/say secret plan", &[])
+        .await;
+    let replies = wait_bot_messages(&synapse, &bob, &bot, &bob_dm, 1).await;
+    let code = replies[0]
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .find(|word| {
+            word.len() == 8
+                && word
+                    .bytes()
+                    .all(|b| b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789".contains(&b))
+        })
+        .unwrap_or_else(|| panic!("no code in {replies:?}"))
+        .to_owned();
+    synapse
+        .send_text(&bob, &bob_dm, "/say secret plan again", &[])
+        .await;
+    still(&synapse, &bob, &bot, &bob_dm, 1).await;
+    let approved = gateway.operator_cli(&["channels", "approve", "team", &code]);
+    assert!(approved.status.success(), "{approved:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&approved.stdout).trim(),
+        format!("approved {}", bob.user_id)
+    );
+    wait_bot_messages(&synapse, &bob, &bot, &bob_dm, 2).await;
+    synapse.send_text(&bob, &bob_dm, "/say hi bob", &[]).await;
+    let replies = wait_bot_messages(&synapse, &bob, &bot, &bob_dm, 3).await;
+    assert_eq!(replies[2], "hi bob");
+    still(&synapse, &bob, &bot, &bob_dm, 3).await;
+    assert_eq!(model_calls_with(&setup, "secret plan").await, 0);
+
+    // An allowed sender's direct chat is answered at once, with HTML beside the plain body.
+    let alice_dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
+    wait_membership(&synapse, &alice, &alice_dm, &bot, "join").await;
+    synapse
+        .send_text(&alice, &alice_dm, "/say **bold** <b>raw</b>", &[])
+        .await;
+    wait_bot_messages(&synapse, &alice, &bot, &alice_dm, 1).await;
+    let reply = synapse
+        .messages(&alice, &alice_dm)
+        .await
+        .into_iter()
+        .rfind(|event| event["sender"] == bot.user_id.as_str() && event["type"] == "m.room.message")
+        .unwrap();
+    assert_eq!(reply["content"]["body"], "**bold** <b>raw</b>");
+    let html = reply["content"]["formatted_body"].as_str().unwrap();
+    assert!(
+        html.contains("<strong>bold</strong>") && !html.contains("<b>"),
+        "{html}"
+    );
+
+    // The group: nothing without a mention; one reply with one (by id or display name).
+    synapse
+        .send_text(&carol, &team_room, "/say unmentioned", &[])
+        .await;
+    synapse
+        .send_text(&carol, &team_room, "/say hello room", &[&bot.user_id])
+        .await;
+    let replies = wait_bot_messages(&synapse, &carol, &bot, &team_room, 1).await;
+    assert_eq!(replies, vec!["hello room"]);
+    still(&synapse, &carol, &bot, &team_room, 1).await;
+    assert_eq!(model_calls_with(&setup, "unmentioned").await, 0);
+
+    let sessions: gatehouse_api::sessions::SessionList = gateway.get_typed("/v1/sessions").await;
+    let team_session = sessions
+        .sessions
+        .iter()
+        .find(|session| session.room.as_deref() == Some(team_room.as_str()))
+        .unwrap_or_else(|| panic!("no session of the team room: {sessions:?}"));
+    assert!(
+        team_session
+            .session_key
+            .starts_with("agent:main:team:group:")
+    );
+    assert_eq!(team_session.channel.as_deref(), Some("team"));
+
+    // The bot's token is nowhere on the Harness side, nor in the audit or the logs.
+    let token = bot.access_token.as_str();
+    let audit = gateway.get_json("/v1/audit").await.to_string();
+    assert!(!audit.contains(token));
+    for action in [
+        "channel.invite",
+        "channel.pairing",
+        "channel.pairing.approve",
+    ] {
+        assert!(audit.contains(&format!("\"{action}\"")), "no {action} row");
+    }
+    for file in files_under(&setup.path("harness")) {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        assert!(
+            !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+            "{} holds the bot's token",
+            file.display()
+        );
+    }
+    for (pid, argv, env) in processes() {
+        if pid == gateway.process.pid() {
+            continue;
+        }
+        assert!(
+            !argv.iter().any(|arg| arg.contains(token))
+                && !env.iter().any(|(_, value)| value.contains(token)),
+            "process {pid} {argv:?} holds the bot's token"
+        );
+    }
+    for log in files_under(&setup.path("logs")) {
+        if log
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("synapse"))
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            !text.contains(token),
+            "{} holds the bot's token",
+            log.display()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_matrix_channel_loses_and_doubles_nothing_across_gateway_and_homeserver_restarts() {
+    let dirs = dirs();
+    let logs = dirs.base.join("logs");
+    let mut synapse = Synapse::start(&dirs.base.join("synapse"), &logs).await;
+    let bot = synapse.register("gatehouse-bot", "bot-password").await;
+    let alice = synapse.register("alice", "alice-password").await;
+    let config = matrix_config(
+        &dirs.base,
+        &synapse,
+        &bot,
+        &format!("allow-from = [{:?}]\n", alice.user_id),
+    );
+    let mut setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    wait_connected(&setup.gateway).await;
+    let dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
+    wait_membership(&synapse, &alice, &dm, &bot, "join").await;
+    synapse.send_text(&alice, &dm, "/say one", &[]).await;
+    assert_eq!(
+        wait_bot_messages(&synapse, &alice, &bot, &dm, 1).await,
+        vec!["one"]
+    );
+
+    // SIGKILL the Gateway; a message sent while it is down is answered once after it restarts.
+    let listen = setup.gateway.url.trim_start_matches("http://").to_owned();
+    setup.gateway.process.kill();
+    synapse.send_text(&alice, &dm, "/say two", &[]).await;
+    setup.gateway = Gateway::start_on(
+        &listen,
+        &setup.path("gateway"),
+        &setup.path("logs"),
+        &["--config", &config],
+    );
+    setup.gateway.wait_ready().await;
+    assert_eq!(
+        wait_bot_messages(&synapse, &alice, &bot, &dm, 2).await,
+        vec!["one", "two"]
+    );
+
+    // The homeserver restarts under the sync loop: the next message is answered once.
+    synapse.restart().await;
+    synapse.send_text(&alice, &dm, "/say three", &[]).await;
+    assert_eq!(
+        wait_bot_messages(&synapse, &alice, &bot, &dm, 3).await,
+        vec!["one", "two", "three"]
+    );
+    still(&synapse, &alice, &bot, &dm, 3).await;
+    // Each message is in the session's transcript once: none was admitted twice.
+    let sessions: gatehouse_api::sessions::SessionList =
+        setup.gateway.get_typed("/v1/sessions").await;
+    let session = sessions
+        .sessions
+        .iter()
+        .find(|session| session.peer.as_deref() == Some(alice.user_id.as_str()))
+        .unwrap_or_else(|| panic!("no session of alice: {sessions:?}"));
+    let transcript: gatehouse_api::sessions::Transcript = setup
+        .gateway
+        .get_typed(&format!("/v1/sessions/{}/transcript", session.session_key))
+        .await;
+    let users: Vec<&str> = transcript
+        .messages
+        .iter()
+        .filter(|message| message.role == "user")
+        .map(|message| message.content.as_str())
+        .collect();
+    assert_eq!(users, vec!["/say one", "/say two", "/say three"]);
+}
