@@ -22,12 +22,6 @@ use crate::text::split;
 /// The most characters of one message the adapter sends; a longer reply is split.
 pub const MAX_MESSAGE_CHARS: usize = 16_000;
 
-/// How long the server may hold a `/sync` open.
-pub const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// How much longer than its `timeout` a `/sync` may take before it is given up.
-pub const SYNC_GRACE: Duration = Duration::from_secs(15);
-
 /// How long one request other than `/sync` may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -426,7 +420,8 @@ impl MatrixClient {
         }
     }
 
-    /// `GET /sync`, from `since` (the first sync when `None`), held open up to `timeout`.
+    /// `GET /sync`, from `since` (the first sync when `None`), held open by the server up to
+    /// `timeout`; the request is given up after twice that (and at least 5 s).
     ///
     /// # Errors
     /// [`MatrixError`].

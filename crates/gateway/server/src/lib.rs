@@ -809,6 +809,7 @@ pub async fn start(
             turns: Arc::clone(&state.turns),
             audit: state.audit.clone(),
             holder: state.replica.id().to_owned(),
+            lease: state.config.replica.lease * channels::SYNC_LEASE_FACTOR,
         },
         &shutdown,
     );
@@ -817,6 +818,7 @@ pub async fn start(
         Arc::clone(&state.store),
         state.audit.clone(),
         state.replica.id().to_owned(),
+        state.turns.turn_ends(),
         shutdown.child_token(),
     ));
     tokio::spawn(Arc::clone(&state.memory).run(shutdown.child_token()));

@@ -4,6 +4,7 @@
 //! Benchmarks measure; they never assert on time. Each prints its target next to the figure so a
 //! reader can judge, and `--json` gives the same figures to a script.
 
+mod channel;
 mod cluster;
 mod codex;
 mod fsops;
@@ -50,6 +51,8 @@ enum BenchTarget {
     /// Gateway replicas on one PostgreSQL (1 and 3) with 1 and 2 node hosts: message admission
     /// and `/say hi` turns with many clients, against 1 replica and 1 node.
     Cluster(cluster::ClusterArgs),
+    /// A message through a signed webhook channel to its reply, against an API turn.
+    Channel(channel::ChannelArgs),
 }
 
 /// Runs `gatehouse bench`.
@@ -63,6 +66,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchTarget::Memory(memory_args) => memory::run(&memory_args)?,
         BenchTarget::Sandbox(sandbox_args) => sandbox::run(&sandbox_args)?,
         BenchTarget::Cluster(cluster_args) => cluster::run(&cluster_args)?,
+        BenchTarget::Channel(channel_args) => channel::run(&channel_args)?,
     };
     match args.json {
         true => crate::output::json(&report.to_json()),

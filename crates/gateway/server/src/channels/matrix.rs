@@ -43,10 +43,11 @@ use super::new_delivery_id;
 use crate::audit::Audit;
 use crate::turns::TurnEngine;
 
-/// How long a replica holds a Matrix channel's sync lease; it renews it before every sync, and
-/// a sync returns well within it, so a live holder never loses it and another replica takes a
-/// dead holder's channel within this bound.
-pub(crate) const SYNC_LEASE: Duration = Duration::from_secs(45);
+/// How many replica leases (`--lease-seconds`) a Matrix channel's sync lease lasts. The holder
+/// renews it before every sync, whose long poll lasts a third of it and is given up after two
+/// thirds, so a live holder never loses it and another replica takes a dead holder's channel
+/// within this bound (30 s with the default 5 s replica lease).
+pub(crate) const SYNC_LEASE_FACTOR: u32 = 6;
 
 /// How often a replica that does not hold a channel's lease tries to take it.
 pub(crate) const STANDBY_POLL: Duration = Duration::from_secs(2);
@@ -78,6 +79,8 @@ pub(crate) struct LoopParts {
     pub(crate) audit: Audit,
     /// This replica's id: the lease's holder.
     pub(crate) holder: String,
+    /// The channel sync lease ([`SYNC_LEASE_FACTOR`] replica leases).
+    pub(crate) lease: Duration,
 }
 
 /// Starts the sync loop of every enabled Matrix channel; each runs until `shutdown`.
@@ -140,10 +143,6 @@ async fn run_loop(parts: LoopParts, index: usize, shutdown: CancellationToken) {
     }
 }
 
-fn lease_ms() -> i64 {
-    i64::try_from(SYNC_LEASE.as_millis()).unwrap_or(i64::MAX)
-}
-
 /// Takes the lease, syncs once, judges what the answer asks, and stores its cursor.
 async fn sync_once(
     parts: &LoopParts,
@@ -156,7 +155,12 @@ async fn sync_once(
     };
     let held = parts
         .store
-        .hold_channel(name, &parts.holder, lease_ms(), now_ms())
+        .hold_channel(
+            name,
+            &parts.holder,
+            i64::try_from(parts.lease.as_millis()).unwrap_or(i64::MAX),
+            now_ms(),
+        )
         .await
         .map_err(|error| format!("cannot take the channel's lease: {error}"))?;
     if !held {
@@ -178,7 +182,7 @@ async fn sync_once(
     // The first sync only learns where "now" is (and the invites waiting): history from before
     // the channel ran is not answered.
     let timeout = match cursor {
-        Some(_) => gatehouse_channels::matrix::SYNC_TIMEOUT,
+        Some(_) => parts.lease / 3,
         None => Duration::ZERO,
     };
     let answer = bot
@@ -292,7 +296,7 @@ async fn handle(
                 store: &parts.store,
                 turns: &parts.turns,
                 audit: &parts.audit,
-                metrics: &parts.channels.metrics,
+                channels: &parts.channels,
             };
             let received = super::receive(&receive, channel, inbound)
                 .await
@@ -374,6 +378,7 @@ async fn notice_or_record(
                 .store
                 .answer_channel_inbound(origin, outcome, &notice, now)
                 .await?;
+            parts.channels.wake();
         }
         false => {
             parts

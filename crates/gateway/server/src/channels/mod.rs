@@ -58,6 +58,7 @@ use crate::turns::TurnEngine;
 mod matrix;
 
 pub(crate) use matrix::LoopParts;
+pub(crate) use matrix::SYNC_LEASE_FACTOR;
 pub(crate) use matrix::run_matrix_channels;
 
 /// How often the deliverer looks for due entries when it found none.
@@ -127,6 +128,9 @@ pub(crate) struct Channels {
     list: Vec<Channel>,
     /// Their `/metrics` instruments.
     pub(crate) metrics: ChannelMetrics,
+    /// Notified when this replica queued a message with its own text (a pairing code, a
+    /// notice), so the deliverer sends it at once.
+    queued: tokio::sync::Notify,
 }
 
 impl Channels {
@@ -183,7 +187,13 @@ impl Channels {
         Ok(Self {
             list,
             metrics: ChannelMetrics::for_channels(&names),
+            queued: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Wakes the deliverer: something was queued in the outbox.
+    pub(crate) fn wake(&self) {
+        self.queued.notify_one();
     }
 
     /// Returns every configured channel.
@@ -251,8 +261,8 @@ pub(crate) struct ReceiveParts<'a> {
     pub(crate) turns: &'a Arc<TurnEngine>,
     /// The audit trail.
     pub(crate) audit: &'a Audit,
-    /// The channels' instruments.
-    pub(crate) metrics: &'a ChannelMetrics,
+    /// The channels: their instruments, and the deliverer to wake.
+    pub(crate) channels: &'a Channels,
 }
 
 /// The audit actor of a channel's own rows.
@@ -277,7 +287,7 @@ pub(crate) async fn receive(
         Received::NotAccepted(NotAcceptedReason::Pairing) => "pairing",
         Received::NotAccepted(NotAcceptedReason::Denied) => "denied",
     };
-    parts.metrics.inbound(&channel.spec.name, outcome);
+    parts.channels.metrics.inbound(&channel.spec.name, outcome);
     Ok(received)
 }
 
@@ -417,7 +427,10 @@ async fn request_pairing(
         PairingOutcome::Duplicate => {
             return Ok(Received::NotAccepted(NotAcceptedReason::Duplicate));
         }
-        PairingOutcome::Created => Some("requested"),
+        PairingOutcome::Created => {
+            parts.channels.wake();
+            Some("requested")
+        }
         PairingOutcome::Full => Some("full"),
         PairingOutcome::Pending => None,
     };
@@ -475,6 +488,7 @@ pub(crate) async fn run_deliverer(
     store: Arc<dyn Store>,
     audit: Audit,
     claimant: String,
+    turn_ends: Arc<tokio::sync::Notify>,
     shutdown: CancellationToken,
 ) {
     let names = channels.enabled_names();
@@ -496,8 +510,12 @@ pub(crate) async fn run_deliverer(
                 tracing::warn!(error = %error, "cannot read the channels' outbox");
             }
         }
+        // A turn that ended here or a message queued here is sent at once; the poll finds
+        // what other replicas queued, and retries that came due.
         tokio::select! {
             () = shutdown.cancelled() => return,
+            () = turn_ends.notified() => {}
+            () = channels.queued.notified() => {}
             () = tokio::time::sleep(DELIVERY_POLL) => {}
         }
     }

@@ -79,7 +79,7 @@ pub(crate) async fn inbound(
         store: &state.store,
         turns: &state.turns,
         audit: &state.audit,
-        metrics: &state.channels.metrics,
+        channels: &state.channels,
     };
     let received = crate::channels::receive(&parts, channel, inbound)
         .await
@@ -314,6 +314,7 @@ pub(crate) async fn approve_pairing(
         .approve_channel_pairing(&name, &code, &notice, now_ms())
         .await;
     let sender = decided(&state, &principal, "channel.pairing.approve", &name, sender).await?;
+    state.channels.wake();
     Ok(Json(PairingApproved {
         approved: true,
         sender,

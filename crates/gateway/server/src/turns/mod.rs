@@ -143,6 +143,8 @@ pub(crate) struct TurnEngine {
     max_concurrent_turns: usize,
     drivers: Mutex<Drivers>,
     shutdown: CancellationToken,
+    /// Notified when a turn ends here, so the channels' deliverer sends its reply at once.
+    ends: Arc<tokio::sync::Notify>,
     /// The turn families of `/metrics`.
     pub metrics: TurnMetrics,
 }
@@ -176,8 +178,15 @@ impl TurnEngine {
             max_concurrent_turns: max_concurrent_turns.max(1),
             drivers: Mutex::new(Drivers::default()),
             shutdown: CancellationToken::new(),
+            ends: Arc::new(tokio::sync::Notify::new()),
             metrics: TurnMetrics::default(),
         })
+    }
+
+    /// Returns what is notified (once, keeping a permit when nobody waits) each time a turn
+    /// ends on this replica.
+    pub(crate) fn turn_ends(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.ends)
     }
 
     /// Returns the runtime turns are dispatched to, if one is configured.
@@ -444,6 +453,7 @@ impl TurnEngine {
                 self.metrics
                     .record_end(self.runtime_name(), "failed", std::time::Duration::ZERO);
                 self.metrics.queue_changed();
+                self.ends.notify_one();
                 self.hub.sync(session_key).await;
                 true
             }
@@ -665,7 +675,10 @@ impl TurnEngine {
         };
         match stored {
             // A queued turn may end without running (an abort).
-            Ok(true) => self.metrics.queue_changed(),
+            Ok(true) => {
+                self.metrics.queue_changed();
+                self.ends.notify_one();
+            }
             Ok(false) => {
                 // Ended meanwhile (aborted, or interrupted by a survivor after this replica's
                 // lease passed): the store keeps that end.

@@ -2,8 +2,10 @@
 
 Run by crates/operator/cli/tests/suite/console.rs against a real `gatehouse up` (mock model), which passes
 everything in the environment. The first argument names the scenario: `pages` (every page, with
-the native runtime) or `artifacts` (a reply artifact of the Codex runtime, logged in with the
-operator token).
+the native runtime), `artifacts` (a reply artifact of the Codex runtime, logged in with the
+operator token) or `channels` (run by crates/operator/cli/tests/suite/channels.rs against a
+`gatehouse gateway` with a webhook channel: the channels page approves the pending pairing
+GATEHOUSE_CONSOLE_PAIRING_CODE).
 
 - GATEHOUSE_CONSOLE_URL: the Gateway's base URL.
 - GATEHOUSE_CONSOLE_ADMIN_KEY, GATEHOUSE_CONSOLE_CHAT_KEY: an admin key (or the operator token)
@@ -480,7 +482,7 @@ def chat_key_checks(driver):
     log_in(driver, CHAT_KEY)
     titles = nav_titles(driver)
     check(titles == ["Sessions", "Chat"], f"a chat key's navigation is {titles}")
-    for page in ("documents", "nodes", "audit", "keys", "memory", "skills"):
+    for page in ("documents", "nodes", "audit", "keys", "memory", "skills", "channels"):
         driver.get(f"{BASE}/console/{page}")
         wait_for(driver, lambda d: d.find_elements(By.ID, "denied"), f"the refusal of {page}")
     ok("a chat key sees only Sessions and Chat, and the other pages refuse it")
@@ -548,6 +550,30 @@ def artifact_checks(driver):
     screenshot(driver, "chat-artifacts")
 
 
+def channels_checks(driver):
+    """The channels page of a Gateway with one webhook channel and one pending pairing."""
+    code = os.environ["GATEHOUSE_CONSOLE_PAIRING_CODE"]
+    driver.get(f"{BASE}/console/")
+    log_in(driver, ADMIN_KEY)
+    driver.get(f"{BASE}/console/channels")
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#channels tbody tr"), "the channels")
+    row = text_of(driver, "#channels tbody")
+    check(all(word in row for word in ("hooks", "webhook", "connected")), f"the channel row is {row!r}")
+    wait_for(driver, lambda d: code in (text_of(d, "#pairings tbody") or ""), "the pending pairing")
+    check("bob" in text_of(driver, "#pairings tbody"), "the pairing names its sender")
+    ok("the channels page lists the channel and its pending pairing")
+    screenshot(driver, "channels")
+    driver.find_element(By.CSS_SELECTOR, f'button[aria-label="Approve {code}"]').click()
+    wait_for(
+        driver,
+        lambda d: "approved bob on hooks" in (text_of(d, "#channels-status") or ""),
+        "the approval",
+    )
+    wait_for(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, "#pairings tbody tr"), "no pairing left")
+    assert_not_pwned(driver, "the channels page")
+    ok("the channels page approves a pairing")
+
+
 def pages(driver):
     driver.get(f"{BASE}/console/")
     wait_for(driver, lambda d: d.find_elements(By.ID, "login-form"), "the login page")
@@ -562,7 +588,7 @@ def pages(driver):
     check(ADMIN_KEY not in stored, "the key is in no storage, URL or script-visible cookie")
     check(
         nav_titles(driver)
-        == ["Sessions", "Chat", "Agent documents", "Nodes", "Memory", "Skills", "Audit", "API keys"],
+        == ["Sessions", "Chat", "Agent documents", "Nodes", "Memory", "Skills", "Audit", "API keys", "Channels"],
         f"an admin key's navigation is {nav_titles(driver)}",
     )
     ok("logged in with an admin key; the cookie is HttpOnly and SameSite=Strict")
@@ -578,7 +604,7 @@ def pages(driver):
 
 
 def main():
-    scenario = {"pages": pages, "artifacts": artifact_checks}[sys.argv[1]]
+    scenario = {"pages": pages, "artifacts": artifact_checks, "channels": channels_checks}[sys.argv[1]]
     with tempfile.TemporaryDirectory(prefix="gatehouse-console-browser-") as profile:
         driver = start_browser(profile)
         try:

@@ -277,3 +277,31 @@ async fn bench_cluster_compares_three_replicas_and_two_nodes_with_one_replica() 
             .unwrap();
     assert_eq!(user_messages, 4 * (4 + 2));
 }
+
+#[test]
+fn bench_channel_reports_a_webhook_message_to_its_reply_against_an_api_turn() {
+    let output = gatehouse()
+        .args(["bench", "channel", "--iterations", "3", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(
+        report["benchmark"]
+            .as_str()
+            .unwrap()
+            .starts_with("gatehouse bench channel:"),
+        "{report}"
+    );
+    let row = &report["rows"][0];
+    assert_eq!(row["case"], "webhook message to reply POSTed", "{report}");
+    assert_eq!(row["baseline"], "API turn, POST to turn end", "{row}");
+    assert_eq!(row["samples"], 3, "{row}");
+    for field in ["p50Ns", "p99Ns", "baselineP50Ns", "baselineP99Ns"] {
+        assert!(
+            row[field].as_u64().is_some_and(|ns| ns > 0),
+            "{field}: {row}"
+        );
+    }
+}

@@ -238,8 +238,8 @@ async fn message(
     post_inbound(gateway, "hooks", body.to_string().as_bytes(), None).await
 }
 
-/// The model requests whose body contains `text`.
-async fn model_calls_with(setup: &MockModelSetup, text: &str) -> usize {
+/// The model requests whose body contains `text` (a request carries the session's history).
+pub(crate) async fn model_calls_with(setup: &MockModelSetup, text: &str) -> usize {
     mock_requests(&setup.mock_url)
         .await
         .iter()
@@ -444,28 +444,7 @@ async fn a_webhook_channel_answers_allowed_senders_once_and_pairs_strangers_befo
 
     // The secret is nowhere on the Harness side, nor in the audit or the logs.
     assert!(!audit.contains(SECRET));
-    for file in files_under(&setup.path("harness")) {
-        let bytes = std::fs::read(&file).unwrap_or_default();
-        assert!(
-            !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
-            "{} holds the channel secret",
-            file.display()
-        );
-    }
-    for (pid, argv, env) in processes() {
-        if pid == gateway.process.pid() {
-            continue;
-        }
-        assert!(
-            !argv.iter().any(|arg| arg.contains(SECRET))
-                && !env.iter().any(|(_, value)| value.contains(SECRET)),
-            "process {pid} {argv:?} holds the channel secret"
-        );
-    }
-    for log in files_under(&setup.path("logs")) {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        assert!(!text.contains(SECRET), "{} holds the secret", log.display());
-    }
+    assert_nowhere_but_the_gateway(&setup, SECRET);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -699,4 +678,69 @@ fn channel_configuration_errors_exit_2_naming_the_key_and_up_refuses_enabled_cha
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("CHANNELS_NEED_DEDICATED"), "{stderr}");
     assert!(!temp.path().join("data").exists(), "up started anyway");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_lists_the_channels_and_approves_a_pairing() {
+    let (receiver, reply_url) = Receiver::start().await;
+    let dirs = dirs();
+    let config = channel_config(&dirs, &reply_url);
+    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    let (_, answer) = message(&setup.gateway, "c1", "bob", "/say let me in").await;
+    assert_eq!(answer["reason"], "pairing");
+    let code = code_in(&receiver.wait_for("bob", 1).await[0].text);
+    let screenshots = crate::suite::console::run_browser(
+        "channels",
+        &setup.gateway.url,
+        &setup.gateway.process,
+        &setup.dirs.base,
+        &[
+            ("GATEHOUSE_CONSOLE_ADMIN_KEY", setup.gateway.token.as_str()),
+            ("GATEHOUSE_CONSOLE_PAIRING_CODE", code.as_str()),
+        ],
+    );
+    crate::suite::console::assert_screenshots(&screenshots, &["channels"]);
+    // The approval took effect: the notice went out and bob is answered.
+    receiver.wait_for("bob", 2).await;
+    let (status, answer) = message(&setup.gateway, "c2", "bob", "/say thanks").await;
+    assert_eq!(status, 202, "{answer}");
+    let audit = setup.gateway.get_json("/v1/audit").await.to_string();
+    assert!(audit.contains("channel.pairing.approve"), "{audit}");
+}
+
+/// Asserts that `secret` is in no file under the Harness root, in the argv or environment of
+/// no process but the Gateway's, and in no log of the setup but the homeserver's own.
+pub(crate) fn assert_nowhere_but_the_gateway(setup: &MockModelSetup, secret: &str) {
+    for file in files_under(&setup.path("harness")) {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds the channel's credential",
+            file.display()
+        );
+    }
+    for (pid, argv, env) in processes() {
+        if pid == setup.gateway.process.pid() {
+            continue;
+        }
+        assert!(
+            !argv.iter().any(|arg| arg.contains(secret))
+                && !env.iter().any(|(_, value)| value.contains(secret)),
+            "process {pid} {argv:?} holds the channel's credential"
+        );
+    }
+    for log in files_under(&setup.path("logs")) {
+        if log
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("synapse"))
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            !text.contains(secret),
+            "{} holds the channel's credential",
+            log.display()
+        );
+    }
 }

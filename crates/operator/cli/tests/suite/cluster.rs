@@ -14,6 +14,7 @@ use futures_util::StreamExt;
 use gatehouse_api::nodes::NodeList;
 use gatehouse_api::nodes::ReplicaList;
 use pretty_assertions::assert_eq;
+use sqlx::Connection;
 
 use crate::suite::s3::ExternalState;
 use crate::suite::support::Dirs;
@@ -41,11 +42,18 @@ struct Cluster {
     _mock: Process,
     replicas: Vec<Gateway>,
     lease: &'static str,
+    /// More arguments of every replica (a config file).
+    extra: Vec<String>,
 }
 
 impl Cluster {
     /// Starts `count` replicas, `r0` to `r{count-1}`, with leases of `lease` seconds.
     async fn start(count: usize, lease: &'static str) -> Cluster {
+        Self::start_with(count, lease, Vec::new()).await
+    }
+
+    /// Starts `count` replicas like [`Cluster::start`], each with the arguments `extra`.
+    async fn start_with(count: usize, lease: &'static str, extra: Vec<String>) -> Cluster {
         let dirs = dirs();
         let logs = dirs.base.join("logs");
         let (mock, mock_url) = mock_model(&logs);
@@ -57,6 +65,7 @@ impl Cluster {
             _mock: mock,
             replicas: Vec::new(),
             lease,
+            extra,
         };
         for index in 0..count {
             let replica = cluster.start_replica(index);
@@ -70,6 +79,7 @@ impl Cluster {
         let id = format!("r{index}");
         let mut args: Vec<&str> = self.state.args().to_vec();
         args.extend(["--replica-id", &id, "--lease-seconds", self.lease]);
+        args.extend(self.extra.iter().map(String::as_str));
         Gateway::start_with_env(
             &self.dirs.base.join(&id),
             &self.logs,
@@ -1185,4 +1195,67 @@ async fn issue_16_a_node_behind_one_load_balanced_url_reconnects_to_a_survivor()
     assert_says(&cluster.replicas[survivor], "lb", "after").await;
     // The node stayed up throughout: one host, relinked.
     assert!(node.stderr().contains("connected to the gateway"));
+}
+
+/// Issue 34: a Matrix channel's sync loop runs on one of three replicas at a time; a SIGKILL of
+/// that replica moves it to another within the channel's lease, and a message sent meanwhile is
+/// answered once.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_34_the_matrix_sync_loop_runs_on_one_replica_and_moves_when_it_dies() {
+    use crate::suite::synapse::Synapse;
+    let base = dirs();
+    let synapse = Synapse::start(&base.base.join("synapse"), &base.base.join("logs")).await;
+    std::fs::create_dir_all(base.base.join("logs")).unwrap();
+    let bot = synapse.register("gatehouse-bot", "bot-password").await;
+    let alice = synapse.register("alice", "alice-password").await;
+    let config = crate::suite::matrix::matrix_config(
+        &base.base,
+        &synapse,
+        &bot,
+        &format!("allow-from = [{:?}]\n", alice.user_id),
+    );
+    let mut cluster =
+        Cluster::start_with(3, SHORT_LEASE, vec![String::from("--config"), config]).await;
+    let node = cluster.node("node-a", 0, 4);
+    cluster.wait_nodes(0, 1).await;
+    let holder = || async {
+        let mut connection = sqlx::PgConnection::connect(&cluster.state.store)
+            .await
+            .unwrap();
+        let holder: Option<String> =
+            sqlx::query_scalar("SELECT holder FROM channel_state WHERE channel = 'team'")
+                .fetch_optional(&mut connection)
+                .await
+                .unwrap();
+        holder
+    };
+    let deadline = Instant::now() + WAIT;
+    let first = loop {
+        if let Some(holder) = holder().await {
+            break holder;
+        }
+        assert!(Instant::now() < deadline, "no replica took the channel");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let index: usize = first.trim_start_matches('r').parse().unwrap();
+    crate::suite::matrix::wait_connected(&cluster.replicas[index]).await;
+    let dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
+    crate::suite::matrix::wait_membership(&synapse, &alice, &dm, &bot, "join").await;
+    synapse.send_text(&alice, &dm, "/say one", &[]).await;
+    assert_eq!(
+        crate::suite::matrix::wait_bot_messages(&synapse, &alice, &bot, &dm, 1).await,
+        vec!["one"]
+    );
+
+    // SIGKILL the holder; a message sent at once is answered by the survivors.
+    cluster.replicas[index].process.kill();
+    synapse.send_text(&alice, &dm, "/say two", &[]).await;
+    assert_eq!(
+        crate::suite::matrix::wait_bot_messages(&synapse, &alice, &bot, &dm, 2).await,
+        vec!["one", "two"]
+    );
+    let second = holder().await.unwrap();
+    assert_ne!(second, first, "the dead replica still holds the channel");
+    crate::suite::matrix::still(&synapse, &alice, &bot, &dm, 2).await;
+    drop(node);
 }

@@ -18,6 +18,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::Command;
 
+use crate::suite::support::Process;
 use crate::suite::support::dirs;
 use crate::suite::support::gatehouse;
 use crate::suite::support::installed;
@@ -66,10 +67,17 @@ async fn create_key(up: &Up, body: serde_json::Value) -> String {
     created["key"].as_str().unwrap().to_owned()
 }
 
-/// Runs the browser script's `scenario` against `up` (data directory `data`) with `keys` (the
-/// names and values of its key variables) and returns the directory of its screenshots. Fails
-/// with the script's output and the Gateway's log when a check fails.
-fn run_browser(scenario: &str, up: &Up, data: &Path, keys: &[(&str, &str)]) -> PathBuf {
+/// Runs the browser script's `scenario` against the Gateway at `url` (run by `gateway`, with
+/// the Harness root `data/harness`) with `keys` (the names and values of its variables) and
+/// returns the directory of its screenshots. Fails with the script's output and the Gateway's
+/// log when a check fails.
+pub(crate) fn run_browser(
+    scenario: &str,
+    url: &str,
+    gateway: &Process,
+    data: &Path,
+    keys: &[(&str, &str)],
+) -> PathBuf {
     let python = installed("GATEHOUSE_PYTHON", "a Python venv with selenium==4.51.0");
     let chromium = installed("GATEHOUSE_CHROMIUM", "Debian's chromium");
     let chromedriver = installed("GATEHOUSE_CHROMEDRIVER", "Debian's chromium-driver");
@@ -79,7 +87,7 @@ fn run_browser(scenario: &str, up: &Up, data: &Path, keys: &[(&str, &str)]) -> P
     let output = Command::new(&python)
         .arg(SCRIPT)
         .arg(scenario)
-        .env("GATEHOUSE_CONSOLE_URL", &up.url)
+        .env("GATEHOUSE_CONSOLE_URL", url)
         .envs(keys.iter().copied())
         .env(
             "GATEHOUSE_CONSOLE_WORKSPACE",
@@ -98,7 +106,7 @@ fn run_browser(scenario: &str, up: &Up, data: &Path, keys: &[(&str, &str)]) -> P
     assert!(
         output.status.success(),
         "the browser script ({scenario}) failed:\n{stdout}\n{stderr}\nGateway log:\n{}",
-        up.process.stderr()
+        gateway.stderr()
     );
     assert!(
         stdout.trim_end().ends_with(r#"{"passed": true}"#),
@@ -108,7 +116,7 @@ fn run_browser(scenario: &str, up: &Up, data: &Path, keys: &[(&str, &str)]) -> P
 }
 
 /// Asserts that `dir` holds a PNG screenshot of each of `pages` at both widths.
-fn assert_screenshots(dir: &Path, pages: &[&str]) {
+pub(crate) fn assert_screenshots(dir: &Path, pages: &[&str]) {
     for page in pages {
         for width in [1280, 390] {
             let shot = dir.join(format!("{page}-{width}.png"));
@@ -147,7 +155,8 @@ async fn issue_18_the_console_works_in_a_real_browser() {
 
     let screenshots = run_browser(
         "pages",
-        &up,
+        &up.url,
+        &up.process,
         &data,
         &[
             ("GATEHOUSE_CONSOLE_ADMIN_KEY", &admin_key),
@@ -186,7 +195,8 @@ async fn issue_18_the_consoles_chat_downloads_a_codex_reply_artifact() {
     up.wait_ready().await;
     let screenshots = run_browser(
         "artifacts",
-        &up,
+        &up.url,
+        &up.process,
         &data,
         &[("GATEHOUSE_CONSOLE_ADMIN_KEY", &up.token)],
     );

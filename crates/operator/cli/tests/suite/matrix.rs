@@ -10,16 +10,13 @@ use gatehouse_api::channels::ChannelList;
 use crate::suite::support::Gateway;
 use crate::suite::support::MockModelSetup;
 use crate::suite::support::dirs;
-use crate::suite::support::files_under;
-use crate::suite::support::mock_requests;
-use crate::suite::support::processes;
 use crate::suite::synapse::MatrixUser;
 use crate::suite::synapse::Synapse;
 
 const WAIT: Duration = Duration::from_secs(90);
 
 /// Writes a config file with one Matrix channel for `bot` and returns its path.
-fn matrix_config(
+pub(crate) fn matrix_config(
     base: &std::path::Path,
     synapse: &Synapse,
     bot: &MatrixUser,
@@ -43,7 +40,7 @@ fn matrix_config(
 }
 
 /// Waits until the channel synced once (`connected`), so later messages are new to it.
-async fn wait_connected(gateway: &Gateway) {
+pub(crate) async fn wait_connected(gateway: &Gateway) {
     let deadline = Instant::now() + WAIT;
     loop {
         let list: ChannelList = gateway.get_typed("/v1/channels").await;
@@ -85,7 +82,7 @@ async fn bot_messages(
 }
 
 /// Waits until the bot sent `count` messages in `room` and returns them.
-async fn wait_bot_messages(
+pub(crate) async fn wait_bot_messages(
     synapse: &Synapse,
     reader: &MatrixUser,
     bot: &MatrixUser,
@@ -108,7 +105,7 @@ async fn wait_bot_messages(
 }
 
 /// Waits until `user`'s membership of `room` is `membership` as `reader` sees it.
-async fn wait_membership(
+pub(crate) async fn wait_membership(
     synapse: &Synapse,
     reader: &MatrixUser,
     room: &str,
@@ -129,16 +126,14 @@ async fn wait_membership(
         .await;
 }
 
-async fn model_calls_with(setup: &MockModelSetup, text: &str) -> usize {
-    mock_requests(&setup.mock_url)
-        .await
-        .iter()
-        .filter(|request| request["body"].to_string().contains(text))
-        .count()
-}
-
 /// Waits `settle` and checks the bot still sent exactly `count` messages in `room`.
-async fn still(synapse: &Synapse, reader: &MatrixUser, bot: &MatrixUser, room: &str, count: usize) {
+pub(crate) async fn still(
+    synapse: &Synapse,
+    reader: &MatrixUser,
+    bot: &MatrixUser,
+    room: &str,
+    count: usize,
+) {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let messages = bot_messages(synapse, reader, bot, room).await;
     assert_eq!(messages.len(), count, "{messages:?}");
@@ -209,7 +204,10 @@ async fn a_matrix_channel_pairs_strangers_answers_once_and_speaks_in_groups_only
     let replies = wait_bot_messages(&synapse, &bob, &bot, &bob_dm, 3).await;
     assert_eq!(replies[2], "hi bob");
     still(&synapse, &bob, &bot, &bob_dm, 3).await;
-    assert_eq!(model_calls_with(&setup, "secret plan").await, 0);
+    assert_eq!(
+        crate::suite::channels::model_calls_with(&setup, "secret plan").await,
+        0
+    );
 
     // An allowed sender's direct chat is answered at once, with HTML beside the plain body.
     let alice_dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
@@ -241,7 +239,10 @@ async fn a_matrix_channel_pairs_strangers_answers_once_and_speaks_in_groups_only
     let replies = wait_bot_messages(&synapse, &carol, &bot, &team_room, 1).await;
     assert_eq!(replies, vec!["hello room"]);
     still(&synapse, &carol, &bot, &team_room, 1).await;
-    assert_eq!(model_calls_with(&setup, "unmentioned").await, 0);
+    assert_eq!(
+        crate::suite::channels::model_calls_with(&setup, "unmentioned").await,
+        0
+    );
 
     let sessions: gatehouse_api::sessions::SessionList = gateway.get_typed("/v1/sessions").await;
     let team_session = sessions
@@ -267,38 +268,7 @@ async fn a_matrix_channel_pairs_strangers_answers_once_and_speaks_in_groups_only
     ] {
         assert!(audit.contains(&format!("\"{action}\"")), "no {action} row");
     }
-    for file in files_under(&setup.path("harness")) {
-        let bytes = std::fs::read(&file).unwrap_or_default();
-        assert!(
-            !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
-            "{} holds the bot's token",
-            file.display()
-        );
-    }
-    for (pid, argv, env) in processes() {
-        if pid == gateway.process.pid() {
-            continue;
-        }
-        assert!(
-            !argv.iter().any(|arg| arg.contains(token))
-                && !env.iter().any(|(_, value)| value.contains(token)),
-            "process {pid} {argv:?} holds the bot's token"
-        );
-    }
-    for log in files_under(&setup.path("logs")) {
-        if log
-            .file_name()
-            .is_some_and(|name| name.to_string_lossy().starts_with("synapse"))
-        {
-            continue;
-        }
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        assert!(
-            !text.contains(token),
-            "{} holds the bot's token",
-            log.display()
-        );
-    }
+    crate::suite::channels::assert_nowhere_but_the_gateway(&setup, token);
 }
 
 #[tokio::test(flavor = "multi_thread")]

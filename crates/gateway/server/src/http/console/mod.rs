@@ -102,11 +102,12 @@ enum Page {
     Skills,
     Audit,
     Keys,
+    Channels,
 }
 
 impl Page {
     /// Every page, in the navigation's order.
-    const ALL: [Page; 8] = [
+    const ALL: [Page; 9] = [
         Page::Sessions,
         Page::Chat,
         Page::Documents,
@@ -115,6 +116,7 @@ impl Page {
         Page::Skills,
         Page::Audit,
         Page::Keys,
+        Page::Channels,
     ];
 
     /// Returns the page's name in its path and in `data-page`.
@@ -128,6 +130,7 @@ impl Page {
             Page::Skills => "skills",
             Page::Audit => "audit",
             Page::Keys => "keys",
+            Page::Channels => "channels",
         }
     }
 
@@ -141,6 +144,7 @@ impl Page {
             Page::Skills => "Skills",
             Page::Audit => "Audit",
             Page::Keys => "API keys",
+            Page::Channels => "Channels",
         }
     }
 
@@ -161,7 +165,9 @@ impl Page {
         match self {
             Page::Sessions | Page::Chat => principal.has(Scope::Chat) || principal.has(Scope::Read),
             Page::Documents => principal.has(Scope::Documents) || principal.has(Scope::Read),
-            Page::Nodes | Page::Memory | Page::Skills | Page::Audit => principal.has(Scope::Read),
+            Page::Nodes | Page::Memory | Page::Skills | Page::Audit | Page::Channels => {
+                principal.has(Scope::Read)
+            }
             Page::Keys => principal.has(Scope::Admin),
         }
     }
@@ -300,6 +306,7 @@ async fn page(
         Page::Skills => skills_body(),
         Page::Audit => audit_body(),
         Page::Keys => keys_body(),
+        Page::Channels => channels_body(viewer.principal.has(Scope::Admin)),
     };
     page_response(StatusCode::OK, page, &viewer, body)
 }
@@ -464,6 +471,20 @@ fn audit_body() -> Markup {
 }
 
 /// The API keys page (admin): the keys, revocation, and the form that creates one.
+/// The channels page: each channel's state, and for an admin key the pending pairings with
+/// Approve and Deny.
+fn channels_body(may_decide: bool) -> Markup {
+    html! {
+        h1 { "Channels" }
+        (empty_table("channels", "Configured channels", &["Name", "Kind", "Agent", "State", "Pending deliveries", "Last message", "Last delivery", "Last error"]))
+        @if may_decide {
+            h2 { "Pairing requests" }
+            (empty_table("pairings", "Pending pairing codes", &["Channel", "Code", "Sender", "Expires", "Decide"]))
+        }
+        p #channels-status role="status" {}
+    }
+}
+
 fn keys_body() -> Markup {
     html! {
         h1 { "API keys" }

@@ -792,6 +792,75 @@
     load();
   }
 
+  // ---- Channels ------------------------------------------------------------------------
+
+  function channelsPage() {
+    const decide = async (channel, code, approve) => {
+      const base = `/v1/channels/${encodeURIComponent(channel)}/pairings/${encodeURIComponent(code)}`;
+      try {
+        const answer = approve ? await apiJson("POST", `${base}/approve`) : await apiJson("DELETE", base);
+        setStatus("channels-status", `${approve ? "approved" : "denied"} ${answer.sender} on ${channel}`);
+        load();
+      } catch (error) {
+        setStatus("channels-status", error.describe(), true);
+      }
+    };
+    async function load() {
+      try {
+        const answer = await apiJson("GET", "/v1/channels");
+        byId("channels").querySelector("tbody").replaceChildren(
+          ...answer.channels.map((channel) =>
+            el(
+              "tr",
+              {},
+              el("td", {}, channel.name),
+              el("td", {}, channel.kind),
+              el("td", {}, channel.agent),
+              el("td", {}, channel.state),
+              el("td", {}, String(channel.pendingDeliveries)),
+              el("td", {}, channel.lastInboundAt ? formatMs(channel.lastInboundAt) : "—"),
+              el("td", {}, channel.lastDeliveryAt ? formatMs(channel.lastDeliveryAt) : "—"),
+              el("td", {}, channel.lastError ? `${channel.lastError.code}: ${channel.lastError.message}` : "—"),
+            ),
+          ),
+        );
+        const pairings = byId("pairings");
+        if (!pairings) return;
+        const rows = [];
+        for (const channel of answer.channels) {
+          const listed = await apiJson("GET", `/v1/channels/${encodeURIComponent(channel.name)}/pairings`);
+          for (const pairing of listed.pairings) {
+            const button = (label, approve) =>
+              el(
+                "button",
+                {
+                  type: "button",
+                  "aria-label": `${label} ${pairing.code}`,
+                  onclick: () => decide(channel.name, pairing.code, approve),
+                },
+                label,
+              );
+            rows.push(
+              el(
+                "tr",
+                {},
+                el("td", {}, channel.name),
+                el("td", { class: "mono" }, pairing.code),
+                el("td", {}, pairing.sender),
+                el("td", {}, formatMs(pairing.expiresAtMs)),
+                el("td", {}, button("Approve", true), " ", button("Deny", false)),
+              ),
+            );
+          }
+        }
+        pairings.querySelector("tbody").replaceChildren(...rows);
+      } catch (error) {
+        setStatus("channels-status", error.describe(), true);
+      }
+    }
+    load();
+  }
+
   const pages = {
     chat: chatPage,
     documents: documentsPage,
@@ -800,6 +869,7 @@
     skills: skillsPage,
     audit: auditPage,
     keys: keysPage,
+    channels: channelsPage,
   };
 
   localizeTimes();
