@@ -105,3 +105,63 @@ fn mock_workers(capacity: usize) -> anyhow::Result<gatehouse_harness::worker::Wo
         source_allow: Default::default(),
     })
 }
+
+/// A Gateway and an in-process native node whose workers use the mock model, ready for turns.
+struct MockEmbedded {
+    running: gatehouse_gateway::RunningGateway,
+    node: crate::embedded::InProcessNode,
+    shutdown: gatehouse_harness::CancellationToken,
+    /// A client of the Gateway with [`turn::BENCH_TOKEN`].
+    client: gatehouse_api::client::Client,
+}
+
+impl MockEmbedded {
+    /// Starts a Gateway with `config` and a node on `harness_root` with `capacity` workers,
+    /// and waits (up to 30 s) until the Gateway is ready.
+    async fn start(
+        config: gatehouse_gateway::GatewayConfig,
+        harness_root: &std::path::Path,
+        capacity: usize,
+    ) -> anyhow::Result<Self> {
+        let running = crate::embedded::start_gateway(config).await?;
+        let url = format!("http://{}", running.local_addr);
+        let runtime_config = gatehouse_harness::host::RuntimeConfig {
+            model: gatehouse_harness::model_spec::ModelSpec::Mock,
+            scratch: None,
+            workers: Some(mock_workers(capacity)?),
+            codex: None,
+        };
+        let shutdown = gatehouse_harness::CancellationToken::new();
+        let node = crate::embedded::start_node(
+            &running,
+            harness_root,
+            gatehouse_harness::host::Runtime::Native,
+            runtime_config,
+            shutdown.clone(),
+        )
+        .await?;
+        let client = gatehouse_api::client::Client::new(&url, turn::BENCH_TOKEN);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !turn::is_ready(&client).await? {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "the node did not connect within 30 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        Ok(Self {
+            running,
+            node,
+            shutdown,
+            client,
+        })
+    }
+
+    /// Stops the node, then the Gateway.
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.node.task.await;
+        self.running.shutdown.cancel();
+        let _ = self.running.wait().await;
+    }
+}

@@ -11,21 +11,15 @@ use std::time::Duration;
 use std::time::Instant;
 
 use gatehouse_api::channels::WebhookDelivery;
-use gatehouse_api::client::Client;
 use gatehouse_channels::config::ChannelSpec;
 use gatehouse_channels::secret::Secret;
 use gatehouse_channels::setup::ChannelSetup;
 use gatehouse_channels::setup::KindSetup;
-use gatehouse_harness::CancellationToken;
-use gatehouse_harness::host::Runtime;
-use gatehouse_harness::host::RuntimeConfig;
-use gatehouse_harness::model_spec::ModelSpec;
 use tokio::sync::mpsc;
 
 use crate::bench::stats::Report;
 use crate::bench::stats::Row;
 use crate::bench::stats::Stats;
-use crate::bench::turn::BENCH_TOKEN;
 
 /// Arguments of `gatehouse bench channel`.
 #[derive(Debug, clap::Args)]
@@ -80,32 +74,8 @@ async fn measure(args: &ChannelArgs) -> anyhow::Result<Report> {
             secret: secret.clone(),
         }),
     }];
-    let running = crate::embedded::start_gateway(config).await?;
-    let url = format!("http://{}", running.local_addr);
-    let runtime_config = RuntimeConfig {
-        model: ModelSpec::Mock,
-        scratch: None,
-        workers: Some(crate::bench::mock_workers(4)?),
-        codex: None,
-    };
-    let shutdown = CancellationToken::new();
-    let node = crate::embedded::start_node(
-        &running,
-        &base.join("harness"),
-        Runtime::Native,
-        runtime_config,
-        shutdown.clone(),
-    )
-    .await?;
-    let client = Client::new(&url, BENCH_TOKEN);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !crate::bench::turn::is_ready(&client).await? {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the node did not connect within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let embedded = crate::bench::MockEmbedded::start(config, &base.join("harness"), 4).await?;
+    let url = format!("http://{}", embedded.running.local_addr);
     let http = reqwest::Client::new();
     let inbound = format!("{url}/channels/bench/inbound");
     let secret = Arc::new(secret);
@@ -115,16 +85,14 @@ async fn measure(args: &ChannelArgs) -> anyhow::Result<Report> {
     for index in 0..=args.iterations {
         let through_channel =
             channel_message(&http, &inbound, &secret, &mut replies, index).await?;
-        let through_api = crate::bench::turn::turn(&client, "bench-api", "/say hi").await?;
+        let through_api =
+            crate::bench::turn::turn(&embedded.client, "bench-api", "/say hi").await?;
         if index > 0 {
             channel.push(through_channel);
             api.push(through_api);
         }
     }
-    shutdown.cancel();
-    let _ = node.task.await;
-    running.shutdown.cancel();
-    let _ = running.wait().await;
+    embedded.stop().await;
     Ok(Report {
         title: String::from(
             "gatehouse bench channel: a signed webhook message to its signed reply, against an API turn, embedded mode with the mock model",

@@ -14,10 +14,6 @@ use gatehouse_api::client::ClientError;
 use gatehouse_api::sessions::MessageParams;
 use gatehouse_api::sessions::TurnQuery;
 use gatehouse_api::sessions::TurnStatus;
-use gatehouse_harness::CancellationToken;
-use gatehouse_harness::host::Runtime;
-use gatehouse_harness::host::RuntimeConfig;
-use gatehouse_harness::model_spec::ModelSpec;
 
 use crate::bench::stats::Report;
 use crate::bench::stats::Row;
@@ -53,46 +49,23 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
     let temp = tempfile::tempdir()?;
     let base = temp.path().canonicalize()?;
     let config = crate::bench::gateway_config(base.join("gateway"))?;
-    let running = crate::embedded::start_gateway(config).await?;
-    let url = format!("http://{}", running.local_addr);
     // The tool turn runs through the same hardened sandbox as a node's.
-    let workers = crate::bench::mock_workers(args.cold_iterations + 4)?;
-    let runtime_config = RuntimeConfig {
-        model: ModelSpec::Mock,
-        scratch: None,
-        workers: Some(workers),
-        codex: None,
-    };
-    let shutdown = CancellationToken::new();
-    let node = crate::embedded::start_node(
-        &running,
-        &base.join("harness"),
-        Runtime::Native,
-        runtime_config,
-        shutdown.clone(),
-    )
-    .await?;
-    let client = Client::new(&url, BENCH_TOKEN);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !is_ready(&client).await? {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the node did not connect within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let embedded =
+        crate::bench::MockEmbedded::start(config, &base.join("harness"), args.cold_iterations + 4)
+            .await?;
+    let client = &embedded.client;
     let gateway_rss_before = rss_kib(std::process::id());
 
     let mut cold = Vec::with_capacity(args.cold_iterations);
     for index in 0..args.cold_iterations {
-        cold.push(turn(&client, &format!("cold-{index}"), "/say hi").await?);
+        cold.push(turn(client, &format!("cold-{index}"), "/say hi").await?);
     }
     let mut say = Vec::with_capacity(args.say_iterations);
     let mut write = Vec::with_capacity(args.tool_iterations);
     let mut baseline = Vec::with_capacity(args.say_iterations);
     for index in 0..args.say_iterations.max(args.tool_iterations) {
         if index < args.say_iterations {
-            say.push(turn(&client, "warm", "/say hi").await?);
+            say.push(turn(client, "warm", "/say hi").await?);
             let started = Instant::now();
             client.health().await?;
             baseline.push(started.elapsed());
@@ -102,19 +75,16 @@ async fn measure(args: &TurnArgs) -> anyhow::Result<Report> {
                 r#"/tool write {{"path":"f{}.txt","content":"x"}}"#,
                 index % 8
             );
-            write.push(turn(&client, "warm-tool", &text).await?);
+            write.push(turn(client, "warm-tool", &text).await?);
         }
     }
     let tracing = match args.tracing_iterations {
         0 => None,
-        iterations => Some(compare_tracing(&client, iterations).await?),
+        iterations => Some(compare_tracing(client, iterations).await?),
     };
     let worker_rss = worker_rss_kib();
     let gateway_rss_after = rss_kib(std::process::id());
-    shutdown.cancel();
-    let _ = node.task.await;
-    running.shutdown.cancel();
-    let _ = running.wait().await;
+    embedded.stop().await;
     let healthz = Stats::from_samples(&mut baseline);
     let row = |case: &str, samples: &mut Vec<Duration>, target: &str| Row {
         case: String::from(case),
