@@ -19,8 +19,10 @@ use crate::secret::Secret;
 use crate::text::markdown_to_html;
 use crate::text::split;
 
-/// The most characters of one message the adapter sends; a longer reply is split.
-pub const MAX_MESSAGE_CHARS: usize = 16_000;
+/// The most characters of one message the adapter sends; a longer reply is split. With the
+/// HTML escaping of `formatted_body` (up to 6 bytes a character) and the plain `body` beside
+/// it, an event stays well under the homeserver's 65,536 bytes.
+pub const MAX_MESSAGE_CHARS: usize = 6_000;
 
 /// How long one request other than `/sync` may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -111,6 +113,14 @@ struct Rooms {
 struct JoinedRoom {
     #[serde(default)]
     timeline: Events,
+    #[serde(default)]
+    summary: RoomSummary,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct RoomSummary {
+    #[serde(default, rename = "m.joined_member_count")]
+    joined_member_count: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -181,6 +191,14 @@ pub struct BotIdentity {
 /// What one `/sync` answer asks of the Gateway, in timeline order per room.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
+    /// The homeserver's count of a joined room's members changed (its room summary); it comes
+    /// before the room's messages.
+    Members {
+        /// The room.
+        room: String,
+        /// How many users are joined.
+        joined: u64,
+    },
     /// The bot was invited to a room.
     Invite {
         /// The room.
@@ -249,6 +267,12 @@ pub fn interpret(answer: &SyncAnswer, bot: &BotIdentity) -> Vec<Input> {
         });
     }
     for (room, joined) in &answer.rooms.join {
+        if let Some(count) = joined.summary.joined_member_count {
+            inputs.push(Input::Members {
+                room: room.clone(),
+                joined: count,
+            });
+        }
         for event in &joined.timeline.events {
             if event.sender == bot.user_id || event.state_key.is_some() {
                 continue;
@@ -270,7 +294,9 @@ pub fn interpret(answer: &SyncAnswer, bot: &BotIdentity) -> Vec<Input> {
                     }
                     let body = event.content.body.clone().unwrap_or_default();
                     match event.content.msgtype.as_deref() {
-                        Some("m.text" | "m.notice" | "m.emote") if !body.trim().is_empty() => {
+                        // Bots speak in notices: answering one could loop two bots forever.
+                        Some("m.notice") => {}
+                        Some("m.text" | "m.emote") if !body.trim().is_empty() => {
                             let thread = relation
                                 .filter(|r| r.rel_type.as_deref() == Some("m.thread"))
                                 .and_then(|r| r.event_id.clone());
@@ -284,7 +310,7 @@ pub fn interpret(answer: &SyncAnswer, bot: &BotIdentity) -> Vec<Input> {
                                 mentioned,
                             });
                         }
-                        Some("m.text" | "m.notice" | "m.emote") => {}
+                        Some("m.text" | "m.emote") => {}
                         _ => inputs.push(Input::Unsupported {
                             room,
                             event_id,
@@ -523,11 +549,13 @@ impl MatrixClient {
 /// HTML in `formatted_body`; the first part of a reply answers `in_reply_to`.
 #[must_use]
 pub fn message_content(text: &str, in_reply_to: Option<&str>) -> serde_json::Value {
+    // An empty `m.mentions`: a name or `@room` in the model's text pings nobody.
     let mut content = serde_json::json!({
         "msgtype": "m.text",
         "body": text,
         "format": "org.matrix.custom.html",
         "formatted_body": markdown_to_html(text),
+        "m.mentions": {},
     });
     if let Some(event_id) = in_reply_to {
         content["m.relates_to"] = serde_json::json!({"m.in_reply_to": {"event_id": event_id}});
@@ -607,7 +635,7 @@ mod tests {
                     {"type": "m.room.encryption", "sender": "@alice:hs.test", "state_key": "",
                      "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
                 ]}}},
-                "join": {"!room": {"timeline": {"events": [
+                "join": {"!room": {"summary": {"m.joined_member_count": 3}, "timeline": {"events": [
                     {"type": "m.room.message", "sender": "@bot:hs.test", "event_id": "$own",
                      "content": {"msgtype": "m.text", "body": "mine"}},
                     {"type": "m.room.member", "sender": "@carol:hs.test", "event_id": "$m",
@@ -625,7 +653,9 @@ mod tests {
                     {"type": "m.room.encrypted", "sender": "@carol:hs.test", "event_id": "$5",
                      "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
                     {"type": "m.room.message", "sender": "@carol:hs.test", "event_id": "$6",
-                     "content": {"msgtype": "m.text", "body": "just chatting"}}
+                     "content": {"msgtype": "m.text", "body": "just chatting"}},
+                    {"type": "m.room.message", "sender": "@otherbot:hs.test", "event_id": "$7",
+                     "content": {"msgtype": "m.notice", "body": "a bot's notice"}}
                 ]}}}
             }
         }))
@@ -648,6 +678,10 @@ mod tests {
                     inviter: "@alice:hs.test".into(),
                     direct: true,
                     encrypted: true,
+                },
+                Input::Members {
+                    room: "!room".into(),
+                    joined: 3,
                 },
                 message("$1", "hi", None, true),
                 message("$2", "helper, look", Some("$1"), true),
@@ -690,5 +724,6 @@ mod tests {
             "{html}"
         );
         assert_eq!(content["m.relates_to"]["m.in_reply_to"]["event_id"], "$ev");
+        assert_eq!(content["m.mentions"], serde_json::json!({}));
     }
 }

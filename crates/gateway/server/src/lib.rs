@@ -802,6 +802,12 @@ pub async fn start(
         channels,
     });
     let shutdown = CancellationToken::new();
+    if !state.channels.enabled_names().is_empty() {
+        tokio::spawn(channels::prune_periodically(
+            Arc::clone(&state.store),
+            shutdown.child_token(),
+        ));
+    }
     channels::run_matrix_channels(
         &channels::LoopParts {
             channels: Arc::clone(&state.channels),

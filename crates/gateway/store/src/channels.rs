@@ -164,6 +164,14 @@ pub trait ChannelStore: Send + Sync + 'static {
         now_ms: i64,
     ) -> Result<bool>;
 
+    /// Deletes what the channels no longer need of before `before_ms`: the records of
+    /// messages received then, the deliveries that ended then, and where the replies of turns
+    /// that ended then went. Returns how many rows went.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn prune_channel_records(&self, before_ms: i64) -> Result<u64>;
+
     /// Returns what `GET /v1/channels` shows of `channel`.
     ///
     /// # Errors

@@ -243,6 +243,18 @@ async fn a_channel_turn_queues_its_reply_as_it_ends_and_one_deliverer_sends_it(t
     assert_eq!(figures.pending_deliveries, 0);
     assert_eq!(figures.last_delivery_at_ms, Some(6_002));
     assert_eq!(figures.last_error, None);
+    // Pruning keeps what is newer; the message's record, the delivery and the turn's route go
+    // once they are older than the bound.
+    assert_eq!(store.prune_channel_records(10).await.unwrap(), 0);
+    assert_eq!(store.prune_channel_records(10_000).await.unwrap(), 3);
+    assert_eq!(
+        store
+            .channel_figures("hooks")
+            .await
+            .unwrap()
+            .last_inbound_at_ms,
+        None
+    );
     assert_eq!(
         store
             .claim_channel_delivery(&channels, "r1", 1_000, 99_000)

@@ -16,6 +16,7 @@
 //! - **Failures.** A failed sync is retried with jittered backoff up to a minute, and the channel
 //!   shows `degraded` with `CHANNEL_UNAVAILABLE` until a sync succeeds.
 
+use std::collections::HashMap;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,11 +108,20 @@ struct LoopMemory {
     identity: Option<BotIdentity>,
     /// Rooms told in this process that encrypted rooms are not supported.
     told_encrypted: HashSet<String>,
+    /// The joined members of each room, from the sync's room summaries (or asked once).
+    members: HashMap<String, u64>,
+    /// Rooms where the bot shows as typing now: one indicator task per room.
+    typing: Arc<parking_lot::Mutex<HashSet<String>>>,
+    /// Stops the typing tasks with the loop.
+    shutdown: CancellationToken,
 }
 
 async fn run_loop(parts: LoopParts, index: usize, shutdown: CancellationToken) {
     let channel = &parts.channels.all()[index];
-    let mut memory = LoopMemory::default();
+    let mut memory = LoopMemory {
+        shutdown: shutdown.clone(),
+        ..LoopMemory::default()
+    };
     let mut failures: u32 = 0;
     loop {
         let step = tokio::select! {
@@ -248,7 +258,7 @@ async fn handle(
             direct,
             encrypted,
         } => {
-            let accept =
+            let mut accept =
                 !encrypted && invite_allowed(parts, channel, &inviter, &room, direct).await?;
             let done = match accept {
                 true => bot.client.join(&room).await,
@@ -257,6 +267,18 @@ async fn handle(
             if let Err(error) = done {
                 // A room that vanished or refuses the bot must not stall the channel.
                 tracing::warn!(channel = %channel.spec.name, error = %error, "cannot answer a Matrix invite");
+            }
+            // An invite marked direct into a room of more than the inviter and the bot was
+            // accepted on a false premise: leave it.
+            if accept && direct && !spec_lists(channel, &room) {
+                let members = bot.client.joined_member_count(&room).await.unwrap_or(0);
+                memory.members.insert(room.clone(), members as u64);
+                if members > 2 {
+                    accept = false;
+                    if let Err(error) = bot.client.leave(&room).await {
+                        tracing::warn!(channel = %channel.spec.name, error = %error, "cannot leave a room");
+                    }
+                }
             }
             audit_channel(
                 &parts.audit,
@@ -274,6 +296,10 @@ async fn handle(
             .await;
             Ok(())
         }
+        Input::Members { room, joined } => {
+            memory.members.insert(room, joined);
+            Ok(())
+        }
         Input::Message {
             room,
             event_id,
@@ -282,7 +308,7 @@ async fn handle(
             thread,
             mentioned,
         } => {
-            let direct = is_direct(bot, &room).await?;
+            let direct = is_direct(bot, memory, channel, &room).await?;
             let inbound = Inbound {
                 message_id: event_id,
                 sender,
@@ -302,7 +328,7 @@ async fn handle(
                 .await
                 .map_err(store_error)?;
             if let Received::Admitted { turn_id, .. } = received {
-                show_typing(bot, &parts.store, room, turn_id);
+                show_typing(bot, &parts.store, memory, room, turn_id);
             }
             Ok(())
         }
@@ -311,8 +337,11 @@ async fn handle(
             event_id,
             sender,
         } => {
+            // Only a sender the channel would answer is told, once per room and process.
+            let direct = is_direct(bot, memory, channel, &room).await?;
+            let tell = answers(parts, channel, &sender, &room, direct).await?
+                && memory.told_encrypted.insert(room.clone());
             let origin = origin(channel, &room, event_id, sender);
-            let tell = memory.told_encrypted.insert(room);
             notice_or_record(
                 parts,
                 &origin,
@@ -328,7 +357,9 @@ async fn handle(
             event_id,
             sender,
         } => {
-            let tell = is_direct(bot, &room).await?;
+            // Only a sender the channel would answer, in a direct chat, is told.
+            let direct = is_direct(bot, memory, channel, &room).await?;
+            let tell = direct && answers(parts, channel, &sender, &room, direct).await?;
             let origin = origin(channel, &room, event_id, sender);
             notice_or_record(
                 parts,
@@ -390,13 +421,65 @@ async fn notice_or_record(
     Ok(())
 }
 
-/// Whether a room is a direct chat: the bot and one other user joined.
-async fn is_direct(bot: &MatrixBot, room: &str) -> Result<bool, String> {
-    bot.client
-        .joined_member_count(room)
-        .await
-        .map(|count| count == 2)
-        .map_err(|error| error.to_string())
+/// Whether `room` is listed in the channel's `groups`.
+fn spec_lists(channel: &Channel, room: &str) -> bool {
+    channel.spec.groups.iter().any(|id| id == room)
+}
+
+/// Whether a room is a direct chat: the bot and one other user joined. A room listed in
+/// `groups` is a group without asking; otherwise the count comes from the sync's room
+/// summaries, or is asked once and kept.
+async fn is_direct(
+    bot: &MatrixBot,
+    memory: &mut LoopMemory,
+    channel: &Channel,
+    room: &str,
+) -> Result<bool, String> {
+    if spec_lists(channel, room) {
+        return Ok(false);
+    }
+    let count = match memory.members.get(room) {
+        Some(count) => *count,
+        None => {
+            let count = bot
+                .client
+                .joined_member_count(room)
+                .await
+                .map_err(|error| error.to_string())? as u64;
+            memory.members.insert(room.to_owned(), count);
+            count
+        }
+    };
+    Ok(count == 2)
+}
+
+/// Whether the channel would answer `sender` in `room` (an addressed message): only such a
+/// sender is sent a notice.
+async fn answers(
+    parts: &LoopParts,
+    channel: &Channel,
+    sender: &str,
+    room: &str,
+    direct: bool,
+) -> Result<bool, String> {
+    let approved = match direct {
+        true => parts
+            .store
+            .channel_sender_approved(&channel.spec.name, sender)
+            .await
+            .map_err(|error| error.to_string())?,
+        false => false,
+    };
+    let verdict = gatehouse_channels::access::judge(
+        &channel.spec,
+        &gatehouse_channels::access::Arrival {
+            sender,
+            group: (!direct).then_some(room),
+            mentioned: true,
+            approved,
+        },
+    );
+    Ok(verdict == gatehouse_channels::access::Verdict::Admit)
 }
 
 /// Whether the bot accepts `inviter`'s invite into `room`.
@@ -432,8 +515,20 @@ async fn invite_allowed(
         })
 }
 
-/// Shows the bot typing in `room` until `turn_id` ends (at most [`MAX_TYPING`]).
-fn show_typing(bot: &MatrixBot, store: &Arc<dyn Store>, room: String, turn_id: String) {
+/// Shows the bot typing in `room` until `turn_id` ends (at most [`MAX_TYPING`]), unless an
+/// indicator already runs there; stops with the loop.
+fn show_typing(
+    bot: &MatrixBot,
+    store: &Arc<dyn Store>,
+    memory: &LoopMemory,
+    room: String,
+    turn_id: String,
+) {
+    if !memory.typing.lock().insert(room.clone()) {
+        return;
+    }
+    let typing = Arc::clone(&memory.typing);
+    let shutdown = memory.shutdown.clone();
     let client = bot.client.clone();
     let user_id = bot.user_id.clone();
     let store = Arc::clone(store);
@@ -444,14 +539,18 @@ fn show_typing(bot: &MatrixBot, store: &Arc<dyn Store>, room: String, turn_id: S
                 tracing::debug!(error = %error, "cannot show typing");
             }
             // Matrix drops the indicator after its 30 s timeout: renew it every 20 s.
-            for _ in 0..40 {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            for _ in 0..20 {
+                tokio::select! {
+                    () = shutdown.cancelled() => break 'shown,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
                 match store.turn(&turn_id).await {
                     Ok(Some(turn)) if !turn.status.is_terminal() => {}
                     _ => break 'shown,
                 }
             }
         }
+        typing.lock().remove(&room);
         if let Err(error) = client.typing(&room, &user_id, false).await {
             tracing::debug!(error = %error, "cannot stop showing typing");
         }

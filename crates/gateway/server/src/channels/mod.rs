@@ -68,6 +68,34 @@ pub(crate) const DELIVERY_POLL: Duration = Duration::from_millis(250);
 /// any send's timeout, so a live replica never loses a claim it is using.
 pub(crate) const DELIVERY_CLAIM: Duration = Duration::from_secs(60);
 
+/// How long the channels keep the record of a message they received, a delivery that ended and
+/// where a turn's reply went: 30 days. A platform that redelivers a message later than that
+/// would have it judged again.
+pub(crate) const RECORD_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// How often the channels' old records are pruned.
+pub(crate) const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Prunes the channels' records older than [`RECORD_RETENTION`] at start and then every
+/// [`PRUNE_INTERVAL`], until `shutdown`.
+pub(crate) async fn prune_periodically(store: Arc<dyn Store>, shutdown: CancellationToken) {
+    loop {
+        let retention = i64::try_from(RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
+        match store
+            .prune_channel_records(now_ms().saturating_sub(retention))
+            .await
+        {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, "pruned the channels' old records"),
+            Err(error) => tracing::warn!(error = %error, "cannot prune the channels' records"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(PRUNE_INTERVAL) => {}
+        }
+    }
+}
+
 /// A configured channel as this Gateway runs it.
 pub(crate) struct Channel {
     /// What the config file says.
@@ -449,8 +477,8 @@ async fn request_pairing(
 }
 
 /// Records a row a channel's traffic caused, at most
-/// [`crate::audit::LIMITED_ROWS_PER_WINDOW`] per channel per window, so a flood of messages
-/// cannot flood the trail.
+/// [`crate::audit::LIMITED_ROWS_PER_WINDOW`] per channel and action per window, so a flood of
+/// messages cannot flood the trail.
 pub(crate) async fn audit_channel(
     audit: &Audit,
     channel: &str,
@@ -467,7 +495,11 @@ pub(crate) async fn audit_channel(
         reason_code,
         details,
     };
-    audit.record_limited(&actor, row).await;
+    // Each action has its own window, so a flood of one (unsigned requests) never hides
+    // another (pairings, invites).
+    audit
+        .record_limited(&format!("{actor}:{action}"), row)
+        .await;
 }
 
 /// A fresh outbox id for a message with its own text.

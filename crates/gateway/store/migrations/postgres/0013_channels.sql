@@ -89,3 +89,7 @@ CREATE TABLE channel_sessions (
     peer TEXT,
     room TEXT
 );
+
+-- What the hourly prune and `GET /v1/channels` read by time.
+CREATE INDEX channel_inbound_by_time ON channel_inbound (channel, received_at_ms);
+CREATE INDEX channel_outbox_ended ON channel_outbox (channel, state, ended_at_ms);

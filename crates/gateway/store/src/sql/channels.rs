@@ -480,6 +480,27 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         Ok(written == 1)
     }
 
+    async fn prune_channel_records(&self, before_ms: i64) -> Result<u64> {
+        let mut tx = self.begin("channel prune").await?;
+        let mut pruned = query("DELETE FROM channel_inbound WHERE received_at_ms < ?")
+            .bind(before_ms)
+            .execute(&mut tx, "channel message")
+            .await?;
+        pruned += query("DELETE FROM channel_outbox WHERE state <> 'pending' AND ended_at_ms < ?")
+            .bind(before_ms)
+            .execute(&mut tx, "channel delivery")
+            .await?;
+        pruned += query(
+            "DELETE FROM channel_turns WHERE turn_id IN (SELECT turn_id FROM turns \
+             WHERE ended_at_ms IS NOT NULL AND ended_at_ms < ?)",
+        )
+        .bind(before_ms)
+        .execute(&mut tx, "channel turn")
+        .await?;
+        tx.commit("channel prune").await?;
+        Ok(pruned)
+    }
+
     async fn channel_figures(&self, channel: &str) -> Result<ChannelFigures> {
         let last_inbound_at_ms: Option<i64> =
             query("SELECT MAX(received_at_ms) FROM channel_inbound WHERE channel = ?")

@@ -192,6 +192,16 @@ async fn a_matrix_channel_pairs_strangers_answers_once_and_speaks_in_groups_only
     synapse
         .send_text(&bob, &bob_dm, "/say secret plan again", &[])
         .await;
+    // Nor does a file, or a made-up message type, get a stranger any notice.
+    for msgtype in ["m.file", "x.made.up"] {
+        synapse
+            .send_message(
+                &bob,
+                &bob_dm,
+                serde_json::json!({"msgtype": msgtype, "body": "plan.pdf"}),
+            )
+            .await;
+    }
     still(&synapse, &bob, &bot, &bob_dm, 1).await;
     let approved = gateway.operator_cli(&["channels", "approve", "team", &code]);
     assert!(approved.status.success(), "{approved:?}");
@@ -228,6 +238,24 @@ async fn a_matrix_channel_pairs_strangers_answers_once_and_speaks_in_groups_only
         html.contains("<strong>bold</strong>") && !html.contains("<b>"),
         "{html}"
     );
+    // An allowed sender's file gets one notice that only text is read; a bot's notice nothing.
+    synapse
+        .send_message(
+            &alice,
+            &alice_dm,
+            serde_json::json!({"msgtype": "m.file", "body": "report.pdf"}),
+        )
+        .await;
+    synapse
+        .send_message(
+            &alice,
+            &alice_dm,
+            serde_json::json!({"msgtype": "m.notice", "body": "/say from a bot"}),
+        )
+        .await;
+    let replies = wait_bot_messages(&synapse, &alice, &bot, &alice_dm, 2).await;
+    assert!(replies[1].contains("text messages only"), "{replies:?}");
+    still(&synapse, &alice, &bot, &alice_dm, 2).await;
 
     // The group: nothing without a mention; one reply with one (by id or display name).
     synapse

@@ -233,6 +233,16 @@ impl Synapse {
         if !mention_user_ids.is_empty() {
             content["m.mentions"] = serde_json::json!({"user_ids": mention_user_ids});
         }
+        self.send_message(user, room, content).await
+    }
+
+    /// Sends an `m.room.message` with `content` (any `msgtype`) and returns its event id.
+    pub(crate) async fn send_message(
+        &self,
+        user: &MatrixUser,
+        room: &str,
+        content: serde_json::Value,
+    ) -> String {
         let txn = transaction_id();
         let sent = self
             .call(
