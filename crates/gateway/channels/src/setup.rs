@@ -44,6 +44,17 @@ pub enum SetupError {
     /// A key of `[[channels]]` is wrong (`CHANNEL_CONFIG_INVALID`).
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// Two enabled webhook channels share a signing secret, so a request signed for one
+    /// would verify on the other (`CHANNEL_CONFIG_INVALID`).
+    #[error(
+        "channels[{index}].secret-env: the signing secret is also channels[{other}]'s; give each webhook channel its own"
+    )]
+    SharedSecret {
+        /// The later table.
+        index: usize,
+        /// The earlier one.
+        other: usize,
+    },
     /// An enabled channel's credential cannot be read (`CHANNEL_CREDENTIAL_MISSING`).
     #[error("channels[{index}]: {source}")]
     Credential {
@@ -61,7 +72,7 @@ pub enum SetupError {
 /// [`SetupError`], naming the table and key.
 pub fn prepare(specs: &[ChannelSpec]) -> Result<Vec<ChannelSetup>, SetupError> {
     let settings = validate(specs)?;
-    specs
+    let setups: Vec<ChannelSetup> = specs
         .iter()
         .zip(settings)
         .enumerate()
@@ -93,5 +104,51 @@ pub fn prepare(specs: &[ChannelSpec]) -> Result<Vec<ChannelSetup>, SetupError> {
                 kind,
             })
         })
-        .collect()
+        .collect::<Result<_, SetupError>>()?;
+    let secrets: Vec<(usize, &Secret)> = setups
+        .iter()
+        .enumerate()
+        .filter_map(|(index, setup)| match &setup.kind {
+            Some(KindSetup::Webhook { secret, .. }) => Some((index, secret)),
+            _ => None,
+        })
+        .collect();
+    for (position, (index, secret)) in secrets.iter().enumerate() {
+        if let Some((other, _)) = secrets[..position].iter().find(|(_, seen)| seen == secret) {
+            return Err(SetupError::SharedSecret {
+                index: *index,
+                other: *other,
+            });
+        }
+    }
+    Ok(setups)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "a test fails loudly")]
+
+    use super::*;
+
+    #[test]
+    fn two_webhook_channels_may_not_share_a_secret() {
+        #[derive(serde::Deserialize)]
+        struct File {
+            channels: Vec<ChannelSpec>,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "shared\n").unwrap();
+        let table = |name: &str| {
+            format!(
+                "[[channels]]\nname = \"{name}\"\nkind = \"webhook\"\nsecret-file = {:?}\nreply-url = \"http://127.0.0.1:9/\"\n",
+                secret.display().to_string()
+            )
+        };
+        let text = format!("{}{}", table("one"), table("two"));
+        let specs = toml::from_str::<File>(&text).unwrap().channels;
+        let error = prepare(&specs).unwrap_err().to_string();
+        assert!(error.starts_with("channels[1].secret-env"), "{error}");
+        assert_eq!(prepare(&specs[..1]).unwrap().len(), 1);
+    }
 }

@@ -384,6 +384,18 @@ pub const TABLES: &[Table] = &[
         generated_order: None,
     },
     Table {
+        name: "channel_rooms",
+        columns: &[
+            text("channel"),
+            text("room"),
+            text("peer"),
+            int("created_at_ms"),
+        ],
+        postgres_order: &["channel", "room"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
         name: "channel_state",
         columns: &[
             text("channel"),

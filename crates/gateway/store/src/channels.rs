@@ -164,6 +164,25 @@ pub trait ChannelStore: Send + Sync + 'static {
         now_ms: i64,
     ) -> Result<bool>;
 
+    /// Records that `channel` accepted `room` as a direct chat opened by `peer` (the first
+    /// record of a room stays).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn record_direct_room(
+        &self,
+        channel: &str,
+        room: &str,
+        peer: &str,
+        now_ms: i64,
+    ) -> Result<()>;
+
+    /// Returns the peer who opened `room` as a direct chat with `channel`, if it was one.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn direct_room_peer(&self, channel: &str, room: &str) -> Result<Option<String>>;
+
     /// Deletes what the channels no longer need of before `before_ms`: the records of
     /// messages received then, the deliveries that ended then, and where the replies of turns
     /// that ended then went. Returns how many rows went.

@@ -62,7 +62,9 @@ impl GatewayFile {
         use gatehouse_protocol::error::ErrorCode;
         gatehouse_channels::setup::prepare(&self.channels).map_err(|error| {
             let code = match &error {
-                SetupError::Config(_) => ErrorCode::ChannelConfigInvalid,
+                SetupError::Config(_) | SetupError::SharedSecret { .. } => {
+                    ErrorCode::ChannelConfigInvalid
+                }
                 SetupError::Credential { .. } => ErrorCode::ChannelCredentialMissing,
             };
             UsageError::new(format!("{}: {error}", code.as_str()))

@@ -110,6 +110,8 @@ struct LoopMemory {
     told_encrypted: HashSet<String>,
     /// The joined members of each room, from the sync's room summaries (or asked once).
     members: HashMap<String, u64>,
+    /// The peer who opened each direct room, as the store records it (asked once).
+    direct_peers: HashMap<String, Option<String>>,
     /// Rooms where the bot shows as typing now: one indicator task per room.
     typing: Arc<parking_lot::Mutex<HashSet<String>>>,
     /// Stops the typing tasks with the loop.
@@ -278,6 +280,15 @@ async fn handle(
                     if let Err(error) = bot.client.leave(&room).await {
                         tracing::warn!(channel = %channel.spec.name, error = %error, "cannot leave a room");
                     }
+                } else {
+                    parts
+                        .store
+                        .record_direct_room(&channel.spec.name, &room, &inviter, now_ms())
+                        .await
+                        .map_err(store_error)?;
+                    memory
+                        .direct_peers
+                        .insert(room.clone(), Some(inviter.clone()));
                 }
             }
             audit_channel(
@@ -308,7 +319,7 @@ async fn handle(
             thread,
             mentioned,
         } => {
-            let direct = is_direct(bot, memory, channel, &room).await?;
+            let direct = is_direct(parts, bot, memory, channel, &room, &sender).await?;
             let inbound = Inbound {
                 message_id: event_id,
                 sender,
@@ -338,7 +349,7 @@ async fn handle(
             sender,
         } => {
             // Only a sender the channel would answer is told, once per room and process.
-            let direct = is_direct(bot, memory, channel, &room).await?;
+            let direct = is_direct(parts, bot, memory, channel, &room, &sender).await?;
             let tell = answers(parts, channel, &sender, &room, direct).await?
                 && memory.told_encrypted.insert(room.clone());
             let origin = origin(channel, &room, event_id, sender);
@@ -358,7 +369,7 @@ async fn handle(
             sender,
         } => {
             // Only a sender the channel would answer, in a direct chat, is told.
-            let direct = is_direct(bot, memory, channel, &room).await?;
+            let direct = is_direct(parts, bot, memory, channel, &room, &sender).await?;
             let tell = direct && answers(parts, channel, &sender, &room, direct).await?;
             let origin = origin(channel, &room, event_id, sender);
             notice_or_record(
@@ -426,16 +437,34 @@ fn spec_lists(channel: &Channel, room: &str) -> bool {
     channel.spec.groups.iter().any(|id| id == room)
 }
 
-/// Whether a room is a direct chat: the bot and one other user joined. A room listed in
-/// `groups` is a group without asking; otherwise the count comes from the sync's room
-/// summaries, or is asked once and kept.
+/// Whether a message of `sender` in `room` is a direct message: the room is a direct chat
+/// `sender` opened with the bot (recorded when its invite was accepted) and the bot and one
+/// other user are joined. A room listed in `groups` is a group without asking; the member
+/// count comes from the sync's room summaries, or is asked once and kept.
 async fn is_direct(
+    parts: &LoopParts,
     bot: &MatrixBot,
     memory: &mut LoopMemory,
     channel: &Channel,
     room: &str,
+    sender: &str,
 ) -> Result<bool, String> {
     if spec_lists(channel, room) {
+        return Ok(false);
+    }
+    let peer = match memory.direct_peers.get(room) {
+        Some(peer) => peer.clone(),
+        None => {
+            let peer = parts
+                .store
+                .direct_room_peer(&channel.spec.name, room)
+                .await
+                .map_err(|error| error.to_string())?;
+            memory.direct_peers.insert(room.to_owned(), peer.clone());
+            peer
+        }
+    };
+    if peer.as_deref() != Some(sender) {
         return Ok(false);
     }
     let count = match memory.members.get(room) {

@@ -93,3 +93,14 @@ CREATE TABLE channel_sessions (
 -- What the hourly prune and `GET /v1/channels` read by time.
 CREATE INDEX channel_inbound_by_time ON channel_inbound (channel, received_at_ms);
 CREATE INDEX channel_outbox_ended ON channel_outbox (channel, state, ended_at_ms);
+
+-- The direct chats a channel accepted, with the peer who opened each: a two-member room is
+-- a direct chat with that peer only, so nobody can move someone's direct session into a room
+-- they arranged.
+CREATE TABLE channel_rooms (
+    channel TEXT NOT NULL,
+    room TEXT NOT NULL,
+    peer TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (channel, room)
+);

@@ -480,6 +480,34 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         Ok(written == 1)
     }
 
+    async fn record_direct_room(
+        &self,
+        channel: &str,
+        room: &str,
+        peer: &str,
+        now_ms: i64,
+    ) -> Result<()> {
+        query(
+            "INSERT INTO channel_rooms (channel, room, peer, created_at_ms) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (channel, room) DO NOTHING",
+        )
+        .bind(channel)
+        .text(room)
+        .text(peer)
+        .bind(now_ms)
+        .execute(&self.db, "channel room")
+        .await?;
+        Ok(())
+    }
+
+    async fn direct_room_peer(&self, channel: &str, room: &str) -> Result<Option<String>> {
+        query("SELECT peer FROM channel_rooms WHERE channel = ? AND room = ?")
+            .bind(channel)
+            .text(room)
+            .opt_scalar(&self.db, "channel room")
+            .await
+    }
+
     async fn prune_channel_records(&self, before_ms: i64) -> Result<u64> {
         let mut tx = self.begin("channel prune").await?;
         let mut pruned = query("DELETE FROM channel_inbound WHERE received_at_ms < ?")

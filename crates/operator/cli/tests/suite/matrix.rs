@@ -257,6 +257,25 @@ async fn a_matrix_channel_pairs_strangers_answers_once_and_speaks_in_groups_only
     assert!(replies[1].contains("text messages only"), "{replies:?}");
     still(&synapse, &alice, &bot, &alice_dm, 2).await;
 
+    // A stranger arranges a "direct" room, brings an allowed user in and leaves: the allowed
+    // user's messages there are no direct messages, and nothing of theirs is answered there.
+    let eve = synapse.register("eve", "eve-password").await;
+    let trap = synapse
+        .create_room(&eve, true, &[&bot.user_id, &alice.user_id])
+        .await;
+    wait_membership(&synapse, &eve, &trap, &bot, "join").await;
+    synapse.join(&alice, &trap).await;
+    synapse.leave(&eve, &trap).await;
+    wait_membership(&synapse, &alice, &trap, &eve, "leave").await;
+    synapse
+        .send_text(&alice, &trap, "/say leaked context", &[&bot.user_id])
+        .await;
+    still(&synapse, &alice, &bot, &trap, 0).await;
+    assert_eq!(
+        crate::suite::channels::model_calls_with(&setup, "leaked context").await,
+        0
+    );
+
     // The group: nothing without a mention; one reply with one (by id or display name).
     synapse
         .send_text(&carol, &team_room, "/say unmentioned", &[])

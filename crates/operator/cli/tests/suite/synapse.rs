@@ -219,6 +219,17 @@ impl Synapse {
         .await;
     }
 
+    /// `POST /rooms/{room}/leave` as `user`.
+    pub(crate) async fn leave(&self, user: &MatrixUser, room: &str) {
+        self.call(
+            reqwest::Method::POST,
+            &["rooms", room, "leave"],
+            Some(user),
+            Some(serde_json::json!({})),
+        )
+        .await;
+    }
+
     /// Sends the text message `body` to `room` as `user`, with `m.mentions.user_ids` set to
     /// `mention_user_ids` when any are given, under a transaction id never used before; returns
     /// the event id.
