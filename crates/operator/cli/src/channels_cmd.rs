@@ -90,7 +90,9 @@ pub(crate) fn run(args: ChannelsArgs) -> anyhow::Result<ExitCode> {
                     false => list.pairings.iter().for_each(|pairing| {
                         crate::output::line(&format!(
                             "{}  sender={}  expiresAtMs={}",
-                            pairing.code, pairing.sender, pairing.expires_at_ms
+                            pairing.code,
+                            pairing.sender.escape_debug(),
+                            pairing.expires_at_ms
                         ));
                     }),
                 }
@@ -102,14 +104,18 @@ pub(crate) fn run(args: ChannelsArgs) -> anyhow::Result<ExitCode> {
                     .map_err(refused)?;
                 match json {
                     true => crate::output::json(&approved),
-                    false => crate::output::line(&format!("approved {}", approved.sender)),
+                    false => {
+                        crate::output::line(&format!("approved {}", approved.sender.escape_debug()))
+                    }
                 }
             }
             ChannelsCommand::Deny { name, code } => {
                 let denied = client.deny_pairing(&name, &code).await.map_err(refused)?;
                 match json {
                     true => crate::output::json(&denied),
-                    false => crate::output::line(&format!("denied {}", denied.sender)),
+                    false => {
+                        crate::output::line(&format!("denied {}", denied.sender.escape_debug()))
+                    }
                 }
             }
         }
@@ -117,7 +123,8 @@ pub(crate) fn run(args: ChannelsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// One line of `gatehouse channels list`.
+/// One line of `gatehouse channels list`; platform text is escaped, so nothing a sender or a
+/// platform wrote reaches the terminal as a control sequence.
 fn describe(channel: &ChannelStatus) -> String {
     let state = serde_json::to_value(channel.state)
         .ok()
@@ -137,7 +144,11 @@ fn describe(channel: &ChannelStatus) -> String {
         line.push_str(&format!("  lastDeliveryAt={at}"));
     }
     if let Some(error) = &channel.last_error {
-        line.push_str(&format!("  lastError={}: {}", error.code, error.message));
+        line.push_str(&format!(
+            "  lastError={}: {}",
+            error.code,
+            error.message.escape_debug()
+        ));
     }
     line
 }

@@ -271,6 +271,7 @@ impl Client {
         &self,
         channel: &str,
     ) -> Result<crate::channels::PairingList, ClientError> {
+        let channel = segment(channel);
         self.answer(self.get(&format!("/v1/channels/{channel}/pairings")))
             .await
     }
@@ -284,6 +285,7 @@ impl Client {
         channel: &str,
         code: &str,
     ) -> Result<crate::channels::PairingApproved, ClientError> {
+        let (channel, code) = (segment(channel), segment(code));
         self.answer(self.post(&format!("/v1/channels/{channel}/pairings/{code}/approve")))
             .await
     }
@@ -297,6 +299,7 @@ impl Client {
         channel: &str,
         code: &str,
     ) -> Result<crate::channels::PairingDenied, ClientError> {
+        let (channel, code) = (segment(channel), segment(code));
         let url = format!("{}/v1/channels/{channel}/pairings/{code}", self.base_url);
         self.answer(self.authorized(self.http.delete(url))).await
     }
@@ -409,5 +412,36 @@ impl Client {
             base_url: self.base_url.clone(),
             source,
         }
+    }
+}
+
+/// Percent-encodes `text` as one URL path segment: everything but the unreserved characters
+/// (`A-Z a-z 0-9 - . _ ~`) is written `%XX`, and `.` and `..` become `%2E` and `%2E%2E`, so a
+/// value never changes the route it is put in.
+fn segment(text: &str) -> String {
+    if text == "." || text == ".." {
+        return text.replace('.', "%2E");
+    }
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod segment_tests {
+    use super::segment;
+
+    #[test]
+    fn a_value_stays_one_path_segment() {
+        assert_eq!(segment("team-1"), "team-1");
+        assert_eq!(segment("../keys"), "..%2Fkeys");
+        assert_eq!(segment(".."), "%2E%2E");
+        assert_eq!(segment("a b?c#d"), "a%20b%3Fc%23d");
     }
 }
