@@ -44,10 +44,11 @@ pub enum SetupError {
     /// A key of `[[channels]]` is wrong (`CHANNEL_CONFIG_INVALID`).
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// Two enabled webhook channels share a signing secret, so a request signed for one
-    /// would verify on the other (`CHANNEL_CONFIG_INVALID`).
+    /// Two enabled channels share a credential: a request signed for one webhook channel
+    /// would verify on the other, and two Matrix channels with one token would run two sync
+    /// loops for one account (`CHANNEL_CONFIG_INVALID`).
     #[error(
-        "channels[{index}].secret-env: the signing secret is also channels[{other}]'s; give each webhook channel its own"
+        "channels[{index}]: its credential is also channels[{other}]'s; give each channel its own (one poller per account)"
     )]
     SharedSecret {
         /// The later table.
@@ -110,7 +111,8 @@ pub fn prepare(specs: &[ChannelSpec]) -> Result<Vec<ChannelSetup>, SetupError> {
         .enumerate()
         .filter_map(|(index, setup)| match &setup.kind {
             Some(KindSetup::Webhook { secret, .. }) => Some((index, secret)),
-            _ => None,
+            Some(KindSetup::Matrix { access_token, .. }) => Some((index, access_token)),
+            None => None,
         })
         .collect();
     for (position, (index, secret)) in secrets.iter().enumerate() {
@@ -131,7 +133,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn two_webhook_channels_may_not_share_a_secret() {
+    fn two_channels_may_not_share_a_credential() {
         #[derive(serde::Deserialize)]
         struct File {
             channels: Vec<ChannelSpec>,
@@ -148,7 +150,10 @@ mod tests {
         let text = format!("{}{}", table("one"), table("two"));
         let specs = toml::from_str::<File>(&text).unwrap().channels;
         let error = prepare(&specs).unwrap_err().to_string();
-        assert!(error.starts_with("channels[1].secret-env"), "{error}");
+        assert!(
+            error.starts_with("channels[1]: its credential is also channels[0]'s"),
+            "{error}"
+        );
         assert_eq!(prepare(&specs[..1]).unwrap().len(), 1);
     }
 }

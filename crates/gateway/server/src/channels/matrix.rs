@@ -133,7 +133,7 @@ async fn run_loop(parts: LoopParts, index: usize, shutdown: CancellationToken) {
         let pause = match step {
             Ok(Step::Synced) => {
                 failures = 0;
-                channel.set_status(LoopStatus::Synced);
+                channel.set_status(LoopStatus::Synced(std::time::Instant::now()));
                 continue;
             }
             Ok(Step::Standby) => {

@@ -116,8 +116,8 @@ pub(crate) enum LoopStatus {
     /// Not synced yet (or not a polling channel).
     #[default]
     Starting,
-    /// Its last sync succeeded.
-    Synced,
+    /// Its last sync succeeded, at this instant.
+    Synced(std::time::Instant),
     /// Another replica holds the channel's sync lease.
     Standby,
     /// Its last sync failed with this message (`CHANNEL_UNAVAILABLE`).
@@ -140,9 +140,18 @@ impl Channel {
         self.matrix.is_some()
     }
 
-    /// What its sync loop last found on this replica.
-    pub(crate) fn loop_status(&self) -> LoopStatus {
-        self.status.lock().clone()
+    /// What its sync loop last found on this replica. A loop whose last successful sync is
+    /// older than `stale_after` (it hangs, or its task died) is reported failing, so a deaf
+    /// channel never looks healthy.
+    pub(crate) fn loop_status(&self, stale_after: Duration) -> LoopStatus {
+        let status = self.status.lock().clone();
+        match status {
+            LoopStatus::Synced(at) if at.elapsed() > stale_after => LoopStatus::Failing(format!(
+                "no sync succeeded for {} s",
+                at.elapsed().as_secs()
+            )),
+            other => other,
+        }
     }
 
     fn set_status(&self, status: LoopStatus) {
@@ -676,5 +685,38 @@ async fn outgoing_text(store: &dyn Store, entry: &OutboxEntry) -> Result<String,
             "The agent could not answer this message ({}).",
             turn.error_code.as_deref().unwrap_or("FAILED")
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "a test fails loudly")]
+
+    use super::*;
+
+    #[test]
+    fn a_sync_loop_silent_past_its_bound_reports_failing() {
+        let spec: ChannelSpec = serde_json::from_value(
+            serde_json::json!({"name": "team", "kind": "matrix", "enabled": false}),
+        )
+        .unwrap();
+        let channel = Channel {
+            spec,
+            webhook_secret: None,
+            matrix: None,
+            adapter: None,
+            status: parking_lot::Mutex::new(LoopStatus::Starting),
+        };
+        let bound = Duration::from_secs(30);
+        assert_eq!(channel.loop_status(bound), LoopStatus::Starting);
+        let now = std::time::Instant::now();
+        channel.set_status(LoopStatus::Synced(now));
+        assert_eq!(channel.loop_status(bound), LoopStatus::Synced(now));
+        let long_ago = now.checked_sub(Duration::from_secs(31)).unwrap();
+        channel.set_status(LoopStatus::Synced(long_ago));
+        let LoopStatus::Failing(message) = channel.loop_status(bound) else {
+            panic!("a silent loop looks healthy");
+        };
+        assert!(message.starts_with("no sync succeeded for 3"), "{message}");
     }
 }

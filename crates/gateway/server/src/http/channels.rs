@@ -202,7 +202,11 @@ pub(crate) async fn list_channels(
             .channel_figures(&channel.spec.name)
             .await
             .map_err(|error| store_error(&error))?;
-        let loop_error = match channel.loop_status() {
+        // A sync returns within two thirds of the channel's lease: a loop silent for a whole
+        // lease is deaf.
+        let status =
+            channel.loop_status(state.config.replica.lease * crate::channels::SYNC_LEASE_FACTOR);
+        let loop_error = match status.clone() {
             LoopStatus::Failing(message) => Some(ChannelError {
                 code: ErrorCode::ChannelUnavailable.as_str().to_owned(),
                 message,
@@ -213,7 +217,7 @@ pub(crate) async fn list_channels(
             code: ErrorCode::DeliveryFailed.as_str().to_owned(),
             message,
         });
-        let state = match (channel.enabled(), channel.loop_status()) {
+        let state = match (channel.enabled(), status) {
             (false, _) => ChannelState::Stopped,
             (true, LoopStatus::Failing(_)) => ChannelState::Degraded,
             (true, LoopStatus::Starting) if channel.polls() => ChannelState::Connecting,

@@ -5,10 +5,13 @@ use sqlx::Connection;
 
 use crate::suite::support::gatehouse;
 
-#[test]
-fn bench_sandbox_reports_the_hardened_and_the_bare_spawn_side_by_side() {
+/// Runs `gatehouse bench NAME ARGS --json`, checks it succeeded and names itself, and returns
+/// its report.
+fn bench_report(name: &str, args: &[&str]) -> serde_json::Value {
     let output = gatehouse()
-        .args(["bench", "sandbox", "--iterations", "3", "--json"])
+        .args(["bench", name])
+        .args(args)
+        .arg("--json")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -18,9 +21,26 @@ fn bench_sandbox_reports_the_hardened_and_the_bare_spawn_side_by_side() {
         report["benchmark"]
             .as_str()
             .unwrap()
-            .starts_with("gatehouse bench sandbox:"),
+            .starts_with(&format!("gatehouse bench {name}:")),
         "{report}"
     );
+    report
+}
+
+/// Asserts that a report row carries measured percentiles of both sides and a finite ratio.
+fn assert_measured(row: &serde_json::Value) {
+    for field in ["p50Ns", "p99Ns", "baselineP50Ns", "baselineP99Ns"] {
+        assert!(
+            row[field].as_u64().is_some_and(|ns| ns > 0),
+            "{field}: {row}"
+        );
+    }
+    assert!(row["ratio"].as_f64().is_some_and(f64::is_finite), "{row}");
+}
+
+#[test]
+fn bench_sandbox_reports_the_hardened_and_the_bare_spawn_side_by_side() {
+    let report = bench_report("sandbox", &["--iterations", "3"]);
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{report}");
     assert_eq!(rows[1]["case"], "namespaces and mounts only", "{report}");
@@ -29,13 +49,7 @@ fn bench_sandbox_reports_the_hardened_and_the_bare_spawn_side_by_side() {
     assert_eq!(row["baseline"], "bwrap --ro-bind / / true", "{row}");
     assert_eq!(row["samples"], 3, "{row}");
     assert_eq!(row["target"], "ratio <= 1.50x", "{row}");
-    for field in ["p50Ns", "p99Ns", "baselineP50Ns", "baselineP99Ns"] {
-        assert!(
-            row[field].as_u64().is_some_and(|ns| ns > 0),
-            "{field}: {row}"
-        );
-    }
-    assert!(row["ratio"].as_f64().is_some_and(f64::is_finite), "{row}");
+    assert_measured(row);
     // The note names the layers that were measured.
     let notes = report["notes"].to_string();
     assert!(
@@ -280,28 +294,11 @@ async fn bench_cluster_compares_three_replicas_and_two_nodes_with_one_replica() 
 
 #[test]
 fn bench_channel_reports_a_webhook_message_to_its_reply_against_an_api_turn() {
-    let output = gatehouse()
-        .args(["bench", "channel", "--iterations", "3", "--json"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert!(
-        report["benchmark"]
-            .as_str()
-            .unwrap()
-            .starts_with("gatehouse bench channel:"),
-        "{report}"
-    );
+    let report = bench_report("channel", &["--iterations", "3"]);
     let row = &report["rows"][0];
     assert_eq!(row["case"], "webhook message to reply POSTed", "{report}");
     assert_eq!(row["baseline"], "API turn, POST to turn end", "{row}");
     assert_eq!(row["samples"], 3, "{row}");
-    for field in ["p50Ns", "p99Ns", "baselineP50Ns", "baselineP99Ns"] {
-        assert!(
-            row[field].as_u64().is_some_and(|ns| ns > 0),
-            "{field}: {row}"
-        );
-    }
+    assert_eq!(row["target"], "ratio <= 1.50x", "{row}");
+    assert_measured(row);
 }
