@@ -4,10 +4,11 @@
 //! (admin, see [`crate::http::auth::ROUTE_SCOPES`]).
 //!
 //! An inbound request is checked in this order, and nothing is admitted unless every check
-//! passes: the channel exists and is enabled (`404 CHANNEL_NOT_FOUND`), the body is within
-//! [`MAX_INBOUND_BODY_BYTES`] (`413`), the signature and timestamp verify (`401
-//! CHANNEL_SIGNATURE_INVALID`, audited at most [`crate::audit::LIMITED_ROWS_PER_WINDOW`] rows
-//! per channel per minute), the body parses (`400 INVALID_REQUEST`).
+//! passes: the body is within [`MAX_INBOUND_BODY_BYTES`] (`413`, before the handler runs), the
+//! channel exists, is enabled and takes inbound requests (`404 CHANNEL_NOT_FOUND`), the
+//! signature and timestamp verify (`401 CHANNEL_SIGNATURE_INVALID`, audited at most
+//! [`crate::audit::LIMITED_ROWS_PER_WINDOW`] rows per channel per minute), the body parses
+//! (`400 INVALID_REQUEST`).
 
 use std::sync::Arc;
 
@@ -58,17 +59,17 @@ pub(crate) async fn inbound(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let channel = state
+    let (channel, secret) = state
         .channels
         .enabled(&name)
-        .filter(|channel| channel.webhook_secret().is_some())
+        .and_then(|channel| Some((channel, channel.webhook_secret()?)))
         .ok_or_else(|| {
             ApiError::new(
                 ErrorCode::ChannelNotFound,
                 "no enabled channel of that name takes inbound requests",
             )
         })?;
-    let checked = match verify(&state, channel, &headers, &body).await {
+    let checked = match verify(&state, channel, secret, &headers, &body).await {
         Ok(()) => serde_json::from_slice::<WebhookMessage>(&body)
             .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))
             .and_then(check_message),
@@ -108,19 +109,15 @@ pub(crate) async fn inbound(
     })
 }
 
-/// Checks the request's signature headers; a refusal is audited, rate-limited per channel.
+/// Checks the request's signature headers against the channel's `secret`; a refusal is
+/// audited, rate-limited per channel and action.
 async fn verify(
     state: &GatewayState,
     channel: &Channel,
+    secret: &gatehouse_channels::secret::Secret,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(), ApiError> {
-    let Some(secret) = channel.webhook_secret() else {
-        return Err(ApiError::new(
-            ErrorCode::ChannelNotFound,
-            "the channel takes no inbound requests",
-        ));
-    };
     let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
     let verified = webhook::verify(
         secret,
