@@ -52,7 +52,8 @@ pub struct ChannelSpec {
     /// How replies are sent.
     #[serde(default)]
     pub streaming: Streaming,
-    /// Tools its sessions may not use.
+    /// Tools its sessions may not run, on top of every other denial (deny wins): tool names
+    /// or `group:` names of the tool policy.
     #[serde(default)]
     pub deny_tools: Vec<String>,
     /// How its messages are queued behind a running turn (default `followup`).
@@ -228,10 +229,10 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<KindSettings>>, Conf
                     ),
                 ));
             }
-            if !spec.deny_tools.is_empty() {
+            if let Some(entry) = spec.deny_tools.iter().find(|entry| !valid_tool_entry(entry)) {
                 return Err(error(
                     "deny-tools",
-                    String::from("narrowing the tool policy per channel is not supported by this build yet; leave it empty and narrow the node's deny-tools"),
+                    format!("{entry:?} is neither a tool name nor a known group:NAME (for example \"exec\" or \"group:runtime\")"),
                 ));
             }
             if spec.streaming == Streaming::Edits {
@@ -386,6 +387,19 @@ fn valid_agent(agent: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// Whether `entry` of `deny-tools` names a tool (letters, digits, `_`, `-`, `.`, and `*` as a
+/// glob) or a group the tool policy knows: an unknown group would deny nothing.
+fn valid_tool_entry(entry: &str) -> bool {
+    let entry = gatehouse_policy::tool::normalize_tool_name(entry);
+    if entry.starts_with("group:") {
+        return gatehouse_policy::tool::group_members(&entry).is_some();
+    }
+    (1..=64).contains(&entry.len())
+        && entry
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'*'))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "a test fails loudly")]
@@ -481,7 +495,7 @@ mod tests {
             ),
             (
                 "kind = \"webhook\"\n",
-                "kind = \"webhook\"\ndeny-tools = [\"exec\"]\n",
+                "kind = \"webhook\"\ndeny-tools = [\"exec\", \"group:nope\"]\n",
                 "channels[0].deny-tools",
             ),
             (
@@ -500,6 +514,27 @@ mod tests {
             validate(&parse(&twice)).unwrap_err().to_string(),
             "channels[1].name: \"hooks\" names another channel too"
         );
+    }
+
+    #[test]
+    fn deny_tools_takes_tool_names_globs_and_known_groups() {
+        for entries in [
+            "\"exec\"",
+            "\"Apply_Patch\", \"group:runtime\"",
+            "\"memory_*\"",
+        ] {
+            let text = format!(
+                "[[channels]]\nname = \"hooks\"\nkind = \"webhook\"\nsecret-env = \"S\"\nreply-url = \"http://127.0.0.1:9/\"\ndeny-tools = [{entries}]\n"
+            );
+            assert!(validate(&parse(&text)).is_ok(), "{entries}");
+        }
+        for entry in ["\"\"", "\"group:everything\"", "\"rm -rf\""] {
+            let text = format!(
+                "[[channels]]\nname = \"hooks\"\nkind = \"webhook\"\nsecret-env = \"S\"\nreply-url = \"http://127.0.0.1:9/\"\ndeny-tools = [{entry}]\n"
+            );
+            let error = validate(&parse(&text)).unwrap_err().to_string();
+            assert!(error.starts_with("channels[0].deny-tools: "), "{error}");
+        }
     }
 
     #[test]

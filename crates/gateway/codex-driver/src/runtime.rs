@@ -30,6 +30,7 @@ use gatehouse_gateway::TurnInput;
 use gatehouse_gateway::TurnReply;
 use gatehouse_gateway::TurnRuntime;
 use gatehouse_gateway::TurnSink;
+use gatehouse_gateway::denied_by;
 use gatehouse_gateway::loggable;
 use gatehouse_gateway::without_codex_excluded;
 use gatehouse_protocol::codex::CODEX_APPSERVER;
@@ -120,6 +121,14 @@ impl ApprovalDecision {
         }
     }
 }
+
+/// The tool names of the tool policy a Codex command approval stands for: a channel's
+/// `deny-tools` naming one of them (or `group:runtime`) declines every command.
+const COMMAND_TOOLS: &[&str] = &["exec"];
+
+/// The tool names a Codex file-change approval stands for: a channel's `deny-tools` naming one
+/// of them (or `group:fs`) declines every file change.
+const FILE_CHANGE_TOOLS: &[&str] = &["write", "edit", "apply_patch"];
 
 /// The Gateway's policy for Codex.
 #[derive(Debug, Clone)]
@@ -355,10 +364,27 @@ impl CodexRuntime {
         let sent = match request {
             ServerRequest::CommandExecutionApproval(params)
             | ServerRequest::FileChangeApproval(params) => {
-                let (kind, decision) = if method.starts_with("item/command") {
-                    ("command", self.config.command_approval)
+                let (kind, configured, tools) = if method.starts_with("item/command") {
+                    ("command", self.config.command_approval, COMMAND_TOOLS)
                 } else {
-                    ("fileChange", self.config.file_change_approval)
+                    (
+                        "fileChange",
+                        self.config.file_change_approval,
+                        FILE_CHANGE_TOOLS,
+                    )
+                };
+                // The session's channel may narrow the tools: what it denies is declined,
+                // and so is everything when the store cannot say (fail closed).
+                let narrowed = match self.parts.tools.denied_for(&input.session_key).await {
+                    Ok(denied) => tools.iter().any(|tool| denied_by(&denied, tool)),
+                    Err(error) => {
+                        tracing::warn!(error = %error, "cannot read the session's channel; declining");
+                        true
+                    }
+                };
+                let decision = match narrowed {
+                    true => ApprovalDecision::Decline,
+                    false => configured,
                 };
                 let outcome = if decision == ApprovalDecision::Decline {
                     "declined"

@@ -103,7 +103,7 @@ pub use crate::setup_code::{DEFAULT_TTL_SECONDS as DEFAULT_SETUP_CODE_TTL_SECOND
 /// The skills catalog of both hosts.
 pub use crate::skills::SkillsService;
 /// The Gateway-provided tools, and those a Codex runtime must not be offered.
-pub use crate::tools::{CODEX_EXCLUDED_TOOLS, GatewayTools, without_codex_excluded};
+pub use crate::tools::{CODEX_EXCLUDED_TOOLS, GatewayTools, denied_by, without_codex_excluded};
 /// The default cap on turns running at once.
 pub use crate::turns::DEFAULT_MAX_CONCURRENT_TURNS;
 /// How much an SSE subscriber may fall behind before it is dropped.
@@ -660,7 +660,13 @@ pub async fn start(
     .await?;
     let tools = Arc::new(
         tools::GatewayTools::new(Arc::clone(&store), audit.clone(), Vec::new())
-            .with_memory(Arc::clone(&memory)),
+            .with_memory(Arc::clone(&memory))
+            .with_channel_denials(
+                config
+                    .channels
+                    .iter()
+                    .map(|setup| (setup.spec.name.clone(), setup.spec.deny_tools.clone())),
+            ),
     );
     let skills = Arc::new(skills::SkillsService::new(
         config.skills_dir.clone(),

@@ -759,6 +759,11 @@ impl TurnRuntime for NodeRuntime {
             Some(skills) => skills.for_native_turn().await,
             None => (None, Vec::new()),
         };
+        let denied_tools = self
+            .tools
+            .denied_for(&input.session_key)
+            .await
+            .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
         let params = AgentTurnParams {
             session_key: input.session_key.clone(),
             turn_id: input.turn_id.clone(),
@@ -767,7 +772,8 @@ impl TurnRuntime for NodeRuntime {
             attachments: input.attachments.clone(),
             checkpoint_id: checkpoint.as_ref().map(|(id, _)| id.clone()),
             workspace_required: prepared.repository.is_some(),
-            gateway_tools: self.tools.offered(),
+            gateway_tools: self.tools.offered_without(&denied_tools),
+            denied_tools,
             skills_prompt,
             skill_copies,
             // The trace context travels in the invoke envelope; the node host fills this in.
@@ -919,6 +925,23 @@ impl NodeRuntime {
             }
             WorkerEvent::ToolStarted { tool, arguments } => {
                 sink.tool_started(&tool, &arguments).await
+            }
+            // A node that ran a tool the turn's channel denies did not honour the turn's
+            // narrowing: the turn ends, and the refusal is audited.
+            WorkerEvent::ToolCompleted { tool, ok: true }
+                if crate::tools::denied_by(&params.denied_tools, &tool) =>
+            {
+                Err(self
+                    .refuse(
+                        node,
+                        params,
+                        ErrorCode::PolicyDenied,
+                        format!(
+                            "the node ran the tool {}, which this session's channel denies",
+                            crate::audit::bounded_str(&tool)
+                        ),
+                    )
+                    .await)
             }
             WorkerEvent::ToolCompleted { tool, ok } => sink.tool_completed(&tool, ok).await,
             WorkerEvent::Message { role, .. } if !RUNTIME_ROLES.contains(&role.as_str()) => {

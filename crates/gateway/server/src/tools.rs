@@ -16,6 +16,7 @@ use gatehouse_protocol::worker::GatewayToolParams;
 use gatehouse_protocol::worker::GatewayToolResult;
 use gatehouse_protocol::worker::GatewayToolSpec;
 use gatehouse_store::Store;
+use gatehouse_store::StoreError;
 use gatehouse_store::records::TurnStatus;
 
 use crate::audit::Audit;
@@ -122,6 +123,21 @@ pub struct GatewayTools {
     audit: Audit,
     layers: Vec<ToolLayer>,
     memory: Option<Arc<crate::memory::MemoryService>>,
+    /// Each configured channel's `deny-tools`, by channel name (channels without any left out).
+    channel_denials: std::collections::HashMap<String, Vec<String>>,
+}
+
+/// Whether `denied` (tool names or `group:` names, as in the tool policy) denies `tool`.
+pub fn denied_by(denied: &[String], tool: &str) -> bool {
+    if denied.is_empty() {
+        return false;
+    }
+    let layer = ToolLayer {
+        source: gatehouse_policy::tool::LayerSource::Group,
+        allow: None,
+        deny: denied.to_vec(),
+    };
+    gatehouse_policy::tool::evaluate_tool(std::slice::from_ref(&layer), tool) != ToolDecision::Allow
 }
 
 impl GatewayTools {
@@ -132,7 +148,45 @@ impl GatewayTools {
             audit,
             layers,
             memory: None,
+            channel_denials: std::collections::HashMap::new(),
         }
+    }
+
+    /// Narrows the tools of the sessions each channel opened by its `deny-tools`
+    /// (`channel name → entries`); deny wins over every allow.
+    #[must_use]
+    pub fn with_channel_denials(
+        mut self,
+        denials: impl IntoIterator<Item = (String, Vec<String>)>,
+    ) -> Self {
+        self.channel_denials = denials
+            .into_iter()
+            .filter(|(_, denied)| !denied.is_empty())
+            .collect();
+        self
+    }
+
+    /// Returns the tools a turn of `session_key` may not run: the `deny-tools` of the channel
+    /// whose messages opened the session, or none for a session no channel opened.
+    ///
+    /// # Errors
+    /// The store's failure to say which channel opened the session.
+    pub async fn denied_for(&self, session_key: &str) -> Result<Vec<String>, StoreError> {
+        if self.channel_denials.is_empty() {
+            return Ok(Vec::new());
+        }
+        let channel = self.store.session_channel(session_key).await?;
+        Ok(channel
+            .and_then(|channel| self.channel_denials.get(&channel).cloned())
+            .unwrap_or_default())
+    }
+
+    /// Returns [`GatewayTools::offered`] without the tools in `denied`.
+    pub fn offered_without(&self, denied: &[String]) -> Vec<GatewayToolSpec> {
+        self.offered()
+            .into_iter()
+            .filter(|spec| !denied_by(denied, &spec.name))
+            .collect()
     }
 
     /// Adds the memory tools, backed by `memory`.
@@ -251,6 +305,21 @@ impl GatewayTools {
             return Err(WireError::new(
                 ErrorCode::InvalidRequest,
                 "the calling turn is not running in that session",
+            ));
+        }
+        let denied = self
+            .denied_for(&params.session_key)
+            .await
+            .map_err(store_error)?;
+        if denied_by(&denied, &params.tool) {
+            self.deny(actor, ErrorCode::PolicyDenied.as_str(), params)
+                .await;
+            return Err(WireError::new(
+                ErrorCode::PolicyDenied,
+                format!(
+                    "the tool {} is denied to this session by its channel",
+                    crate::audit::bounded_str(&params.tool)
+                ),
             ));
         }
         let outcome = match params.tool.as_str() {

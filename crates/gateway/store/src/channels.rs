@@ -183,6 +183,12 @@ pub trait ChannelStore: Send + Sync + 'static {
     /// Storage failures.
     async fn direct_room_peer(&self, channel: &str, room: &str) -> Result<Option<String>>;
 
+    /// Returns the channel whose messages opened `session_key`, if a channel did.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn session_channel(&self, session_key: &str) -> Result<Option<String>>;
+
     /// Deletes what the channels no longer need of before `before_ms`: the records of
     /// messages received then, the deliveries that ended then, and where the replies of turns
     /// that ended then went. Returns how many rows went.

@@ -236,7 +236,16 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
                 pending: std::sync::Arc::clone(&pending),
             }));
         }
-        let tools = ToolSet::new(tool_list).filtered(&layers);
+        // The turn's own denials (its channel's `deny-tools`) narrow the operator's.
+        let mut turn_layers = layers.clone();
+        if !params.denied_tools.is_empty() {
+            turn_layers.push(gatehouse_policy::tool::ToolLayer {
+                source: gatehouse_policy::tool::LayerSource::Group,
+                allow: None,
+                deny: params.denied_tools.clone(),
+            });
+        }
+        let tools = ToolSet::new(tool_list).filtered(&turn_layers);
         let model = match &model {
             Ok(model) => model.as_ref(),
             Err((code, message)) => {

@@ -168,6 +168,7 @@ fn turn(
         checkpoint_id: None,
         workspace_required,
         gateway_tools: Vec::new(),
+        denied_tools: Vec::new(),
         skills_prompt: None,
         skill_copies: Vec::new(),
         traceparent: None,

@@ -124,6 +124,11 @@ pub struct AgentTurnParams {
     /// The Gateway-provided tools this turn may call (after the Gateway's tool policy).
     #[serde(default)]
     pub gateway_tools: Vec<GatewayToolSpec>,
+    /// Tools this turn may not run, on top of the node's own denials (deny wins): the
+    /// `deny-tools` of the channel whose session this is. Entries are tool names or `group:`
+    /// names, as in the tool policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied_tools: Vec<String>,
     /// The `<available_skills>` block for the system prompt, if any skills are available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skills_prompt: Option<String>,

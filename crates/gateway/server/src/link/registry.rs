@@ -1098,6 +1098,7 @@ mod tests {
             checkpoint_id: None,
             workspace_required: false,
             gateway_tools: Vec::new(),
+            denied_tools: Vec::new(),
             skills_prompt: None,
             skill_copies: Vec::new(),
             traceparent: None,

@@ -508,6 +508,13 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
             .await
     }
 
+    async fn session_channel(&self, session_key: &str) -> Result<Option<String>> {
+        query("SELECT channel FROM channel_sessions WHERE session_key = ?")
+            .bind(session_key)
+            .opt_scalar(&self.db, "channel session")
+            .await
+    }
+
     async fn prune_channel_records(&self, before_ms: i64) -> Result<u64> {
         let mut tx = self.begin("channel prune").await?;
         let mut pruned = query("DELETE FROM channel_inbound WHERE received_at_ms < ?")

@@ -175,6 +175,11 @@ impl Receiver {
 
 /// Writes the Gateway's config file with one webhook channel replying to `reply_url`.
 fn channel_config(dirs: &Dirs, reply_url: &str) -> String {
+    channel_config_with(dirs, reply_url, "")
+}
+
+/// [`channel_config`] with `extra` lines in the channel's table.
+fn channel_config_with(dirs: &Dirs, reply_url: &str, extra: &str) -> String {
     let secret_file = dirs.base.join("hook-secret");
     std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
     let config = dirs.base.join("gateway.toml");
@@ -182,7 +187,7 @@ fn channel_config(dirs: &Dirs, reply_url: &str) -> String {
         &config,
         format!(
             "[[channels]]\nname = \"hooks\"\nkind = \"webhook\"\nsecret-file = {:?}\n\
-             reply-url = {reply_url:?}\nallow-from = [\"alice\"]\ngroups = [\"ops-room\"]\n",
+             reply-url = {reply_url:?}\nallow-from = [\"alice\"]\ngroups = [\"ops-room\"]\n{extra}",
             secret_file.display().to_string()
         ),
     )
@@ -445,6 +450,55 @@ async fn a_webhook_channel_answers_allowed_senders_once_and_pairs_strangers_befo
     // The secret is nowhere on the Harness side, nor in the audit or the logs.
     assert!(!audit.contains(SECRET));
     assert_nowhere_but_the_gateway(&setup, SECRET);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_channels_deny_tools_narrow_its_sessions_and_no_other() {
+    let (receiver, reply_url) = Receiver::start().await;
+    let dirs = dirs();
+    let config = channel_config_with(
+        &dirs,
+        &reply_url,
+        "deny-tools = [\"write\", \"session_status\"]\n",
+    );
+    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    let gateway = &setup.gateway;
+    let write = r#"/tool write {"path":"denied.txt","content":"x"}"#;
+
+    // The channel's session: neither tool is offered, and calling them is refused.
+    let (status, answer) = message(gateway, "d1", "alice", write).await;
+    assert_eq!(status, 202, "{answer}");
+    let turn = wait_turn(gateway, answer["turnId"].as_str().unwrap()).await;
+    assert!(
+        turn["reply"].as_str().unwrap().contains("TOOL_NOT_ALLOWED"),
+        "{turn}"
+    );
+    let offered = mock_requests(&setup.mock_url).await.last().unwrap()["body"]["tools"].to_string();
+    assert!(
+        offered.contains("\"read\"")
+            && !offered.contains("\"write\"")
+            && !offered.contains("\"session_status\""),
+        "{offered}"
+    );
+    let (_, answer) = message(gateway, "d2", "alice", "/tool session_status {}").await;
+    let turn = wait_turn(gateway, answer["turnId"].as_str().unwrap()).await;
+    assert!(
+        turn["reply"].as_str().unwrap().contains("TOOL_NOT_ALLOWED"),
+        "{turn}"
+    );
+    receiver.wait_for("alice", 2).await;
+
+    // A session the channel did not open keeps every tool.
+    let turn = crate::suite::support::turn(gateway, "api-session", write).await;
+    assert!(
+        !turn["reply"].as_str().unwrap().contains("TOOL_NOT_ALLOWED"),
+        "{turn}"
+    );
+    let offered = mock_requests(&setup.mock_url).await.last().unwrap()["body"]["tools"].to_string();
+    assert!(
+        offered.contains("\"write\"") && offered.contains("\"session_status\""),
+        "{offered}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -65,6 +65,7 @@ fn an_over_long_request_line_is_refused_with_a_code_and_the_next_request_is_serv
         checkpoint_id: None,
         workspace_required: false,
         gateway_tools: Vec::new(),
+        denied_tools: Vec::new(),
         skills_prompt: None,
         skill_copies: Vec::new(),
         traceparent: None,
