@@ -16,6 +16,11 @@ pub struct Outgoing {
     pub conversation: String,
     /// Whom it answers.
     pub recipient: String,
+    /// The thread it goes into, where the platform has threads.
+    pub thread: Option<String>,
+    /// The platform id of a message this one replaces (the message that streamed the reply
+    /// while its turn ran), where the platform can edit messages.
+    pub replaces: Option<String>,
     /// The text, in Markdown.
     pub text: String,
 }

@@ -235,10 +235,13 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<KindSettings>>, Conf
                     format!("{entry:?} is neither a tool name nor a known group:NAME (for example \"exec\" or \"group:runtime\")"),
                 ));
             }
-            if spec.streaming == Streaming::Edits {
+            if spec.streaming == Streaming::Edits && spec.kind != ChannelKind::Matrix {
                 return Err(error(
                     "streaming",
-                    String::from("\"edits\" is not supported by this build yet; only \"off\" is valid"),
+                    format!(
+                        "\"edits\" needs a platform that edits messages: the {} kind cannot; use \"off\"",
+                        spec.kind.as_str()
+                    ),
                 ));
             }
             for (key, ids) in [

@@ -546,21 +546,53 @@ impl MatrixClient {
 }
 
 /// The content of one reply message: plain `body`, and the Markdown rendered as sanitised
-/// HTML in `formatted_body`; the first part of a reply answers `in_reply_to`.
+/// HTML in `formatted_body`. The first part of a reply answers `in_reply_to`; in a thread,
+/// every part goes into the thread (with `in_reply_to` as the fallback reply for clients
+/// without threads).
 #[must_use]
-pub fn message_content(text: &str, in_reply_to: Option<&str>) -> serde_json::Value {
-    // An empty `m.mentions`: a name or `@room` in the model's text pings nobody.
-    let mut content = serde_json::json!({
+pub fn message_content(
+    text: &str,
+    in_reply_to: Option<&str>,
+    thread: Option<&str>,
+) -> serde_json::Value {
+    let mut content = text_content(text);
+    match (thread, in_reply_to) {
+        (Some(root), reply) => {
+            content["m.relates_to"] = serde_json::json!({
+                "rel_type": "m.thread",
+                "event_id": root,
+                "is_falling_back": true,
+                "m.in_reply_to": {"event_id": reply.unwrap_or(root)},
+            });
+        }
+        (None, Some(event_id)) => {
+            content["m.relates_to"] = serde_json::json!({"m.in_reply_to": {"event_id": event_id}});
+        }
+        (None, None) => {}
+    }
+    content
+}
+
+/// The content of an edit that replaces the message `original` with `text` (`m.replace`):
+/// clients show the new content in place of the old; `body` carries the `* ` fallback.
+#[must_use]
+pub fn edit_content(text: &str, original: &str) -> serde_json::Value {
+    let mut content = text_content(&format!("* {text}"));
+    content["m.new_content"] = text_content(text);
+    content["m.relates_to"] = serde_json::json!({"rel_type": "m.replace", "event_id": original});
+    content
+}
+
+/// A text message's own fields. An empty `m.mentions`: a name or `@room` in the model's text
+/// pings nobody.
+fn text_content(text: &str) -> serde_json::Value {
+    serde_json::json!({
         "msgtype": "m.text",
         "body": text,
         "format": "org.matrix.custom.html",
         "formatted_body": markdown_to_html(text),
         "m.mentions": {},
-    });
-    if let Some(event_id) = in_reply_to {
-        content["m.relates_to"] = serde_json::json!({"m.in_reply_to": {"event_id": event_id}});
-    }
-    content
+    })
 }
 
 /// Sends replies as the bot: each outbox entry's parts with the transaction ids
@@ -584,8 +616,14 @@ impl Adapter for MatrixAdapter {
             .in_reply_to
             .as_deref()
             .filter(|id| id.starts_with('$'));
+        let thread = message.thread.as_deref();
         for (index, part) in split(&message.text, MAX_MESSAGE_CHARS).iter().enumerate() {
-            let content = message_content(part, in_reply_to.filter(|_| index == 0));
+            // The first part replaces the message that streamed the reply, when there is one.
+            let content = match (index, message.replaces.as_deref()) {
+                (0, Some(original)) => edit_content(part, original),
+                (0, None) => message_content(part, in_reply_to, thread),
+                _ => message_content(part, None, thread),
+            };
             let txn = format!("{}.{index}", message.delivery_id);
             if let Err(error) = self
                 .client
@@ -716,7 +754,7 @@ mod tests {
 
     #[test]
     fn a_reply_carries_plain_and_sanitised_html_bodies() {
-        let content = message_content("**done** <b>x</b>", Some("$ev"));
+        let content = message_content("**done** <b>x</b>", Some("$ev"), None);
         assert_eq!(content["body"], "**done** <b>x</b>");
         let html = content["formatted_body"].as_str().unwrap();
         assert!(
@@ -725,5 +763,33 @@ mod tests {
         );
         assert_eq!(content["m.relates_to"]["m.in_reply_to"]["event_id"], "$ev");
         assert_eq!(content["m.mentions"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn a_reply_in_a_thread_stays_in_it_and_an_edit_replaces_its_original() {
+        let content = message_content("ok", Some("$last"), Some("$root"));
+        assert_eq!(
+            content["m.relates_to"],
+            serde_json::json!({"rel_type": "m.thread", "event_id": "$root",
+                "is_falling_back": true, "m.in_reply_to": {"event_id": "$last"}})
+        );
+        let content = message_content("part 2", None, Some("$root"));
+        assert_eq!(
+            content["m.relates_to"]["m.in_reply_to"]["event_id"],
+            "$root"
+        );
+        let edit = edit_content("final *text*", "$stream");
+        assert_eq!(edit["body"], "* final *text*");
+        assert_eq!(edit["m.new_content"]["body"], "final *text*");
+        assert!(
+            edit["m.new_content"]["formatted_body"]
+                .as_str()
+                .unwrap()
+                .contains("<em>text</em>")
+        );
+        assert_eq!(
+            edit["m.relates_to"],
+            serde_json::json!({"rel_type": "m.replace", "event_id": "$stream"})
+        );
     }
 }

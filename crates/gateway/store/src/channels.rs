@@ -183,6 +183,20 @@ pub trait ChannelStore: Send + Sync + 'static {
     /// Storage failures.
     async fn direct_room_peer(&self, channel: &str, room: &str) -> Result<Option<String>>;
 
+    /// Records `message` as the platform's id of the message that streams `turn_id`'s reply
+    /// (the first one recorded stays): the final reply replaces it.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn set_channel_stream_message(&self, turn_id: &str, message: &str) -> Result<()>;
+
+    /// Returns the platform's id of the message that streams `turn_id`'s reply, if one was
+    /// sent.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn channel_stream_message(&self, turn_id: &str) -> Result<Option<String>>;
+
     /// Returns the channel whose messages opened `session_key`, if a channel did.
     ///
     /// # Errors

@@ -730,6 +730,8 @@ pub struct ChannelOrigin {
     pub sender: String,
     /// The group (room, chat) it was written in; `None` for a direct message.
     pub room: Option<String>,
+    /// The thread it was written in, where the platform has threads: the reply goes there.
+    pub thread: Option<String>,
 }
 
 /// What a channel did with a message it did not admit.
@@ -822,6 +824,8 @@ pub struct OutboxEntry {
     pub conversation: String,
     /// Whom it answers.
     pub recipient: String,
+    /// The thread it goes into, where the platform has threads.
+    pub thread: Option<String>,
     /// Its own text (pairing replies and notices).
     pub text: Option<String>,
     /// The attempts made before this one.

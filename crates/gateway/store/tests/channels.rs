@@ -42,6 +42,7 @@ fn origin(message_id: &str, sender: &str) -> ChannelOrigin {
         conversation: format!("room-of-{sender}"),
         sender: sender.into(),
         room: None,
+        thread: None,
     }
 }
 

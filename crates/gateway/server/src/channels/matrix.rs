@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use gatehouse_channels::config::DmPolicy;
 use gatehouse_channels::config::GroupPolicy;
+use gatehouse_channels::config::Streaming;
 use gatehouse_channels::matrix::BotIdentity;
 use gatehouse_channels::matrix::Input;
 use gatehouse_channels::matrix::MatrixClient;
@@ -320,8 +321,9 @@ async fn handle(
             mentioned,
         } => {
             let direct = is_direct(parts, bot, memory, channel, &room, &sender).await?;
+            let stream_thread = thread.clone();
             let inbound = Inbound {
-                message_id: event_id,
+                message_id: event_id.clone(),
                 sender,
                 conversation: room.clone(),
                 group: (!direct).then(|| room.clone()),
@@ -338,7 +340,24 @@ async fn handle(
             let received = super::receive(&receive, channel, inbound)
                 .await
                 .map_err(store_error)?;
-            if let Received::Admitted { turn_id, .. } = received {
+            if let Received::Admitted {
+                turn_id,
+                session_key,
+            } = received
+            {
+                if channel.spec.streaming == Streaming::Edits {
+                    let target = super::stream::StreamTarget {
+                        client: bot.client.clone(),
+                        store: Arc::clone(&parts.store),
+                        hub: Arc::clone(parts.turns.hub()),
+                        session_key,
+                        turn_id: turn_id.clone(),
+                        room: room.clone(),
+                        in_reply_to: event_id,
+                        thread: stream_thread,
+                    };
+                    parts.channels.streams.start(target, &memory.shutdown);
+                }
                 show_typing(bot, &parts.store, memory, room, turn_id);
             }
             Ok(())
@@ -393,6 +412,7 @@ fn origin(channel: &Channel, room: &str, event_id: String, sender: String) -> Ch
         conversation: room.to_owned(),
         sender,
         room: None,
+        thread: None,
     }
 }
 

@@ -56,6 +56,7 @@ use crate::turns::IncomingMessage;
 use crate::turns::TurnEngine;
 
 mod matrix;
+mod stream;
 
 pub(crate) use matrix::LoopParts;
 pub(crate) use matrix::SYNC_LEASE_FACTOR;
@@ -168,6 +169,8 @@ pub(crate) struct Channels {
     /// Notified when this replica queued a message with its own text (a pairing code, a
     /// notice), so the deliverer sends it at once.
     queued: tokio::sync::Notify,
+    /// The replies streaming on this replica (`streaming = "edits"`).
+    streams: Arc<stream::Streams>,
 }
 
 impl Channels {
@@ -225,6 +228,7 @@ impl Channels {
             list,
             metrics: ChannelMetrics::for_channels(&names),
             queued: tokio::sync::Notify::new(),
+            streams: Arc::default(),
         })
     }
 
@@ -358,6 +362,7 @@ async fn judge(
         conversation: message.conversation.clone(),
         sender: message.sender.clone(),
         room: message.group.clone(),
+        thread: message.thread.clone(),
     };
     match verdict {
         Verdict::Admit => admit(parts, spec, message, origin).await,
@@ -576,36 +581,27 @@ async fn deliver(
     else {
         return;
     };
-    let end = match outgoing_text(store, &entry).await {
+    let end = match outgoing(channels, store, &entry).await {
         Err(error) => DeliveryEnd::Failed { error },
-        Ok(text) => {
-            let message = Outgoing {
-                delivery_id: entry.delivery_id.clone(),
-                in_reply_to: entry.in_reply_to.clone(),
-                conversation: entry.conversation.clone(),
-                recipient: entry.recipient.clone(),
-                text,
-            };
-            match adapter.send(&message).await {
-                Ok(()) => DeliveryEnd::Delivered,
-                Err(SendError::Permanent { message }) => DeliveryEnd::Failed { error: message },
-                Err(SendError::Transient {
-                    message,
-                    retry_after,
-                }) => match retry::next_delay(
-                    entry.attempts.saturating_add(1),
-                    retry_after,
-                    retry::jitter_unit(),
-                ) {
-                    Some(delay) => DeliveryEnd::Retry {
-                        next_attempt_at_ms: now_ms()
-                            .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
-                        error: message,
-                    },
-                    None => DeliveryEnd::Failed { error: message },
+        Ok(message) => match adapter.send(&message).await {
+            Ok(()) => DeliveryEnd::Delivered,
+            Err(SendError::Permanent { message }) => DeliveryEnd::Failed { error: message },
+            Err(SendError::Transient {
+                message,
+                retry_after,
+            }) => match retry::next_delay(
+                entry.attempts.saturating_add(1),
+                retry_after,
+                retry::jitter_unit(),
+            ) {
+                Some(delay) => DeliveryEnd::Retry {
+                    next_attempt_at_ms: now_ms()
+                        .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+                    error: message,
                 },
-            }
-        }
+                None => DeliveryEnd::Failed { error: message },
+            },
+        },
     };
     match store
         .end_channel_delivery(&entry.delivery_id, claimant, &end, now_ms())
@@ -660,6 +656,35 @@ async fn deliver(
                 .await;
         }
     }
+}
+
+/// Returns the message `entry` sends. A turn's reply replaces the message that streamed it,
+/// once the stream (when it runs here) has stopped.
+async fn outgoing(
+    channels: &Channels,
+    store: &dyn Store,
+    entry: &OutboxEntry,
+) -> Result<Outgoing, String> {
+    let text = outgoing_text(store, entry).await?;
+    let replaces = match &entry.turn_id {
+        Some(turn_id) => {
+            channels.streams.stop(turn_id).await;
+            store
+                .channel_stream_message(turn_id)
+                .await
+                .map_err(|error| format!("cannot read the reply's streamed message: {error}"))?
+        }
+        None => None,
+    };
+    Ok(Outgoing {
+        delivery_id: entry.delivery_id.clone(),
+        in_reply_to: entry.in_reply_to.clone(),
+        conversation: entry.conversation.clone(),
+        recipient: entry.recipient.clone(),
+        thread: entry.thread.clone(),
+        replaces,
+        text,
+    })
 }
 
 /// Returns the text of `entry`: its own, or its turn's reply (a short notice with the code

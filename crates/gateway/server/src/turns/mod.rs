@@ -189,6 +189,11 @@ impl TurnEngine {
         Arc::clone(&self.ends)
     }
 
+    /// Returns the hub of the sessions' live events.
+    pub(crate) fn hub(&self) -> &Arc<EventHub> {
+        &self.hub
+    }
+
     /// Returns the runtime turns are dispatched to, if one is configured.
     pub(crate) fn runtime(&self) -> Option<&Arc<dyn TurnRuntime>> {
         self.runtime.as_ref()

@@ -24,7 +24,7 @@ use crate::records::PairingRequest;
 
 /// The columns of an [`OutboxEntry`].
 const OUTBOX_COLUMNS: &str = "delivery_id, channel, turn_id, in_reply_to, conversation, \
-     recipient, text, attempts, created_at_ms";
+     recipient, thread, text, attempts, created_at_ms";
 
 /// Records `origin`'s message with `outcome` unless it was recorded before; returns whether it
 /// was new.
@@ -60,16 +60,18 @@ pub(super) async fn record_channel_turn<B: Backend>(
         .execute(&mut *tx, "channel message")
         .await?;
     query(
-        "INSERT INTO channel_turns (turn_id, channel, message_id, conversation, sender) \
-         VALUES (?, ?, ?, ?, ?) ON CONFLICT (turn_id) DO UPDATE SET \
+        "INSERT INTO channel_turns (turn_id, channel, message_id, conversation, sender, thread) \
+         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (turn_id) DO UPDATE SET \
          channel = excluded.channel, message_id = excluded.message_id, \
-         conversation = excluded.conversation, sender = excluded.sender",
+         conversation = excluded.conversation, sender = excluded.sender, \
+         thread = excluded.thread",
     )
     .bind(turn_id)
     .bind(&origin.channel)
     .text(&origin.message_id)
     .text(&origin.conversation)
     .text(&origin.sender)
+    .opt_text(origin.thread.as_deref())
     .execute(tx, "channel turn")
     .await?;
     Ok(())
@@ -108,9 +110,9 @@ pub(super) async fn queue_turn_reply<B: Backend>(
 ) -> Result<()> {
     query(
         "INSERT INTO channel_outbox (delivery_id, channel, turn_id, in_reply_to, conversation, \
-         recipient, text, state, attempts, next_attempt_at_ms, created_at_ms) \
-         SELECT 'reply-' || turn_id, channel, turn_id, message_id, conversation, sender, NULL, \
-         'pending', 0, ?, ? FROM channel_turns WHERE turn_id = ? \
+         recipient, thread, text, state, attempts, next_attempt_at_ms, created_at_ms) \
+         SELECT 'reply-' || turn_id, channel, turn_id, message_id, conversation, sender, thread, \
+         NULL, 'pending', 0, ?, ? FROM channel_turns WHERE turn_id = ? \
          ON CONFLICT (delivery_id) DO NOTHING",
     )
     .bind(now_ms)
@@ -121,26 +123,46 @@ pub(super) async fn queue_turn_reply<B: Backend>(
     Ok(())
 }
 
-/// Queues `delivery` to `recipient` in `conversation`.
+/// Where a message with its own text goes.
+struct Reach<'a> {
+    channel: &'a str,
+    in_reply_to: Option<&'a str>,
+    conversation: &'a str,
+    recipient: &'a str,
+    thread: Option<&'a str>,
+}
+
+impl<'a> Reach<'a> {
+    /// The answer to `origin`'s message: to its sender, in its conversation and thread.
+    fn answering(origin: &'a ChannelOrigin) -> Self {
+        Self {
+            channel: &origin.channel,
+            in_reply_to: Some(&origin.message_id),
+            conversation: &origin.conversation,
+            recipient: &origin.sender,
+            thread: origin.thread.as_deref(),
+        }
+    }
+}
+
+/// Queues `delivery` to where `reach` says.
 async fn queue_delivery<B: Backend>(
     tx: &mut Tx<B>,
-    channel: &str,
-    in_reply_to: Option<&str>,
-    conversation: &str,
-    recipient: &str,
+    reach: &Reach<'_>,
     delivery: &NewDelivery,
     now_ms: i64,
 ) -> Result<()> {
     query(
         "INSERT INTO channel_outbox (delivery_id, channel, turn_id, in_reply_to, conversation, \
-         recipient, text, state, attempts, next_attempt_at_ms, created_at_ms) \
-         VALUES (?, ?, NULL, ?, ?, ?, ?, 'pending', 0, ?, ?)",
+         recipient, thread, text, state, attempts, next_attempt_at_ms, created_at_ms) \
+         VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
     )
     .bind(&delivery.delivery_id)
-    .bind(channel)
-    .opt_text(in_reply_to)
-    .text(conversation)
-    .text(recipient)
+    .bind(reach.channel)
+    .opt_text(reach.in_reply_to)
+    .text(reach.conversation)
+    .text(reach.recipient)
+    .opt_text(reach.thread)
     .text(&delivery.text)
     .bind(now_ms)
     .bind(now_ms)
@@ -227,10 +249,7 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
             .await?;
             queue_delivery(
                 &mut tx,
-                &origin.channel,
-                Some(&origin.message_id),
-                &origin.conversation,
-                &origin.sender,
+                &Reach::answering(origin),
                 &request.reply,
                 request.now_ms,
             )
@@ -293,16 +312,14 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         .bind(now_ms)
         .execute(&mut tx, "channel sender")
         .await?;
-        queue_delivery(
-            &mut tx,
+        let reach = Reach {
             channel,
-            None,
-            &conversation,
-            &sender,
-            notice,
-            now_ms,
-        )
-        .await?;
+            in_reply_to: None,
+            conversation: &conversation,
+            recipient: &sender,
+            thread: None,
+        };
+        queue_delivery(&mut tx, &reach, notice, now_ms).await?;
         tx.commit("channel pairing").await?;
         Ok(Some(sender))
     }
@@ -412,16 +429,7 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         if !insert_inbound(&mut tx, origin, outcome.as_str(), now_ms).await? {
             return Ok(false);
         }
-        queue_delivery(
-            &mut tx,
-            &origin.channel,
-            Some(&origin.message_id),
-            &origin.conversation,
-            &origin.sender,
-            notice,
-            now_ms,
-        )
-        .await?;
+        queue_delivery(&mut tx, &Reach::answering(origin), notice, now_ms).await?;
         tx.commit("channel message").await?;
         Ok(true)
     }
@@ -508,6 +516,27 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
             .await
     }
 
+    async fn set_channel_stream_message(&self, turn_id: &str, message: &str) -> Result<()> {
+        query(
+            "UPDATE channel_turns SET stream_message = ? \
+             WHERE turn_id = ? AND stream_message IS NULL",
+        )
+        .text(message)
+        .bind(turn_id)
+        .execute(&self.db, "channel turn")
+        .await?;
+        Ok(())
+    }
+
+    async fn channel_stream_message(&self, turn_id: &str) -> Result<Option<String>> {
+        let message: Option<Option<String>> =
+            query("SELECT stream_message FROM channel_turns WHERE turn_id = ?")
+                .bind(turn_id)
+                .opt_scalar(&self.db, "channel turn")
+                .await?;
+        Ok(message.flatten())
+    }
+
     async fn session_channel(&self, session_key: &str) -> Result<Option<String>> {
         query("SELECT channel FROM channel_sessions WHERE session_key = ?")
             .bind(session_key)
@@ -581,6 +610,7 @@ fn outbox_entry_from_row(row: &impl SqlRow) -> Result<OutboxEntry> {
         in_reply_to: get(row, "in_reply_to")?,
         conversation: get(row, "conversation")?,
         recipient: get(row, "recipient")?,
+        thread: get(row, "thread")?,
         text: get(row, "text")?,
         attempts: u32::try_from(attempts).map_err(|_| StoreError::Corrupt {
             what: "channel delivery",

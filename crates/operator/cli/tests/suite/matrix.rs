@@ -385,3 +385,143 @@ async fn a_matrix_channel_loses_and_doubles_nothing_across_gateway_and_homeserve
         .collect();
     assert_eq!(users, vec!["/say one", "/say two", "/say three"]);
 }
+
+/// The bot's events in `room` that are not edits, and its edits (`m.replace`), oldest first.
+async fn bot_events(
+    synapse: &Synapse,
+    reader: &MatrixUser,
+    bot: &MatrixUser,
+    room: &str,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    synapse
+        .messages(reader, room)
+        .await
+        .into_iter()
+        .filter(|event| {
+            event["type"] == "m.room.message" && event["sender"] == bot.user_id.as_str()
+        })
+        .partition(|event| event["content"]["m.relates_to"]["rel_type"] != "m.replace")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_matrix_channel_streams_a_reply_by_editing_one_message_and_answers_a_thread_in_it() {
+    let dirs = dirs();
+    let logs = dirs.base.join("logs");
+    let synapse = Synapse::start(&dirs.base.join("synapse"), &logs).await;
+    let bot = synapse.register("gatehouse-bot", "bot-password").await;
+    let alice = synapse.register("alice", "alice-password").await;
+    let config = matrix_config(
+        &dirs.base,
+        &synapse,
+        &bot,
+        &format!(
+            "allow-from = [{:?}]\nstreaming = \"edits\"\n",
+            alice.user_id
+        ),
+    );
+    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    let gateway = &setup.gateway;
+    wait_connected(gateway).await;
+    let dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
+    wait_membership(&synapse, &alice, &dm, &bot, "join").await;
+
+    // A reply streamed word by word over about 4 s: one message, edited as it grows, and
+    // replaced by the whole reply at the end.
+    let words = "one two three four five six seven eight nine ten eleven twelve";
+    let asked = synapse
+        .send_text(&alice, &dm, &format!("/slow 300 {words}"), &[])
+        .await;
+    synapse
+        .wait_for(
+            &alice,
+            &dm,
+            |event| {
+                event["sender"] == bot.user_id.as_str()
+                    && event["content"]["m.new_content"]["body"] == words
+            },
+            WAIT,
+        )
+        .await;
+    let (messages, edits) = bot_events(&synapse, &alice, &bot, &dm).await;
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    let streamed = &messages[0];
+    let first = streamed["content"]["body"].as_str().unwrap();
+    assert!(
+        first.ends_with(" …") && words.starts_with(first.trim_end_matches(" …")),
+        "{first}"
+    );
+    assert_eq!(
+        streamed["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
+        asked.as_str()
+    );
+    // At least one edit while it ran, then the final one; every edit replaces that message.
+    assert!(edits.len() >= 2, "{edits:#?}");
+    assert!(
+        edits
+            .iter()
+            .all(|edit| edit["content"]["m.relates_to"]["event_id"] == streamed["event_id"]),
+        "{edits:#?}"
+    );
+    assert!(
+        edits[..edits.len() - 1]
+            .iter()
+            .any(|edit| edit["content"]["m.new_content"]["body"]
+                .as_str()
+                .unwrap()
+                .ends_with(" …")),
+        "{edits:#?}"
+    );
+    assert_eq!(
+        edits.last().unwrap()["content"]["m.new_content"]["body"],
+        words
+    );
+
+    // A message in a thread is answered in that thread.
+    let root = synapse.send_text(&alice, &dm, "/say root", &[]).await;
+    synapse
+        .wait_for(
+            &alice,
+            &dm,
+            |event| {
+                event["content"]["m.new_content"]["body"] == "root"
+                    || event["content"]["body"] == "root"
+            },
+            WAIT,
+        )
+        .await;
+    synapse
+        .send_message(
+            &alice,
+            &dm,
+            serde_json::json!({
+                "msgtype": "m.text",
+                "body": "/say in the thread",
+                "m.relates_to": {"rel_type": "m.thread", "event_id": root},
+            }),
+        )
+        .await;
+    let threaded = synapse
+        .wait_for(
+            &alice,
+            &dm,
+            |event| {
+                event["sender"] == bot.user_id.as_str()
+                    && event["content"]["m.relates_to"]["rel_type"] == "m.thread"
+            },
+            WAIT,
+        )
+        .await;
+    assert_eq!(
+        threaded["content"]["m.relates_to"]["event_id"],
+        root.as_str(),
+        "{threaded:#}"
+    );
+    let sessions: gatehouse_api::sessions::SessionList = gateway.get_typed("/v1/sessions").await;
+    assert!(
+        sessions
+            .sessions
+            .iter()
+            .any(|session| session.session_key.contains(":thread:")),
+        "{sessions:?}"
+    );
+}

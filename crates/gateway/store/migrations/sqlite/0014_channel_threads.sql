@@ -1,0 +1,9 @@
+-- Channels: threads and streamed replies.
+--
+-- The thread a channel message was written in (Matrix: the thread's root event), so its turn's
+-- reply goes into that thread; and, for a channel that streams replies by editing one message,
+-- the platform's id of that message once it was sent, so the final reply replaces it rather
+-- than posting a second message.
+ALTER TABLE channel_turns ADD COLUMN thread TEXT;
+ALTER TABLE channel_turns ADD COLUMN stream_message TEXT;
+ALTER TABLE channel_outbox ADD COLUMN thread TEXT;
