@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
+use serde::Serialize;
 
 use crate::adapter::Adapter;
 use crate::adapter::Outgoing;
@@ -360,6 +361,19 @@ struct SentEvent {
     event_id: String,
 }
 
+/// The body of `POST /createRoom`.
+#[derive(Serialize)]
+struct CreateRoom<'a> {
+    preset: &'static str,
+    is_direct: bool,
+    invite: &'a [&'a str],
+}
+
+#[derive(Deserialize)]
+struct CreatedRoom {
+    room_id: String,
+}
+
 impl MatrixClient {
     /// A client of `homeserver` (its base URL) with the bot's access token.
     ///
@@ -542,6 +556,42 @@ impl MatrixClient {
             .json(content);
         let answer: SentEvent = self.call(request, REQUEST_TIMEOUT).await?;
         Ok(answer.event_id)
+    }
+
+    /// Sends `text` as an `m.text` message shaped like a reply ([`message_content`], answering
+    /// nothing) under the transaction id `txn`, and returns its event id.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn send_text(
+        &self,
+        room: &str,
+        txn: &str,
+        text: &str,
+    ) -> Result<String, MatrixError> {
+        self.send(room, txn, &message_content(text, None)).await
+    }
+
+    /// `POST /createRoom`: a new private room that this account creates, inviting `invite`
+    /// (user ids), and returns its id. When `direct`, the invites are marked as a direct chat
+    /// and the invitees get the creator's power level (the `trusted_private_chat` preset, as
+    /// clients open a direct chat). The Gateway never creates rooms: this serves a client that
+    /// acts as a person writing to a bot, such as `gatehouse bench channel`.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn create_room(&self, invite: &[&str], direct: bool) -> Result<String, MatrixError> {
+        let body = CreateRoom {
+            preset: match direct {
+                true => "trusted_private_chat",
+                false => "private_chat",
+            },
+            is_direct: direct,
+            invite,
+        };
+        let request = self.http.post(self.endpoint(&["createRoom"])).json(&body);
+        let answer: CreatedRoom = self.call(request, REQUEST_TIMEOUT).await?;
+        Ok(answer.room_id)
     }
 }
 

@@ -51,7 +51,9 @@ enum BenchTarget {
     /// Gateway replicas on one PostgreSQL (1 and 3) with 1 and 2 node hosts: message admission
     /// and `/say hi` turns with many clients, against 1 replica and 1 node.
     Cluster(cluster::ClusterArgs),
-    /// A message through a signed webhook channel to its reply, against an API turn.
+    /// A message through a signed webhook channel to its reply, against an API turn; given a
+    /// Matrix homeserver and two accounts on it, also a Matrix channel's round trip and the
+    /// homeserver's own.
     Channel(channel::ChannelArgs),
 }
 

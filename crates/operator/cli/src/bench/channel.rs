@@ -4,7 +4,10 @@
 //! measured alternately in the same run. The ratio is the channel layer's cost: the signature
 //! check, the access decision, admission with the platform's message id, the reply written to
 //! the outbox as the turn ends, and the deliverer's signed POST. A platform's own round trips
-//! (a homeserver's sync and send) come on top and are not measured here.
+//! come on top: given a Matrix homeserver and two accounts on it (`--matrix-*`), the bench also
+//! runs a Matrix channel in the same Gateway and measures them apart ([`matrix`]).
+
+mod matrix;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +30,8 @@ pub(crate) struct ChannelArgs {
     /// Messages of each side (a channel message and an API turn, alternately).
     #[arg(long, default_value_t = 100)]
     iterations: usize,
+    #[command(flatten)]
+    matrix: matrix::MatrixArgs,
 }
 
 /// The channel's configuration: anyone may write, as a benchmark's sender is unknown.
@@ -34,7 +39,8 @@ const CHANNEL_TOML: &str = "name = \"bench\"\nkind = \"webhook\"\ndm-policy = \"
 
 /// Runs the benchmark.
 pub(crate) fn run(args: &ChannelArgs) -> anyhow::Result<Report> {
-    crate::signals::runtime()?.block_on(measure(args))
+    let accounts = args.matrix.accounts()?;
+    crate::signals::runtime()?.block_on(measure(args, accounts))
 }
 
 /// Starts the reply receiver on loopback: every reply's `inReplyTo` goes to the returned
@@ -60,7 +66,7 @@ async fn receiver() -> anyhow::Result<(url::Url, mpsc::UnboundedReceiver<(String
     Ok((url, replies))
 }
 
-async fn measure(args: &ChannelArgs) -> anyhow::Result<Report> {
+async fn measure(args: &ChannelArgs, accounts: Option<matrix::Accounts>) -> anyhow::Result<Report> {
     let temp = tempfile::tempdir()?;
     let base = temp.path().canonicalize()?;
     let (reply_url, mut replies) = receiver().await?;
@@ -74,39 +80,71 @@ async fn measure(args: &ChannelArgs) -> anyhow::Result<Report> {
             secret: secret.clone(),
         }),
     }];
+    let accounts = match accounts {
+        Some(accounts) => Some(matrix::Matrix::identify(accounts).await?),
+        None => None,
+    };
+    if let Some(accounts) = &accounts {
+        config.channels.push(accounts.channel()?);
+    }
     let embedded = crate::bench::MockEmbedded::start(config, &base.join("harness"), 4).await?;
     let url = format!("http://{}", embedded.running.local_addr);
     let http = reqwest::Client::new();
     let inbound = format!("{url}/channels/bench/inbound");
     let secret = Arc::new(secret);
+    let mut conversation = match &accounts {
+        Some(accounts) => Some(accounts.open().await?),
+        None => None,
+    };
     let mut channel = Vec::with_capacity(args.iterations);
     let mut api = Vec::with_capacity(args.iterations);
+    let mut through_matrix = matrix::Samples::with_capacity(args.iterations);
     // One warm-up of each side starts the sessions' workers.
     for index in 0..=args.iterations {
         let through_channel =
             channel_message(&http, &inbound, &secret, &mut replies, index).await?;
         let through_api =
             crate::bench::turn::turn(&embedded.client, "bench-api", "/say hi").await?;
+        let matrix_sample = match &mut conversation {
+            Some(conversation) => Some(conversation.measure(index).await?),
+            None => None,
+        };
         if index > 0 {
             channel.push(through_channel);
             api.push(through_api);
+            through_matrix.extend(matrix_sample);
         }
     }
     embedded.stop().await;
+    if let Some(conversation) = conversation {
+        conversation.close().await;
+    }
+    let api = Stats::from_samples(&mut api);
+    let mut rows = vec![Row {
+        case: String::from("webhook message to reply POSTed"),
+        baseline_name: String::from("API turn, POST to turn end"),
+        baseline: api,
+        candidate: Stats::from_samples(&mut channel),
+        target: String::from("ratio <= 1.50x"),
+    }];
+    let mut notes = vec![String::from(
+        "both sides run /say hi on a warm worker; a platform's own round trips (a Matrix homeserver's sync and send) come on top of the webhook's figure",
+    )];
+    let title = match accounts {
+        Some(_) => {
+            let (matrix_rows, matrix_notes) = through_matrix.report(&rows[0].baseline_name, api);
+            rows.extend(matrix_rows);
+            notes.extend(matrix_notes);
+            "gatehouse bench channel: a signed webhook message to its signed reply and a Matrix message to its reply in the sender's /sync, against an API turn, embedded mode with the mock model"
+        }
+        None => {
+            "gatehouse bench channel: a signed webhook message to its signed reply, against an API turn, embedded mode with the mock model"
+        }
+    };
     Ok(Report {
-        title: String::from(
-            "gatehouse bench channel: a signed webhook message to its signed reply, against an API turn, embedded mode with the mock model",
-        ),
-        rows: vec![Row {
-            case: String::from("webhook message to reply POSTed"),
-            baseline_name: String::from("API turn, POST to turn end"),
-            baseline: Stats::from_samples(&mut api),
-            candidate: Stats::from_samples(&mut channel),
-            target: String::from("ratio <= 1.50x"),
-        }],
-        notes: vec![String::from(
-            "both sides run /say hi on a warm worker; a platform's own round trips (a Matrix homeserver's sync and send) come on top of the channel's figure",
-        )],
+        title: String::from(title),
+        rows,
+        notes,
     })
 }
 

@@ -4,16 +4,18 @@
 use sqlx::Connection;
 
 use crate::suite::support::gatehouse;
+use crate::suite::synapse::Synapse;
 
 /// Runs `gatehouse bench NAME ARGS --json`, checks it succeeded and names itself, and returns
 /// its report.
 fn bench_report(name: &str, args: &[&str]) -> serde_json::Value {
-    let output = gatehouse()
-        .args(["bench", name])
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap();
+    bench_report_of(name, gatehouse().args(["bench", name]).args(args))
+}
+
+/// Runs `command` (`gatehouse bench NAME ...`) with `--json`, checks it succeeded and names
+/// itself, and returns its report.
+fn bench_report_of(name: &str, command: &mut std::process::Command) -> serde_json::Value {
+    let output = command.arg("--json").output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -301,4 +303,90 @@ fn bench_channel_reports_a_webhook_message_to_its_reply_against_an_api_turn() {
     assert_eq!(row["samples"], 3, "{row}");
     assert_eq!(row["target"], "ratio <= 1.50x", "{row}");
     assert_measured(row);
+}
+
+/// Given a homeserver (Synapse on loopback) and two accounts on it, `gatehouse bench channel`
+/// also runs a Matrix channel: the sender's message to the bot's reply, the homeserver's own
+/// round trip, and the first less two of the second, each against the same API turns.
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_channel_adds_a_matrix_round_trip_and_the_homeservers_own_against_an_api_turn() {
+    let dirs = crate::suite::support::dirs();
+    let synapse = Synapse::start(&dirs.base.join("synapse"), &dirs.base.join("logs")).await;
+    let bot = synapse.register("gatehouse-bot", "bot-password").await;
+    let sender = synapse.register("alice", "alice-password").await;
+    // One token by variable, the other by file: neither on argv.
+    let sender_token = dirs.base.join("sender-token");
+    std::fs::write(&sender_token, format!("{}\n", sender.access_token)).unwrap();
+    let mut command = gatehouse();
+    command
+        .env("GATEHOUSE_BENCH_MATRIX_BOT_TOKEN", &bot.access_token)
+        .args(["bench", "channel", "--iterations", "10"])
+        .args(["--matrix-homeserver", synapse.url()])
+        .args(["--matrix-bot-token-env", "GATEHOUSE_BENCH_MATRIX_BOT_TOKEN"])
+        .arg("--matrix-sender-token-file")
+        .arg(&sender_token);
+    let report = bench_report_of("channel", &mut command);
+    let rows = report["rows"].as_array().unwrap();
+    let shape: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|row| {
+            (
+                row["case"].as_str().unwrap(),
+                row["target"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            ("webhook message to reply POSTed", "ratio <= 1.50x"),
+            (
+                "Matrix message to reply in /sync",
+                "contains 2 homeserver trips"
+            ),
+            ("homeserver trip: send to /sync", "reported separately"),
+            ("Matrix less 2 homeserver trips", "ratio <= 1.50x"),
+        ],
+        "{report}"
+    );
+    for row in rows {
+        assert_eq!(row["baseline"], "API turn, POST to turn end", "{row}");
+        assert_eq!(row["samples"], 10, "{row}");
+        assert_measured(row);
+    }
+    let notes = report["notes"].to_string();
+    assert!(notes.contains("the reply reaching the sender's"), "{notes}");
+    assert!(!report.to_string().contains(&bot.access_token));
+    assert!(!report.to_string().contains(&sender.access_token));
+    // Both accounts left the rooms the bench opened.
+    for user in [&bot, &sender] {
+        assert_eq!(
+            synapse.joined_rooms(user).await,
+            Vec::<String>::new(),
+            "{}",
+            user.user_id
+        );
+    }
+
+    // A homeserver without the tokens, or a token variable that is not set, is a usage error.
+    for tokens in [
+        vec![],
+        vec![
+            "--matrix-bot-token-env",
+            "GATEHOUSE_BENCH_MATRIX_UNSET",
+            "--matrix-sender-token-env",
+            "GATEHOUSE_BENCH_MATRIX_UNSET",
+        ],
+    ] {
+        let refused = gatehouse()
+            .env_remove("GATEHOUSE_BENCH_MATRIX_UNSET")
+            .args(["bench", "channel", "--iterations", "1"])
+            .args(["--matrix-homeserver", synapse.url()])
+            .args(&tokens)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("--matrix-bot-token-env"), "{stderr}");
+    }
 }

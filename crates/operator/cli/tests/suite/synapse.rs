@@ -266,6 +266,19 @@ impl Synapse {
         sent["event_id"].as_str().unwrap().to_owned()
     }
 
+    /// The ids of the rooms `user` is joined to.
+    pub(crate) async fn joined_rooms(&self, user: &MatrixUser) -> Vec<String> {
+        let joined = self
+            .call(reqwest::Method::GET, &["joined_rooms"], Some(user), None)
+            .await;
+        joined["joined_rooms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|room| room.as_str().unwrap().to_owned())
+            .collect()
+    }
+
     /// The latest (up to 100) events of `room` that `user` can see, oldest first.
     pub(crate) async fn messages(&self, user: &MatrixUser, room: &str) -> Vec<serde_json::Value> {
         let page = self
