@@ -569,7 +569,7 @@ impl MatrixClient {
         txn: &str,
         text: &str,
     ) -> Result<String, MatrixError> {
-        self.send(room, txn, &message_content(text, None)).await
+        self.send(room, txn, &message_content(text, None, None)).await
     }
 
     /// `POST /createRoom`: a new private room that this account creates, inviting `invite`
