@@ -23,6 +23,8 @@ pub struct Outgoing {
     pub replaces: Option<String>,
     /// The text, in Markdown.
     pub text: String,
+    /// Files sent after the text (a turn's reply artifacts).
+    pub files: Vec<crate::files::OutgoingFile>,
 }
 
 /// Why a send failed.

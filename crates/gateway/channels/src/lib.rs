@@ -4,6 +4,7 @@
 //!
 //! - [`config`]: `[[channels]]` of the config file and its validation (errors name
 //!   `channels[i].key`);
+//! - [`files`]: the bounds on files in and out, and their MIME types sniffed from the bytes;
 //! - [`secret`]: credentials by reference (`*-env`, `*-file`), held in a [`secret::Secret`]
 //!   that never prints;
 //! - [`session_key`]: OpenClaw's session-key shapes per `dm-scope`, with platform ids encoded
@@ -26,6 +27,7 @@
 pub mod access;
 pub mod adapter;
 pub mod config;
+pub mod files;
 pub mod matrix;
 pub mod pairing;
 pub mod retry;

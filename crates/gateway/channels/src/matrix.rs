@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::adapter::Adapter;
 use crate::adapter::Outgoing;
 use crate::adapter::SendError;
+use crate::files::OutgoingFile;
 use crate::secret::Secret;
 use crate::text::markdown_to_html;
 use crate::text::split;
@@ -33,8 +34,8 @@ pub const ENCRYPTED_NOTICE: &str = "This room is end-to-end encrypted, which thi
      support: it cannot read messages here. Write to it in an unencrypted room.";
 
 /// The notice a file or image is answered with.
-pub const UNSUPPORTED_NOTICE: &str =
-    "This agent reads text messages only here; files and images are not passed on.";
+pub const UNSUPPORTED_NOTICE: &str = "This agent reads text messages and unencrypted files here; \
+     this kind of message is not passed on.";
 
 /// A failed Matrix request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,6 +56,15 @@ pub enum MatrixError {
     /// The answer is not what the API documents.
     #[error("the homeserver's answer is not understood: {0}")]
     Decode(String),
+    /// A file is larger than the Gateway takes.
+    #[error("the file is larger than {max_bytes} bytes")]
+    TooLarge {
+        /// The bound.
+        max_bytes: u64,
+    },
+    /// A file's `mxc://` URI is malformed.
+    #[error("the file's address is not an mxc:// URI")]
+    BadUri,
 }
 
 impl MatrixError {
@@ -64,7 +74,7 @@ impl MatrixError {
         match self {
             MatrixError::Status { status, .. } => *status == 429 || *status >= 500,
             MatrixError::Transport(_) => true,
-            MatrixError::Decode(_) => false,
+            MatrixError::Decode(_) | MatrixError::TooLarge { .. } | MatrixError::BadUri => false,
         }
     }
 }
@@ -164,6 +174,35 @@ struct EventContent {
     mentions: Option<Mentions>,
     #[serde(default, rename = "m.relates_to")]
     relates_to: Option<Relation>,
+    /// A file's `mxc://` URI (an unencrypted file; an encrypted one has `file` instead).
+    #[serde(default)]
+    url: Option<String>,
+    /// A file's name when `body` is a caption.
+    #[serde(default)]
+    filename: Option<String>,
+    #[serde(default)]
+    info: Option<FileInfo>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct FileInfo {
+    #[serde(default)]
+    mimetype: Option<String>,
+    #[serde(default)]
+    size: Option<u64>,
+}
+
+/// A file a message carries (`m.file`, `m.image`, `m.audio`, `m.video`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatrixFile {
+    /// Its `mxc://` URI.
+    pub url: String,
+    /// Its name.
+    pub name: String,
+    /// The MIME type the sender declared.
+    pub mime_type: String,
+    /// The size the sender declared.
+    pub size: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -219,8 +258,10 @@ pub enum Input {
         event_id: String,
         /// Its sender.
         sender: String,
-        /// The text.
+        /// The text (a file's caption; empty for a file without one).
         text: String,
+        /// The file it carries, if it is a file message.
+        file: Option<MatrixFile>,
         /// The thread's root event, for a message in a thread.
         thread: Option<String>,
         /// Whether it names the bot (`m.mentions`, its user id, or its display name).
@@ -235,7 +276,7 @@ pub enum Input {
         /// Its sender.
         sender: String,
     },
-    /// A message the bot does not read (a file, an image, audio, a location).
+    /// A message the bot does not read (an encrypted file, a location, an unknown type).
     Unsupported {
         /// The room.
         room: String,
@@ -298,20 +339,33 @@ pub fn interpret(answer: &SyncAnswer, bot: &BotIdentity) -> Vec<Input> {
                         // Bots speak in notices: answering one could loop two bots forever.
                         Some("m.notice") => {}
                         Some("m.text" | "m.emote") if !body.trim().is_empty() => {
-                            let thread = relation
-                                .filter(|r| r.rel_type.as_deref() == Some("m.thread"))
-                                .and_then(|r| r.event_id.clone());
                             let mentioned = mentions(&event.content, &body, bot);
                             inputs.push(Input::Message {
                                 room,
                                 event_id,
                                 sender,
                                 text: body,
-                                thread,
+                                file: None,
+                                thread: thread_of(relation),
                                 mentioned,
                             });
                         }
                         Some("m.text" | "m.emote") => {}
+                        Some("m.file" | "m.image" | "m.audio" | "m.video")
+                            if event.content.url.is_some() =>
+                        {
+                            let (file, caption) = file_of(&event.content, body);
+                            let mentioned = mentions(&event.content, &caption, bot);
+                            inputs.push(Input::Message {
+                                room,
+                                event_id,
+                                sender,
+                                text: caption,
+                                file: Some(file),
+                                thread: thread_of(relation),
+                                mentioned,
+                            });
+                        }
                         _ => inputs.push(Input::Unsupported {
                             room,
                             event_id,
@@ -324,6 +378,32 @@ pub fn interpret(answer: &SyncAnswer, bot: &BotIdentity) -> Vec<Input> {
         }
     }
     inputs
+}
+
+/// The thread root of a message in a thread.
+fn thread_of(relation: Option<&Relation>) -> Option<String> {
+    relation
+        .filter(|r| r.rel_type.as_deref() == Some("m.thread"))
+        .and_then(|r| r.event_id.clone())
+}
+
+/// A file message's file and caption: with `filename` set and different from `body`, `body`
+/// is a caption; otherwise `body` is the file's name and there is no caption.
+fn file_of(content: &EventContent, body: String) -> (MatrixFile, String) {
+    let info = content.info.clone().unwrap_or_default();
+    let (name, caption) = match &content.filename {
+        Some(filename) if !filename.is_empty() && *filename != body => (filename.clone(), body),
+        _ => (body, String::new()),
+    };
+    let file = MatrixFile {
+        url: content.url.clone().unwrap_or_default(),
+        name,
+        mime_type: info
+            .mimetype
+            .unwrap_or_else(|| String::from(crate::files::OCTET_STREAM)),
+        size: info.size,
+    };
+    (file, caption)
 }
 
 fn mentions(content: &EventContent, body: &str, bot: &BotIdentity) -> bool {
@@ -359,6 +439,11 @@ struct JoinedMembers {
 #[derive(Deserialize)]
 struct SentEvent {
     event_id: String,
+}
+
+#[derive(Deserialize)]
+struct Uploaded {
+    content_uri: String,
 }
 
 /// The body of `POST /createRoom`.
@@ -540,6 +625,78 @@ impl MatrixClient {
             .map(drop)
     }
 
+    /// Downloads the file at `mxc` (`mxc://<server>/<media id>`) through the authenticated
+    /// media API (`GET /_matrix/client/v1/media/download/{server}/{id}`), refusing more than
+    /// `max_bytes` before and while reading.
+    ///
+    /// # Errors
+    /// [`MatrixError`]: [`MatrixError::TooLarge`] past the bound, [`MatrixError::BadUri`].
+    pub async fn download(&self, mxc: &str, max_bytes: u64) -> Result<bytes::Bytes, MatrixError> {
+        let (server, media_id) = mxc
+            .strip_prefix("mxc://")
+            .and_then(|rest| rest.split_once('/'))
+            .filter(|(server, id)| !server.is_empty() && !id.is_empty() && !id.contains('/'))
+            .ok_or(MatrixError::BadUri)?;
+        let mut url = self.homeserver.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend([
+                "_matrix", "client", "v1", "media", "download", server, media_id,
+            ]);
+        }
+        let transport =
+            |error: reqwest::Error| MatrixError::Transport(error.without_url().to_string());
+        let mut answer = self
+            .http
+            .get(url)
+            .bearer_auth(self.token.expose())
+            .timeout(crate::files::DOWNLOAD_TIMEOUT)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = answer.status();
+        if !status.is_success() {
+            return Err(MatrixError::Status {
+                status: status.as_u16(),
+                errcode: String::new(),
+                retry_after: crate::webhook::retry_after(answer.headers()),
+            });
+        }
+        if answer
+            .content_length()
+            .is_some_and(|length| length > max_bytes)
+        {
+            return Err(MatrixError::TooLarge { max_bytes });
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = answer.chunk().await.map_err(transport)? {
+            if (bytes.len() + chunk.len()) as u64 > max_bytes {
+                return Err(MatrixError::TooLarge { max_bytes });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes.into())
+    }
+
+    /// Uploads `file` (`POST /_matrix/media/v3/upload`) and returns its `mxc://` URI.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn upload(&self, file: &OutgoingFile) -> Result<String, MatrixError> {
+        let mut url = self.homeserver.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty()
+                .extend(["_matrix", "media", "v3", "upload"]);
+        }
+        url.query_pairs_mut().append_pair("filename", &file.name);
+        let request = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, &file.mime_type)
+            .body(file.bytes.clone());
+        let answer: Uploaded = self.call(request, crate::files::DOWNLOAD_TIMEOUT).await?;
+        Ok(answer.content_uri)
+    }
+
     /// `PUT /rooms/{room}/send/m.room.message/{txn}`: idempotent per token and `txn`.
     ///
     /// # Errors
@@ -569,7 +726,8 @@ impl MatrixClient {
         txn: &str,
         text: &str,
     ) -> Result<String, MatrixError> {
-        self.send(room, txn, &message_content(text, None, None)).await
+        self.send(room, txn, &message_content(text, None, None))
+            .await
     }
 
     /// `POST /createRoom`: a new private room that this account creates, inviting `invite`
@@ -633,6 +791,35 @@ pub fn edit_content(text: &str, original: &str) -> serde_json::Value {
     content
 }
 
+/// The content of a message carrying the uploaded `file` at `mxc`: `m.image`, `m.audio` or
+/// `m.video` by its MIME type, `m.file` otherwise; in `thread` when given.
+#[must_use]
+pub fn file_content(file: &OutgoingFile, mxc: &str, thread: Option<&str>) -> serde_json::Value {
+    let msgtype = match file.mime_type.split('/').next().unwrap_or_default() {
+        "image" => "m.image",
+        "audio" => "m.audio",
+        "video" => "m.video",
+        _ => "m.file",
+    };
+    let mut content = serde_json::json!({
+        "msgtype": msgtype,
+        "body": file.name,
+        "filename": file.name,
+        "url": mxc,
+        "info": {"mimetype": file.mime_type, "size": file.bytes.len()},
+        "m.mentions": {},
+    });
+    if let Some(root) = thread {
+        content["m.relates_to"] = serde_json::json!({
+            "rel_type": "m.thread",
+            "event_id": root,
+            "is_falling_back": true,
+            "m.in_reply_to": {"event_id": root},
+        });
+    }
+    content
+}
+
 /// A text message's own fields. An empty `m.mentions`: a name or `@room` in the model's text
 /// pings nobody.
 fn text_content(text: &str) -> serde_json::Value {
@@ -675,27 +862,43 @@ impl Adapter for MatrixAdapter {
                 _ => message_content(part, None, thread),
             };
             let txn = format!("{}.{index}", message.delivery_id);
-            if let Err(error) = self
-                .client
+            self.client
                 .send(&message.conversation, &txn, &content)
                 .await
-            {
-                let retry_after = match &error {
-                    MatrixError::Status { retry_after, .. } => *retry_after,
-                    _ => None,
-                };
-                return Err(match error.transient() {
-                    true => SendError::Transient {
-                        message: error.to_string(),
-                        retry_after,
-                    },
-                    false => SendError::Permanent {
-                        message: error.to_string(),
-                    },
-                });
-            }
+                .map_err(send_error)?;
+        }
+        // Each file once: a retry uploads it again, but its message's transaction id shows it
+        // once.
+        for (index, file) in message.files.iter().enumerate() {
+            let mxc = self.client.upload(file).await.map_err(send_error)?;
+            let txn = format!("{}.file{index}", message.delivery_id);
+            self.client
+                .send(
+                    &message.conversation,
+                    &txn,
+                    &file_content(file, &mxc, thread),
+                )
+                .await
+                .map_err(send_error)?;
         }
         Ok(())
+    }
+}
+
+/// A failed request as the deliverer sees it: worth retrying, or not.
+fn send_error(error: MatrixError) -> SendError {
+    let retry_after = match &error {
+        MatrixError::Status { retry_after, .. } => *retry_after,
+        _ => None,
+    };
+    match error.transient() {
+        true => SendError::Transient {
+            message: error.to_string(),
+            retry_after,
+        },
+        false => SendError::Permanent {
+            message: error.to_string(),
+        },
     }
 }
 
@@ -743,7 +946,14 @@ mod tests {
                     {"type": "m.room.message", "sender": "@carol:hs.test", "event_id": "$6",
                      "content": {"msgtype": "m.text", "body": "just chatting"}},
                     {"type": "m.room.message", "sender": "@otherbot:hs.test", "event_id": "$7",
-                     "content": {"msgtype": "m.notice", "body": "a bot's notice"}}
+                     "content": {"msgtype": "m.notice", "body": "a bot's notice"}},
+                    {"type": "m.room.message", "sender": "@carol:hs.test", "event_id": "$8",
+                     "content": {"msgtype": "m.file", "body": "helper, read this",
+                                 "filename": "notes.txt", "url": "mxc://hs.test/abc",
+                                 "info": {"mimetype": "text/plain", "size": 12}}},
+                    {"type": "m.room.message", "sender": "@carol:hs.test", "event_id": "$9",
+                     "content": {"msgtype": "m.image", "body": "cat.png",
+                                 "url": "mxc://hs.test/cat"}}
                 ]}}}
             }
         }))
@@ -755,9 +965,19 @@ mod tests {
                 event_id: id.into(),
                 sender: "@carol:hs.test".into(),
                 text: text.into(),
+                file: None,
                 thread: thread.map(Into::into),
                 mentioned,
             };
+        let file = |id: &str, caption: &str, file: MatrixFile, mentioned: bool| Input::Message {
+            room: "!room".into(),
+            event_id: id.into(),
+            sender: "@carol:hs.test".into(),
+            text: caption.into(),
+            file: Some(file),
+            thread: None,
+            mentioned,
+        };
         assert_eq!(
             interpret(&answer, &bot()),
             vec![
@@ -784,6 +1004,28 @@ mod tests {
                     sender: "@carol:hs.test".into(),
                 },
                 message("$6", "just chatting", None, false),
+                file(
+                    "$8",
+                    "helper, read this",
+                    MatrixFile {
+                        url: "mxc://hs.test/abc".into(),
+                        name: "notes.txt".into(),
+                        mime_type: "text/plain".into(),
+                        size: Some(12),
+                    },
+                    true
+                ),
+                file(
+                    "$9",
+                    "",
+                    MatrixFile {
+                        url: "mxc://hs.test/cat".into(),
+                        name: "cat.png".into(),
+                        mime_type: crate::files::OCTET_STREAM.into(),
+                        size: None,
+                    },
+                    false
+                ),
             ]
         );
     }

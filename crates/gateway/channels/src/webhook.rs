@@ -9,6 +9,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use base64::Engine;
+use gatehouse_api::channels::WebhookAttachment;
 use gatehouse_api::channels::WebhookDelivery;
 use hmac::Mac;
 use sha2::Sha256;
@@ -136,7 +138,15 @@ impl Adapter for WebhookAdapter {
             conversation: message.conversation.clone(),
             sender: message.recipient.clone(),
             text: message.text.clone(),
-            attachments: Vec::new(),
+            attachments: message
+                .files
+                .iter()
+                .map(|file| WebhookAttachment {
+                    file_name: file.name.clone(),
+                    mime_type: file.mime_type.clone(),
+                    base64: base64::engine::general_purpose::STANDARD.encode(&file.bytes),
+                })
+                .collect(),
         };
         let body = serde_json::to_vec(&body).map_err(|error| SendError::Permanent {
             message: format!("cannot encode the reply: {error}"),

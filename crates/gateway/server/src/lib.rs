@@ -53,6 +53,7 @@ mod documents;
 )]
 mod http;
 mod instruments;
+mod intake;
 mod link;
 mod memory;
 mod metrics;
@@ -355,6 +356,15 @@ impl GatewayState {
 
     /// Returns the media bytes `key` may have charged to it: its own quota, else the configured
     /// default share, else a quarter of the Gateway's media quota.
+    /// Returns the way bytes are taken into the media store ([`intake::Intake`]).
+    pub(crate) fn intake(&self) -> intake::Intake {
+        intake::Intake {
+            store: Arc::clone(&self.store),
+            media: Arc::clone(&self.media),
+            retention: Arc::clone(&self.retention),
+        }
+    }
+
     pub(crate) fn media_share(&self, key: &gatehouse_store::records::ApiKeyRecord) -> u64 {
         shares::key_media_share(
             key.media_quota_bytes,
@@ -768,8 +778,20 @@ pub async fn start(
     // The turns this replica's earlier lease (or a replica that died) left running end as
     // interrupted before anything is dispatched; the sweep does the same from now on.
     cluster::sweep::sweep_once(&replica, store.as_ref(), &turns).await;
-    let channels =
-        Arc::new(channels::Channels::new(&config.channels).map_err(GatewayError::Channels)?);
+    // A channel's files are charged to it with an API key's default media share.
+    let channel_files = channels::ChannelFiles {
+        intake: intake::Intake {
+            store: Arc::clone(&store),
+            media: Arc::clone(&media),
+            retention: Arc::clone(&retention),
+        },
+        max_bytes: config.media_max_bytes,
+        share_bytes: shares::key_media_share(None, &config.shares, config.media_quota_bytes),
+    };
+    let channels = Arc::new(
+        channels::Channels::new(&config.channels, Some(channel_files))
+            .map_err(GatewayError::Channels)?,
+    );
     let metrics = metrics::GatewayMetrics::new(
         &turns.metrics,
         &registry,

@@ -375,6 +375,19 @@ pub const TABLES: &[Table] = &[
         generated_order: None,
     },
     Table {
+        name: "turn_artifacts",
+        columns: &[
+            text("turn_id"),
+            text("path"),
+            text("media_id"),
+            int("size_bytes"),
+            int("created_at_ms"),
+        ],
+        postgres_order: &["turn_id", "path"],
+        identity: None,
+        generated_order: None,
+    },
+    Table {
         name: "channel_sessions",
         columns: &[
             text("session_key"),

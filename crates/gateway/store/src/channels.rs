@@ -14,6 +14,7 @@
 //! - **Pairing.** Pending pairings and the senders operators approved.
 //! - **Polling.** A polling channel's cursor and the lease that lets one replica poll it.
 
+use crate::records::TurnArtifact;
 use async_trait::async_trait;
 
 use crate::error::Result;
@@ -196,6 +197,23 @@ pub trait ChannelStore: Send + Sync + 'static {
     /// # Errors
     /// Storage failures.
     async fn channel_stream_message(&self, turn_id: &str) -> Result<Option<String>>;
+
+    /// Records `artifact` as a reply artifact of `turn_id` (once per path).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn record_turn_artifact(
+        &self,
+        turn_id: &str,
+        artifact: &TurnArtifact,
+        now_ms: i64,
+    ) -> Result<()>;
+
+    /// Returns the reply artifacts of `turn_id`, in the order they were stored.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn turn_artifacts(&self, turn_id: &str) -> Result<Vec<TurnArtifact>>;
 
     /// Returns the channel whose messages opened `session_key`, if a channel did.
     ///

@@ -734,6 +734,17 @@ pub struct ChannelOrigin {
     pub thread: Option<String>,
 }
 
+/// A reply artifact of a turn: a file of the Harness workspace fetched into the media store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnArtifact {
+    /// Its path in the workspace.
+    pub path: String,
+    /// Its blob in the media store.
+    pub media_id: String,
+    /// Its size.
+    pub size_bytes: u64,
+}
+
 /// What a channel did with a message it did not admit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InboundOutcome {

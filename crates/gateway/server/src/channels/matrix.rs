@@ -36,7 +36,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Channel;
 use super::Channels;
+use super::FileSource;
 use super::Inbound;
+use super::InboundFile;
 use super::LoopStatus;
 use super::ReceiveParts;
 use super::Received;
@@ -317,11 +319,28 @@ async fn handle(
             event_id,
             sender,
             text,
+            file,
             thread,
             mentioned,
         } => {
             let direct = is_direct(parts, bot, memory, channel, &room, &sender).await?;
             let stream_thread = thread.clone();
+            // A file without a caption still tells the agent something came.
+            let text = match (&file, text.trim().is_empty()) {
+                (Some(file), true) => format!("(sent the file {:?})", file.name),
+                _ => text,
+            };
+            let files = file
+                .into_iter()
+                .map(|file| InboundFile {
+                    name: file.name,
+                    mime_type: file.mime_type,
+                    source: FileSource::Matrix {
+                        client: bot.client.clone(),
+                        url: file.url,
+                    },
+                })
+                .collect();
             let inbound = Inbound {
                 message_id: event_id.clone(),
                 sender,
@@ -330,6 +349,7 @@ async fn handle(
                 thread,
                 mentioned,
                 text,
+                files,
             };
             let receive = ReceiveParts {
                 store: &parts.store,

@@ -55,8 +55,13 @@ use crate::instruments::ChannelMetrics;
 use crate::turns::IncomingMessage;
 use crate::turns::TurnEngine;
 
+mod files;
 mod matrix;
 mod stream;
+
+pub(crate) use files::ChannelFiles;
+pub(crate) use files::FileSource;
+pub(crate) use files::InboundFile;
 
 pub(crate) use matrix::LoopParts;
 pub(crate) use matrix::SYNC_LEASE_FACTOR;
@@ -171,6 +176,8 @@ pub(crate) struct Channels {
     queued: tokio::sync::Notify,
     /// The replies streaming on this replica (`streaming = "edits"`).
     streams: Arc<stream::Streams>,
+    /// How files are taken in and reply artifacts read; `None` refuses files.
+    files: Option<ChannelFiles>,
 }
 
 impl Channels {
@@ -178,7 +185,10 @@ impl Channels {
     ///
     /// # Errors
     /// An adapter's HTTP client cannot be built.
-    pub(crate) fn new(setups: &[ChannelSetup]) -> Result<Self, reqwest::Error> {
+    pub(crate) fn new(
+        setups: &[ChannelSetup],
+        files: Option<ChannelFiles>,
+    ) -> Result<Self, reqwest::Error> {
         let list = setups
             .iter()
             .map(|setup| {
@@ -229,6 +239,7 @@ impl Channels {
             metrics: ChannelMetrics::for_channels(&names),
             queued: tokio::sync::Notify::new(),
             streams: Arc::default(),
+            files,
         })
     }
 
@@ -262,7 +273,7 @@ impl Channels {
 }
 
 /// A message a channel received, in platform-neutral terms.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct Inbound {
     /// The platform's id of the message.
     pub(crate) message_id: String,
@@ -278,6 +289,8 @@ pub(crate) struct Inbound {
     pub(crate) mentioned: bool,
     /// The text.
     pub(crate) text: String,
+    /// The files it carries; fetched only when it is admitted.
+    pub(crate) files: Vec<InboundFile>,
 }
 
 /// What became of an inbound message.
@@ -419,12 +432,39 @@ async fn admit(
         place,
         thread: message.thread.as_deref(),
     });
+    let mut text = message.text;
+    let mut attachments = Vec::new();
+    if !message.files.is_empty() {
+        let taken = match &parts.channels.files {
+            Some(files) => files.take(&spec.name, &session_key, message.files).await,
+            None => files::TakenFiles {
+                attachments: Vec::new(),
+                notes: message
+                    .files
+                    .iter()
+                    .map(|file| {
+                        gatehouse_channels::files::refusal_note(
+                            &file.name,
+                            "this Gateway takes no files from channels",
+                        )
+                    })
+                    .collect(),
+            },
+        };
+        attachments = taken.attachments;
+        for note in taken.notes {
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(&note);
+        }
+    }
     let admitted = parts
         .turns
         .admit(IncomingMessage {
             session_key: session_key.clone(),
-            text: message.text,
-            attachments: Vec::new(),
+            text,
+            attachments,
             idempotency_key: None,
             queue_mode: spec.queue_mode.unwrap_or(QueueMode::Followup),
             origin: Some(origin),
@@ -666,15 +706,20 @@ async fn outgoing(
     entry: &OutboxEntry,
 ) -> Result<Outgoing, String> {
     let text = outgoing_text(store, entry).await?;
-    let replaces = match &entry.turn_id {
+    let (replaces, files) = match &entry.turn_id {
         Some(turn_id) => {
             channels.streams.stop(turn_id).await;
-            store
+            let replaces = store
                 .channel_stream_message(turn_id)
                 .await
-                .map_err(|error| format!("cannot read the reply's streamed message: {error}"))?
+                .map_err(|error| format!("cannot read the reply's streamed message: {error}"))?;
+            let files = match &channels.files {
+                Some(files) => files.reply_files(turn_id).await?,
+                None => Vec::new(),
+            };
+            (replaces, files)
         }
-        None => None,
+        None => (None, Vec::new()),
     };
     Ok(Outgoing {
         delivery_id: entry.delivery_id.clone(),
@@ -684,6 +729,7 @@ async fn outgoing(
         thread: entry.thread.clone(),
         replaces,
         text,
+        files,
     })
 }
 

@@ -20,6 +20,7 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::response::Response;
+use base64::Engine;
 use gatehouse_api::channels::ChannelError;
 use gatehouse_api::channels::ChannelList;
 use gatehouse_api::channels::ChannelState;
@@ -37,7 +38,9 @@ use gatehouse_store::records::NewDelivery;
 
 use crate::GatewayState;
 use crate::channels::Channel;
+use crate::channels::FileSource;
 use crate::channels::Inbound;
+use crate::channels::InboundFile;
 use crate::channels::LoopStatus;
 use crate::channels::ReceiveParts;
 use crate::channels::Received;
@@ -159,8 +162,10 @@ fn check_message(message: WebhookMessage) -> Result<Inbound, ApiError> {
             )));
         }
     }
-    if message.text.trim().is_empty() {
-        return Err(ApiError::invalid_request("text must not be empty"));
+    if message.text.trim().is_empty() && message.attachments.is_empty() {
+        return Err(ApiError::invalid_request(
+            "text must not be empty unless the message carries attachments",
+        ));
     }
     if message.text.len() > MAX_TEXT_BYTES {
         return Err(ApiError::new(
@@ -168,10 +173,25 @@ fn check_message(message: WebhookMessage) -> Result<Inbound, ApiError> {
             format!("text is over {MAX_TEXT_BYTES} bytes"),
         ));
     }
-    if !message.attachments.is_empty() {
-        return Err(ApiError::invalid_request(
-            "attachments on webhook messages are not supported by this build yet",
-        ));
+    let mut files = Vec::with_capacity(message.attachments.len());
+    for (index, attachment) in message.attachments.into_iter().enumerate() {
+        if attachment.file_name.trim().is_empty() || attachment.file_name.len() > 255 {
+            return Err(ApiError::invalid_request(format!(
+                "attachments[{index}].fileName must be 1 to 255 bytes"
+            )));
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(attachment.base64.as_bytes())
+            .map_err(|error| {
+                ApiError::invalid_request(format!(
+                    "attachments[{index}].base64 is not standard base64: {error}"
+                ))
+            })?;
+        files.push(InboundFile {
+            name: attachment.file_name,
+            mime_type: attachment.mime_type,
+            source: FileSource::Inline(bytes.into()),
+        });
     }
     let group = message
         .conversation
@@ -185,6 +205,7 @@ fn check_message(message: WebhookMessage) -> Result<Inbound, ApiError> {
         // A webhook message is sent to the agent: it is addressed by being sent.
         mentioned: true,
         text: message.text,
+        files,
     })
 }
 

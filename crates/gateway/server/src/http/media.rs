@@ -25,15 +25,13 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use gatehouse_api::keys::Scope;
 use gatehouse_media::MediaError;
-use gatehouse_store::records::CheckpointBlob;
-use gatehouse_store::records::MediaCharge;
-use gatehouse_store::records::MediaChargeKind;
 
 use crate::GatewayState;
 use crate::http::auth::Principal;
 use crate::http::error::ApiError;
+use crate::intake::Incoming;
+use crate::intake::IntakeError;
 use crate::retention::ReleaseError;
-use gatehouse_protocol::time::now_ms;
 
 /// The MIME type of an upload without `Content-Type`.
 const DEFAULT_MIME_TYPE: &str = "application/octet-stream";
@@ -66,15 +64,7 @@ pub(crate) async fn upload_media(
         .get(FILENAME_HEADER)
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     let bytes = read_capped(body, max_bytes).await?;
-    // The pin keeps garbage collection from ever deleting an upload, even when a checkpoint
-    // stored the same bytes; the guard keeps a collection from running between put and pin.
-    let writing = state
-        .retention
-        .hold()
-        .await
-        .map_err(|error| crate::http::error::store_error(&error))?;
     let stored = store_upload(&state, &principal, bytes, mime_type, filename.as_deref()).await;
-    writing.release().await;
     let record = stored?;
     state
         .audit
@@ -290,8 +280,8 @@ fn media_error(error: MediaError) -> ApiError {
     }
 }
 
-/// Stores an upload and records its pin and, for a key, its grant; run under the media hold,
-/// so no collection deletes the blob before the pin refers to it.
+/// Stores an upload under the caller's media share, pinned, and granted to the caller's key
+/// ([`crate::intake`]).
 async fn store_upload(
     state: &GatewayState,
     principal: &Principal,
@@ -300,36 +290,26 @@ async fn store_upload(
     filename: Option<&str>,
 ) -> Result<gatehouse_media::MediaRecord, ApiError> {
     let owner = principal.owner();
-    let hashed = bytes.clone();
-    let media_id = tokio::task::spawn_blocking(move || gatehouse_media::media_id(&hashed))
-        .await
-        .map_err(|error| {
-            tracing::error!(error = %error, "cannot hash an upload");
-            ApiError::internal(ErrorCode::Internal)
-        })?;
-    let blob = CheckpointBlob {
-        media_id,
-        size_bytes: bytes.len() as u64,
-    };
-    let quota_bytes = principal.key().map(|key| state.media_share(key));
-    let charged = state
-        .store
-        .charge_media(
-            &owner,
-            MediaChargeKind::Upload,
-            std::slice::from_ref(&blob),
-            quota_bytes,
-            now_ms(),
-        )
-        .await
-        .map_err(|error| crate::http::error::store_error(&error))?;
-    let fresh = match charged {
-        MediaCharge::Charged { new_bytes, .. } => new_bytes > 0,
-        MediaCharge::OverQuota {
+    let grantee = principal.media_grantee();
+    let taken = state
+        .intake()
+        .take(Incoming {
+            owner: &owner,
+            quota_bytes: principal.key().map(|key| state.media_share(key)),
+            grantee: grantee.as_deref(),
+            pin: "upload",
+            bytes,
+            mime_type,
+            filename,
+        })
+        .await;
+    match taken {
+        Ok(record) => Ok(record),
+        Err(IntakeError::OverShare {
             used_bytes,
             new_bytes,
-        } => {
-            let quota_bytes = quota_bytes.unwrap_or_default();
+            quota_bytes,
+        }) => {
             tracing::info!(
                 actor = principal.actor(),
                 used_bytes,
@@ -337,42 +317,20 @@ async fn store_upload(
                 quota_bytes,
                 "refused an upload over the key's media share"
             );
-            return Err(ApiError::new(
+            Err(ApiError::new(
                 ErrorCode::KeyMediaQuotaExceeded,
                 format!(
                     "this key has {used_bytes} bytes of media (its uploads and its sessions' checkpoints and worktrees), \
                      and {new_bytes} more would pass its media share of {quota_bytes} bytes; delete uploads it no longer needs \
                      (DELETE /v1/media/{{mediaId}}) or ask an operator for a larger share"
                 ),
-            ));
+            ))
         }
-    };
-    let record = match state.media.put(bytes, mime_type, filename).await {
-        Ok(record) => record,
-        Err(error) => {
-            if fresh
-                && let Err(error) = state
-                    .store
-                    .uncharge_media(&owner, MediaChargeKind::Upload, &blob.media_id)
-                    .await
-            {
-                tracing::error!(error = %error, media_id = %blob.media_id, "cannot take back the charge of a refused upload");
-            }
-            return Err(media_error(error));
+        Err(IntakeError::Media(error)) => Err(media_error(error)),
+        Err(IntakeError::Store(error)) => Err(crate::http::error::store_error(&error)),
+        Err(IntakeError::Hash(error)) => {
+            tracing::error!(error = %error, "cannot hash an upload");
+            Err(ApiError::internal(ErrorCode::Internal))
         }
-    };
-    if let Err(error) = state.store.pin_media(&record.id, "upload", now_ms()).await {
-        tracing::error!(error = %error, media_id = %record.id, "cannot pin an upload");
-        return Err(ApiError::internal(error.code()));
     }
-    if let Some(grantee) = principal.media_grantee()
-        && let Err(error) = state
-            .store
-            .grant_media(&record.id, &grantee, now_ms())
-            .await
-    {
-        tracing::error!(error = %error, media_id = %record.id, "cannot record the upload's key");
-        return Err(ApiError::internal(error.code()));
-    }
-    Ok(record)
 }

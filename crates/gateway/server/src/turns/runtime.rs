@@ -322,6 +322,18 @@ impl TurnSink {
         {
             tracing::error!(error = %error, media_id, "cannot record the session of a reply artifact");
         }
+        let artifact = gatehouse_store::records::TurnArtifact {
+            path: path.to_owned(),
+            media_id: media_id.to_owned(),
+            size_bytes: size,
+        };
+        if let Err(error) = self
+            .store
+            .record_turn_artifact(&self.turn_id, &artifact, gatehouse_protocol::time::now_ms())
+            .await
+        {
+            tracing::error!(error = %error, media_id, "cannot record a reply artifact of the turn");
+        }
         let stored = ArtifactStored {
             turn_id: self.turn_id.clone(),
             path: path.to_owned(),

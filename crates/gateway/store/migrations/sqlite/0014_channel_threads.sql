@@ -7,3 +7,14 @@
 ALTER TABLE channel_turns ADD COLUMN thread TEXT;
 ALTER TABLE channel_turns ADD COLUMN stream_message TEXT;
 ALTER TABLE channel_outbox ADD COLUMN thread TEXT;
+
+-- The reply artifacts of each turn, as the `artifact.stored` events record them, by turn: a
+-- channel sends them back with the turn's reply.
+CREATE TABLE turn_artifacts (
+    turn_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    media_id TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (turn_id, path)
+) STRICT;

@@ -21,6 +21,7 @@ use crate::records::OutboxEntry;
 use crate::records::PairingOutcome;
 use crate::records::PairingRecord;
 use crate::records::PairingRequest;
+use crate::records::TurnArtifact;
 
 /// The columns of an [`OutboxEntry`].
 const OUTBOX_COLUMNS: &str = "delivery_id, channel, turn_id, in_reply_to, conversation, \
@@ -537,6 +538,48 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         Ok(message.flatten())
     }
 
+    async fn record_turn_artifact(
+        &self,
+        turn_id: &str,
+        artifact: &TurnArtifact,
+        now_ms: i64,
+    ) -> Result<()> {
+        query(
+            "INSERT INTO turn_artifacts (turn_id, path, media_id, size_bytes, created_at_ms) \
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT (turn_id, path) DO NOTHING",
+        )
+        .bind(turn_id)
+        .text(&artifact.path)
+        .bind(&artifact.media_id)
+        .bind(i64::try_from(artifact.size_bytes).unwrap_or(i64::MAX))
+        .bind(now_ms)
+        .execute(&self.db, "turn artifact")
+        .await?;
+        Ok(())
+    }
+
+    async fn turn_artifacts(&self, turn_id: &str) -> Result<Vec<TurnArtifact>> {
+        query(
+            "SELECT path, media_id, size_bytes FROM turn_artifacts WHERE turn_id = ? \
+             ORDER BY created_at_ms, path COLLATE \"C\"",
+        )
+        .bind(turn_id)
+        .all(&self.db, "turn artifact")
+        .await?
+        .iter()
+        .map(|row| {
+            let size: i64 = get(row, "size_bytes")?;
+            Ok(TurnArtifact {
+                path: get(row, "path")?,
+                media_id: get(row, "media_id")?,
+                size_bytes: u64::try_from(size).map_err(|_| StoreError::Corrupt {
+                    what: "turn artifact",
+                })?,
+            })
+        })
+        .collect()
+    }
+
     async fn session_channel(&self, session_key: &str) -> Result<Option<String>> {
         query("SELECT channel FROM channel_sessions WHERE session_key = ?")
             .bind(session_key)
@@ -561,6 +604,10 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         .bind(before_ms)
         .execute(&mut tx, "channel turn")
         .await?;
+        pruned += query("DELETE FROM turn_artifacts WHERE created_at_ms < ?")
+            .bind(before_ms)
+            .execute(&mut tx, "turn artifact")
+            .await?;
         tx.commit("channel prune").await?;
         Ok(pruned)
     }

@@ -502,6 +502,91 @@ async fn a_channels_deny_tools_narrow_its_sessions_and_no_other() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_webhook_messages_files_are_staged_for_its_turn_typed_by_their_bytes() {
+    use base64::Engine;
+    let (_receiver, reply_url) = Receiver::start().await;
+    let dirs = dirs();
+    let config = channel_config(&dirs, &reply_url);
+    // A bound on files small enough to pass with a webhook body.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("media-max-bytes = 4096\n{text}")).unwrap();
+    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    let gateway = &setup.gateway;
+    let file = |name: &str, mime: &str, bytes: &[u8]| {
+        serde_json::json!({"fileName": name, "mimeType": mime,
+            "base64": base64::engine::general_purpose::STANDARD.encode(bytes)})
+    };
+    let body = serde_json::json!({
+        "messageId": "f1",
+        "sender": "alice",
+        "text": "/say got them",
+        "attachments": [
+            file("notes.txt", "text/plain", b"hello from a file"),
+            file("fake.png", "image/png", b"not an image at all"),
+            file("big.bin", "application/octet-stream", &[7_u8; 5000]),
+        ],
+    });
+    let (status, answer) = post_inbound(gateway, "hooks", body.to_string().as_bytes(), None).await;
+    assert_eq!(status, 202, "{answer}");
+    let turn = wait_turn(gateway, answer["turnId"].as_str().unwrap()).await;
+    assert_eq!(turn["reply"], "got them", "{turn}");
+
+    // The model saw the two files staged in the workspace, and a line for the refused one.
+    let requests = mock_requests(&setup.mock_url).await;
+    let asked = requests.last().unwrap()["body"].to_string();
+    assert!(
+        asked.contains("Attached files")
+            && asked.contains("notes.txt")
+            && asked.contains("fake.png"),
+        "{asked}"
+    );
+    assert!(
+        asked.contains("big.bin") && asked.contains("was not passed on") && asked.contains("4096"),
+        "{asked}"
+    );
+    let staged: Vec<_> = files_under(&setup.dirs.base.join("harness"))
+        .into_iter()
+        .filter(|path| path.to_string_lossy().contains("gatehouse-staged-"))
+        .collect();
+    let notes = staged
+        .iter()
+        .find(|path| path.to_string_lossy().ends_with("notes.txt"))
+        .unwrap_or_else(|| panic!("{staged:?}"));
+    assert_eq!(std::fs::read(notes).unwrap(), b"hello from a file");
+    assert!(
+        !staged
+            .iter()
+            .any(|path| path.to_string_lossy().contains("big.bin"))
+    );
+
+    // Each stored under the type its bytes show, not the one the sender claimed.
+    for (bytes, expected) in [
+        (&b"hello from a file"[..], "text/plain"),
+        (&b"not an image at all"[..], "application/octet-stream"),
+    ] {
+        let id = gatehouse_media::media_id(bytes);
+        let response = gateway.get(&format!("/v1/media/{id}")).await;
+        assert_eq!(response.status(), 200);
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(content_type.starts_with(expected), "{content_type}");
+    }
+
+    // Bytes that are not base64 are refused, and nothing is admitted.
+    let mut bad = body.clone();
+    bad["messageId"] = "f2".into();
+    bad["attachments"][0]["base64"] = "***".into();
+    let (status, answer) = post_inbound(gateway, "hooks", bad.to_string().as_bytes(), None).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer.to_string().contains("attachments[0].base64"),
+        "{answer}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn unverified_or_malformed_inbound_requests_admit_nothing() {
     let (_receiver, reply_url) = Receiver::start().await;
     let dirs = dirs();

@@ -525,3 +525,52 @@ async fn a_matrix_channel_streams_a_reply_by_editing_one_message_and_answers_a_t
         "{sessions:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_matrix_file_is_downloaded_by_the_gateway_and_staged_for_the_turn() {
+    let dirs = dirs();
+    let logs = dirs.base.join("logs");
+    let synapse = Synapse::start(&dirs.base.join("synapse"), &logs).await;
+    let bot = synapse.register("gatehouse-bot", "bot-password").await;
+    let alice = synapse.register("alice", "alice-password").await;
+    let config = matrix_config(
+        &dirs.base,
+        &synapse,
+        &bot,
+        &format!("allow-from = [{:?}]\n", alice.user_id),
+    );
+    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    let gateway = &setup.gateway;
+    wait_connected(gateway).await;
+    let dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
+    wait_membership(&synapse, &alice, &dm, &bot, "join").await;
+
+    let mxc = synapse
+        .upload(&alice, "minutes.md", "text/markdown", b"# Minutes\nship it")
+        .await;
+    synapse
+        .send_message(
+            &alice,
+            &dm,
+            serde_json::json!({"msgtype": "m.file", "body": "/say filed", "filename": "minutes.md",
+                "url": mxc, "info": {"mimetype": "text/markdown", "size": 17}}),
+        )
+        .await;
+    let replies = wait_bot_messages(&synapse, &alice, &bot, &dm, 1).await;
+    assert_eq!(replies[0], "filed");
+    let staged = crate::suite::support::files_under(&setup.dirs.base.join("harness"))
+        .into_iter()
+        .find(|path| {
+            let path = path.to_string_lossy();
+            path.contains("gatehouse-staged-") && path.ends_with("minutes.md")
+        })
+        .expect("the file was staged in the workspace");
+    assert_eq!(std::fs::read(staged).unwrap(), b"# Minutes\nship it");
+    let asked = crate::suite::support::mock_requests(&setup.mock_url).await;
+    assert!(
+        asked.last().unwrap()["body"]
+            .to_string()
+            .contains("minutes.md"),
+        "{asked:?}"
+    );
+}

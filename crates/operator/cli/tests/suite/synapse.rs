@@ -320,6 +320,56 @@ impl Synapse {
         }
     }
 
+    /// Uploads `bytes` as `user` (`POST /_matrix/media/v3/upload`) and returns the `mxc://` URI.
+    pub(crate) async fn upload(
+        &self,
+        user: &MatrixUser,
+        name: &str,
+        mime: &str,
+        bytes: &[u8],
+    ) -> String {
+        let url = format!(
+            "{}/_matrix/media/v3/upload?filename={}",
+            self.url,
+            encode_segment(name)
+        );
+        let response = self
+            .http
+            .post(&url)
+            .bearer_auth(&user.access_token)
+            .header("content-type", mime)
+            .body(bytes.to_vec())
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert!(status.is_success(), "upload: {status} {body}");
+        body["content_uri"].as_str().unwrap().to_owned()
+    }
+
+    /// Downloads `mxc` as `user` through the authenticated media API.
+    pub(crate) async fn download(&self, user: &MatrixUser, mxc: &str) -> Vec<u8> {
+        let (server, id) = mxc.strip_prefix("mxc://").unwrap().split_once('/').unwrap();
+        let url = format!(
+            "{}/_matrix/client/v1/media/download/{server}/{id}",
+            self.url
+        );
+        let response = self
+            .http
+            .get(&url)
+            .bearer_auth(&user.access_token)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "download: {}",
+            response.status()
+        );
+        response.bytes().await.unwrap().to_vec()
+    }
+
     /// Sends a client-API request (`/_matrix/client/v3/` + `segments`, each percent-encoded) as
     /// `user`, and returns the JSON answer; fails the test on an error status.
     async fn call(
@@ -406,7 +456,7 @@ impl Synapse {
                 "port": self.port,
                 "bind_addresses": ["127.0.0.1"],
                 "x_forwarded": false,
-                "resources": [{"names": ["client"], "compress": false}],
+                "resources": [{"names": ["client", "media"], "compress": false}],
             }],
             "database": {
                 "name": "sqlite3",

@@ -1,0 +1,193 @@
+//! Files in and out of a channel ([`gatehouse_channels::files`] holds the bounds).
+//!
+//! - **In.** A file an admitted message carries is read (inline from a webhook body, or
+//!   downloaded from the homeserver with the bot's token) up to the Gateway's upload bound
+//!   (`--media-max-bytes`), stored under the MIME type its bytes show, charged to the channel
+//!   (`channel:<name>`, with an API key's default media share), pinned, granted to the session,
+//!   and attached to the turn, which stages it on the Harness as an API attachment. A refused
+//!   file becomes a line of the message's text. Files of refused or ignored messages are never
+//!   fetched.
+//! - **Out.** A turn's reply artifacts (fetched into the media store as the turn ended) are read
+//!   back and sent with its reply, within [`gatehouse_channels::files::MAX_REPLY_FILES`] and
+//!   [`gatehouse_channels::files::MAX_REPLY_FILE_BYTES`].
+
+use gatehouse_api::sessions::Attachment;
+use gatehouse_channels::files::MAX_FILES_PER_MESSAGE;
+use gatehouse_channels::files::MAX_REPLY_FILE_BYTES;
+use gatehouse_channels::files::MAX_REPLY_FILES;
+use gatehouse_channels::files::OutgoingFile;
+use gatehouse_channels::files::refusal_note;
+use gatehouse_channels::files::sniff_mime_type;
+use gatehouse_channels::matrix::MatrixClient;
+
+use crate::intake::Incoming;
+use crate::intake::Intake;
+use crate::intake::IntakeError;
+
+/// Where a received file's bytes are.
+#[derive(Clone)]
+pub(crate) enum FileSource {
+    /// In the message itself (a webhook's base64).
+    Inline(bytes::Bytes),
+    /// On the homeserver, at this `mxc://` URI.
+    Matrix {
+        /// The bot's client.
+        client: MatrixClient,
+        /// The file's URI.
+        url: String,
+    },
+}
+
+/// A file a message carries.
+#[derive(Clone)]
+pub(crate) struct InboundFile {
+    /// Its name, as the sender gave it.
+    pub(crate) name: String,
+    /// The MIME type the sender declared (only believed for text the bytes confirm).
+    pub(crate) mime_type: String,
+    /// Its bytes.
+    pub(crate) source: FileSource,
+}
+
+impl std::fmt::Debug for InboundFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboundFile")
+            .field("name", &self.name)
+            .field("mime_type", &self.mime_type)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How the channels take files in and read reply artifacts.
+#[derive(Clone)]
+pub(crate) struct ChannelFiles {
+    /// The media store's intake.
+    pub(crate) intake: Intake,
+    /// The most bytes of one file (the Gateway's upload bound).
+    pub(crate) max_bytes: u64,
+    /// The media share of each channel.
+    pub(crate) share_bytes: u64,
+}
+
+/// What became of a message's files: the attachments of its turn, and a line of text for each
+/// file refused.
+#[derive(Debug, Default)]
+pub(crate) struct TakenFiles {
+    pub(crate) attachments: Vec<Attachment>,
+    pub(crate) notes: Vec<String>,
+}
+
+impl ChannelFiles {
+    /// Takes `files` of a message of `channel` in for `session_key`.
+    pub(crate) async fn take(
+        &self,
+        channel: &str,
+        session_key: &str,
+        files: Vec<InboundFile>,
+    ) -> TakenFiles {
+        let mut taken = TakenFiles::default();
+        let owner = format!("channel:{channel}");
+        let grantee = format!("session:{session_key}");
+        for (index, file) in files.into_iter().enumerate() {
+            if index >= MAX_FILES_PER_MESSAGE {
+                taken.notes.push(refusal_note(
+                    &file.name,
+                    &format!("a message passes on at most {MAX_FILES_PER_MESSAGE} files"),
+                ));
+                continue;
+            }
+            match self.take_one(&owner, &grantee, &file).await {
+                Ok(media_id) => taken.attachments.push(Attachment {
+                    media_id,
+                    required: true,
+                }),
+                Err(reason) => {
+                    tracing::info!(channel, file = %file.name, reason = %reason, "refused a file a channel received");
+                    taken.notes.push(refusal_note(&file.name, &reason));
+                }
+            }
+        }
+        taken
+    }
+
+    async fn take_one(
+        &self,
+        owner: &str,
+        grantee: &str,
+        file: &InboundFile,
+    ) -> Result<String, String> {
+        let too_large = || format!("it is larger than {} bytes", self.max_bytes);
+        let bytes = match &file.source {
+            FileSource::Inline(bytes) if bytes.len() as u64 > self.max_bytes => {
+                return Err(too_large());
+            }
+            FileSource::Inline(bytes) => bytes.clone(),
+            FileSource::Matrix { client, url } => client
+                .download(url, self.max_bytes)
+                .await
+                .map_err(|error| match error {
+                    gatehouse_channels::matrix::MatrixError::TooLarge { .. } => too_large(),
+                    other => format!("it could not be downloaded ({other})"),
+                })?,
+        };
+        let mime_type = sniff_mime_type(&bytes, &file.mime_type);
+        let taken = self
+            .intake
+            .take(Incoming {
+                owner,
+                quota_bytes: Some(self.share_bytes),
+                grantee: Some(grantee),
+                pin: "channel",
+                bytes,
+                mime_type: &mime_type,
+                filename: Some(&file.name),
+            })
+            .await;
+        match taken {
+            Ok(record) => Ok(record.id),
+            Err(IntakeError::OverShare { quota_bytes, .. }) => Err(format!(
+                "the channel's files would pass its media share of {quota_bytes} bytes"
+            )),
+            Err(error) => Err(format!("it could not be stored ({error})")),
+        }
+    }
+
+    /// Reads the reply artifacts of `turn_id` back from the media store, within the reply
+    /// bounds; an artifact past them, or unreadable, is left out and logged.
+    pub(crate) async fn reply_files(&self, turn_id: &str) -> Result<Vec<OutgoingFile>, String> {
+        let artifacts = self
+            .intake
+            .store
+            .turn_artifacts(turn_id)
+            .await
+            .map_err(|error| format!("cannot read the reply's artifacts: {error}"))?;
+        let mut files = Vec::new();
+        let mut total: u64 = 0;
+        for artifact in artifacts {
+            total = total.saturating_add(artifact.size_bytes);
+            if files.len() >= MAX_REPLY_FILES || total > MAX_REPLY_FILE_BYTES {
+                tracing::warn!(turn_id, path = %artifact.path, "a reply artifact is past the bounds of a channel reply; not sent");
+                continue;
+            }
+            match self.intake.media.get(&artifact.media_id).await {
+                Ok((record, bytes)) => files.push(OutgoingFile {
+                    name: file_name(&artifact.path),
+                    mime_type: record.mime_type,
+                    bytes,
+                }),
+                Err(error) => {
+                    tracing::warn!(turn_id, error = %error, "cannot read a reply artifact; not sent");
+                }
+            }
+        }
+        Ok(files)
+    }
+}
+
+/// The last component of a workspace path.
+fn file_name(path: &str) -> String {
+    path.rsplit('/')
+        .find(|part| !part.is_empty())
+        .unwrap_or("file")
+        .to_owned()
+}
