@@ -641,6 +641,45 @@ async fn reply_artifacts_are_fetched_through_the_workspace_service() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_matrix_channel_sends_a_codex_turns_reply_artifacts_as_files() {
+    let outside = dirs();
+    let logs = outside.base.join("logs");
+    let synapse = crate::suite::synapse::Synapse::start(&outside.base.join("synapse"), &logs).await;
+    let bot = synapse.register("gatehouse-bot", "bot-password").await;
+    let alice = synapse.register("alice", "alice-password").await;
+    let config = crate::suite::matrix::matrix_config(
+        &outside.base,
+        &synapse,
+        &bot,
+        &format!("allow-from = [{:?}]\n", alice.user_id),
+    );
+    let setup = Setup::start(&["--config", &config]).await;
+    crate::suite::matrix::wait_connected(&setup.gateway).await;
+    let dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
+    crate::suite::matrix::wait_membership(&synapse, &alice, &dm, &bot, "join").await;
+    std::fs::write(
+        setup.harness.join("workspace").join("report.txt"),
+        "quarterly numbers",
+    )
+    .unwrap();
+    synapse
+        .send_text(&alice, &dm, "/say MEDIA:report.txt", &[])
+        .await;
+    let sent = synapse
+        .wait_for(
+            &alice,
+            &dm,
+            |event| event["sender"] == bot.user_id.as_str() && event["content"]["msgtype"] == "m.file",
+            WAIT,
+        )
+        .await;
+    assert_eq!(sent["content"]["body"], "report.txt", "{sent:#}");
+    assert_eq!(sent["content"]["info"]["mimetype"], "text/plain", "{sent:#}");
+    let mxc = sent["content"]["url"].as_str().unwrap();
+    assert_eq!(synapse.download(&alice, mxc).await, b"quarterly numbers");
+}
+
 /// Reads the session's event stream from the start and returns the payload of the last event
 /// of `kind`.
 async fn last_event(setup: &Setup, kind: &str) -> serde_json::Value {
