@@ -198,6 +198,13 @@ pub trait ChannelStore: Send + Sync + 'static {
     /// Storage failures.
     async fn channel_stream_message(&self, turn_id: &str) -> Result<Option<String>>;
 
+    /// Returns the store's own clock (Unix milliseconds): the time the channels' leases and
+    /// delivery claims are judged by, so two replicas' clocks never decide who holds what.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn channel_clock_ms(&self) -> Result<i64>;
+
     /// Records `artifact` as a reply artifact of `turn_id` (once per path).
     ///
     /// # Errors

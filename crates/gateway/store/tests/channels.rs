@@ -33,6 +33,7 @@ gatehouse_testkit::on_both_backends!(
     a_channel_turn_queues_its_reply_as_it_ends_and_one_deliverer_sends_it,
     pairing_keeps_one_code_per_sender_and_a_bounded_number_per_channel,
     one_holder_polls_a_channel_and_only_it_moves_the_cursor,
+    a_reply_keeps_its_thread_its_streamed_message_and_its_artifacts,
 );
 
 fn origin(message_id: &str, sender: &str) -> ChannelOrigin {
@@ -536,4 +537,84 @@ async fn one_holder_polls_a_channel_and_only_it_moves_the_cursor(target: Target)
             .unwrap(),
         None
     );
+}
+
+async fn a_reply_keeps_its_thread_its_streamed_message_and_its_artifacts(target: Target) {
+    let store = target.open().await;
+    let mut threaded = origin("m1", "alice");
+    threaded.thread = Some("$root".into());
+    store
+        .admit_user_message(&message("t1", threaded))
+        .await
+        .unwrap();
+    // The streamed message: the first one recorded stays.
+    assert_eq!(store.channel_stream_message("t1").await.unwrap(), None);
+    store
+        .set_channel_stream_message("t1", "$stream")
+        .await
+        .unwrap();
+    store
+        .set_channel_stream_message("t1", "$other")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.channel_stream_message("t1").await.unwrap().as_deref(),
+        Some("$stream")
+    );
+    // Artifacts, once per path, in the order stored.
+    for (path, at) in [("out/b.txt", 10), ("out/a.txt", 11), ("out/b.txt", 12)] {
+        let artifact = gatehouse_store::records::TurnArtifact {
+            path: path.into(),
+            media_id: format!("{path}-blob"),
+            size_bytes: 5,
+        };
+        store
+            .record_turn_artifact("t1", &artifact, at)
+            .await
+            .unwrap();
+    }
+    let paths: Vec<String> = store
+        .turn_artifacts("t1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|artifact| artifact.path)
+        .collect();
+    assert_eq!(paths, vec!["out/b.txt".to_owned(), "out/a.txt".to_owned()]);
+    // The reply goes into the thread.
+    let Acquired::Taken(lease) = store.acquire_replica("r1", None, 3_600_000).await.unwrap() else {
+        panic!("the lease is held");
+    };
+    let ClaimOutcome::Claimed(_) = store
+        .claim_next_turn(&lease.fence, "agent:main:hooks:direct:alice", 20)
+        .await
+        .unwrap()
+    else {
+        panic!("no turn to claim");
+    };
+    let end = TurnEnd {
+        status: TurnStatus::Completed,
+        reply: Some("ok".into()),
+        error_code: None,
+        error_message: None,
+        usage: None,
+        now_ms: 30,
+    };
+    assert!(store.finish_turn(&lease.fence, "t1", &end).await.unwrap());
+    let entry = store
+        .claim_channel_delivery(&["hooks".to_owned()], "r1", 1_000, 40)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(entry.thread.as_deref(), Some("$root"));
+    // The store's clock is a wall clock (within a minute of this one).
+    let clock = store.channel_clock_ms().await.unwrap();
+    let here = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    assert!((clock - here).abs() < 60_000, "{clock} against {here}");
 }

@@ -119,12 +119,15 @@ struct LoopMemory {
     typing: Arc<parking_lot::Mutex<HashSet<String>>>,
     /// Stops the typing tasks with the loop.
     shutdown: CancellationToken,
+    /// The store's clock, which the channel's lease is judged by.
+    clock: Option<super::StoreClock>,
 }
 
 async fn run_loop(parts: LoopParts, index: usize, shutdown: CancellationToken) {
     let channel = &parts.channels.all()[index];
     let mut memory = LoopMemory {
         shutdown: shutdown.clone(),
+        clock: Some(super::StoreClock::new(Arc::clone(&parts.store))),
         ..LoopMemory::default()
     };
     let mut failures: u32 = 0;
@@ -168,14 +171,10 @@ async fn sync_once(
     let Some(bot) = &channel.matrix else {
         return Err(String::from("the channel has no Matrix account"));
     };
+    let lease_ms = i64::try_from(parts.lease.as_millis()).unwrap_or(i64::MAX);
     let held = parts
         .store
-        .hold_channel(
-            name,
-            &parts.holder,
-            i64::try_from(parts.lease.as_millis()).unwrap_or(i64::MAX),
-            now_ms(),
-        )
+        .hold_channel(name, &parts.holder, lease_ms, store_now(memory).await?)
         .await
         .map_err(|error| format!("cannot take the channel's lease: {error}"))?;
     if !held {
@@ -213,13 +212,29 @@ async fn sync_once(
     }
     let stored = parts
         .store
-        .set_channel_cursor(name, &parts.holder, answer.next_batch(), now_ms())
+        .set_channel_cursor(
+            name,
+            &parts.holder,
+            answer.next_batch(),
+            store_now(memory).await?,
+        )
         .await
         .map_err(|error| format!("cannot store the channel's cursor: {error}"))?;
     Ok(match stored {
         true => Step::Synced,
         false => Step::Standby,
     })
+}
+
+/// The store's time, which the channel's lease is judged by.
+async fn store_now(memory: &LoopMemory) -> Result<i64, String> {
+    match &memory.clock {
+        Some(clock) => clock
+            .now_ms()
+            .await
+            .map_err(|error| format!("cannot read the store's clock: {error}")),
+        None => Err(String::from("the loop has no clock")),
+    }
 }
 
 /// Checks that the access token belongs to the configured user and reads its display name.

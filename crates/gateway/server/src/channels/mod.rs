@@ -55,10 +55,12 @@ use crate::instruments::ChannelMetrics;
 use crate::turns::IncomingMessage;
 use crate::turns::TurnEngine;
 
+mod clock;
 mod files;
 mod matrix;
 mod stream;
 
+pub(crate) use clock::StoreClock;
 pub(crate) use files::ChannelFiles;
 pub(crate) use files::FileSource;
 pub(crate) use files::InboundFile;
@@ -582,13 +584,19 @@ pub(crate) async fn run_deliverer(
         return;
     }
     let claim_ms = i64::try_from(DELIVERY_CLAIM.as_millis()).unwrap_or(i64::MAX);
+    let clock = StoreClock::new(Arc::clone(&store));
     loop {
-        let claimed = store
-            .claim_channel_delivery(&names, &claimant, claim_ms, now_ms())
-            .await;
+        let claimed = match clock.now_ms().await {
+            Ok(now) => {
+                store
+                    .claim_channel_delivery(&names, &claimant, claim_ms, now)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
         match claimed {
             Ok(Some(entry)) => {
-                deliver(&channels, store.as_ref(), &audit, &claimant, entry).await;
+                deliver(&channels, store.as_ref(), &clock, &audit, &claimant, entry).await;
                 continue;
             }
             Ok(None) => {}
@@ -611,6 +619,7 @@ pub(crate) async fn run_deliverer(
 async fn deliver(
     channels: &Channels,
     store: &dyn Store,
+    clock: &StoreClock,
     audit: &Audit,
     claimant: &str,
     entry: OutboxEntry,
@@ -634,8 +643,13 @@ async fn deliver(
                 retry_after,
                 retry::jitter_unit(),
             ) {
+                // Due by the store's clock, which the claims are judged by (this replica's
+                // when the store cannot say: a due time only decides when, never who).
                 Some(delay) => DeliveryEnd::Retry {
-                    next_attempt_at_ms: now_ms()
+                    next_attempt_at_ms: clock
+                        .now_ms()
+                        .await
+                        .unwrap_or_else(|_| now_ms())
                         .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
                     error: message,
                 },

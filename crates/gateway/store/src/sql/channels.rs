@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 
 use super::Backend;
+use super::NOW_MS;
 use super::SqlRow;
 use super::SqlStore;
 use super::Tx;
@@ -536,6 +537,12 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
                 .opt_scalar(&self.db, "channel turn")
                 .await?;
         Ok(message.flatten())
+    }
+
+    async fn channel_clock_ms(&self) -> Result<i64> {
+        query(format!("SELECT {NOW_MS}"))
+            .scalar(&self.db, "clock")
+            .await
     }
 
     async fn record_turn_artifact(

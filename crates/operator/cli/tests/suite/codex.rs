@@ -670,12 +670,17 @@ async fn a_matrix_channel_sends_a_codex_turns_reply_artifacts_as_files() {
         .wait_for(
             &alice,
             &dm,
-            |event| event["sender"] == bot.user_id.as_str() && event["content"]["msgtype"] == "m.file",
+            |event| {
+                event["sender"] == bot.user_id.as_str() && event["content"]["msgtype"] == "m.file"
+            },
             WAIT,
         )
         .await;
     assert_eq!(sent["content"]["body"], "report.txt", "{sent:#}");
-    assert_eq!(sent["content"]["info"]["mimetype"], "text/plain", "{sent:#}");
+    assert_eq!(
+        sent["content"]["info"]["mimetype"], "text/plain",
+        "{sent:#}"
+    );
     let mxc = sent["content"]["url"].as_str().unwrap();
     assert_eq!(synapse.download(&alice, mxc).await, b"quarterly numbers");
 }
