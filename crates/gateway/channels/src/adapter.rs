@@ -10,6 +10,8 @@ pub struct Outgoing {
     /// The outbox entry's id, the same on every attempt: the platform's idempotency key where
     /// it takes one.
     pub delivery_id: String,
+    /// The attempts made before this one: a retry may find parts an earlier attempt sent.
+    pub attempt: u32,
     /// The platform id of the message it answers.
     pub in_reply_to: Option<String>,
     /// Where it goes.

@@ -29,6 +29,10 @@ pub const MAX_MESSAGE_CHARS: usize = 6_000;
 /// How long one request other than `/sync` may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How many of a room's latest events a retried delivery looks through for the parts an
+/// earlier attempt sent.
+pub const RECENT_EVENTS: u32 = 100;
+
 /// The notice an encrypted message is answered with.
 pub const ENCRYPTED_NOTICE: &str = "This room is end-to-end encrypted, which this agent does not \
      support: it cannot read messages here. Write to it in an unencrypted room.";
@@ -446,6 +450,24 @@ struct Uploaded {
     content_uri: String,
 }
 
+#[derive(Deserialize)]
+struct MessagesPage {
+    #[serde(default)]
+    chunk: Vec<PageEvent>,
+}
+
+#[derive(Deserialize)]
+struct PageEvent {
+    #[serde(default)]
+    unsigned: Unsigned,
+}
+
+#[derive(Default, Deserialize)]
+struct Unsigned {
+    #[serde(default)]
+    transaction_id: Option<String>,
+}
+
 /// The body of `POST /createRoom`.
 #[derive(Serialize)]
 struct CreateRoom<'a> {
@@ -677,6 +699,28 @@ impl MatrixClient {
         Ok(bytes.into())
     }
 
+    /// Returns the transaction ids of this token's events among the latest
+    /// [`RECENT_EVENTS`] of `room` (`GET /rooms/{room}/messages`): the homeserver shows an
+    /// event's `unsigned.transaction_id` only to the client that sent it.
+    ///
+    /// # Errors
+    /// [`MatrixError`].
+    pub async fn sent_transactions(
+        &self,
+        room: &str,
+    ) -> Result<std::collections::HashSet<String>, MatrixError> {
+        let mut url = self.endpoint(&["rooms", room, "messages"]);
+        url.query_pairs_mut()
+            .append_pair("dir", "b")
+            .append_pair("limit", &RECENT_EVENTS.to_string());
+        let page: MessagesPage = self.call(self.http.get(url), REQUEST_TIMEOUT).await?;
+        Ok(page
+            .chunk
+            .into_iter()
+            .filter_map(|event| event.unsigned.transaction_id)
+            .collect())
+    }
+
     /// Uploads `file` (`POST /_matrix/media/v3/upload`) and returns its `mxc://` URI.
     ///
     /// # Errors
@@ -854,14 +898,27 @@ impl Adapter for MatrixAdapter {
             .as_deref()
             .filter(|id| id.starts_with('$'));
         let thread = message.thread.as_deref();
+        // A homeserver remembers transaction ids for a while only (Synapse: about 30 minutes),
+        // and a retry may come later: a retry first looks for what an earlier attempt sent.
+        let sent = match message.attempt {
+            0 => std::collections::HashSet::new(),
+            _ => self
+                .client
+                .sent_transactions(&message.conversation)
+                .await
+                .map_err(send_error)?,
+        };
         for (index, part) in split(&message.text, MAX_MESSAGE_CHARS).iter().enumerate() {
+            let txn = format!("{}.{index}", message.delivery_id);
+            if sent.contains(&txn) {
+                continue;
+            }
             // The first part replaces the message that streamed the reply, when there is one.
             let content = match (index, message.replaces.as_deref()) {
                 (0, Some(original)) => edit_content(part, original),
                 (0, None) => message_content(part, in_reply_to, thread),
                 _ => message_content(part, None, thread),
             };
-            let txn = format!("{}.{index}", message.delivery_id);
             self.client
                 .send(&message.conversation, &txn, &content)
                 .await
@@ -870,8 +927,11 @@ impl Adapter for MatrixAdapter {
         // Each file once: a retry uploads it again, but its message's transaction id shows it
         // once.
         for (index, file) in message.files.iter().enumerate() {
-            let mxc = self.client.upload(file).await.map_err(send_error)?;
             let txn = format!("{}.file{index}", message.delivery_id);
+            if sent.contains(&txn) {
+                continue;
+            }
+            let mxc = self.client.upload(file).await.map_err(send_error)?;
             self.client
                 .send(
                     &message.conversation,

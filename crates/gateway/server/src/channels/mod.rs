@@ -737,6 +737,7 @@ async fn outgoing(
     };
     Ok(Outgoing {
         delivery_id: entry.delivery_id.clone(),
+        attempt: entry.attempts,
         in_reply_to: entry.in_reply_to.clone(),
         conversation: entry.conversation.clone(),
         recipient: entry.recipient.clone(),

@@ -558,6 +558,20 @@ async fn a_matrix_file_is_downloaded_by_the_gateway_and_staged_for_the_turn() {
         .await;
     let replies = wait_bot_messages(&synapse, &alice, &bot, &dm, 1).await;
     assert_eq!(replies[0], "filed");
+    // What a retried delivery finds: the transaction ids the bot's token sent, and only those.
+    let client = gatehouse_channels::matrix::MatrixClient::new(
+        url::Url::parse(synapse.url()).unwrap(),
+        gatehouse_channels::secret::Secret::new(bot.access_token.clone()),
+    )
+    .unwrap();
+    let sent = client.sent_transactions(&dm).await.unwrap();
+    assert!(
+        sent.len() == 1
+            && sent
+                .iter()
+                .all(|txn| txn.starts_with("reply-") && txn.ends_with(".0")),
+        "{sent:?}"
+    );
     let staged = crate::suite::support::files_under(&setup.dirs.base.join("harness"))
         .into_iter()
         .find(|path| {
