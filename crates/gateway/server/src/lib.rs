@@ -30,10 +30,11 @@
 //!    client, the memory index and the skills catalog.
 //! 5. `tools`, `documents`: the Gateway-provided tools and the four Agent documents.
 //! 6. `turns`: admission, queue modes, the runtime interface, dispatch, and the event hub.
-//! 7. `retention`, `worktree`, `staging`, `channels`: what a turn keeps and takes: the
-//!    checkpoint quota and blob collection, the worktrees of sessions, and the staging of
-//!    attachments; and the chat platforms' channels, whose messages are admitted as turns and
-//!    whose replies are delivered from the store's outbox.
+//! 7. `retention`, `intake`, `worktree`, `staging`, `channels`: what a turn keeps and takes:
+//!    the checkpoint quota and blob collection, bytes taken into the media store (uploads and
+//!    channel files), the worktrees of sessions, and the staging of attachments; and the chat
+//!    platforms' channels, whose messages are admitted as turns and whose replies are
+//!    delivered from the store's outbox.
 //! 8. `cluster`: replicas on one store: leases, node links in the store, dispatch to the replica
 //!    holding a session's node, the sweep, announcements and forwarding.
 //! 9. `node_runtime`: the runtime that runs a turn on the enrolled node, with its checkpoint and

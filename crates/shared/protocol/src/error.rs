@@ -154,7 +154,8 @@ catalogue! {
         InvalidPath = "INVALID_PATH", 400;
         /// The path has a `..` segment or resolves outside the root.
         PathTraversal = "PATH_TRAVERSAL", 403;
-        /// The path policy refuses the access.
+        /// The path policy refuses the access, or a tool policy does (a tool denied to the session
+        /// by its channel, called or reported run anyway).
         PolicyDenied = "POLICY_DENIED", 403;
         /// No path policy entry applies to the node.
         NoPolicy = "NO_POLICY", 403;
