@@ -577,7 +577,7 @@ impl WorkerSupervisor {
         // The worker's spans join the trace of this node host's invoke span.
         params.traceparent = gatehouse_telemetry::traceparent(&tracing::Span::current());
         // Refused before anything is written, so the worker stays in step.
-        let line = request_line(&WorkerRequest::Turn(params))?;
+        let line = request_line(&WorkerRequest::Turn(Box::new(params)))?;
         // Until the turn ends, dropping this future (a cancel) kills the worker.
         let mut kill_on_drop = KillOnDrop {
             worker: Some(worker),

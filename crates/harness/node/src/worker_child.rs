@@ -199,7 +199,7 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
             };
             match serde_json::from_str::<WorkerRequest>(&line) {
                 Ok(WorkerRequest::Turn(params)) => {
-                    if turns.send(Some(params)).await.is_err() {
+                    if turns.send(Some(*params)).await.is_err() {
                         return;
                     }
                 }

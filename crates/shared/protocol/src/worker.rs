@@ -544,7 +544,7 @@ fn default_exec_timeout_seconds() -> u64 {
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum WorkerRequest {
     /// Run a turn.
-    Turn(AgentTurnParams),
+    Turn(Box<AgentTurnParams>),
     /// The answer to a [`WorkerEvent::GatewayTool`].
     GatewayToolResult {
         /// The id of the call.

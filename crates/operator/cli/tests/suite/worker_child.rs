@@ -56,7 +56,7 @@ fn an_over_long_request_line_is_refused_with_a_code_and_the_next_request_is_serv
         scratch: None,
         sandbox: SandboxSettings::default(),
     };
-    let turn = WorkerRequest::Turn(AgentTurnParams {
+    let turn = WorkerRequest::Turn(Box::new(AgentTurnParams {
         session_key: String::from("s"),
         turn_id: String::from("t1"),
         history: Vec::new(),
@@ -69,7 +69,7 @@ fn an_over_long_request_line_is_refused_with_a_code_and_the_next_request_is_serv
         skills_prompt: None,
         skill_copies: Vec::new(),
         traceparent: None,
-    });
+    }));
     let mut child = gatehouse()
         .arg("worker")
         .env("HOME", &dirs.base)
