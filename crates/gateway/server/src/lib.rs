@@ -790,8 +790,16 @@ pub async fn start(
         share_bytes: shares::key_media_share(None, &config.shares, config.media_quota_bytes),
     };
     let channels = Arc::new(
-        channels::Channels::new(&config.channels, Some(channel_files))
-            .map_err(GatewayError::Channels)?,
+        channels::Channels::new(
+            &config.channels,
+            Some(channel_files),
+            // A sender's share: what an API key gets by default, before the nodes report.
+            config
+                .shares
+                .key_concurrent_turns
+                .unwrap_or_else(|| shares::default_turn_share(config.max_concurrent_turns as u64)),
+        )
+        .map_err(GatewayError::Channels)?,
     );
     let metrics = metrics::GatewayMetrics::new(
         &turns.metrics,

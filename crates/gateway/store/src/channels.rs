@@ -198,6 +198,13 @@ pub trait ChannelStore: Send + Sync + 'static {
     /// Storage failures.
     async fn channel_stream_message(&self, turn_id: &str) -> Result<Option<String>>;
 
+    /// Returns how many turns of `channel` that took a message of `sender` are queued or
+    /// running.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn channel_sender_open_turns(&self, channel: &str, sender: &str) -> Result<u32>;
+
     /// Returns the store's own clock (Unix milliseconds): the time the channels' leases and
     /// delivery claims are judged by, so two replicas' clocks never decide who holds what.
     ///

@@ -62,6 +62,17 @@ pub(crate) const MAX_SYNC_BACKOFF: Duration = Duration::from_secs(60);
 /// The longest a typing indicator is kept up for one turn.
 pub(crate) const MAX_TYPING: Duration = Duration::from_secs(600);
 
+/// How often a sender whose share of turns is taken is told so, at most.
+pub(crate) const BUSY_NOTICE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The notice a sender whose share of `share` turns is taken gets.
+fn busy_notice(share: u32) -> String {
+    format!(
+        "You have {share} messages waiting for an answer already; this one was not taken. \
+         Send it again once the agent has answered."
+    )
+}
+
 /// A Matrix channel's bot account.
 pub(crate) struct MatrixBot {
     /// Its client.
@@ -121,6 +132,8 @@ struct LoopMemory {
     shutdown: CancellationToken,
     /// The store's clock, which the channel's lease is judged by.
     clock: Option<super::StoreClock>,
+    /// When each sender was last told that its share of turns is taken.
+    told_busy: HashMap<String, std::time::Instant>,
 }
 
 async fn run_loop(parts: LoopParts, index: usize, shutdown: CancellationToken) {
@@ -358,7 +371,7 @@ async fn handle(
                 .collect();
             let inbound = Inbound {
                 message_id: event_id.clone(),
-                sender,
+                sender: sender.clone(),
                 conversation: room.clone(),
                 group: (!direct).then(|| room.clone()),
                 thread,
@@ -394,6 +407,30 @@ async fn handle(
                     parts.channels.streams.start(target, &memory.shutdown);
                 }
                 show_typing(bot, &parts.store, memory, room, turn_id);
+                return Ok(());
+            }
+            if let Received::Busy { share } = received {
+                // Recorded, so a restart does not judge it again; the sender is told at most
+                // once a minute.
+                let tell = memory
+                    .told_busy
+                    .get(&sender)
+                    .is_none_or(|told| told.elapsed() >= BUSY_NOTICE_INTERVAL);
+                if tell {
+                    memory
+                        .told_busy
+                        .insert(sender.clone(), std::time::Instant::now());
+                }
+                let origin = origin(channel, &room, event_id, sender);
+                notice_or_record(
+                    parts,
+                    &origin,
+                    InboundOutcome::Denied,
+                    tell,
+                    &busy_notice(share),
+                )
+                .await
+                .map_err(store_error)?;
             }
             Ok(())
         }

@@ -180,6 +180,8 @@ pub(crate) struct Channels {
     streams: Arc<stream::Streams>,
     /// How files are taken in and reply artifacts read; `None` refuses files.
     files: Option<ChannelFiles>,
+    /// How many turns one sender may have queued or running on a channel.
+    sender_turns: u32,
 }
 
 impl Channels {
@@ -190,6 +192,7 @@ impl Channels {
     pub(crate) fn new(
         setups: &[ChannelSetup],
         files: Option<ChannelFiles>,
+        sender_turns: u32,
     ) -> Result<Self, reqwest::Error> {
         let list = setups
             .iter()
@@ -242,6 +245,7 @@ impl Channels {
             queued: tokio::sync::Notify::new(),
             streams: Arc::default(),
             files,
+            sender_turns: sender_turns.max(1),
         })
     }
 
@@ -307,6 +311,12 @@ pub(crate) enum Received {
     },
     /// It reached no session.
     NotAccepted(NotAcceptedReason),
+    /// Its sender has as many turns queued or running on the channel as it may: it was not
+    /// judged, and may be sent again once one ended.
+    Busy {
+        /// The sender's share.
+        share: u32,
+    },
 }
 
 /// What receiving needs of the Gateway.
@@ -341,7 +351,7 @@ pub(crate) async fn receive(
         Received::Admitted { .. } => "admitted",
         Received::NotAccepted(NotAcceptedReason::Duplicate) => "duplicate",
         Received::NotAccepted(NotAcceptedReason::Pairing) => "pairing",
-        Received::NotAccepted(NotAcceptedReason::Denied) => "denied",
+        Received::NotAccepted(NotAcceptedReason::Denied) | Received::Busy { .. } => "denied",
     };
     parts.channels.metrics.inbound(&channel.spec.name, outcome);
     Ok(received)
@@ -425,6 +435,26 @@ async fn admit(
         Some(group) => Place::Group(group),
         None => Place::Direct,
     };
+    // A sender's share of turns, as an API key has one: a flood from one allowed sender
+    // cannot queue without bound.
+    let open = parts
+        .store
+        .channel_sender_open_turns(&spec.name, &message.sender)
+        .await?;
+    if open >= parts.channels.sender_turns {
+        audit_channel(
+            parts.audit,
+            &spec.name,
+            "channel.busy",
+            "denied",
+            Some(gatehouse_protocol::error::ErrorCode::RateLimited.as_str()),
+            serde_json::json!({"channel": spec.name, "sender": message.sender, "turns": open}),
+        )
+        .await;
+        return Ok(Received::Busy {
+            share: parts.channels.sender_turns,
+        });
+    }
     let session_key = gatehouse_channels::session_key::session_key(&KeyParts {
         agent: &spec.agent,
         channel: &spec.name,

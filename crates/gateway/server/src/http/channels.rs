@@ -102,6 +102,16 @@ pub(crate) async fn inbound(
             }),
         )
             .into_response(),
+        // Nothing was recorded: the sending system may send it again once a turn ended.
+        Received::Busy { share } => {
+            return Err(ApiError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "this sender has {share} turns queued or running on the channel already; send the message again once one ended"
+                ),
+            )
+            .with_retry_after(crate::http::limits::TURN_RETRY_AFTER_SECONDS));
+        }
         Received::NotAccepted(reason) => Json(WebhookAnswer {
             accepted: false,
             session_key: None,

@@ -18,3 +18,6 @@ CREATE TABLE turn_artifacts (
     created_at_ms BIGINT NOT NULL,
     PRIMARY KEY (turn_id, path)
 );
+
+-- What a sender's share of turns is counted by.
+CREATE INDEX channel_turns_by_sender ON channel_turns (channel, sender);

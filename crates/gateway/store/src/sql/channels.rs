@@ -539,6 +539,18 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         Ok(message.flatten())
     }
 
+    async fn channel_sender_open_turns(&self, channel: &str, sender: &str) -> Result<u32> {
+        let count: i64 = query(
+            "SELECT COUNT(*) FROM channel_turns c JOIN turns t ON t.turn_id = c.turn_id \
+             WHERE c.channel = ? AND c.sender = ? AND t.status IN ('queued', 'running')",
+        )
+        .bind(channel)
+        .text(sender)
+        .scalar(&self.db, "channel turn")
+        .await?;
+        Ok(u32::try_from(count).unwrap_or(u32::MAX))
+    }
+
     async fn channel_clock_ms(&self) -> Result<i64> {
         query(format!("SELECT {NOW_MS}"))
             .scalar(&self.db, "clock")

@@ -587,6 +587,40 @@ async fn a_webhook_messages_files_are_staged_for_its_turn_typed_by_their_bytes()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_sender_has_a_share_of_turns_like_an_api_key() {
+    let (receiver, reply_url) = Receiver::start().await;
+    let dirs = dirs();
+    let config = channel_config(&dirs, &reply_url);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("key-concurrent-turns = 2\n{text}")).unwrap();
+    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    let gateway = &setup.gateway;
+    let mut turns = Vec::new();
+    for id in ["b1", "b2"] {
+        let (status, answer) = message(gateway, id, "alice", "/slow 300 one two three four").await;
+        assert_eq!(status, 202, "{answer}");
+        turns.push(answer["turnId"].as_str().unwrap().to_owned());
+    }
+    // Past the share: refused with a retry hint and nothing recorded.
+    let (status, answer) = message(gateway, "b3", "alice", "/say third").await;
+    assert_eq!(status, 429, "{answer}");
+    assert!(answer.to_string().contains("RATE_LIMITED"), "{answer}");
+    // Another sender is not held back by alice.
+    let (status, answer) = message(gateway, "g1", "alice2", "/say hi").await;
+    assert_eq!((status, answer["reason"].clone()), (200, "pairing".into()));
+    for turn in &turns {
+        wait_turn(gateway, turn).await;
+    }
+    // Once a turn ended the same message is taken.
+    let (status, answer) = message(gateway, "b3", "alice", "/say third").await;
+    assert_eq!(status, 202, "{answer}");
+    wait_turn(gateway, answer["turnId"].as_str().unwrap()).await;
+    let replies = receiver.wait_for("alice", 3).await;
+    assert_eq!(replies[2].text, "third");
+    assert_eq!(model_calls_with(&setup, "third").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn unverified_or_malformed_inbound_requests_admit_nothing() {
     let (_receiver, reply_url) = Receiver::start().await;
     let dirs = dirs();
