@@ -140,6 +140,16 @@ pub enum DmScope {
     PerAccountChannelPeer,
 }
 
+impl ChannelSpec {
+    /// The tools its sessions' turns may not run: `deny-tools` with every tool that can do what
+    /// a listed one does ([`gatehouse_policy::tool::with_equivalents`]: denying `exec` denies
+    /// `process`, denying `write` denies `edit` and `apply_patch`).
+    #[must_use]
+    pub fn denied_tools(&self) -> Vec<String> {
+        gatehouse_policy::tool::with_equivalents(&self.deny_tools)
+    }
+}
+
 /// How a channel sends a reply.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -229,10 +239,14 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<KindSettings>>, Conf
                     ),
                 ));
             }
-            if let Some(entry) = spec.deny_tools.iter().find(|entry| !valid_tool_entry(entry)) {
+            if let Some(entry) = spec
+                .deny_tools
+                .iter()
+                .find(|entry| !gatehouse_policy::tool::known_tool_entry(entry))
+            {
                 return Err(error(
                     "deny-tools",
-                    format!("{entry:?} is neither a tool name nor a known group:NAME (for example \"exec\" or \"group:runtime\")"),
+                    format!("{entry:?} names no tool: use a tool name (\"exec\"), a group (\"group:runtime\") or a * glob"),
                 ));
             }
             if spec.streaming == Streaming::Edits && spec.kind != ChannelKind::Matrix {
@@ -388,19 +402,6 @@ fn valid_agent(agent: &str) -> bool {
         && agent
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
-/// Whether `entry` of `deny-tools` names a tool (letters, digits, `_`, `-`, `.`, and `*` as a
-/// glob) or a group the tool policy knows: an unknown group would deny nothing.
-fn valid_tool_entry(entry: &str) -> bool {
-    let entry = gatehouse_policy::tool::normalize_tool_name(entry);
-    if entry.starts_with("group:") {
-        return gatehouse_policy::tool::group_members(&entry).is_some();
-    }
-    (1..=64).contains(&entry.len())
-        && entry
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'*'))
 }
 
 #[cfg(test)]

@@ -44,9 +44,9 @@ impl std::fmt::Debug for OutgoingFile {
     }
 }
 
-/// Returns the MIME type to store `bytes` under: the type their magic numbers show; else the
-/// sender's `declared` type when it is a `text/` type and the bytes are UTF-8 text; else
-/// [`OCTET_STREAM`]. A sender's word never makes bytes an image, a document or an executable.
+/// Returns the MIME type to store `bytes` under: the type their magic numbers show; else, for
+/// UTF-8 bytes declared as a `text/` type, that type when it is plain text, Markdown, CSV or
+/// TSV and `text/plain` otherwise; else [`OCTET_STREAM`]. A sender's word never makes bytes an image, a document or an executable.
 #[must_use]
 pub fn sniff_mime_type(bytes: &[u8], declared: &str) -> String {
     if let Some(kind) = infer::get(bytes) {
@@ -54,14 +54,35 @@ pub fn sniff_mime_type(bytes: &[u8], declared: &str) -> String {
     }
     let declared = declared.trim().to_ascii_lowercase();
     let essence = declared.split(';').next().unwrap_or_default().trim();
-    if essence.starts_with("text/")
-        && essence.len() <= 100
-        && essence.bytes().all(|b| b.is_ascii_graphic())
-        && std::str::from_utf8(bytes).is_ok()
-    {
-        return essence.to_owned();
+    if essence.starts_with("text/") && std::str::from_utf8(bytes).is_ok() {
+        let kept = TEXT_TYPES.iter().find(|known| **known == essence);
+        return kept.copied().unwrap_or("text/plain").to_owned();
     }
     OCTET_STREAM.to_owned()
+}
+
+/// Returns `name` fit to show as a file's name on a platform: no path separators, control
+/// characters or bidirectional overrides (each becomes `_`), at most 255 bytes, and `file`
+/// when nothing is left.
+#[must_use]
+pub fn display_name(name: &str) -> String {
+    let bidi = |c: char| matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}');
+    let mut shown = String::new();
+    for c in name.chars() {
+        let c = match c {
+            '/' | '\\' => '_',
+            c if c.is_control() || bidi(c) => '_',
+            c => c,
+        };
+        if shown.len() + c.len_utf8() > 255 {
+            break;
+        }
+        shown.push(c);
+    }
+    match shown.trim().is_empty() {
+        true => String::from("file"),
+        false => shown,
+    }
 }
 
 /// The line added to a message's text for a file that was not passed on.
@@ -70,9 +91,36 @@ pub fn refusal_note(name: &str, reason: &str) -> String {
     format!("[The file {name:?} was not passed on: {reason}]")
 }
 
+/// The line a reply carries for one of its files that could not be sent.
+#[must_use]
+pub fn unsent_note(name: &str, reason: &str) -> String {
+    format!("[The file {name:?} could not be sent: {reason}]")
+}
+
+/// The most bytes of files one webhook reply carries inline (base64 makes them a third
+/// larger); the others are named in its text instead.
+pub const MAX_WEBHOOK_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The `text/` types a sender's declaration is believed for (with UTF-8 bytes); any other
+/// declared `text/` type is stored as `text/plain`.
+const TEXT_TYPES: [&str; 4] = [
+    "text/plain",
+    "text/markdown",
+    "text/csv",
+    "text/tab-separated-values",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shown_file_name_has_no_separators_controls_or_overrides() {
+        assert_eq!(display_name("report.txt"), "report.txt");
+        assert_eq!(display_name("a\\b\n\u{202E}fdp.exe"), "a_b__fdp.exe");
+        assert_eq!(display_name(" \t"), "file");
+        assert_eq!(display_name(&"é".repeat(200)).len(), 254);
+    }
 
     #[test]
     fn the_bytes_decide_the_type_and_a_declared_type_is_believed_only_for_text() {
@@ -93,8 +141,10 @@ mod tests {
             sniff_mime_type(&[0xff, 0xfe, 0x00], "text/plain"),
             OCTET_STREAM
         );
-        assert_eq!(sniff_mime_type(b"x", "text/pl ain"), OCTET_STREAM);
-        let elf = [0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(sniff_mime_type(b"<script>", "text/html"), "text/plain");
+        assert_eq!(sniff_mime_type(b"x", "text/x\"<>"), "text/plain");
+        let mut elf = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0];
+        elf.resize(64, 0);
         assert_eq!(
             sniff_mime_type(&elf, "text/plain"),
             "application/x-executable"

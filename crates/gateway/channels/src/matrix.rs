@@ -26,6 +26,11 @@ use crate::text::split;
 /// it, an event stays well under the homeserver's 65,536 bytes.
 pub const MAX_MESSAGE_CHARS: usize = 6_000;
 
+/// The most characters of a message that replaces another (`m.replace`): an edit carries its
+/// text twice (the `* ` fallback and `m.new_content`, each with its HTML), so half of
+/// [`MAX_MESSAGE_CHARS`] keeps it as small.
+pub const MAX_EDIT_CHARS: usize = MAX_MESSAGE_CHARS / 2;
+
 /// How long one request other than `/sync` may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -146,8 +151,23 @@ struct InvitedRoom {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 struct Events {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "each_event")]
     events: Vec<RoomEvent>,
+}
+
+/// Reads a list of events one by one, leaving out any that is not what the API documents: any
+/// room member can send an event with odd fields, and one must never stop a channel's sync.
+fn each_event<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<RoomEvent>, D::Error> {
+    let raw = serde_json::Value::deserialize(deserializer)?;
+    let serde_json::Value::Array(events) = raw else {
+        return Ok(Vec::new());
+    };
+    Ok(events
+        .into_iter()
+        .filter_map(|event| serde_json::from_value(event).ok())
+        .collect())
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -499,10 +519,16 @@ impl MatrixClient {
 
     /// `homeserver/_matrix/client/v3/<segments>`, each segment percent-encoded whole.
     fn endpoint(&self, segments: &[&str]) -> url::Url {
+        let mut all = vec!["client", "v3"];
+        all.extend_from_slice(segments);
+        self.api_url(&all)
+    }
+
+    /// `homeserver/_matrix/<segments>`, each segment percent-encoded whole.
+    fn api_url(&self, segments: &[&str]) -> url::Url {
         let mut url = self.homeserver.clone();
         if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty().extend(["_matrix", "client", "v3"]);
-            path.extend(segments);
+            path.pop_if_empty().push("_matrix").extend(segments);
         }
         url
     }
@@ -649,29 +675,31 @@ impl MatrixClient {
 
     /// Downloads the file at `mxc` (`mxc://<server>/<media id>`) through the authenticated
     /// media API (`GET /_matrix/client/v1/media/download/{server}/{id}`), refusing more than
-    /// `max_bytes` before and while reading.
+    /// `max_bytes` before and while reading, and giving up after `timeout` (at most
+    /// [`crate::files::DOWNLOAD_TIMEOUT`]).
     ///
     /// # Errors
     /// [`MatrixError`]: [`MatrixError::TooLarge`] past the bound, [`MatrixError::BadUri`].
-    pub async fn download(&self, mxc: &str, max_bytes: u64) -> Result<bytes::Bytes, MatrixError> {
+    pub async fn download(
+        &self,
+        mxc: &str,
+        max_bytes: u64,
+        timeout: Duration,
+    ) -> Result<bytes::Bytes, MatrixError> {
         let (server, media_id) = mxc
             .strip_prefix("mxc://")
             .and_then(|rest| rest.split_once('/'))
             .filter(|(server, id)| !server.is_empty() && !id.is_empty() && !id.contains('/'))
             .ok_or(MatrixError::BadUri)?;
-        let mut url = self.homeserver.clone();
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty().extend([
-                "_matrix", "client", "v1", "media", "download", server, media_id,
-            ]);
-        }
+        let url = self.api_url(&["client", "v1", "media", "download", server, media_id]);
         let transport =
             |error: reqwest::Error| MatrixError::Transport(error.without_url().to_string());
         let mut answer = self
             .http
             .get(url)
             .bearer_auth(self.token.expose())
-            .timeout(crate::files::DOWNLOAD_TIMEOUT)
+            // The whole request, its body included.
+            .timeout(timeout.min(crate::files::DOWNLOAD_TIMEOUT))
             .send()
             .await
             .map_err(transport)?;
@@ -726,11 +754,7 @@ impl MatrixClient {
     /// # Errors
     /// [`MatrixError`].
     pub async fn upload(&self, file: &OutgoingFile) -> Result<String, MatrixError> {
-        let mut url = self.homeserver.clone();
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty()
-                .extend(["_matrix", "media", "v3", "upload"]);
-        }
+        let mut url = self.api_url(&["media", "v3", "upload"]);
         url.query_pairs_mut().append_pair("filename", &file.name);
         let request = self
             .http
@@ -810,12 +834,7 @@ pub fn message_content(
     let mut content = text_content(text);
     match (thread, in_reply_to) {
         (Some(root), reply) => {
-            content["m.relates_to"] = serde_json::json!({
-                "rel_type": "m.thread",
-                "event_id": root,
-                "is_falling_back": true,
-                "m.in_reply_to": {"event_id": reply.unwrap_or(root)},
-            });
+            content["m.relates_to"] = in_thread(root, reply.unwrap_or(root));
         }
         (None, Some(event_id)) => {
             content["m.relates_to"] = serde_json::json!({"m.in_reply_to": {"event_id": event_id}});
@@ -854,14 +873,20 @@ pub fn file_content(file: &OutgoingFile, mxc: &str, thread: Option<&str>) -> ser
         "m.mentions": {},
     });
     if let Some(root) = thread {
-        content["m.relates_to"] = serde_json::json!({
-            "rel_type": "m.thread",
-            "event_id": root,
-            "is_falling_back": true,
-            "m.in_reply_to": {"event_id": root},
-        });
+        content["m.relates_to"] = in_thread(root, root);
     }
     content
+}
+
+/// The relation of a message in the thread of `root`, with `reply` as the fallback reply for
+/// clients without threads.
+fn in_thread(root: &str, reply: &str) -> serde_json::Value {
+    serde_json::json!({
+        "rel_type": "m.thread",
+        "event_id": root,
+        "is_falling_back": true,
+        "m.in_reply_to": {"event_id": reply},
+    })
 }
 
 /// A text message's own fields. An empty `m.mentions`: a name or `@room` in the model's text
@@ -908,7 +933,12 @@ impl Adapter for MatrixAdapter {
                 .await
                 .map_err(send_error)?,
         };
-        for (index, part) in split(&message.text, MAX_MESSAGE_CHARS).iter().enumerate() {
+        // A reply that replaces its streamed message is split for an edit's size throughout.
+        let limit = match message.replaces {
+            Some(_) => MAX_EDIT_CHARS,
+            None => MAX_MESSAGE_CHARS,
+        };
+        for (index, part) in split(&message.text, limit).iter().enumerate() {
             let txn = format!("{}.{index}", message.delivery_id);
             if sent.contains(&txn) {
                 continue;
@@ -931,13 +961,19 @@ impl Adapter for MatrixAdapter {
             if sent.contains(&txn) {
                 continue;
             }
-            let mxc = self.client.upload(file).await.map_err(send_error)?;
+            // A file the homeserver refuses for good (too large for it) becomes a line saying
+            // so; the reply goes on.
+            let content = match self.client.upload(file).await {
+                Ok(mxc) => file_content(file, &mxc, thread),
+                Err(error) if !error.transient() => message_content(
+                    &crate::files::unsent_note(&file.name, &error.to_string()),
+                    None,
+                    thread,
+                ),
+                Err(error) => return Err(send_error(error)),
+            };
             self.client
-                .send(
-                    &message.conversation,
-                    &txn,
-                    &file_content(file, &mxc, thread),
-                )
+                .send(&message.conversation, &txn, &content)
                 .await
                 .map_err(send_error)?;
         }
@@ -1013,7 +1049,10 @@ mod tests {
                                  "info": {"mimetype": "text/plain", "size": 12}}},
                     {"type": "m.room.message", "sender": "@carol:hs.test", "event_id": "$9",
                      "content": {"msgtype": "m.image", "body": "cat.png",
-                                 "url": "mxc://hs.test/cat"}}
+                                 "url": "mxc://hs.test/cat"}},
+                    {"type": "m.room.message", "sender": "@mallory:hs.test", "event_id": "$10",
+                     "content": {"msgtype": "m.file", "body": "x", "url": 5,
+                                 "info": {"size": -1}}}
                 ]}}}
             }
         }))

@@ -132,21 +132,36 @@ impl WebhookAdapter {
 #[async_trait]
 impl Adapter for WebhookAdapter {
     async fn send(&self, message: &Outgoing) -> Result<(), SendError> {
+        // Files inline up to a bound; the others are named in the text.
+        let mut text = message.text.clone();
+        let mut attachments = Vec::new();
+        let mut inline: u64 = 0;
+        for file in &message.files {
+            inline = inline.saturating_add(file.bytes.len() as u64);
+            if inline > crate::files::MAX_WEBHOOK_FILE_BYTES {
+                text.push_str("\n\n");
+                text.push_str(&crate::files::unsent_note(
+                    &file.name,
+                    &format!(
+                        "a webhook reply carries at most {} bytes of files",
+                        crate::files::MAX_WEBHOOK_FILE_BYTES
+                    ),
+                ));
+                continue;
+            }
+            attachments.push(WebhookAttachment {
+                file_name: file.name.clone(),
+                mime_type: file.mime_type.clone(),
+                base64: base64::engine::general_purpose::STANDARD.encode(&file.bytes),
+            });
+        }
         let body = WebhookDelivery {
             delivery_id: message.delivery_id.clone(),
             in_reply_to: message.in_reply_to.clone(),
             conversation: message.conversation.clone(),
             sender: message.recipient.clone(),
-            text: message.text.clone(),
-            attachments: message
-                .files
-                .iter()
-                .map(|file| WebhookAttachment {
-                    file_name: file.name.clone(),
-                    mime_type: file.mime_type.clone(),
-                    base64: base64::engine::general_purpose::STANDARD.encode(&file.bytes),
-                })
-                .collect(),
+            text,
+            attachments,
         };
         let body = serde_json::to_vec(&body).map_err(|error| SendError::Permanent {
             message: format!("cannot encode the reply: {error}"),

@@ -235,11 +235,13 @@ impl CodexRuntime {
     }
 
     /// Returns the session's thread on `connection`: resumes the bound one, or starts and binds
-    /// a new one.
+    /// a new one, offered the Gateway tools the turn `turn_id` may call (a later turn's
+    /// denials are checked again on each call).
     async fn thread_for(
         &self,
         connection: &Connection,
         session_key: &str,
+        turn_id: &str,
     ) -> Result<String, TurnFailure> {
         let bound = self
             .parts
@@ -272,15 +274,22 @@ impl CodexRuntime {
                 Ok(thread_id)
             }
             None => {
-                let dynamic_tools = without_codex_excluded(self.parts.tools.offered())
-                    .into_iter()
-                    .map(|spec| DynamicToolSpec {
-                        kind: String::from("function"),
-                        name: spec.name,
-                        description: spec.description,
-                        input_schema: spec.parameters,
-                    })
-                    .collect();
+                let denied = self
+                    .parts
+                    .tools
+                    .denied_for(turn_id)
+                    .await
+                    .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+                let dynamic_tools =
+                    without_codex_excluded(self.parts.tools.offered_without(&denied))
+                        .into_iter()
+                        .map(|spec| DynamicToolSpec {
+                            kind: String::from("function"),
+                            name: spec.name,
+                            description: spec.description,
+                            input_schema: spec.parameters,
+                        })
+                        .collect();
                 let params = ThreadStartParams {
                     settings: self.thread_settings(connection).await,
                     dynamic_tools,
@@ -373,9 +382,9 @@ impl CodexRuntime {
                         FILE_CHANGE_TOOLS,
                     )
                 };
-                // The session's channel may narrow the tools: what it denies is declined,
+                // The turn's channel may narrow the tools: what it denies is declined,
                 // and so is everything when the store cannot say (fail closed).
-                let narrowed = match self.parts.tools.denied_for(&input.session_key).await {
+                let narrowed = match self.parts.tools.denied_for(&input.turn_id).await {
                     Ok(denied) => tools.iter().any(|tool| denied_by(&denied, tool)),
                     Err(error) => {
                         tracing::warn!(error = %error, "cannot read the session's channel; declining");
@@ -613,7 +622,9 @@ impl TurnRuntime for CodexRuntime {
         sink: TurnSink,
     ) -> Result<TurnReply, TurnFailure> {
         let connection = self.connection(self.config.node_grace).await?;
-        let thread_id = self.thread_for(&connection, &input.session_key).await?;
+        let thread_id = self
+            .thread_for(&connection, &input.session_key, &input.turn_id)
+            .await?;
         let mut messages = connection.rpc.subscribe(&thread_id);
         let params = TurnStartParams {
             thread_id: thread_id.clone(),

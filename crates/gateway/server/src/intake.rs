@@ -74,6 +74,19 @@ pub(crate) enum IntakeError {
 }
 
 impl Intake {
+    /// An intake into `media`, charging and pinning in `store`, under `retention`'s hold.
+    pub(crate) fn new(
+        store: &Arc<dyn Store>,
+        media: &Arc<MediaStore>,
+        retention: &Arc<MediaRetention>,
+    ) -> Self {
+        Self {
+            store: Arc::clone(store),
+            media: Arc::clone(media),
+            retention: Arc::clone(retention),
+        }
+    }
+
     /// Takes `incoming` in and returns its record.
     ///
     /// # Errors

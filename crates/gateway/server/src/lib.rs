@@ -355,17 +355,13 @@ impl GatewayState {
         shares::default_turn_share(capacity)
     }
 
-    /// Returns the media bytes `key` may have charged to it: its own quota, else the configured
-    /// default share, else a quarter of the Gateway's media quota.
     /// Returns the way bytes are taken into the media store ([`intake::Intake`]).
     pub(crate) fn intake(&self) -> intake::Intake {
-        intake::Intake {
-            store: Arc::clone(&self.store),
-            media: Arc::clone(&self.media),
-            retention: Arc::clone(&self.retention),
-        }
+        intake::Intake::new(&self.store, &self.media, &self.retention)
     }
 
+    /// Returns the media bytes `key` may have charged to it: its own quota, else the configured
+    /// default share, else a quarter of the Gateway's media quota.
     pub(crate) fn media_share(&self, key: &gatehouse_store::records::ApiKeyRecord) -> u64 {
         shares::key_media_share(
             key.media_quota_bytes,
@@ -781,11 +777,7 @@ pub async fn start(
     cluster::sweep::sweep_once(&replica, store.as_ref(), &turns).await;
     // A channel's files are charged to it with an API key's default media share.
     let channel_files = channels::ChannelFiles {
-        intake: intake::Intake {
-            store: Arc::clone(&store),
-            media: Arc::clone(&media),
-            retention: Arc::clone(&retention),
-        },
+        intake: intake::Intake::new(&store, &media, &retention),
         max_bytes: config.media_max_bytes,
         share_bytes: shares::key_media_share(None, &config.shares, config.media_quota_bytes),
     };

@@ -621,6 +621,7 @@ mod tests {
             runtime: gatehouse_protocol::runtime::RuntimeKind::Native,
             commands: vec![String::from("file.stat")],
             workspace_root: None,
+            protocol: gatehouse_protocol::handshake::PROTOCOL_VERSION,
         };
         let connection = Arc::new(NodeConnection::new(identity, 1, 0, outbound));
         let stat = FileStatParams::default();

@@ -764,6 +764,19 @@ impl TurnRuntime for NodeRuntime {
             .denied_for(&input.session_key)
             .await
             .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
+        // A node that would not apply the denials does not run the turn (fail closed).
+        if !denied_tools.is_empty()
+            && node.protocol < gatehouse_protocol::handshake::TURN_DENIALS_PROTOCOL
+        {
+            return Err(TurnFailure::new(
+                ErrorCode::ProtocolUnsupported,
+                format!(
+                    "the node speaks protocol {}, which does not apply a channel's deny-tools; upgrade the node to protocol {} or later",
+                    node.protocol,
+                    gatehouse_protocol::handshake::TURN_DENIALS_PROTOCOL
+                ),
+            ));
+        }
         let params = AgentTurnParams {
             session_key: input.session_key.clone(),
             turn_id: input.turn_id.clone(),

@@ -123,8 +123,10 @@ pub struct GatewayTools {
     audit: Audit,
     layers: Vec<ToolLayer>,
     memory: Option<Arc<crate::memory::MemoryService>>,
-    /// Each configured channel's `deny-tools`, by channel name (channels without any left out).
+    /// Each configured channel's denied tools, by channel name (channels without any left out).
     channel_denials: std::collections::HashMap<String, Vec<String>>,
+    /// Every configured channel's name.
+    channels: std::collections::HashSet<String>,
 }
 
 /// Whether `denied` (tool names or `group:` names, as in the tool policy) denies `tool`.
@@ -132,11 +134,7 @@ pub fn denied_by(denied: &[String], tool: &str) -> bool {
     if denied.is_empty() {
         return false;
     }
-    let layer = ToolLayer {
-        source: gatehouse_policy::tool::LayerSource::Group,
-        allow: None,
-        deny: denied.to_vec(),
-    };
+    let layer = ToolLayer::denying(gatehouse_policy::tool::LayerSource::Group, denied.to_vec());
     gatehouse_policy::tool::evaluate_tool(std::slice::from_ref(&layer), tool) != ToolDecision::Allow
 }
 
@@ -149,36 +147,42 @@ impl GatewayTools {
             layers,
             memory: None,
             channel_denials: std::collections::HashMap::new(),
+            channels: std::collections::HashSet::new(),
         }
     }
 
-    /// Narrows the tools of the sessions each channel opened by its `deny-tools`
-    /// (`channel name → entries`); deny wins over every allow.
+    /// Narrows the tools of the turns each configured channel's messages start by its denied
+    /// tools (`channel name → entries`, every configured channel listed); deny wins over every
+    /// allow.
     #[must_use]
     pub fn with_channel_denials(
         mut self,
         denials: impl IntoIterator<Item = (String, Vec<String>)>,
     ) -> Self {
-        self.channel_denials = denials
-            .into_iter()
-            .filter(|(_, denied)| !denied.is_empty())
-            .collect();
+        for (channel, denied) in denials {
+            if !denied.is_empty() {
+                self.channel_denials.insert(channel.clone(), denied);
+            }
+            self.channels.insert(channel);
+        }
         self
     }
 
-    /// Returns the tools a turn of `session_key` may not run: the `deny-tools` of the channel
-    /// whose messages opened the session, or none for a session no channel opened.
+    /// Returns the tools `turn_id` may not run: the `deny-tools` of the channel whose message
+    /// the turn took (with their equivalents), none for a turn no channel's message started,
+    /// and every tool for a turn of a channel this Gateway no longer has (fail closed).
     ///
     /// # Errors
-    /// The store's failure to say which channel opened the session.
-    pub async fn denied_for(&self, session_key: &str) -> Result<Vec<String>, StoreError> {
-        if self.channel_denials.is_empty() {
+    /// The store's failure to say which channel the turn came from.
+    pub async fn denied_for(&self, turn_id: &str) -> Result<Vec<String>, StoreError> {
+        let Some(channel) = self.store.turn_channel(turn_id).await? else {
             return Ok(Vec::new());
-        }
-        let channel = self.store.session_channel(session_key).await?;
-        Ok(channel
-            .and_then(|channel| self.channel_denials.get(&channel).cloned())
-            .unwrap_or_default())
+        };
+        Ok(match self.channel_denials.get(&channel) {
+            Some(denied) => denied.clone(),
+            None if self.channels.contains(&channel) => Vec::new(),
+            None => vec![String::from("*")],
+        })
     }
 
     /// Returns [`GatewayTools::offered`] without the tools in `denied`.
@@ -308,7 +312,7 @@ impl GatewayTools {
             ));
         }
         let denied = self
-            .denied_for(&params.session_key)
+            .denied_for(&params.turn_id)
             .await
             .map_err(store_error)?;
         if denied_by(&denied, &params.tool) {
@@ -317,7 +321,7 @@ impl GatewayTools {
             return Err(WireError::new(
                 ErrorCode::PolicyDenied,
                 format!(
-                    "the tool {} is denied to this session by its channel",
+                    "the tool {} is denied to this turn by its channel",
                     crate::audit::bounded_str(&params.tool)
                 ),
             ));

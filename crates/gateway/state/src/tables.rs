@@ -369,6 +369,7 @@ pub const TABLES: &[Table] = &[
             int("created_at_ms"),
             int("ended_at_ms"),
             text("thread"),
+            int("claims"),
         ],
         postgres_order: &["delivery_id"],
         identity: None,

@@ -229,11 +229,30 @@ pub trait ChannelStore: Send + Sync + 'static {
     /// Storage failures.
     async fn turn_artifacts(&self, turn_id: &str) -> Result<Vec<TurnArtifact>>;
 
-    /// Returns the channel whose messages opened `session_key`, if a channel did.
+    /// Returns the channel whose message `turn_id` took (the latest one), if a channel's did.
     ///
     /// # Errors
     /// Storage failures.
-    async fn session_channel(&self, session_key: &str) -> Result<Option<String>>;
+    async fn turn_channel(&self, turn_id: &str) -> Result<Option<String>>;
+
+    /// Whether `channel` judged the message `message_id` already.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn channel_message_judged(&self, channel: &str, message_id: &str) -> Result<bool>;
+
+    /// Extends `claimant`'s claim on a delivery it is still sending to `now_ms + claim_ms`;
+    /// returns false when the claim is no longer its own (it lapsed, or the delivery ended).
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn renew_channel_delivery(
+        &self,
+        delivery_id: &str,
+        claimant: &str,
+        claim_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool>;
 
     /// Deletes what the channels no longer need of before `before_ms`: the records of
     /// messages received then, the deliveries that ended then, and where the replies of turns

@@ -841,6 +841,9 @@ pub struct OutboxEntry {
     pub text: Option<String>,
     /// The attempts made before this one.
     pub attempts: u32,
+    /// How many times it was claimed, this claim included: more than one means a deliverer
+    /// may have sent part of it before (and died, or lost its claim).
+    pub claims: u32,
     /// When it was queued.
     pub created_at_ms: i64,
 }

@@ -110,6 +110,41 @@ const TOOL_GROUPS: [(&str, &[&str]); 13] = [
     ("group:plugins", &[]),
 ];
 
+/// Tools that can do what another tool does: denying the first denies the others too in
+/// [`with_equivalents`] (`process` starts commands as `exec` does; `edit` and `apply_patch`
+/// write files as `write` does).
+const EQUIVALENT_TOOLS: [(&str, &[&str]); 2] =
+    [("exec", &["process"]), ("write", &["edit", "apply_patch"])];
+
+/// Returns `entries` (a deny list) with every tool that can do what a listed one does
+/// ([`EQUIVALENT_TOOLS`]) added after it, so a deny cannot be walked around by a sibling tool.
+pub fn with_equivalents(entries: &[String]) -> Vec<String> {
+    let mut all: Vec<String> = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let normalized = normalize_tool_name(entry);
+        all.push(entry.clone());
+        if let Some((_, siblings)) = EQUIVALENT_TOOLS
+            .iter()
+            .find(|(tool, _)| *tool == normalized)
+        {
+            all.extend(siblings.iter().map(|sibling| (*sibling).to_owned()));
+        }
+    }
+    all
+}
+
+/// Whether `entry` names a tool the policy knows (a native or Gateway tool, an alias, a
+/// known `group:`), or is a `*` glob: a deny entry that names nothing would deny nothing.
+pub fn known_tool_entry(entry: &str) -> bool {
+    let normalized = normalize_tool_name(entry);
+    if normalized.contains('*') {
+        return normalized.len() <= 64;
+    }
+    NATIVE_TOOLS.contains(&normalized.as_str())
+        || GATEWAY_TOOLS.contains(&normalized.as_str())
+        || group_members(&normalized).is_some()
+}
+
 /// Alternative spellings and the tool names they stand for.
 const TOOL_NAME_ALIASES: [(&str, &str); 2] = [("bash", "exec"), ("apply-patch", "apply_patch")];
 
@@ -166,6 +201,17 @@ pub struct ToolLayer {
     pub allow: Option<Vec<String>>,
     /// Entries that deny matching tools; same syntax as `allow`.
     pub deny: Vec<String>,
+}
+
+impl ToolLayer {
+    /// A layer from `source` that denies `deny` and allows everything else.
+    pub fn denying(source: LayerSource, deny: Vec<String>) -> Self {
+        Self {
+            source,
+            allow: None,
+            deny,
+        }
+    }
 }
 
 /// The outcome of [`evaluate_tool`].

@@ -793,3 +793,18 @@ fn layer_sources_are_ordered_like_the_specification() {
         names
     );
 }
+
+#[test]
+fn a_denied_tool_takes_the_tools_that_do_the_same_with_it() {
+    let denied =
+        crate::tool::with_equivalents(&["Exec".to_owned(), "read".to_owned(), "write".to_owned()]);
+    assert_eq!(
+        denied,
+        ["Exec", "process", "read", "write", "edit", "apply_patch"].map(String::from)
+    );
+    assert!(crate::tool::known_tool_entry("group:runtime"));
+    assert!(crate::tool::known_tool_entry("Bash"));
+    assert!(crate::tool::known_tool_entry("memory_*"));
+    assert!(!crate::tool::known_tool_entry("exce"));
+    assert!(!crate::tool::known_tool_entry("group:nope"));
+}

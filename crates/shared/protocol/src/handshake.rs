@@ -18,7 +18,11 @@ use serde::Deserialize;
 use serde::Serialize;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
+
+/// The first protocol version whose nodes apply a turn's own tool denials
+/// (`AgentTurnParams::denied_tools`): the Gateway runs a turn with denials only on such a node.
+pub const TURN_DENIALS_PROTOCOL: u32 = 5;
 
 /// The largest accepted difference between `signedAt` and the Gateway's clock: 120 s.
 pub const SIGNATURE_SKEW_MS: i64 = 120_000;

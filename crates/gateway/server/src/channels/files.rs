@@ -3,7 +3,8 @@
 //! - **In.** A file an admitted message carries is read (inline from a webhook body, or
 //!   downloaded from the homeserver with the bot's token) up to the Gateway's upload bound
 //!   (`--media-max-bytes`), stored under the MIME type its bytes show, charged to the channel
-//!   (`channel:<name>`, with an API key's default media share), pinned, granted to the session,
+//!   sender on the channel (`channel:<name>:<sender>`, with an API key's default media share),
+//!   pinned, granted to the session,
 //!   and attached to the turn, which stages it on the Harness as an API attachment. A refused
 //!   file becomes a line of the message's text. Files of refused or ignored messages are never
 //!   fetched.
@@ -16,10 +17,12 @@ use gatehouse_channels::files::MAX_FILES_PER_MESSAGE;
 use gatehouse_channels::files::MAX_REPLY_FILE_BYTES;
 use gatehouse_channels::files::MAX_REPLY_FILES;
 use gatehouse_channels::files::OutgoingFile;
+use gatehouse_channels::files::display_name;
 use gatehouse_channels::files::refusal_note;
 use gatehouse_channels::files::sniff_mime_type;
 use gatehouse_channels::matrix::MatrixClient;
 
+use crate::audit::loggable;
 use crate::intake::Incoming;
 use crate::intake::Intake;
 use crate::intake::IntakeError;
@@ -35,6 +38,8 @@ pub(crate) enum FileSource {
         client: MatrixClient,
         /// The file's URI.
         url: String,
+        /// How long its download may take.
+        timeout: std::time::Duration,
     },
 }
 
@@ -65,7 +70,7 @@ pub(crate) struct ChannelFiles {
     pub(crate) intake: Intake,
     /// The most bytes of one file (the Gateway's upload bound).
     pub(crate) max_bytes: u64,
-    /// The media share of each channel.
+    /// The media share of each sender on a channel.
     pub(crate) share_bytes: u64,
 }
 
@@ -78,15 +83,18 @@ pub(crate) struct TakenFiles {
 }
 
 impl ChannelFiles {
-    /// Takes `files` of a message of `channel` in for `session_key`.
+    /// Takes `files` that `sender` sent on `channel` in for `session_key`; they are charged
+    /// to the sender on that channel (`channel:<name>:<sender>`), so one sender cannot take
+    /// another's room.
     pub(crate) async fn take(
         &self,
         channel: &str,
+        sender: &str,
         session_key: &str,
         files: Vec<InboundFile>,
     ) -> TakenFiles {
         let mut taken = TakenFiles::default();
-        let owner = format!("channel:{channel}");
+        let owner = format!("channel:{channel}:{sender}");
         let grantee = format!("session:{session_key}");
         for (index, file) in files.into_iter().enumerate() {
             if index >= MAX_FILES_PER_MESSAGE {
@@ -102,7 +110,7 @@ impl ChannelFiles {
                     required: true,
                 }),
                 Err(reason) => {
-                    tracing::info!(channel, file = %file.name, reason = %reason, "refused a file a channel received");
+                    tracing::info!(channel, file = %loggable(&file.name), reason = %loggable(&reason), "refused a file a channel received");
                     taken.notes.push(refusal_note(&file.name, &reason));
                 }
             }
@@ -122,8 +130,12 @@ impl ChannelFiles {
                 return Err(too_large());
             }
             FileSource::Inline(bytes) => bytes.clone(),
-            FileSource::Matrix { client, url } => client
-                .download(url, self.max_bytes)
+            FileSource::Matrix {
+                client,
+                url,
+                timeout,
+            } => client
+                .download(url, self.max_bytes, *timeout)
                 .await
                 .map_err(|error| match error {
                     gatehouse_channels::matrix::MatrixError::TooLarge { .. } => too_large(),
@@ -146,7 +158,7 @@ impl ChannelFiles {
         match taken {
             Ok(record) => Ok(record.id),
             Err(IntakeError::OverShare { quota_bytes, .. }) => Err(format!(
-                "the channel's files would pass its media share of {quota_bytes} bytes"
+                "the sender's files on this channel would pass their media share of {quota_bytes} bytes"
             )),
             Err(error) => Err(format!("it could not be stored ({error})")),
         }
@@ -154,25 +166,28 @@ impl ChannelFiles {
 
     /// Reads the reply artifacts of `turn_id` back from the media store, within the reply
     /// bounds; an artifact past them, or unreadable, is left out and logged.
-    pub(crate) async fn reply_files(&self, turn_id: &str) -> Result<Vec<OutgoingFile>, String> {
-        let artifacts = self
-            .intake
-            .store
-            .turn_artifacts(turn_id)
-            .await
-            .map_err(|error| format!("cannot read the reply's artifacts: {error}"))?;
+    ///
+    /// # Errors
+    /// The store's failure to list the artifacts.
+    pub(crate) async fn reply_files(
+        &self,
+        turn_id: &str,
+    ) -> Result<Vec<OutgoingFile>, gatehouse_store::StoreError> {
+        let artifacts = self.intake.store.turn_artifacts(turn_id).await?;
         let mut files = Vec::new();
         let mut total: u64 = 0;
         for artifact in artifacts {
             total = total.saturating_add(artifact.size_bytes);
             if files.len() >= MAX_REPLY_FILES || total > MAX_REPLY_FILE_BYTES {
-                tracing::warn!(turn_id, path = %artifact.path, "a reply artifact is past the bounds of a channel reply; not sent");
+                tracing::warn!(turn_id, path = %loggable(&artifact.path), "a reply artifact is past the bounds of a channel reply; not sent");
                 continue;
             }
             match self.intake.media.get(&artifact.media_id).await {
+                // Named and typed again here: the name comes from the model's path, the type
+                // from the node.
                 Ok((record, bytes)) => files.push(OutgoingFile {
-                    name: file_name(&artifact.path),
-                    mime_type: record.mime_type,
+                    name: display_name(file_name(&artifact.path)),
+                    mime_type: sniff_mime_type(&bytes, &record.mime_type),
                     bytes,
                 }),
                 Err(error) => {
@@ -185,9 +200,8 @@ impl ChannelFiles {
 }
 
 /// The last component of a workspace path.
-fn file_name(path: &str) -> String {
+fn file_name(path: &str) -> &str {
     path.rsplit('/')
         .find(|part| !part.is_empty())
         .unwrap_or("file")
-        .to_owned()
 }

@@ -220,6 +220,16 @@ async fn sync_once(
     for input in gatehouse_channels::matrix::interpret(&answer, &identity) {
         let invite = matches!(input, Input::Invite { .. });
         if cursor.is_some() || invite {
+            // Renewed before each input, so a long answer (files to fetch) never outlives the
+            // lease; one lost stops here, and the holder judges the answer again.
+            let held = parts
+                .store
+                .hold_channel(name, &parts.holder, lease_ms, store_now(memory).await?)
+                .await
+                .map_err(|error| format!("cannot renew the channel's lease: {error}"))?;
+            if !held {
+                return Ok(Step::Standby);
+            }
             handle(parts, channel, bot, memory, input).await?;
         }
     }
@@ -353,11 +363,6 @@ async fn handle(
         } => {
             let direct = is_direct(parts, bot, memory, channel, &room, &sender).await?;
             let stream_thread = thread.clone();
-            // A file without a caption still tells the agent something came.
-            let text = match (&file, text.trim().is_empty()) {
-                (Some(file), true) => format!("(sent the file {:?})", file.name),
-                _ => text,
-            };
             let files = file
                 .into_iter()
                 .map(|file| InboundFile {
@@ -366,6 +371,8 @@ async fn handle(
                     source: FileSource::Matrix {
                         client: bot.client.clone(),
                         url: file.url,
+                        // Well within the lease, which the loop renews before each message.
+                        timeout: parts.lease / 3,
                     },
                 })
                 .collect();
@@ -412,10 +419,10 @@ async fn handle(
             if let Received::Busy { share } = received {
                 // Recorded, so a restart does not judge it again; the sender is told at most
                 // once a minute.
-                let tell = memory
+                memory
                     .told_busy
-                    .get(&sender)
-                    .is_none_or(|told| told.elapsed() >= BUSY_NOTICE_INTERVAL);
+                    .retain(|_, told| told.elapsed() < BUSY_NOTICE_INTERVAL);
+                let tell = !memory.told_busy.contains_key(&sender);
                 if tell {
                     memory
                         .told_busy

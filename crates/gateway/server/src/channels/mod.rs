@@ -467,8 +467,29 @@ async fn admit(
     let mut text = message.text;
     let mut attachments = Vec::new();
     if !message.files.is_empty() {
+        // A message judged before fetches nothing again.
+        if parts
+            .store
+            .channel_message_judged(&spec.name, &message.message_id)
+            .await?
+        {
+            return Ok(Received::NotAccepted(NotAcceptedReason::Duplicate));
+        }
+        // A file without a text still tells the agent something came.
+        if text.trim().is_empty() {
+            let names: Vec<String> = message
+                .files
+                .iter()
+                .map(|file| format!("{:?}", file.name))
+                .collect();
+            text = format!("(sent {})", names.join(", "));
+        }
         let taken = match &parts.channels.files {
-            Some(files) => files.take(&spec.name, &session_key, message.files).await,
+            Some(files) => {
+                files
+                    .take(&spec.name, &message.sender, &session_key, message.files)
+                    .await
+            }
             None => files::TakenFiles {
                 attachments: Vec::new(),
                 notes: message
@@ -660,31 +681,32 @@ async fn deliver(
     else {
         return;
     };
-    let end = match outgoing(channels, store, &entry).await {
-        Err(error) => DeliveryEnd::Failed { error },
-        Ok(message) => match adapter.send(&message).await {
-            Ok(()) => DeliveryEnd::Delivered,
-            Err(SendError::Permanent { message }) => DeliveryEnd::Failed { error: message },
-            Err(SendError::Transient {
-                message,
-                retry_after,
-            }) => match retry::next_delay(
-                entry.attempts.saturating_add(1),
-                retry_after,
-                retry::jitter_unit(),
-            ) {
-                // Due by the store's clock, which the claims are judged by (this replica's
-                // when the store cannot say: a due time only decides when, never who).
-                Some(delay) => DeliveryEnd::Retry {
-                    next_attempt_at_ms: clock
-                        .now_ms()
-                        .await
-                        .unwrap_or_else(|_| now_ms())
-                        .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
-                    error: message,
-                },
-                None => DeliveryEnd::Failed { error: message },
+    let sent = match outgoing(channels, store, &entry).await {
+        Err(error) => Err(error),
+        Ok(message) => send_holding_claim(adapter.as_ref(), &message, store, clock, claimant).await,
+    };
+    let end = match sent {
+        Ok(()) => DeliveryEnd::Delivered,
+        Err(SendError::Permanent { message }) => DeliveryEnd::Failed { error: message },
+        Err(SendError::Transient {
+            message,
+            retry_after,
+        }) => match retry::next_delay(
+            entry.attempts.saturating_add(1),
+            retry_after,
+            retry::jitter_unit(),
+        ) {
+            // Due by the store's clock, which the claims are judged by (this replica's
+            // when the store cannot say: a due time only decides when, never who).
+            Some(delay) => DeliveryEnd::Retry {
+                next_attempt_at_ms: clock
+                    .now_ms()
+                    .await
+                    .unwrap_or_else(|_| now_ms())
+                    .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+                error: message,
             },
+            None => DeliveryEnd::Failed { error: message },
         },
     };
     match store
@@ -742,13 +764,63 @@ async fn deliver(
     }
 }
 
+/// The longest one attempt at a delivery may take, its files included.
+pub(crate) const MAX_SEND: Duration = Duration::from_secs(900);
+
+/// Sends `message` within [`MAX_SEND`], renewing the claim every third of [`DELIVERY_CLAIM`]
+/// while the send runs, so a long send (files) keeps its claim. A claim lost meanwhile is
+/// logged and the send goes on: the platform's idempotency key covers a second sender.
+async fn send_holding_claim(
+    adapter: &dyn Adapter,
+    message: &Outgoing,
+    store: &dyn Store,
+    clock: &StoreClock,
+    claimant: &str,
+) -> Result<(), SendError> {
+    let claim_ms = i64::try_from(DELIVERY_CLAIM.as_millis()).unwrap_or(i64::MAX);
+    let send = tokio::time::timeout(MAX_SEND, adapter.send(message));
+    tokio::pin!(send);
+    let every = DELIVERY_CLAIM / 3;
+    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            sent = &mut send => {
+                return sent.unwrap_or_else(|_| Err(SendError::Transient {
+                    message: format!("the send took longer than {} s", MAX_SEND.as_secs()),
+                    retry_after: None,
+                }));
+            }
+            _ = renew.tick() => {
+                let renewed = match clock.now_ms().await {
+                    Ok(now) => store
+                        .renew_channel_delivery(&message.delivery_id, claimant, claim_ms, now)
+                        .await,
+                    Err(error) => Err(error),
+                };
+                if !matches!(renewed, Ok(true)) {
+                    tracing::warn!(delivery = %message.delivery_id, "cannot renew the claim of a delivery being sent");
+                }
+            }
+        }
+    }
+}
+
+/// A failure to read what a delivery sends: the store's is worth another attempt.
+fn store_failure(what: &str, error: &StoreError) -> SendError {
+    SendError::Transient {
+        message: format!("cannot read {what}: {error}"),
+        retry_after: None,
+    }
+}
+
 /// Returns the message `entry` sends. A turn's reply replaces the message that streamed it,
-/// once the stream (when it runs here) has stopped.
+/// once the stream (when it runs here) has stopped, and carries the turn's reply artifacts
+/// unless its channel denies `read` (an artifact is a file read from the workspace).
 async fn outgoing(
     channels: &Channels,
     store: &dyn Store,
     entry: &OutboxEntry,
-) -> Result<Outgoing, String> {
+) -> Result<Outgoing, SendError> {
     let text = outgoing_text(store, entry).await?;
     let (replaces, files) = match &entry.turn_id {
         Some(turn_id) => {
@@ -756,9 +828,20 @@ async fn outgoing(
             let replaces = store
                 .channel_stream_message(turn_id)
                 .await
-                .map_err(|error| format!("cannot read the reply's streamed message: {error}"))?;
+                .map_err(|error| store_failure("the reply's streamed message", &error))?;
+            let denied = channels
+                .get(&entry.channel)
+                .map(|channel| channel.spec.denied_tools())
+                .unwrap_or_default();
             let files = match &channels.files {
-                Some(files) => files.reply_files(turn_id).await?,
+                Some(_) if crate::tools::denied_by(&denied, "read") => {
+                    tracing::info!(channel = %entry.channel, "the channel denies read: reply artifacts are not sent");
+                    Vec::new()
+                }
+                Some(files) => files
+                    .reply_files(turn_id)
+                    .await
+                    .map_err(|error| store_failure("the reply's artifacts", &error))?,
                 None => Vec::new(),
             };
             (replaces, files)
@@ -767,7 +850,8 @@ async fn outgoing(
     };
     Ok(Outgoing {
         delivery_id: entry.delivery_id.clone(),
-        attempt: entry.attempts,
+        // A delivery claimed before may have been sent in part by a deliverer that died.
+        attempt: entry.attempts.max(entry.claims.saturating_sub(1)),
         in_reply_to: entry.in_reply_to.clone(),
         conversation: entry.conversation.clone(),
         recipient: entry.recipient.clone(),
@@ -780,19 +864,20 @@ async fn outgoing(
 
 /// Returns the text of `entry`: its own, or its turn's reply (a short notice with the code
 /// when the turn did not complete).
-async fn outgoing_text(store: &dyn Store, entry: &OutboxEntry) -> Result<String, String> {
+async fn outgoing_text(store: &dyn Store, entry: &OutboxEntry) -> Result<String, SendError> {
+    let permanent = |message: &str| SendError::Permanent {
+        message: message.to_owned(),
+    };
     if let Some(text) = &entry.text {
         return Ok(text.clone());
     }
     let Some(turn_id) = &entry.turn_id else {
-        return Err(String::from("the outbox entry has neither text nor turn"));
+        return Err(permanent("the outbox entry has neither text nor turn"));
     };
     let turn = match store.turn(turn_id).await {
         Ok(Some(turn)) => turn,
-        Ok(None) => return Err(String::from("the reply's turn is gone")),
-        Err(error) => {
-            return Err(format!("cannot read the reply's turn: {error}"));
-        }
+        Ok(None) => return Err(permanent("the reply's turn is gone")),
+        Err(error) => return Err(store_failure("the reply's turn", &error)),
     };
     match (turn.status, turn.reply) {
         (TurnStatus::Completed, Some(reply)) if !reply.trim().is_empty() => Ok(reply),

@@ -9,8 +9,8 @@
 //!   tool call is replaced by the next one's deltas.
 //! - A stream stops when its turn ends, when the deliverer is about to send the final reply
 //!   ([`Streams::stop`] waits for an edit in flight, so no streamed edit lands after the final
-//!   one), after [`MAX_STREAM`], or once the text outgrows one message (the final reply is
-//!   then split as usual). A replica that delivers a reply whose stream runs on another replica
+//!   one), after [`MAX_STREAM`], once the text outgrows one edit (the final reply is then split
+//!   as usual), or when it fell too far behind the session's events. A replica that delivers a reply whose stream runs on another replica
 //!   cannot wait for it: that stream checks the turn in the store before every edit and stops
 //!   once it ended, so only an edit already in flight can race the final one.
 //! - A rate-limited edit (`429`) is skipped until the homeserver's `retry_after` passed; a
@@ -23,7 +23,7 @@ use std::time::Duration;
 use gatehouse_api::events::MESSAGE_COMPLETED;
 use gatehouse_api::events::MESSAGE_DELTA;
 use gatehouse_api::events::MessageDelta;
-use gatehouse_channels::matrix::MAX_MESSAGE_CHARS;
+use gatehouse_channels::matrix::MAX_EDIT_CHARS;
 use gatehouse_channels::matrix::MatrixClient;
 use gatehouse_channels::matrix::MatrixError;
 use gatehouse_store::Store;
@@ -37,6 +37,9 @@ pub(crate) const EDIT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The longest a reply is streamed; the final reply comes through the outbox either way.
 pub(crate) const MAX_STREAM: Duration = Duration::from_secs(600);
+
+/// The longest pause a rate-limited stream takes before its next edit.
+const MAX_EDIT_PAUSE: Duration = Duration::from_secs(30);
 
 /// How long [`Streams::stop`] waits for a stream's edit in flight.
 const STOP_WAIT: Duration = Duration::from_secs(35);
@@ -135,6 +138,10 @@ impl Draft {
 /// Shows `target`'s reply as it streams until its turn ends or `stop`.
 async fn stream(target: StreamTarget, stop: CancellationToken) {
     let mut events = target.hub.subscribe(&target.session_key).await;
+    // A turn that ended before the stream began has nothing to stream.
+    if ended(&target).await {
+        return;
+    }
     let deadline = Instant::now() + MAX_STREAM;
     let mut draft = Draft::default();
     let mut shown: Option<String> = None;
@@ -145,10 +152,10 @@ async fn stream(target: StreamTarget, stop: CancellationToken) {
             () = stop.cancelled() => return,
             () = tokio::time::sleep_until(deadline) => return,
             event = events.recv() => {
+                // Too far behind: the draft misses deltas, so the stream stops; the final reply
+                // replaces what it showed.
                 let Ok(event) = event else {
-                    // Too far behind: take up the live events again; the next delta redraws.
-                    events = target.hub.subscribe(&target.session_key).await;
-                    continue;
+                    return;
                 };
                 if event.payload.get("turnId").and_then(|id| id.as_str())
                     != Some(target.turn_id.as_str())
@@ -171,7 +178,7 @@ async fn stream(target: StreamTarget, stop: CancellationToken) {
                 }
             }
             () = tokio::time::sleep_until(next_edit), if draft.dirty => {
-                if draft.text.chars().count() > MAX_MESSAGE_CHARS || ended(&target).await {
+                if draft.text.chars().count() > MAX_EDIT_CHARS || ended(&target).await {
                     return;
                 }
                 next_edit = match show(&target, &draft.text, shown.as_deref(), edits).await {
@@ -194,7 +201,12 @@ async fn stream(target: StreamTarget, stop: CancellationToken) {
                         status: 429,
                         retry_after,
                         ..
-                    }) => Instant::now() + retry_after.unwrap_or(EDIT_INTERVAL).max(EDIT_INTERVAL),
+                    }) => {
+                        Instant::now()
+                            + retry_after
+                                .unwrap_or(EDIT_INTERVAL)
+                                .clamp(EDIT_INTERVAL, MAX_EDIT_PAUSE)
+                    }
                     Err(error) => {
                         tracing::debug!(error = %error, "cannot stream a reply");
                         Instant::now() + EDIT_INTERVAL * 2

@@ -183,6 +183,12 @@ fn check_message(message: WebhookMessage) -> Result<Inbound, ApiError> {
             format!("text is over {MAX_TEXT_BYTES} bytes"),
         ));
     }
+    if message.attachments.len() > gatehouse_channels::files::MAX_FILES_PER_MESSAGE {
+        return Err(ApiError::invalid_request(format!(
+            "at most {} attachments",
+            gatehouse_channels::files::MAX_FILES_PER_MESSAGE
+        )));
+    }
     let mut files = Vec::with_capacity(message.attachments.len());
     for (index, attachment) in message.attachments.into_iter().enumerate() {
         if attachment.file_name.trim().is_empty() || attachment.file_name.len() > 255 {

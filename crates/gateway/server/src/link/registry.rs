@@ -156,6 +156,8 @@ pub struct NodeConnection {
     pub commands: Vec<String>,
     /// The node's Agent workspace root, as it declared.
     pub workspace_root: Option<String>,
+    /// The protocol version the handshake settled on.
+    pub protocol: u32,
     /// Unique per connection, to tell a replaced connection from its successor.
     pub conn_id: u64,
     /// When the connection was admitted, in Unix milliseconds.
@@ -220,6 +222,7 @@ impl NodeConnection {
             runtime: identity.runtime,
             commands: identity.commands,
             workspace_root: identity.workspace_root,
+            protocol: identity.protocol,
             conn_id,
             connected_at_ms,
             outbound,
@@ -427,6 +430,8 @@ pub(crate) struct ConnectionIdentity {
     pub(crate) runtime: RuntimeKind,
     pub(crate) commands: Vec<String>,
     pub(crate) workspace_root: Option<String>,
+    /// The protocol version the handshake settled on.
+    pub(crate) protocol: u32,
 }
 
 /// The connected nodes, by device id.
@@ -971,6 +976,7 @@ mod tests {
             runtime: gatehouse_protocol::runtime::RuntimeKind::Native,
             commands: vec![String::from("agent.turn")],
             workspace_root: None,
+            protocol: gatehouse_protocol::handshake::PROTOCOL_VERSION,
         };
         let connection = NodeConnection::new(identity, 1, connected_at_ms, outbound);
         if let Some((worker_slots_in_use, worker_capacity)) = report {
@@ -1020,6 +1026,7 @@ mod tests {
             runtime: gatehouse_protocol::runtime::RuntimeKind::Native,
             commands: Vec::new(),
             workspace_root: None,
+            protocol: gatehouse_protocol::handshake::PROTOCOL_VERSION,
         };
         let connection = NodeConnection::new(identity, 1, 0, outbound);
         let mut held: Vec<_> = (0..MAX_GATEWAY_TOOL_CALLS_IN_FLIGHT)
@@ -1040,6 +1047,7 @@ mod tests {
             runtime: gatehouse_protocol::runtime::RuntimeKind::Native,
             commands: Vec::new(),
             workspace_root: None,
+            protocol: gatehouse_protocol::handshake::PROTOCOL_VERSION,
         };
         let connection = NodeConnection::new(identity, 1, 0, outbound.clone());
         outbound
@@ -1086,6 +1094,7 @@ mod tests {
             runtime: gatehouse_protocol::runtime::RuntimeKind::Native,
             commands: vec![AgentTurn::NAME.to_owned()],
             workspace_root: None,
+            protocol: gatehouse_protocol::handshake::PROTOCOL_VERSION,
         };
         let connection = std::sync::Arc::new(NodeConnection::new(identity, 1, 0, outbound));
         let registry = super::NodeRegistry::default();

@@ -273,6 +273,7 @@ pub(crate) async fn serve_from(
         runtime: declared_runtime(&params),
         commands: params.commands.clone(),
         workspace_root: params.workspace_root.clone(),
+        protocol: PROTOCOL_VERSION.min(params.max_protocol),
     };
     let seen = NodeSeen {
         device_id: identity.device_id.clone(),

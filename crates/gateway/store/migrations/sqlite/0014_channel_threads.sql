@@ -8,6 +8,10 @@ ALTER TABLE channel_turns ADD COLUMN thread TEXT;
 ALTER TABLE channel_turns ADD COLUMN stream_message TEXT;
 ALTER TABLE channel_outbox ADD COLUMN thread TEXT;
 
+-- How many times a deliverer claimed each outbox entry: an entry claimed before may have been
+-- sent in part by a deliverer that died, so its next attempt looks for what was sent.
+ALTER TABLE channel_outbox ADD COLUMN claims INTEGER NOT NULL DEFAULT 0;
+
 -- The reply artifacts of each turn, as the `artifact.stored` events record them, by turn: a
 -- channel sends them back with the turn's reply.
 CREATE TABLE turn_artifacts (

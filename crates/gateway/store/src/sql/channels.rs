@@ -24,9 +24,12 @@ use crate::records::PairingRecord;
 use crate::records::PairingRequest;
 use crate::records::TurnArtifact;
 
+/// The longest reply artifact path kept in `turn_artifacts`.
+const MAX_ARTIFACT_PATH_BYTES: usize = 1024;
+
 /// The columns of an [`OutboxEntry`].
 const OUTBOX_COLUMNS: &str = "delivery_id, channel, turn_id, in_reply_to, conversation, \
-     recipient, thread, text, attempts, created_at_ms";
+     recipient, thread, text, attempts, claims, created_at_ms";
 
 /// Records `origin`'s message with `outcome` unless it was recorded before; returns whether it
 /// was new.
@@ -355,7 +358,7 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         }
         let names = vec!["?"; channels.len()].join(", ");
         let mut claim = query(format!(
-            "UPDATE channel_outbox SET claimed_by = ?, claimed_until_ms = ? \
+            "UPDATE channel_outbox SET claimed_by = ?, claimed_until_ms = ?, claims = claims + 1 \
              WHERE delivery_id = (SELECT delivery_id FROM channel_outbox \
              WHERE channel IN ({names}) AND state = 'pending' AND next_attempt_at_ms <= ? \
              AND (claimed_until_ms IS NULL OR claimed_until_ms <= ? OR claimed_by = ?) \
@@ -563,6 +566,11 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         artifact: &TurnArtifact,
         now_ms: i64,
     ) -> Result<()> {
+        // A path past the bound (which no workspace file has) is not kept: an index entry has
+        // a bounded size on PostgreSQL.
+        if artifact.path.len() > MAX_ARTIFACT_PATH_BYTES {
+            return Ok(());
+        }
         query(
             "INSERT INTO turn_artifacts (turn_id, path, media_id, size_bytes, created_at_ms) \
              VALUES (?, ?, ?, ?, ?) ON CONFLICT (turn_id, path) DO NOTHING",
@@ -599,11 +607,42 @@ impl<B: Backend> ChannelStore for SqlStore<B> {
         .collect()
     }
 
-    async fn session_channel(&self, session_key: &str) -> Result<Option<String>> {
-        query("SELECT channel FROM channel_sessions WHERE session_key = ?")
-            .bind(session_key)
-            .opt_scalar(&self.db, "channel session")
+    async fn turn_channel(&self, turn_id: &str) -> Result<Option<String>> {
+        query("SELECT channel FROM channel_turns WHERE turn_id = ?")
+            .bind(turn_id)
+            .opt_scalar(&self.db, "channel turn")
             .await
+    }
+
+    async fn channel_message_judged(&self, channel: &str, message_id: &str) -> Result<bool> {
+        let found: Option<i64> =
+            query("SELECT 1 FROM channel_inbound WHERE channel = ? AND message_id = ?")
+                .bind(channel)
+                .text(message_id)
+                .opt_scalar(&self.db, "channel message")
+                .await?;
+        Ok(found.is_some())
+    }
+
+    async fn renew_channel_delivery(
+        &self,
+        delivery_id: &str,
+        claimant: &str,
+        claim_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let renewed = query(
+            "UPDATE channel_outbox SET claimed_until_ms = ? \
+             WHERE delivery_id = ? AND claimed_by = ? AND state = 'pending' \
+             AND claimed_until_ms > ?",
+        )
+        .bind(now_ms.saturating_add(claim_ms))
+        .bind(delivery_id)
+        .bind(claimant)
+        .bind(now_ms)
+        .execute(&self.db, "channel delivery")
+        .await?;
+        Ok(renewed == 1)
     }
 
     async fn prune_channel_records(&self, before_ms: i64) -> Result<u64> {
@@ -679,6 +718,9 @@ fn outbox_entry_from_row(row: &impl SqlRow) -> Result<OutboxEntry> {
         thread: get(row, "thread")?,
         text: get(row, "text")?,
         attempts: u32::try_from(attempts).map_err(|_| StoreError::Corrupt {
+            what: "channel delivery",
+        })?,
+        claims: u32::try_from(get::<i64>(row, "claims")?).map_err(|_| StoreError::Corrupt {
             what: "channel delivery",
         })?,
         created_at_ms: get(row, "created_at_ms")?,

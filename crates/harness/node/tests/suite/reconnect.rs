@@ -47,7 +47,7 @@ async fn enrollment_saves_the_device_token_and_later_sessions_use_it() {
     commands.push(gatehouse_protocol::skills::WORKSPACE_SKILLS);
     commands.sort_unstable();
     assert_eq!(params.commands, commands);
-    assert_eq!((params.min_protocol, params.max_protocol), (3, 4));
+    assert_eq!((params.min_protocol, params.max_protocol), (3, 5));
     assert_eq!(params.role, "node");
     assert_eq!(params.scopes, Vec::<String>::new());
     assert_eq!(

@@ -238,7 +238,8 @@ async fn a_matrix_channel_pairs_strangers_answers_once_and_speaks_in_groups_only
         html.contains("<strong>bold</strong>") && !html.contains("<b>"),
         "{html}"
     );
-    // An allowed sender's file gets one notice that only text is read; a bot's notice nothing.
+    // An allowed sender's message the bot cannot read (a file without its address) gets one
+    // notice; a bot's notice gets nothing.
     synapse
         .send_message(
             &alice,
@@ -254,7 +255,7 @@ async fn a_matrix_channel_pairs_strangers_answers_once_and_speaks_in_groups_only
         )
         .await;
     let replies = wait_bot_messages(&synapse, &alice, &bot, &alice_dm, 2).await;
-    assert!(replies[1].contains("text messages only"), "{replies:?}");
+    assert!(replies[1].contains("not passed on"), "{replies:?}");
     still(&synapse, &alice, &bot, &alice_dm, 2).await;
 
     // A stranger arranges a "direct" room, brings an allowed user in and leaves: the allowed
