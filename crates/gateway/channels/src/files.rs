@@ -68,7 +68,7 @@ pub fn sniff_mime_type(bytes: &[u8], declared: &str) -> String {
 pub fn display_name(name: &str) -> String {
     let bidi = |c: char| matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}');
     let mut shown = String::new();
-    for c in name.chars() {
+    for c in name.trim().chars() {
         let c = match c {
             '/' | '\\' => '_',
             c if c.is_control() || bidi(c) => '_',
@@ -141,7 +141,10 @@ mod tests {
             sniff_mime_type(&[0xff, 0xfe, 0x00], "text/plain"),
             OCTET_STREAM
         );
-        assert_eq!(sniff_mime_type(b"<script>", "text/html"), "text/plain");
+        assert_eq!(
+            sniff_mime_type(b"hello <b>you</b>", "text/html"),
+            "text/plain"
+        );
         assert_eq!(sniff_mime_type(b"x", "text/x\"<>"), "text/plain");
         let mut elf = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0];
         elf.resize(64, 0);

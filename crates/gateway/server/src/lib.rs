@@ -672,7 +672,7 @@ pub async fn start(
                 config
                     .channels
                     .iter()
-                    .map(|setup| (setup.spec.name.clone(), setup.spec.deny_tools.clone())),
+                    .map(|setup| (setup.spec.name.clone(), setup.spec.denied_tools())),
             ),
     );
     let skills = Arc::new(skills::SkillsService::new(

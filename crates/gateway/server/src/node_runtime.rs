@@ -761,7 +761,7 @@ impl TurnRuntime for NodeRuntime {
         };
         let denied_tools = self
             .tools
-            .denied_for(&input.session_key)
+            .denied_for(&input.turn_id)
             .await
             .map_err(|error| TurnFailure::new(error.code(), error.to_string()))?;
         // A node that would not apply the denials does not run the turn (fail closed).

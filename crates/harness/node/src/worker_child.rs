@@ -169,11 +169,10 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
     config.sandbox_settings = launch.sandbox.clone();
     config.sandbox_helper = Some(std::env::current_exe().map_err(WorkerChildError::CurrentExe)?);
     // The operator's denials; the Gateway already filtered the Gateway tools it offers.
-    let layers = vec![gatehouse_policy::tool::ToolLayer {
-        source: gatehouse_policy::tool::LayerSource::Global,
-        allow: None,
-        deny: launch.denied_tools.clone(),
-    }];
+    let layers = vec![gatehouse_policy::tool::ToolLayer::denying(
+        gatehouse_policy::tool::LayerSource::Global,
+        launch.denied_tools.clone(),
+    )];
     let context = ToolContext::new(Path::new(&launch.workspace), config)
         .map_err(WorkerChildError::Workspace)?;
     let mut reported = std::collections::BTreeMap::new();
@@ -239,11 +238,10 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
         // The turn's own denials (its channel's `deny-tools`) narrow the operator's.
         let mut turn_layers = layers.clone();
         if !params.denied_tools.is_empty() {
-            turn_layers.push(gatehouse_policy::tool::ToolLayer {
-                source: gatehouse_policy::tool::LayerSource::Group,
-                allow: None,
-                deny: params.denied_tools.clone(),
-            });
+            turn_layers.push(gatehouse_policy::tool::ToolLayer::denying(
+                gatehouse_policy::tool::LayerSource::Group,
+                params.denied_tools.clone(),
+            ));
         }
         let tools = ToolSet::new(tool_list).filtered(&turn_layers);
         let model = match &model {

@@ -474,9 +474,12 @@ async fn a_channels_deny_tools_narrow_its_sessions_and_no_other() {
         "{turn}"
     );
     let offered = mock_requests(&setup.mock_url).await.last().unwrap()["body"]["tools"].to_string();
+    // `write` takes the tools that write files too.
     assert!(
         offered.contains("\"read\"")
             && !offered.contains("\"write\"")
+            && !offered.contains("\"edit\"")
+            && !offered.contains("\"apply_patch\"")
             && !offered.contains("\"session_status\""),
         "{offered}"
     );
@@ -498,6 +501,36 @@ async fn a_channels_deny_tools_narrow_its_sessions_and_no_other() {
     assert!(
         offered.contains("\"write\"") && offered.contains("\"session_status\""),
         "{offered}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_too_old_to_apply_a_channels_denials_is_not_given_its_turns() {
+    let (_receiver, reply_url) = Receiver::start().await;
+    let dirs = dirs();
+    let config = channel_config_with(&dirs, &reply_url, "deny-tools = [\"exec\"]\n");
+    let logs = dirs.base.join("logs");
+    let gateway = Gateway::start_with(&dirs.base.join("gateway"), &logs, &["--config", &config]);
+    // A node of protocol 4, which does not know a turn's own denials.
+    let mut node = crate::suite::hostile::HostileNode::enroll(
+        &gateway,
+        7,
+        crate::suite::hostile::NATIVE_COMMANDS,
+    )
+    .await;
+    let (status, answer) =
+        message(&gateway, "o1", "alice", "/tool exec {\"command\":\"id\"}").await;
+    assert_eq!(status, 202, "{answer}");
+    let turn = wait_turn(&gateway, answer["turnId"].as_str().unwrap()).await;
+    assert_eq!(turn["status"], "failed", "{turn}");
+    assert_eq!(turn["error"]["code"], "PROTOCOL_UNSUPPORTED", "{turn}");
+    assert!(
+        !node
+            .received_invokes()
+            .await
+            .iter()
+            .any(|invoke| invoke.command == "agent.turn"),
+        "the old node was given the turn"
     );
 }
 
