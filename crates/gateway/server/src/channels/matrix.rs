@@ -184,13 +184,7 @@ async fn sync_once(
     let Some(bot) = &channel.matrix else {
         return Err(String::from("the channel has no Matrix account"));
     };
-    let lease_ms = i64::try_from(parts.lease.as_millis()).unwrap_or(i64::MAX);
-    let held = parts
-        .store
-        .hold_channel(name, &parts.holder, lease_ms, store_now(memory).await?)
-        .await
-        .map_err(|error| format!("cannot take the channel's lease: {error}"))?;
-    if !held {
+    if !hold(parts, memory, name).await? {
         return Ok(Step::Standby);
     }
     let identity = match &memory.identity {
@@ -222,12 +216,7 @@ async fn sync_once(
         if cursor.is_some() || invite {
             // Renewed before each input, so a long answer (files to fetch) never outlives the
             // lease; one lost stops here, and the holder judges the answer again.
-            let held = parts
-                .store
-                .hold_channel(name, &parts.holder, lease_ms, store_now(memory).await?)
-                .await
-                .map_err(|error| format!("cannot renew the channel's lease: {error}"))?;
-            if !held {
+            if !hold(parts, memory, name).await? {
                 return Ok(Step::Standby);
             }
             handle(parts, channel, bot, memory, input).await?;
@@ -247,6 +236,16 @@ async fn sync_once(
         true => Step::Synced,
         false => Step::Standby,
     })
+}
+
+/// Takes or renews the channel's sync lease for this replica; returns whether it holds it.
+async fn hold(parts: &LoopParts, memory: &LoopMemory, name: &str) -> Result<bool, String> {
+    let lease_ms = i64::try_from(parts.lease.as_millis()).unwrap_or(i64::MAX);
+    parts
+        .store
+        .hold_channel(name, &parts.holder, lease_ms, store_now(memory).await?)
+        .await
+        .map_err(|error| format!("cannot hold the channel's lease: {error}"))
 }
 
 /// The store's time, which the channel's lease is judged by.

@@ -404,38 +404,59 @@ async fn bot_events(
         .partition(|event| event["content"]["m.relates_to"]["rel_type"] != "m.replace")
 }
 
+/// A homeserver with a bot and `alice`, a Gateway whose Matrix channel allows alice (with
+/// `extra` lines in its table), and a direct chat alice opened with the bot, joined.
+struct DirectChat {
+    synapse: Synapse,
+    bot: MatrixUser,
+    alice: MatrixUser,
+    setup: MockModelSetup,
+    dm: String,
+}
+
+impl DirectChat {
+    async fn open(extra: &str) -> DirectChat {
+        let dirs = dirs();
+        let logs = dirs.base.join("logs");
+        let synapse = Synapse::start(&dirs.base.join("synapse"), &logs).await;
+        let bot = synapse.register("gatehouse-bot", "bot-password").await;
+        let alice = synapse.register("alice", "alice-password").await;
+        let config = matrix_config(
+            &dirs.base,
+            &synapse,
+            &bot,
+            &format!("allow-from = [{:?}]\n{extra}", alice.user_id),
+        );
+        let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+        wait_connected(&setup.gateway).await;
+        let dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
+        wait_membership(&synapse, &alice, &dm, &bot, "join").await;
+        DirectChat {
+            synapse,
+            bot,
+            alice,
+            setup,
+            dm,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_matrix_channel_streams_a_reply_by_editing_one_message_and_answers_a_thread_in_it() {
-    let dirs = dirs();
-    let logs = dirs.base.join("logs");
-    let synapse = Synapse::start(&dirs.base.join("synapse"), &logs).await;
-    let bot = synapse.register("gatehouse-bot", "bot-password").await;
-    let alice = synapse.register("alice", "alice-password").await;
-    let config = matrix_config(
-        &dirs.base,
-        &synapse,
-        &bot,
-        &format!(
-            "allow-from = [{:?}]\nstreaming = \"edits\"\n",
-            alice.user_id
-        ),
-    );
-    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
-    let gateway = &setup.gateway;
-    wait_connected(gateway).await;
-    let dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
-    wait_membership(&synapse, &alice, &dm, &bot, "join").await;
+    let chat = DirectChat::open("streaming = \"edits\"\n").await;
+    let (synapse, bot, alice, dm) = (&chat.synapse, &chat.bot, &chat.alice, &chat.dm);
+    let gateway = &chat.setup.gateway;
 
     // A reply streamed word by word over about 4 s: one message, edited as it grows, and
     // replaced by the whole reply at the end.
     let words = "one two three four five six seven eight nine ten eleven twelve";
     let asked = synapse
-        .send_text(&alice, &dm, &format!("/slow 300 {words}"), &[])
+        .send_text(alice, dm, &format!("/slow 300 {words}"), &[])
         .await;
     synapse
         .wait_for(
-            &alice,
-            &dm,
+            alice,
+            dm,
             |event| {
                 event["sender"] == bot.user_id.as_str()
                     && event["content"]["m.new_content"]["body"] == words
@@ -443,7 +464,7 @@ async fn a_matrix_channel_streams_a_reply_by_editing_one_message_and_answers_a_t
             WAIT,
         )
         .await;
-    let (messages, edits) = bot_events(&synapse, &alice, &bot, &dm).await;
+    let (messages, edits) = bot_events(synapse, alice, bot, dm).await;
     assert_eq!(messages.len(), 1, "{messages:#?}");
     let streamed = &messages[0];
     let first = streamed["content"]["body"].as_str().unwrap();
@@ -478,11 +499,11 @@ async fn a_matrix_channel_streams_a_reply_by_editing_one_message_and_answers_a_t
     );
 
     // A message in a thread is answered in that thread.
-    let root = synapse.send_text(&alice, &dm, "/say root", &[]).await;
+    let root = synapse.send_text(alice, dm, "/say root", &[]).await;
     synapse
         .wait_for(
-            &alice,
-            &dm,
+            alice,
+            dm,
             |event| {
                 event["content"]["m.new_content"]["body"] == "root"
                     || event["content"]["body"] == "root"
@@ -492,8 +513,8 @@ async fn a_matrix_channel_streams_a_reply_by_editing_one_message_and_answers_a_t
         .await;
     synapse
         .send_message(
-            &alice,
-            &dm,
+            alice,
+            dm,
             serde_json::json!({
                 "msgtype": "m.text",
                 "body": "/say in the thread",
@@ -503,8 +524,8 @@ async fn a_matrix_channel_streams_a_reply_by_editing_one_message_and_answers_a_t
         .await;
     let threaded = synapse
         .wait_for(
-            &alice,
-            &dm,
+            alice,
+            dm,
             |event| {
                 event["sender"] == bot.user_id.as_str()
                     && event["content"]["m.relates_to"]["rel_type"] == "m.thread"
@@ -529,35 +550,22 @@ async fn a_matrix_channel_streams_a_reply_by_editing_one_message_and_answers_a_t
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_matrix_file_is_downloaded_by_the_gateway_and_staged_for_the_turn() {
-    let dirs = dirs();
-    let logs = dirs.base.join("logs");
-    let synapse = Synapse::start(&dirs.base.join("synapse"), &logs).await;
-    let bot = synapse.register("gatehouse-bot", "bot-password").await;
-    let alice = synapse.register("alice", "alice-password").await;
-    let config = matrix_config(
-        &dirs.base,
-        &synapse,
-        &bot,
-        &format!("allow-from = [{:?}]\n", alice.user_id),
-    );
-    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
-    let gateway = &setup.gateway;
-    wait_connected(gateway).await;
-    let dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
-    wait_membership(&synapse, &alice, &dm, &bot, "join").await;
+    let chat = DirectChat::open("").await;
+    let (synapse, bot, alice, dm) = (&chat.synapse, &chat.bot, &chat.alice, &chat.dm);
+    let setup = &chat.setup;
 
     let mxc = synapse
-        .upload(&alice, "minutes.md", "text/markdown", b"# Minutes\nship it")
+        .upload(alice, "minutes.md", "text/markdown", b"# Minutes\nship it")
         .await;
     synapse
         .send_message(
-            &alice,
-            &dm,
+            alice,
+            dm,
             serde_json::json!({"msgtype": "m.file", "body": "/say filed", "filename": "minutes.md",
                 "url": mxc, "info": {"mimetype": "text/markdown", "size": 17}}),
         )
         .await;
-    let replies = wait_bot_messages(&synapse, &alice, &bot, &dm, 1).await;
+    let replies = wait_bot_messages(synapse, alice, bot, dm, 1).await;
     assert_eq!(replies[0], "filed");
     // What a retried delivery finds: the transaction ids the bot's token sent, and only those.
     let client = gatehouse_channels::matrix::MatrixClient::new(
@@ -565,7 +573,7 @@ async fn a_matrix_file_is_downloaded_by_the_gateway_and_staged_for_the_turn() {
         gatehouse_channels::secret::Secret::new(bot.access_token.clone()),
     )
     .unwrap();
-    let sent = client.sent_transactions(&dm).await.unwrap();
+    let sent = client.sent_transactions(dm).await.unwrap();
     assert!(
         sent.len() == 1
             && sent
