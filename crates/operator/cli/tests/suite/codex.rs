@@ -547,9 +547,11 @@ async fn a_killed_codex_fails_its_turn_clearly_and_an_aborted_turn_leaves_codex_
         setup.node.stderr()
     );
 
-    // Abort a hanging turn: it ends `aborted` and Codex carries on.
+    // Abort a hanging turn: it ends `aborted` and Codex carries on. (The first `/hang` reached
+    // the model already: wait for this one's own call.)
+    let earlier_hangs = model_calls_ending_with(&setup, "/hang").await;
     let hanging = post_message(&setup.gateway, "s", "/hang").await;
-    wait_for_model_call(&setup, "/hang").await;
+    wait_for_new_model_call(&setup, "/hang", earlier_hangs).await;
     let pid = setup.codex_pid();
     let aborted = reqwest::Client::new()
         .post(format!("{}/v1/sessions/s/abort", setup.gateway.url))
@@ -569,8 +571,9 @@ async fn a_killed_codex_fails_its_turn_clearly_and_an_aborted_turn_leaves_codex_
     // Kill the node host mid-turn: the Gateway's Codex client sees the relay end, the turn
     // fails clearly, and Codex does not outlive its supervisor.
     let mut setup = setup;
+    let earlier_hangs = model_calls_ending_with(&setup, "/hang").await;
     let hanging = post_message(&setup.gateway, "s", "/hang").await;
-    wait_for_model_call(&setup, "/hang").await;
+    wait_for_new_model_call(&setup, "/hang", earlier_hangs).await;
     setup.node.kill();
     let lost = wait_turn(&setup.gateway, &hanging).await;
     assert_eq!(
@@ -591,17 +594,29 @@ async fn a_killed_codex_fails_its_turn_clearly_and_an_aborted_turn_leaves_codex_
 
 /// Waits until the mock has received a model call whose last user text is `text`.
 async fn wait_for_model_call(setup: &Setup, text: &str) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let seen = setup.mock_requests().await.iter().any(|request| {
+    wait_for_new_model_call(setup, text, 0).await;
+}
+
+/// The model calls so far whose last input item contains `text`.
+async fn model_calls_ending_with(setup: &Setup, text: &str) -> usize {
+    setup
+        .mock_requests()
+        .await
+        .iter()
+        .filter(|request| {
             request["body"]["input"]
                 .as_array()
                 .and_then(|input| input.last())
                 .is_some_and(|item| item.to_string().contains(text))
-        });
-        if seen {
-            return;
-        }
+        })
+        .count()
+}
+
+/// Waits until more than `before` model calls end with `text`: a turn sent after `before` was
+/// counted has reached the model (an earlier turn's call with the same text does not count).
+async fn wait_for_new_model_call(setup: &Setup, text: &str, before: usize) {
+    let deadline = Instant::now() + WAIT;
+    while model_calls_ending_with(setup, text).await <= before {
         assert!(Instant::now() < deadline, "the model never saw {text}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
