@@ -87,6 +87,11 @@ pub struct ChannelSpec {
     pub mode: Option<String>,
     /// Telegram (webhook mode): the environment variable holding the secret token.
     pub webhook_secret_env: Option<String>,
+    /// Telegram (webhook mode): the file holding the secret token.
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Telegram (webhook mode): the public URL the Bot API posts updates to, which reaches
+    /// this channel's `POST /channels/{name}/inbound`.
+    pub webhook_url: Option<String>,
 }
 
 fn yes() -> bool {
@@ -192,6 +197,32 @@ pub enum KindSettings {
         /// Where its access token is.
         access_token: CredentialRef,
     },
+    /// A Telegram bot.
+    Telegram {
+        /// The Bot API's base URL (default [`TELEGRAM_API_BASE`]).
+        api_base: url::Url,
+        /// Where its bot token is.
+        bot_token: CredentialRef,
+        /// How updates arrive.
+        mode: TelegramMode,
+    },
+}
+
+/// The Telegram Bot API's base URL.
+pub const TELEGRAM_API_BASE: &str = "https://api.telegram.org";
+
+/// How a Telegram channel receives updates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TelegramMode {
+    /// `getUpdates` long polling, by one replica at a time (the default).
+    Poll,
+    /// The Bot API posts updates to `url` with the secret token in a header.
+    Webhook {
+        /// The public URL of the channel's inbound route.
+        url: url::Url,
+        /// Where the secret token is.
+        secret: CredentialRef,
+    },
 }
 
 /// Checks every table of `specs`; returns the settings of each, in order (`None` for a
@@ -270,16 +301,16 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<KindSettings>>, Conf
             let settings = match spec.kind {
                 ChannelKind::Webhook => Some(webhook_settings(spec).map_err(|(key, message)| error(key, message))?),
                 ChannelKind::Matrix => Some(matrix_settings(spec).map_err(|(key, message)| error(key, message))?),
-                other if spec.enabled => {
+                ChannelKind::Telegram => Some(telegram_settings(spec).map_err(|(key, message)| error(key, message))?),
+                ChannelKind::Slack if spec.enabled => {
                     return Err(error(
                         "kind",
-                        format!(
-                            "{} channels are not supported by this build yet; the webhook and matrix kinds are (or set enabled = false)",
-                            other.as_str()
+                        String::from(
+                            "slack channels are not supported by this build yet; the webhook, matrix and telegram kinds are (or set enabled = false)",
                         ),
                     ));
                 }
-                _ => None,
+                ChannelKind::Slack => None,
             };
             Ok(settings)
         })
@@ -303,6 +334,8 @@ fn only_keys(spec: &ChannelSpec, own: &[&str]) -> Result<(), (&'static str, Stri
         ("api-base", spec.api_base.is_some()),
         ("mode", spec.mode.is_some()),
         ("webhook-secret-env", spec.webhook_secret_env.is_some()),
+        ("webhook-secret-file", spec.webhook_secret_file.is_some()),
+        ("webhook-url", spec.webhook_url.is_some()),
     ];
     match set.iter().find(|(key, set)| *set && !own.contains(key)) {
         Some((key, _)) => Err((
@@ -379,6 +412,81 @@ fn matrix_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, St
         homeserver: http_url("homeserver", homeserver)?,
         user_id,
         access_token,
+    })
+}
+
+/// Checks a Telegram table: the bot token, the API's base URL and the mode (a webhook needs its
+/// public URL and a secret token).
+fn telegram_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, String)> {
+    only_keys(
+        spec,
+        &[
+            "bot-token-env",
+            "bot-token-file",
+            "api-base",
+            "mode",
+            "webhook-secret-env",
+            "webhook-secret-file",
+            "webhook-url",
+        ],
+    )?;
+    let bot_token = CredentialRef::from_keys(
+        spec.bot_token_env.as_deref(),
+        spec.bot_token_file.as_deref(),
+    )
+    .map_err(|message| ("bot-token-env", message))?;
+    let api_base = http_url(
+        "api-base",
+        spec.api_base.as_deref().unwrap_or(TELEGRAM_API_BASE),
+    )?;
+    let mode = match spec.mode.as_deref() {
+        None | Some("poll") => {
+            for (key, set) in [
+                ("webhook-secret-env", spec.webhook_secret_env.is_some()),
+                ("webhook-secret-file", spec.webhook_secret_file.is_some()),
+                ("webhook-url", spec.webhook_url.is_some()),
+            ] {
+                if set {
+                    return Err((key, String::from("is only for mode = \"webhook\"")));
+                }
+            }
+            TelegramMode::Poll
+        }
+        Some("webhook") => {
+            let Some(url) = &spec.webhook_url else {
+                return Err((
+                    "webhook-url",
+                    String::from(
+                        "is required in webhook mode: the public https URL of this channel's /channels/{name}/inbound",
+                    ),
+                ));
+            };
+            let url = http_url("webhook-url", url)?;
+            let secret = CredentialRef::from_keys(
+                spec.webhook_secret_env.as_deref(),
+                spec.webhook_secret_file.as_deref(),
+            )
+            .map_err(|message| {
+                (
+                    "webhook-secret-env",
+                    format!(
+                        "{message} (in webhook mode, every update must carry the secret token)"
+                    ),
+                )
+            })?;
+            TelegramMode::Webhook { url, secret }
+        }
+        Some(other) => {
+            return Err((
+                "mode",
+                format!("{other:?} is not a mode: use \"poll\" or \"webhook\""),
+            ));
+        }
+    };
+    Ok(KindSettings::Telegram {
+        api_base,
+        bot_token,
+        mode,
     })
 }
 
@@ -543,8 +651,77 @@ mod tests {
 
     #[test]
     fn a_disabled_channel_of_a_kind_not_built_is_kept_but_not_run() {
-        let text = "[[channels]]\nname = \"team\"\nkind = \"telegram\"\nenabled = false\n";
+        let text = "[[channels]]\nname = \"team\"\nkind = \"slack\"\nenabled = false\n";
         assert_eq!(validate(&parse(text)).unwrap(), vec![None]);
+    }
+
+    #[test]
+    fn a_telegram_table_polls_by_default_and_a_webhook_needs_its_url_and_secret() {
+        let text =
+            "[[channels]]\nname = \"tg\"\nkind = \"telegram\"\nbot-token-env = \"TG_TOKEN\"\n";
+        let settings = validate(&parse(text)).unwrap();
+        let Some(KindSettings::Telegram {
+            api_base,
+            bot_token,
+            mode,
+        }) = &settings[0]
+        else {
+            panic!("{settings:?}");
+        };
+        assert_eq!(api_base.as_str(), "https://api.telegram.org/");
+        assert_eq!(*bot_token, CredentialRef::Env("TG_TOKEN".into()));
+        assert_eq!(*mode, TelegramMode::Poll);
+        let webhook = format!(
+            "{text}mode = \"webhook\"\nwebhook-url = \"https://gw.example/channels/tg/inbound\"\nwebhook-secret-env = \"TG_SECRET\"\n"
+        );
+        let settings = validate(&parse(&webhook)).unwrap();
+        let Some(KindSettings::Telegram {
+            mode: TelegramMode::Webhook { url, secret },
+            ..
+        }) = &settings[0]
+        else {
+            panic!("{settings:?}");
+        };
+        assert_eq!(url.as_str(), "https://gw.example/channels/tg/inbound");
+        assert_eq!(*secret, CredentialRef::Env("TG_SECRET".into()));
+        for (from, to, key) in [
+            (
+                "bot-token-env = \"TG_TOKEN\"\n",
+                "",
+                "channels[0].bot-token-env",
+            ),
+            ("mode = \"webhook\"", "mode = \"push\"", "channels[0].mode"),
+            (
+                "webhook-url = \"https://gw.example/channels/tg/inbound\"\n",
+                "",
+                "channels[0].webhook-url",
+            ),
+            (
+                "webhook-secret-env = \"TG_SECRET\"\n",
+                "",
+                "channels[0].webhook-secret-env",
+            ),
+            (
+                "mode = \"webhook\"",
+                "mode = \"poll\"",
+                "channels[0].webhook-secret-env",
+            ),
+            (
+                "mode = \"webhook\"",
+                "mode = \"webhook\"\nhomeserver = \"http://x\"",
+                "channels[0].homeserver",
+            ),
+            (
+                "mode = \"webhook\"",
+                "mode = \"webhook\"\napi-base = \"ftp://x\"",
+                "channels[0].api-base",
+            ),
+        ] {
+            let error = validate(&parse(&webhook.replace(from, to)))
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with(key), "{from} → {error}");
+        }
     }
 
     #[test]

@@ -694,7 +694,7 @@ impl MatrixClient {
         let url = self.api_url(&["client", "v1", "media", "download", server, media_id]);
         let transport =
             |error: reqwest::Error| MatrixError::Transport(error.without_url().to_string());
-        let mut answer = self
+        let answer = self
             .http
             .get(url)
             .bearer_auth(self.token.expose())
@@ -711,20 +711,12 @@ impl MatrixClient {
                 retry_after: crate::webhook::retry_after(answer.headers()),
             });
         }
-        if answer
-            .content_length()
-            .is_some_and(|length| length > max_bytes)
-        {
-            return Err(MatrixError::TooLarge { max_bytes });
-        }
-        let mut bytes = Vec::new();
-        while let Some(chunk) = answer.chunk().await.map_err(transport)? {
-            if (bytes.len() + chunk.len()) as u64 > max_bytes {
-                return Err(MatrixError::TooLarge { max_bytes });
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        Ok(bytes.into())
+        crate::files::read_capped(answer, max_bytes)
+            .await
+            .map_err(|error| match error {
+                crate::files::Capped::TooLarge => MatrixError::TooLarge { max_bytes },
+                crate::files::Capped::Transport(message) => MatrixError::Transport(message),
+            })
     }
 
     /// Returns the transaction ids of this token's events among the latest

@@ -36,6 +36,16 @@ pub enum KindSetup {
         /// Its access token.
         access_token: Secret,
     },
+    /// A Telegram bot.
+    Telegram {
+        /// The Bot API's base URL.
+        api_base: url::Url,
+        /// Its bot token.
+        bot_token: Secret,
+        /// In webhook mode: the public URL updates are posted to, and the secret token they
+        /// carry; `None` polls.
+        webhook: Option<(url::Url, Secret)>,
+    },
 }
 
 /// Why the channels cannot run.
@@ -98,6 +108,29 @@ pub fn prepare(specs: &[ChannelSpec]) -> Result<Vec<ChannelSetup>, SetupError> {
                     homeserver,
                     user_id,
                 }),
+                Some(KindSettings::Telegram {
+                    api_base,
+                    bot_token,
+                    mode,
+                }) => Some(KindSetup::Telegram {
+                    bot_token: read(&bot_token)?,
+                    webhook: match mode {
+                        crate::config::TelegramMode::Poll => None,
+                        crate::config::TelegramMode::Webhook { url, secret } => {
+                            let secret = read(&secret)?;
+                            if !crate::telegram::valid_secret_token(secret.expose()) {
+                                return Err(SetupError::Credential {
+                                    index,
+                                    source: crate::secret::CredentialError::Invalid(String::from(
+                                        "a Telegram secret token is 1 to 256 of A-Z, a-z, 0-9, '_' and '-'",
+                                    )),
+                                });
+                            }
+                            Some((url, secret))
+                        }
+                    },
+                    api_base,
+                }),
                 None => None,
             };
             Ok(ChannelSetup {
@@ -109,14 +142,25 @@ pub fn prepare(specs: &[ChannelSpec]) -> Result<Vec<ChannelSetup>, SetupError> {
     let secrets: Vec<(usize, &Secret)> = setups
         .iter()
         .enumerate()
-        .filter_map(|(index, setup)| match &setup.kind {
-            Some(KindSetup::Webhook { secret, .. }) => Some((index, secret)),
-            Some(KindSetup::Matrix { access_token, .. }) => Some((index, access_token)),
-            None => None,
+        .flat_map(|(index, setup)| {
+            let secrets: Vec<&Secret> = match &setup.kind {
+                Some(KindSetup::Webhook { secret, .. }) => vec![secret],
+                Some(KindSetup::Matrix { access_token, .. }) => vec![access_token],
+                Some(KindSetup::Telegram {
+                    bot_token, webhook, ..
+                }) => std::iter::once(bot_token)
+                    .chain(webhook.as_ref().map(|(_, secret)| secret))
+                    .collect(),
+                None => Vec::new(),
+            };
+            secrets.into_iter().map(move |secret| (index, secret))
         })
         .collect();
     for (position, (index, secret)) in secrets.iter().enumerate() {
-        if let Some((other, _)) = secrets[..position].iter().find(|(_, seen)| seen == secret) {
+        if let Some((other, _)) = secrets[..position]
+            .iter()
+            .find(|(other, seen)| seen == secret && other != index)
+        {
             return Err(SetupError::SharedSecret {
                 index: *index,
                 other: *other,

@@ -38,6 +38,221 @@ pub fn split(text: &str, max_chars: usize) -> Vec<String> {
     parts
 }
 
+/// Splits Markdown `text` as [`split`] does, and keeps fenced code blocks whole in each part: a
+/// part cut inside a fence is closed with one, and the next part opens it again (with its info
+/// string), so each part renders on its own as the whole would. A part may pass `max_chars` by
+/// the length of those fence lines.
+#[must_use]
+pub fn split_markdown(text: &str, max_chars: usize) -> Vec<String> {
+    let mut parts = split(text, max_chars);
+    let mut open: Option<String> = None;
+    for part in &mut parts {
+        if let Some(fence) = &open {
+            *part = format!("{fence}\n{part}");
+        }
+        open = None;
+        for line in part.lines() {
+            let trimmed = line.trim_start();
+            if let Some(info) = trimmed.strip_prefix("```") {
+                open = match open {
+                    Some(_) => None,
+                    None => Some(format!("```{}", info.trim())),
+                };
+            }
+        }
+        if open.is_some() {
+            part.push_str("\n```");
+        }
+    }
+    parts
+}
+
+/// Telegram's HTML for `markdown` and the length of its visible text in UTF-16 code units (how
+/// the Bot API counts its 4,096-character bound). Only the tags the Bot API's HTML parse mode
+/// takes are written (`b`, `i`, `s`, `code`, `pre`, `a`, `blockquote`); paragraphs, headings,
+/// lists and tables become text; `&`, `<`, `>` and `"` are escaped everywhere, so the model's own
+/// HTML shows as text.
+#[must_use]
+pub fn markdown_to_telegram_html(markdown: &str) -> (String, usize) {
+    let mut options = Options::empty();
+    options.insert(Options::ENABLE_STRIKETHROUGH);
+    options.insert(Options::ENABLE_TABLES);
+    let mut out = TelegramHtml::default();
+    let mut lists: Vec<Option<u64>> = Vec::new();
+    let mut dropped_links = 0_usize;
+    for event in Parser::new_ext(markdown, options) {
+        match event {
+            Event::Start(tag) => match tag {
+                Tag::Paragraph | Tag::Table(_) | Tag::HtmlBlock => out.block(),
+                Tag::Heading { .. } => {
+                    out.block();
+                    out.tag("<b>");
+                }
+                Tag::BlockQuote(_) => {
+                    out.block();
+                    out.tag("<blockquote>");
+                }
+                Tag::CodeBlock(kind) => {
+                    out.block();
+                    match kind {
+                        pulldown_cmark::CodeBlockKind::Fenced(info) if !info.trim().is_empty() => {
+                            let language: String = info
+                                .split_whitespace()
+                                .next()
+                                .unwrap_or_default()
+                                .chars()
+                                .filter(|c| {
+                                    c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '_' | '#')
+                                })
+                                .collect();
+                            out.tag(&format!("<pre><code class=\"language-{language}\">"));
+                        }
+                        _ => out.tag("<pre><code>"),
+                    }
+                }
+                Tag::List(start) => {
+                    match lists.is_empty() {
+                        true => out.block(),
+                        false => out.line(),
+                    }
+                    lists.push(start);
+                }
+                Tag::Item => {
+                    out.line();
+                    let depth = lists.len().saturating_sub(1);
+                    out.text(&"  ".repeat(depth));
+                    match lists.last_mut() {
+                        Some(Some(number)) => {
+                            out.text(&format!("{number}. "));
+                            *number += 1;
+                        }
+                        _ => out.text("• "),
+                    }
+                }
+                Tag::TableRow | Tag::TableHead => out.line(),
+                Tag::TableCell => {}
+                Tag::Emphasis => out.tag("<i>"),
+                Tag::Strong => out.tag("<b>"),
+                Tag::Strikethrough => out.tag("<s>"),
+                Tag::Link { dest_url, .. } if safe_url(&dest_url) => {
+                    out.tag(&format!("<a href=\"{}\">", escape(&dest_url)));
+                }
+                Tag::Link { .. } => dropped_links += 1,
+                Tag::Image { dest_url, .. } => out.text(&format!(
+                    "[image: {}] ",
+                    if safe_url(&dest_url) { &dest_url } else { "" }
+                )),
+                _ => {}
+            },
+            Event::End(tag) => match tag {
+                TagEnd::Heading(_) => out.tag("</b>"),
+                TagEnd::BlockQuote(_) => out.tag("</blockquote>"),
+                TagEnd::CodeBlock => {
+                    out.trim_end();
+                    out.tag("</code></pre>");
+                }
+                TagEnd::List(_) => {
+                    lists.pop();
+                }
+                TagEnd::TableCell => out.text(" | "),
+                TagEnd::Emphasis => out.tag("</i>"),
+                TagEnd::Strong => out.tag("</b>"),
+                TagEnd::Strikethrough => out.tag("</s>"),
+                TagEnd::Link if dropped_links > 0 => dropped_links -= 1,
+                TagEnd::Link => out.tag("</a>"),
+                _ => {}
+            },
+            Event::Text(text) | Event::Html(text) | Event::InlineHtml(text) => out.text(&text),
+            Event::Code(code) => {
+                out.tag("<code>");
+                out.text(&code);
+                out.tag("</code>");
+            }
+            Event::SoftBreak | Event::HardBreak => out.text("\n"),
+            Event::Rule => {
+                out.block();
+                out.text("———");
+            }
+            _ => {}
+        }
+    }
+    out.trim_end();
+    (out.html, out.visible)
+}
+
+/// Telegram HTML being written, with its visible length counted as it grows.
+#[derive(Default)]
+struct TelegramHtml {
+    html: String,
+    /// UTF-16 code units of visible text.
+    visible: usize,
+    /// Visible text written so far ends with this many newlines (none written yet: a block
+    /// needs no separation).
+    newlines: usize,
+    /// Whether any visible text was written.
+    started: bool,
+}
+
+impl TelegramHtml {
+    fn text(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.html.push_str(&escape(text));
+        self.visible += text.encode_utf16().count();
+        self.started = true;
+        let trailing = text.chars().rev().take_while(|c| *c == '\n').count();
+        self.newlines = match trailing == text.chars().count() {
+            true => self.newlines + trailing,
+            false => trailing,
+        };
+    }
+
+    fn tag(&mut self, tag: &str) {
+        self.html.push_str(tag);
+    }
+
+    /// Starts a line, unless one is started.
+    fn line(&mut self) {
+        if self.started && self.newlines == 0 {
+            self.text("\n");
+        }
+    }
+
+    /// Starts a block: a blank line after what came before.
+    fn block(&mut self) {
+        if self.started {
+            while self.newlines < 2 {
+                self.text("\n");
+            }
+        }
+    }
+
+    /// Drops trailing newlines (inside a code block, before its end).
+    fn trim_end(&mut self) {
+        while self.newlines > 0 && self.html.ends_with('\n') {
+            self.html.pop();
+            self.visible -= 1;
+            self.newlines -= 1;
+        }
+    }
+}
+
+/// Escapes `&`, `<`, `>` and `"` for HTML text and attribute values.
+fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            other => escaped.push(other),
+        }
+    }
+    escaped
+}
+
 /// Whether a link target may be shown as a link: web and mail links and Matrix permalinks.
 fn safe_url(url: &str) -> bool {
     let lower = url.trim().to_ascii_lowercase();
@@ -99,6 +314,33 @@ mod tests {
         assert_eq!(parts.concat(), word);
         assert_eq!(split("short", 100), vec!["short"]);
         assert!(split("   ", 10).is_empty());
+    }
+
+    #[test]
+    fn a_split_inside_a_code_fence_closes_and_reopens_it() {
+        let code: String = (0..40).map(|n| format!("line {n}\n")).collect();
+        let text = format!("Intro.\n\n```rust\n{code}```\n\nAfter.");
+        let parts = split_markdown(&text, 120);
+        assert!(parts.len() > 2, "{parts:?}");
+        for part in &parts {
+            let fences = part.lines().filter(|line| line.starts_with("```")).count();
+            assert_eq!(fences % 2, 0, "{part}");
+        }
+        assert!(parts[1].starts_with("```rust\n"), "{}", parts[1]);
+    }
+
+    #[test]
+    fn telegram_html_uses_only_its_tags_and_counts_utf16() {
+        let (html, visible) = markdown_to_telegram_html(
+            "# Title\n\n**bold** _it_ ~~s~~ `x<y` [ok](https://example.com) [bad](javascript:x)\n\n- one\n- two\n\n```sh\necho <hi> & bye\n```\n\n<p>raw</p> 😀",
+        );
+        assert_eq!(
+            html,
+            "<b>Title</b>\n\n<b>bold</b> <i>it</i> <s>s</s> <code>x&lt;y</code> <a href=\"https://example.com\">ok</a> bad\n\n• one\n• two\n\n<pre><code class=\"language-sh\">echo &lt;hi&gt; &amp; bye</code></pre>\n\n&lt;p&gt;raw&lt;/p&gt; 😀"
+        );
+        let text =
+            "Title\n\nbold it s x<y ok bad\n\n• one\n• two\n\necho <hi> & bye\n\n<p>raw</p> 😀";
+        assert_eq!(visible, text.encode_utf16().count());
     }
 
     #[test]

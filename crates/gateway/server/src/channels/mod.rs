@@ -58,7 +58,9 @@ use crate::turns::TurnEngine;
 mod clock;
 mod files;
 mod matrix;
+mod polling;
 mod stream;
+mod telegram;
 
 pub(crate) use clock::StoreClock;
 pub(crate) use files::ChannelFiles;
@@ -68,6 +70,9 @@ pub(crate) use files::InboundFile;
 pub(crate) use matrix::LoopParts;
 pub(crate) use matrix::SYNC_LEASE_FACTOR;
 pub(crate) use matrix::run_matrix_channels;
+pub(crate) use telegram::TelegramBot;
+pub(crate) use telegram::receive_update;
+pub(crate) use telegram::run_telegram_channels;
 
 /// How often the deliverer looks for due entries when it found none.
 pub(crate) const DELIVERY_POLL: Duration = Duration::from_millis(250);
@@ -112,6 +117,8 @@ pub(crate) struct Channel {
     webhook_secret: Option<Secret>,
     /// The bot account of a Matrix channel, which its sync loop uses.
     matrix: Option<matrix::MatrixBot>,
+    /// The bot of a Telegram channel, which its poll loop or inbound route uses.
+    telegram: Option<telegram::TelegramBot>,
     /// The way out to the platform; `None` when the channel is disabled.
     adapter: Option<Arc<dyn Adapter>>,
     /// What its sync loop last found, for `GET /v1/channels`.
@@ -130,6 +137,9 @@ pub(crate) enum LoopStatus {
     Standby,
     /// Its last sync failed with this message (`CHANNEL_UNAVAILABLE`).
     Failing(String),
+    /// The platform was told where to send updates (a Telegram webhook), and calls the
+    /// inbound route from now on.
+    Registered,
 }
 
 impl Channel {
@@ -146,6 +156,15 @@ impl Channel {
     /// Whether it polls its platform (a sync loop) rather than being called.
     pub(crate) fn polls(&self) -> bool {
         self.matrix.is_some()
+            || self
+                .telegram
+                .as_ref()
+                .is_some_and(|bot| bot.webhook.is_none())
+    }
+
+    /// Its Telegram bot, when it is a Telegram channel.
+    pub(crate) fn telegram(&self) -> Option<&telegram::TelegramBot> {
+        self.telegram.as_ref()
     }
 
     /// What its sync loop last found on this replica. A loop whose last successful sync is
@@ -201,6 +220,7 @@ impl Channels {
                     spec: setup.spec.clone(),
                     webhook_secret: None,
                     matrix: None,
+                    telegram: None,
                     adapter: None,
                     status: parking_lot::Mutex::new(LoopStatus::Starting),
                 };
@@ -229,6 +249,21 @@ impl Channels {
                             client,
                             user_id: user_id.clone(),
                         });
+                    }
+                    Some(KindSetup::Telegram {
+                        api_base,
+                        bot_token,
+                        webhook,
+                    }) => {
+                        let client = gatehouse_channels::telegram::TelegramClient::new(
+                            api_base.clone(),
+                            bot_token.clone(),
+                        )?;
+                        channel.adapter = Some(Arc::new(
+                            gatehouse_channels::telegram::TelegramAdapter::new(client.clone()),
+                        ));
+                        channel.telegram =
+                            Some(telegram::TelegramBot::new(client, webhook.clone()));
                     }
                     None => {}
                 }
@@ -583,6 +618,50 @@ async fn request_pairing(
     Ok(Received::NotAccepted(NotAcceptedReason::Pairing))
 }
 
+/// How often a sender whose share of turns is taken is told so, at most.
+pub(crate) const BUSY_NOTICE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The notice a sender whose share of `share` turns is taken gets.
+pub(crate) fn busy_notice(share: u32) -> String {
+    format!(
+        "You have {share} messages waiting for an answer already; this one was not taken. \
+         Send it again once the agent has answered."
+    )
+}
+
+/// Records a message that admits nothing, with a notice to its room when `tell`.
+pub(crate) async fn notice_or_record(
+    store: &dyn Store,
+    channels: &Channels,
+    origin: &ChannelOrigin,
+    outcome: InboundOutcome,
+    tell: bool,
+    notice: &str,
+) -> Result<(), gatehouse_store::StoreError> {
+    let now = now_ms();
+    let counted = match outcome {
+        InboundOutcome::Ignored => "ignored",
+        _ => "denied",
+    };
+    channels.metrics.inbound(&origin.channel, counted);
+    match tell {
+        true => {
+            let notice = NewDelivery {
+                delivery_id: new_delivery_id(),
+                text: notice.to_owned(),
+            };
+            store
+                .answer_channel_inbound(origin, outcome, &notice, now)
+                .await?;
+            channels.wake();
+        }
+        false => {
+            store.record_channel_inbound(origin, outcome, now).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Records a row a channel's traffic caused, at most
 /// [`crate::audit::LIMITED_ROWS_PER_WINDOW`] per channel and action per window, so a flood of
 /// messages cannot flood the trail.
@@ -905,6 +984,7 @@ mod tests {
             spec,
             webhook_secret: None,
             matrix: None,
+            telegram: None,
             adapter: None,
             status: parking_lot::Mutex::new(LoopStatus::Starting),
         };

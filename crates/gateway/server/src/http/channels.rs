@@ -62,16 +62,22 @@ pub(crate) async fn inbound(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let (channel, secret) = state
-        .channels
-        .enabled(&name)
-        .and_then(|channel| Some((channel, channel.webhook_secret()?)))
-        .ok_or_else(|| {
-            ApiError::new(
-                ErrorCode::ChannelNotFound,
-                "no enabled channel of that name takes inbound requests",
-            )
-        })?;
+    let not_found = || {
+        ApiError::new(
+            ErrorCode::ChannelNotFound,
+            "no enabled channel of that name takes inbound requests",
+        )
+    };
+    let channel = state.channels.enabled(&name).ok_or_else(not_found)?;
+    if let Some(bot) = channel.telegram() {
+        return match &bot.webhook {
+            Some((_, secret)) => {
+                telegram_inbound(&state, channel, bot, secret, &headers, &body).await
+            }
+            None => Err(not_found()),
+        };
+    }
+    let secret = channel.webhook_secret().ok_or_else(not_found)?;
     let checked = match verify(&state, channel, secret, &headers, &body).await {
         Ok(()) => serde_json::from_slice::<WebhookMessage>(&body)
             .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))
@@ -122,6 +128,80 @@ pub(crate) async fn inbound(
     })
 }
 
+/// An update the Bot API posted to a Telegram channel in webhook mode: verified by its secret
+/// token header, then judged as a polled one. The answer is `200` unless the store failed
+/// (`503`, so the Bot API posts it again; what was judged already admits nothing then).
+async fn telegram_inbound(
+    state: &Arc<GatewayState>,
+    channel: &Channel,
+    bot: &crate::channels::TelegramBot,
+    secret: &gatehouse_channels::secret::Secret,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let presented = headers
+        .get(gatehouse_channels::telegram::SECRET_HEADER)
+        .and_then(|value| value.to_str().ok());
+    if !gatehouse_channels::telegram::secret_matches(secret, presented) {
+        state
+            .channels
+            .metrics
+            .inbound(&channel.spec.name, "invalid");
+        let why = match presented {
+            None => "no secret token header",
+            Some(_) => "a wrong secret token",
+        };
+        return Err(refused(state, channel, why).await);
+    }
+    let update: gatehouse_channels::telegram::Update =
+        serde_json::from_slice(body).map_err(|error| {
+            state
+                .channels
+                .metrics
+                .inbound(&channel.spec.name, "invalid");
+            ApiError::invalid_request(format!("invalid update: {error}"))
+        })?;
+    let me = bot.identity().await.map_err(|message| {
+        ApiError::new(ErrorCode::ChannelUnavailable, message).with_retry_after(5)
+    })?;
+    if let Some(incoming) = gatehouse_channels::telegram::interpret(&update, &me) {
+        let parts = ReceiveParts {
+            store: &state.store,
+            turns: &state.turns,
+            audit: &state.audit,
+            channels: &state.channels,
+        };
+        crate::channels::receive_update(
+            &parts,
+            channel,
+            bot,
+            incoming,
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .map_err(|error| store_error(&error))?;
+    }
+    Ok(Json(serde_json::json!({})).into_response())
+}
+
+/// Audits a refused inbound request (rate-limited per channel and action) and returns its
+/// `401 CHANNEL_SIGNATURE_INVALID`.
+async fn refused(state: &GatewayState, channel: &Channel, why: &str) -> ApiError {
+    crate::channels::audit_channel(
+        &state.audit,
+        &channel.spec.name,
+        "channel.inbound",
+        "denied",
+        Some(ErrorCode::ChannelSignatureInvalid.as_str()),
+        serde_json::json!({"channel": channel.spec.name, "why": why}),
+    )
+    .await;
+    ApiError::new(
+        ErrorCode::ChannelSignatureInvalid,
+        format!("the request is not verified: {why}"),
+    )
+}
+
 /// Checks the request's signature headers against the channel's `secret`; a refusal is
 /// audited, rate-limited per channel and action.
 async fn verify(
@@ -142,19 +222,7 @@ async fn verify(
     let Err(refusal) = verified else {
         return Ok(());
     };
-    crate::channels::audit_channel(
-        &state.audit,
-        &channel.spec.name,
-        "channel.inbound",
-        "denied",
-        Some(ErrorCode::ChannelSignatureInvalid.as_str()),
-        serde_json::json!({"channel": channel.spec.name, "why": refusal.to_string()}),
-    )
-    .await;
-    Err(ApiError::new(
-        ErrorCode::ChannelSignatureInvalid,
-        format!("the request is not verified: {refusal}"),
-    ))
+    Err(refused(state, channel, &refusal.to_string()).await)
 }
 
 /// Checks a webhook message's fields and makes it platform-neutral.

@@ -37,6 +37,8 @@ mod state;
 mod store_lock;
 mod support;
 mod synapse;
+mod telegram;
+mod telegram_api;
 mod up;
 mod worker_child;
 mod worker_retirement;

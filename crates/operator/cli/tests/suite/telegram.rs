@@ -1,0 +1,294 @@
+//! Telegram channels end to end: a real Gateway with a native node and the mock model, its
+//! Telegram channel pointed (`api-base`) at the strict Bot API stand-in of
+//! [`crate::suite::telegram_api`], in both of its modes.
+
+use std::time::Duration;
+use std::time::Instant;
+
+use crate::suite::channels::assert_nowhere_but_the_gateway;
+use crate::suite::channels::model_calls_with;
+use crate::suite::support::Dirs;
+use crate::suite::support::Gateway;
+use crate::suite::support::MockModelSetup;
+use crate::suite::support::dirs;
+use crate::suite::telegram_api::BotUser;
+use crate::suite::telegram_api::ChatKind;
+use crate::suite::telegram_api::Person;
+use crate::suite::telegram_api::Sent;
+use crate::suite::telegram_api::TelegramApi;
+
+/// The bot token: distinctive, so a leak anywhere is found by search.
+const TOKEN: &str = "7001:AAH-tgTok3n-Zq8Vw2Lm5Xr9Kc";
+
+/// The webhook's secret token.
+const HOOK_SECRET: &str = "tg-hook-S3cr3t-4Yp7Qn";
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn bot() -> BotUser {
+    BotUser {
+        id: 7001,
+        username: String::from("gate_test_bot"),
+        first_name: String::from("Gate"),
+    }
+}
+
+fn alice() -> Person {
+    Person {
+        id: 4242,
+        first_name: String::from("Alice"),
+        username: Some(String::from("alice")),
+    }
+}
+
+/// Writes the Gateway's config file with one Telegram channel `tg` at `api`, allowing Alice,
+/// with `extra` lines in its table.
+fn telegram_config(dirs: &Dirs, api: &TelegramApi, extra: &str) -> String {
+    let token_file = dirs.base.join("tg-token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let secret_file = dirs.base.join("tg-hook-secret");
+    std::fs::write(&secret_file, format!("{HOOK_SECRET}\n")).unwrap();
+    let config = dirs.base.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[channels]]\nname = \"tg\"\nkind = \"telegram\"\nbot-token-file = {:?}\n\
+             api-base = {:?}\nallow-from = [\"4242\"]\n{}",
+            token_file.display().to_string(),
+            api.url,
+            extra.replace(
+                "SECRET_FILE",
+                &format!("{:?}", secret_file.display().to_string())
+            ),
+        ),
+    )
+    .unwrap();
+    config.display().to_string()
+}
+
+/// Waits until the bot sent `count` messages to `chat`; returns them.
+async fn wait_sent(api: &TelegramApi, chat: i64, count: usize) -> Vec<Sent> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let sent: Vec<Sent> = api
+            .sent()
+            .into_iter()
+            .filter(|sent| sent.chat_id == chat)
+            .collect();
+        if sent.len() >= count {
+            return sent;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bot sent {} of {count} messages to {chat}: {sent:?}",
+            sent.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How many times Alice's direct session holds the user message `text`.
+async fn asked_in_transcript(gateway: &Gateway, text: &str) -> usize {
+    let body = gateway
+        .get_json("/v1/sessions/agent:main:tg:direct:4242/transcript")
+        .await;
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "user" && message["content"] == text)
+        .count()
+}
+
+/// Waits until the Gateway polled past update `update_id`.
+async fn wait_confirmed(api: &TelegramApi, update_id: i64) {
+    let deadline = Instant::now() + WAIT;
+    while api.confirmed_offset() <= update_id {
+        assert!(
+            Instant::now() < deadline,
+            "the Gateway never polled past update {update_id}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_polled_telegram_dm_is_answered_once_in_pieces_within_the_limit_and_a_repeat_after_kill_9_admits_nothing()
+ {
+    let api = TelegramApi::start(TOKEN, bot()).await;
+    let dirs = dirs();
+    let config = telegram_config(&dirs, &api, "");
+    let mut setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    let alice = alice();
+
+    // A direct message from an allowed user is answered once, as a reply to it.
+    let (_, asked) = api.user_writes(
+        4242,
+        ChatKind::Private,
+        &alice,
+        "/say hello there",
+        None,
+        None,
+    );
+    let sent = wait_sent(&api, 4242, 1).await;
+    assert_eq!(sent[0].method, "sendMessage");
+    assert_eq!(sent[0].text, "hello there");
+    assert_eq!(sent[0].reply_to, Some(asked));
+    assert!(api.typing_actions() >= 1, "the bot never showed typing");
+
+    // A reply of about 10,000 characters, with the first part answered 429: it is waited out,
+    // and the parts arrive in order, each within 4,096 UTF-16 units, together the reply.
+    api.rate_limit_next("sendMessage", 1, 2);
+    let words: Vec<String> = (0..1500).map(|n| format!("word{n}")).collect();
+    let long = words.join(" ");
+    assert!(long.len() > 10_000);
+    api.user_writes(
+        4242,
+        ChatKind::Private,
+        &alice,
+        &format!("/say {long}"),
+        None,
+        None,
+    );
+    let deadline = Instant::now() + WAIT;
+    let parts = loop {
+        let parts: Vec<Sent> = api.sent().into_iter().skip(1).collect();
+        let received: usize = parts
+            .iter()
+            .map(|part| part.text.split_whitespace().count())
+            .sum();
+        if received >= words.len() {
+            break parts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{received} of {} words",
+            words.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(parts.len() >= 3, "{} parts", parts.len());
+    for part in &parts {
+        assert!(
+            part.text.encode_utf16().count() <= 4096,
+            "{}",
+            part.text.len()
+        );
+    }
+    let joined: Vec<&str> = parts
+        .iter()
+        .flat_map(|part| part.text.split_whitespace())
+        .collect();
+    assert_eq!(joined, words.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(api.violations(), Vec::<String>::new());
+
+    // kill -9 of the Gateway after it answered; the same message comes again in a new update
+    // (as a redelivery would): after the restart, nothing is admitted or sent again.
+    let listen = setup.gateway.url.trim_start_matches("http://").to_owned();
+    setup.gateway.process.kill();
+    let repeated = api.push_update(serde_json::json!({"message": {
+        "message_id": asked, "date": 1,
+        "from": {"id": 4242, "is_bot": false, "first_name": "Alice", "username": "alice"},
+        "chat": {"id": 4242, "type": "private", "first_name": "Alice"},
+        "text": "/say hello there",
+        "entities": [{"type": "bot_command", "offset": 0, "length": 4}]}}));
+    setup.gateway = Gateway::start_on(
+        &listen,
+        &setup.path("gateway"),
+        &setup.path("logs"),
+        &["--config", &config],
+    );
+    setup.gateway.wait_ready().await;
+    wait_confirmed(&api, repeated).await;
+    let sent_before = api.sent().len();
+    // Another message after it is answered, so the repeated one was surely judged before.
+    api.user_writes(4242, ChatKind::Private, &alice, "/say after", None, None);
+    let sent = wait_sent(&api, 4242, sent_before + 1).await;
+    assert_eq!(sent.len(), sent_before + 1, "{sent:?}");
+    assert_eq!(sent[sent_before].text, "after");
+    assert_eq!(
+        asked_in_transcript(&setup.gateway, "/say hello there").await,
+        1
+    );
+
+    // The token is in no request body or query, on no Harness file, process or log.
+    assert!(!api.request_log().contains(TOKEN));
+    assert_nowhere_but_the_gateway(&setup, TOKEN);
+    let audit = setup.gateway.get_json("/v1/audit").await.to_string();
+    assert!(!audit.contains(TOKEN));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_telegram_webhook_takes_updates_only_with_its_secret_token() {
+    let api = TelegramApi::start(TOKEN, bot()).await;
+    let dirs = dirs();
+    let port = crate::suite::synapse::free_port();
+    let hook_url = format!("http://127.0.0.1:{port}/channels/tg/inbound");
+    let config = telegram_config(
+        &dirs,
+        &api,
+        &format!(
+            "mode = \"webhook\"\nwebhook-url = {hook_url:?}\nwebhook-secret-file = SECRET_FILE\n"
+        ),
+    );
+    let setup =
+        MockModelSetup::start_on(dirs, &format!("127.0.0.1:{port}"), &["--config", &config]).await;
+
+    // The Gateway set the webhook with its secret token.
+    let deadline = Instant::now() + WAIT;
+    while api.webhook().is_none() {
+        assert!(Instant::now() < deadline, "the webhook was never set");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        api.webhook(),
+        Some((hook_url.clone(), Some(HOOK_SECRET.to_owned())))
+    );
+
+    // The Bot API posts the message; it is answered once.
+    let (_, asked) = api.user_writes(4242, ChatKind::Private, &alice(), "/say hooked", None, None);
+    let sent = wait_sent(&api, 4242, 1).await;
+    assert_eq!(sent[0].text, "hooked");
+    assert_eq!(sent[0].reply_to, Some(asked));
+
+    // Updates without the secret token, or with another, are refused and admit nothing.
+    let update = serde_json::json!({"update_id": 999_999, "message": {
+        "message_id": 555, "date": 1,
+        "from": {"id": 4242, "is_bot": false, "first_name": "Alice"},
+        "chat": {"id": 4242, "type": "private"}, "text": "/say forged"}});
+    for secret in [None, Some("wrong-secret"), Some(&HOOK_SECRET[1..])] {
+        let mut request = reqwest::Client::new().post(&hook_url).json(&update);
+        if let Some(secret) = secret {
+            request = request.header("X-Telegram-Bot-Api-Secret-Token", secret);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 401, "{secret:?}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "CHANNEL_SIGNATURE_INVALID");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(model_calls_with(&setup, "forged").await, 0);
+    let audit = setup.gateway.get_json("/v1/audit").await.to_string();
+    assert!(audit.contains("CHANNEL_SIGNATURE_INVALID"), "{audit}");
+    assert!(!audit.contains(TOKEN) && !audit.contains(HOOK_SECRET));
+
+    // The same update posted again (the Bot API retries until it gets a 2xx) admits nothing.
+    let repeat = serde_json::json!({"update_id": 999_998, "message": {
+        "message_id": asked, "date": 1,
+        "from": {"id": 4242, "is_bot": false, "first_name": "Alice"},
+        "chat": {"id": 4242, "type": "private"}, "text": "/say hooked"}});
+    let response = reqwest::Client::new()
+        .post(&hook_url)
+        .header("X-Telegram-Bot-Api-Secret-Token", HOOK_SECRET)
+        .json(&repeat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(api.sent().len(), 1, "{:?}", api.sent());
+    assert_eq!(asked_in_transcript(&setup.gateway, "/say hooked").await, 1);
+    assert_eq!(api.violations(), Vec::<String>::new());
+    assert_nowhere_but_the_gateway(&setup, TOKEN);
+    assert_nowhere_but_the_gateway(&setup, HOOK_SECRET);
+}
