@@ -49,6 +49,23 @@ pub enum SendError {
     },
 }
 
+/// Where a reply streams while its turn runs (`streaming = "edits"`): one message, sent
+/// once and then edited.
+#[async_trait]
+pub trait StreamSink: Send + Sync + 'static {
+    /// The longest text one edit may show; a longer reply stops streaming, and its final
+    /// version is split as usual.
+    fn max_chars(&self) -> usize;
+
+    /// Shows `text`: sends the message when `shown` is `None`, else edits the message
+    /// `shown`; `edits` counts the edits made so far (the platform's idempotency key, where
+    /// it takes one). Returns the message's platform id.
+    ///
+    /// # Errors
+    /// [`SendError`]; a rate limit's `retry_after` pauses the stream.
+    async fn show(&self, text: &str, shown: Option<&str>, edits: u32) -> Result<String, SendError>;
+}
+
 /// A channel kind's way out to its platform.
 #[async_trait]
 pub trait Adapter: Send + Sync + 'static {

@@ -280,7 +280,9 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<KindSettings>>, Conf
                     format!("{entry:?} names no tool: use a tool name (\"exec\"), a group (\"group:runtime\") or a * glob"),
                 ));
             }
-            if spec.streaming == Streaming::Edits && spec.kind != ChannelKind::Matrix {
+            if spec.streaming == Streaming::Edits
+                && !matches!(spec.kind, ChannelKind::Matrix | ChannelKind::Telegram)
+            {
                 return Err(error(
                     "streaming",
                     format!(

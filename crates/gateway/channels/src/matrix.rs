@@ -973,6 +973,42 @@ impl Adapter for MatrixAdapter {
     }
 }
 
+/// A Matrix room a reply streams to, by `m.replace` edits of one message.
+pub struct MatrixStream {
+    /// The bot's client.
+    pub client: MatrixClient,
+    /// The room.
+    pub room: String,
+    /// The event the reply answers.
+    pub in_reply_to: String,
+    /// The thread the reply goes into.
+    pub thread: Option<String>,
+    /// The turn, whose id names each edit's transaction.
+    pub turn_id: String,
+}
+
+#[async_trait]
+impl crate::adapter::StreamSink for MatrixStream {
+    fn max_chars(&self) -> usize {
+        MAX_EDIT_CHARS
+    }
+
+    async fn show(&self, text: &str, shown: Option<&str>, edits: u32) -> Result<String, SendError> {
+        let content = match shown {
+            None => message_content(text, Some(&self.in_reply_to), self.thread.as_deref()),
+            Some(original) => edit_content(text, original),
+        };
+        // One transaction id per edit: a retried request never shows twice.
+        let txn = format!("stream-{}.{edits}", self.turn_id);
+        let sent = self
+            .client
+            .send(&self.room, &txn, &content)
+            .await
+            .map_err(send_error)?;
+        Ok(shown.map_or(sent, str::to_owned))
+    }
+}
+
 /// A failed request as the deliverer sees it: worth retrying, or not.
 fn send_error(error: MatrixError) -> SendError {
     let retry_after = match &error {

@@ -939,6 +939,72 @@ impl Adapter for TelegramAdapter {
     }
 }
 
+/// The longest Markdown a streamed Telegram message shows (its HTML's visible text stays
+/// within [`MAX_MESSAGE_UTF16`] unless most of it is astral characters, and a refused edit is
+/// only skipped).
+pub const MAX_STREAM_CHARS: usize = 3500;
+
+/// A Telegram chat a reply streams to, by `editMessageText` of one message.
+pub struct TelegramStream {
+    /// The bot's client.
+    pub client: TelegramClient,
+    /// The chat.
+    pub chat: String,
+    /// The message the reply answers (`<chat>:<message>`).
+    pub in_reply_to: String,
+    /// The forum topic.
+    pub thread: Option<String>,
+}
+
+#[async_trait]
+impl crate::adapter::StreamSink for TelegramStream {
+    fn max_chars(&self) -> usize {
+        MAX_STREAM_CHARS
+    }
+
+    async fn show(&self, text: &str, shown: Option<&str>, _edits: u32) -> Result<String, SendError> {
+        let (html, _) = markdown_to_telegram_html(text);
+        match shown.and_then(|id| id.parse::<i64>().ok()) {
+            Some(message_id) => {
+                self.client
+                    .edit_message(&EditMessageText {
+                        chat_id: &self.chat,
+                        message_id,
+                        text: &html,
+                        parse_mode: "HTML",
+                    })
+                    .await
+                    .map_err(TelegramError::send_error)?;
+                Ok(message_id.to_string())
+            }
+            None => {
+                let reply_to = self
+                    .in_reply_to
+                    .rsplit_once(':')
+                    .and_then(|(_, id)| id.parse::<i64>().ok());
+                let sent = self
+                    .client
+                    .send_message(&SendMessage {
+                        chat_id: &self.chat,
+                        text: &html,
+                        parse_mode: "HTML",
+                        message_thread_id: self
+                            .thread
+                            .as_deref()
+                            .and_then(|thread| thread.parse::<i64>().ok()),
+                        reply_parameters: reply_to.map(|message_id| ReplyParameters {
+                            message_id,
+                            allow_sending_without_reply: true,
+                        }),
+                    })
+                    .await
+                    .map_err(TelegramError::send_error)?;
+                Ok(sent.to_string())
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "a test fails loudly")]

@@ -347,14 +347,17 @@ async fn handle(
             {
                 if channel.spec.streaming == Streaming::Edits {
                     let target = super::stream::StreamTarget {
-                        client: bot.client.clone(),
+                        sink: Box::new(gatehouse_channels::matrix::MatrixStream {
+                            client: bot.client.clone(),
+                            room: room.clone(),
+                            in_reply_to: event_id,
+                            thread: stream_thread,
+                            turn_id: turn_id.clone(),
+                        }),
                         store: Arc::clone(&parts.store),
                         hub: Arc::clone(parts.turns.hub()),
                         session_key,
                         turn_id: turn_id.clone(),
-                        room: room.clone(),
-                        in_reply_to: event_id,
-                        thread: stream_thread,
                     };
                     parts.channels.streams.start(target, &memory.shutdown);
                 }

@@ -289,7 +289,25 @@ pub(crate) async fn receive_update(
     };
     let received = super::receive(parts, channel, inbound).await?;
     match &received {
-        Received::Admitted { turn_id, .. } => {
+        Received::Admitted {
+            turn_id,
+            session_key,
+        } => {
+            if channel.spec.streaming == gatehouse_channels::config::Streaming::Edits {
+                let target = super::stream::StreamTarget {
+                    sink: Box::new(gatehouse_channels::telegram::TelegramStream {
+                        client: bot.client.clone(),
+                        chat: chat.clone(),
+                        in_reply_to: message_id.clone(),
+                        thread: thread.clone(),
+                    }),
+                    store: Arc::clone(parts.store),
+                    hub: Arc::clone(parts.turns.hub()),
+                    session_key: session_key.clone(),
+                    turn_id: turn_id.clone(),
+                };
+                parts.channels.streams.start(target, shutdown);
+            }
             let client = bot.client.clone();
             super::polling::keep_typing(
                 parts.store,

@@ -100,6 +100,24 @@ async fn asked_in_transcript(gateway: &Gateway, text: &str) -> usize {
         .count()
 }
 
+/// Waits until the last message the bot sent or edited in `chat` shows `text`; returns all of
+/// that chat's.
+async fn wait_last_text(api: &TelegramApi, chat: i64, text: &str) -> Vec<Sent> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let sent: Vec<Sent> = api
+            .sent()
+            .into_iter()
+            .filter(|sent| sent.chat_id == chat)
+            .collect();
+        if sent.last().is_some_and(|last| last.text == text) {
+            return sent;
+        }
+        assert!(Instant::now() < deadline, "no {text:?} in {chat}: {sent:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until the Gateway polled past update `update_id`.
 async fn wait_confirmed(api: &TelegramApi, update_id: i64) {
     let deadline = Instant::now() + WAIT;
@@ -291,4 +309,81 @@ async fn a_telegram_webhook_takes_updates_only_with_its_secret_token() {
     assert_eq!(api.violations(), Vec::<String>::new());
     assert_nowhere_but_the_gateway(&setup, TOKEN);
     assert_nowhere_but_the_gateway(&setup, HOOK_SECRET);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_telegram_forum_topic_streams_its_reply_by_edits_and_files_come_in_by_get_file() {
+    let api = TelegramApi::start(TOKEN, bot()).await;
+    let dirs = dirs();
+    let config = telegram_config(&dirs, &api, "streaming = \"edits\"\ngroups = [\"-1009\"]\n");
+    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    let alice = alice();
+    let forum = ChatKind::Supergroup { forum: true };
+
+    // In an allowed forum, a message that does not mention the bot is not answered.
+    api.user_writes(-1009, forum, &alice, "/say unaddressed", Some(5), None);
+    // One that mentions it, in topic 5, streams its reply into one message of that topic,
+    // edited as it grows, the last edit being the whole reply.
+    let words = "one two three four five six seven eight";
+    api.user_writes(
+        -1009,
+        forum,
+        &alice,
+        &format!("@gate_test_bot hi\n/slow 300 {words}"),
+        Some(5),
+        None,
+    );
+    let sent = wait_last_text(&api, -1009, words).await;
+    let posted: Vec<&Sent> = sent.iter().filter(|s| s.method == "sendMessage").collect();
+    assert_eq!(posted.len(), 1, "{sent:?}");
+    assert_eq!(posted[0].message_thread_id, Some(5));
+    assert!(posted[0].text.ends_with(" …"), "{sent:?}");
+    let edits: Vec<&Sent> = sent
+        .iter()
+        .filter(|s| s.method == "editMessageText")
+        .collect();
+    assert!(!edits.is_empty(), "{sent:?}");
+    assert!(
+        edits.iter().all(|edit| edit.message_id == posted[0].message_id),
+        "{sent:?}"
+    );
+    let sessions = setup.gateway.get_json("/v1/sessions").await.to_string();
+    assert!(
+        sessions.contains("agent:main:tg:group:-1009:thread:5"),
+        "{sessions}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(model_calls_with(&setup, "unaddressed").await, 0);
+
+    // A document in a direct message is downloaded with getFile and staged for the turn; one
+    // past the Bot API's 20 MB bound is named in the text with the reason.
+    api.user_sends_document(
+        4242,
+        ChatKind::Private,
+        &alice,
+        crate::suite::telegram_api::Document {
+            file_name: "notes.txt",
+            mime_type: "text/plain",
+            bytes: b"hello from telegram".to_vec(),
+            caption: Some("/say filed"),
+            thread: None,
+        },
+    );
+    wait_last_text(&api, 4242, "filed").await;
+    let staged: Vec<_> = crate::suite::support::files_under(&setup.dirs.base.join("harness"))
+        .into_iter()
+        .filter(|path| {
+            let path = path.to_string_lossy();
+            path.contains("gatehouse-staged-") && path.ends_with("notes.txt")
+        })
+        .collect();
+    assert!(!staged.is_empty());
+    for path in staged {
+        assert_eq!(std::fs::read(path).unwrap(), b"hello from telegram");
+    }
+    api.user_sends_huge_document(4242, ChatKind::Private, &alice, "huge.iso", 25 * 1024 * 1024);
+    // The mock model echoes what it was asked: the note reached it, and came back.
+    let note = "echo: (sent \"huge.iso\")\n\n[The file \"huge.iso\" was not passed on: the Telegram Bot API lets a bot download files of at most 20 MB]";
+    wait_last_text(&api, 4242, note).await;
+    assert_eq!(api.violations(), Vec::<String>::new());
 }
