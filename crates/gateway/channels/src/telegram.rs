@@ -962,7 +962,12 @@ impl crate::adapter::StreamSink for TelegramStream {
         MAX_STREAM_CHARS
     }
 
-    async fn show(&self, text: &str, shown: Option<&str>, _edits: u32) -> Result<String, SendError> {
+    async fn show(
+        &self,
+        text: &str,
+        shown: Option<&str>,
+        _edits: u32,
+    ) -> Result<String, SendError> {
         let (html, _) = markdown_to_telegram_html(text);
         match shown.and_then(|id| id.parse::<i64>().ok()) {
             Some(message_id) => {

@@ -700,6 +700,46 @@ async fn a_matrix_channel_sends_a_codex_turns_reply_artifacts_as_files() {
     assert_eq!(synapse.download(&alice, mxc).await, b"quarterly numbers");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_telegram_channel_sends_a_codex_turns_reply_artifacts_as_documents() {
+    use crate::suite::telegram_api::TelegramApi;
+    let outside = dirs();
+    let api =
+        TelegramApi::start(crate::suite::telegram::TOKEN, crate::suite::telegram::bot()).await;
+    let config = crate::suite::telegram::telegram_config(&outside, &api, "");
+    let setup = Setup::start(&["--config", &config]).await;
+    std::fs::write(
+        setup.harness.join("workspace").join("report.txt"),
+        "quarterly numbers",
+    )
+    .unwrap();
+    api.user_writes(
+        4242,
+        crate::suite::telegram_api::ChatKind::Private,
+        &crate::suite::telegram::alice(),
+        "/say MEDIA:report.txt",
+        None,
+        None,
+    );
+    let deadline = Instant::now() + WAIT;
+    let document = loop {
+        if let Some(sent) = api
+            .sent()
+            .into_iter()
+            .find(|sent| sent.method == "sendDocument")
+        {
+            break sent;
+        }
+        assert!(Instant::now() < deadline, "{:?}", api.sent());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(document.chat_id, 4242);
+    assert_eq!(
+        document.file,
+        Some((String::from("report.txt"), b"quarterly numbers".to_vec()))
+    );
+}
+
 /// Reads the session's event stream from the start and returns the payload of the last event
 /// of `kind`.
 async fn last_event(setup: &Setup, kind: &str) -> serde_json::Value {

@@ -18,14 +18,14 @@ use crate::suite::telegram_api::Sent;
 use crate::suite::telegram_api::TelegramApi;
 
 /// The bot token: distinctive, so a leak anywhere is found by search.
-const TOKEN: &str = "7001:AAH-tgTok3n-Zq8Vw2Lm5Xr9Kc";
+pub(crate) const TOKEN: &str = "7001:AAH-tgTok3n-Zq8Vw2Lm5Xr9Kc";
 
 /// The webhook's secret token.
 const HOOK_SECRET: &str = "tg-hook-S3cr3t-4Yp7Qn";
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn bot() -> BotUser {
+pub(crate) fn bot() -> BotUser {
     BotUser {
         id: 7001,
         username: String::from("gate_test_bot"),
@@ -33,7 +33,7 @@ fn bot() -> BotUser {
     }
 }
 
-fn alice() -> Person {
+pub(crate) fn alice() -> Person {
     Person {
         id: 4242,
         first_name: String::from("Alice"),
@@ -43,7 +43,7 @@ fn alice() -> Person {
 
 /// Writes the Gateway's config file with one Telegram channel `tg` at `api`, allowing Alice,
 /// with `extra` lines in its table.
-fn telegram_config(dirs: &Dirs, api: &TelegramApi, extra: &str) -> String {
+pub(crate) fn telegram_config(dirs: &Dirs, api: &TelegramApi, extra: &str) -> String {
     let token_file = dirs.base.join("tg-token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let secret_file = dirs.base.join("tg-hook-secret");
@@ -344,7 +344,9 @@ async fn a_telegram_forum_topic_streams_its_reply_by_edits_and_files_come_in_by_
         .collect();
     assert!(!edits.is_empty(), "{sent:?}");
     assert!(
-        edits.iter().all(|edit| edit.message_id == posted[0].message_id),
+        edits
+            .iter()
+            .all(|edit| edit.message_id == posted[0].message_id),
         "{sent:?}"
     );
     let sessions = setup.gateway.get_json("/v1/sessions").await.to_string();
@@ -381,9 +383,111 @@ async fn a_telegram_forum_topic_streams_its_reply_by_edits_and_files_come_in_by_
     for path in staged {
         assert_eq!(std::fs::read(path).unwrap(), b"hello from telegram");
     }
-    api.user_sends_huge_document(4242, ChatKind::Private, &alice, "huge.iso", 25 * 1024 * 1024);
+    api.user_sends_huge_document(
+        4242,
+        ChatKind::Private,
+        &alice,
+        "huge.iso",
+        25 * 1024 * 1024,
+    );
     // The mock model echoes what it was asked: the note reached it, and came back.
     let note = "echo: (sent \"huge.iso\")\n\n[The file \"huge.iso\" was not passed on: the Telegram Bot API lets a bot download files of at most 20 MB]";
     wait_last_text(&api, 4242, note).await;
     assert_eq!(api.violations(), Vec::<String>::new());
+}
+
+/// The state and error of the channel `tg`.
+async fn channel_state(gateway: &Gateway) -> (String, String) {
+    let list = gateway.get_json("/v1/channels").await;
+    let channel = &list["channels"][0];
+    (
+        channel["state"].as_str().unwrap_or_default().to_owned(),
+        channel["lastError"].to_string(),
+    )
+}
+
+/// Waits until `tg` is in `state`; returns its error.
+async fn wait_state(gateway: &Gateway, state: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (now, error) = channel_state(gateway).await;
+        if now == state {
+            return error;
+        }
+        assert!(Instant::now() < deadline, "{now} {error}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_telegram_stranger_is_sent_one_pairing_code_and_a_second_poller_shows_the_channel_degraded()
+ {
+    let api = TelegramApi::start(TOKEN, bot()).await;
+    let dirs = dirs();
+    let config = telegram_config(&dirs, &api, "");
+    let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
+    wait_state(&setup.gateway, "connected").await;
+
+    // A stranger gets one reply with a pairing code; what it writes reaches no model.
+    let stranger = Person {
+        id: 5151,
+        first_name: String::from("Mallory"),
+        username: None,
+    };
+    api.user_writes(
+        5151,
+        ChatKind::Private,
+        &stranger,
+        "/say let me in",
+        None,
+        None,
+    );
+    let sent = wait_sent(&api, 5151, 1).await;
+    let code: String = sent[0]
+        .text
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .find(|word| {
+            word.len() == 8
+                && word
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+        })
+        .unwrap_or_else(|| panic!("no code in {:?}", sent[0].text))
+        .to_owned();
+    let pairings = setup.gateway.get_json("/v1/channels/tg/pairings").await;
+    assert_eq!(pairings["pairings"][0]["code"], code.as_str());
+    assert_eq!(pairings["pairings"][0]["sender"], "5151");
+    let (update, _) = api.user_writes(5151, ChatKind::Private, &stranger, "/say again", None, None);
+    wait_confirmed(&api, update).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(wait_sent(&api, 5151, 1).await.len(), 1);
+    assert_eq!(model_calls_with(&setup, "let me in").await, 0);
+
+    // Another process polling the same bot: the Bot API ends the Gateway's long poll with 409,
+    // and the channel shows degraded with the reason until the other poller stops.
+    let other = reqwest::Client::new();
+    let url = format!("{}/bot{TOKEN}/getUpdates", api.url);
+    let poller = tokio::spawn(async move {
+        for _ in 0..6 {
+            let _ = other
+                .post(&url)
+                .json(&serde_json::json!({"timeout": 2}))
+                .send()
+                .await;
+        }
+    });
+    let error = wait_state(&setup.gateway, "degraded").await;
+    assert!(
+        error.contains("CHANNEL_UNAVAILABLE") && error.contains("409"),
+        "{error}"
+    );
+    assert!(error.contains("another process polls this bot"), "{error}");
+    poller.await.unwrap();
+    wait_state(&setup.gateway, "connected").await;
+    let (_, asked) = api.user_writes(4242, ChatKind::Private, &alice(), "/say back", None, None);
+    let sent = wait_sent(&api, 4242, 1).await;
+    assert_eq!(
+        (sent[0].text.as_str(), sent[0].reply_to),
+        ("back", Some(asked))
+    );
 }
