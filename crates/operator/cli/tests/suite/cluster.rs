@@ -575,7 +575,10 @@ async fn issue_16_kill_9_of_the_replica_holding_a_node_interrupts_its_turns_and_
             .collect::<Vec<_>>(),
         ["r0"]
     );
-    let slow = format!("/slow 200 {}", vec!["word"; 100].join(" "));
+    // A word a second: no turn can end before the kill, even on a loaded machine, so a reply
+    // in a transcript could only be a replay. (At 200 ms a word, a turn that reached its 100th
+    // word just before the kill committed its reply and was then rightly interrupted.)
+    let slow = format!("/slow 1000 {}", vec!["word"; 100].join(" "));
     let mut running = Vec::new();
     for index in 0..RUNNING {
         let via = &cluster.replicas[1 + index % 2];
