@@ -79,8 +79,12 @@ pub struct ChannelSpec {
     pub bot_token_file: Option<PathBuf>,
     /// Slack (Socket Mode): the environment variable holding the app-level token.
     pub app_token_env: Option<String>,
+    /// Slack (Socket Mode): the file holding the app-level token.
+    pub app_token_file: Option<PathBuf>,
     /// Slack (Events API): the environment variable holding the signing secret.
     pub signing_secret_env: Option<String>,
+    /// Slack (Events API): the file holding the signing secret.
+    pub signing_secret_file: Option<PathBuf>,
     /// Slack, Telegram: the API's base URL.
     pub api_base: Option<String>,
     /// Telegram: `poll` or `webhook`.
@@ -197,6 +201,15 @@ pub enum KindSettings {
         /// Where its access token is.
         access_token: CredentialRef,
     },
+    /// A Slack app's bot.
+    Slack {
+        /// The Web API's base URL (default [`SLACK_API_BASE`]).
+        api_base: url::Url,
+        /// Where its bot token is.
+        bot_token: CredentialRef,
+        /// How events arrive.
+        mode: SlackMode,
+    },
     /// A Telegram bot.
     Telegram {
         /// The Bot API's base URL (default [`TELEGRAM_API_BASE`]).
@@ -205,6 +218,25 @@ pub enum KindSettings {
         bot_token: CredentialRef,
         /// How updates arrive.
         mode: TelegramMode,
+    },
+}
+
+/// Slack's Web API base URL.
+pub const SLACK_API_BASE: &str = "https://slack.com/api";
+
+/// How a Slack channel receives events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlackMode {
+    /// Socket Mode: a WebSocket the Gateway opens with the app-level token (no public URL).
+    Socket {
+        /// Where the app-level token is.
+        app_token: CredentialRef,
+    },
+    /// The Events API: Slack posts to the channel's inbound route, signed with the signing
+    /// secret.
+    Events {
+        /// Where the signing secret is.
+        signing_secret: CredentialRef,
     },
 }
 
@@ -280,9 +312,7 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<KindSettings>>, Conf
                     format!("{entry:?} names no tool: use a tool name (\"exec\"), a group (\"group:runtime\") or a * glob"),
                 ));
             }
-            if spec.streaming == Streaming::Edits
-                && !matches!(spec.kind, ChannelKind::Matrix | ChannelKind::Telegram)
-            {
+            if spec.streaming == Streaming::Edits && spec.kind == ChannelKind::Webhook {
                 return Err(error(
                     "streaming",
                     format!(
@@ -304,15 +334,7 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<KindSettings>>, Conf
                 ChannelKind::Webhook => Some(webhook_settings(spec).map_err(|(key, message)| error(key, message))?),
                 ChannelKind::Matrix => Some(matrix_settings(spec).map_err(|(key, message)| error(key, message))?),
                 ChannelKind::Telegram => Some(telegram_settings(spec).map_err(|(key, message)| error(key, message))?),
-                ChannelKind::Slack if spec.enabled => {
-                    return Err(error(
-                        "kind",
-                        String::from(
-                            "slack channels are not supported by this build yet; the webhook, matrix and telegram kinds are (or set enabled = false)",
-                        ),
-                    ));
-                }
-                ChannelKind::Slack => None,
+                ChannelKind::Slack => Some(slack_settings(spec).map_err(|(key, message)| error(key, message))?),
             };
             Ok(settings)
         })
@@ -332,7 +354,9 @@ fn only_keys(spec: &ChannelSpec, own: &[&str]) -> Result<(), (&'static str, Stri
         ("bot-token-env", spec.bot_token_env.is_some()),
         ("bot-token-file", spec.bot_token_file.is_some()),
         ("app-token-env", spec.app_token_env.is_some()),
+        ("app-token-file", spec.app_token_file.is_some()),
         ("signing-secret-env", spec.signing_secret_env.is_some()),
+        ("signing-secret-file", spec.signing_secret_file.is_some()),
         ("api-base", spec.api_base.is_some()),
         ("mode", spec.mode.is_some()),
         ("webhook-secret-env", spec.webhook_secret_env.is_some()),
@@ -414,6 +438,71 @@ fn matrix_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, St
         homeserver: http_url("homeserver", homeserver)?,
         user_id,
         access_token,
+    })
+}
+
+/// Checks a Slack table: the bot token, the API's base URL, and either the app-level token
+/// (Socket Mode) or the signing secret (Events API).
+fn slack_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, String)> {
+    only_keys(
+        spec,
+        &[
+            "bot-token-env",
+            "bot-token-file",
+            "app-token-env",
+            "app-token-file",
+            "signing-secret-env",
+            "signing-secret-file",
+            "api-base",
+        ],
+    )?;
+    let bot_token = CredentialRef::from_keys(
+        spec.bot_token_env.as_deref(),
+        spec.bot_token_file.as_deref(),
+    )
+    .map_err(|message| ("bot-token-env", message))?;
+    let api_base = http_url(
+        "api-base",
+        spec.api_base.as_deref().unwrap_or(SLACK_API_BASE),
+    )?;
+    let socket = spec.app_token_env.is_some() || spec.app_token_file.is_some();
+    let events = spec.signing_secret_env.is_some() || spec.signing_secret_file.is_some();
+    let mode = match (socket, events) {
+        (true, false) => SlackMode::Socket {
+            app_token: CredentialRef::from_keys(
+                spec.app_token_env.as_deref(),
+                spec.app_token_file.as_deref(),
+            )
+            .map_err(|message| ("app-token-env", message))?,
+        },
+        (false, true) => SlackMode::Events {
+            signing_secret: CredentialRef::from_keys(
+                spec.signing_secret_env.as_deref(),
+                spec.signing_secret_file.as_deref(),
+            )
+            .map_err(|message| ("signing-secret-env", message))?,
+        },
+        (true, true) => {
+            return Err((
+                "signing-secret-env",
+                String::from(
+                    "give the app-level token (Socket Mode) or the signing secret (Events API), not both",
+                ),
+            ));
+        }
+        (false, false) => {
+            return Err((
+                "app-token-env",
+                String::from(
+                    "a Slack channel needs the app-level token (app-token-env or -file, Socket Mode, the default) or the signing secret (signing-secret-env or -file, Events API)",
+                ),
+            ));
+        }
+    };
+    Ok(KindSettings::Slack {
+        api_base,
+        bot_token,
+        mode,
     })
 }
 
@@ -586,7 +675,11 @@ mod tests {
                 "reply-url = \"http://u:p@127.0.0.1:9/\"",
                 "channels[0].reply-url",
             ),
-            ("kind = \"webhook\"", "kind = \"slack\"", "channels[0].kind"),
+            (
+                "kind = \"webhook\"",
+                "kind = \"slack\"",
+                "channels[0].secret-env",
+            ),
             (
                 "kind = \"webhook\"",
                 "kind = \"matrix\"",
@@ -652,9 +745,40 @@ mod tests {
     }
 
     #[test]
-    fn a_disabled_channel_of_a_kind_not_built_is_kept_but_not_run() {
-        let text = "[[channels]]\nname = \"team\"\nkind = \"slack\"\nenabled = false\n";
-        assert_eq!(validate(&parse(text)).unwrap(), vec![None]);
+    fn a_slack_table_takes_socket_mode_or_the_events_api() {
+        let base =
+            "[[channels]]\nname = \"team\"\nkind = \"slack\"\nbot-token-env = \"SLACK_BOT\"\n";
+        let socket = format!("{base}app-token-file = \"/run/slack-app\"\n");
+        let settings = validate(&parse(&socket)).unwrap();
+        let Some(KindSettings::Slack { api_base, mode, .. }) = &settings[0] else {
+            panic!("{settings:?}");
+        };
+        assert_eq!(api_base.as_str(), "https://slack.com/api");
+        assert_eq!(
+            *mode,
+            SlackMode::Socket {
+                app_token: CredentialRef::File("/run/slack-app".into())
+            }
+        );
+        let events = format!("{base}signing-secret-env = \"SLACK_SIGNING\"\n");
+        assert!(matches!(
+            validate(&parse(&events)).unwrap()[0],
+            Some(KindSettings::Slack {
+                mode: SlackMode::Events { .. },
+                ..
+            })
+        ));
+        for (text, key) in [
+            (base.to_owned(), "channels[0].app-token-env"),
+            (
+                format!("{socket}signing-secret-env = \"S\"\n"),
+                "channels[0].signing-secret-env",
+            ),
+            (format!("{socket}mode = \"poll\"\n"), "channels[0].mode"),
+        ] {
+            let error = validate(&parse(&text)).unwrap_err().to_string();
+            assert!(error.starts_with(key), "{text} → {error}");
+        }
     }
 
     #[test]

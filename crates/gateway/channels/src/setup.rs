@@ -36,6 +36,17 @@ pub enum KindSetup {
         /// Its access token.
         access_token: Secret,
     },
+    /// A Slack app's bot.
+    Slack {
+        /// The Web API's base URL.
+        api_base: url::Url,
+        /// Its bot token (`xoxb-…`).
+        bot_token: Secret,
+        /// Socket Mode: its app-level token (`xapp-…`).
+        app_token: Option<Secret>,
+        /// Events API: its signing secret.
+        signing_secret: Option<Secret>,
+    },
     /// A Telegram bot.
     Telegram {
         /// The Bot API's base URL.
@@ -108,6 +119,26 @@ pub fn prepare(specs: &[ChannelSpec]) -> Result<Vec<ChannelSetup>, SetupError> {
                     homeserver,
                     user_id,
                 }),
+                Some(KindSettings::Slack {
+                    api_base,
+                    bot_token,
+                    mode,
+                }) => {
+                    let (app_token, signing_secret) = match mode {
+                        crate::config::SlackMode::Socket { app_token } => {
+                            (Some(read(&app_token)?), None)
+                        }
+                        crate::config::SlackMode::Events { signing_secret } => {
+                            (None, Some(read(&signing_secret)?))
+                        }
+                    };
+                    Some(KindSetup::Slack {
+                        api_base,
+                        bot_token: read(&bot_token)?,
+                        app_token,
+                        signing_secret,
+                    })
+                }
                 Some(KindSettings::Telegram {
                     api_base,
                     bot_token,
@@ -150,6 +181,15 @@ pub fn prepare(specs: &[ChannelSpec]) -> Result<Vec<ChannelSetup>, SetupError> {
                     bot_token, webhook, ..
                 }) => std::iter::once(bot_token)
                     .chain(webhook.as_ref().map(|(_, secret)| secret))
+                    .collect(),
+                Some(KindSetup::Slack {
+                    bot_token,
+                    app_token,
+                    signing_secret,
+                    ..
+                }) => std::iter::once(bot_token)
+                    .chain(app_token.as_ref())
+                    .chain(signing_secret.as_ref())
                     .collect(),
                 None => Vec::new(),
             };

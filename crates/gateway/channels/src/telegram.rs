@@ -15,11 +15,10 @@
 //!   ([`crate::text::markdown_to_telegram_html`]) and split so each message's visible text is
 //!   within [`MAX_MESSAGE_UTF16`]; the first part replies to the message it answers, each part
 //!   goes to its forum topic, and a part the Bot API refuses with `429` is sent again after the
-//!   `retry_after` it names ([`MAX_INLINE_WAIT`] in all, then the delivery is retried later
+//!   `retry_after` it names ([`crate::adapter::MAX_INLINE_WAIT`] in all, then the delivery is retried later
 //!   from the part that failed). Reply artifacts go out with `sendPhoto` (images up to 10 MB)
 //!   or `sendDocument` (up to 50 MB).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -30,6 +29,7 @@ use serde::de::DeserializeOwned;
 use crate::adapter::Adapter;
 use crate::adapter::Outgoing;
 use crate::adapter::SendError;
+use crate::adapter::waiting_out_limits;
 use crate::files::OutgoingFile;
 use crate::secret::Secret;
 use crate::text::markdown_to_telegram_html;
@@ -47,10 +47,6 @@ pub const MAX_DOCUMENT_BYTES: u64 = 50 * 1024 * 1024;
 
 /// The largest photo a bot may send (`sendPhoto`: 10 MB).
 pub const MAX_PHOTO_BYTES: u64 = 10 * 1024 * 1024;
-
-/// The longest one delivery waits out `429` answers before it gives the attempt up to the
-/// outbox's retry schedule.
-pub const MAX_INLINE_WAIT: Duration = Duration::from_secs(300);
 
 /// How long one ordinary call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -114,6 +110,18 @@ impl TelegramError {
             TelegramError::Api { code, .. } => *code == 429 || *code >= 500,
             TelegramError::Transport(_) => true,
             TelegramError::Decode(_) | TelegramError::TooLarge { .. } => false,
+        }
+    }
+
+    /// The wait a `429` asks for.
+    fn rate_limit(&self) -> Option<Duration> {
+        match self {
+            TelegramError::Api {
+                code: 429,
+                retry_after,
+                ..
+            } => Some(retry_after.unwrap_or(Duration::from_secs(1))),
+            _ => None,
         }
     }
 
@@ -767,9 +775,8 @@ impl TelegramClient {
 /// Sends replies to Telegram chats.
 pub struct TelegramAdapter {
     client: TelegramClient,
-    /// How far each delivery got in this process: a retry after a failure part-way (a `5xx`,
-    /// a `429` waited out for too long) goes on from the part that failed.
-    progress: parking_lot::Mutex<HashMap<String, usize>>,
+    /// How far each delivery got in this process.
+    progress: crate::adapter::Progress,
 }
 
 impl TelegramAdapter {
@@ -778,33 +785,7 @@ impl TelegramAdapter {
     pub fn new(client: TelegramClient) -> Self {
         Self {
             client,
-            progress: parking_lot::Mutex::default(),
-        }
-    }
-
-    /// Runs `step` (one call), waiting out `429` answers while `waited` stays within
-    /// [`MAX_INLINE_WAIT`].
-    async fn with_retries<F, Fut>(
-        &self,
-        waited: &mut Duration,
-        step: F,
-    ) -> Result<(), TelegramError>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<(), TelegramError>>,
-    {
-        loop {
-            match step().await {
-                Err(TelegramError::Api {
-                    code: 429,
-                    retry_after: Some(wait),
-                    ..
-                }) if *waited + wait <= MAX_INLINE_WAIT => {
-                    *waited += wait;
-                    tokio::time::sleep(wait).await;
-                }
-                other => return other,
-            }
+            progress: crate::adapter::Progress::default(),
         }
     }
 }
@@ -855,18 +836,13 @@ impl Adapter for TelegramAdapter {
             .as_deref()
             .and_then(|id| id.parse::<i64>().ok());
         let parts = reply_parts(&message.text);
-        let done = self
-            .progress
-            .lock()
-            .get(&message.delivery_id)
-            .copied()
-            .unwrap_or(0);
+        let done = self.progress.sent(&message.delivery_id);
         let mut waited = Duration::ZERO;
         let steps = parts.len() + message.files.len();
         for index in done..steps {
             let step = match parts.get(index) {
                 Some(html) => {
-                    self.with_retries(&mut waited, || async {
+                    waiting_out_limits(&mut waited, TelegramError::rate_limit, || async {
                         match (index, replaces) {
                             (0, Some(original)) => {
                                 self.client
@@ -902,7 +878,7 @@ impl Adapter for TelegramAdapter {
                     let file = &message.files[index - parts.len()];
                     let limit = MAX_DOCUMENT_BYTES;
                     if file.bytes.len() as u64 > limit {
-                        self.with_retries(&mut waited, || async {
+                        waiting_out_limits(&mut waited, TelegramError::rate_limit, || async {
                             let note = crate::files::unsent_note(
                                 &file.name,
                                 &format!("it is larger than the {limit} bytes a bot may send"),
@@ -920,21 +896,21 @@ impl Adapter for TelegramAdapter {
                         })
                         .await
                     } else {
-                        self.with_retries(&mut waited, || self.client.send_file(chat, thread, file))
-                            .await
+                        waiting_out_limits(&mut waited, TelegramError::rate_limit, || {
+                            self.client.send_file(chat, thread, file)
+                        })
+                        .await
                     }
                 }
             };
             if let Err(error) = step {
                 if error.transient() {
-                    self.progress
-                        .lock()
-                        .insert(message.delivery_id.clone(), index);
+                    self.progress.failed_at(&message.delivery_id, index);
                 }
                 return Err(error.send_error());
             }
         }
-        self.progress.lock().remove(&message.delivery_id);
+        self.progress.finished(&message.delivery_id);
         Ok(())
     }
 }

@@ -847,6 +847,7 @@ pub async fn start(
     };
     channels::run_matrix_channels(&loop_parts, &shutdown);
     channels::run_telegram_channels(&loop_parts, &shutdown);
+    channels::run_slack_channels(&loop_parts, &shutdown);
     tokio::spawn(channels::run_deliverer(
         Arc::clone(&state.channels),
         Arc::clone(&state.store),

@@ -41,6 +41,13 @@ pub(crate) enum FileSource {
         /// How long its download may take.
         timeout: std::time::Duration,
     },
+    /// On Slack, at the file's private URL (fetched with the bot token).
+    Slack {
+        /// The app's client.
+        client: gatehouse_channels::slack::SlackClient,
+        /// The shared file.
+        file: gatehouse_channels::slack::SlackFile,
+    },
     /// On Telegram's servers, under this `file_id`.
     Telegram {
         /// The bot's client.
@@ -148,6 +155,17 @@ impl ChannelFiles {
                 .await
                 .map_err(|error| match error {
                     gatehouse_channels::matrix::MatrixError::TooLarge { .. } => too_large(),
+                    other => format!("it could not be downloaded ({other})"),
+                })?,
+            FileSource::Slack { client, file } => client
+                .download(
+                    file,
+                    self.max_bytes,
+                    gatehouse_channels::files::DOWNLOAD_TIMEOUT,
+                )
+                .await
+                .map_err(|error| match error {
+                    gatehouse_channels::slack::SlackError::TooLarge { .. } => too_large(),
                     other => format!("it could not be downloaded ({other})"),
                 })?,
             FileSource::Telegram { size, .. }

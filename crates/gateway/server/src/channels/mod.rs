@@ -59,6 +59,7 @@ mod clock;
 mod files;
 mod matrix;
 mod polling;
+mod slack;
 mod stream;
 mod telegram;
 
@@ -70,6 +71,9 @@ pub(crate) use files::InboundFile;
 pub(crate) use matrix::LoopParts;
 pub(crate) use matrix::SYNC_LEASE_FACTOR;
 pub(crate) use matrix::run_matrix_channels;
+pub(crate) use slack::SlackBot;
+pub(crate) use slack::receive_event;
+pub(crate) use slack::run_slack_channels;
 pub(crate) use telegram::TelegramBot;
 pub(crate) use telegram::receive_update;
 pub(crate) use telegram::run_telegram_channels;
@@ -119,6 +123,8 @@ pub(crate) struct Channel {
     matrix: Option<matrix::MatrixBot>,
     /// The bot of a Telegram channel, which its poll loop or inbound route uses.
     telegram: Option<telegram::TelegramBot>,
+    /// The app of a Slack channel, which its Socket Mode loop or inbound route uses.
+    slack: Option<slack::SlackBot>,
     /// The way out to the platform; `None` when the channel is disabled.
     adapter: Option<Arc<dyn Adapter>>,
     /// What its sync loop last found, for `GET /v1/channels`.
@@ -160,6 +166,15 @@ impl Channel {
                 .telegram
                 .as_ref()
                 .is_some_and(|bot| bot.webhook.is_none())
+            || self
+                .slack
+                .as_ref()
+                .is_some_and(|bot| bot.signing_secret.is_none())
+    }
+
+    /// Its Slack app, when it is a Slack channel.
+    pub(crate) fn slack(&self) -> Option<&slack::SlackBot> {
+        self.slack.as_ref()
     }
 
     /// Its Telegram bot, when it is a Telegram channel.
@@ -221,6 +236,7 @@ impl Channels {
                     webhook_secret: None,
                     matrix: None,
                     telegram: None,
+                    slack: None,
                     adapter: None,
                     status: parking_lot::Mutex::new(LoopStatus::Starting),
                 };
@@ -264,6 +280,22 @@ impl Channels {
                         ));
                         channel.telegram =
                             Some(telegram::TelegramBot::new(client, webhook.clone()));
+                    }
+                    Some(KindSetup::Slack {
+                        api_base,
+                        bot_token,
+                        app_token,
+                        signing_secret,
+                    }) => {
+                        let client = gatehouse_channels::slack::SlackClient::new(
+                            api_base.clone(),
+                            bot_token.clone(),
+                            app_token.clone(),
+                        )?;
+                        channel.adapter = Some(Arc::new(
+                            gatehouse_channels::slack::SlackAdapter::new(client.clone()),
+                        ));
+                        channel.slack = Some(slack::SlackBot::new(client, signing_secret.clone()));
                     }
                     None => {}
                 }
@@ -662,6 +694,82 @@ pub(crate) async fn notice_or_record(
     Ok(())
 }
 
+/// When each sender of a channel was last told that its share of turns is taken.
+#[derive(Default)]
+pub(crate) struct BusyNotices {
+    told: parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+impl BusyNotices {
+    /// Whether `sender` is to be told now (at most once per [`BUSY_NOTICE_INTERVAL`]).
+    pub(crate) fn tell(&self, sender: &str) -> bool {
+        let mut told = self.told.lock();
+        told.retain(|_, at| at.elapsed() < BUSY_NOTICE_INTERVAL);
+        match told.contains_key(sender) {
+            true => false,
+            false => {
+                told.insert(sender.to_owned(), std::time::Instant::now());
+                true
+            }
+        }
+    }
+}
+
+/// Judges and admits `message` of a chat platform ([`receive`]); an admitted one streams its
+/// reply into `stream` while its turn runs (`streaming = "edits"`), and a sender whose share of
+/// turns is taken is told so at most once a minute (`busy`), its message recorded.
+///
+/// # Errors
+/// The store's failure; nothing was admitted.
+pub(crate) async fn receive_live(
+    parts: &ReceiveParts<'_>,
+    channel: &Channel,
+    message: Inbound,
+    stream: Option<Box<dyn gatehouse_channels::adapter::StreamSink>>,
+    busy: &BusyNotices,
+    shutdown: &CancellationToken,
+) -> Result<Received, StoreError> {
+    let origin = ChannelOrigin {
+        channel: channel.spec.name.clone(),
+        message_id: message.message_id.clone(),
+        conversation: message.conversation.clone(),
+        sender: message.sender.clone(),
+        room: None,
+        thread: message.thread.clone(),
+    };
+    let received = receive(parts, channel, message).await?;
+    match &received {
+        Received::Admitted {
+            turn_id,
+            session_key,
+        } => {
+            if let Some(sink) = stream {
+                let target = stream::StreamTarget {
+                    sink,
+                    store: Arc::clone(parts.store),
+                    hub: Arc::clone(parts.turns.hub()),
+                    session_key: session_key.clone(),
+                    turn_id: turn_id.clone(),
+                };
+                parts.channels.streams.start(target, shutdown);
+            }
+        }
+        Received::Busy { share } => {
+            notice_or_record(
+                parts.store.as_ref(),
+                parts.channels,
+                &origin,
+                gatehouse_store::records::InboundOutcome::Denied,
+                busy.tell(&origin.sender),
+                &busy_notice(*share),
+            )
+            .await?;
+        }
+        Received::NotAccepted(_) => {}
+    }
+    Ok(received)
+}
+
 /// Records a row a channel's traffic caused, at most
 /// [`crate::audit::LIMITED_ROWS_PER_WINDOW`] per channel and action per window, so a flood of
 /// messages cannot flood the trail.
@@ -985,6 +1093,7 @@ mod tests {
             webhook_secret: None,
             matrix: None,
             telegram: None,
+            slack: None,
             adapter: None,
             status: parking_lot::Mutex::new(LoopStatus::Starting),
         };

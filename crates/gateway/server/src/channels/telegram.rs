@@ -13,7 +13,6 @@
 //!   `X-Telegram-Bot-Api-Secret-Token` matches.
 //! - **Typing.** While an admitted message's turn runs, the bot shows as typing in its chat.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +21,6 @@ use gatehouse_channels::telegram::BotIdentity;
 use gatehouse_channels::telegram::Incoming;
 use gatehouse_channels::telegram::TelegramClient;
 use gatehouse_store::StoreError;
-use gatehouse_store::records::ChannelOrigin;
-use gatehouse_store::records::InboundOutcome;
 use tokio_util::sync::CancellationToken;
 
 use super::Channel;
@@ -49,7 +46,7 @@ pub(crate) struct TelegramBot {
     /// Its id and username, asked once (`getMe`).
     identity: tokio::sync::OnceCell<BotIdentity>,
     /// When each sender was last told that its share of turns is taken.
-    told_busy: parking_lot::Mutex<HashMap<String, std::time::Instant>>,
+    busy: super::BusyNotices,
 }
 
 impl TelegramBot {
@@ -58,7 +55,7 @@ impl TelegramBot {
             client,
             webhook,
             identity: tokio::sync::OnceCell::new(),
-            told_busy: parking_lot::Mutex::default(),
+            busy: super::BusyNotices::default(),
         }
     }
 
@@ -72,20 +69,6 @@ impl TelegramBot {
             .await
             .cloned()
             .map_err(|error| format!("cannot read the bot's account (getMe): {error}"))
-    }
-
-    /// Whether `sender` is to be told now that its share is taken (at most once per
-    /// [`super::BUSY_NOTICE_INTERVAL`]).
-    fn tell_busy(&self, sender: &str) -> bool {
-        let mut told = self.told_busy.lock();
-        told.retain(|_, at| at.elapsed() < super::BUSY_NOTICE_INTERVAL);
-        match told.contains_key(sender) {
-            true => false,
-            false => {
-                told.insert(sender.to_owned(), std::time::Instant::now());
-                true
-            }
-        }
     }
 }
 
@@ -275,10 +258,8 @@ pub(crate) async fn receive_update(
         .collect();
     let chat = incoming.chat.clone();
     let thread = incoming.thread.clone();
-    let message_id = incoming.message_id.clone();
-    let sender = incoming.sender.clone();
     let inbound = Inbound {
-        message_id: incoming.message_id,
+        message_id: incoming.message_id.clone(),
         sender: incoming.sender,
         conversation: incoming.chat.clone(),
         group: incoming.group.then_some(incoming.chat),
@@ -287,63 +268,33 @@ pub(crate) async fn receive_update(
         text: incoming.text,
         files,
     };
-    let received = super::receive(parts, channel, inbound).await?;
-    match &received {
-        Received::Admitted {
-            turn_id,
-            session_key,
-        } => {
-            if channel.spec.streaming == gatehouse_channels::config::Streaming::Edits {
-                let target = super::stream::StreamTarget {
-                    sink: Box::new(gatehouse_channels::telegram::TelegramStream {
-                        client: bot.client.clone(),
-                        chat: chat.clone(),
-                        in_reply_to: message_id.clone(),
-                        thread: thread.clone(),
-                    }),
-                    store: Arc::clone(parts.store),
-                    hub: Arc::clone(parts.turns.hub()),
-                    session_key: session_key.clone(),
-                    turn_id: turn_id.clone(),
-                };
-                parts.channels.streams.start(target, shutdown);
-            }
-            let client = bot.client.clone();
-            super::polling::keep_typing(
-                parts.store,
-                turn_id.clone(),
-                TYPING_EVERY,
-                shutdown.clone(),
-                move |shown| {
-                    let (client, chat, thread) = (client.clone(), chat.clone(), thread.clone());
-                    async move {
-                        if shown && let Err(error) = client.typing(&chat, thread.as_deref()).await {
-                            tracing::debug!(error = %error, "cannot show typing");
-                        }
+    let stream =
+        (channel.spec.streaming == gatehouse_channels::config::Streaming::Edits).then(|| {
+            Box::new(gatehouse_channels::telegram::TelegramStream {
+                client: bot.client.clone(),
+                chat: chat.clone(),
+                in_reply_to: incoming.message_id,
+                thread: thread.clone(),
+            }) as Box<dyn gatehouse_channels::adapter::StreamSink>
+        });
+    let received =
+        super::receive_live(parts, channel, inbound, stream, &bot.busy, shutdown).await?;
+    if let Received::Admitted { turn_id, .. } = &received {
+        let client = bot.client.clone();
+        super::polling::keep_typing(
+            parts.store,
+            turn_id.clone(),
+            TYPING_EVERY,
+            shutdown.clone(),
+            move |shown| {
+                let (client, chat, thread) = (client.clone(), chat.clone(), thread.clone());
+                async move {
+                    if shown && let Err(error) = client.typing(&chat, thread.as_deref()).await {
+                        tracing::debug!(error = %error, "cannot show typing");
                     }
-                },
-            );
-        }
-        Received::Busy { share } => {
-            let origin = ChannelOrigin {
-                channel: channel.spec.name.clone(),
-                message_id,
-                conversation: chat,
-                sender: sender.clone(),
-                room: None,
-                thread,
-            };
-            super::notice_or_record(
-                parts.store.as_ref(),
-                parts.channels,
-                &origin,
-                InboundOutcome::Denied,
-                bot.tell_busy(&sender),
-                &super::busy_notice(*share),
-            )
-            .await?;
-        }
-        Received::NotAccepted(_) => {}
+                }
+            },
+        );
     }
     Ok(received)
 }

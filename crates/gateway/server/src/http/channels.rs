@@ -69,6 +69,12 @@ pub(crate) async fn inbound(
         )
     };
     let channel = state.channels.enabled(&name).ok_or_else(not_found)?;
+    if let Some(bot) = channel.slack() {
+        return match &bot.signing_secret {
+            Some(secret) => slack_inbound(&state, channel, bot, secret, &headers, body).await,
+            None => Err(not_found()),
+        };
+    }
     if let Some(bot) = channel.telegram() {
         return match &bot.webhook {
             Some((_, secret)) => {
@@ -181,7 +187,100 @@ async fn telegram_inbound(
         .await
         .map_err(|error| store_error(&error))?;
     }
-    Ok(Json(serde_json::json!({})).into_response())
+    Ok(StatusCode::OK.into_response())
+}
+
+/// The answer to Slack's `url_verification` request: its challenge, echoed.
+#[derive(serde::Serialize)]
+struct SlackChallenge {
+    challenge: String,
+}
+
+/// How long a Slack event is judged before the answer goes out: Slack waits 3 s, and retries
+/// what it got no answer to.
+const SLACK_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A request Slack's Events API posted to a Slack channel: verified by its `v0` signature, then
+/// the `url_verification` challenge is echoed, or the event judged. An event judged within
+/// [`SLACK_ANSWER_WITHIN`] is answered `200` (`503` when the store failed, so Slack retries);
+/// one that takes longer goes on after a `200`.
+async fn slack_inbound(
+    state: &Arc<GatewayState>,
+    channel: &Channel,
+    bot: &crate::channels::SlackBot,
+    secret: &gatehouse_channels::secret::Secret,
+    headers: &HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let scheme = &gatehouse_channels::slack::SIGNATURE;
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    if let Err(refusal) = webhook::verify_with(
+        scheme,
+        secret,
+        header(scheme.timestamp_header),
+        header(scheme.signature_header),
+        &body,
+        now_ms() / 1_000,
+    ) {
+        state
+            .channels
+            .metrics
+            .inbound(&channel.spec.name, "invalid");
+        return Err(refused(state, channel, &refusal.to_string()).await);
+    }
+    let callback: gatehouse_channels::slack::Callback =
+        serde_json::from_slice(&body).map_err(|error| {
+            state
+                .channels
+                .metrics
+                .inbound(&channel.spec.name, "invalid");
+            ApiError::invalid_request(format!("invalid event: {error}"))
+        })?;
+    let event = match callback {
+        gatehouse_channels::slack::Callback::UrlVerification { challenge } => {
+            return Ok(Json(SlackChallenge { challenge }).into_response());
+        }
+        gatehouse_channels::slack::Callback::EventCallback {
+            event: Some(event), ..
+        } => event,
+        _ => return Ok(StatusCode::OK.into_response()),
+    };
+    let me = bot.identity().await.map_err(|message| {
+        ApiError::new(ErrorCode::ChannelUnavailable, message).with_retry_after(5)
+    })?;
+    let Some(incoming) = gatehouse_channels::slack::interpret(&event, &me) else {
+        return Ok(StatusCode::OK.into_response());
+    };
+    let state = Arc::clone(state);
+    let name = channel.spec.name.clone();
+    let judged = tokio::spawn(async move {
+        let Some((channel, bot)) = state
+            .channels
+            .enabled(&name)
+            .and_then(|channel| Some((channel, channel.slack()?)))
+        else {
+            return Ok(());
+        };
+        let parts = ReceiveParts {
+            store: &state.store,
+            turns: &state.turns,
+            audit: &state.audit,
+            channels: &state.channels,
+        };
+        crate::channels::receive_event(
+            &parts,
+            channel,
+            bot,
+            incoming,
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .map(|_| ())
+    });
+    match tokio::time::timeout(SLACK_ANSWER_WITHIN, judged).await {
+        Ok(Ok(Err(error))) => Err(store_error(&error)),
+        Ok(_) | Err(_) => Ok(StatusCode::OK.into_response()),
+    }
 }
 
 /// Audits a refused inbound request (rate-limited per channel and action) and returns its
