@@ -740,6 +740,39 @@ async fn a_telegram_channel_sends_a_codex_turns_reply_artifacts_as_documents() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slack_channel_uploads_a_codex_turns_reply_artifacts() {
+    use crate::suite::slack_api::SlackApi;
+    let outside = dirs();
+    let api = SlackApi::start(
+        crate::suite::slack::BOT_TOKEN,
+        crate::suite::slack::APP_TOKEN,
+        crate::suite::slack::SIGNING_SECRET,
+        crate::suite::slack::bot(),
+    )
+    .await;
+    let config = crate::suite::slack::slack_config(&outside, &api, "app-token-file = APP_FILE\n");
+    let setup = Setup::start(&["--config", &config]).await;
+    std::fs::write(
+        setup.harness.join("workspace").join("report.txt"),
+        "quarterly numbers",
+    )
+    .unwrap();
+    let alice = crate::suite::slack::alice();
+    let dm = api.open_dm(&alice);
+    api.user_writes(&dm, &alice, "/say MEDIA:report.txt", None);
+    let deadline = Instant::now() + WAIT;
+    while api.uploaded().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", api.posted());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let uploaded = api.uploaded();
+    assert_eq!(uploaded.len(), 1);
+    assert_eq!(uploaded[0].channel, dm);
+    assert_eq!(uploaded[0].name, "report.txt");
+    assert_eq!(uploaded[0].bytes, b"quarterly numbers");
+}
+
 /// Reads the session's event stream from the start and returns the payload of the last event
 /// of `kind`.
 async fn last_event(setup: &Setup, kind: &str) -> serde_json::Value {
