@@ -441,6 +441,21 @@ fn matrix_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, St
     })
 }
 
+/// The bot token and the API's base URL of a Slack or Telegram table (`default_api` when
+/// `api-base` is not set).
+fn bot_and_api(
+    spec: &ChannelSpec,
+    default_api: &str,
+) -> Result<(CredentialRef, url::Url), (&'static str, String)> {
+    let bot_token = CredentialRef::from_keys(
+        spec.bot_token_env.as_deref(),
+        spec.bot_token_file.as_deref(),
+    )
+    .map_err(|message| ("bot-token-env", message))?;
+    let api_base = http_url("api-base", spec.api_base.as_deref().unwrap_or(default_api))?;
+    Ok((bot_token, api_base))
+}
+
 /// Checks a Slack table: the bot token, the API's base URL, and either the app-level token
 /// (Socket Mode) or the signing secret (Events API).
 fn slack_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, String)> {
@@ -456,15 +471,7 @@ fn slack_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, Str
             "api-base",
         ],
     )?;
-    let bot_token = CredentialRef::from_keys(
-        spec.bot_token_env.as_deref(),
-        spec.bot_token_file.as_deref(),
-    )
-    .map_err(|message| ("bot-token-env", message))?;
-    let api_base = http_url(
-        "api-base",
-        spec.api_base.as_deref().unwrap_or(SLACK_API_BASE),
-    )?;
+    let (bot_token, api_base) = bot_and_api(spec, SLACK_API_BASE)?;
     let socket = spec.app_token_env.is_some() || spec.app_token_file.is_some();
     let events = spec.signing_secret_env.is_some() || spec.signing_secret_file.is_some();
     let mode = match (socket, events) {
@@ -521,15 +528,7 @@ fn telegram_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, 
             "webhook-url",
         ],
     )?;
-    let bot_token = CredentialRef::from_keys(
-        spec.bot_token_env.as_deref(),
-        spec.bot_token_file.as_deref(),
-    )
-    .map_err(|message| ("bot-token-env", message))?;
-    let api_base = http_url(
-        "api-base",
-        spec.api_base.as_deref().unwrap_or(TELEGRAM_API_BASE),
-    )?;
+    let (bot_token, api_base) = bot_and_api(spec, TELEGRAM_API_BASE)?;
     let mode = match spec.mode.as_deref() {
         None | Some("poll") => {
             for (key, set) in [

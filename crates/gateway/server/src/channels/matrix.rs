@@ -76,6 +76,18 @@ pub(crate) struct LoopParts {
     pub(crate) lease: Duration,
 }
 
+impl LoopParts {
+    /// What receiving needs, borrowed from these parts.
+    pub(crate) fn receive(&self) -> ReceiveParts<'_> {
+        ReceiveParts {
+            store: &self.store,
+            turns: &self.turns,
+            audit: &self.audit,
+            channels: &self.channels,
+        }
+    }
+}
+
 /// Starts the sync loop of every enabled Matrix channel; each runs until `shutdown`.
 pub(crate) fn run_matrix_channels(parts: &LoopParts, shutdown: &CancellationToken) {
     for (index, channel) in parts.channels.all().iter().enumerate() {
@@ -331,12 +343,7 @@ async fn handle(
                 text,
                 files,
             };
-            let receive = ReceiveParts {
-                store: &parts.store,
-                turns: &parts.turns,
-                audit: &parts.audit,
-                channels: &parts.channels,
-            };
+            let receive = parts.receive();
             let received = super::receive(&receive, channel, inbound)
                 .await
                 .map_err(store_error)?;

@@ -140,12 +140,7 @@ async fn connect_once(
     })?;
     let every = parts.lease / 3;
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    let receive = ReceiveParts {
-        store: &parts.store,
-        turns: &parts.turns,
-        audit: &parts.audit,
-        channels: &parts.channels,
-    };
+    let receive = parts.receive();
     let ended = loop {
         let message = tokio::select! {
             () = shutdown.cancelled() => break Ok(Step::Synced),

@@ -161,12 +161,7 @@ async fn poll_once(
             return Ok(Step::Standby);
         }
         if let Some(incoming) = gatehouse_channels::telegram::interpret(&update, &me) {
-            let receive = ReceiveParts {
-                store: &parts.store,
-                turns: &parts.turns,
-                audit: &parts.audit,
-                channels: &parts.channels,
-            };
+            let receive = parts.receive();
             receive_update(&receive, channel, bot, incoming, shutdown)
                 .await
                 .map_err(|error| error.to_string())?;

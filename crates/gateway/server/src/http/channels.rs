@@ -91,12 +91,7 @@ pub(crate) async fn inbound(
         Err(refusal) => Err(refusal),
     };
     let inbound = checked.inspect_err(|_| state.channels.metrics.inbound(&name, "invalid"))?;
-    let parts = ReceiveParts {
-        store: &state.store,
-        turns: &state.turns,
-        audit: &state.audit,
-        channels: &state.channels,
-    };
+    let parts = ReceiveParts::of(&state);
     let received = crate::channels::receive(&parts, channel, inbound)
         .await
         .map_err(|error| store_error(&error))?;
@@ -167,16 +162,9 @@ async fn telegram_inbound(
                 .inbound(&channel.spec.name, "invalid");
             ApiError::invalid_request(format!("invalid update: {error}"))
         })?;
-    let me = bot.identity().await.map_err(|message| {
-        ApiError::new(ErrorCode::ChannelUnavailable, message).with_retry_after(5)
-    })?;
+    let me = bot.identity().await.map_err(unavailable)?;
     if let Some(incoming) = gatehouse_channels::telegram::interpret(&update, &me) {
-        let parts = ReceiveParts {
-            store: &state.store,
-            turns: &state.turns,
-            audit: &state.audit,
-            channels: &state.channels,
-        };
+        let parts = ReceiveParts::of(state);
         crate::channels::receive_update(
             &parts,
             channel,
@@ -245,9 +233,7 @@ async fn slack_inbound(
         } => event,
         _ => return Ok(StatusCode::OK.into_response()),
     };
-    let me = bot.identity().await.map_err(|message| {
-        ApiError::new(ErrorCode::ChannelUnavailable, message).with_retry_after(5)
-    })?;
+    let me = bot.identity().await.map_err(unavailable)?;
     let Some(incoming) = gatehouse_channels::slack::interpret(&event, &me) else {
         return Ok(StatusCode::OK.into_response());
     };
@@ -261,12 +247,7 @@ async fn slack_inbound(
         else {
             return Ok(());
         };
-        let parts = ReceiveParts {
-            store: &state.store,
-            turns: &state.turns,
-            audit: &state.audit,
-            channels: &state.channels,
-        };
+        let parts = ReceiveParts::of(&state);
         crate::channels::receive_event(
             &parts,
             channel,
@@ -281,6 +262,12 @@ async fn slack_inbound(
         Ok(Ok(Err(error))) => Err(store_error(&error)),
         Ok(_) | Err(_) => Ok(StatusCode::OK.into_response()),
     }
+}
+
+/// A platform's bot that cannot be identified now: `503 CHANNEL_UNAVAILABLE`, so the platform
+/// posts again.
+fn unavailable(message: String) -> ApiError {
+    ApiError::new(ErrorCode::ChannelUnavailable, message).with_retry_after(5)
 }
 
 /// Audits a refused inbound request (rate-limited per channel and action) and returns its
