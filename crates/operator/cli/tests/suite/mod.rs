@@ -33,6 +33,8 @@ mod sandbox;
 mod scratch;
 mod shares;
 mod skills;
+mod slack;
+mod slack_api;
 mod state;
 mod store_lock;
 mod support;

@@ -118,7 +118,7 @@ async fn asked_in_transcript(gateway: &Gateway, session: &str, text: &str) -> us
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slack_dm_and_a_thread_mention_over_socket_mode_are_answered_once_across_dropped_sockets()
- {
+{
     let api = SlackApi::start(BOT_TOKEN, APP_TOKEN, SIGNING_SECRET, bot()).await;
     let alice = alice();
     let eng = api.create_channel("eng", false, &[&alice]);
@@ -224,8 +224,7 @@ async fn a_slack_events_api_request_is_verified_answered_in_time_and_a_retry_adm
     let hook_url = format!("http://127.0.0.1:{port}/channels/team/inbound");
     let config = slack_config(&dirs, &api, "signing-secret-file = SIGNING_FILE\n");
     let setup =
-        MockModelSetup::start_on(dirs, &format!("127.0.0.1:{port}"), &["--config", &config])
-            .await;
+        MockModelSetup::start_on(dirs, &format!("127.0.0.1:{port}"), &["--config", &config]).await;
     // The Request URL passes Slack's challenge.
     api.use_events_api(&hook_url).await;
 
@@ -305,7 +304,11 @@ async fn a_slack_events_api_request_is_verified_answered_in_time_and_a_retry_adm
 async fn a_slack_reply_streams_by_chat_update_and_a_shared_file_is_staged_for_the_turn() {
     let api = SlackApi::start(BOT_TOKEN, APP_TOKEN, SIGNING_SECRET, bot()).await;
     let dirs = dirs();
-    let config = slack_config(&dirs, &api, "app-token-file = APP_FILE\nstreaming = \"edits\"\n");
+    let config = slack_config(
+        &dirs,
+        &api,
+        "app-token-file = APP_FILE\nstreaming = \"edits\"\n",
+    );
     let setup = MockModelSetup::start(dirs, &["--config", &config]).await;
     wait_sockets(&api, 1, 1).await;
     let alice = alice();
@@ -343,7 +346,9 @@ async fn a_slack_reply_streams_by_chat_update_and_a_shared_file_is_staged_for_th
         b"hello from slack".to_vec(),
     );
     wait_posted(&api, &dm, |posted| {
-        posted.last().is_some_and(|last| last.text == "got the file")
+        posted
+            .last()
+            .is_some_and(|last| last.text == "got the file")
     })
     .await;
     let staged: Vec<_> = crate::suite::support::files_under(&setup.dirs.base.join("harness"))
