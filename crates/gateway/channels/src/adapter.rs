@@ -1,5 +1,6 @@
 //! The one small trait every channel kind implements to send what the outbox holds.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -47,6 +48,81 @@ pub enum SendError {
         /// What happened; no content, no credential.
         message: String,
     },
+}
+
+/// The longest one delivery waits out a platform's rate limits (`429` with its `Retry-After`)
+/// between the parts of a reply before it gives the attempt up to the outbox's retry schedule.
+pub const MAX_INLINE_WAIT: Duration = Duration::from_secs(300);
+
+/// Runs `step` (one call to a platform) until it succeeds or fails otherwise than by a rate
+/// limit: a failure for which `limit` gives a wait is tried again after that wait, while
+/// `waited` (the delivery's waits so far) stays within [`MAX_INLINE_WAIT`].
+///
+/// # Errors
+/// The step's failure.
+pub async fn waiting_out_limits<T, E, F, Fut>(
+    waited: &mut Duration,
+    limit: impl Fn(&E) -> Option<Duration>,
+    step: F,
+) -> Result<T, E>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    loop {
+        match step().await {
+            Err(error) => match limit(&error) {
+                Some(wait) if *waited + wait <= MAX_INLINE_WAIT => {
+                    *waited += wait;
+                    tokio::time::sleep(wait).await;
+                }
+                _ => return Err(error),
+            },
+            done => return done,
+        }
+    }
+}
+
+/// How far each delivery got in this process, for adapters whose platform has no idempotency
+/// key: a retry after a failure part-way (a `5xx`, a rate limit waited out too long) goes on
+/// from the part that failed. A delivery taken over by another replica starts again.
+#[derive(Default)]
+pub struct Progress {
+    done: parking_lot::Mutex<HashMap<String, usize>>,
+}
+
+impl Progress {
+    /// The parts of `delivery_id` sent before.
+    pub fn sent(&self, delivery_id: &str) -> usize {
+        self.done.lock().get(delivery_id).copied().unwrap_or(0)
+    }
+
+    /// Notes that the parts before `next` were sent and the attempt failed there.
+    pub fn failed_at(&self, delivery_id: &str, next: usize) {
+        self.done.lock().insert(delivery_id.to_owned(), next);
+    }
+
+    /// Forgets `delivery_id`: it was sent whole.
+    pub fn finished(&self, delivery_id: &str) {
+        self.done.lock().remove(delivery_id);
+    }
+}
+
+/// Where a reply streams while its turn runs (`streaming = "edits"`): one message, sent
+/// once and then edited.
+#[async_trait]
+pub trait StreamSink: Send + Sync + 'static {
+    /// The longest text one edit may show; a longer reply stops streaming, and its final
+    /// version is split as usual.
+    fn max_chars(&self) -> usize;
+
+    /// Shows `text`: sends the message when `shown` is `None`, else edits the message
+    /// `shown`; `edits` counts the edits made so far (the platform's idempotency key, where
+    /// it takes one). Returns the message's platform id.
+    ///
+    /// # Errors
+    /// [`SendError`]; a rate limit's `retry_after` pauses the stream.
+    async fn show(&self, text: &str, shown: Option<&str>, edits: u32) -> Result<String, SendError>;
 }
 
 /// A channel kind's way out to its platform.

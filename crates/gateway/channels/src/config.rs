@@ -79,14 +79,23 @@ pub struct ChannelSpec {
     pub bot_token_file: Option<PathBuf>,
     /// Slack (Socket Mode): the environment variable holding the app-level token.
     pub app_token_env: Option<String>,
+    /// Slack (Socket Mode): the file holding the app-level token.
+    pub app_token_file: Option<PathBuf>,
     /// Slack (Events API): the environment variable holding the signing secret.
     pub signing_secret_env: Option<String>,
+    /// Slack (Events API): the file holding the signing secret.
+    pub signing_secret_file: Option<PathBuf>,
     /// Slack, Telegram: the API's base URL.
     pub api_base: Option<String>,
     /// Telegram: `poll` or `webhook`.
     pub mode: Option<String>,
     /// Telegram (webhook mode): the environment variable holding the secret token.
     pub webhook_secret_env: Option<String>,
+    /// Telegram (webhook mode): the file holding the secret token.
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Telegram (webhook mode): the public URL the Bot API posts updates to, which reaches
+    /// this channel's `POST /channels/{name}/inbound`.
+    pub webhook_url: Option<String>,
 }
 
 fn yes() -> bool {
@@ -192,6 +201,60 @@ pub enum KindSettings {
         /// Where its access token is.
         access_token: CredentialRef,
     },
+    /// A Slack app's bot.
+    Slack {
+        /// The Web API's base URL (default [`SLACK_API_BASE`]).
+        api_base: url::Url,
+        /// Where its bot token is.
+        bot_token: CredentialRef,
+        /// How events arrive.
+        mode: SlackMode,
+    },
+    /// A Telegram bot.
+    Telegram {
+        /// The Bot API's base URL (default [`TELEGRAM_API_BASE`]).
+        api_base: url::Url,
+        /// Where its bot token is.
+        bot_token: CredentialRef,
+        /// How updates arrive.
+        mode: TelegramMode,
+    },
+}
+
+/// Slack's Web API base URL.
+pub const SLACK_API_BASE: &str = "https://slack.com/api";
+
+/// How a Slack channel receives events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlackMode {
+    /// Socket Mode: a WebSocket the Gateway opens with the app-level token (no public URL).
+    Socket {
+        /// Where the app-level token is.
+        app_token: CredentialRef,
+    },
+    /// The Events API: Slack posts to the channel's inbound route, signed with the signing
+    /// secret.
+    Events {
+        /// Where the signing secret is.
+        signing_secret: CredentialRef,
+    },
+}
+
+/// The Telegram Bot API's base URL.
+pub const TELEGRAM_API_BASE: &str = "https://api.telegram.org";
+
+/// How a Telegram channel receives updates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TelegramMode {
+    /// `getUpdates` long polling, by one replica at a time (the default).
+    Poll,
+    /// The Bot API posts updates to `url` with the secret token in a header.
+    Webhook {
+        /// The public URL of the channel's inbound route.
+        url: url::Url,
+        /// Where the secret token is.
+        secret: CredentialRef,
+    },
 }
 
 /// Checks every table of `specs`; returns the settings of each, in order (`None` for a
@@ -249,7 +312,7 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<KindSettings>>, Conf
                     format!("{entry:?} names no tool: use a tool name (\"exec\"), a group (\"group:runtime\") or a * glob"),
                 ));
             }
-            if spec.streaming == Streaming::Edits && spec.kind != ChannelKind::Matrix {
+            if spec.streaming == Streaming::Edits && spec.kind == ChannelKind::Webhook {
                 return Err(error(
                     "streaming",
                     format!(
@@ -270,16 +333,8 @@ pub fn validate(specs: &[ChannelSpec]) -> Result<Vec<Option<KindSettings>>, Conf
             let settings = match spec.kind {
                 ChannelKind::Webhook => Some(webhook_settings(spec).map_err(|(key, message)| error(key, message))?),
                 ChannelKind::Matrix => Some(matrix_settings(spec).map_err(|(key, message)| error(key, message))?),
-                other if spec.enabled => {
-                    return Err(error(
-                        "kind",
-                        format!(
-                            "{} channels are not supported by this build yet; the webhook and matrix kinds are (or set enabled = false)",
-                            other.as_str()
-                        ),
-                    ));
-                }
-                _ => None,
+                ChannelKind::Telegram => Some(telegram_settings(spec).map_err(|(key, message)| error(key, message))?),
+                ChannelKind::Slack => Some(slack_settings(spec).map_err(|(key, message)| error(key, message))?),
             };
             Ok(settings)
         })
@@ -299,10 +354,14 @@ fn only_keys(spec: &ChannelSpec, own: &[&str]) -> Result<(), (&'static str, Stri
         ("bot-token-env", spec.bot_token_env.is_some()),
         ("bot-token-file", spec.bot_token_file.is_some()),
         ("app-token-env", spec.app_token_env.is_some()),
+        ("app-token-file", spec.app_token_file.is_some()),
         ("signing-secret-env", spec.signing_secret_env.is_some()),
+        ("signing-secret-file", spec.signing_secret_file.is_some()),
         ("api-base", spec.api_base.is_some()),
         ("mode", spec.mode.is_some()),
         ("webhook-secret-env", spec.webhook_secret_env.is_some()),
+        ("webhook-secret-file", spec.webhook_secret_file.is_some()),
+        ("webhook-url", spec.webhook_url.is_some()),
     ];
     match set.iter().find(|(key, set)| *set && !own.contains(key)) {
         Some((key, _)) => Err((
@@ -379,6 +438,145 @@ fn matrix_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, St
         homeserver: http_url("homeserver", homeserver)?,
         user_id,
         access_token,
+    })
+}
+
+/// The bot token and the API's base URL of a Slack or Telegram table (`default_api` when
+/// `api-base` is not set).
+fn bot_and_api(
+    spec: &ChannelSpec,
+    default_api: &str,
+) -> Result<(CredentialRef, url::Url), (&'static str, String)> {
+    let bot_token = CredentialRef::from_keys(
+        spec.bot_token_env.as_deref(),
+        spec.bot_token_file.as_deref(),
+    )
+    .map_err(|message| ("bot-token-env", message))?;
+    let api_base = http_url("api-base", spec.api_base.as_deref().unwrap_or(default_api))?;
+    Ok((bot_token, api_base))
+}
+
+/// Checks a Slack table: the bot token, the API's base URL, and either the app-level token
+/// (Socket Mode) or the signing secret (Events API).
+fn slack_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, String)> {
+    only_keys(
+        spec,
+        &[
+            "bot-token-env",
+            "bot-token-file",
+            "app-token-env",
+            "app-token-file",
+            "signing-secret-env",
+            "signing-secret-file",
+            "api-base",
+        ],
+    )?;
+    let (bot_token, api_base) = bot_and_api(spec, SLACK_API_BASE)?;
+    let socket = spec.app_token_env.is_some() || spec.app_token_file.is_some();
+    let events = spec.signing_secret_env.is_some() || spec.signing_secret_file.is_some();
+    let mode = match (socket, events) {
+        (true, false) => SlackMode::Socket {
+            app_token: CredentialRef::from_keys(
+                spec.app_token_env.as_deref(),
+                spec.app_token_file.as_deref(),
+            )
+            .map_err(|message| ("app-token-env", message))?,
+        },
+        (false, true) => SlackMode::Events {
+            signing_secret: CredentialRef::from_keys(
+                spec.signing_secret_env.as_deref(),
+                spec.signing_secret_file.as_deref(),
+            )
+            .map_err(|message| ("signing-secret-env", message))?,
+        },
+        (true, true) => {
+            return Err((
+                "signing-secret-env",
+                String::from(
+                    "give the app-level token (Socket Mode) or the signing secret (Events API), not both",
+                ),
+            ));
+        }
+        (false, false) => {
+            return Err((
+                "app-token-env",
+                String::from(
+                    "a Slack channel needs the app-level token (app-token-env or -file, Socket Mode, the default) or the signing secret (signing-secret-env or -file, Events API)",
+                ),
+            ));
+        }
+    };
+    Ok(KindSettings::Slack {
+        api_base,
+        bot_token,
+        mode,
+    })
+}
+
+/// Checks a Telegram table: the bot token, the API's base URL and the mode (a webhook needs its
+/// public URL and a secret token).
+fn telegram_settings(spec: &ChannelSpec) -> Result<KindSettings, (&'static str, String)> {
+    only_keys(
+        spec,
+        &[
+            "bot-token-env",
+            "bot-token-file",
+            "api-base",
+            "mode",
+            "webhook-secret-env",
+            "webhook-secret-file",
+            "webhook-url",
+        ],
+    )?;
+    let (bot_token, api_base) = bot_and_api(spec, TELEGRAM_API_BASE)?;
+    let mode = match spec.mode.as_deref() {
+        None | Some("poll") => {
+            for (key, set) in [
+                ("webhook-secret-env", spec.webhook_secret_env.is_some()),
+                ("webhook-secret-file", spec.webhook_secret_file.is_some()),
+                ("webhook-url", spec.webhook_url.is_some()),
+            ] {
+                if set {
+                    return Err((key, String::from("is only for mode = \"webhook\"")));
+                }
+            }
+            TelegramMode::Poll
+        }
+        Some("webhook") => {
+            let Some(url) = &spec.webhook_url else {
+                return Err((
+                    "webhook-url",
+                    String::from(
+                        "is required in webhook mode: the public https URL of this channel's /channels/{name}/inbound",
+                    ),
+                ));
+            };
+            let url = http_url("webhook-url", url)?;
+            let secret = CredentialRef::from_keys(
+                spec.webhook_secret_env.as_deref(),
+                spec.webhook_secret_file.as_deref(),
+            )
+            .map_err(|message| {
+                (
+                    "webhook-secret-env",
+                    format!(
+                        "{message} (in webhook mode, every update must carry the secret token)"
+                    ),
+                )
+            })?;
+            TelegramMode::Webhook { url, secret }
+        }
+        Some(other) => {
+            return Err((
+                "mode",
+                format!("{other:?} is not a mode: use \"poll\" or \"webhook\""),
+            ));
+        }
+    };
+    Ok(KindSettings::Telegram {
+        api_base,
+        bot_token,
+        mode,
     })
 }
 
@@ -476,7 +674,11 @@ mod tests {
                 "reply-url = \"http://u:p@127.0.0.1:9/\"",
                 "channels[0].reply-url",
             ),
-            ("kind = \"webhook\"", "kind = \"slack\"", "channels[0].kind"),
+            (
+                "kind = \"webhook\"",
+                "kind = \"slack\"",
+                "channels[0].secret-env",
+            ),
             (
                 "kind = \"webhook\"",
                 "kind = \"matrix\"",
@@ -542,9 +744,109 @@ mod tests {
     }
 
     #[test]
-    fn a_disabled_channel_of_a_kind_not_built_is_kept_but_not_run() {
-        let text = "[[channels]]\nname = \"team\"\nkind = \"telegram\"\nenabled = false\n";
-        assert_eq!(validate(&parse(text)).unwrap(), vec![None]);
+    fn a_slack_table_takes_socket_mode_or_the_events_api() {
+        let base =
+            "[[channels]]\nname = \"team\"\nkind = \"slack\"\nbot-token-env = \"SLACK_BOT\"\n";
+        let socket = format!("{base}app-token-file = \"/run/slack-app\"\n");
+        let settings = validate(&parse(&socket)).unwrap();
+        let Some(KindSettings::Slack { api_base, mode, .. }) = &settings[0] else {
+            panic!("{settings:?}");
+        };
+        assert_eq!(api_base.as_str(), "https://slack.com/api");
+        assert_eq!(
+            *mode,
+            SlackMode::Socket {
+                app_token: CredentialRef::File("/run/slack-app".into())
+            }
+        );
+        let events = format!("{base}signing-secret-env = \"SLACK_SIGNING\"\n");
+        assert!(matches!(
+            validate(&parse(&events)).unwrap()[0],
+            Some(KindSettings::Slack {
+                mode: SlackMode::Events { .. },
+                ..
+            })
+        ));
+        for (text, key) in [
+            (base.to_owned(), "channels[0].app-token-env"),
+            (
+                format!("{socket}signing-secret-env = \"S\"\n"),
+                "channels[0].signing-secret-env",
+            ),
+            (format!("{socket}mode = \"poll\"\n"), "channels[0].mode"),
+        ] {
+            let error = validate(&parse(&text)).unwrap_err().to_string();
+            assert!(error.starts_with(key), "{text} → {error}");
+        }
+    }
+
+    #[test]
+    fn a_telegram_table_polls_by_default_and_a_webhook_needs_its_url_and_secret() {
+        let text =
+            "[[channels]]\nname = \"tg\"\nkind = \"telegram\"\nbot-token-env = \"TG_TOKEN\"\n";
+        let settings = validate(&parse(text)).unwrap();
+        let Some(KindSettings::Telegram {
+            api_base,
+            bot_token,
+            mode,
+        }) = &settings[0]
+        else {
+            panic!("{settings:?}");
+        };
+        assert_eq!(api_base.as_str(), "https://api.telegram.org/");
+        assert_eq!(*bot_token, CredentialRef::Env("TG_TOKEN".into()));
+        assert_eq!(*mode, TelegramMode::Poll);
+        let webhook = format!(
+            "{text}mode = \"webhook\"\nwebhook-url = \"https://gw.example/channels/tg/inbound\"\nwebhook-secret-env = \"TG_SECRET\"\n"
+        );
+        let settings = validate(&parse(&webhook)).unwrap();
+        let Some(KindSettings::Telegram {
+            mode: TelegramMode::Webhook { url, secret },
+            ..
+        }) = &settings[0]
+        else {
+            panic!("{settings:?}");
+        };
+        assert_eq!(url.as_str(), "https://gw.example/channels/tg/inbound");
+        assert_eq!(*secret, CredentialRef::Env("TG_SECRET".into()));
+        for (from, to, key) in [
+            (
+                "bot-token-env = \"TG_TOKEN\"\n",
+                "",
+                "channels[0].bot-token-env",
+            ),
+            ("mode = \"webhook\"", "mode = \"push\"", "channels[0].mode"),
+            (
+                "webhook-url = \"https://gw.example/channels/tg/inbound\"\n",
+                "",
+                "channels[0].webhook-url",
+            ),
+            (
+                "webhook-secret-env = \"TG_SECRET\"\n",
+                "",
+                "channels[0].webhook-secret-env",
+            ),
+            (
+                "mode = \"webhook\"",
+                "mode = \"poll\"",
+                "channels[0].webhook-secret-env",
+            ),
+            (
+                "mode = \"webhook\"",
+                "mode = \"webhook\"\nhomeserver = \"http://x\"",
+                "channels[0].homeserver",
+            ),
+            (
+                "mode = \"webhook\"",
+                "mode = \"webhook\"\napi-base = \"ftp://x\"",
+                "channels[0].api-base",
+            ),
+        ] {
+            let error = validate(&parse(&webhook.replace(from, to)))
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with(key), "{from} → {error}");
+        }
     }
 
     #[test]

@@ -97,6 +97,44 @@ pub fn unsent_note(name: &str, reason: &str) -> String {
     format!("[The file {name:?} could not be sent: {reason}]")
 }
 
+/// Why a download stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Capped {
+    /// The body is longer than the bound.
+    TooLarge,
+    /// The body could not be read (the message carries no URL).
+    Transport(String),
+}
+
+/// Reads `response`'s body, refusing one longer than `max_bytes` as soon as it says so or
+/// grows past it.
+///
+/// # Errors
+/// [`Capped`].
+pub async fn read_capped(
+    mut response: reqwest::Response,
+    max_bytes: u64,
+) -> Result<bytes::Bytes, Capped> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > max_bytes)
+    {
+        return Err(Capped::TooLarge);
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|error| Capped::Transport(error.without_url().to_string()))?
+    {
+        if (bytes.len() + chunk.len()) as u64 > max_bytes {
+            return Err(Capped::TooLarge);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes.into())
+}
+
 /// The most bytes of files one webhook reply carries inline (base64 makes them a third
 /// larger); the others are named in its text instead.
 pub const MAX_WEBHOOK_FILE_BYTES: u64 = 16 * 1024 * 1024;

@@ -17,6 +17,9 @@
 //! - [`setup`]: validation and credentials together, giving what the Gateway runs;
 //! - [`text`]: splitting long replies and rendering Markdown to sanitised HTML;
 //! - [`matrix`]: the Matrix client–server API client, what a `/sync` asks, and its adapter;
+//! - [`slack`]: the Slack Web API client, Socket Mode and Events API messages, what an event
+//!   asks, and its adapter;
+//! - [`telegram`]: the Telegram Bot API client, what an update asks, and its adapter;
 //! - [`webhook`]: the `webhook` kind's signatures and its adapter.
 //!
 //! The Gateway (`gatehouse-gateway`) owns what needs its state: the inbound route, admission
@@ -34,5 +37,7 @@ pub mod retry;
 pub mod secret;
 pub mod session_key;
 pub mod setup;
+pub mod slack;
+pub mod telegram;
 pub mod text;
 pub mod webhook;

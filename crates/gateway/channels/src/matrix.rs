@@ -694,7 +694,7 @@ impl MatrixClient {
         let url = self.api_url(&["client", "v1", "media", "download", server, media_id]);
         let transport =
             |error: reqwest::Error| MatrixError::Transport(error.without_url().to_string());
-        let mut answer = self
+        let answer = self
             .http
             .get(url)
             .bearer_auth(self.token.expose())
@@ -711,20 +711,12 @@ impl MatrixClient {
                 retry_after: crate::webhook::retry_after(answer.headers()),
             });
         }
-        if answer
-            .content_length()
-            .is_some_and(|length| length > max_bytes)
-        {
-            return Err(MatrixError::TooLarge { max_bytes });
-        }
-        let mut bytes = Vec::new();
-        while let Some(chunk) = answer.chunk().await.map_err(transport)? {
-            if (bytes.len() + chunk.len()) as u64 > max_bytes {
-                return Err(MatrixError::TooLarge { max_bytes });
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        Ok(bytes.into())
+        crate::files::read_capped(answer, max_bytes)
+            .await
+            .map_err(|error| match error {
+                crate::files::Capped::TooLarge => MatrixError::TooLarge { max_bytes },
+                crate::files::Capped::Transport(message) => MatrixError::Transport(message),
+            })
     }
 
     /// Returns the transaction ids of this token's events among the latest
@@ -978,6 +970,42 @@ impl Adapter for MatrixAdapter {
                 .map_err(send_error)?;
         }
         Ok(())
+    }
+}
+
+/// A Matrix room a reply streams to, by `m.replace` edits of one message.
+pub struct MatrixStream {
+    /// The bot's client.
+    pub client: MatrixClient,
+    /// The room.
+    pub room: String,
+    /// The event the reply answers.
+    pub in_reply_to: String,
+    /// The thread the reply goes into.
+    pub thread: Option<String>,
+    /// The turn, whose id names each edit's transaction.
+    pub turn_id: String,
+}
+
+#[async_trait]
+impl crate::adapter::StreamSink for MatrixStream {
+    fn max_chars(&self) -> usize {
+        MAX_EDIT_CHARS
+    }
+
+    async fn show(&self, text: &str, shown: Option<&str>, edits: u32) -> Result<String, SendError> {
+        let content = match shown {
+            None => message_content(text, Some(&self.in_reply_to), self.thread.as_deref()),
+            Some(original) => edit_content(text, original),
+        };
+        // One transaction id per edit: a retried request never shows twice.
+        let txn = format!("stream-{}.{edits}", self.turn_id);
+        let sent = self
+            .client
+            .send(&self.room, &txn, &content)
+            .await
+            .map_err(send_error)?;
+        Ok(shown.map_or(sent, str::to_owned))
     }
 }
 

@@ -32,6 +32,9 @@ pub enum CredentialError {
     /// The file is empty or not one line of UTF-8.
     #[error("the credential file {0} is not one non-empty line of UTF-8")]
     FileInvalid(PathBuf),
+    /// The value is not what the platform takes (its value is never shown).
+    #[error("the credential is not valid: {0}")]
+    Invalid(String),
 }
 
 impl CredentialRef {

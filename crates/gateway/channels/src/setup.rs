@@ -36,6 +36,27 @@ pub enum KindSetup {
         /// Its access token.
         access_token: Secret,
     },
+    /// A Slack app's bot.
+    Slack {
+        /// The Web API's base URL.
+        api_base: url::Url,
+        /// Its bot token (`xoxb-…`).
+        bot_token: Secret,
+        /// Socket Mode: its app-level token (`xapp-…`).
+        app_token: Option<Secret>,
+        /// Events API: its signing secret.
+        signing_secret: Option<Secret>,
+    },
+    /// A Telegram bot.
+    Telegram {
+        /// The Bot API's base URL.
+        api_base: url::Url,
+        /// Its bot token.
+        bot_token: Secret,
+        /// In webhook mode: the public URL updates are posted to, and the secret token they
+        /// carry; `None` polls.
+        webhook: Option<(url::Url, Secret)>,
+    },
 }
 
 /// Why the channels cannot run.
@@ -98,6 +119,49 @@ pub fn prepare(specs: &[ChannelSpec]) -> Result<Vec<ChannelSetup>, SetupError> {
                     homeserver,
                     user_id,
                 }),
+                Some(KindSettings::Slack {
+                    api_base,
+                    bot_token,
+                    mode,
+                }) => {
+                    let (app_token, signing_secret) = match mode {
+                        crate::config::SlackMode::Socket { app_token } => {
+                            (Some(read(&app_token)?), None)
+                        }
+                        crate::config::SlackMode::Events { signing_secret } => {
+                            (None, Some(read(&signing_secret)?))
+                        }
+                    };
+                    Some(KindSetup::Slack {
+                        api_base,
+                        bot_token: read(&bot_token)?,
+                        app_token,
+                        signing_secret,
+                    })
+                }
+                Some(KindSettings::Telegram {
+                    api_base,
+                    bot_token,
+                    mode,
+                }) => Some(KindSetup::Telegram {
+                    bot_token: read(&bot_token)?,
+                    webhook: match mode {
+                        crate::config::TelegramMode::Poll => None,
+                        crate::config::TelegramMode::Webhook { url, secret } => {
+                            let secret = read(&secret)?;
+                            if !crate::telegram::valid_secret_token(secret.expose()) {
+                                return Err(SetupError::Credential {
+                                    index,
+                                    source: crate::secret::CredentialError::Invalid(String::from(
+                                        "a Telegram secret token is 1 to 256 of A-Z, a-z, 0-9, '_' and '-'",
+                                    )),
+                                });
+                            }
+                            Some((url, secret))
+                        }
+                    },
+                    api_base,
+                }),
                 None => None,
             };
             Ok(ChannelSetup {
@@ -109,14 +173,34 @@ pub fn prepare(specs: &[ChannelSpec]) -> Result<Vec<ChannelSetup>, SetupError> {
     let secrets: Vec<(usize, &Secret)> = setups
         .iter()
         .enumerate()
-        .filter_map(|(index, setup)| match &setup.kind {
-            Some(KindSetup::Webhook { secret, .. }) => Some((index, secret)),
-            Some(KindSetup::Matrix { access_token, .. }) => Some((index, access_token)),
-            None => None,
+        .flat_map(|(index, setup)| {
+            let secrets: Vec<&Secret> = match &setup.kind {
+                Some(KindSetup::Webhook { secret, .. }) => vec![secret],
+                Some(KindSetup::Matrix { access_token, .. }) => vec![access_token],
+                Some(KindSetup::Telegram {
+                    bot_token, webhook, ..
+                }) => std::iter::once(bot_token)
+                    .chain(webhook.as_ref().map(|(_, secret)| secret))
+                    .collect(),
+                Some(KindSetup::Slack {
+                    bot_token,
+                    app_token,
+                    signing_secret,
+                    ..
+                }) => std::iter::once(bot_token)
+                    .chain(app_token.as_ref())
+                    .chain(signing_secret.as_ref())
+                    .collect(),
+                None => Vec::new(),
+            };
+            secrets.into_iter().map(move |secret| (index, secret))
         })
         .collect();
     for (position, (index, secret)) in secrets.iter().enumerate() {
-        if let Some((other, _)) = secrets[..position].iter().find(|(_, seen)| seen == secret) {
+        if let Some((other, _)) = secrets[..position]
+            .iter()
+            .find(|(other, seen)| seen == secret && other != index)
+        {
             return Err(SetupError::SharedSecret {
                 index: *index,
                 other: *other,

@@ -34,12 +34,38 @@ pub const SEND_TIMEOUT: Duration = Duration::from_secs(15);
 
 type HmacSha256 = hmac::Hmac<Sha256>;
 
-fn mac(secret: &Secret, timestamp: &str, body: &[u8]) -> HmacSha256 {
+/// How a platform signs its requests with HMAC-SHA256: the headers, what is signed
+/// (`<signed_prefix><timestamp><separator><body>`), and the prefix of the hex tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scheme {
+    /// The header with the Unix seconds the request was signed at.
+    pub timestamp_header: &'static str,
+    /// The header with the signature.
+    pub signature_header: &'static str,
+    /// What the signed text starts with.
+    pub signed_prefix: &'static str,
+    /// What separates the timestamp and the body in the signed text.
+    pub separator: &'static str,
+    /// What the hex tag starts with in the header.
+    pub tag_prefix: &'static str,
+}
+
+/// The `webhook` kind's scheme: `sha256=HMAC("<timestamp>.<body>")`.
+pub const GATEHOUSE: Scheme = Scheme {
+    timestamp_header: TIMESTAMP_HEADER,
+    signature_header: SIGNATURE_HEADER,
+    signed_prefix: "",
+    separator: ".",
+    tag_prefix: "sha256=",
+};
+
+fn mac(scheme: &Scheme, secret: &Secret, timestamp: &str, body: &[u8]) -> HmacSha256 {
     #[expect(clippy::expect_used, reason = "HMAC takes a key of any length")]
     let mut mac = HmacSha256::new_from_slice(secret.expose().as_bytes())
         .expect("HMAC takes a key of any length");
+    mac.update(scheme.signed_prefix.as_bytes());
     mac.update(timestamp.as_bytes());
-    mac.update(b".");
+    mac.update(scheme.separator.as_bytes());
     mac.update(body);
     mac
 }
@@ -47,7 +73,7 @@ fn mac(secret: &Secret, timestamp: &str, body: &[u8]) -> HmacSha256 {
 /// Returns the `X-Gatehouse-Signature` value of `body` sent at `timestamp`.
 #[must_use]
 pub fn sign(secret: &Secret, timestamp: i64, body: &[u8]) -> String {
-    let tag = mac(secret, &timestamp.to_string(), body)
+    let tag = mac(&GATEHOUSE, secret, &timestamp.to_string(), body)
         .finalize()
         .into_bytes();
     format!("sha256={}", hex::encode(tag))
@@ -81,8 +107,23 @@ pub fn verify(
     body: &[u8],
     now_s: i64,
 ) -> Result<(), SignatureError> {
-    let timestamp = timestamp.ok_or(SignatureError::Missing(TIMESTAMP_HEADER))?;
-    let signature = signature.ok_or(SignatureError::Missing(SIGNATURE_HEADER))?;
+    verify_with(&GATEHOUSE, secret, timestamp, signature, body, now_s)
+}
+
+/// [`verify`] under another platform's `scheme`.
+///
+/// # Errors
+/// [`SignatureError`].
+pub fn verify_with(
+    scheme: &Scheme,
+    secret: &Secret,
+    timestamp: Option<&str>,
+    signature: Option<&str>,
+    body: &[u8],
+    now_s: i64,
+) -> Result<(), SignatureError> {
+    let timestamp = timestamp.ok_or(SignatureError::Missing(scheme.timestamp_header))?;
+    let signature = signature.ok_or(SignatureError::Missing(scheme.signature_header))?;
     if timestamp.is_empty()
         || timestamp.len() > 12
         || !timestamp.bytes().all(|b| b.is_ascii_digit())
@@ -96,10 +137,10 @@ pub fn verify(
         return Err(SignatureError::Stale);
     }
     let tag = signature
-        .strip_prefix("sha256=")
+        .strip_prefix(scheme.tag_prefix)
         .and_then(|hex_tag| hex::decode(hex_tag).ok())
         .ok_or(SignatureError::Mismatch)?;
-    mac(secret, timestamp, body)
+    mac(scheme, secret, timestamp, body)
         .verify_slice(&tag)
         .map_err(|_| SignatureError::Mismatch)
 }

@@ -837,17 +837,17 @@ pub async fn start(
             shutdown.child_token(),
         ));
     }
-    channels::run_matrix_channels(
-        &channels::LoopParts {
-            channels: Arc::clone(&state.channels),
-            store: Arc::clone(&state.store),
-            turns: Arc::clone(&state.turns),
-            audit: state.audit.clone(),
-            holder: state.replica.id().to_owned(),
-            lease: state.config.replica.lease * channels::SYNC_LEASE_FACTOR,
-        },
-        &shutdown,
-    );
+    let loop_parts = channels::LoopParts {
+        channels: Arc::clone(&state.channels),
+        store: Arc::clone(&state.store),
+        turns: Arc::clone(&state.turns),
+        audit: state.audit.clone(),
+        holder: state.replica.id().to_owned(),
+        lease: state.config.replica.lease * channels::SYNC_LEASE_FACTOR,
+    };
+    channels::run_matrix_channels(&loop_parts, &shutdown);
+    channels::run_telegram_channels(&loop_parts, &shutdown);
+    channels::run_slack_channels(&loop_parts, &shutdown);
     tokio::spawn(channels::run_deliverer(
         Arc::clone(&state.channels),
         Arc::clone(&state.store),

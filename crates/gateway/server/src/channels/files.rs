@@ -41,6 +41,22 @@ pub(crate) enum FileSource {
         /// How long its download may take.
         timeout: std::time::Duration,
     },
+    /// On Slack, at the file's private URL (fetched with the bot token).
+    Slack {
+        /// The app's client.
+        client: gatehouse_channels::slack::SlackClient,
+        /// The shared file.
+        file: gatehouse_channels::slack::SlackFile,
+    },
+    /// On Telegram's servers, under this `file_id`.
+    Telegram {
+        /// The bot's client.
+        client: gatehouse_channels::telegram::TelegramClient,
+        /// What `getFile` takes.
+        file_id: String,
+        /// Its size, when the update said.
+        size: Option<u64>,
+    },
 }
 
 /// A file a message carries.
@@ -141,6 +157,43 @@ impl ChannelFiles {
                     gatehouse_channels::matrix::MatrixError::TooLarge { .. } => too_large(),
                     other => format!("it could not be downloaded ({other})"),
                 })?,
+            FileSource::Slack { client, file } => client
+                .download(
+                    file,
+                    self.max_bytes,
+                    gatehouse_channels::files::DOWNLOAD_TIMEOUT,
+                )
+                .await
+                .map_err(|error| match error {
+                    gatehouse_channels::slack::SlackError::TooLarge { .. } => too_large(),
+                    other => format!("it could not be downloaded ({other})"),
+                })?,
+            FileSource::Telegram { size, .. }
+                if size.is_some_and(|size| {
+                    size > gatehouse_channels::telegram::MAX_DOWNLOAD_BYTES
+                }) =>
+            {
+                return Err(telegram_too_large());
+            }
+            FileSource::Telegram {
+                client, file_id, ..
+            } => client
+                .download(
+                    file_id,
+                    self.max_bytes,
+                    gatehouse_channels::files::DOWNLOAD_TIMEOUT,
+                )
+                .await
+                .map_err(|error| match error {
+                    gatehouse_channels::telegram::TelegramError::TooLarge { max_bytes }
+                        if max_bytes == gatehouse_channels::telegram::MAX_DOWNLOAD_BYTES
+                            && max_bytes < self.max_bytes =>
+                    {
+                        telegram_too_large()
+                    }
+                    gatehouse_channels::telegram::TelegramError::TooLarge { .. } => too_large(),
+                    other => format!("it could not be downloaded ({other})"),
+                })?,
         };
         let mime_type = sniff_mime_type(&bytes, &file.mime_type);
         let taken = self
@@ -197,6 +250,14 @@ impl ChannelFiles {
         }
         Ok(files)
     }
+}
+
+/// Why a file past the Bot API's download bound is refused.
+fn telegram_too_large() -> String {
+    format!(
+        "the Telegram Bot API lets a bot download files of at most {} MB",
+        gatehouse_channels::telegram::MAX_DOWNLOAD_BYTES / (1024 * 1024)
+    )
 }
 
 /// The last component of a workspace path.

@@ -31,7 +31,6 @@ use gatehouse_protocol::time::now_ms;
 use gatehouse_store::Store;
 use gatehouse_store::records::ChannelOrigin;
 use gatehouse_store::records::InboundOutcome;
-use gatehouse_store::records::NewDelivery;
 use tokio_util::sync::CancellationToken;
 
 use super::Channel;
@@ -39,11 +38,10 @@ use super::Channels;
 use super::FileSource;
 use super::Inbound;
 use super::InboundFile;
-use super::LoopStatus;
 use super::ReceiveParts;
 use super::Received;
 use super::audit_channel;
-use super::new_delivery_id;
+use super::polling::Step;
 use crate::audit::Audit;
 use crate::turns::TurnEngine;
 
@@ -52,26 +50,6 @@ use crate::turns::TurnEngine;
 /// thirds, so a live holder never loses it and another replica takes a dead holder's channel
 /// within this bound (30 s with the default 5 s replica lease).
 pub(crate) const SYNC_LEASE_FACTOR: u32 = 6;
-
-/// How often a replica that does not hold a channel's lease tries to take it.
-pub(crate) const STANDBY_POLL: Duration = Duration::from_secs(2);
-
-/// The longest wait after failed syncs.
-pub(crate) const MAX_SYNC_BACKOFF: Duration = Duration::from_secs(60);
-
-/// The longest a typing indicator is kept up for one turn.
-pub(crate) const MAX_TYPING: Duration = Duration::from_secs(600);
-
-/// How often a sender whose share of turns is taken is told so, at most.
-pub(crate) const BUSY_NOTICE_INTERVAL: Duration = Duration::from_secs(60);
-
-/// The notice a sender whose share of `share` turns is taken gets.
-fn busy_notice(share: u32) -> String {
-    format!(
-        "You have {share} messages waiting for an answer already; this one was not taken. \
-         Send it again once the agent has answered."
-    )
-}
 
 /// A Matrix channel's bot account.
 pub(crate) struct MatrixBot {
@@ -98,6 +76,18 @@ pub(crate) struct LoopParts {
     pub(crate) lease: Duration,
 }
 
+impl LoopParts {
+    /// What receiving needs, borrowed from these parts.
+    pub(crate) fn receive(&self) -> ReceiveParts<'_> {
+        ReceiveParts {
+            store: &self.store,
+            turns: &self.turns,
+            audit: &self.audit,
+            channels: &self.channels,
+        }
+    }
+}
+
 /// Starts the sync loop of every enabled Matrix channel; each runs until `shutdown`.
 pub(crate) fn run_matrix_channels(parts: &LoopParts, shutdown: &CancellationToken) {
     for (index, channel) in parts.channels.all().iter().enumerate() {
@@ -105,14 +95,6 @@ pub(crate) fn run_matrix_channels(parts: &LoopParts, shutdown: &CancellationToke
             tokio::spawn(run_loop(parts.clone(), index, shutdown.child_token()));
         }
     }
-}
-
-/// What one turn of the loop came to.
-enum Step {
-    /// It synced and judged what the answer asked.
-    Synced,
-    /// Another replica holds the channel.
-    Standby,
 }
 
 /// The loop's memory between syncs.
@@ -143,33 +125,14 @@ async fn run_loop(parts: LoopParts, index: usize, shutdown: CancellationToken) {
         clock: Some(super::StoreClock::new(Arc::clone(&parts.store))),
         ..LoopMemory::default()
     };
-    let mut failures: u32 = 0;
+    let mut pacing = super::polling::Pacing::default();
     loop {
         let step = tokio::select! {
             () = shutdown.cancelled() => return,
             step = sync_once(&parts, channel, &mut memory) => step,
         };
-        let pause = match step {
-            Ok(Step::Synced) => {
-                failures = 0;
-                channel.set_status(LoopStatus::Synced(std::time::Instant::now()));
-                continue;
-            }
-            Ok(Step::Standby) => {
-                channel.set_status(LoopStatus::Standby);
-                STANDBY_POLL
-            }
-            Err(message) => {
-                failures = failures.saturating_add(1);
-                tracing::warn!(channel = %channel.spec.name, error = %message, "a Matrix sync failed");
-                channel.set_status(LoopStatus::Failing(message));
-                let backoff = Duration::from_secs(1_u64 << failures.min(6)).min(MAX_SYNC_BACKOFF);
-                backoff.mul_f64(0.5 + 0.5 * gatehouse_channels::retry::jitter_unit())
-            }
-        };
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(pause) => {}
+        if !pacing.after(channel, "matrix", step, &shutdown).await {
+            return;
         }
     }
 }
@@ -240,21 +203,16 @@ async fn sync_once(
 
 /// Takes or renews the channel's sync lease for this replica; returns whether it holds it.
 async fn hold(parts: &LoopParts, memory: &LoopMemory, name: &str) -> Result<bool, String> {
-    let lease_ms = i64::try_from(parts.lease.as_millis()).unwrap_or(i64::MAX);
-    parts
-        .store
-        .hold_channel(name, &parts.holder, lease_ms, store_now(memory).await?)
-        .await
-        .map_err(|error| format!("cannot hold the channel's lease: {error}"))
+    match &memory.clock {
+        Some(clock) => super::polling::hold(parts, clock, name).await,
+        None => Err(String::from("the loop has no clock")),
+    }
 }
 
 /// The store's time, which the channel's lease is judged by.
 async fn store_now(memory: &LoopMemory) -> Result<i64, String> {
     match &memory.clock {
-        Some(clock) => clock
-            .now_ms()
-            .await
-            .map_err(|error| format!("cannot read the store's clock: {error}")),
+        Some(clock) => super::polling::store_now(clock).await,
         None => Err(String::from("the loop has no clock")),
     }
 }
@@ -385,12 +343,7 @@ async fn handle(
                 text,
                 files,
             };
-            let receive = ReceiveParts {
-                store: &parts.store,
-                turns: &parts.turns,
-                audit: &parts.audit,
-                channels: &parts.channels,
-            };
+            let receive = parts.receive();
             let received = super::receive(&receive, channel, inbound)
                 .await
                 .map_err(store_error)?;
@@ -401,14 +354,17 @@ async fn handle(
             {
                 if channel.spec.streaming == Streaming::Edits {
                     let target = super::stream::StreamTarget {
-                        client: bot.client.clone(),
+                        sink: Box::new(gatehouse_channels::matrix::MatrixStream {
+                            client: bot.client.clone(),
+                            room: room.clone(),
+                            in_reply_to: event_id,
+                            thread: stream_thread,
+                            turn_id: turn_id.clone(),
+                        }),
                         store: Arc::clone(&parts.store),
                         hub: Arc::clone(parts.turns.hub()),
                         session_key,
                         turn_id: turn_id.clone(),
-                        room: room.clone(),
-                        in_reply_to: event_id,
-                        thread: stream_thread,
                     };
                     parts.channels.streams.start(target, &memory.shutdown);
                 }
@@ -420,7 +376,7 @@ async fn handle(
                 // once a minute.
                 memory
                     .told_busy
-                    .retain(|_, told| told.elapsed() < BUSY_NOTICE_INTERVAL);
+                    .retain(|_, told| told.elapsed() < super::BUSY_NOTICE_INTERVAL);
                 let tell = !memory.told_busy.contains_key(&sender);
                 if tell {
                     memory
@@ -428,12 +384,13 @@ async fn handle(
                         .insert(sender.clone(), std::time::Instant::now());
                 }
                 let origin = origin(channel, &room, event_id, sender);
-                notice_or_record(
-                    parts,
+                super::notice_or_record(
+                    parts.store.as_ref(),
+                    &parts.channels,
                     &origin,
                     InboundOutcome::Denied,
                     tell,
-                    &busy_notice(share),
+                    &super::busy_notice(share),
                 )
                 .await
                 .map_err(store_error)?;
@@ -450,8 +407,9 @@ async fn handle(
             let tell = answers(parts, channel, &sender, &room, direct).await?
                 && memory.told_encrypted.insert(room.clone());
             let origin = origin(channel, &room, event_id, sender);
-            notice_or_record(
-                parts,
+            super::notice_or_record(
+                parts.store.as_ref(),
+                &parts.channels,
                 &origin,
                 InboundOutcome::Denied,
                 tell,
@@ -469,8 +427,9 @@ async fn handle(
             let direct = is_direct(parts, bot, memory, channel, &room, &sender).await?;
             let tell = direct && answers(parts, channel, &sender, &room, direct).await?;
             let origin = origin(channel, &room, event_id, sender);
-            notice_or_record(
-                parts,
+            super::notice_or_record(
+                parts.store.as_ref(),
+                &parts.channels,
                 &origin,
                 InboundOutcome::Ignored,
                 tell,
@@ -492,42 +451,6 @@ fn origin(channel: &Channel, room: &str, event_id: String, sender: String) -> Ch
         room: None,
         thread: None,
     }
-}
-
-/// Records a message that admits nothing, with a notice to its room when `tell`.
-async fn notice_or_record(
-    parts: &LoopParts,
-    origin: &ChannelOrigin,
-    outcome: InboundOutcome,
-    tell: bool,
-    notice: &str,
-) -> Result<(), gatehouse_store::StoreError> {
-    let now = now_ms();
-    let counted = match outcome {
-        InboundOutcome::Ignored => "ignored",
-        _ => "denied",
-    };
-    parts.channels.metrics.inbound(&origin.channel, counted);
-    match tell {
-        true => {
-            let notice = NewDelivery {
-                delivery_id: new_delivery_id(),
-                text: notice.to_owned(),
-            };
-            parts
-                .store
-                .answer_channel_inbound(origin, outcome, &notice, now)
-                .await?;
-            parts.channels.wake();
-        }
-        false => {
-            parts
-                .store
-                .record_channel_inbound(origin, outcome, now)
-                .await?;
-        }
-    }
-    Ok(())
 }
 
 /// Whether `room` is listed in the channel's `groups`.
@@ -642,8 +565,8 @@ async fn invite_allowed(
         })
 }
 
-/// Shows the bot typing in `room` until `turn_id` ends (at most [`MAX_TYPING`]), unless an
-/// indicator already runs there; stops with the loop.
+/// Shows the bot typing in `room` until `turn_id` ends, unless an indicator already runs
+/// there; stops with the loop.
 fn show_typing(
     bot: &MatrixBot,
     store: &Arc<dyn Store>,
@@ -655,31 +578,29 @@ fn show_typing(
         return;
     }
     let typing = Arc::clone(&memory.typing);
-    let shutdown = memory.shutdown.clone();
     let client = bot.client.clone();
     let user_id = bot.user_id.clone();
-    let store = Arc::clone(store);
-    tokio::spawn(async move {
-        let started = tokio::time::Instant::now();
-        'shown: while started.elapsed() < MAX_TYPING {
-            if let Err(error) = client.typing(&room, &user_id, true).await {
-                tracing::debug!(error = %error, "cannot show typing");
-            }
-            // Matrix drops the indicator after its 30 s timeout: renew it every 20 s.
-            for _ in 0..20 {
-                tokio::select! {
-                    () = shutdown.cancelled() => break 'shown,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+    // Matrix drops the indicator after its 30 s timeout: renewed every 20 s.
+    super::polling::keep_typing(
+        store,
+        turn_id,
+        Duration::from_secs(20),
+        memory.shutdown.clone(),
+        move |shown| {
+            let (client, user_id, room, typing) = (
+                client.clone(),
+                user_id.clone(),
+                room.clone(),
+                Arc::clone(&typing),
+            );
+            async move {
+                if !shown {
+                    typing.lock().remove(&room);
                 }
-                match store.turn(&turn_id).await {
-                    Ok(Some(turn)) if !turn.status.is_terminal() => {}
-                    _ => break 'shown,
+                if let Err(error) = client.typing(&room, &user_id, shown).await {
+                    tracing::debug!(error = %error, "cannot show typing");
                 }
             }
-        }
-        typing.lock().remove(&room);
-        if let Err(error) = client.typing(&room, &user_id, false).await {
-            tracing::debug!(error = %error, "cannot stop showing typing");
-        }
-    });
+        },
+    );
 }

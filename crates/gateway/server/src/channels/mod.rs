@@ -58,7 +58,10 @@ use crate::turns::TurnEngine;
 mod clock;
 mod files;
 mod matrix;
+mod polling;
+mod slack;
 mod stream;
+mod telegram;
 
 pub(crate) use clock::StoreClock;
 pub(crate) use files::ChannelFiles;
@@ -68,6 +71,12 @@ pub(crate) use files::InboundFile;
 pub(crate) use matrix::LoopParts;
 pub(crate) use matrix::SYNC_LEASE_FACTOR;
 pub(crate) use matrix::run_matrix_channels;
+pub(crate) use slack::SlackBot;
+pub(crate) use slack::receive_event;
+pub(crate) use slack::run_slack_channels;
+pub(crate) use telegram::TelegramBot;
+pub(crate) use telegram::receive_update;
+pub(crate) use telegram::run_telegram_channels;
 
 /// How often the deliverer looks for due entries when it found none.
 pub(crate) const DELIVERY_POLL: Duration = Duration::from_millis(250);
@@ -112,6 +121,10 @@ pub(crate) struct Channel {
     webhook_secret: Option<Secret>,
     /// The bot account of a Matrix channel, which its sync loop uses.
     matrix: Option<matrix::MatrixBot>,
+    /// The bot of a Telegram channel, which its poll loop or inbound route uses.
+    telegram: Option<telegram::TelegramBot>,
+    /// The app of a Slack channel, which its Socket Mode loop or inbound route uses.
+    slack: Option<slack::SlackBot>,
     /// The way out to the platform; `None` when the channel is disabled.
     adapter: Option<Arc<dyn Adapter>>,
     /// What its sync loop last found, for `GET /v1/channels`.
@@ -130,6 +143,9 @@ pub(crate) enum LoopStatus {
     Standby,
     /// Its last sync failed with this message (`CHANNEL_UNAVAILABLE`).
     Failing(String),
+    /// The platform was told where to send updates (a Telegram webhook), and calls the
+    /// inbound route from now on.
+    Registered,
 }
 
 impl Channel {
@@ -146,6 +162,24 @@ impl Channel {
     /// Whether it polls its platform (a sync loop) rather than being called.
     pub(crate) fn polls(&self) -> bool {
         self.matrix.is_some()
+            || self
+                .telegram
+                .as_ref()
+                .is_some_and(|bot| bot.webhook.is_none())
+            || self
+                .slack
+                .as_ref()
+                .is_some_and(|bot| bot.signing_secret.is_none())
+    }
+
+    /// Its Slack app, when it is a Slack channel.
+    pub(crate) fn slack(&self) -> Option<&slack::SlackBot> {
+        self.slack.as_ref()
+    }
+
+    /// Its Telegram bot, when it is a Telegram channel.
+    pub(crate) fn telegram(&self) -> Option<&telegram::TelegramBot> {
+        self.telegram.as_ref()
     }
 
     /// What its sync loop last found on this replica. A loop whose last successful sync is
@@ -201,6 +235,8 @@ impl Channels {
                     spec: setup.spec.clone(),
                     webhook_secret: None,
                     matrix: None,
+                    telegram: None,
+                    slack: None,
                     adapter: None,
                     status: parking_lot::Mutex::new(LoopStatus::Starting),
                 };
@@ -229,6 +265,37 @@ impl Channels {
                             client,
                             user_id: user_id.clone(),
                         });
+                    }
+                    Some(KindSetup::Telegram {
+                        api_base,
+                        bot_token,
+                        webhook,
+                    }) => {
+                        let client = gatehouse_channels::telegram::TelegramClient::new(
+                            api_base.clone(),
+                            bot_token.clone(),
+                        )?;
+                        channel.adapter = Some(Arc::new(
+                            gatehouse_channels::telegram::TelegramAdapter::new(client.clone()),
+                        ));
+                        channel.telegram =
+                            Some(telegram::TelegramBot::new(client, webhook.clone()));
+                    }
+                    Some(KindSetup::Slack {
+                        api_base,
+                        bot_token,
+                        app_token,
+                        signing_secret,
+                    }) => {
+                        let client = gatehouse_channels::slack::SlackClient::new(
+                            api_base.clone(),
+                            bot_token.clone(),
+                            app_token.clone(),
+                        )?;
+                        channel.adapter = Some(Arc::new(
+                            gatehouse_channels::slack::SlackAdapter::new(client.clone()),
+                        ));
+                        channel.slack = Some(slack::SlackBot::new(client, signing_secret.clone()));
                     }
                     None => {}
                 }
@@ -329,6 +396,18 @@ pub(crate) struct ReceiveParts<'a> {
     pub(crate) audit: &'a Audit,
     /// The channels: their instruments, and the deliverer to wake.
     pub(crate) channels: &'a Channels,
+}
+
+impl<'a> ReceiveParts<'a> {
+    /// What receiving needs, from the Gateway's state.
+    pub(crate) fn of(state: &'a crate::GatewayState) -> Self {
+        Self {
+            store: &state.store,
+            turns: &state.turns,
+            audit: &state.audit,
+            channels: &state.channels,
+        }
+    }
 }
 
 /// The audit actor of a channel's own rows.
@@ -581,6 +660,126 @@ async fn request_pairing(
         .await;
     }
     Ok(Received::NotAccepted(NotAcceptedReason::Pairing))
+}
+
+/// How often a sender whose share of turns is taken is told so, at most.
+pub(crate) const BUSY_NOTICE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The notice a sender whose share of `share` turns is taken gets.
+pub(crate) fn busy_notice(share: u32) -> String {
+    format!(
+        "You have {share} messages waiting for an answer already; this one was not taken. \
+         Send it again once the agent has answered."
+    )
+}
+
+/// Records a message that admits nothing, with a notice to its room when `tell`.
+pub(crate) async fn notice_or_record(
+    store: &dyn Store,
+    channels: &Channels,
+    origin: &ChannelOrigin,
+    outcome: InboundOutcome,
+    tell: bool,
+    notice: &str,
+) -> Result<(), gatehouse_store::StoreError> {
+    let now = now_ms();
+    let counted = match outcome {
+        InboundOutcome::Ignored => "ignored",
+        _ => "denied",
+    };
+    channels.metrics.inbound(&origin.channel, counted);
+    match tell {
+        true => {
+            let notice = NewDelivery {
+                delivery_id: new_delivery_id(),
+                text: notice.to_owned(),
+            };
+            store
+                .answer_channel_inbound(origin, outcome, &notice, now)
+                .await?;
+            channels.wake();
+        }
+        false => {
+            store.record_channel_inbound(origin, outcome, now).await?;
+        }
+    }
+    Ok(())
+}
+
+/// When each sender of a channel was last told that its share of turns is taken.
+#[derive(Default)]
+pub(crate) struct BusyNotices {
+    told: parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+impl BusyNotices {
+    /// Whether `sender` is to be told now (at most once per [`BUSY_NOTICE_INTERVAL`]).
+    pub(crate) fn tell(&self, sender: &str) -> bool {
+        let mut told = self.told.lock();
+        told.retain(|_, at| at.elapsed() < BUSY_NOTICE_INTERVAL);
+        match told.contains_key(sender) {
+            true => false,
+            false => {
+                told.insert(sender.to_owned(), std::time::Instant::now());
+                true
+            }
+        }
+    }
+}
+
+/// Judges and admits `message` of a chat platform ([`receive`]); an admitted one streams its
+/// reply into `stream` while its turn runs (`streaming = "edits"`), and a sender whose share of
+/// turns is taken is told so at most once a minute (`busy`), its message recorded.
+///
+/// # Errors
+/// The store's failure; nothing was admitted.
+pub(crate) async fn receive_live(
+    parts: &ReceiveParts<'_>,
+    channel: &Channel,
+    message: Inbound,
+    stream: Option<Box<dyn gatehouse_channels::adapter::StreamSink>>,
+    busy: &BusyNotices,
+    shutdown: &CancellationToken,
+) -> Result<Received, StoreError> {
+    let origin = ChannelOrigin {
+        channel: channel.spec.name.clone(),
+        message_id: message.message_id.clone(),
+        conversation: message.conversation.clone(),
+        sender: message.sender.clone(),
+        room: None,
+        thread: message.thread.clone(),
+    };
+    let received = receive(parts, channel, message).await?;
+    match &received {
+        Received::Admitted {
+            turn_id,
+            session_key,
+        } => {
+            if let Some(sink) = stream {
+                let target = stream::StreamTarget {
+                    sink,
+                    store: Arc::clone(parts.store),
+                    hub: Arc::clone(parts.turns.hub()),
+                    session_key: session_key.clone(),
+                    turn_id: turn_id.clone(),
+                };
+                parts.channels.streams.start(target, shutdown);
+            }
+        }
+        Received::Busy { share } => {
+            notice_or_record(
+                parts.store.as_ref(),
+                parts.channels,
+                &origin,
+                gatehouse_store::records::InboundOutcome::Denied,
+                busy.tell(&origin.sender),
+                &busy_notice(*share),
+            )
+            .await?;
+        }
+        Received::NotAccepted(_) => {}
+    }
+    Ok(received)
 }
 
 /// Records a row a channel's traffic caused, at most
@@ -905,6 +1104,8 @@ mod tests {
             spec,
             webhook_secret: None,
             matrix: None,
+            telegram: None,
+            slack: None,
             adapter: None,
             status: parking_lot::Mutex::new(LoopStatus::Starting),
         };

@@ -1,9 +1,9 @@
-//! Replies streamed by editing one message (`streaming = "edits"`, Matrix): while a channel
-//! turn runs, its reply's deltas are shown in one message of the room, sent at the first delta
-//! and edited (`m.replace`) at most once per [`EDIT_INTERVAL`], with a trailing ` …` while the
-//! turn runs. The message's event id is recorded with the turn, so the final reply, which the
-//! outbox delivers as for any channel turn, replaces that message instead of posting a second
-//! one, across restarts too.
+//! Replies streamed by editing one message (`streaming = "edits"`; Matrix `m.replace`, Telegram
+//! `editMessageText`, behind [`StreamSink`]): while a channel turn runs, its reply's deltas are
+//! shown in one message of the conversation, sent at the first delta and edited at most once
+//! per [`EDIT_INTERVAL`], with a trailing ` …` while the turn runs. The message's id is
+//! recorded with the turn, so the final reply, which the outbox delivers as for any channel
+//! turn, replaces that message instead of posting a second one, across restarts too.
 //!
 //! - The streamed text is the assistant message being written: a message committed before a
 //!   tool call is replaced by the next one's deltas.
@@ -13,7 +13,7 @@
 //!   as usual), or when it fell too far behind the session's events. A replica that delivers a reply whose stream runs on another replica
 //!   cannot wait for it: that stream checks the turn in the store before every edit and stops
 //!   once it ended, so only an edit already in flight can race the final one.
-//! - A rate-limited edit (`429`) is skipped until the homeserver's `retry_after` passed; a
+//! - A rate-limited edit (`429`) is skipped until the platform's `retry_after` passed; a
 //!   failed one is skipped; the final reply carries the whole text either way.
 
 use std::collections::HashMap;
@@ -23,9 +23,8 @@ use std::time::Duration;
 use gatehouse_api::events::MESSAGE_COMPLETED;
 use gatehouse_api::events::MESSAGE_DELTA;
 use gatehouse_api::events::MessageDelta;
-use gatehouse_channels::matrix::MAX_EDIT_CHARS;
-use gatehouse_channels::matrix::MatrixClient;
-use gatehouse_channels::matrix::MatrixError;
+use gatehouse_channels::adapter::SendError;
+use gatehouse_channels::adapter::StreamSink;
 use gatehouse_store::Store;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -60,8 +59,8 @@ struct Running {
 
 /// Where a turn's reply streams to.
 pub(crate) struct StreamTarget {
-    /// The bot's client.
-    pub(crate) client: MatrixClient,
+    /// The message the reply streams into.
+    pub(crate) sink: Box<dyn StreamSink>,
     /// The store: the turn's state, and where the message's id is recorded.
     pub(crate) store: Arc<dyn Store>,
     /// The session's live events.
@@ -70,12 +69,6 @@ pub(crate) struct StreamTarget {
     pub(crate) session_key: String,
     /// The turn.
     pub(crate) turn_id: String,
-    /// The room.
-    pub(crate) room: String,
-    /// The event the reply answers.
-    pub(crate) in_reply_to: String,
-    /// The thread the reply goes into.
-    pub(crate) thread: Option<String>,
 }
 
 impl Streams {
@@ -178,10 +171,11 @@ async fn stream(target: StreamTarget, stop: CancellationToken) {
                 }
             }
             () = tokio::time::sleep_until(next_edit), if draft.dirty => {
-                if draft.text.chars().count() > MAX_EDIT_CHARS || ended(&target).await {
+                if draft.text.chars().count() > target.sink.max_chars() || ended(&target).await {
                     return;
                 }
-                next_edit = match show(&target, &draft.text, shown.as_deref(), edits).await {
+                let running = format!("{}{RUNNING_MARK}", draft.text);
+                next_edit = match target.sink.show(&running, shown.as_deref(), edits).await {
                     Ok(event_id) => {
                         if shown.is_none() {
                             if let Err(error) = target
@@ -197,16 +191,10 @@ async fn stream(target: StreamTarget, stop: CancellationToken) {
                         draft.dirty = false;
                         Instant::now() + EDIT_INTERVAL
                     }
-                    Err(MatrixError::Status {
-                        status: 429,
-                        retry_after,
+                    Err(SendError::Transient {
+                        retry_after: Some(retry_after),
                         ..
-                    }) => {
-                        Instant::now()
-                            + retry_after
-                                .unwrap_or(EDIT_INTERVAL)
-                                .clamp(EDIT_INTERVAL, MAX_EDIT_PAUSE)
-                    }
+                    }) => Instant::now() + retry_after.clamp(EDIT_INTERVAL, MAX_EDIT_PAUSE),
                     Err(error) => {
                         tracing::debug!(error = %error, "cannot stream a reply");
                         Instant::now() + EDIT_INTERVAL * 2
@@ -223,28 +211,6 @@ async fn ended(target: &StreamTarget) -> bool {
         target.store.turn(&target.turn_id).await,
         Ok(Some(turn)) if !turn.status.is_terminal()
     )
-}
-
-/// Sends the streamed message, or edits it once it was sent; returns its event id.
-async fn show(
-    target: &StreamTarget,
-    text: &str,
-    shown: Option<&str>,
-    edits: u32,
-) -> Result<String, MatrixError> {
-    let running = format!("{text}{RUNNING_MARK}");
-    let content = match shown {
-        None => gatehouse_channels::matrix::message_content(
-            &running,
-            Some(&target.in_reply_to),
-            target.thread.as_deref(),
-        ),
-        Some(original) => gatehouse_channels::matrix::edit_content(&running, original),
-    };
-    // One transaction id per edit: a retried request never shows twice.
-    let txn = format!("stream-{}.{edits}", target.turn_id);
-    let sent = target.client.send(&target.room, &txn, &content).await?;
-    Ok(shown.map_or(sent, str::to_owned))
 }
 
 #[cfg(test)]

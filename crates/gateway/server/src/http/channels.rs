@@ -62,16 +62,28 @@ pub(crate) async fn inbound(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let (channel, secret) = state
-        .channels
-        .enabled(&name)
-        .and_then(|channel| Some((channel, channel.webhook_secret()?)))
-        .ok_or_else(|| {
-            ApiError::new(
-                ErrorCode::ChannelNotFound,
-                "no enabled channel of that name takes inbound requests",
-            )
-        })?;
+    let not_found = || {
+        ApiError::new(
+            ErrorCode::ChannelNotFound,
+            "no enabled channel of that name takes inbound requests",
+        )
+    };
+    let channel = state.channels.enabled(&name).ok_or_else(not_found)?;
+    if let Some(bot) = channel.slack() {
+        return match &bot.signing_secret {
+            Some(secret) => slack_inbound(&state, channel, bot, secret, &headers, body).await,
+            None => Err(not_found()),
+        };
+    }
+    if let Some(bot) = channel.telegram() {
+        return match &bot.webhook {
+            Some((_, secret)) => {
+                telegram_inbound(&state, channel, bot, secret, &headers, &body).await
+            }
+            None => Err(not_found()),
+        };
+    }
+    let secret = channel.webhook_secret().ok_or_else(not_found)?;
     let checked = match verify(&state, channel, secret, &headers, &body).await {
         Ok(()) => serde_json::from_slice::<WebhookMessage>(&body)
             .map_err(|error| ApiError::invalid_request(format!("invalid body: {error}")))
@@ -79,12 +91,7 @@ pub(crate) async fn inbound(
         Err(refusal) => Err(refusal),
     };
     let inbound = checked.inspect_err(|_| state.channels.metrics.inbound(&name, "invalid"))?;
-    let parts = ReceiveParts {
-        store: &state.store,
-        turns: &state.turns,
-        audit: &state.audit,
-        channels: &state.channels,
-    };
+    let parts = ReceiveParts::of(&state);
     let received = crate::channels::receive(&parts, channel, inbound)
         .await
         .map_err(|error| store_error(&error))?;
@@ -122,6 +129,165 @@ pub(crate) async fn inbound(
     })
 }
 
+/// An update the Bot API posted to a Telegram channel in webhook mode: verified by its secret
+/// token header, then judged as a polled one. The answer is `200` unless the store failed
+/// (`503`, so the Bot API posts it again; what was judged already admits nothing then).
+async fn telegram_inbound(
+    state: &Arc<GatewayState>,
+    channel: &Channel,
+    bot: &crate::channels::TelegramBot,
+    secret: &gatehouse_channels::secret::Secret,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let presented = headers
+        .get(gatehouse_channels::telegram::SECRET_HEADER)
+        .and_then(|value| value.to_str().ok());
+    if !gatehouse_channels::telegram::secret_matches(secret, presented) {
+        state
+            .channels
+            .metrics
+            .inbound(&channel.spec.name, "invalid");
+        let why = match presented {
+            None => "no secret token header",
+            Some(_) => "a wrong secret token",
+        };
+        return Err(refused(state, channel, why).await);
+    }
+    let update: gatehouse_channels::telegram::Update =
+        serde_json::from_slice(body).map_err(|error| {
+            state
+                .channels
+                .metrics
+                .inbound(&channel.spec.name, "invalid");
+            ApiError::invalid_request(format!("invalid update: {error}"))
+        })?;
+    let me = bot.identity().await.map_err(unavailable)?;
+    if let Some(incoming) = gatehouse_channels::telegram::interpret(&update, &me) {
+        let parts = ReceiveParts::of(state);
+        crate::channels::receive_update(
+            &parts,
+            channel,
+            bot,
+            incoming,
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .map_err(|error| store_error(&error))?;
+    }
+    Ok(StatusCode::OK.into_response())
+}
+
+/// The answer to Slack's `url_verification` request: its challenge, echoed.
+#[derive(serde::Serialize)]
+struct SlackChallenge {
+    challenge: String,
+}
+
+/// How long a Slack event is judged before the answer goes out: Slack waits 3 s, and retries
+/// what it got no answer to.
+const SLACK_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A request Slack's Events API posted to a Slack channel: verified by its `v0` signature, then
+/// the `url_verification` challenge is echoed, or the event judged. An event judged within
+/// [`SLACK_ANSWER_WITHIN`] is answered `200` (`503` when the store failed, so Slack retries);
+/// one that takes longer goes on after a `200`.
+async fn slack_inbound(
+    state: &Arc<GatewayState>,
+    channel: &Channel,
+    bot: &crate::channels::SlackBot,
+    secret: &gatehouse_channels::secret::Secret,
+    headers: &HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let scheme = &gatehouse_channels::slack::SIGNATURE;
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    if let Err(refusal) = webhook::verify_with(
+        scheme,
+        secret,
+        header(scheme.timestamp_header),
+        header(scheme.signature_header),
+        &body,
+        now_ms() / 1_000,
+    ) {
+        state
+            .channels
+            .metrics
+            .inbound(&channel.spec.name, "invalid");
+        return Err(refused(state, channel, &refusal.to_string()).await);
+    }
+    let callback: gatehouse_channels::slack::Callback =
+        serde_json::from_slice(&body).map_err(|error| {
+            state
+                .channels
+                .metrics
+                .inbound(&channel.spec.name, "invalid");
+            ApiError::invalid_request(format!("invalid event: {error}"))
+        })?;
+    let event = match callback {
+        gatehouse_channels::slack::Callback::UrlVerification { challenge } => {
+            return Ok(Json(SlackChallenge { challenge }).into_response());
+        }
+        gatehouse_channels::slack::Callback::EventCallback {
+            event: Some(event), ..
+        } => event,
+        _ => return Ok(StatusCode::OK.into_response()),
+    };
+    let me = bot.identity().await.map_err(unavailable)?;
+    let Some(incoming) = gatehouse_channels::slack::interpret(&event, &me) else {
+        return Ok(StatusCode::OK.into_response());
+    };
+    let state = Arc::clone(state);
+    let name = channel.spec.name.clone();
+    let judged = tokio::spawn(async move {
+        let Some((channel, bot)) = state
+            .channels
+            .enabled(&name)
+            .and_then(|channel| Some((channel, channel.slack()?)))
+        else {
+            return Ok(());
+        };
+        let parts = ReceiveParts::of(&state);
+        crate::channels::receive_event(
+            &parts,
+            channel,
+            bot,
+            incoming,
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .map(|_| ())
+    });
+    match tokio::time::timeout(SLACK_ANSWER_WITHIN, judged).await {
+        Ok(Ok(Err(error))) => Err(store_error(&error)),
+        Ok(_) | Err(_) => Ok(StatusCode::OK.into_response()),
+    }
+}
+
+/// A platform's bot that cannot be identified now: `503 CHANNEL_UNAVAILABLE`, so the platform
+/// posts again.
+fn unavailable(message: String) -> ApiError {
+    ApiError::new(ErrorCode::ChannelUnavailable, message).with_retry_after(5)
+}
+
+/// Audits a refused inbound request (rate-limited per channel and action) and returns its
+/// `401 CHANNEL_SIGNATURE_INVALID`.
+async fn refused(state: &GatewayState, channel: &Channel, why: &str) -> ApiError {
+    crate::channels::audit_channel(
+        &state.audit,
+        &channel.spec.name,
+        "channel.inbound",
+        "denied",
+        Some(ErrorCode::ChannelSignatureInvalid.as_str()),
+        serde_json::json!({"channel": channel.spec.name, "why": why}),
+    )
+    .await;
+    ApiError::new(
+        ErrorCode::ChannelSignatureInvalid,
+        format!("the request is not verified: {why}"),
+    )
+}
+
 /// Checks the request's signature headers against the channel's `secret`; a refusal is
 /// audited, rate-limited per channel and action.
 async fn verify(
@@ -142,19 +308,7 @@ async fn verify(
     let Err(refusal) = verified else {
         return Ok(());
     };
-    crate::channels::audit_channel(
-        &state.audit,
-        &channel.spec.name,
-        "channel.inbound",
-        "denied",
-        Some(ErrorCode::ChannelSignatureInvalid.as_str()),
-        serde_json::json!({"channel": channel.spec.name, "why": refusal.to_string()}),
-    )
-    .await;
-    Err(ApiError::new(
-        ErrorCode::ChannelSignatureInvalid,
-        format!("the request is not verified: {refusal}"),
-    ))
+    Err(refused(state, channel, &refusal.to_string()).await)
 }
 
 /// Checks a webhook message's fields and makes it platform-neutral.

@@ -32,7 +32,7 @@ const SECRET: &str = "whsec-7Qm2Zr9Kx4Lp8Vt1";
 const WAIT: Duration = Duration::from_secs(60);
 
 /// HMAC-SHA256 written out from RFC 2104, apart from the product's implementation.
-fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+pub(crate) fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     let mut block = [0_u8; 64];
     if key.len() > 64 {
         block[..32].copy_from_slice(&Sha256::digest(key));

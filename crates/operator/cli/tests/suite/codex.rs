@@ -700,6 +700,79 @@ async fn a_matrix_channel_sends_a_codex_turns_reply_artifacts_as_files() {
     assert_eq!(synapse.download(&alice, mxc).await, b"quarterly numbers");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_telegram_channel_sends_a_codex_turns_reply_artifacts_as_documents() {
+    use crate::suite::telegram_api::TelegramApi;
+    let outside = dirs();
+    let api =
+        TelegramApi::start(crate::suite::telegram::TOKEN, crate::suite::telegram::bot()).await;
+    let config = crate::suite::telegram::telegram_config(&outside, &api, "");
+    let setup = Setup::start(&["--config", &config]).await;
+    std::fs::write(
+        setup.harness.join("workspace").join("report.txt"),
+        "quarterly numbers",
+    )
+    .unwrap();
+    api.user_writes(
+        4242,
+        crate::suite::telegram_api::ChatKind::Private,
+        &crate::suite::telegram::alice(),
+        "/say MEDIA:report.txt",
+        None,
+        None,
+    );
+    let deadline = Instant::now() + WAIT;
+    let document = loop {
+        if let Some(sent) = api
+            .sent()
+            .into_iter()
+            .find(|sent| sent.method == "sendDocument")
+        {
+            break sent;
+        }
+        assert!(Instant::now() < deadline, "{:?}", api.sent());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(document.chat_id, 4242);
+    assert_eq!(
+        document.file,
+        Some((String::from("report.txt"), b"quarterly numbers".to_vec()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slack_channel_uploads_a_codex_turns_reply_artifacts() {
+    use crate::suite::slack_api::SlackApi;
+    let outside = dirs();
+    let api = SlackApi::start(
+        crate::suite::slack::BOT_TOKEN,
+        crate::suite::slack::APP_TOKEN,
+        crate::suite::slack::SIGNING_SECRET,
+        crate::suite::slack::bot(),
+    )
+    .await;
+    let config = crate::suite::slack::slack_config(&outside, &api, "app-token-file = APP_FILE\n");
+    let setup = Setup::start(&["--config", &config]).await;
+    std::fs::write(
+        setup.harness.join("workspace").join("report.txt"),
+        "quarterly numbers",
+    )
+    .unwrap();
+    let alice = crate::suite::slack::alice();
+    let dm = api.open_dm(&alice);
+    api.user_writes(&dm, &alice, "/say MEDIA:report.txt", None);
+    let deadline = Instant::now() + WAIT;
+    while api.uploaded().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", api.posted());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let uploaded = api.uploaded();
+    assert_eq!(uploaded.len(), 1);
+    assert_eq!(uploaded[0].channel, dm);
+    assert_eq!(uploaded[0].name, "report.txt");
+    assert_eq!(uploaded[0].bytes, b"quarterly numbers");
+}
+
 /// Reads the session's event stream from the start and returns the payload of the last event
 /// of `kind`.
 async fn last_event(setup: &Setup, kind: &str) -> serde_json::Value {

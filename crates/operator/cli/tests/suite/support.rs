@@ -533,9 +533,18 @@ impl MockModelSetup {
     /// Starts the mock model, a Gateway with `gateway_args`, and a node enrolled with a setup
     /// code, and returns once the Gateway is ready.
     pub(crate) async fn start(dirs: Dirs, gateway_args: &[&str]) -> MockModelSetup {
+        Self::start_on(dirs, "127.0.0.1:0", gateway_args).await
+    }
+
+    /// [`MockModelSetup::start`] with the Gateway listening on `listen`.
+    pub(crate) async fn start_on(
+        dirs: Dirs,
+        listen: &str,
+        gateway_args: &[&str],
+    ) -> MockModelSetup {
         let logs = dirs.base.join("logs");
         let (mock, mock_url) = mock_model(&logs);
-        let gateway = Gateway::start_with(&dirs.base.join("gateway"), &logs, gateway_args);
+        let gateway = Gateway::start_on(listen, &dirs.base.join("gateway"), &logs, gateway_args);
         let code = gateway.setup_code(600);
         let node = start_mock_model_node(
             &gateway,

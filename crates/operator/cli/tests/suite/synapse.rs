@@ -619,7 +619,7 @@ async fn generate_config(python: &str, dir: &Path) {
 }
 
 /// A TCP port on loopback that nothing listens on now.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
