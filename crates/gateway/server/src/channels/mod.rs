@@ -782,6 +782,23 @@ pub(crate) async fn receive_live(
     Ok(received)
 }
 
+/// Waits up to `within` for a message being judged: `Some` with its outcome when it ended in
+/// time, `None` when it goes on (it is never cancelled). A judging task that panicked counts
+/// as judged: nothing would make it pass on a second try.
+pub(crate) async fn judged_within(
+    judging: tokio::task::JoinHandle<Result<(), StoreError>>,
+    within: Duration,
+) -> Option<Result<(), StoreError>> {
+    match tokio::time::timeout(within, judging).await {
+        Ok(Ok(outcome)) => Some(outcome),
+        Ok(Err(error)) => {
+            tracing::error!(error = %error, "judging a channel message failed");
+            Some(Ok(()))
+        }
+        Err(_) => None,
+    }
+}
+
 /// Records a row a channel's traffic caused, at most
 /// [`crate::audit::LIMITED_ROWS_PER_WINDOW`] per channel and action per window, so a flood of
 /// messages cannot flood the trail.
