@@ -398,18 +398,6 @@ pub(crate) struct ReceiveParts<'a> {
     pub(crate) channels: &'a Channels,
 }
 
-impl<'a> ReceiveParts<'a> {
-    /// What receiving needs, from the Gateway's state.
-    pub(crate) fn of(state: &'a crate::GatewayState) -> Self {
-        Self {
-            store: &state.store,
-            turns: &state.turns,
-            audit: &state.audit,
-            channels: &state.channels,
-        }
-    }
-}
-
 /// The audit actor of a channel's own rows.
 fn actor(channel: &str) -> String {
     format!("channel:{channel}")

@@ -91,7 +91,7 @@ pub(crate) async fn inbound(
         Err(refusal) => Err(refusal),
     };
     let inbound = checked.inspect_err(|_| state.channels.metrics.inbound(&name, "invalid"))?;
-    let parts = ReceiveParts::of(&state);
+    let parts = receive_parts(&state);
     let received = crate::channels::receive(&parts, channel, inbound)
         .await
         .map_err(|error| store_error(&error))?;
@@ -166,7 +166,7 @@ async fn telegram_inbound(
     };
     let me = bot.identity().await.map_err(unavailable)?;
     if let Some(incoming) = gatehouse_channels::telegram::interpret(&update, &me) {
-        let parts = ReceiveParts::of(state);
+        let parts = receive_parts(state);
         crate::channels::receive_update(
             &parts,
             channel,
@@ -246,7 +246,7 @@ async fn slack_inbound(
             return Ok(());
         };
         crate::channels::receive_event(
-            &ReceiveParts::of(&state),
+            &receive_parts(&state),
             channel,
             bot,
             incoming,
@@ -260,6 +260,16 @@ async fn slack_inbound(
         // Judged, or going on after the answer (a failure then is logged, and the event lost:
         // Slack does not send an answered event again).
         Some(Ok(())) | None => Ok(StatusCode::OK.into_response()),
+    }
+}
+
+/// What receiving needs, from the Gateway's state.
+fn receive_parts(state: &GatewayState) -> ReceiveParts<'_> {
+    ReceiveParts {
+        store: &state.store,
+        turns: &state.turns,
+        audit: &state.audit,
+        channels: &state.channels,
     }
 }
 
