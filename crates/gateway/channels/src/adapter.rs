@@ -51,12 +51,18 @@ pub enum SendError {
 }
 
 /// The longest one delivery waits out a platform's rate limits (`429` with its `Retry-After`)
-/// between the parts of a reply before it gives the attempt up to the outbox's retry schedule.
-pub const MAX_INLINE_WAIT: Duration = Duration::from_secs(300);
+/// between the parts of a reply before it gives the attempt up to the outbox's retry schedule
+/// (which honours the `Retry-After`, and the next attempt goes on from the refused part). Kept
+/// short: one replica's deliverer sends one delivery at a time.
+pub const MAX_INLINE_WAIT: Duration = Duration::from_secs(30);
+
+/// The shortest wait a rate limit is given, whatever it says (a `Retry-After: 0` would spin).
+pub const MIN_LIMIT_WAIT: Duration = Duration::from_secs(1);
 
 /// Runs `step` (one call to a platform) until it succeeds or fails otherwise than by a rate
 /// limit: a failure for which `limit` gives a wait is tried again after that wait, while
-/// `waited` (the delivery's waits so far) stays within [`MAX_INLINE_WAIT`].
+/// `waited` (the delivery's waits so far) stays within [`MAX_INLINE_WAIT`]. A wait is taken
+/// as at least [`MIN_LIMIT_WAIT`].
 ///
 /// # Errors
 /// The step's failure.
@@ -71,9 +77,9 @@ where
 {
     loop {
         match step().await {
-            Err(error) => match limit(&error) {
-                Some(wait) if *waited + wait <= MAX_INLINE_WAIT => {
-                    *waited += wait;
+            Err(error) => match limit(&error).map(|wait| wait.max(MIN_LIMIT_WAIT)) {
+                Some(wait) if waited.saturating_add(wait) <= MAX_INLINE_WAIT => {
+                    *waited = waited.saturating_add(wait);
                     tokio::time::sleep(wait).await;
                 }
                 _ => return Err(error),
@@ -84,12 +90,17 @@ where
 }
 
 /// How far each delivery got in this process, for adapters whose platform has no idempotency
-/// key: a retry after a failure part-way (a `5xx`, a rate limit waited out too long) goes on
-/// from the part that failed. A delivery taken over by another replica starts again.
+/// key: a retry after a failure part-way (a `5xx`, a rate limit waited out too long, an
+/// attempt cut off by its time bound) goes on from the part it was sending. A delivery taken
+/// over by another replica starts again.
 #[derive(Default)]
 pub struct Progress {
     done: parking_lot::Mutex<HashMap<String, usize>>,
 }
+
+/// The most deliveries [`Progress`] keeps; past it, it starts over (a retry then may send a
+/// part again).
+const MAX_TRACKED: usize = 10_000;
 
 impl Progress {
     /// The parts of `delivery_id` sent before.
@@ -97,12 +108,16 @@ impl Progress {
         self.done.lock().get(delivery_id).copied().unwrap_or(0)
     }
 
-    /// Notes that the parts before `next` were sent and the attempt failed there.
-    pub fn failed_at(&self, delivery_id: &str, next: usize) {
-        self.done.lock().insert(delivery_id.to_owned(), next);
+    /// Notes, before part `next` is sent, that the parts before it were.
+    pub fn reached(&self, delivery_id: &str, next: usize) {
+        let mut done = self.done.lock();
+        if done.len() >= MAX_TRACKED && !done.contains_key(delivery_id) {
+            done.clear();
+        }
+        done.insert(delivery_id.to_owned(), next);
     }
 
-    /// Forgets `delivery_id`: it was sent whole.
+    /// Forgets `delivery_id`: it was sent whole, or will not be tried again.
     pub fn finished(&self, delivery_id: &str) {
         self.done.lock().remove(delivery_id);
     }

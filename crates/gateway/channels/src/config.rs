@@ -453,6 +453,22 @@ fn bot_and_api(
     )
     .map_err(|message| ("bot-token-env", message))?;
     let api_base = http_url("api-base", spec.api_base.as_deref().unwrap_or(default_api))?;
+    // The token travels with every call (in the URL, for Telegram): never in clear text off
+    // this machine.
+    let loopback = match api_base.host() {
+        Some(url::Host::Ipv4(address)) => address.is_loopback(),
+        Some(url::Host::Ipv6(address)) => address.is_loopback(),
+        Some(url::Host::Domain(domain)) => domain == "localhost",
+        None => false,
+    };
+    if api_base.scheme() != "https" && !loopback {
+        return Err((
+            "api-base",
+            String::from(
+                "must be an https URL (http only on loopback): the bot token travels with every call",
+            ),
+        ));
+    }
     Ok((bot_token, api_base))
 }
 
@@ -839,6 +855,11 @@ mod tests {
             (
                 "mode = \"webhook\"",
                 "mode = \"webhook\"\napi-base = \"ftp://x\"",
+                "channels[0].api-base",
+            ),
+            (
+                "mode = \"webhook\"",
+                "mode = \"webhook\"\napi-base = \"http://api.example\"",
                 "channels[0].api-base",
             ),
         ] {

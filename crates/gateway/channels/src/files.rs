@@ -97,6 +97,9 @@ pub fn unsent_note(name: &str, reason: &str) -> String {
     format!("[The file {name:?} could not be sent: {reason}]")
 }
 
+/// The largest answer of a platform's API read (a file download has its own bound).
+pub const MAX_API_ANSWER_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Why a download stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Capped {

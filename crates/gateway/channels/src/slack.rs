@@ -207,6 +207,9 @@ pub enum Callback {
         /// Its id (the same on every retry).
         #[serde(default)]
         event_id: Option<String>,
+        /// The workspace it happened in.
+        #[serde(default)]
+        team_id: Option<String>,
         /// The event; one this build does not read is kept as `None`.
         #[serde(default, deserialize_with = "lenient_event")]
         event: Option<Box<Event>>,
@@ -265,6 +268,23 @@ pub fn envelope_id(message: &str) -> Option<String> {
 pub struct BotIdentity {
     /// Its user id (`U…`), which mentions name.
     pub user_id: String,
+    /// Its workspace: events of another one (an app installed in several) are not taken.
+    pub team_id: String,
+}
+
+impl Callback {
+    /// The event of an `event_callback` from `me`'s workspace.
+    #[must_use]
+    pub fn event_for(self, me: &BotIdentity) -> Option<Box<Event>> {
+        match self {
+            Callback::EventCallback { team_id, event, .. }
+                if team_id.as_deref().is_none_or(|team| team == me.team_id) =>
+            {
+                event
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A message a channel judges, in Slack's terms.
@@ -289,9 +309,10 @@ pub struct Incoming {
 }
 
 /// What `event` asks of the channel; `None` for anything but a person's message to the bot's
-/// direct messages or channels.
+/// direct messages or channels (and, where `require_mention`, a channel message that does not
+/// mention the bot).
 #[must_use]
-pub fn interpret(event: &Event, me: &BotIdentity) -> Option<Incoming> {
+pub fn interpret(event: &Event, me: &BotIdentity, require_mention: bool) -> Option<Incoming> {
     if !matches!(event.kind.as_str(), "message" | "app_mention") {
         return None;
     }
@@ -315,6 +336,12 @@ pub fn interpret(event: &Event, me: &BotIdentity) -> Option<Incoming> {
     }
     let mentioned =
         !group || event.kind == "app_mention" || text.contains(&format!("<@{}>", me.user_id));
+    // Where a mention is required, a channel's `message` that does not show one is left to
+    // its `app_mention` (Slack may write the mention otherwise): judging it first would
+    // record it as ignored, and the mention would then be a duplicate.
+    if group && !mentioned && require_mention && event.kind == "message" {
+        return None;
+    }
     Some(Incoming {
         message_id: format!("{channel}:{ts}"),
         sender,
@@ -412,10 +439,15 @@ impl SlackClient {
                 retry_after,
             });
         }
-        let body = response
-            .bytes()
+        let body = crate::files::read_capped(response, crate::files::MAX_API_ANSWER_BYTES)
             .await
-            .map_err(|error| SlackError::Transport(error.without_url().to_string()))?;
+            .map_err(|error| match error {
+                crate::files::Capped::TooLarge => SlackError::Decode(format!(
+                    "{method} answered more than {} bytes",
+                    crate::files::MAX_API_ANSWER_BYTES
+                )),
+                crate::files::Capped::Transport(message) => SlackError::Transport(message),
+            })?;
         let value: serde_json::Value =
             serde_json::from_slice(&body).map_err(|error| match status {
                 200 => SlackError::Decode(error.to_string()),
@@ -441,6 +473,7 @@ impl SlackClient {
         #[derive(Deserialize)]
         struct AuthTest {
             user_id: String,
+            team_id: String,
         }
         let answer: AuthTest = self
             .call(
@@ -452,7 +485,53 @@ impl SlackClient {
             .await?;
         Ok(BotIdentity {
             user_id: answer.user_id,
+            team_id: answer.team_id,
         })
+    }
+
+    /// `users.info`: the name `user` shows under (its display name, else its real name, else
+    /// its handle).
+    ///
+    /// # Errors
+    /// [`SlackError`]; an unknown user is `user_not_found`.
+    pub async fn user_name(&self, user: &str) -> Result<String, SlackError> {
+        #[derive(Deserialize)]
+        struct Info {
+            user: UserInfo,
+        }
+        #[derive(Deserialize)]
+        struct UserInfo {
+            #[serde(default)]
+            name: String,
+            #[serde(default)]
+            real_name: Option<String>,
+            #[serde(default)]
+            profile: Option<Profile>,
+        }
+        #[derive(Deserialize)]
+        struct Profile {
+            #[serde(default)]
+            display_name: Option<String>,
+        }
+        // Its arguments are taken as a form only.
+        let info: Info = self
+            .call(
+                "users.info",
+                &self.bot_token,
+                None,
+                &[("user", user.to_owned())],
+            )
+            .await?;
+        let user = info.user;
+        Ok([
+            user.profile.and_then(|profile| profile.display_name),
+            user.real_name,
+            Some(user.name),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|name| !name.trim().is_empty())
+        .unwrap_or_default())
     }
 
     /// `apps.connections.open` with the app-level token: a Socket Mode URL, good for one
@@ -520,14 +599,15 @@ impl SlackClient {
         Ok(())
     }
 
-    /// Whether the bot token may be sent to `url`: https on Slack's file host, or the Web
-    /// API's own scheme and host.
+    /// Whether the bot token may be sent to `url`: a private file's path (`/files-pri/…`) on
+    /// Slack's file host over https, or on the Web API's own origin; never another path there
+    /// (a crafted file URL could name an API method).
     fn may_fetch(&self, url: &url::Url) -> bool {
         let own = url.scheme() == self.api_base.scheme()
             && url.host_str() == self.api_base.host_str()
             && url.port_or_known_default() == self.api_base.port_or_known_default();
         let files = url.scheme() == "https" && url.host_str() == Some(FILES_HOST);
-        own || files
+        (own || files) && url.path().starts_with("/files-pri/") && !url.path().contains("/../")
     }
 
     /// Downloads a shared file (its `url_private_download`, else `url_private`) with the bot
@@ -664,16 +744,24 @@ impl Adapter for SlackAdapter {
         let done = self.progress.sent(&message.delivery_id);
         let mut waited = Duration::ZERO;
         for index in done..parts.len() + message.files.len() {
+            self.progress.reached(&message.delivery_id, index);
             let step = match parts.get(index) {
                 Some(text) => {
                     waiting_out_limits(&mut waited, SlackError::rate_limit, || async {
-                        match (index, message.replaces.as_deref()) {
-                            (0, Some(ts)) => self.client.update(channel, ts, text).await,
-                            _ => self
-                                .client
+                        let post = || async {
+                            self.client
                                 .post_message(channel, text, thread)
                                 .await
-                                .map(|_| ()),
+                                .map(|_| ())
+                        };
+                        match (index, message.replaces.as_deref()) {
+                            // A streamed message that is gone (deleted, too old to edit) is
+                            // not replaced: the reply is posted anew.
+                            (0, Some(ts)) => match self.client.update(channel, ts, text).await {
+                                Err(error) if !error.transient() => post().await,
+                                updated => updated,
+                            },
+                            _ => post().await,
                         }
                     })
                     .await
@@ -687,8 +775,8 @@ impl Adapter for SlackAdapter {
                 }
             };
             if let Err(error) = step {
-                if error.transient() {
-                    self.progress.failed_at(&message.delivery_id, index);
+                if !error.transient() {
+                    self.progress.finished(&message.delivery_id);
                 }
                 return Err(error.send_error());
             }
@@ -696,6 +784,48 @@ impl Adapter for SlackAdapter {
         self.progress.finished(&message.delivery_id);
         Ok(())
     }
+}
+
+/// The user ids `text` mentions (`<@U…>` or `<@U…|name>`), each once, at most `limit`.
+#[must_use]
+pub fn mentioned_users(text: &str, limit: usize) -> Vec<String> {
+    let mut users: Vec<String> = Vec::new();
+    for piece in text.split("<@").skip(1) {
+        let Some(end) = piece.find('>') else {
+            continue;
+        };
+        let id = piece[..end].split('|').next().unwrap_or_default();
+        if !id.is_empty()
+            && id.len() <= 32
+            && id.bytes().all(|b| b.is_ascii_alphanumeric())
+            && !users.iter().any(|seen| seen == id)
+        {
+            users.push(id.to_owned());
+            if users.len() >= limit {
+                break;
+            }
+        }
+    }
+    users
+}
+
+/// `text` with each `<@ID>` (or `<@ID|label>`) of `names` written `@name`, so the agent reads
+/// people's names rather than ids.
+#[must_use]
+pub fn with_names(text: &str, names: &[(String, String)]) -> String {
+    let mut text = text.to_owned();
+    for (id, name) in names {
+        let plain = format!("<@{id}>");
+        text = text.replace(&plain, &format!("@{name}"));
+        let labelled = format!("<@{id}|");
+        while let Some(start) = text.find(&labelled) {
+            let Some(end) = text[start..].find('>') else {
+                break;
+            };
+            text.replace_range(start..start + end + 1, &format!("@{name}"));
+        }
+    }
+    text
 }
 
 /// A Slack conversation a reply streams to, by `chat.update` of one message.
@@ -747,6 +877,7 @@ mod tests {
     fn me() -> BotIdentity {
         BotIdentity {
             user_id: String::from("U0BOT"),
+            team_id: String::from("T1"),
         }
     }
 
@@ -762,6 +893,7 @@ mod tests {
                 "user": "U1", "text": "/say hi", "ts": "1.000100"}),
             ),
             &me(),
+            false,
         )
         .unwrap();
         assert_eq!(dm.message_id, "D1:1.000100");
@@ -774,6 +906,7 @@ mod tests {
                 "user": "U1", "text": "<@U0BOT> hi", "ts": "2.0", "thread_ts": "1.5"}),
             ),
             &me(),
+            false,
         )
         .unwrap();
         let mention = interpret(
@@ -782,6 +915,7 @@ mod tests {
                 "text": "<@U0BOT> hi", "ts": "2.0", "thread_ts": "1.5"}),
             ),
             &me(),
+            false,
         )
         .unwrap();
         assert_eq!(plain, mention);
@@ -793,6 +927,7 @@ mod tests {
                 "user": "U1", "text": "hi all", "ts": "3.0"}),
             ),
             &me(),
+            false,
         )
         .unwrap();
         assert!(!unaddressed.mentioned);
@@ -802,8 +937,13 @@ mod tests {
             serde_json::json!({"type": "message", "subtype": "message_changed", "channel": "D1", "channel_type": "im", "ts": "4.0"}),
             serde_json::json!({"type": "reaction_added", "user": "U1"}),
         ] {
-            assert_eq!(interpret(&event(skipped), &me()), None);
+            assert_eq!(interpret(&event(skipped), &me(), false), None);
         }
+        // Where a mention is required, the unaddressed channel message is left alone.
+        let unaddressed = event(serde_json::json!({"type": "message", "channel": "C1",
+            "channel_type": "channel", "user": "U1", "text": "hi all", "ts": "3.0"}));
+        assert_eq!(interpret(&unaddressed, &me(), true), None);
+        {}
     }
 
     #[test]
@@ -845,9 +985,22 @@ mod tests {
             odd,
             Callback::EventCallback {
                 event_id: Some(String::from("Ev2")),
+                team_id: None,
                 event: None
             }
         );
+        // An event of another workspace is not taken.
+        let me = BotIdentity {
+            user_id: String::from("U0BOT"),
+            team_id: String::from("T1"),
+        };
+        let of = |team: &str| -> Callback {
+            serde_json::from_value(serde_json::json!({"type": "event_callback", "team_id": team,
+                "event": {"type": "message", "channel": "D1", "channel_type": "im", "user": "U1", "text": "x", "ts": "1.0"}}))
+            .unwrap()
+        };
+        assert!(of("T1").event_for(&me).is_some());
+        assert!(of("T2").event_for(&me).is_none());
     }
 
     fn envelope_id_of(message: &str) -> String {
@@ -896,6 +1049,21 @@ mod tests {
     }
 
     #[test]
+    fn mentions_become_names() {
+        let text = "<@U0BOT> ask <@U1|al> and <@U1>, not <@U2 or <!channel>";
+        assert_eq!(mentioned_users(text, 10), vec!["U0BOT", "U1"]);
+        assert_eq!(mentioned_users(text, 1), vec!["U0BOT"]);
+        let names = [
+            (String::from("U0BOT"), String::from("gatebot")),
+            (String::from("U1"), String::from("Alice")),
+        ];
+        assert_eq!(
+            with_names(text, &names),
+            "@gatebot ask @Alice and @Alice, not <@U2 or <!channel>"
+        );
+    }
+
+    #[test]
     fn a_file_url_off_slack_gets_no_token() {
         let client = SlackClient::new(
             url::Url::parse("https://slack.com/api").unwrap(),
@@ -906,6 +1074,11 @@ mod tests {
         for (url, allowed) in [
             ("https://files.slack.com/files-pri/T1-F1/a.txt", true),
             ("https://slack.com/files-pri/T1-F1/a.txt", true),
+            (
+                "https://slack.com/api/conversations.history?channel=C1",
+                false,
+            ),
+            ("https://files.slack.com/other/a.txt", false),
             ("http://files.slack.com/x", false),
             ("https://files.slack.com.evil.example/x", false),
             ("https://evil.example/x", false),

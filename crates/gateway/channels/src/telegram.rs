@@ -512,10 +512,15 @@ impl TelegramClient {
             .await
             .map_err(|error| TelegramError::Transport(error.without_url().to_string()))?;
         let status = response.status().as_u16();
-        let body = response
-            .bytes()
+        let body = crate::files::read_capped(response, crate::files::MAX_API_ANSWER_BYTES)
             .await
-            .map_err(|error| TelegramError::Transport(error.without_url().to_string()))?;
+            .map_err(|error| match error {
+                crate::files::Capped::TooLarge => TelegramError::Decode(format!(
+                    "an answer of more than {} bytes",
+                    crate::files::MAX_API_ANSWER_BYTES
+                )),
+                crate::files::Capped::Transport(message) => TelegramError::Transport(message),
+            })?;
         let answer: Answer<T> = serde_json::from_slice(&body).map_err(|error| {
             match status {
                 200 => TelegramError::Decode(error.to_string()),
@@ -840,22 +845,12 @@ impl Adapter for TelegramAdapter {
         let mut waited = Duration::ZERO;
         let steps = parts.len() + message.files.len();
         for index in done..steps {
+            self.progress.reached(&message.delivery_id, index);
             let step = match parts.get(index) {
                 Some(html) => {
                     waiting_out_limits(&mut waited, TelegramError::rate_limit, || async {
-                        match (index, replaces) {
-                            (0, Some(original)) => {
-                                self.client
-                                    .edit_message(&EditMessageText {
-                                        chat_id: chat,
-                                        message_id: original,
-                                        text: html,
-                                        parse_mode: "HTML",
-                                    })
-                                    .await
-                            }
-                            _ => self
-                                .client
+                        let send = || async {
+                            self.client
                                 .send_message(&SendMessage {
                                     chat_id: chat,
                                     text: html,
@@ -869,7 +864,25 @@ impl Adapter for TelegramAdapter {
                                     ),
                                 })
                                 .await
-                                .map(|_| ()),
+                                .map(|_| ())
+                        };
+                        match (index, replaces) {
+                            // A streamed message that is gone (deleted by an admin) is not
+                            // replaced: the reply is sent anew.
+                            (0, Some(original)) => match self
+                                .client
+                                .edit_message(&EditMessageText {
+                                    chat_id: chat,
+                                    message_id: original,
+                                    text: html,
+                                    parse_mode: "HTML",
+                                })
+                                .await
+                            {
+                                Err(error) if !error.transient() => send().await,
+                                edited => edited,
+                            },
+                            _ => send().await,
                         }
                     })
                     .await
@@ -904,8 +917,8 @@ impl Adapter for TelegramAdapter {
                 }
             };
             if let Err(error) = step {
-                if error.transient() {
-                    self.progress.failed_at(&message.delivery_id, index);
+                if !error.transient() {
+                    self.progress.finished(&message.delivery_id);
                 }
                 return Err(error.send_error());
             }

@@ -398,18 +398,6 @@ pub(crate) struct ReceiveParts<'a> {
     pub(crate) channels: &'a Channels,
 }
 
-impl<'a> ReceiveParts<'a> {
-    /// What receiving needs, from the Gateway's state.
-    pub(crate) fn of(state: &'a crate::GatewayState) -> Self {
-        Self {
-            store: &state.store,
-            turns: &state.turns,
-            audit: &state.audit,
-            channels: &state.channels,
-        }
-    }
-}
-
 /// The audit actor of a channel's own rows.
 fn actor(channel: &str) -> String {
     format!("channel:{channel}")
@@ -780,6 +768,23 @@ pub(crate) async fn receive_live(
         Received::NotAccepted(_) => {}
     }
     Ok(received)
+}
+
+/// Waits up to `within` for a message being judged: `Some` with its outcome when it ended in
+/// time, `None` when it goes on (it is never cancelled). A judging task that panicked counts
+/// as judged: nothing would make it pass on a second try.
+pub(crate) async fn judged_within(
+    judging: tokio::task::JoinHandle<Result<(), StoreError>>,
+    within: Duration,
+) -> Option<Result<(), StoreError>> {
+    match tokio::time::timeout(within, judging).await {
+        Ok(Ok(outcome)) => Some(outcome),
+        Ok(Err(error)) => {
+            tracing::error!(error = %error, "judging a channel message failed");
+            Some(Ok(()))
+        }
+        Err(_) => None,
+    }
 }
 
 /// Records a row a channel's traffic caused, at most

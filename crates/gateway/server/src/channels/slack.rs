@@ -20,7 +20,6 @@ use futures_util::SinkExt;
 use futures_util::StreamExt;
 use gatehouse_channels::secret::Secret;
 use gatehouse_channels::slack::BotIdentity;
-use gatehouse_channels::slack::Callback;
 use gatehouse_channels::slack::Incoming;
 use gatehouse_channels::slack::SlackClient;
 use gatehouse_channels::slack::SocketMessage;
@@ -39,6 +38,18 @@ use super::Received;
 use super::StoreClock;
 use super::polling::Step;
 
+/// How long a user's name is kept before `users.info` is asked again.
+const NAME_TTL: Duration = Duration::from_secs(3600);
+
+/// The most names kept; past it the cache starts over.
+const MAX_NAMES: usize = 10_000;
+
+/// The most mentions of one message written as names.
+const MAX_NAMED_MENTIONS: usize = 10;
+
+/// How long an event is judged before its envelope is acknowledged anyway (Slack allows 3 s).
+const JUDGE_WITHIN: Duration = Duration::from_secs(2);
+
 /// The longest a Socket Mode connection may take to open and say `hello`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -52,6 +63,8 @@ pub(crate) struct SlackBot {
     identity: tokio::sync::OnceCell<BotIdentity>,
     /// When each sender was last told that its share of turns is taken.
     busy: super::BusyNotices,
+    /// Users' names from `users.info`, and when each was asked.
+    names: parking_lot::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
 }
 
 impl SlackBot {
@@ -61,7 +74,44 @@ impl SlackBot {
             signing_secret,
             identity: tokio::sync::OnceCell::new(),
             busy: super::BusyNotices::default(),
+            names: parking_lot::Mutex::default(),
         }
+    }
+
+    /// The name `user` shows under, from the cache or `users.info`; `None` when Slack cannot
+    /// say (the mention then stays as it is).
+    async fn name(&self, user: &str) -> Option<String> {
+        if let Some((name, at)) = self.names.lock().get(user)
+            && at.elapsed() < NAME_TTL
+        {
+            return Some(name.clone());
+        }
+        match self.client.user_name(user).await {
+            Ok(name) if !name.is_empty() => {
+                let mut names = self.names.lock();
+                if names.len() >= MAX_NAMES {
+                    names.clear();
+                }
+                names.insert(user.to_owned(), (name.clone(), std::time::Instant::now()));
+                Some(name)
+            }
+            Ok(_) => None,
+            Err(error) => {
+                tracing::debug!(error = %error, "cannot read a user's name");
+                None
+            }
+        }
+    }
+
+    /// `text` with the users it mentions written by name.
+    async fn named(&self, text: &str) -> String {
+        let mut names = Vec::new();
+        for user in gatehouse_channels::slack::mentioned_users(text, MAX_NAMED_MENTIONS) {
+            if let Some(name) = self.name(&user).await {
+                names.push((user, name));
+            }
+        }
+        gatehouse_channels::slack::with_names(text, &names)
     }
 
     /// The bot's user id.
@@ -99,7 +149,7 @@ async fn socket_loop(parts: LoopParts, index: usize, shutdown: CancellationToken
     let clock = StoreClock::new(Arc::clone(&parts.store));
     let mut pacing = super::polling::Pacing::default();
     loop {
-        let step = connect_once(&parts, channel, bot, &clock, &shutdown).await;
+        let step = connect_once(&parts, index, bot, &clock, &shutdown).await;
         if !pacing.after(channel, "slack", step, &shutdown).await {
             return;
         }
@@ -110,11 +160,12 @@ async fn socket_loop(parts: LoopParts, index: usize, shutdown: CancellationToken
 /// poll's worth), it drops (an error), the lease is lost (standby) or `shutdown`.
 async fn connect_once(
     parts: &LoopParts,
-    channel: &Channel,
+    index: usize,
     bot: &SlackBot,
     clock: &StoreClock,
     shutdown: &CancellationToken,
 ) -> Result<Step, String> {
+    let channel = &parts.channels.all()[index];
     let name = &channel.spec.name;
     if !super::polling::hold(parts, clock, name).await? {
         return Ok(Step::Standby);
@@ -140,14 +191,32 @@ async fn connect_once(
     })?;
     let every = parts.lease / 3;
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    let receive = parts.receive();
+    let opened = std::time::Instant::now();
+    let mut last_frame = std::time::Instant::now();
+    let mut hello = false;
     let ended = loop {
         let message = tokio::select! {
             () = shutdown.cancelled() => break Ok(Step::Synced),
             _ = renew.tick() => {
+                // A connection that never said hello, or fell silent for a whole lease (not
+                // even a pong to the ping below), is dead however open it looks.
+                if !hello && opened.elapsed() > CONNECT_TIMEOUT {
+                    break Err(String::from("Slack never said hello on the Socket Mode connection"));
+                }
+                if last_frame.elapsed() > parts.lease {
+                    break Err(format!(
+                        "the Socket Mode connection was silent for {} s",
+                        last_frame.elapsed().as_secs()
+                    ));
+                }
                 match super::polling::hold(parts, clock, name).await {
                     Ok(true) => {
-                        channel.set_status(LoopStatus::Synced(std::time::Instant::now()));
+                        if let Err(error) = socket.send(Message::Ping(Default::default())).await {
+                            break Err(format!("the Socket Mode connection broke: {}", socket_error(&error)));
+                        }
+                        if hello {
+                            channel.set_status(LoopStatus::Synced(std::time::Instant::now()));
+                        }
                         continue;
                     }
                     Ok(false) => break Ok(Step::Standby),
@@ -156,6 +225,7 @@ async fn connect_once(
             }
             message = socket.next() => message,
         };
+        last_frame = std::time::Instant::now();
         let text = match message {
             Some(Ok(Message::Text(text))) => text.to_string(),
             Some(Ok(Message::Close(_))) | None => {
@@ -169,18 +239,10 @@ async fn connect_once(
                 ));
             }
         };
-        // Acknowledged first, as Slack asks within 3 s; judged after.
-        if let Some(envelope_id) = gatehouse_channels::slack::envelope_id(&text) {
-            let ack = serde_json::json!({"envelope_id": envelope_id}).to_string();
-            if let Err(error) = socket.send(Message::text(ack)).await {
-                break Err(format!(
-                    "cannot acknowledge an envelope: {}",
-                    socket_error(&error)
-                ));
-            }
-        }
+        let envelope = gatehouse_channels::slack::envelope_id(&text);
         match serde_json::from_str::<SocketMessage>(&text) {
             Ok(SocketMessage::Hello) => {
+                hello = true;
                 channel.set_status(LoopStatus::Synced(std::time::Instant::now()));
             }
             Ok(SocketMessage::Disconnect { reason }) => {
@@ -188,22 +250,52 @@ async fn connect_once(
                 break Ok(Step::Synced);
             }
             Ok(SocketMessage::EventsApi { payload, .. }) => {
-                if let Callback::EventCallback {
-                    event: Some(event), ..
-                } = *payload
-                    && let Some(incoming) = gatehouse_channels::slack::interpret(&event, &me)
-                {
-                    if !super::polling::hold(parts, clock, name).await? {
-                        break Ok(Step::Standby);
-                    }
-                    receive_event(&receive, channel, bot, incoming, shutdown)
+                // Judged before it is acknowledged: an envelope this replica cannot judge (its
+                // lease lost, the store failing) is not acknowledged, and Slack sends it again.
+                // One that takes longer than Slack's 3 s allow (files) is acknowledged while
+                // it goes on.
+                if !super::polling::hold(parts, clock, name).await? {
+                    break Ok(Step::Standby);
+                }
+                let incoming = payload.event_for(&me).and_then(|event| {
+                    gatehouse_channels::slack::interpret(&event, &me, channel.spec.require_mention)
+                });
+                if let Some(incoming) = incoming {
+                    let task_parts = parts.clone();
+                    let task_shutdown = shutdown.clone();
+                    let judging = tokio::spawn(async move {
+                        let channel = &task_parts.channels.all()[index];
+                        let Some(bot) = channel.slack() else {
+                            return Ok(());
+                        };
+                        receive_event(
+                            &task_parts.receive(),
+                            channel,
+                            bot,
+                            incoming,
+                            &task_shutdown,
+                        )
                         .await
-                        .map_err(|error| error.to_string())?;
+                        .map(|_| ())
+                    });
+                    if let Some(Err(error)) = super::judged_within(judging, JUDGE_WITHIN).await {
+                        tracing::warn!(channel = %name, error = %error, "cannot judge a Slack event; not acknowledged, so Slack sends it again");
+                        continue;
+                    }
                 }
             }
             Ok(SocketMessage::Other) => {}
             Err(error) => {
                 tracing::debug!(channel = %name, error = %error, "skipped a Socket Mode message this build does not read");
+            }
+        }
+        if let Some(envelope_id) = envelope {
+            let ack = serde_json::json!({"envelope_id": envelope_id}).to_string();
+            if let Err(error) = socket.send(Message::text(ack)).await {
+                break Err(format!(
+                    "cannot acknowledge an envelope: {}",
+                    socket_error(&error)
+                ));
             }
         }
     };
@@ -265,7 +357,7 @@ pub(crate) async fn receive_event(
         group: incoming.group.then_some(incoming.channel),
         thread: incoming.thread,
         mentioned: incoming.mentioned,
-        text: incoming.text,
+        text: bot.named(&incoming.text).await,
         files,
     };
     super::receive_live(parts, channel, inbound, stream, &bot.busy, shutdown).await

@@ -91,7 +91,7 @@ pub(crate) async fn inbound(
         Err(refusal) => Err(refusal),
     };
     let inbound = checked.inspect_err(|_| state.channels.metrics.inbound(&name, "invalid"))?;
-    let parts = ReceiveParts::of(&state);
+    let parts = receive_parts(&state);
     let received = crate::channels::receive(&parts, channel, inbound)
         .await
         .map_err(|error| store_error(&error))?;
@@ -154,17 +154,19 @@ async fn telegram_inbound(
         };
         return Err(refused(state, channel, why).await);
     }
-    let update: gatehouse_channels::telegram::Update =
-        serde_json::from_slice(body).map_err(|error| {
-            state
-                .channels
-                .metrics
-                .inbound(&channel.spec.name, "invalid");
-            ApiError::invalid_request(format!("invalid update: {error}"))
-        })?;
+    // An update this build cannot read is skipped with a 200, as a polled one is: a 4xx would
+    // only make the Bot API post it again until it gives up.
+    let Ok(update) = serde_json::from_slice::<gatehouse_channels::telegram::Update>(body) else {
+        state
+            .channels
+            .metrics
+            .inbound(&channel.spec.name, "invalid");
+        tracing::info!(channel = %channel.spec.name, "skipped a Telegram update this build cannot read");
+        return Ok(StatusCode::OK.into_response());
+    };
     let me = bot.identity().await.map_err(unavailable)?;
     if let Some(incoming) = gatehouse_channels::telegram::interpret(&update, &me) {
-        let parts = ReceiveParts::of(state);
+        let parts = receive_parts(state);
         crate::channels::receive_update(
             &parts,
             channel,
@@ -224,22 +226,18 @@ async fn slack_inbound(
                 .inbound(&channel.spec.name, "invalid");
             ApiError::invalid_request(format!("invalid event: {error}"))
         })?;
-    let event = match callback {
-        gatehouse_channels::slack::Callback::UrlVerification { challenge } => {
-            return Ok(Json(SlackChallenge { challenge }).into_response());
-        }
-        gatehouse_channels::slack::Callback::EventCallback {
-            event: Some(event), ..
-        } => event,
-        _ => return Ok(StatusCode::OK.into_response()),
-    };
+    if let gatehouse_channels::slack::Callback::UrlVerification { challenge } = callback {
+        return Ok(Json(SlackChallenge { challenge }).into_response());
+    }
     let me = bot.identity().await.map_err(unavailable)?;
-    let Some(incoming) = gatehouse_channels::slack::interpret(&event, &me) else {
+    let Some(incoming) = callback.event_for(&me).and_then(|event| {
+        gatehouse_channels::slack::interpret(&event, &me, channel.spec.require_mention)
+    }) else {
         return Ok(StatusCode::OK.into_response());
     };
     let state = Arc::clone(state);
     let name = channel.spec.name.clone();
-    let judged = tokio::spawn(async move {
+    let judging = tokio::spawn(async move {
         let Some((channel, bot)) = state
             .channels
             .enabled(&name)
@@ -247,9 +245,8 @@ async fn slack_inbound(
         else {
             return Ok(());
         };
-        let parts = ReceiveParts::of(&state);
         crate::channels::receive_event(
-            &parts,
+            &receive_parts(&state),
             channel,
             bot,
             incoming,
@@ -258,9 +255,21 @@ async fn slack_inbound(
         .await
         .map(|_| ())
     });
-    match tokio::time::timeout(SLACK_ANSWER_WITHIN, judged).await {
-        Ok(Ok(Err(error))) => Err(store_error(&error)),
-        Ok(_) | Err(_) => Ok(StatusCode::OK.into_response()),
+    match crate::channels::judged_within(judging, SLACK_ANSWER_WITHIN).await {
+        Some(Err(error)) => Err(store_error(&error)),
+        // Judged, or going on after the answer (a failure then is logged, and the event lost:
+        // Slack does not send an answered event again).
+        Some(Ok(())) | None => Ok(StatusCode::OK.into_response()),
+    }
+}
+
+/// What receiving needs, from the Gateway's state.
+fn receive_parts(state: &GatewayState) -> ReceiveParts<'_> {
+    ReceiveParts {
+        store: &state.store,
+        turns: &state.turns,
+        audit: &state.audit,
+        channels: &state.channels,
     }
 }
 

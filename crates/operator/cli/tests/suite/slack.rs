@@ -207,6 +207,16 @@ async fn a_slack_dm_and_a_thread_mention_over_socket_mode_are_answered_once_acro
         "{sessions}"
     );
     assert_eq!(model_calls_with(&setup, "unaddressed").await, 0);
+    // The agent read the bot's mention by name (users.info).
+    assert_eq!(
+        asked_in_transcript(
+            &setup.gateway,
+            &format!("agent:main:team:group:{eng}:thread:{root}"),
+            "@gatebot please\n/say in the thread"
+        )
+        .await,
+        1
+    );
     assert_eq!(api.violations(), Vec::<String>::new());
 
     // The tokens travel only in Authorization headers, and are nowhere on the Harness side.
