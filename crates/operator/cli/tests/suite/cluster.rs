@@ -1262,3 +1262,67 @@ async fn issue_34_the_matrix_sync_loop_runs_on_one_replica_and_moves_when_it_die
     crate::suite::matrix::still(&synapse, &alice, &bot, &dm, 2).await;
     drop(node);
 }
+
+/// A Telegram channel on three replicas: one replica at a time polls the bot (the stand-in saw
+/// no two long polls at once, which the Bot API would answer with 409), and when that replica
+/// is SIGKILLed another takes the channel's lease and answers; nothing is answered twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_36_one_replica_polls_a_telegram_bot_and_another_takes_over_when_it_dies() {
+    use crate::suite::telegram_api::ChatKind;
+    use crate::suite::telegram_api::TelegramApi;
+    let base = dirs();
+    std::fs::create_dir_all(base.base.join("logs")).unwrap();
+    let api =
+        TelegramApi::start(crate::suite::telegram::TOKEN, crate::suite::telegram::bot()).await;
+    let config = crate::suite::telegram::telegram_config(&base, &api, "");
+    let mut cluster =
+        Cluster::start_with(3, SHORT_LEASE, vec![String::from("--config"), config]).await;
+    let node = cluster.node("node-a", 0, 4);
+    cluster.wait_nodes(0, 1).await;
+    let holder = || async {
+        let mut connection = sqlx::PgConnection::connect(&cluster.state.store)
+            .await
+            .unwrap();
+        let holder: Option<String> =
+            sqlx::query_scalar("SELECT holder FROM channel_state WHERE channel = 'tg'")
+                .fetch_optional(&mut connection)
+                .await
+                .unwrap();
+        holder
+    };
+    let deadline = Instant::now() + WAIT;
+    let first = loop {
+        if let Some(holder) = holder().await {
+            break holder;
+        }
+        assert!(Instant::now() < deadline, "no replica took the channel");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let index: usize = first.trim_start_matches('r').parse().unwrap();
+    let alice = crate::suite::telegram::alice();
+    let texts = |sent: Vec<crate::suite::telegram_api::Sent>| -> Vec<String> {
+        sent.into_iter().map(|sent| sent.text).collect()
+    };
+    api.user_writes(4242, ChatKind::Private, &alice, "/say one", None, None);
+    assert_eq!(
+        texts(crate::suite::telegram::wait_sent(&api, 4242, 1).await),
+        ["one"]
+    );
+
+    // SIGKILL the holder; a message sent at once is answered by a survivor.
+    cluster.replicas[index].process.kill();
+    api.user_writes(4242, ChatKind::Private, &alice, "/say two", None, None);
+    assert_eq!(
+        texts(crate::suite::telegram::wait_sent(&api, 4242, 2).await),
+        ["one", "two"]
+    );
+    let second = holder().await.unwrap();
+    assert_ne!(second, first, "the dead replica still holds the channel");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        texts(crate::suite::telegram::wait_sent(&api, 4242, 2).await),
+        ["one", "two"]
+    );
+    assert_eq!(api.violations(), Vec::<String>::new());
+    drop(node);
+}

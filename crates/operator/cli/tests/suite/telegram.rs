@@ -67,7 +67,7 @@ pub(crate) fn telegram_config(dirs: &Dirs, api: &TelegramApi, extra: &str) -> St
 }
 
 /// Waits until the bot sent `count` messages to `chat`; returns them.
-async fn wait_sent(api: &TelegramApi, chat: i64, count: usize) -> Vec<Sent> {
+pub(crate) async fn wait_sent(api: &TelegramApi, chat: i64, count: usize) -> Vec<Sent> {
     let deadline = Instant::now() + WAIT;
     loop {
         let sent: Vec<Sent> = api
