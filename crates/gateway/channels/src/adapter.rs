@@ -121,6 +121,39 @@ impl Progress {
     pub fn finished(&self, delivery_id: &str) {
         self.done.lock().remove(delivery_id);
     }
+
+    /// Runs the `steps` steps of `delivery_id` (one call each: a part of the text, a file),
+    /// from the first not sent before, each waiting out its rate limits
+    /// ([`waiting_out_limits`] with `limit`, over the whole delivery). A failure ends the
+    /// attempt there; one that is not `transient` also forgets the delivery.
+    ///
+    /// # Errors
+    /// The failing step's.
+    pub async fn send_steps<E, F, Fut>(
+        &self,
+        delivery_id: &str,
+        steps: usize,
+        limit: impl Fn(&E) -> Option<Duration>,
+        transient: impl Fn(&E) -> bool,
+        step: F,
+    ) -> Result<(), E>
+    where
+        F: Fn(usize) -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>>,
+    {
+        let mut waited = Duration::ZERO;
+        for index in self.sent(delivery_id)..steps {
+            self.reached(delivery_id, index);
+            if let Err(error) = waiting_out_limits(&mut waited, &limit, || step(index)).await {
+                if !transient(&error) {
+                    self.finished(delivery_id);
+                }
+                return Err(error);
+            }
+        }
+        self.finished(delivery_id);
+        Ok(())
+    }
 }
 
 /// Where a reply streams while its turn runs (`streaming = "edits"`): one message, sent

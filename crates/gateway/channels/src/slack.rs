@@ -30,7 +30,6 @@ use serde::de::DeserializeOwned;
 use crate::adapter::Adapter;
 use crate::adapter::Outgoing;
 use crate::adapter::SendError;
-use crate::adapter::waiting_out_limits;
 use crate::files::OutgoingFile;
 use crate::secret::Secret;
 use crate::text::markdown_to_mrkdwn;
@@ -740,49 +739,42 @@ impl Adapter for SlackAdapter {
     async fn send(&self, message: &Outgoing) -> Result<(), SendError> {
         let channel = message.conversation.as_str();
         let thread = message.thread.as_deref();
-        let parts = reply_parts(&message.text);
-        let done = self.progress.sent(&message.delivery_id);
-        let mut waited = Duration::ZERO;
-        for index in done..parts.len() + message.files.len() {
-            self.progress.reached(&message.delivery_id, index);
-            let step = match parts.get(index) {
-                Some(text) => {
-                    waiting_out_limits(&mut waited, SlackError::rate_limit, || async {
-                        let post = || async {
-                            self.client
-                                .post_message(channel, text, thread)
-                                .await
-                                .map(|_| ())
-                        };
-                        match (index, message.replaces.as_deref()) {
-                            // A streamed message that is gone (deleted, too old to edit) is
-                            // not replaced: the reply is posted anew.
-                            (0, Some(ts)) => match self.client.update(channel, ts, text).await {
-                                Err(error) if !error.transient() => post().await,
-                                updated => updated,
-                            },
-                            _ => post().await,
-                        }
-                    })
+        let parts = &reply_parts(&message.text);
+        let post = |text: &str| {
+            let text = text.to_owned();
+            async move {
+                self.client
+                    .post_message(channel, &text, thread)
                     .await
-                }
-                None => {
-                    let file = &message.files[index - parts.len()];
-                    waiting_out_limits(&mut waited, SlackError::rate_limit, || {
-                        self.client.upload(channel, thread, file)
-                    })
-                    .await
-                }
-            };
-            if let Err(error) = step {
-                if !error.transient() {
-                    self.progress.finished(&message.delivery_id);
-                }
-                return Err(error.send_error());
+                    .map(|_| ())
             }
-        }
-        self.progress.finished(&message.delivery_id);
-        Ok(())
+        };
+        self.progress
+            .send_steps(
+                &message.delivery_id,
+                parts.len() + message.files.len(),
+                SlackError::rate_limit,
+                SlackError::transient,
+                |index| async move {
+                    match (parts.get(index), message.replaces.as_deref()) {
+                        // A streamed message that is gone (deleted, too old to edit) is not
+                        // replaced: the reply is posted anew.
+                        (Some(text), Some(ts)) if index == 0 => {
+                            match self.client.update(channel, ts, text).await {
+                                Err(error) if !error.transient() => post(text).await,
+                                updated => updated,
+                            }
+                        }
+                        (Some(text), _) => post(text).await,
+                        (None, _) => {
+                            let file = &message.files[index - parts.len()];
+                            self.client.upload(channel, thread, file).await
+                        }
+                    }
+                },
+            )
+            .await
+            .map_err(SlackError::send_error)
     }
 }
 

@@ -29,7 +29,6 @@ use serde::de::DeserializeOwned;
 use crate::adapter::Adapter;
 use crate::adapter::Outgoing;
 use crate::adapter::SendError;
-use crate::adapter::waiting_out_limits;
 use crate::files::OutgoingFile;
 use crate::secret::Secret;
 use crate::text::markdown_to_telegram_html;
@@ -840,36 +839,38 @@ impl Adapter for TelegramAdapter {
             .replaces
             .as_deref()
             .and_then(|id| id.parse::<i64>().ok());
-        let parts = reply_parts(&message.text);
-        let done = self.progress.sent(&message.delivery_id);
-        let mut waited = Duration::ZERO;
-        let steps = parts.len() + message.files.len();
-        for index in done..steps {
-            self.progress.reached(&message.delivery_id, index);
-            let step = match parts.get(index) {
-                Some(html) => {
-                    waiting_out_limits(&mut waited, TelegramError::rate_limit, || async {
-                        let send = || async {
-                            self.client
-                                .send_message(&SendMessage {
-                                    chat_id: chat,
-                                    text: html,
-                                    parse_mode: "HTML",
-                                    message_thread_id: thread,
-                                    reply_parameters: reply_to.filter(|_| index == 0).map(
-                                        |message_id| ReplyParameters {
-                                            message_id,
-                                            allow_sending_without_reply: true,
-                                        },
-                                    ),
-                                })
-                                .await
-                                .map(|_| ())
-                        };
-                        match (index, replaces) {
-                            // A streamed message that is gone (deleted by an admin) is not
-                            // replaced: the reply is sent anew.
-                            (0, Some(original)) => match self
+        let parts = &reply_parts(&message.text);
+        let send = |html: &str, reply_to: Option<i64>| {
+            let html = html.to_owned();
+            async move {
+                self.client
+                    .send_message(&SendMessage {
+                        chat_id: chat,
+                        text: &html,
+                        parse_mode: "HTML",
+                        message_thread_id: thread,
+                        reply_parameters: reply_to.map(|message_id| ReplyParameters {
+                            message_id,
+                            allow_sending_without_reply: true,
+                        }),
+                    })
+                    .await
+                    .map(|_| ())
+            }
+        };
+        self.progress
+            .send_steps(
+                &message.delivery_id,
+                parts.len() + message.files.len(),
+                TelegramError::rate_limit,
+                TelegramError::transient,
+                |index| async move {
+                    let first = index == 0;
+                    match (parts.get(index), replaces) {
+                        // A streamed message that is gone (deleted by an admin) is not
+                        // replaced: the reply is sent anew.
+                        (Some(html), Some(original)) if first => {
+                            let edited = self
                                 .client
                                 .edit_message(&EditMessageText {
                                     chat_id: chat,
@@ -877,54 +878,32 @@ impl Adapter for TelegramAdapter {
                                     text: html,
                                     parse_mode: "HTML",
                                 })
-                                .await
-                            {
-                                Err(error) if !error.transient() => send().await,
+                                .await;
+                            match edited {
+                                Err(error) if !error.transient() => send(html, reply_to).await,
                                 edited => edited,
-                            },
-                            _ => send().await,
+                            }
                         }
-                    })
-                    .await
-                }
-                None => {
-                    let file = &message.files[index - parts.len()];
-                    let limit = MAX_DOCUMENT_BYTES;
-                    if file.bytes.len() as u64 > limit {
-                        waiting_out_limits(&mut waited, TelegramError::rate_limit, || async {
-                            let note = crate::files::unsent_note(
-                                &file.name,
-                                &format!("it is larger than the {limit} bytes a bot may send"),
-                            );
-                            self.client
-                                .send_message(&SendMessage {
-                                    chat_id: chat,
-                                    text: &markdown_to_telegram_html(&note).0,
-                                    parse_mode: "HTML",
-                                    message_thread_id: thread,
-                                    reply_parameters: None,
-                                })
-                                .await
-                                .map(|_| ())
-                        })
-                        .await
-                    } else {
-                        waiting_out_limits(&mut waited, TelegramError::rate_limit, || {
-                            self.client.send_file(chat, thread, file)
-                        })
-                        .await
+                        (Some(html), _) => send(html, reply_to.filter(|_| first)).await,
+                        (None, _) => {
+                            let file = &message.files[index - parts.len()];
+                            if file.bytes.len() as u64 > MAX_DOCUMENT_BYTES {
+                                let note = crate::files::unsent_note(
+                                    &file.name,
+                                    &format!(
+                                        "it is larger than the {MAX_DOCUMENT_BYTES} bytes a bot may send"
+                                    ),
+                                );
+                                send(&markdown_to_telegram_html(&note).0, None).await
+                            } else {
+                                self.client.send_file(chat, thread, file).await
+                            }
+                        }
                     }
-                }
-            };
-            if let Err(error) = step {
-                if !error.transient() {
-                    self.progress.finished(&message.delivery_id);
-                }
-                return Err(error.send_error());
-            }
-        }
-        self.progress.finished(&message.delivery_id);
-        Ok(())
+                },
+            )
+            .await
+            .map_err(TelegramError::send_error)
     }
 }
 

@@ -1221,25 +1221,7 @@ async fn issue_34_the_matrix_sync_loop_runs_on_one_replica_and_moves_when_it_die
         Cluster::start_with(3, SHORT_LEASE, vec![String::from("--config"), config]).await;
     let node = cluster.node("node-a", 0, 4);
     cluster.wait_nodes(0, 1).await;
-    let holder = || async {
-        let mut connection = sqlx::PgConnection::connect(&cluster.state.store)
-            .await
-            .unwrap();
-        let holder: Option<String> =
-            sqlx::query_scalar("SELECT holder FROM channel_state WHERE channel = 'team'")
-                .fetch_optional(&mut connection)
-                .await
-                .unwrap();
-        holder
-    };
-    let deadline = Instant::now() + WAIT;
-    let first = loop {
-        if let Some(holder) = holder().await {
-            break holder;
-        }
-        assert!(Instant::now() < deadline, "no replica took the channel");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let first = wait_channel_holder(&cluster, "team").await;
     let index: usize = first.trim_start_matches('r').parse().unwrap();
     crate::suite::matrix::wait_connected(&cluster.replicas[index]).await;
     let dm = synapse.create_room(&alice, true, &[&bot.user_id]).await;
@@ -1257,10 +1239,34 @@ async fn issue_34_the_matrix_sync_loop_runs_on_one_replica_and_moves_when_it_die
         crate::suite::matrix::wait_bot_messages(&synapse, &alice, &bot, &dm, 2).await,
         vec!["one", "two"]
     );
-    let second = holder().await.unwrap();
+    let second = channel_holder(&cluster, "team").await.unwrap();
     assert_ne!(second, first, "the dead replica still holds the channel");
     crate::suite::matrix::still(&synapse, &alice, &bot, &dm, 2).await;
     drop(node);
+}
+
+/// The replica holding `channel`'s lease, as the store says.
+async fn channel_holder(cluster: &Cluster, channel: &str) -> Option<String> {
+    let mut connection = sqlx::PgConnection::connect(&cluster.state.store)
+        .await
+        .unwrap();
+    sqlx::query_scalar("SELECT holder FROM channel_state WHERE channel = $1")
+        .bind(channel)
+        .fetch_optional(&mut connection)
+        .await
+        .unwrap()
+}
+
+/// Waits until a replica holds `channel`'s lease; returns it.
+async fn wait_channel_holder(cluster: &Cluster, channel: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(holder) = channel_holder(cluster, channel).await {
+            return holder;
+        }
+        assert!(Instant::now() < deadline, "no replica took {channel}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A Telegram channel on three replicas: one replica at a time polls the bot (the stand-in saw
@@ -1279,25 +1285,7 @@ async fn issue_36_one_replica_polls_a_telegram_bot_and_another_takes_over_when_i
         Cluster::start_with(3, SHORT_LEASE, vec![String::from("--config"), config]).await;
     let node = cluster.node("node-a", 0, 4);
     cluster.wait_nodes(0, 1).await;
-    let holder = || async {
-        let mut connection = sqlx::PgConnection::connect(&cluster.state.store)
-            .await
-            .unwrap();
-        let holder: Option<String> =
-            sqlx::query_scalar("SELECT holder FROM channel_state WHERE channel = 'tg'")
-                .fetch_optional(&mut connection)
-                .await
-                .unwrap();
-        holder
-    };
-    let deadline = Instant::now() + WAIT;
-    let first = loop {
-        if let Some(holder) = holder().await {
-            break holder;
-        }
-        assert!(Instant::now() < deadline, "no replica took the channel");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let first = wait_channel_holder(&cluster, "tg").await;
     let index: usize = first.trim_start_matches('r').parse().unwrap();
     let alice = crate::suite::telegram::alice();
     let texts = |sent: Vec<crate::suite::telegram_api::Sent>| -> Vec<String> {
@@ -1316,7 +1304,7 @@ async fn issue_36_one_replica_polls_a_telegram_bot_and_another_takes_over_when_i
         texts(crate::suite::telegram::wait_sent(&api, 4242, 2).await),
         ["one", "two"]
     );
-    let second = holder().await.unwrap();
+    let second = channel_holder(&cluster, "tg").await.unwrap();
     assert_ne!(second, first, "the dead replica still holds the channel");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(

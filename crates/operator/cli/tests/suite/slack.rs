@@ -361,16 +361,6 @@ async fn a_slack_reply_streams_by_chat_update_and_a_shared_file_is_staged_for_th
             .is_some_and(|last| last.text == "got the file")
     })
     .await;
-    let staged: Vec<_> = crate::suite::support::files_under(&setup.dirs.base.join("harness"))
-        .into_iter()
-        .filter(|path| {
-            let path = path.to_string_lossy();
-            path.contains("gatehouse-staged-") && path.ends_with("notes.txt")
-        })
-        .collect();
-    assert!(!staged.is_empty());
-    for path in staged {
-        assert_eq!(std::fs::read(path).unwrap(), b"hello from slack");
-    }
+    crate::suite::support::assert_staged(&setup, "notes.txt", b"hello from slack");
     assert_eq!(api.violations(), Vec::<String>::new());
 }

@@ -2083,28 +2083,11 @@ fn slack_signature(secret: &str, timestamp: &str, body: &str) -> String {
     let base = format!("v0:{timestamp}:{body}");
     format!(
         "v0={}",
-        hex::encode(hmac_sha256(secret.as_bytes(), base.as_bytes()))
+        hex::encode(crate::suite::channels::hmac_sha256(
+            secret.as_bytes(),
+            base.as_bytes()
+        ))
     )
-}
-
-/// HMAC-SHA256 (RFC 2104).
-fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    let mut block = [0_u8; 64];
-    if key.len() > 64 {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let pad = |byte: u8| block.iter().map(|k| k ^ byte).collect::<Vec<u8>>();
-    let inner = Sha256::new()
-        .chain_update(pad(0x36))
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(pad(0x5c))
-        .chain_update(inner)
-        .finalize()
-        .into()
 }
 
 /// POSTs one event request; `Ok(status)` when answered in time, else the retry reason.
@@ -2994,7 +2977,7 @@ async fn slack_api_stand_in_is_strict() {
             headers["x-slack-signature"].to_str().unwrap(),
             format!(
                 "v0={}",
-                hex::encode(hmac_sha256(
+                hex::encode(crate::suite::channels::hmac_sha256(
                     SIGNING_SECRET.as_bytes(),
                     format!("v0:{timestamp}:{body}").as_bytes()
                 ))

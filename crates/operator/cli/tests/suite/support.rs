@@ -689,3 +689,19 @@ pub(crate) async fn mock_requests(url: &str) -> Vec<serde_json::Value> {
         .await
         .unwrap()
 }
+
+/// Asserts that a file called `name` was staged for a turn under the Harness root
+/// (`gatehouse-staged-…`), each copy holding `bytes`.
+pub(crate) fn assert_staged(setup: &MockModelSetup, name: &str, bytes: &[u8]) {
+    let staged: Vec<PathBuf> = files_under(&setup.dirs.base.join("harness"))
+        .into_iter()
+        .filter(|path| {
+            let path = path.to_string_lossy();
+            path.contains("gatehouse-staged-") && path.ends_with(name)
+        })
+        .collect();
+    assert!(!staged.is_empty(), "{name} was not staged");
+    for path in staged {
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{}", path.display());
+    }
+}

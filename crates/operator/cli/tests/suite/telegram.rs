@@ -372,17 +372,7 @@ async fn a_telegram_forum_topic_streams_its_reply_by_edits_and_files_come_in_by_
         },
     );
     wait_last_text(&api, 4242, "filed").await;
-    let staged: Vec<_> = crate::suite::support::files_under(&setup.dirs.base.join("harness"))
-        .into_iter()
-        .filter(|path| {
-            let path = path.to_string_lossy();
-            path.contains("gatehouse-staged-") && path.ends_with("notes.txt")
-        })
-        .collect();
-    assert!(!staged.is_empty());
-    for path in staged {
-        assert_eq!(std::fs::read(path).unwrap(), b"hello from telegram");
-    }
+    crate::suite::support::assert_staged(&setup, "notes.txt", b"hello from telegram");
     api.user_sends_huge_document(
         4242,
         ChatKind::Private,
