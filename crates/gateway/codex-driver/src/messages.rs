@@ -639,15 +639,18 @@ pub struct ThreadTokenUsage {
     pub last: TokenBreakdown,
 }
 
-/// The token counts of a [`ThreadTokenUsage`]; the other counts Codex sends (cached input,
-/// reasoning output) are parts of these.
+/// The token counts of a [`ThreadTokenUsage`]; the cached input is a part of the input, and
+/// the reasoning output Codex also sends a part of the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenBreakdown {
     /// All tokens.
     pub total_tokens: u64,
-    /// Input tokens.
+    /// Input tokens, cached ones included.
     pub input_tokens: u64,
+    /// The input tokens read from the provider's prompt cache.
+    #[serde(default)]
+    pub cached_input_tokens: u64,
     /// Output tokens.
     pub output_tokens: u64,
 }

@@ -745,7 +745,7 @@ impl TurnState {
     /// Returns the tokens of the turn's model responses so far: the sum of the `last` counts of
     /// the turn's `thread/tokenUsage/updated` notifications, or `None` before the first.
     pub fn usage(&self) -> Option<TokenUsage> {
-        self.usage
+        self.usage.clone()
     }
 
     /// Returns what to do for `notification`; the last event is [`TurnEvent::Ended`] once the
@@ -871,12 +871,20 @@ impl TurnState {
                 if updated.turn_id == self.codex_turn =>
             {
                 let last = updated.token_usage.last;
+                // Codex counts cached input inside its input; the contract counts it apart.
+                let cached = last.cached_input_tokens.min(last.input_tokens);
                 let last = TokenUsage {
-                    input_tokens: last.input_tokens,
+                    input_tokens: last.input_tokens - cached,
+                    cached_input_tokens: cached,
                     output_tokens: last.output_tokens,
                     total_tokens: last.total_tokens,
+                    model_calls: 1,
+                    ..TokenUsage::default()
                 };
-                self.usage = Some(self.usage.map_or(last, |usage| usage.plus(last)));
+                self.usage = Some(match self.usage.take() {
+                    Some(usage) => usage.plus(last),
+                    None => last,
+                });
                 Vec::new()
             }
             ServerNotification::TurnCompleted(_)

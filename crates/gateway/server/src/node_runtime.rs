@@ -791,6 +791,7 @@ impl TurnRuntime for NodeRuntime {
             skill_copies,
             // The trace context travels in the invoke envelope; the node host fills this in.
             traceparent: None,
+            max_turn_tokens: None,
         };
         match self.invoke_turn(&node, &params, &sink, worktree).await {
             Err(failure) if failure.code == ErrorCode::WorkspaceMissing => {
@@ -982,7 +983,9 @@ impl NodeRuntime {
             | WorkerEvent::Failed { .. }
             | WorkerEvent::BackgroundStopped { .. }
             | WorkerEvent::Checkpoint { .. }
-            | WorkerEvent::GatewayTool { .. } => Ok(()),
+            | WorkerEvent::GatewayTool { .. }
+            | WorkerEvent::ModelUsage { .. }
+            | WorkerEvent::ModelRetry { .. } => Ok(()),
         }
     }
 

@@ -360,6 +360,7 @@ pub(crate) fn usage_from_columns(
             input_tokens: count(input)?,
             output_tokens: count(output)?,
             total_tokens: count(total)?,
+            ..TokenUsage::default()
         })),
         _ => Ok(None),
     }

@@ -2081,6 +2081,7 @@ async fn a_completed_turns_usage_is_stored_with_it(target: Target) {
         input_tokens: 5_000_000_000,
         output_tokens: 7,
         total_tokens: 5_000_000_007,
+        ..TokenUsage::default()
     };
     {
         let store = target.open().await;
@@ -2093,7 +2094,7 @@ async fn a_completed_turns_usage_is_stored_with_it(target: Target) {
             claimed(store.claim_next_turn(&fence, "s", now_ms).await.unwrap());
             let mut end = completed("ok", now_ms + 1);
             if turn_id == "t1" {
-                end.usage = Some(usage);
+                end.usage = Some(usage.clone());
             }
             assert!(store.finish_turn(&fence, turn_id, &end).await.unwrap());
         }

@@ -200,6 +200,8 @@ fn add_usage(total: Option<TokenUsage>, step: Option<Usage>) -> Option<TokenUsag
         input_tokens: step.input_tokens,
         output_tokens: step.output_tokens,
         total_tokens: step.total_tokens,
+        model_calls: 1,
+        ..TokenUsage::default()
     });
     match (total, step) {
         (Some(total), Some(step)) => Some(total.plus(step)),

@@ -672,6 +672,8 @@ impl WorkerSupervisor {
                 | WorkerEvent::Checkpoint { .. }
                 | WorkerEvent::ToolStarted { .. }
                 | WorkerEvent::ToolCompleted { .. }
+                | WorkerEvent::ModelUsage { .. }
+                | WorkerEvent::ModelRetry { .. }
                 | WorkerEvent::Message { .. } => {
                     if context.progress.send(&format!("{line}\n")).await.is_err() {
                         return Err(WireError::new(

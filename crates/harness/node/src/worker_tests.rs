@@ -172,6 +172,7 @@ fn turn(
         skills_prompt: None,
         skill_copies: Vec::new(),
         traceparent: None,
+        max_turn_tokens: None,
     }
 }
 

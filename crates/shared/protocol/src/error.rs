@@ -134,6 +134,10 @@ catalogue! {
         /// `Retry-After` seconds or close a stream. The refusal is an answer, never a refused
         /// connection.
         StreamShareExhausted = "STREAM_SHARE_EXHAUSTED", 429;
+        /// The API key or the session used its tokens for the day (`totalTokens` of the UTC
+        /// day's turns at or over `--tokens-per-day` or `--session-tokens-per-day`); nothing was
+        /// admitted. Retry after the `Retry-After` seconds (the next UTC day).
+        BudgetExhausted = "BUDGET_EXHAUSTED", 429;
         /// The command is not declared by the node or not known to it.
         UnknownCommand = "UNKNOWN_COMMAND", 502;
         /// The peer that would serve the request is not connected.
@@ -427,6 +431,9 @@ catalogue! {
         ModelBadResponse = "MODEL_BAD_RESPONSE", 502;
         /// The conversation no longer fits the model's context window.
         ContextWindowExceeded = "CONTEXT_WINDOW_EXCEEDED", 422;
+        /// The turn's model calls used more tokens than `--turn-max-tokens` allows; the turn
+        /// ended there, its transcript kept.
+        TurnBudgetExceeded = "TURN_BUDGET_EXCEEDED", 422;
     }
 
     /// Codes of the Codex runtime.

@@ -141,6 +141,12 @@ pub struct AgentTurnParams {
     /// leaves this one absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The most tokens (`totalTokens`, summed over the turn's model calls) this turn may use:
+    /// the Gateway's `--turn-max-tokens`. The worker checks it after each model call and ends
+    /// the turn with `TURN_BUDGET_EXCEEDED` once it is passed, and asks each call for at most
+    /// the tokens left as its output limit. Absent: no ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turn_tokens: Option<u64>,
 }
 
 /// One entry of a tree (a checkpoint's, a worktree's, a fetched commit's): a regular file or a
@@ -371,28 +377,50 @@ pub struct AgentTurnResult {
     pub usage: Option<TokenUsage>,
 }
 
-/// Token counts, as a model reports them. It is also the `usage` of `GET /v1/turns/{id}`.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
+/// Token counts of a turn, summed over its model calls as the model (or, behind the broker, the
+/// node host) reported them. It is also the `usage` of `GET /v1/turns/{id}`.
+///
+/// `input_tokens` counts uncached input (cache writes included), `cached_input_tokens` cache
+/// reads, and `total_tokens` is input + cached input + output. Fields added after the first
+/// version default to zero (or absent), so an older node host's answer still reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenUsage {
-    /// Tokens read (the prompt).
+    /// Uncached input tokens (cache writes included).
     pub input_tokens: u64,
+    /// Input tokens read from the provider's prompt cache.
+    #[serde(default)]
+    pub cached_input_tokens: u64,
     /// Tokens written (the answer).
     pub output_tokens: u64,
-    /// Both, as the model counted them.
+    /// Input, cached input and output together.
     pub total_tokens: u64,
+    /// Model calls that answered.
+    #[serde(default)]
+    pub model_calls: u64,
+    /// Attempts that were retried (a 429, 5xx or overloaded answer, or a connect error).
+    #[serde(default)]
+    pub retries: u64,
+    /// The model name as configured on the node host, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl TokenUsage {
-    /// Returns the sum of `self` and `other`, saturating.
+    /// Returns the sum of `self` and `other`, saturating; the model name is `self`'s, or
+    /// `other`'s when `self` has none.
     #[must_use]
     pub fn plus(self, other: Self) -> Self {
         Self {
             input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            cached_input_tokens: self
+                .cached_input_tokens
+                .saturating_add(other.cached_input_tokens),
             output_tokens: self.output_tokens.saturating_add(other.output_tokens),
             total_tokens: self.total_tokens.saturating_add(other.total_tokens),
+            model_calls: self.model_calls.saturating_add(other.model_calls),
+            retries: self.retries.saturating_add(other.retries),
+            model: self.model.or(other.model),
         }
     }
 }
@@ -610,6 +638,26 @@ pub enum WorkerEvent {
         tool: String,
         /// Its arguments.
         arguments: serde_json::Value,
+    },
+    /// One model call answered: its own token counts (`modelCalls` 1, `retries` the attempts
+    /// retried before it answered, `model` the configured name). Sent after each call, before
+    /// the tools it asked for run; the Gateway sums these into the turn's `usage`, also for a
+    /// turn that then fails, and ends the turn once the sum passes its `maxTurnTokens`.
+    ModelUsage {
+        /// The call's counts.
+        usage: TokenUsage,
+    },
+    /// A model call failed with something worth retrying and is tried again after `delayMs`;
+    /// the Gateway appends it to the session's events as `model.retry`.
+    ModelRetry {
+        /// The attempt that failed, from 1.
+        attempt: u32,
+        /// The stable code of the failure, for example `MODEL_RATE_LIMITED`.
+        code: String,
+        /// What happened, without the credential.
+        message: String,
+        /// How long the worker waits before the next attempt, in milliseconds.
+        delay_ms: u64,
     },
     /// The turn ended with a reply.
     Done {

@@ -296,12 +296,15 @@ fn commands_patches_and_gateway_tools_replay_into_tool_events() {
         );
     }
     // Each turn's usage sums the `last` counts of its two model responses (the tool call, then
-    // the answer); the thread's running `total` of the recording is not counted twice.
+    // the answer); the thread's running `total` of the recording is not counted twice. The
+    // recording's model reports no cached input.
     let usage = |input_tokens, output_tokens, total_tokens| {
         Some(TokenUsage {
             input_tokens,
             output_tokens,
             total_tokens,
+            model_calls: 2,
+            ..TokenUsage::default()
         })
     };
     assert_eq!(turns[0].usage, usage(253 + 281, 1 + 20, 254 + 301));

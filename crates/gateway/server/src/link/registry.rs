@@ -1111,6 +1111,7 @@ mod tests {
             skills_prompt: None,
             skill_copies: Vec::new(),
             traceparent: None,
+            max_turn_tokens: None,
         };
         let pending = registry
             .start_invoke::<AgentTurn>(

@@ -42,6 +42,9 @@ pub(crate) fn echo_usage(text: &str, reply: &str) -> gatehouse_protocol::worker:
         input_tokens,
         output_tokens,
         total_tokens: input_tokens + output_tokens,
+        model_calls: 1,
+        model: Some(String::from("echo")),
+        ..Default::default()
     }
 }
 

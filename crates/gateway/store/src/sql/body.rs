@@ -648,7 +648,7 @@ impl<B: Backend> Store for SqlStore<B> {
     }
 
     async fn finish_turn(&self, fence: &Fence, turn_id: &str, end: &TurnEnd) -> Result<bool> {
-        let [input_tokens, output_tokens, total_tokens] = usage_columns(end.usage);
+        let [input_tokens, output_tokens, total_tokens] = usage_columns(end.usage.clone());
         let mut tx = self.begin("turn").await?;
         // The session's row first, then the turn's, as a claim takes them: a claim and the end
         // of a queued turn never wait for each other in a cycle.

@@ -369,18 +369,23 @@ async fn a_turns_usage_sums_the_model_calls_that_reported_it() {
             total_tokens: input_tokens + output_tokens,
         })
     };
-    let tokens = |input_tokens, output_tokens| {
+    let tokens = |input_tokens, output_tokens, model_calls| {
         Some(gatehouse_protocol::worker::TokenUsage {
             input_tokens,
             output_tokens,
             total_tokens: input_tokens + output_tokens,
+            model_calls,
+            ..Default::default()
         })
     };
     let cases = [
-        (vec![usage(7, 3), usage(11, 2)], tokens(18, 5)),
-        (vec![usage(7, 3), usage(11, 2), usage(20, 1)], tokens(38, 6)),
-        (vec![None, usage(11, 2)], tokens(11, 2)),
-        (vec![usage(7, 3), None], tokens(7, 3)),
+        (vec![usage(7, 3), usage(11, 2)], tokens(18, 5, 2)),
+        (
+            vec![usage(7, 3), usage(11, 2), usage(20, 1)],
+            tokens(38, 6, 3),
+        ),
+        (vec![None, usage(11, 2)], tokens(11, 2, 1)),
+        (vec![usage(7, 3), None], tokens(7, 3, 1)),
         (vec![None, None], None),
         (vec![None], None),
     ];

@@ -69,6 +69,7 @@ fn an_over_long_request_line_is_refused_with_a_code_and_the_next_request_is_serv
         skills_prompt: None,
         skill_copies: Vec::new(),
         traceparent: None,
+        max_turn_tokens: None,
     }));
     let mut child = gatehouse()
         .arg("worker")
