@@ -68,6 +68,7 @@ async fn session(store: &Arc<dyn Store>, key: &str, attachments: serde_json::Val
             idempotency_key: None,
             queue_mode: QueueMode::Followup,
             origin: None,
+            api_key: None,
             now_ms: 1,
         })
         .await

@@ -267,6 +267,7 @@ mod tests {
             concurrent_turns: None,
             max_streams,
             media_quota_bytes: None,
+            tokens_per_day: None,
         }
     }
 

@@ -30,6 +30,7 @@ async fn setup(layers: Vec<ToolLayer>) -> (tempfile::TempDir, Arc<dyn Store>, Ga
             idempotency_key: None,
             queue_mode: QueueMode::Followup,
             origin: None,
+            api_key: None,
             now_ms: 1,
         })
         .await

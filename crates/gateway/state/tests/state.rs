@@ -122,6 +122,7 @@ async fn populate(store: &Arc<dyn Store>) {
                 idempotency_key: Some(format!("key-{index}")),
                 queue_mode: QueueMode::Followup,
                 origin: None,
+                api_key: None,
                 now_ms: 1_000 + index as i64,
             })
             .await
@@ -242,6 +243,7 @@ async fn a_store_moves_sqlite_to_postgres_and_back_with_its_order_and_counters()
                 idempotency_key: Some(String::from("key-1")),
                 queue_mode: QueueMode::Followup,
                 origin: None,
+                api_key: None,
                 now_ms: 9_000,
             })
             .await

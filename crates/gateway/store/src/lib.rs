@@ -75,10 +75,14 @@ use crate::records::StoreFigures;
 use crate::records::StoredManifest;
 use crate::records::TurnEnd;
 use crate::records::TurnRecord;
+use crate::records::UsageQuery;
+use crate::records::UsageRow;
+use crate::records::UsageScope;
 use crate::records::WorkspaceSet;
 use crate::records::WorkspaceSource;
 use crate::records::WorktreeResult;
 use crate::records::WorktreeVersion;
+use gatehouse_protocol::worker::TokenUsage;
 
 /// Returns `value` with NUL replaced by U+FFFD: the text a PostgreSQL store keeps for it,
 /// since a `text` column refuses NUL. Text from a node or a model may carry it; refusing the
@@ -251,6 +255,33 @@ pub trait Store: ClusterStore + ChannelStore {
     /// # Errors
     /// Storage failures.
     async fn finish_turn(&self, fence: &Fence, turn_id: &str, end: &TurnEnd) -> Result<bool>;
+
+    /// Adds one model call's `usage` to the turn `turn_id` while it runs under `fence` and
+    /// `fence` is live (the model name is kept from the first call that named one); returns
+    /// false, changing nothing, otherwise. Counted as each call answers, so a turn's tokens
+    /// count against the budgets on every replica at once, also when the turn then fails.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn add_turn_usage(
+        &self,
+        fence: &Fence,
+        turn_id: &str,
+        usage: &TokenUsage,
+    ) -> Result<bool>;
+
+    /// Returns the tokens (`totalTokens`) of the turns of `scope` admitted at or after
+    /// `since_ms`.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn tokens_used(&self, scope: UsageScope<'_>, since_ms: i64) -> Result<u64>;
+
+    /// Returns the usage of the turns `query` selects, one row per group, ordered by group.
+    ///
+    /// # Errors
+    /// Storage failures.
+    async fn usage(&self, query: &UsageQuery) -> Result<Vec<UsageRow>>;
 
     /// Commits a complete assistant or tool message of a turn running under `fence` and returns
     /// its transcript seq, or `None` when the turn is no longer running or the fence no longer

@@ -162,6 +162,9 @@ pub struct NewUserMessage {
     /// The channel message it is, if it came from a channel: admitted at most once per
     /// channel and message id, and the turn's reply goes back to it.
     pub origin: Option<ChannelOrigin>,
+    /// The name of the API key that sent it (`None` for the operator token and channels): a
+    /// new turn is counted against that key's usage and budget.
+    pub api_key: Option<String>,
     /// The time.
     pub now_ms: i64,
 }
@@ -212,7 +215,8 @@ pub struct TurnRecord {
     pub started_at_ms: Option<i64>,
     /// When it ended.
     pub ended_at_ms: Option<i64>,
-    /// The tokens its model calls used, when completed and the model reported them.
+    /// The tokens its model calls used, as they reported them (also for a turn that then
+    /// failed).
     pub usage: Option<TokenUsage>,
 }
 
@@ -227,7 +231,8 @@ pub struct TurnEnd {
     pub error_code: Option<String>,
     /// The error message otherwise.
     pub error_message: Option<String>,
-    /// The tokens the turn used, when completed and reported.
+    /// The tokens the turn used, when reported at its end; ignored when its calls were already
+    /// counted one by one ([`crate::Store::add_turn_usage`]).
     pub usage: Option<TokenUsage>,
     /// The time.
     pub now_ms: i64,
@@ -329,42 +334,140 @@ pub struct CheckpointBlob {
     pub size_bytes: u64,
 }
 
-/// The `input_tokens`, `output_tokens` and `total_tokens` columns of `usage` (counts past
-/// `i64::MAX` are stored as `i64::MAX`).
-pub(crate) fn usage_columns(usage: Option<TokenUsage>) -> [Option<i64>; 3] {
+/// The usage columns of a turn, as [`usage_columns`] writes them and [`usage_from_columns`]
+/// reads them: the counts in [`USAGE_COUNT_COLUMNS`]' order, then the model name.
+pub(crate) struct UsageColumns {
+    /// `input_tokens`, `cached_input_tokens`, `output_tokens`, `total_tokens`, `model_calls`,
+    /// `retries` (counts past `i64::MAX` are stored as `i64::MAX`).
+    pub(crate) counts: [Option<i64>; 6],
+    /// `model`.
+    pub(crate) model: Option<String>,
+}
+
+/// The count columns of a turn's usage, in [`UsageColumns::counts`]' order.
+pub(crate) const USAGE_COUNT_COLUMNS: [&str; 6] = [
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "model_calls",
+    "retries",
+];
+
+/// Returns the columns of `usage` (all NULL for none).
+pub(crate) fn usage_columns(usage: Option<&TokenUsage>) -> UsageColumns {
     let column = |count: u64| Some(i64::try_from(count).unwrap_or(i64::MAX));
     match usage {
-        Some(usage) => [
-            column(usage.input_tokens),
-            column(usage.output_tokens),
-            column(usage.total_tokens),
-        ],
-        None => [None; 3],
+        Some(usage) => UsageColumns {
+            counts: [
+                column(usage.input_tokens),
+                column(usage.cached_input_tokens),
+                column(usage.output_tokens),
+                column(usage.total_tokens),
+                column(usage.model_calls),
+                column(usage.retries),
+            ],
+            model: usage.model.clone(),
+        },
+        None => UsageColumns {
+            counts: [None; 6],
+            model: None,
+        },
     }
 }
 
-/// The usage stored in the three columns of [`usage_columns`]: none unless all three are set.
+/// The usage stored in `columns`: none unless input, output and total are set (the counts added
+/// later read as zero when NULL, for turns stored before they existed).
 ///
 /// # Errors
 /// [`StoreError::Corrupt`] for a negative count.
 pub(crate) fn usage_from_columns(
-    columns: [Option<i64>; 3],
+    columns: UsageColumns,
 ) -> Result<Option<TokenUsage>, crate::StoreError> {
-    let count = |value: i64| {
-        u64::try_from(value).map_err(|_| crate::StoreError::Corrupt {
+    let count = |value: Option<i64>| {
+        u64::try_from(value.unwrap_or(0)).map_err(|_| crate::StoreError::Corrupt {
             what: "token usage",
         })
     };
-    match columns {
-        [Some(input), Some(output), Some(total)] => Ok(Some(TokenUsage {
-            input_tokens: count(input)?,
-            output_tokens: count(output)?,
-            total_tokens: count(total)?,
-            ..TokenUsage::default()
-        })),
-        _ => Ok(None),
+    let [input, cached, output, total, calls, retries] = columns.counts;
+    if input.is_none() || output.is_none() || total.is_none() {
+        return Ok(None);
     }
+    Ok(Some(TokenUsage {
+        input_tokens: count(input)?,
+        cached_input_tokens: count(cached)?,
+        output_tokens: count(output)?,
+        total_tokens: count(total)?,
+        model_calls: count(calls)?,
+        retries: count(retries)?,
+        model: columns.model,
+    }))
 }
+
+/// Whose tokens [`crate::Store::tokens_used`] sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageScope<'a> {
+    /// The turns an API key (by name) sent.
+    ApiKey(&'a str),
+    /// The turns of a session.
+    Session(&'a str),
+}
+
+/// How [`crate::Store::usage`] groups turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageGrouping {
+    /// By session key.
+    Session,
+    /// By the name of the API key that sent the turn (none for the operator token and
+    /// channels).
+    ApiKey,
+    /// By UTC day of admission.
+    Day,
+}
+
+/// What [`crate::Store::usage`] sums: turns admitted in `[from_ms, to_ms)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageQuery {
+    /// The grouping.
+    pub group_by: UsageGrouping,
+    /// The earliest admission time counted (Unix ms), if any.
+    pub from_ms: Option<i64>,
+    /// The admission time from which turns are no longer counted, if any.
+    pub to_ms: Option<i64>,
+}
+
+/// The group of a [`UsageRow`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum UsageGroup {
+    /// A session key, or an API key's name.
+    Name(String),
+    /// Turns no API key sent (grouping by key).
+    NoKey,
+    /// A UTC day, as days since 1970-01-01.
+    Day(i64),
+}
+
+/// The sums of one group's turns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRow {
+    /// The group.
+    pub group: UsageGroup,
+    /// Its turns (every status).
+    pub turns: u64,
+    /// Their model calls.
+    pub model_calls: u64,
+    /// Their uncached input tokens.
+    pub input_tokens: u64,
+    /// Their cached input tokens.
+    pub cached_input_tokens: u64,
+    /// Their output tokens.
+    pub output_tokens: u64,
+    /// Their tokens in all.
+    pub total_tokens: u64,
+}
+
+/// Milliseconds in a day.
+pub const DAY_MS: i64 = 86_400_000;
 
 impl TurnEnd {
     /// The event a backend appends, in the transaction that ends the turn: `turn.completed` with
@@ -426,6 +529,8 @@ pub struct ApiKeyRecord {
     pub max_streams: Option<u32>,
     /// The most media bytes charged to it.
     pub media_quota_bytes: Option<u64>,
+    /// The most tokens (`totalTokens`) the turns it sends may use per UTC day.
+    pub tokens_per_day: Option<u64>,
 }
 
 impl ApiKeyRecord {

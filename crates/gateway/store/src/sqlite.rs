@@ -184,6 +184,7 @@ mod tests {
             idempotency_key: None,
             queue_mode: QueueMode::Followup,
             origin: None,
+            api_key: None,
             now_ms: 1,
         }
     }
@@ -261,6 +262,7 @@ mod tests {
                     idempotency_key: None,
                     queue_mode: QueueMode::Followup,
                     origin: None,
+                    api_key: None,
                     now_ms: 1,
                 })
                 .await;

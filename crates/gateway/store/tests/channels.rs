@@ -57,6 +57,7 @@ fn message(turn_id: &str, origin: ChannelOrigin) -> NewUserMessage {
         idempotency_key: None,
         queue_mode: QueueMode::Followup,
         origin: Some(origin),
+        api_key: None,
         now_ms: 10,
     }
 }

@@ -80,6 +80,7 @@ async fn admit(store: &Arc<dyn Store>, session: &str, turn_id: &str) {
             idempotency_key: None,
             queue_mode: QueueMode::Followup,
             origin: None,
+            api_key: None,
             now_ms: 1,
         })
         .await

@@ -51,6 +51,10 @@ use gatehouse_store::records::StoredManifest;
 use gatehouse_store::records::TurnEnd;
 use gatehouse_store::records::TurnRecord;
 use gatehouse_store::records::TurnStatus;
+use gatehouse_store::records::UsageGroup;
+use gatehouse_store::records::UsageGrouping;
+use gatehouse_store::records::UsageQuery;
+use gatehouse_store::records::UsageScope;
 use gatehouse_store::records::WorkspaceSet;
 use gatehouse_store::records::WorkspaceSource;
 use gatehouse_store::records::WorktreeOrigin;
@@ -85,6 +89,7 @@ gatehouse_testkit::on_both_backends!(
     a_session_keeps_its_first_owner,
     an_api_key_is_found_by_its_hash_until_it_expires_and_records_its_use,
     a_completed_turns_usage_is_stored_with_it,
+    usage_counted_per_call_is_summed_by_key_session_and_day,
     a_session_is_rebound_only_from_the_node_it_is_bound_to,
     a_worktree_keeps_versions_applies_a_result_once_and_prunes_old_versions,
     a_checkpoint_stored_as_untyped_json_reads_back_typed,
@@ -169,6 +174,7 @@ fn message(
         idempotency_key: key.map(str::to_owned),
         queue_mode: mode,
         origin: None,
+        api_key: None,
         now_ms: 1,
     }
 }
@@ -196,6 +202,17 @@ fn completed(reply: &str, now_ms: i64) -> TurnEnd {
         reply: Some(reply.into()),
         error_code: None,
         error_message: None,
+        usage: None,
+        now_ms,
+    }
+}
+
+fn failed_end(now_ms: i64) -> TurnEnd {
+    TurnEnd {
+        status: TurnStatus::Failed,
+        reply: None,
+        error_code: Some("TURN_BUDGET_EXCEEDED".into()),
+        error_message: Some("over".into()),
         usage: None,
         now_ms,
     }
@@ -1778,6 +1795,7 @@ fn new_key(name: &str, hash: &str, expires_at_ms: Option<i64>) -> NewApiKey {
         concurrent_turns: None,
         max_streams: Some(3),
         media_quota_bytes: Some(5_000_000_000),
+        tokens_per_day: Some(6_000_000_000),
     }
 }
 
@@ -1795,6 +1813,7 @@ fn stored_key(key: &NewApiKey, last_used_at_ms: Option<i64>) -> ApiKeyRecord {
         concurrent_turns: key.concurrent_turns,
         max_streams: key.max_streams,
         media_quota_bytes: key.media_quota_bytes,
+        tokens_per_day: key.tokens_per_day,
     }
 }
 
@@ -2110,6 +2129,177 @@ async fn a_completed_turns_usage_is_stored_with_it(target: Target) {
         second.usage, None,
         "a turn whose model reported nothing has no usage"
     );
+}
+
+async fn usage_counted_per_call_is_summed_by_key_session_and_day(target: Target) {
+    let call = |input_tokens, cached_input_tokens, output_tokens, retries| TokenUsage {
+        input_tokens,
+        cached_input_tokens,
+        output_tokens,
+        total_tokens: input_tokens + cached_input_tokens + output_tokens,
+        model_calls: 1,
+        retries,
+        model: Some(String::from("m1")),
+    };
+    let day = gatehouse_store::records::DAY_MS;
+    {
+        let store = target.open().await;
+        let fence = lease(&store).await;
+        // t1 (key k1, session a, day 0): two calls, then a failure: both calls stay counted,
+        // and the end's own report does not replace them. t2 (k1, b, day 1): one call and a
+        // completion. t3 (no key, a, day 1): reported only at its end. t4 (k2, b, day 1): none.
+        let turns = [
+            ("t1", "a", Some("k1"), 10),
+            ("t2", "b", Some("k1"), day + 10),
+            ("t3", "a", None, day + 20),
+            ("t4", "b", Some("k2"), day + 30),
+        ];
+        for (turn_id, session, key, now_ms) in turns {
+            let mut admitted = message(session, turn_id, "hi", None, QueueMode::Followup);
+            admitted.api_key = key.map(str::to_owned);
+            admitted.now_ms = now_ms;
+            store.admit_user_message(&admitted).await.unwrap();
+        }
+        claimed(store.claim_next_turn(&fence, "a", day + 40).await.unwrap());
+        assert!(
+            store
+                .add_turn_usage(&fence, "t1", &call(100, 20, 5, 2))
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .add_turn_usage(&fence, "t1", &call(50, 0, 7, 0))
+                .await
+                .unwrap()
+        );
+        let mut end = failed_end(day + 41);
+        end.usage = Some(call(1, 1, 1, 1));
+        assert!(store.finish_turn(&fence, "t1", &end).await.unwrap());
+        assert!(
+            !store
+                .add_turn_usage(&fence, "t1", &call(1, 0, 0, 0))
+                .await
+                .unwrap(),
+            "an ended turn takes no more usage"
+        );
+        claimed(store.claim_next_turn(&fence, "b", day + 42).await.unwrap());
+        assert!(
+            store
+                .add_turn_usage(&fence, "t2", &call(30, 0, 3, 0))
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .finish_turn(&fence, "t2", &completed("ok", day + 43))
+                .await
+                .unwrap()
+        );
+        claimed(store.claim_next_turn(&fence, "a", day + 44).await.unwrap());
+        let mut end = completed("ok", day + 45);
+        end.usage = Some(call(4, 0, 4, 0));
+        assert!(store.finish_turn(&fence, "t3", &end).await.unwrap());
+    }
+    let store = target.open().await;
+    assert_eq!(
+        store.turn("t1").await.unwrap().unwrap().usage,
+        Some(TokenUsage {
+            input_tokens: 150,
+            cached_input_tokens: 20,
+            output_tokens: 12,
+            total_tokens: 182,
+            model_calls: 2,
+            retries: 2,
+            model: Some(String::from("m1")),
+        })
+    );
+    assert_eq!(store.turn("t4").await.unwrap().unwrap().usage, None);
+    assert_eq!(
+        store
+            .tokens_used(UsageScope::ApiKey("k1"), 0)
+            .await
+            .unwrap(),
+        182 + 33
+    );
+    assert_eq!(
+        store
+            .tokens_used(UsageScope::ApiKey("k1"), day)
+            .await
+            .unwrap(),
+        33
+    );
+    assert_eq!(
+        store
+            .tokens_used(UsageScope::ApiKey("k2"), 0)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .tokens_used(UsageScope::Session("a"), day)
+            .await
+            .unwrap(),
+        8
+    );
+    assert_eq!(
+        store
+            .tokens_used(UsageScope::Session("a"), 0)
+            .await
+            .unwrap(),
+        190
+    );
+    let rows = |group_by, from_ms, to_ms| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .usage(&UsageQuery {
+                    group_by,
+                    from_ms,
+                    to_ms,
+                })
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|row| (row.group, row.turns, row.model_calls, row.total_tokens))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        rows(UsageGrouping::ApiKey, None, None).await,
+        vec![
+            (UsageGroup::Name("k1".into()), 2, 3, 215),
+            (UsageGroup::Name("k2".into()), 1, 0, 0),
+            (UsageGroup::NoKey, 1, 1, 8),
+        ]
+    );
+    assert_eq!(
+        rows(UsageGrouping::Day, None, None).await,
+        vec![
+            (UsageGroup::Day(0), 1, 2, 182),
+            (UsageGroup::Day(1), 3, 2, 41)
+        ]
+    );
+    assert_eq!(
+        rows(UsageGrouping::Session, Some(day), Some(day + 25)).await,
+        vec![
+            (UsageGroup::Name("a".into()), 1, 1, 8),
+            (UsageGroup::Name("b".into()), 1, 1, 33),
+        ]
+    );
+    let cached: u64 = store
+        .usage(&UsageQuery {
+            group_by: UsageGrouping::Session,
+            from_ms: None,
+            to_ms: None,
+        })
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.cached_input_tokens)
+        .sum();
+    assert_eq!(cached, 20);
 }
 
 async fn a_session_is_rebound_only_from_the_node_it_is_bound_to(target: Target) {

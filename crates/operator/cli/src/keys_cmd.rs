@@ -49,6 +49,10 @@ enum KeysCommand {
         /// media quota).
         #[arg(long)]
         media_quota_bytes: Option<u64>,
+        /// The most tokens (`totalTokens`) its turns may use per UTC day; past it its messages
+        /// are refused with 429 BUDGET_EXHAUSTED until the next UTC day (default: no budget).
+        #[arg(long)]
+        tokens_per_day: Option<u64>,
     },
     /// List the keys (names, scopes, expiry, last use; never a secret).
     List,
@@ -80,6 +84,7 @@ pub(crate) fn run(args: KeysArgs) -> anyhow::Result<ExitCode> {
                 concurrent_turns,
                 max_streams,
                 media_quota_bytes,
+                tokens_per_day,
             } => {
                 let params = ApiKeyParams {
                     name,
@@ -90,6 +95,7 @@ pub(crate) fn run(args: KeysArgs) -> anyhow::Result<ExitCode> {
                     concurrent_turns,
                     max_streams,
                     media_quota_bytes,
+                    tokens_per_day,
                 };
                 let created = client
                     .create_key(&params)
@@ -168,6 +174,10 @@ fn describe(key: &ApiKeySummary) -> String {
         (
             "mediaQuotaBytes",
             key.media_quota_bytes.map(|limit| limit.to_string()),
+        ),
+        (
+            "tokensPerDay",
+            key.tokens_per_day.map(|limit| limit.to_string()),
         ),
     ];
     for (label, value) in optional {

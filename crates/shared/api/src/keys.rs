@@ -38,6 +38,10 @@ pub struct ApiKeyParams {
     /// versions of the sessions it created; the Gateway's default share when left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_quota_bytes: Option<u64>,
+    /// The most tokens (`totalTokens`) the turns the key sends may use per UTC day; past it
+    /// its messages are refused with `429 BUDGET_EXHAUSTED`. No budget when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_day: Option<u64>,
 }
 
 /// The answer of `POST /v1/keys`: the key's secret, shown this once, and what it may do.
@@ -68,6 +72,9 @@ pub struct ApiKeyCreated {
     /// Its media bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_quota_bytes: Option<u64>,
+    /// Its tokens per UTC day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_day: Option<u64>,
 }
 
 /// The answer of `GET /v1/keys`: every key, by name (never a secret or its hash).
@@ -108,6 +115,9 @@ pub struct ApiKeySummary {
     /// Its media bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_quota_bytes: Option<u64>,
+    /// Its tokens per UTC day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_day: Option<u64>,
 }
 
 /// The answer of `DELETE /v1/keys/{name}`.

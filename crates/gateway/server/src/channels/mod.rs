@@ -588,6 +588,7 @@ async fn admit(
             idempotency_key: None,
             queue_mode: spec.queue_mode.unwrap_or(QueueMode::Followup),
             origin: Some(origin),
+            api_key: None,
         })
         .await;
     match admitted {

@@ -101,6 +101,15 @@ pub(crate) async fn create_key(
             i64::MAX
         )));
     }
+    if params
+        .tokens_per_day
+        .is_some_and(|tokens| tokens == 0 || i64::try_from(tokens).is_err())
+    {
+        return Err(ApiError::invalid_request(format!(
+            "tokensPerDay must be between 1 and {} (leave it out for no budget)",
+            i64::MAX
+        )));
+    }
     let secret = random_token().map_err(|error| {
         tracing::error!(error = %error, "cannot draw a key secret");
         ApiError::internal(ErrorCode::Internal)
@@ -118,6 +127,7 @@ pub(crate) async fn create_key(
         concurrent_turns: params.concurrent_turns,
         max_streams: params.max_streams,
         media_quota_bytes: params.media_quota_bytes,
+        tokens_per_day: params.tokens_per_day,
     };
     match state.store.insert_api_key(&key).await {
         Ok(()) => {}
@@ -149,6 +159,7 @@ pub(crate) async fn create_key(
                 "concurrentTurns": key.concurrent_turns,
                 "maxStreams": key.max_streams,
                 "mediaQuotaBytes": key.media_quota_bytes,
+                "tokensPerDay": key.tokens_per_day,
             }),
         )
         .await;
@@ -163,6 +174,7 @@ pub(crate) async fn create_key(
         concurrent_turns: key.concurrent_turns,
         max_streams: key.max_streams,
         media_quota_bytes: key.media_quota_bytes,
+        tokens_per_day: key.tokens_per_day,
     }))
 }
 
@@ -187,6 +199,7 @@ pub(crate) async fn list_keys(
             concurrent_turns: key.concurrent_turns,
             max_streams: key.max_streams,
             media_quota_bytes: key.media_quota_bytes,
+            tokens_per_day: key.tokens_per_day,
         })
         .collect();
     Ok(Json(ApiKeyList { keys }))

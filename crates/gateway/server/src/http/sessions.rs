@@ -149,6 +149,7 @@ pub(crate) async fn admit_message(
             idempotency_key: body.idempotency_key,
             queue_mode,
             origin: None,
+            api_key: principal.key().map(|key| key.name.clone()),
         })
         .await
         .map_err(|error| match error {

@@ -116,6 +116,8 @@ pub(crate) struct IncomingMessage {
     pub queue_mode: QueueMode,
     /// The channel message it is, when it came from a channel.
     pub origin: Option<gatehouse_store::records::ChannelOrigin>,
+    /// The name of the API key that sent it, when one did.
+    pub api_key: Option<String>,
 }
 
 struct RunningTurn {
@@ -260,6 +262,7 @@ impl TurnEngine {
                 idempotency_key: message.idempotency_key,
                 queue_mode: message.queue_mode,
                 origin: message.origin,
+                api_key: message.api_key,
                 now_ms: now_ms(),
             })
             .await?;

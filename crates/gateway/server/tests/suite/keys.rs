@@ -520,6 +520,7 @@ async fn issue_17_expired_revoked_and_unknown_keys_get_401() {
             concurrent_turns: None,
             max_streams: None,
             media_quota_bytes: None,
+            tokens_per_day: None,
         })
         .await
         .unwrap();

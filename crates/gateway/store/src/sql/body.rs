@@ -75,6 +75,13 @@ use crate::records::TurnQueued;
 use crate::records::TurnRecord;
 use crate::records::TurnStarted;
 use crate::records::TurnStatus;
+use crate::records::USAGE_COUNT_COLUMNS;
+use crate::records::UsageColumns;
+use crate::records::UsageGroup;
+use crate::records::UsageGrouping;
+use crate::records::UsageQuery;
+use crate::records::UsageRow;
+use crate::records::UsageScope;
 use crate::records::WorkspaceSet;
 use crate::records::WorkspaceSource;
 use crate::records::WorktreeOrigin;
@@ -88,6 +95,7 @@ use crate::records::stored_workspace;
 use crate::records::usage_columns;
 use crate::records::usage_from_columns;
 use crate::records::workspace_json;
+use gatehouse_protocol::worker::TokenUsage;
 
 /// The key of the advisory lock that orders audit appends on PostgreSQL ("gh-audit" in ASCII).
 const AUDIT_LOCK_KEY: i64 = 0x6768_2d61_7564_6974;
@@ -95,7 +103,7 @@ const AUDIT_LOCK_KEY: i64 = 0x6768_2d61_7564_6974;
 /// The columns of an [`ApiKeyRecord`], as [`api_key_from_row`] reads them.
 const API_KEY_COLUMNS: &str = "SELECT name, secret_sha256, scopes_json::text AS scopes_json, \
     session_prefix, created_at_ms, expires_at_ms, last_used_at_ms, requests_per_minute, \
-    concurrent_turns, max_streams, media_quota_bytes FROM api_keys";
+    concurrent_turns, max_streams, media_quota_bytes, tokens_per_day FROM api_keys";
 
 /// The columns of a [`NodeRecord`], as [`node_from_row`] reads them.
 const NODE_COLUMNS: &str = "SELECT device_id, public_key, display_name, runtime, \
@@ -105,7 +113,8 @@ const NODE_COLUMNS: &str = "SELECT device_id, public_key, display_name, runtime,
 /// The columns of a [`TurnRecord`], as [`turn_from_row`] reads them.
 pub(super) const TURN_COLUMNS: &str = "SELECT turn_id, session_key, turn_no, status, queue_mode, \
     attachments_json::text AS attachments_json, reply, error_code, error_message, created_at_ms, \
-    started_at_ms, ended_at_ms, input_tokens, output_tokens, total_tokens FROM turns";
+    started_at_ms, ended_at_ms, input_tokens, cached_input_tokens, output_tokens, total_tokens, \
+    model_calls, retries, model FROM turns";
 
 /// The columns of a [`MessageRecord`], as [`message_from_row`] reads them.
 const MESSAGE_COLUMNS: &str =
@@ -143,8 +152,8 @@ impl<B: Backend> Store for SqlStore<B> {
         query(
             "INSERT INTO api_keys (name, secret_sha256, scopes_json, session_prefix, \
              created_at_ms, expires_at_ms, last_used_at_ms, requests_per_minute, \
-             concurrent_turns, max_streams, media_quota_bytes) \
-             VALUES (?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?, ?, ?)",
+             concurrent_turns, max_streams, media_quota_bytes, tokens_per_day) \
+             VALUES (?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .text(&key.name)
         .bind(&key.secret_sha256)
@@ -159,6 +168,10 @@ impl<B: Backend> Store for SqlStore<B> {
         .bind(
             key.media_quota_bytes
                 .map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX)),
+        )
+        .bind(
+            key.tokens_per_day
+                .map(|tokens| i64::try_from(tokens).unwrap_or(i64::MAX)),
         )
         .execute(&self.db, "api key")
         .await?;
@@ -460,8 +473,8 @@ impl<B: Backend> Store for SqlStore<B> {
                         .await?;
                 let inserted = query(
                     "INSERT INTO turns (turn_id, session_key, turn_no, status, queue_mode, \
-                     idempotency_key, attachments_json, created_at_ms) \
-                     VALUES (?, ?, ?, 'queued', ?, ?, ?::jsonb, ?)",
+                     idempotency_key, attachments_json, created_at_ms, api_key) \
+                     VALUES (?, ?, ?, 'queued', ?, ?, ?::jsonb, ?, ?)",
                 )
                 .bind(&message.turn_id)
                 .bind(&message.session_key)
@@ -474,6 +487,7 @@ impl<B: Backend> Store for SqlStore<B> {
                     }
                 })?)
                 .bind(message.now_ms)
+                .opt_text(message.api_key.as_deref())
                 .execute(&mut tx, "turn")
                 .await;
                 if let Err(error) = inserted {
@@ -648,7 +662,7 @@ impl<B: Backend> Store for SqlStore<B> {
     }
 
     async fn finish_turn(&self, fence: &Fence, turn_id: &str, end: &TurnEnd) -> Result<bool> {
-        let [input_tokens, output_tokens, total_tokens] = usage_columns(end.usage.clone());
+        let usage = usage_columns(end.usage.as_ref());
         let mut tx = self.begin("turn").await?;
         // The session's row first, then the turn's, as a claim takes them: a claim and the end
         // of a queued turn never wait for each other in a cycle.
@@ -664,10 +678,18 @@ impl<B: Backend> Store for SqlStore<B> {
         }
         let session_key: Option<String> = query(format!(
             "UPDATE turns SET status = ?, reply = ?, error_code = ?, error_message = ?, \
-             ended_at_ms = ?, input_tokens = ?, output_tokens = ?, total_tokens = ? \
+             ended_at_ms = ?, {} \
              WHERE turn_id = ? AND (status = 'queued' OR (status = 'running' \
              AND claim_replica = ? AND claim_epoch = ?)) AND {} \
              RETURNING session_key",
+            // Calls already counted one by one keep their sums; a runtime that reports only
+            // at the end fills them now.
+            USAGE_COUNT_COLUMNS
+                .iter()
+                .chain(["model"].iter())
+                .map(|column| format!("{column} = COALESCE({column}, ?)"))
+                .collect::<Vec<_>>()
+                .join(", "),
             fence_holds()
         ))
         .bind(end.status.as_str())
@@ -675,9 +697,13 @@ impl<B: Backend> Store for SqlStore<B> {
         .opt_text(end.error_code.as_deref())
         .opt_text(end.error_message.as_deref())
         .bind(end.now_ms)
-        .bind(input_tokens)
-        .bind(output_tokens)
-        .bind(total_tokens)
+        .bind(usage.counts[0])
+        .bind(usage.counts[1])
+        .bind(usage.counts[2])
+        .bind(usage.counts[3])
+        .bind(usage.counts[4])
+        .bind(usage.counts[5])
+        .opt_text(usage.model.as_deref())
         .bind(turn_id)
         .bind(&fence.replica_id)
         .bind(fence.epoch)
@@ -716,6 +742,108 @@ impl<B: Backend> Store for SqlStore<B> {
         .await?;
         tx.commit("message").await?;
         Ok(Some(seq))
+    }
+
+    async fn add_turn_usage(
+        &self,
+        fence: &Fence,
+        turn_id: &str,
+        usage: &TokenUsage,
+    ) -> Result<bool> {
+        let columns = usage_columns(Some(usage));
+        let updated = query(format!(
+            "UPDATE turns SET {}, model = COALESCE(model, ?) \
+             WHERE turn_id = ? AND status = 'running' AND claim_replica = ? \
+             AND claim_epoch = ? AND {}",
+            USAGE_COUNT_COLUMNS
+                .iter()
+                .map(|column| format!("{column} = COALESCE({column}, 0) + ?"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            fence_holds()
+        ))
+        .bind(columns.counts[0])
+        .bind(columns.counts[1])
+        .bind(columns.counts[2])
+        .bind(columns.counts[3])
+        .bind(columns.counts[4])
+        .bind(columns.counts[5])
+        .opt_text(columns.model.as_deref())
+        .bind(turn_id)
+        .bind(&fence.replica_id)
+        .bind(fence.epoch)
+        .bind(&fence.replica_id)
+        .bind(fence.epoch)
+        .execute(&self.db, "turn usage")
+        .await?;
+        Ok(updated > 0)
+    }
+
+    async fn tokens_used(&self, scope: UsageScope<'_>, since_ms: i64) -> Result<u64> {
+        let (column, value) = match scope {
+            UsageScope::ApiKey(name) => ("api_key", name),
+            UsageScope::Session(key) => ("session_key", key),
+        };
+        let used: i64 = query(format!(
+            "SELECT COALESCE(SUM(total_tokens), 0)::bigint FROM turns \
+             WHERE {column} = ? AND created_at_ms >= ?"
+        ))
+        .bind(value)
+        .bind(since_ms)
+        .scalar(&self.db, "token usage")
+        .await?;
+        Ok(u64::try_from(used).unwrap_or(0))
+    }
+
+    async fn usage(&self, usage_query: &UsageQuery) -> Result<Vec<UsageRow>> {
+        let group = match usage_query.group_by {
+            UsageGrouping::Session => "session_key",
+            UsageGrouping::ApiKey => "api_key",
+            UsageGrouping::Day => "CAST(created_at_ms / 86400000 AS TEXT)",
+        };
+        let rows = query(format!(
+            "SELECT {group} AS usage_group, COUNT(*)::bigint AS turns, \
+             COALESCE(SUM(model_calls), 0)::bigint AS model_calls, \
+             COALESCE(SUM(input_tokens), 0)::bigint AS input_tokens, \
+             COALESCE(SUM(cached_input_tokens), 0)::bigint AS cached_input_tokens, \
+             COALESCE(SUM(output_tokens), 0)::bigint AS output_tokens, \
+             COALESCE(SUM(total_tokens), 0)::bigint AS total_tokens \
+             FROM turns WHERE created_at_ms >= ? AND created_at_ms < ? \
+             GROUP BY {group}"
+        ))
+        .bind(usage_query.from_ms.unwrap_or(i64::MIN))
+        .bind(usage_query.to_ms.unwrap_or(i64::MAX))
+        .all(&self.db, "usage")
+        .await?;
+        let count = |row: &_, column| -> Result<u64> {
+            let value: i64 = get(row, column)?;
+            Ok(u64::try_from(value).unwrap_or(0))
+        };
+        let mut usage = rows
+            .iter()
+            .map(|row| {
+                let name: Option<String> = get(row, "usage_group")?;
+                let group = match (usage_query.group_by, name) {
+                    (_, None) => UsageGroup::NoKey,
+                    (UsageGrouping::Day, Some(day)) => UsageGroup::Day(
+                        day.parse()
+                            .map_err(|_| StoreError::Corrupt { what: "usage day" })?,
+                    ),
+                    (_, Some(name)) => UsageGroup::Name(name),
+                };
+                Ok(UsageRow {
+                    group,
+                    turns: count(row, "turns")?,
+                    model_calls: count(row, "model_calls")?,
+                    input_tokens: count(row, "input_tokens")?,
+                    cached_input_tokens: count(row, "cached_input_tokens")?,
+                    output_tokens: count(row, "output_tokens")?,
+                    total_tokens: count(row, "total_tokens")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        usage.sort_by(|a, b| a.group.cmp(&b.group));
+        Ok(usage)
     }
 
     async fn append_turn_event(
@@ -1875,11 +2003,17 @@ pub(super) fn turn_from_row(row: &impl SqlRow) -> Result<TurnRecord> {
         created_at_ms: get(row, "created_at_ms")?,
         started_at_ms: get(row, "started_at_ms")?,
         ended_at_ms: get(row, "ended_at_ms")?,
-        usage: usage_from_columns([
-            get(row, "input_tokens")?,
-            get(row, "output_tokens")?,
-            get(row, "total_tokens")?,
-        ])?,
+        usage: usage_from_columns(UsageColumns {
+            counts: [
+                get(row, "input_tokens")?,
+                get(row, "cached_input_tokens")?,
+                get(row, "output_tokens")?,
+                get(row, "total_tokens")?,
+                get(row, "model_calls")?,
+                get(row, "retries")?,
+            ],
+            model: get(row, "model")?,
+        })?,
     })
 }
 
@@ -1918,6 +2052,7 @@ fn api_key_from_row(row: &impl SqlRow) -> Result<ApiKeyRecord> {
         concurrent_turns: crate::records::stored_limit(get(row, "concurrent_turns")?)?,
         max_streams: crate::records::stored_limit(get(row, "max_streams")?)?,
         media_quota_bytes: crate::records::stored_bytes_limit(get(row, "media_quota_bytes")?)?,
+        tokens_per_day: crate::records::stored_bytes_limit(get(row, "tokens_per_day")?)?,
     })
 }
 
