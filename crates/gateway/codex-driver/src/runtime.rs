@@ -718,6 +718,8 @@ pub enum TurnEvent {
         /// Whether it succeeded.
         ok: bool,
     },
+    /// A model response of the turn was counted: its tokens (`modelCalls` 1).
+    Usage(TokenUsage),
     /// The turn ended with the reply, or with a failure.
     Ended(Result<String, TurnFailure>),
 }
@@ -882,10 +884,10 @@ impl TurnState {
                     ..TokenUsage::default()
                 };
                 self.usage = Some(match self.usage.take() {
-                    Some(usage) => usage.plus(last),
-                    None => last,
+                    Some(usage) => usage.plus(last.clone()),
+                    None => last.clone(),
                 });
-                Vec::new()
+                vec![TurnEvent::Usage(last)]
             }
             ServerNotification::TurnCompleted(_)
             | ServerNotification::TokenUsageUpdated(_)
@@ -914,6 +916,8 @@ async fn apply(
                 sink.commit(role, &content, tool).await?;
             }
             TurnEvent::ToolCompleted { tool, ok } => sink.tool_completed(&tool, ok).await?,
+            // Past the turn's ceiling this ends the turn, and the Codex turn is interrupted.
+            TurnEvent::Usage(usage) => sink.model_usage(usage).await?,
             TurnEvent::Ended(outcome) => return Ok(Some(outcome)),
         }
     }

@@ -47,6 +47,22 @@ pub(crate) struct RuntimeOutcomeLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TokenLabels {
+    model: String,
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ModelLabels {
+    model: String,
+}
+
+/// The most distinct `model` label values the usage families keep; the model names a node host
+/// reports past them are counted as `other`, so a hostile node cannot grow `/metrics` without
+/// bound.
+pub(crate) const MAX_MODEL_LABELS: usize = 32;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct InvokeLabels {
     command: String,
     outcome: &'static str,
@@ -76,6 +92,15 @@ pub(crate) struct TurnMetrics {
     /// Bumped at every change of the turn queue; a scrape that sees it moved reads the store's
     /// figures again (see [`crate::metrics::DEFAULT_METRICS_REFRESH_INTERVAL`]).
     pub(crate) queue_changes: Arc<AtomicU64>,
+    /// `gatehouse_model_tokens`: tokens of ended turns, by model and kind (`input`,
+    /// `cached_input`, `output`).
+    pub(crate) tokens: Family<TokenLabels, Counter>,
+    /// `gatehouse_model_calls`: model calls of ended turns, by model.
+    pub(crate) model_calls: Family<ModelLabels, Counter>,
+    /// `gatehouse_model_retries`: retried model call attempts of ended turns, by model.
+    pub(crate) model_retries: Family<ModelLabels, Counter>,
+    /// The model label values in use, at most [`MAX_MODEL_LABELS`].
+    models: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Default for TurnMetrics {
@@ -92,6 +117,10 @@ impl Default for TurnMetrics {
             runtime_turns: Family::default(),
             runtime_duration: latency_family(),
             queue_changes: Arc::default(),
+            tokens: Family::default(),
+            model_calls: Family::default(),
+            model_retries: Family::default(),
+            models: Arc::default(),
         }
     }
 }
@@ -115,6 +144,41 @@ impl TurnMetrics {
         self.runtime_duration
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts the tokens, calls and retries of a turn's `usage` under its model's label (`unknown`
+    /// when the runtime named none, `other` past [`MAX_MODEL_LABELS`] names).
+    pub(crate) fn record_usage(&self, usage: &gatehouse_protocol::worker::TokenUsage) {
+        let model = {
+            let name = usage.model.as_deref().unwrap_or("unknown");
+            let mut models = self.models.lock();
+            match models.contains(name) || models.len() < MAX_MODEL_LABELS {
+                true => {
+                    models.insert(name.to_owned());
+                    name.to_owned()
+                }
+                false => String::from("other"),
+            }
+        };
+        for (kind, count) in [
+            ("input", usage.input_tokens),
+            ("cached_input", usage.cached_input_tokens),
+            ("output", usage.output_tokens),
+        ] {
+            self.tokens
+                .get_or_create(&TokenLabels {
+                    model: model.clone(),
+                    kind,
+                })
+                .inc_by(count);
+        }
+        let labels = ModelLabels { model };
+        self.model_calls
+            .get_or_create(&labels)
+            .inc_by(usage.model_calls);
+        self.model_retries
+            .get_or_create(&labels)
+            .inc_by(usage.retries);
     }
 
     /// Counts a turn of `runtime` that ended with `outcome` without a latency (one a restart

@@ -45,6 +45,7 @@
 #![deny(missing_docs)]
 
 mod audit;
+pub mod budgets;
 mod channels;
 mod cluster;
 mod documents;
@@ -215,6 +216,8 @@ pub struct GatewayConfig {
     /// The channels of the config file (`[[channels]]`), validated and with their credentials
     /// read ([`gatehouse_channels::setup::prepare`]).
     pub channels: Vec<gatehouse_channels::setup::ChannelSetup>,
+    /// The sessions' daily token budget and the turn ceiling ([`budgets`]).
+    pub budgets: budgets::BudgetConfig,
 }
 
 impl GatewayConfig {
@@ -249,6 +252,7 @@ impl GatewayConfig {
             shares: shares::ShareConfig::default(),
             audit: AuditConfig::default(),
             channels: Vec::new(),
+            budgets: budgets::BudgetConfig::default(),
         }
     }
 
@@ -771,6 +775,7 @@ pub async fn start(
         Some(stager),
         dispatcher,
         config.max_concurrent_turns,
+        config.budgets.turn_max_tokens,
     );
     // The turns this replica's earlier lease (or a replica that died) left running end as
     // interrupted before anything is dispatched; the sweep does the same from now on.

@@ -217,6 +217,21 @@ impl GatewayMetrics {
             turns.runtime_duration.clone(),
         );
         registry.register(
+            "gatehouse_model_tokens",
+            "Tokens of the model calls of ended turns, by model and kind (input, cached_input, output)",
+            turns.tokens.clone(),
+        );
+        registry.register(
+            "gatehouse_model_calls",
+            "Model calls of ended turns that answered, by model",
+            turns.model_calls.clone(),
+        );
+        registry.register(
+            "gatehouse_model_retries",
+            "Retried model call attempts of ended turns, by model",
+            turns.model_retries.clone(),
+        );
+        registry.register(
             "gatehouse_active_sessions",
             "Sessions with a running turn (each session runs at most one)",
             metrics.active_sessions.clone(),

@@ -791,7 +791,7 @@ impl TurnRuntime for NodeRuntime {
             skill_copies,
             // The trace context travels in the invoke envelope; the node host fills this in.
             traceparent: None,
-            max_turn_tokens: None,
+            max_turn_tokens: sink.max_turn_tokens(),
         };
         match self.invoke_turn(&node, &params, &sink, worktree).await {
             Err(failure) if failure.code == ErrorCode::WorkspaceMissing => {
@@ -983,9 +983,16 @@ impl NodeRuntime {
             | WorkerEvent::Failed { .. }
             | WorkerEvent::BackgroundStopped { .. }
             | WorkerEvent::Checkpoint { .. }
-            | WorkerEvent::GatewayTool { .. }
-            | WorkerEvent::ModelUsage { .. }
-            | WorkerEvent::ModelRetry { .. } => Ok(()),
+            | WorkerEvent::GatewayTool { .. } => Ok(()),
+            // Counted as each call answers; past the turn's ceiling the turn ends here even
+            // when the node host does not stop it itself.
+            WorkerEvent::ModelUsage { usage } => sink.model_usage(usage).await,
+            WorkerEvent::ModelRetry {
+                attempt,
+                code,
+                message,
+                delay_ms,
+            } => sink.model_retry(attempt, &code, &message, delay_ms).await,
         }
     }
 

@@ -425,9 +425,12 @@ pub enum UsageGrouping {
     Day,
 }
 
-/// What [`crate::Store::usage`] sums: turns admitted in `[from_ms, to_ms)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What [`crate::Store::usage`] sums: turns admitted in `[from_ms, to_ms)`, of one session
+/// when `session_key` is set.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageQuery {
+    /// Only this session's turns, if set.
+    pub session_key: Option<String>,
     /// The grouping.
     pub group_by: UsageGrouping,
     /// The earliest admission time counted (Unix ms), if any.

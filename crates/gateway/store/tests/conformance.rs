@@ -2255,6 +2255,7 @@ async fn usage_counted_per_call_is_summed_by_key_session_and_day(target: Target)
         async move {
             store
                 .usage(&UsageQuery {
+                    session_key: None,
                     group_by,
                     from_ms,
                     to_ms,
@@ -2288,18 +2289,25 @@ async fn usage_counted_per_call_is_summed_by_key_session_and_day(target: Target)
             (UsageGroup::Name("b".into()), 1, 1, 33),
         ]
     );
-    let cached: u64 = store
+    let one_session = store
         .usage(&UsageQuery {
+            session_key: Some("a".into()),
             group_by: UsageGrouping::Session,
             from_ms: None,
             to_ms: None,
         })
         .await
-        .unwrap()
-        .iter()
-        .map(|row| row.cached_input_tokens)
-        .sum();
-    assert_eq!(cached, 20);
+        .unwrap();
+    assert_eq!(one_session.len(), 1, "{one_session:?}");
+    assert_eq!(
+        (
+            &one_session[0].group,
+            one_session[0].turns,
+            one_session[0].cached_input_tokens,
+            one_session[0].total_tokens
+        ),
+        (&UsageGroup::Name("a".into()), 2, 20, 190)
+    );
 }
 
 async fn a_session_is_rebound_only_from_the_node_it_is_bound_to(target: Target) {

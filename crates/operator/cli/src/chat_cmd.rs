@@ -113,6 +113,14 @@ async fn follow(response: reqwest::Response, turn_id: &str) -> anyhow::Result<Ex
                 ));
                 return Ok(ExitCode::from(1));
             }
+            // Said on stderr, so a waiting user knows why the answer is late.
+            SessionEvent::ModelRetry(retry) => crate::output::error_line(&format!(
+                "the model call failed ({}: {}); retrying in {} ms (attempt {})",
+                retry.code,
+                retry.message,
+                retry.delay_ms,
+                retry.attempt + 1
+            )),
             SessionEvent::TurnQueued(_)
             | SessionEvent::TurnStarted(_)
             | SessionEvent::MessageCompleted(_)

@@ -43,6 +43,8 @@ pub(crate) struct GatewayFile {
     pub(crate) max_streams: Option<u32>,
     pub(crate) key_concurrent_turns: Option<u32>,
     pub(crate) key_media_quota_bytes: Option<u64>,
+    pub(crate) session_tokens_per_day: Option<u64>,
+    pub(crate) turn_max_tokens: Option<u64>,
     /// `[[channels]]`: the chat platforms and signed webhooks the Gateway receives messages
     /// from.
     #[serde(default)]

@@ -68,8 +68,8 @@ pub(crate) struct GatewayArgs {
     /// `codex-command-approval`, `codex-file-approval`, `memory-embedder`, `memory-model-dir`,
     /// `skills-dir`, `bundled-skills-dir`, `store`, `media`, `move-sessions-after`,
     /// `replica-id`, `advertise-url`, `lease-seconds`, `key-max-streams`, `max-streams`,
-    /// `key-concurrent-turns`, `key-media-quota-bytes`); flags and their variables win over
-    /// it.
+    /// `key-concurrent-turns`, `key-media-quota-bytes`, `session-tokens-per-day`,
+    /// `turn-max-tokens`); flags and their variables win over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The interval of keep-alive ticks on node links, in milliseconds.

@@ -33,6 +33,7 @@ mod skills_cmd;
 mod state_cmd;
 mod store_args;
 mod up_cmd;
+mod usage_cmd;
 mod worker_args;
 mod worker_cmd;
 
@@ -73,6 +74,8 @@ enum Command {
     SetupCode(setup_code_cmd::SetupCodeArgs),
     /// Create, list or revoke the Gateway's scoped API keys.
     Keys(keys_cmd::KeysArgs),
+    /// Show the tokens and model calls of turns, by session, API key, agent or UTC day.
+    Usage(usage_cmd::UsageArgs),
     /// List the Gateway's channels, and approve or deny their pairing requests.
     Channels(channels_cmd::ChannelsArgs),
     /// Create a session with its workspace source, or export a worktree session's history.
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
         Command::Node(args) => node_cmd::run(args),
         Command::SetupCode(args) => setup_code_cmd::run(args),
         Command::Keys(args) => keys_cmd::run(args),
+        Command::Usage(args) => usage_cmd::run(args),
         Command::Channels(args) => channels_cmd::run(args),
         Command::Session(args) => session_cmd::run(args),
         Command::MockModel(args) => mock_model_cmd::run(args),
@@ -158,6 +162,7 @@ impl Command {
             Command::Node(_) => "node",
             Command::SetupCode(_) => "setup-code",
             Command::Keys(_) => "keys",
+            Command::Usage(_) => "usage",
             Command::Channels(_) => "channels",
             Command::Session(_) => "session",
             Command::MockModel(_) => "mock-model",

@@ -30,6 +30,17 @@ pub(crate) struct QuotaArgs {
     /// and then hourly. 0 keeps every row.
     #[arg(long, env = "GATEHOUSE_AUDIT_RETENTION_DAYS", value_name = "DAYS")]
     audit_retention_days: Option<u32>,
+    /// The most tokens (`totalTokens`) one session's turns may use per UTC day (default: no
+    /// budget). Past it the session's messages are refused with 429 BUDGET_EXHAUSTED until the
+    /// next UTC day; an API key's own budget is `keys create --tokens-per-day`.
+    #[arg(long, env = "GATEHOUSE_SESSION_TOKENS_PER_DAY", value_name = "N",
+        value_parser = clap::value_parser!(u64).range(1..))]
+    session_tokens_per_day: Option<u64>,
+    /// The most tokens one turn may use (default: no ceiling): sent to the runtime as each
+    /// model call's output limit, and a turn that passes it fails with TURN_BUDGET_EXCEEDED.
+    #[arg(long, env = "GATEHOUSE_TURN_MAX_TOKENS", value_name = "N",
+        value_parser = clap::value_parser!(u64).range(1..))]
+    turn_max_tokens: Option<u64>,
 }
 
 /// The hidden test hook that shortens the window of the audit's per-key rate limit
@@ -47,6 +58,8 @@ impl QuotaArgs {
             checkpoints_kept: self.checkpoints_kept.or(file.checkpoints_kept),
             media_quota_bytes: self.media_quota_bytes.or(file.media_quota_bytes),
             audit_retention_days: self.audit_retention_days.or(file.audit_retention_days),
+            session_tokens_per_day: self.session_tokens_per_day.or(file.session_tokens_per_day),
+            turn_max_tokens: self.turn_max_tokens.or(file.turn_max_tokens),
         }
     }
 
@@ -60,6 +73,10 @@ impl QuotaArgs {
             .unwrap_or(DEFAULT_CHECKPOINTS_KEPT)
             .max(1);
         config.media_quota_bytes = self.media_quota_bytes.unwrap_or(DEFAULT_MEDIA_QUOTA_BYTES);
+        config.budgets = gatehouse_gateway::budgets::BudgetConfig {
+            session_tokens_per_day: self.session_tokens_per_day,
+            turn_max_tokens: self.turn_max_tokens,
+        };
         config.audit.retention = match self.audit_retention_days {
             None => Some(DEFAULT_AUDIT_RETENTION),
             Some(0) => None,

@@ -255,6 +255,17 @@ impl Client {
         self.answer(self.authorized(self.http.delete(url))).await
     }
 
+    /// `GET /v1/usage`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn usage(
+        &self,
+        params: &crate::usage::UsageParams,
+    ) -> Result<crate::usage::UsageView, ClientError> {
+        self.answer(self.get("/v1/usage").query(params)).await
+    }
+
     /// `GET /v1/channels`.
     ///
     /// # Errors

@@ -39,6 +39,8 @@ pub const ARTIFACT_REFUSED: &str = "artifact.refused";
 pub const TURN_COMPLETED: &str = TurnCompleted::KIND;
 /// The event name of [`TurnFailed`].
 pub const TURN_FAILED: &str = TurnFailed::KIND;
+/// The event name of [`ModelRetry`].
+pub const MODEL_RETRY: &str = "model.retry";
 /// The event name of [`StreamDropped`].
 pub const STREAM_DROPPED: &str = "stream.dropped";
 
@@ -149,6 +151,23 @@ pub struct ArtifactRefused {
     pub error: TurnError,
 }
 
+/// `model.retry`: a model call of the turn failed with something worth retrying (a `429`,
+/// `5xx` or overloaded answer, a connect error) and is tried again after `delayMs` (durable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelRetry {
+    /// The turn.
+    pub turn_id: String,
+    /// The attempt that failed, from 1.
+    pub attempt: u32,
+    /// The failure's stable code, for example `MODEL_RATE_LIMITED`.
+    pub code: String,
+    /// What happened (cut to its bound).
+    pub message: String,
+    /// The wait before the next attempt, in milliseconds.
+    pub delay_ms: u64,
+}
+
 /// `stream.dropped`: the last event of a stream whose client fell too far behind
 /// (`SLOW_CONSUMER`); reconnect with `after=resumeAfter`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -187,6 +206,8 @@ pub enum SessionEvent {
     TurnFailed(TurnFailed),
     /// `stream.dropped`.
     StreamDropped(StreamDropped),
+    /// `model.retry`.
+    ModelRetry(ModelRetry),
     /// `workspace.conflict`.
     WorkspaceConflict(WorkspaceConflict),
     /// An event this build does not know.
@@ -217,6 +238,7 @@ impl SessionEvent {
             TURN_COMPLETED => SessionEvent::TurnCompleted(serde_json::from_value(payload)?),
             TURN_FAILED => SessionEvent::TurnFailed(serde_json::from_value(payload)?),
             STREAM_DROPPED => SessionEvent::StreamDropped(serde_json::from_value(payload)?),
+            MODEL_RETRY => SessionEvent::ModelRetry(serde_json::from_value(payload)?),
             WORKSPACE_CONFLICT => SessionEvent::WorkspaceConflict(serde_json::from_value(payload)?),
             other => SessionEvent::Other {
                 name: other.to_owned(),
@@ -238,6 +260,7 @@ impl SessionEvent {
             SessionEvent::ArtifactRefused(event) => Some(&event.turn_id),
             SessionEvent::TurnCompleted(event) => Some(&event.turn_id),
             SessionEvent::TurnFailed(event) => Some(&event.turn_id),
+            SessionEvent::ModelRetry(event) => Some(&event.turn_id),
             SessionEvent::WorkspaceConflict(event) => Some(&event.turn_id),
             SessionEvent::StreamDropped(_) | SessionEvent::Other { .. } => None,
         }

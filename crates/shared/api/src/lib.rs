@@ -55,3 +55,4 @@ pub mod openai;
 pub mod schema;
 pub mod sessions;
 pub mod skills;
+pub mod usage;

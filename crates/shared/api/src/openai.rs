@@ -205,20 +205,33 @@ pub struct ChatCompletionMessage {
 /// Token counts, in OpenAI's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatUsage {
-    /// Input tokens.
+    /// Input tokens, cached ones included (as OpenAI counts them).
     pub prompt_tokens: u64,
     /// Output tokens.
     pub completion_tokens: u64,
     /// Their sum.
     pub total_tokens: u64,
+    /// The part of the input read from a prompt cache.
+    #[serde(default)]
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// `usage.prompt_tokens_details` of a chat completion.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PromptTokensDetails {
+    /// Input tokens read from a prompt cache.
+    pub cached_tokens: u64,
 }
 
 impl From<gatehouse_protocol::worker::TokenUsage> for ChatUsage {
     fn from(usage: gatehouse_protocol::worker::TokenUsage) -> Self {
         Self {
-            prompt_tokens: usage.input_tokens,
+            prompt_tokens: usage.input_tokens.saturating_add(usage.cached_input_tokens),
             completion_tokens: usage.output_tokens,
             total_tokens: usage.total_tokens,
+            prompt_tokens_details: PromptTokensDetails {
+                cached_tokens: usage.cached_input_tokens,
+            },
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::nodes;
 use crate::openai;
 use crate::sessions;
 use crate::skills;
+use crate::usage;
 
 /// Where a route's types go in [`api_schema`]'s `routes`.
 struct RouteTypes {
@@ -261,6 +262,13 @@ pub fn api_schema() -> Value {
             query: None,
             body: None,
             answer: reference::<skills::SkillsView>(&mut generator),
+        },
+        RouteTypes {
+            method: "GET",
+            path: "/v1/usage",
+            query: Some(reference::<usage::UsageParams>(&mut generator)),
+            body: None,
+            answer: reference::<usage::UsageView>(&mut generator),
         },
         RouteTypes {
             method: "GET",

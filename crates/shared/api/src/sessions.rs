@@ -172,6 +172,9 @@ pub struct SessionSummary {
     /// The raw platform id of the room of a channel's group session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub room: Option<String>,
+    /// What its turns used, as `GET /v1/usage?groupBy=session` sums it.
+    #[serde(default)]
+    pub usage: crate::usage::UsageTotals,
 }
 
 /// The answer of `GET /v1/sessions/{key}/transcript`.

@@ -50,6 +50,8 @@ struct TurnView {
     outcome: Option<Result<String, String>>,
     /// The turn's token usage as the driver summed it when the turn ended.
     usage: Option<TokenUsage>,
+    /// The sum of the turn's `Usage` events.
+    counted: Option<TokenUsage>,
 }
 
 /// Replays the fixture `name` and returns the driver's view of each turn, in order.
@@ -202,8 +204,19 @@ fn replay(name: &str) -> Vec<TurnView> {
                         TurnEvent::Commit { role, content, .. } => {
                             view.committed.push((role, content));
                         }
+                        // Each response's count is an event the sink adds to the store.
+                        TurnEvent::Usage(call) => {
+                            view.counted = Some(match view.counted.take() {
+                                Some(sum) => sum.plus(call),
+                                None => call,
+                            });
+                        }
                         TurnEvent::Ended(outcome) => {
                             view.outcome = Some(outcome.map_err(|failure| failure.code));
+                            assert_eq!(
+                                view.counted, usage,
+                                "{context}: the usage events sum to the turn's usage"
+                            );
                             view.usage = usage;
                             current = None;
                             break;

@@ -122,6 +122,7 @@ pub(crate) const ROUTE_SCOPES: &[RouteScope] = &[
         SessionOf::Nothing,
     ),
     route("GET", "/v1/audit", READ, SessionOf::Nothing),
+    route("GET", "/v1/usage", READ, SessionOf::Nothing),
     route(
         "GET",
         "/v1/agents/{agent}/files/{name}",

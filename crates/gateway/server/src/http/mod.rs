@@ -6,6 +6,7 @@
 //! - `health`: `/healthz`, `/readyz`;
 //! - `nodes`: `/v1/nodes`, `/v1/nodes/setup-codes`, `/v1/replicas`;
 //! - `audit`: `/v1/audit`;
+//! - `usage`: `/v1/usage`;
 //! - `auth`: the bearer token as a principal, and the one table of the scopes of each route;
 //! - `channels`: `/channels/{name}/inbound` (signed by the platform, no bearer token),
 //!   `/v1/channels` and its pairing routes;
@@ -46,6 +47,7 @@ mod request_trace;
 mod same_origin;
 mod sessions;
 mod skills;
+pub(crate) mod usage;
 mod workspace_files;
 mod worktree;
 
@@ -82,6 +84,7 @@ pub fn app(state: Arc<GatewayState>) -> Router {
             get(workspace_files::read_workspace_file),
         )
         .route("/audit", get(audit::list_audit))
+        .route("/usage", get(usage::get_usage))
         .route(
             "/agents/{agent}/files/{name}",
             get(documents::get_document)

@@ -82,7 +82,8 @@ pub(crate) async fn post_message(
 ///
 /// # Errors
 /// `INVALID_REQUEST` or `PAYLOAD_TOO_LARGE` for a message outside the limits; `429
-/// RATE_LIMITED` when the key's turns are all taken; a store failure ([`store_error`]) when
+/// BUDGET_EXHAUSTED` when the key or the session used its tokens for the day ([`crate::budgets`]);
+/// `429 RATE_LIMITED` when the key's turns are all taken; a store failure ([`store_error`]) when
 /// nothing was admitted.
 pub(crate) async fn admit_message(
     state: &Arc<GatewayState>,
@@ -117,6 +118,14 @@ pub(crate) async fn admit_message(
             .await?;
     }
     let queue_mode = body.queue_mode.unwrap_or(QueueMode::Followup);
+    crate::budgets::check_daily(
+        state.store.as_ref(),
+        &state.config.budgets,
+        principal.key(),
+        session_key,
+        gatehouse_protocol::time::now_ms(),
+    )
+    .await?;
     let slots = match principal.key() {
         Some(key) => Some(
             state
@@ -265,6 +274,7 @@ pub(crate) fn summary_of(session: gatehouse_store::records::SessionRecord) -> Se
         channel: session.channel,
         peer: session.peer,
         room: session.room,
+        usage: gatehouse_api::usage::UsageTotals::default(),
     }
 }
 
@@ -276,7 +286,17 @@ pub(crate) async fn list_sessions(
         .sessions()
         .await
         .map_err(|error| store_error(&error))?;
-    let sessions = sessions.into_iter().map(summary_of).collect();
+    let usage = crate::http::usage::by_session(state.store.as_ref()).await?;
+    let sessions = sessions
+        .into_iter()
+        .map(|session| {
+            let usage = usage.get(&session.session_key).copied().unwrap_or_default();
+            SessionSummary {
+                usage,
+                ..summary_of(session)
+            }
+        })
+        .collect();
     Ok(Json(SessionList { sessions }))
 }
 

@@ -44,6 +44,7 @@ use crate::turns::runtime::TurnInput;
 use crate::turns::runtime::TurnReply;
 use crate::turns::runtime::TurnRuntime;
 use crate::turns::runtime::TurnSink;
+use crate::turns::runtime::UsageMeter;
 use gatehouse_protocol::time::now_ms;
 
 /// The default cap on turns running at once across all sessions.
@@ -149,6 +150,8 @@ pub(crate) struct TurnEngine {
     ends: Arc<tokio::sync::Notify>,
     /// The turn families of `/metrics`.
     pub metrics: TurnMetrics,
+    /// The most tokens one turn may use (`--turn-max-tokens`).
+    max_turn_tokens: Option<u64>,
 }
 
 /// Why a message was not admitted.
@@ -169,6 +172,7 @@ impl TurnEngine {
         stager: Option<Arc<dyn AttachmentStager>>,
         dispatcher: Arc<dyn Dispatcher>,
         max_concurrent_turns: usize,
+        max_turn_tokens: Option<u64>,
     ) -> Arc<Self> {
         Arc::new(Self {
             store,
@@ -182,6 +186,7 @@ impl TurnEngine {
             shutdown: CancellationToken::new(),
             ends: Arc::new(tokio::sync::Notify::new()),
             metrics: TurnMetrics::default(),
+            max_turn_tokens,
         })
     }
 
@@ -542,15 +547,21 @@ impl TurnEngine {
         );
         self.hub.sync(&session_key).await;
         tracing::info!(replica_id = %fence.replica_id, epoch = fence.epoch, "turn started");
-        let outcome = self.execute(&turn, &fence, cancel.clone(), steer).await;
+        let meter = UsageMeter::default();
+        let outcome = self
+            .execute(&turn, &fence, cancel.clone(), steer, &meter)
+            .await;
         self.drivers.lock().running.remove(&session_key);
+        // The calls counted one by one are the turn's usage; a runtime that reports only at the
+        // end (an older node host) gives it with its reply.
+        let counted = meter.lock().take();
         let end = match outcome {
             Ok(reply) => TurnEnd {
                 status: TurnStatus::Completed,
                 reply: Some(reply.text),
                 error_code: None,
                 error_message: None,
-                usage: reply.usage,
+                usage: counted.clone().or(reply.usage),
                 now_ms: now_ms(),
             },
             Err(_) if cancel.is_cancelled() && self.shutdown.is_cancelled() => TurnEnd {
@@ -584,6 +595,11 @@ impl TurnEngine {
                 }
             }
         };
+        // Aborted and interrupted turns used their counted calls too.
+        let end = TurnEnd {
+            usage: end.usage.clone().or(counted),
+            ..end
+        };
         let span = tracing::Span::current();
         span.record("outcome", end.status.as_str());
         if let Some(code) = &end.error_code {
@@ -606,6 +622,7 @@ impl TurnEngine {
         fence: &Fence,
         cancel: CancellationToken,
         steer: mpsc::Receiver<String>,
+        meter: &UsageMeter,
     ) -> Result<TurnReply, TurnFailure> {
         let user_texts: Vec<String> = self
             .store
@@ -638,7 +655,8 @@ impl TurnEngine {
             fence.clone(),
             turn.session_key.clone(),
             turn.turn_id.clone(),
-        );
+        )
+        .with_usage(self.max_turn_tokens, Arc::clone(meter));
         let input = TurnInput {
             session_key: turn.session_key.clone(),
             turn_id: turn.turn_id.clone(),
@@ -662,6 +680,9 @@ impl TurnEngine {
         };
         self.metrics
             .record_end(self.runtime_name(), outcome, started.elapsed());
+        if let Some(usage) = &end.usage {
+            self.metrics.record_usage(usage);
+        }
         let stored = match self.finish_durably(fence, &turn.turn_id, end).await {
             // The store refused this end itself (not an outage): end the turn with a failure the
             // Gateway writes, without the runtime's text, so the session is never left running.

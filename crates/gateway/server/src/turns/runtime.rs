@@ -11,8 +11,10 @@ use gatehouse_api::events::ArtifactRefused;
 use gatehouse_api::events::ArtifactStored;
 use gatehouse_api::events::MESSAGE_COMPLETED;
 use gatehouse_api::events::MESSAGE_DELTA;
+use gatehouse_api::events::MODEL_RETRY;
 use gatehouse_api::events::MessageCompleted;
 use gatehouse_api::events::MessageDelta;
+use gatehouse_api::events::ModelRetry;
 use gatehouse_api::events::TOOL_COMPLETED;
 use gatehouse_api::events::TOOL_STARTED;
 use gatehouse_api::events::ToolCompleted;
@@ -168,6 +170,9 @@ pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// as `{"truncated": true, "bytes": N}`.
 pub const MAX_TOOL_ARGUMENTS_BYTES: usize = 64 * 1024;
 
+/// The most bytes of a `model.retry` event's message; the rest is cut.
+const MAX_RETRY_MESSAGE_BYTES: usize = 1024;
+
 /// The most bytes a tool name may have in a stored message or event; longer names are cut.
 pub(crate) const MAX_TOOL_NAME_BYTES: usize = 256;
 
@@ -213,7 +218,19 @@ pub struct TurnSink {
     turn_id: String,
     /// Bytes this turn has stored so far, against [`MAX_TURN_STORED_BYTES`].
     stored: Arc<AtomicU64>,
+    /// The tokens this turn may use (`--turn-max-tokens`); `None`: no ceiling.
+    ceiling: Option<u64>,
+    /// The sum of the model calls reported so far ([`TurnSink::model_usage`]).
+    usage: UsageMeter,
 }
+
+/// The running sum of a turn's reported model calls, shared by its sink and its driver; `None`
+/// until a call is reported.
+pub(crate) type UsageMeter = Arc<parking_lot::Mutex<Option<TokenUsage>>>;
+
+/// The longest model name a turn's usage keeps, in bytes; a longer one (from a hostile node
+/// host) is cut.
+pub(crate) const MAX_MODEL_NAME_BYTES: usize = 128;
 
 impl TurnSink {
     pub(crate) fn new(
@@ -230,7 +247,99 @@ impl TurnSink {
             session_key,
             turn_id,
             stored: Arc::new(AtomicU64::new(0)),
+            ceiling: None,
+            usage: UsageMeter::default(),
         }
+    }
+
+    /// Returns this sink with the turn's token ceiling and the meter its reported calls are
+    /// summed in.
+    #[must_use]
+    pub(crate) fn with_usage(mut self, ceiling: Option<u64>, meter: UsageMeter) -> Self {
+        self.ceiling = ceiling;
+        self.usage = meter;
+        self
+    }
+
+    /// Returns the most tokens the turn may use, to send to the runtime; `None`: no ceiling.
+    pub fn max_turn_tokens(&self) -> Option<u64> {
+        self.ceiling
+    }
+
+    /// Counts one model call's `usage` against the turn: added to the turn in the store at
+    /// once (so the daily budgets see it on every replica, also if the turn then fails) and to
+    /// the turn's running sum.
+    ///
+    /// # Errors
+    /// `TURN_BUDGET_EXCEEDED` once the sum passes the turn's ceiling (the call is counted
+    /// first); `TURN_FENCED` when the turn is no longer running; a store failure.
+    pub async fn model_usage(&self, mut usage: TokenUsage) -> Result<(), TurnFailure> {
+        usage.model = usage
+            .model
+            .map(|model| bounded_text(&model, MAX_MODEL_NAME_BYTES).into_owned());
+        // The total is recomputed rather than taken as sent: the parts are what is billed.
+        usage.total_tokens = usage
+            .input_tokens
+            .saturating_add(usage.cached_input_tokens)
+            .saturating_add(usage.output_tokens)
+            .max(usage.total_tokens);
+        match self
+            .store
+            .add_turn_usage(&self.fence, &self.turn_id, &usage)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(TurnFailure::new(
+                    ErrorCode::TurnFenced,
+                    "the turn is no longer running; its usage was not counted",
+                ));
+            }
+            Err(error) => return Err(TurnFailure::new(error.code(), error.to_string())),
+        }
+        let total = {
+            let mut sum = self.usage.lock();
+            let added = match sum.take() {
+                Some(sum) => sum.plus(usage),
+                None => usage,
+            };
+            let total = added.total_tokens;
+            *sum = Some(added);
+            total
+        };
+        match self.ceiling {
+            Some(ceiling) if total > ceiling => Err(TurnFailure::new(
+                ErrorCode::TurnBudgetExceeded,
+                format!(
+                    "the turn's model calls used {total} tokens, more than the {ceiling} a turn may use (--turn-max-tokens); it was stopped"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records that a model call is retried: the `model.retry` event.
+    ///
+    /// # Errors
+    /// A [`TurnFailure`] when the event cannot be stored.
+    pub async fn model_retry(
+        &self,
+        attempt: u32,
+        code: &str,
+        message: &str,
+        delay_ms: u64,
+    ) -> Result<(), TurnFailure> {
+        let code = bounded_text(code, MAX_TOOL_NAME_BYTES);
+        let message = bounded_text(message, MAX_RETRY_MESSAGE_BYTES);
+        self.charge(code.len() + message.len())?;
+        let retry = ModelRetry {
+            turn_id: self.turn_id.clone(),
+            attempt,
+            code: code.into_owned(),
+            message: message.into_owned(),
+            delay_ms,
+        };
+        self.event(MODEL_RETRY, payload(&retry)).await
     }
 
     /// Returns the lease the turn was claimed under, which the turn's other writes (its

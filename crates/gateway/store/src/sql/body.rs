@@ -809,10 +809,12 @@ impl<B: Backend> Store for SqlStore<B> {
              COALESCE(SUM(output_tokens), 0)::bigint AS output_tokens, \
              COALESCE(SUM(total_tokens), 0)::bigint AS total_tokens \
              FROM turns WHERE created_at_ms >= ? AND created_at_ms < ? \
-             GROUP BY {group}"
+             AND (? IS NULL OR session_key = ?) GROUP BY {group}"
         ))
         .bind(usage_query.from_ms.unwrap_or(i64::MIN))
         .bind(usage_query.to_ms.unwrap_or(i64::MAX))
+        .opt_text(usage_query.session_key.as_deref())
+        .opt_text(usage_query.session_key.as_deref())
         .all(&self.db, "usage")
         .await?;
         let count = |row: &_, column| -> Result<u64> {

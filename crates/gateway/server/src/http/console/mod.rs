@@ -211,6 +211,10 @@ async fn sessions_page(State(state): State<Arc<GatewayState>>, headers: HeaderMa
         Ok(sessions) => sessions,
         Err(error) => return error_page(&crate::http::error::store_error(&error)),
     };
+    let usage = match crate::http::usage::by_session(state.store.as_ref()).await {
+        Ok(usage) => usage,
+        Err(error) => return error_page(&error),
+    };
     // A key that reaches sessions only through a prefixed `chat` grant sees only its own.
     let prefix = match viewer.principal.has(Scope::Read) {
         true => None,
@@ -240,6 +244,7 @@ async fn sessions_page(State(state): State<Arc<GatewayState>>, headers: HeaderMa
                         th scope="col" { "Key" } th scope="col" { "Runtime" }
                         th scope="col" { "Status" } th scope="col" { "Running turn" }
                         th scope="col" { "Last activity" }
+                        th scope="col" { "Model calls" } th scope="col" { "Tokens" }
                     } }
                     tbody {
                         @for session in &sessions {
@@ -249,6 +254,12 @@ async fn sessions_page(State(state): State<Arc<GatewayState>>, headers: HeaderMa
                                 td { @if session.active_turn_id.is_some() { "running" } @else { "idle" } }
                                 td.mono { (session.active_turn_id.as_deref().unwrap_or("—")) }
                                 td { time data-ms=(session.updated_at_ms) { (session.updated_at_ms) } }
+                                @let used = usage.get(&session.session_key).copied().unwrap_or_default();
+                                td.num { (used.model_calls) }
+                                td.num title=(format!(
+                                    "input {}, cached input {}, output {}",
+                                    used.input_tokens, used.cached_input_tokens, used.output_tokens
+                                )) { (used.total_tokens) }
                             }
                         }
                     }
