@@ -14,14 +14,12 @@
 //! again by the Gateway after each reported call, so a node host that ignores it still has its
 //! turn ended with `TURN_BUDGET_EXCEEDED`.
 
-use gatehouse_protocol::error::ErrorCode;
 use gatehouse_store::Store;
 use gatehouse_store::records::ApiKeyRecord;
 use gatehouse_store::records::DAY_MS;
 use gatehouse_store::records::UsageScope;
 
-use crate::http::error::ApiError;
-use crate::http::error::store_error;
+use gatehouse_store::StoreError;
 
 /// The token budgets of the Gateway's flags (keys carry their own, `--tokens-per-day`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,19 +42,35 @@ pub(crate) fn seconds_to_next_day(now_ms: i64) -> u64 {
     u64::try_from(left_ms.div_euclid(1000).max(1)).unwrap_or(1)
 }
 
+/// Why a message was not admitted for its budget.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BudgetError {
+    /// A daily budget is used up: `429 BUDGET_EXHAUSTED` with `Retry-After`.
+    #[error("{message}")]
+    Exhausted {
+        /// What was used of which budget.
+        message: String,
+        /// The seconds to the next UTC day.
+        retry_after_seconds: u64,
+    },
+    /// The sums could not be read; nothing is admitted unchecked.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// Checks the daily budgets of `key` (when the message comes with one) and of `session_key`
 /// before a message is admitted.
 ///
 /// # Errors
-/// `429 BUDGET_EXHAUSTED` with `Retry-After` when either budget is used up; a store failure
-/// when the sums cannot be read (nothing is admitted unchecked).
+/// [`BudgetError::Exhausted`] when either budget is used up; [`BudgetError::Store`] when the
+/// sums cannot be read.
 pub(crate) async fn check_daily(
     store: &dyn Store,
     config: &BudgetConfig,
     key: Option<&ApiKeyRecord>,
     session_key: &str,
     now_ms: i64,
-) -> Result<(), ApiError> {
+) -> Result<(), BudgetError> {
     let since = day_start_ms(now_ms);
     let budgets = [
         key.and_then(|key| {
@@ -68,18 +82,14 @@ pub(crate) async fn check_daily(
             .map(|budget| (UsageScope::Session(session_key), budget, "this session")),
     ];
     for (scope, budget, whose) in budgets.into_iter().flatten() {
-        let used = store
-            .tokens_used(scope, since)
-            .await
-            .map_err(|error| store_error(&error))?;
+        let used = store.tokens_used(scope, since).await?;
         if used >= budget {
-            return Err(ApiError::new(
-                ErrorCode::BudgetExhausted,
-                format!(
+            return Err(BudgetError::Exhausted {
+                message: format!(
                     "{whose} used {used} of its {budget} tokens for today (UTC); retry after midnight UTC"
                 ),
-            )
-            .with_retry_after(seconds_to_next_day(now_ms)));
+                retry_after_seconds: seconds_to_next_day(now_ms),
+            });
         }
     }
     Ok(())

@@ -23,8 +23,9 @@
 //! cycle spans two layers (`tests/suite/module_layers.rs` reads this list and holds it):
 //! 1. `secrets`, `instruments`: tokens, hashes and the operator token
 //!    file; the metric instruments the turn engine and the link record into.
-//! 2. `audit`, `setup_code`, `readiness`, `shares`: the audit trail, one-time enrollment codes,
-//!    the shared `/readyz` check, and the fair shares of API keys.
+//! 2. `audit`, `setup_code`, `readiness`, `shares`, `budgets`: the audit trail, one-time
+//!    enrollment codes, the shared `/readyz` check, the fair shares of API keys, and the token
+//!    budgets checked before admission.
 //! 3. `link`: the node link: handshake, sessions and the registry of connected nodes.
 //! 4. `workspace`, `memory`, `skills`: what the Gateway reaches through a node: the workspace
 //!    client, the memory index and the skills catalog.

@@ -57,8 +57,13 @@ fn every_answer_keeps_the_contract_field_names() {
         "error": {"code": "MODEL_AUTH_FAILED", "message": null}}));
     round_trip::<sessions::SessionList>(
         json!({"sessions": [{"sessionKey": "s", "runtime": "native",
-        "createdAt": 1, "updatedAt": 2, "activeTurnId": "t", "nodeId": "n"}]}),
+        "createdAt": 1, "updatedAt": 2, "activeTurnId": "t", "nodeId": "n",
+        "usage": {"turns": 2, "modelCalls": 3, "inputTokens": 10, "cachedInputTokens": 4,
+        "outputTokens": 5, "totalTokens": 19}}]}),
     );
+    round_trip::<gatehouse_api::usage::UsageView>(json!({"rows": [{"group": "2026-12-07",
+        "turns": 2, "modelCalls": 3, "inputTokens": 10, "cachedInputTokens": 4,
+        "outputTokens": 5, "totalTokens": 19}]}));
     round_trip::<sessions::Transcript>(
         json!({"messages": [{"seq": 1, "turnId": "t", "role": "tool",
         "content": "x", "createdAt": 3, "toolName": "read"}]}),

@@ -125,7 +125,16 @@ pub(crate) async fn admit_message(
         session_key,
         gatehouse_protocol::time::now_ms(),
     )
-    .await?;
+    .await
+    .map_err(|error| match error {
+        crate::budgets::BudgetError::Exhausted {
+            message,
+            retry_after_seconds,
+        } => {
+            ApiError::new(ErrorCode::BudgetExhausted, message).with_retry_after(retry_after_seconds)
+        }
+        crate::budgets::BudgetError::Store(store) => store_error(&store),
+    })?;
     let slots = match principal.key() {
         Some(key) => Some(
             state

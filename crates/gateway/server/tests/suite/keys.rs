@@ -402,6 +402,7 @@ async fn issue_17_every_v1_route_answers_each_scope_as_the_table_says() {
                 None,
                 ADMIN_ONLY,
             ),
+            case("GET", "/v1/usage", "/v1/usage", None, READ),
             case("GET", "/v1/channels", "/v1/channels", None, READ),
             case(
                 "GET",

@@ -9,3 +9,4 @@ mod module_layers;
 mod openai;
 mod sessions;
 mod support;
+mod usage;

@@ -340,8 +340,12 @@ async fn issue_17_usage_is_the_tokens_the_turn_reported() {
         turn["usage"],
         serde_json::json!({
             "inputTokens": usage.input_tokens,
+            "cachedInputTokens": 0,
             "outputTokens": usage.output_tokens,
             "totalTokens": usage.total_tokens,
+            "modelCalls": 1,
+            "retries": 0,
+            "model": "echo",
         })
     );
     // Streamed with `stream_options.include_usage`: one more chunk, with no choices, after the
