@@ -1314,3 +1314,85 @@ async fn issue_36_one_replica_polls_a_telegram_bot_and_another_takes_over_when_i
     assert_eq!(api.violations(), Vec::<String>::new());
     drop(node);
 }
+
+/// Posts `text` to `session` on `gateway` with the API key `secret`; returns the status and
+/// the answer.
+async fn post_as(
+    gateway: &Gateway,
+    secret: &str,
+    session: &str,
+    text: &str,
+) -> (u16, serde_json::Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/{session}/messages", gateway.url))
+        .bearer_auth(secret)
+        .json(&serde_json::json!({"text": text}))
+        .timeout(WAIT)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// One key's daily token budget on three replicas of one PostgreSQL store: the tokens a turn
+/// used through one replica count on every other, so once the key's turns (through two
+/// replicas) used its budget, all three refuse it before admission with `BUDGET_EXHAUSTED`,
+/// and `GET /v1/usage` on the third sums exactly those turns.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_35_three_replicas_enforce_one_key_budget_together() {
+    let cluster = Cluster::start(3, DEFAULT_LEASE).await;
+    let _node = cluster.node("harness", 0, 8);
+    cluster.wait_nodes(0, 1).await;
+    // What one turn of this text in a fresh session uses, measured with the operator token.
+    let probe = posted(&cluster.replicas[0], "probe", "/say budget", "probe").await;
+    let probe = wait_status(&cluster.replicas[0], &probe, &["completed"]).await;
+    let per_turn = probe["usage"]["totalTokens"].as_u64().unwrap();
+    assert!(per_turn > 0, "{probe}");
+
+    let created = reqwest::Client::new()
+        .post(format!("{}/v1/keys", cluster.replicas[1].url))
+        .bearer_auth(&cluster.replicas[1].token)
+        .json(&serde_json::json!({
+            "name": "tenant", "scopes": ["chat"], "tokensPerDay": 2 * per_turn
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    let secret = created.json::<serde_json::Value>().await.unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Two turns through two replicas: each admitted while the key is under its budget.
+    for (index, session) in [(0, "t-a"), (1, "t-b")] {
+        let (status, accepted) =
+            post_as(&cluster.replicas[index], &secret, session, "/say budget").await;
+        assert_eq!(status, 202, "{accepted}");
+        let turn_id = accepted["turnId"].as_str().unwrap();
+        let turn = wait_status(&cluster.replicas[index], turn_id, &["completed"]).await;
+        assert_eq!(turn["usage"]["totalTokens"], per_turn, "{turn}");
+    }
+    for replica in &cluster.replicas {
+        let (status, refused) = post_as(replica, &secret, "t-c", "/say budget").await;
+        assert_eq!(
+            (status, refused["error"]["code"].as_str()),
+            (429, Some("BUDGET_EXHAUSTED")),
+            "{}: {refused}",
+            replica.url
+        );
+    }
+    let usage = cluster.replicas[2].get_json("/v1/usage?groupBy=key").await;
+    let tenant = usage["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["group"] == "tenant")
+        .cloned()
+        .unwrap_or_else(|| panic!("no row of the key: {usage}"));
+    assert_eq!(tenant["turns"], 2, "{usage}");
+    assert_eq!(tenant["totalTokens"], 2 * per_turn, "{usage}");
+    assert_eq!(tenant["modelCalls"], 2, "{usage}");
+    // Nothing of the refused messages was admitted.
+    assert!(transcript(&cluster.replicas[2], "t-c").await.is_empty());
+}
