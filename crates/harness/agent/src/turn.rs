@@ -131,6 +131,7 @@ pub async fn run_turn(
             system: system.clone(),
             messages: std::mem::take(&mut messages),
             tools: specs.clone(),
+            max_output_tokens: None,
         };
         let step = tokio::select! {
             biased;

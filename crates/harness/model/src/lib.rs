@@ -54,6 +54,7 @@
 
 #![deny(missing_docs)]
 
+mod anthropic;
 mod chat;
 mod config;
 mod error;
@@ -68,7 +69,11 @@ use std::pin::Pin;
 
 use futures_util::Stream;
 
+pub use crate::anthropic::ANTHROPIC_DEFAULT_MAX_TOKENS;
+pub use crate::anthropic::ANTHROPIC_VERSION;
+pub use crate::anthropic::AnthropicClient;
 pub use crate::chat::ChatCompletionsClient;
+pub use crate::config::ANTHROPIC_KEY_ENV;
 pub use crate::config::ApiKey;
 pub use crate::config::BACKOFF_FACTOR;
 pub use crate::config::DEFAULT_KEY_ENV;
@@ -80,6 +85,7 @@ pub use crate::config::ModelConfig;
 pub use crate::config::ModelSpecError;
 pub use crate::config::RetryPolicy;
 pub use crate::config::Timeouts;
+pub use crate::config::default_key_env;
 pub use crate::error::ModelError;
 pub use crate::error::Result;
 pub use crate::error::TimeoutPhase;
@@ -89,6 +95,8 @@ pub use crate::responses::ResponsesClient;
 pub use crate::types::Message;
 pub use crate::types::ModelEvent;
 pub use crate::types::ModelRequest;
+pub use crate::types::RetryNotice;
+pub use crate::types::RetryObserver;
 pub use crate::types::ToolCall;
 pub use crate::types::ToolInput;
 pub use crate::types::ToolKind;
@@ -114,6 +122,24 @@ pub trait ModelClient: Send + Sync + std::fmt::Debug {
     /// A [`ModelError`] when the call fails before the stream starts (connect error, HTTP error
     /// status, timeout waiting for the response).
     async fn stream(&self, request: &ModelRequest) -> Result<ModelEventStream>;
+
+    /// Like [`ModelClient::stream`], and calls `on_retry` for each failed attempt the client
+    /// retries, before it waits, so a caller can report the retry and count it.
+    ///
+    /// The default implementation makes no retries of its own and never calls `on_retry`; the
+    /// HTTP clients override it.
+    ///
+    /// # Errors
+    ///
+    /// As [`ModelClient::stream`].
+    async fn stream_observing(
+        &self,
+        request: &ModelRequest,
+        on_retry: &RetryObserver<'_>,
+    ) -> Result<ModelEventStream> {
+        let _ = on_retry;
+        self.stream(request).await
+    }
 
     /// Returns the model name this client sends (`mock` for the mock), for spans and logs.
     fn model(&self) -> &str;

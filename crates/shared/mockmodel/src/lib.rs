@@ -45,19 +45,23 @@
 
 #![deny(missing_docs)]
 
+mod memory;
 mod plan;
 mod render;
 mod server;
 mod view;
 
+pub use crate::memory::MockMemory;
 pub use crate::plan::APPLY_PATCH;
 pub use crate::plan::FailPlan;
+pub use crate::plan::FlakyPlan;
 pub use crate::plan::Plan;
 pub use crate::plan::PlannedToolCall;
 pub use crate::plan::PlannedToolInput;
 pub use crate::plan::RESULT_CUT_CHARS;
 pub use crate::plan::TextPlan;
 pub use crate::plan::Usage;
+pub use crate::plan::flaky;
 pub use crate::plan::plan;
 pub use crate::plan::usage;
 pub use crate::server::KEEPALIVE_INTERVAL;

@@ -252,7 +252,8 @@ fn usage_is_deterministic() {
         usage(&request, &reply),
         Usage {
             input_tokens: 3,
-            output_tokens: 2
+            output_tokens: 2,
+            ..Usage::default()
         }
     );
 }
