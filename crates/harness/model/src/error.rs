@@ -188,6 +188,12 @@ impl ModelError {
         }
     }
 
+    /// Returns true when the model stopped because it reached the request's output limit
+    /// (`response.incomplete` with reason `max_output_tokens`).
+    pub fn is_output_limit(&self) -> bool {
+        matches!(self, ModelError::Incomplete { reason } if reason == "max_output_tokens")
+    }
+
     /// Returns true when the model did not answer in time.
     pub fn is_timeout(&self) -> bool {
         matches!(self, ModelError::Timeout { .. })
