@@ -33,11 +33,12 @@ pub enum AgentError {
     /// ([`crate::TurnRequest::max_turn_tokens`]), or a call stopped at the output limit the
     /// ceiling set. Returned by [`crate::run_turn`] after the call that passed it; the tool calls
     /// of that call did not run. Not retried: the same turn would pass the ceiling again.
-    #[error("the turn used {used} tokens, more than its ceiling of {limit}")]
+    #[error("the turn passed its ceiling of {limit} tokens ({used} counted)")]
     TurnBudgetExceeded {
         /// The ceiling.
         limit: u64,
-        /// The tokens used by the calls that answered.
+        /// The tokens of the calls that answered (a call stopped at its output limit reports
+        /// none, so this may be below the ceiling).
         used: u64,
     },
     /// The caller cancelled the turn; running tools were killed. Not retried.

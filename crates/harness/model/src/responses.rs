@@ -25,6 +25,9 @@ use crate::types::ToolInput;
 use crate::types::ToolKind;
 use crate::types::Usage;
 
+/// The smallest `max_output_tokens` the Responses API accepts; a smaller limit is raised to it.
+const MIN_MAX_OUTPUT_TOKENS: u64 = 16;
+
 /// Streams from an OpenAI Responses endpoint.
 ///
 /// The request has `stream: true` and `store: false`; the system prompt goes in `instructions`,
@@ -149,7 +152,8 @@ pub(crate) fn request_body(model: &str, request: &ModelRequest) -> Value {
         body["instructions"] = json!(request.system);
     }
     if let Some(limit) = request.max_output_tokens {
-        body["max_output_tokens"] = json!(limit);
+        // The API refuses a limit below 16.
+        body["max_output_tokens"] = json!(limit.max(MIN_MAX_OUTPUT_TOKENS));
     }
     body
 }

@@ -14,8 +14,9 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     /// The tools the model may call.
     pub tools: Vec<ToolSpec>,
-    /// The most tokens the answer may have, sent as `max_output_tokens` (Responses),
-    /// `max_completion_tokens` (Chat Completions) or `max_tokens` (Anthropic). `None` leaves it
+    /// The most tokens the answer may have, sent as `max_output_tokens` (Responses, at least 16,
+    /// the API's minimum), `max_completion_tokens` (Chat Completions) or `max_tokens`
+    /// (Anthropic, at most [`crate::ANTHROPIC_DEFAULT_MAX_TOKENS`]). `None` leaves it
     /// to the API, except on Anthropic, which requires one and gets
     /// [`crate::ANTHROPIC_DEFAULT_MAX_TOKENS`].
     pub max_output_tokens: Option<u64>,

@@ -233,3 +233,43 @@ async fn each_call_asks_for_at_most_the_tokens_left() {
         10_000 - usages[0].total_tokens
     );
 }
+
+/// A model whose every answer stops at its output limit, as a Responses stream ends with
+/// `response.incomplete` (`max_output_tokens`).
+#[derive(Debug)]
+struct CutModel;
+
+#[async_trait::async_trait]
+impl ModelClient for CutModel {
+    fn model(&self) -> &str {
+        "cut"
+    }
+
+    async fn stream(
+        &self,
+        _request: &gatehouse_model::ModelRequest,
+    ) -> gatehouse_model::Result<gatehouse_model::ModelEventStream> {
+        let error = gatehouse_model::ModelError::Incomplete {
+            reason: String::from("max_output_tokens"),
+        };
+        Ok(Box::pin(futures_util::stream::iter([Err(error)])))
+    }
+}
+
+#[tokio::test]
+async fn a_call_cut_at_its_output_limit_passes_the_ceiling_only_when_there_is_one() {
+    let session = Session::new();
+    let (_, result) = turn(&CutModel, &session, "go", Some(100)).await;
+    assert!(
+        matches!(
+            result,
+            Err(AgentError::TurnBudgetExceeded {
+                limit: 100,
+                used: 0
+            })
+        ),
+        "{result:?}"
+    );
+    let (_, result) = turn(&CutModel, &session, "go", None).await;
+    assert_eq!(result.unwrap_err().code(), ErrorCode::ModelBadResponse);
+}
