@@ -29,6 +29,18 @@ pub enum AgentError {
         /// The limit that applied.
         limit: usize,
     },
+    /// The turn's model calls used more tokens (`totalTokens`, summed) than its ceiling
+    /// ([`crate::TurnRequest::max_turn_tokens`]), or a call stopped at the output limit the
+    /// ceiling set. Returned by [`crate::run_turn`] after the call that passed it; the tool calls
+    /// of that call did not run. Not retried: the same turn would pass the ceiling again.
+    #[error("the turn passed its ceiling of {limit} tokens ({used} counted)")]
+    TurnBudgetExceeded {
+        /// The ceiling.
+        limit: u64,
+        /// The tokens of the calls that answered (a call stopped at its output limit reports
+        /// none, so this may be below the ceiling).
+        used: u64,
+    },
     /// The caller cancelled the turn; running tools were killed. Not retried.
     #[error("the turn was cancelled")]
     Cancelled,
@@ -47,6 +59,7 @@ impl AgentError {
         match self {
             AgentError::Model { source } => source.code(),
             AgentError::StepLimit { .. } => ErrorCode::AgentStepLimit,
+            AgentError::TurnBudgetExceeded { .. } => ErrorCode::TurnBudgetExceeded,
             AgentError::Cancelled => ErrorCode::AgentCancelled,
             AgentError::Workspace { source } => source.code(),
         }

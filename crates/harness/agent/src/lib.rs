@@ -17,7 +17,12 @@
 //! )?;
 //! let tools = ToolSet::native().filtered(&[]);
 //! let system = gatehouse_agent::build_system_prompt(ctx.workspace()).text;
-//! let request = TurnRequest { system, history: Vec::new(), user_texts: vec![String::from("/say hi")] };
+//! let request = TurnRequest {
+//!     system,
+//!     history: Vec::new(),
+//!     user_texts: vec![String::from("/say hi")],
+//!     max_turn_tokens: None,
+//! };
 //! let output = gatehouse_agent::run_turn(
 //!     &MockClient::default(), request, &tools, &ctx, &mut |_event| {}, &CancellationToken::new(),
 //! ).await?;

@@ -20,6 +20,7 @@ use crate::sse::SseEvent;
 use crate::types::Message;
 use crate::types::ModelEvent;
 use crate::types::ModelRequest;
+use crate::types::RetryObserver;
 use crate::types::ToolCall;
 use crate::types::ToolInput;
 use crate::types::ToolKind;
@@ -46,7 +47,11 @@ impl ChatCompletionsClient {
     /// [`ModelError::UnsupportedUrl`], [`ModelError::InvalidKey`] or [`ModelError::Client`].
     pub fn new(config: HttpClientConfig) -> Result<ChatCompletionsClient> {
         Ok(ChatCompletionsClient {
-            transport: Transport::new(&config, "/chat/completions")?,
+            transport: Transport::new(
+                &config,
+                "/chat/completions",
+                crate::http::bearer_headers(&config.api_key)?,
+            )?,
             model: config.model,
         })
     }
@@ -59,6 +64,14 @@ impl ModelClient for ChatCompletionsClient {
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelEventStream> {
+        self.stream_observing(request, &|_| {}).await
+    }
+
+    async fn stream_observing(
+        &self,
+        request: &ModelRequest,
+        on_retry: &RetryObserver<'_>,
+    ) -> Result<ModelEventStream> {
         let body = request_body(&self.model, request).to_string().into_bytes();
         let freeform_tools = request
             .tools
@@ -70,7 +83,7 @@ impl ModelClient for ChatCompletionsClient {
             freeform_tools,
             ..ChatInterpreter::default()
         };
-        self.transport.stream(body, interpreter).await
+        self.transport.stream(body, interpreter, on_retry).await
     }
 }
 
@@ -125,6 +138,9 @@ pub(crate) fn request_body(model: &str, request: &ModelRequest) -> Value {
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    if let Some(limit) = request.max_output_tokens {
+        body["max_completion_tokens"] = json!(limit);
+    }
     if !request.tools.is_empty() {
         let tools: Vec<Value> = request
             .tools
@@ -209,9 +225,16 @@ struct WireFunctionDelta {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct WireUsage {
+    /// All input, cached input included.
     prompt_tokens: u64,
+    prompt_tokens_details: Option<WirePromptDetails>,
     completion_tokens: u64,
-    total_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WirePromptDetails {
+    cached_tokens: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -245,13 +268,16 @@ impl Interpreter for ChatInterpreter {
             });
         }
         if let Some(usage) = chunk.usage {
-            self.usage = Some(Usage {
-                input_tokens: usage.prompt_tokens,
-                output_tokens: usage.completion_tokens,
-                total_tokens: usage
-                    .total_tokens
-                    .unwrap_or(usage.prompt_tokens + usage.completion_tokens),
-            });
+            // The API counts cached input inside `prompt_tokens`; ours is uncached.
+            let cached = usage
+                .prompt_tokens_details
+                .map_or(0, |details| details.cached_tokens)
+                .min(usage.prompt_tokens);
+            self.usage = Some(Usage::new(
+                usage.prompt_tokens - cached,
+                cached,
+                usage.completion_tokens,
+            ));
         }
         // Only the first choice is used (we never ask for more than one).
         let choices = chunk.choices.unwrap_or_default();

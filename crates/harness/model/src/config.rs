@@ -7,6 +7,7 @@ use backon::BackoffBuilder;
 use backon::ExponentialBuilder;
 
 use crate::ModelClient;
+use crate::anthropic::AnthropicClient;
 use crate::chat::ChatCompletionsClient;
 use crate::error::ModelError;
 use crate::error::Result;
@@ -14,8 +15,12 @@ use crate::error::Result;
 use crate::mock::MockClient;
 use crate::responses::ResponsesClient;
 
-/// The variable the API key is read from unless another is configured.
+/// The variable the API key of an OpenAI API (and the mock) is read from unless another is
+/// configured.
 pub const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// The variable the API key of an `anthropic:` model is read from unless another is configured.
+pub const ANTHROPIC_KEY_ENV: &str = "ANTHROPIC_API_KEY";
 
 /// The most retries a client makes before the first event.
 pub const MAX_RETRIES: usize = 2;
@@ -27,6 +32,8 @@ pub enum ModelApi {
     Responses,
     /// OpenAI Chat Completions (`POST {base_url}/chat/completions`, SSE chunks).
     Chat,
+    /// The Anthropic Messages API (`POST {base_url}/messages`, SSE).
+    Anthropic,
     /// The in-process deterministic mock (`gatehouse-mockmodel`), no HTTP and no key. Only with
     /// the crate's `mock` feature.
     #[cfg(feature = "mock")]
@@ -103,9 +110,9 @@ pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ModelSpecError {
-    /// The spec does not start with `mock`, `openai-responses:` or `openai-chat:`.
+    /// The spec does not start with `mock`, `openai-responses:`, `openai-chat:` or `anthropic:`.
     #[error(
-        "unknown model spec {spec:?} (expected mock, openai-responses:URL:MODEL or openai-chat:URL:MODEL)"
+        "unknown model spec {spec:?} (expected mock, openai-responses:URL:MODEL, openai-chat:URL:MODEL or anthropic:URL:MODEL)"
     )]
     UnknownApi {
         /// The spec as given.
@@ -154,7 +161,7 @@ pub struct HttpClientConfig {
     pub base_url: String,
     /// The model name.
     pub model: String,
-    /// The key sent as `Authorization: Bearer`.
+    /// The key, sent as `Authorization: Bearer` (OpenAI APIs) or `x-api-key` (Anthropic).
     pub api_key: ApiKey,
     /// How long to wait.
     pub timeouts: Timeouts,
@@ -246,6 +253,15 @@ impl RetryPauses {
     }
 }
 
+/// Returns the variable the API key of `spec` is read from when `--model-key-env` is not given:
+/// [`ANTHROPIC_KEY_ENV`] for an `anthropic:` spec, [`DEFAULT_KEY_ENV`] for anything else.
+pub fn default_key_env(spec: &str) -> &'static str {
+    match spec.starts_with("anthropic:") {
+        true => ANTHROPIC_KEY_ENV,
+        false => DEFAULT_KEY_ENV,
+    }
+}
+
 impl ModelConfig {
     /// Returns the configuration of the in-process mock model.
     #[cfg(feature = "mock")]
@@ -260,8 +276,9 @@ impl ModelConfig {
         }
     }
 
-    /// Parses a `--model` spec: `mock` (with the `mock` feature), `openai-responses:URL:MODEL` or
-    /// `openai-chat:URL:MODEL`.
+    /// Parses a `--model` spec: `mock` (with the `mock` feature), `openai-responses:URL:MODEL`,
+    /// `openai-chat:URL:MODEL` or `anthropic:URL:MODEL` (URL with the version path, such as
+    /// `https://api.anthropic.com/v1`).
     ///
     /// The model name is what follows the LAST `:`, so the URL may contain colons (scheme, port)
     /// and the model name may not. A name made only of digits (optionally followed by a path) is
@@ -282,6 +299,8 @@ impl ModelConfig {
             (ModelApi::Responses, rest)
         } else if let Some(rest) = spec.strip_prefix("openai-chat:") {
             (ModelApi::Chat, rest)
+        } else if let Some(rest) = spec.strip_prefix("anthropic:") {
+            (ModelApi::Anthropic, rest)
         } else {
             return Err(ModelSpecError::UnknownApi {
                 spec: spec.to_owned(),
@@ -326,6 +345,7 @@ impl ModelConfig {
             ModelApi::Mock => String::from("mock"),
             ModelApi::Responses => format!("openai-responses:{}:{}", self.base_url, self.model),
             ModelApi::Chat => format!("openai-chat:{}:{}", self.base_url, self.model),
+            ModelApi::Anthropic => format!("anthropic:{}:{}", self.base_url, self.model),
         }
     }
 
@@ -372,6 +392,7 @@ impl ModelConfig {
         match self.api {
             ModelApi::Responses => Ok(Arc::new(ResponsesClient::new(http)?)),
             ModelApi::Chat => Ok(Arc::new(ChatCompletionsClient::new(http)?)),
+            ModelApi::Anthropic => Ok(Arc::new(AnthropicClient::new(http)?)),
             #[cfg(feature = "mock")]
             ModelApi::Mock => Ok(Arc::new(MockClient::new(self.timeouts))),
         }

@@ -24,6 +24,14 @@ fn parses_specs() {
             ),
         ),
         (
+            "anthropic:https://api.anthropic.com/v1:claude-sonnet-4-5",
+            (
+                ModelApi::Anthropic,
+                "https://api.anthropic.com/v1",
+                "claude-sonnet-4-5",
+            ),
+        ),
+        (
             "openai-responses:http://localhost:7430/v1:mock-model",
             (
                 ModelApi::Responses,

@@ -96,7 +96,8 @@ pub enum ModelError {
         #[source]
         source: serde_json::Error,
     },
-    /// The stream ended before its end marker (`response.completed`, or `data: [DONE]`).
+    /// The stream ended before its end marker (`response.completed`, `data: [DONE]` or
+    /// `message_stop`).
     #[error("model stream ended before completion")]
     Truncated,
     /// The model sent a shape that cannot be interpreted, for example a tool call without a name.
@@ -106,10 +107,11 @@ pub enum ModelError {
         what: &'static str,
     },
     /// The model reported a failure inside the stream (`response.failed`, an `error` event or a
-    /// chunk with an `error` object).
+    /// chunk with an `error` object). Not retried: the stream had already started.
     #[error("model failed: {message}")]
     Failed {
-        /// The upstream error code, such as `server_error` or `rate_limit_exceeded`.
+        /// The upstream error code, such as `server_error`, `rate_limit_exceeded` or (Anthropic's
+        /// error type) `overloaded_error`.
         code: Option<String>,
         /// The upstream message.
         message: String,
@@ -125,10 +127,13 @@ pub enum ModelError {
 impl ModelError {
     /// Returns the stable code of this error, one of the `MODEL_*` codes of [`ErrorCode`].
     ///
-    /// Statuses: 401 and 403 are `MODEL_AUTH_FAILED`, 429 is `MODEL_RATE_LIMITED`, 408 and 5xx are
-    /// `MODEL_UNAVAILABLE`, any other status is `MODEL_BAD_RESPONSE`. In-stream failures
-    /// ([`ModelError::Failed`]) map by their upstream code: `server_error` and `server_is_overloaded`
-    /// are `MODEL_UNAVAILABLE`, `rate_limit_exceeded` is `MODEL_RATE_LIMITED`, anything else
+    /// Statuses: 401 and 403 are `MODEL_AUTH_FAILED`, 429 is `MODEL_RATE_LIMITED`, 408 and 5xx
+    /// (Anthropic's 529 "overloaded" included) are `MODEL_UNAVAILABLE`, any other status is
+    /// `MODEL_BAD_RESPONSE`. In-stream failures ([`ModelError::Failed`]) map by their upstream
+    /// code (OpenAI's `error.code`, Anthropic's `error.type`): `server_error`,
+    /// `server_is_overloaded`, `overloaded_error` and `api_error` are `MODEL_UNAVAILABLE`,
+    /// `rate_limit_exceeded` and `rate_limit_error` are `MODEL_RATE_LIMITED`,
+    /// `authentication_error` and `permission_error` are `MODEL_AUTH_FAILED`, anything else
     /// `MODEL_BAD_RESPONSE`.
     pub fn code(&self) -> ErrorCode {
         match self {
@@ -145,8 +150,11 @@ impl ModelError {
                 _ => ErrorCode::ModelBadResponse,
             },
             ModelError::Failed { code, .. } => match code.as_deref() {
-                Some("server_error" | "server_is_overloaded") => ErrorCode::ModelUnavailable,
-                Some("rate_limit_exceeded") => ErrorCode::ModelRateLimited,
+                Some(
+                    "server_error" | "server_is_overloaded" | "overloaded_error" | "api_error",
+                ) => ErrorCode::ModelUnavailable,
+                Some("rate_limit_exceeded" | "rate_limit_error") => ErrorCode::ModelRateLimited,
+                Some("authentication_error" | "permission_error") => ErrorCode::ModelAuthFailed,
                 Some(_) | None => ErrorCode::ModelBadResponse,
             },
             ModelError::LineTooLong { .. }
@@ -178,6 +186,12 @@ impl ModelError {
             | ModelError::Failed { .. }
             | ModelError::Incomplete { .. } => false,
         }
+    }
+
+    /// Returns true when the model stopped because it reached the request's output limit
+    /// (`response.incomplete` with reason `max_output_tokens`).
+    pub fn is_output_limit(&self) -> bool {
+        matches!(self, ModelError::Incomplete { reason } if reason == "max_output_tokens")
     }
 
     /// Returns true when the model did not answer in time.

@@ -1,5 +1,5 @@
-//! What both HTTP clients share: sending with bounded retries, and turning an SSE body into model
-//! events under the first-event and idle timeouts.
+//! What the HTTP clients share: sending with bounded, observable retries, and turning an SSE body
+//! into model events under the first-event and idle timeouts.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -9,12 +9,14 @@ use reqwest::StatusCode;
 use reqwest::header::ACCEPT;
 use reqwest::header::AUTHORIZATION;
 use reqwest::header::CONTENT_TYPE;
+use reqwest::header::HeaderMap;
 use reqwest::header::HeaderValue;
 use reqwest::header::RETRY_AFTER;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::ModelEventStream;
+use crate::config::ApiKey;
 use crate::config::HttpClientConfig;
 use crate::config::RetryPolicy;
 use crate::config::Timeouts;
@@ -24,15 +26,21 @@ use crate::error::TimeoutPhase;
 use crate::sse::SseEvent;
 use crate::sse::SseEventStream;
 use crate::types::ModelEvent;
+use crate::types::RetryNotice;
+use crate::types::RetryObserver;
 
 /// The most bytes of an error body quoted in [`ModelError::Status`].
 const MAX_ERROR_MESSAGE_CHARS: usize = 500;
 
-/// An HTTP endpoint with its credential, timeouts and retry policy.
+/// The status Anthropic answers when its API is overloaded; retried like a 503.
+const STATUS_OVERLOADED: u16 = 529;
+
+/// An HTTP endpoint with its credential headers, timeouts and retry policy.
 pub(crate) struct Transport {
     client: reqwest::Client,
     endpoint: String,
-    authorization: HeaderValue,
+    /// Sent with every request: the credential (marked sensitive) and any API version header.
+    headers: HeaderMap,
     timeouts: Timeouts,
     retry: RetryPolicy,
 }
@@ -63,15 +71,18 @@ impl std::fmt::Debug for Transport {
 }
 
 impl Transport {
-    /// Returns a transport posting to `{base_url}{path}`.
+    /// Returns a transport posting to `{base_url}{path}` with `headers` (see [`bearer_headers`]).
     ///
     /// # Errors
     ///
     /// [`ModelError::UnsupportedUrl`] unless the base URL is `http://` or `https://` (TLS with
-    /// rustls and the system's trust store),
-    /// [`ModelError::InvalidKey`] for a key that cannot be a header, [`ModelError::Client`] when
-    /// reqwest cannot build a client.
-    pub(crate) fn new(config: &HttpClientConfig, path: &str) -> Result<Transport> {
+    /// rustls and the system's trust store), [`ModelError::Client`] when reqwest cannot build a
+    /// client.
+    pub(crate) fn new(
+        config: &HttpClientConfig,
+        path: &str,
+        headers: HeaderMap,
+    ) -> Result<Transport> {
         let host = config
             .base_url
             .strip_prefix("http://")
@@ -81,10 +92,6 @@ impl Transport {
                 base_url: config.base_url.clone(),
             });
         };
-        let mut authorization =
-            HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose()))
-                .map_err(|_| ModelError::InvalidKey)?;
-        authorization.set_sensitive(true);
         let mut builder = reqwest::Client::builder().connect_timeout(config.timeouts.connect);
         // A loopback model (the mock, a local server) is never reached through a proxy.
         let authority = host.split('/').next().unwrap_or_default();
@@ -101,15 +108,16 @@ impl Transport {
         Ok(Transport {
             client,
             endpoint: format!("{}{path}", config.base_url.trim_end_matches('/')),
-            authorization,
+            headers,
             timeouts: config.timeouts,
             retry: config.retry.clone(),
         })
     }
 
-    /// Posts `body` and returns the event stream, retrying connect errors, 429 and 5xx (at most
-    /// as many times as the policy allows, after its jittered pauses). Nothing is retried once a
-    /// response was accepted.
+    /// Posts `body` and returns the event stream, retrying connect errors, 429 and 5xx (529
+    /// included; at most as many times as the policy allows, after its jittered pauses or the
+    /// server's bounded `Retry-After`). Each retry is reported to `on_retry` before the wait.
+    /// Nothing is retried once a response was accepted.
     ///
     /// # Errors
     ///
@@ -119,10 +127,11 @@ impl Transport {
         &self,
         body: Vec<u8>,
         interpreter: impl Interpreter,
+        on_retry: &RetryObserver<'_>,
     ) -> Result<ModelEventStream> {
         let body = bytes::Bytes::from(body);
         let mut pauses = self.retry.pauses();
-        let mut n_retries = 0;
+        let mut n_retries: u32 = 0;
         loop {
             let deadline = Instant::now() + self.timeouts.first_event;
             let Refusal { error, retry_after } = match self.send_once(body.clone(), deadline).await
@@ -147,6 +156,12 @@ impl Transport {
                 backoff_ms = backoff.as_millis() as u64,
                 "model request failed, retrying"
             );
+            on_retry(&RetryNotice {
+                attempt: n_retries,
+                code: error.code(),
+                message: error.to_string(),
+                delay: backoff,
+            });
             tokio::time::sleep(backoff).await;
         }
     }
@@ -160,7 +175,7 @@ impl Transport {
         let request = self
             .client
             .post(&self.endpoint)
-            .header(AUTHORIZATION, self.authorization.clone())
+            .headers(self.headers.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "text/event-stream")
             .body(body)
@@ -181,13 +196,16 @@ impl Transport {
         if status.is_success() {
             return Ok(response);
         }
-        let retry_after = match status {
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => response
+        let honours_retry_after = status == StatusCode::TOO_MANY_REQUESTS
+            || status == StatusCode::SERVICE_UNAVAILABLE
+            || status.as_u16() == STATUS_OVERLOADED;
+        let retry_after = match honours_retry_after {
+            true => response
                 .headers()
                 .get(RETRY_AFTER)
                 .and_then(|value| value.to_str().ok())
                 .and_then(|value| parse_retry_after(value, std::time::SystemTime::now())),
-            _ => None,
+            false => None,
         };
         let message = match tokio::time::timeout_at(deadline, response.bytes()).await {
             Ok(Ok(bytes)) => error_message(&bytes),
@@ -206,7 +224,7 @@ impl Transport {
 /// Why one attempt failed, with the wait the server asked for.
 struct Refusal {
     error: ModelError,
-    /// The `Retry-After` of a 429 or 503 answer.
+    /// The `Retry-After` of a 429, 503 or 529 answer.
     retry_after: Option<Duration>,
 }
 
@@ -230,7 +248,22 @@ pub(crate) fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Opti
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
-/// Returns `error.message` of an OpenAI-shaped error body, or the start of the body.
+/// Returns the headers of an OpenAI-style credential: `Authorization: Bearer KEY` (sensitive).
+///
+/// # Errors
+///
+/// [`ModelError::InvalidKey`] for a key that cannot be a header value.
+pub(crate) fn bearer_headers(api_key: &ApiKey) -> Result<HeaderMap> {
+    let mut authorization = HeaderValue::from_str(&format!("Bearer {}", api_key.expose()))
+        .map_err(|_| ModelError::InvalidKey)?;
+    authorization.set_sensitive(true);
+    let mut headers = HeaderMap::new();
+    headers.insert(AUTHORIZATION, authorization);
+    Ok(headers)
+}
+
+/// Returns `error.message` of an error body (OpenAI's and Anthropic's shapes both have it), or
+/// the start of the body.
 fn error_message(body: &[u8]) -> String {
     let from_json = serde_json::from_slice::<Value>(body)
         .ok()

@@ -19,10 +19,14 @@ use crate::sse::SseEvent;
 use crate::types::Message;
 use crate::types::ModelEvent;
 use crate::types::ModelRequest;
+use crate::types::RetryObserver;
 use crate::types::ToolCall;
 use crate::types::ToolInput;
 use crate::types::ToolKind;
 use crate::types::Usage;
+
+/// The smallest `max_output_tokens` the Responses API accepts; a smaller limit is raised to it.
+const MIN_MAX_OUTPUT_TOKENS: u64 = 16;
 
 /// Streams from an OpenAI Responses endpoint.
 ///
@@ -45,7 +49,11 @@ impl ResponsesClient {
     /// [`ModelError::UnsupportedUrl`], [`ModelError::InvalidKey`] or [`ModelError::Client`].
     pub fn new(config: HttpClientConfig) -> Result<ResponsesClient> {
         Ok(ResponsesClient {
-            transport: Transport::new(&config, "/responses")?,
+            transport: Transport::new(
+                &config,
+                "/responses",
+                crate::http::bearer_headers(&config.api_key)?,
+            )?,
             model: config.model,
         })
     }
@@ -58,9 +66,17 @@ impl ModelClient for ResponsesClient {
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelEventStream> {
+        self.stream_observing(request, &|_| {}).await
+    }
+
+    async fn stream_observing(
+        &self,
+        request: &ModelRequest,
+        on_retry: &RetryObserver<'_>,
+    ) -> Result<ModelEventStream> {
         let body = request_body(&self.model, request).to_string().into_bytes();
         self.transport
-            .stream(body, ResponsesInterpreter::default())
+            .stream(body, ResponsesInterpreter::default(), on_retry)
             .await
     }
 }
@@ -135,6 +151,10 @@ pub(crate) fn request_body(model: &str, request: &ModelRequest) -> Value {
     if !request.system.is_empty() {
         body["instructions"] = json!(request.system);
     }
+    if let Some(limit) = request.max_output_tokens {
+        // The API refuses a limit below 16.
+        body["max_output_tokens"] = json!(limit.max(MIN_MAX_OUTPUT_TOKENS));
+    }
     body
 }
 
@@ -198,9 +218,16 @@ struct WireResponse {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct WireUsage {
+    /// All input, cached input included.
     input_tokens: u64,
+    input_tokens_details: Option<WireInputDetails>,
     output_tokens: u64,
-    total_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WireInputDetails {
+    cached_tokens: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -255,12 +282,13 @@ impl Interpreter for ResponsesInterpreter {
                 let usage = wire
                     .response
                     .and_then(|response| response.usage)
-                    .map(|usage| Usage {
-                        input_tokens: usage.input_tokens,
-                        output_tokens: usage.output_tokens,
-                        total_tokens: usage
-                            .total_tokens
-                            .unwrap_or(usage.input_tokens + usage.output_tokens),
+                    .map(|usage| {
+                        // The API counts cached input inside `input_tokens`; ours is uncached.
+                        let cached = usage
+                            .input_tokens_details
+                            .map_or(0, |details| details.cached_tokens)
+                            .min(usage.input_tokens);
+                        Usage::new(usage.input_tokens - cached, cached, usage.output_tokens)
                     });
                 out.push_back(ModelEvent::Completed {
                     text: std::mem::take(&mut self.text),

@@ -1,5 +1,8 @@
 //! The provider-neutral request and event types.
 
+use std::time::Duration;
+
+use gatehouse_protocol::error::ErrorCode;
 use serde_json::Value;
 
 /// One model call: the system prompt, the conversation so far and the tools on offer.
@@ -11,6 +14,12 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     /// The tools the model may call.
     pub tools: Vec<ToolSpec>,
+    /// The most tokens the answer may have, sent as `max_output_tokens` (Responses, at least 16,
+    /// the API's minimum), `max_completion_tokens` (Chat Completions) or `max_tokens`
+    /// (Anthropic, at most [`crate::ANTHROPIC_DEFAULT_MAX_TOKENS`]). `None` leaves it
+    /// to the API, except on Anthropic, which requires one and gets
+    /// [`crate::ANTHROPIC_DEFAULT_MAX_TOKENS`].
+    pub max_output_tokens: Option<u64>,
 }
 
 /// One conversation item of a [`ModelRequest`].
@@ -108,12 +117,50 @@ pub enum ModelEvent {
 }
 
 /// Token counts of one model call.
+///
+/// `input_tokens` counts the input not read from the provider's prompt cache (cache writes
+/// included), `cached_input_tokens` the input read from it, so `total_tokens` is
+/// `input_tokens + cached_input_tokens + output_tokens`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// Tokens read.
+    /// Uncached input tokens (cache writes included).
     pub input_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    pub cached_input_tokens: u64,
     /// Tokens written.
     pub output_tokens: u64,
-    /// Both.
+    /// All three.
     pub total_tokens: u64,
 }
+
+impl Usage {
+    /// Returns the usage of `input_tokens` uncached, `cached_input_tokens` cached and
+    /// `output_tokens` written tokens, with their total.
+    pub fn new(input_tokens: u64, cached_input_tokens: u64, output_tokens: u64) -> Usage {
+        Usage {
+            input_tokens,
+            cached_input_tokens,
+            output_tokens,
+            total_tokens: input_tokens
+                .saturating_add(cached_input_tokens)
+                .saturating_add(output_tokens),
+        }
+    }
+}
+
+/// One failed attempt of a model call that the client retries, reported before it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryNotice {
+    /// The attempt that failed, from 1.
+    pub attempt: u32,
+    /// The failure's stable code, for example `MODEL_UNAVAILABLE` for a 529.
+    pub code: ErrorCode,
+    /// What happened (the error's text; it never holds the key).
+    pub message: String,
+    /// How long the client waits before the next attempt.
+    pub delay: Duration,
+}
+
+/// Receives a [`RetryNotice`] for every retry of one model call, before the client waits; see
+/// [`crate::ModelClient::stream_observing`].
+pub type RetryObserver<'a> = dyn Fn(&RetryNotice) + Send + Sync + 'a;

@@ -108,6 +108,23 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
 }
 
+/// Returns why Codex cannot call `model`, or `Ok` when it can: Codex speaks only the OpenAI
+/// Responses API, so a Chat Completions or Anthropic endpoint is refused.
+///
+/// # Errors
+/// A message naming the API and the reason, for the operator.
+pub fn check_model(model: &RemoteModel) -> Result<(), String> {
+    match model.api() {
+        crate::model_spec::ModelApi::Responses => Ok(()),
+        crate::model_spec::ModelApi::Chat => Err(String::from(
+            "the codex runtime cannot use an openai-chat model: Codex speaks only the OpenAI Responses API; use --model openai-responses:URL:MODEL",
+        )),
+        crate::model_spec::ModelApi::Anthropic => Err(String::from(
+            "the codex runtime cannot use an anthropic model: Codex speaks only the OpenAI Responses API, not the Anthropic Messages API; use --model openai-responses:URL:MODEL, or the native runtime for anthropic",
+        )),
+    }
+}
+
 /// Renders `config.toml` for `model`. Strings are written as TOML basic strings (JSON string
 /// escaping is a subset of TOML's).
 pub fn render_config(model: &RemoteModel, send_key: bool) -> String {
@@ -178,6 +195,8 @@ impl CodexSupervisor {
         root: &Path,
         workspace: &Path,
     ) -> crate::Result<CodexSupervisor> {
+        check_model(&settings.model)
+            .map_err(|reason| crate::NodeHostError::CodexModel { reason })?;
         let home = root.join("codex-home");
         crate::node_state::ensure_private_dir(&home)?;
         let tmp = root.join("tmp").join("codex");
@@ -481,6 +500,22 @@ mod tests {
         assert_eq!(parsed["features"]["plugins"].as_bool(), Some(false));
         // Top-level keys must not end up inside a table.
         assert!(parsed.get("sandbox_mode").is_some());
+    }
+
+    #[test]
+    fn only_a_responses_model_is_accepted() {
+        let model = |spec: &str| match crate::model_spec::ModelSpec::parse(spec, "KEY") {
+            Ok(crate::model_spec::ModelSpec::Remote(model)) => model,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(
+            check_model(&model("openai-responses:http://127.0.0.1:9/v1:gpt")),
+            Ok(())
+        );
+        let refusal = check_model(&model("anthropic:https://api.anthropic.com/v1:claude"))
+            .expect_err("anthropic is refused");
+        assert!(refusal.contains("Anthropic Messages API"), "{refusal}");
+        assert!(check_model(&model("openai-chat:http://127.0.0.1:9/v1:qwen")).is_err());
     }
 
     #[test]

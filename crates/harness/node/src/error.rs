@@ -42,6 +42,14 @@ pub enum NodeHostError {
         "this node is not enrolled: pass --setup-code-file with a code from `gatehouse setup-code`"
     )]
     NoCredential,
+    /// The Codex runtime was configured with a model API Codex cannot speak (only the OpenAI
+    /// Responses API works; `anthropic:` and `openai-chat:` do not). Startup error; the operator
+    /// must change `--model` or the runtime.
+    #[error("{reason}")]
+    CodexModel {
+        /// Which API and why, with the fix.
+        reason: String,
+    },
     /// No Gateway URL is known: no `--gateway`, no saved device token, no setup code. Startup
     /// error.
     #[error("no gateway url: pass --gateway")]
@@ -158,6 +166,7 @@ impl NodeHostError {
             NodeHostError::SetupCodeInvalid { .. } => ErrorCode::SetupCodeInvalid.as_str(),
             NodeHostError::NoCredential => ErrorCode::NoCredential.as_str(),
             NodeHostError::NoGatewayUrl => ErrorCode::NoGatewayUrl.as_str(),
+            NodeHostError::CodexModel { .. } => ErrorCode::InvalidParams.as_str(),
             NodeHostError::InvalidGatewayUrl { .. } => ErrorCode::InvalidGatewayUrl.as_str(),
             NodeHostError::StateSymlink { .. } => ErrorCode::StateSymlink.as_str(),
             NodeHostError::InvalidStateFile { .. } => ErrorCode::InvalidStateFile.as_str(),
@@ -183,6 +192,7 @@ impl NodeHostError {
             | NodeHostError::SetupCodeInvalid { .. }
             | NodeHostError::NoCredential
             | NodeHostError::NoGatewayUrl
+            | NodeHostError::CodexModel { .. }
             | NodeHostError::InvalidGatewayUrl { .. }
             | NodeHostError::StateSymlink { .. }
             | NodeHostError::InvalidStateFile { .. }

@@ -1,11 +1,14 @@
 //! The model a node host is configured with: `--model SPEC` and `--model-key-env NAME`.
 //!
-//! A spec is `mock`, `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`. The URL contains
+//! A spec is `mock`, `openai-responses:URL:MODEL`, `openai-chat:URL:MODEL` or
+//! `anthropic:URL:MODEL` (URL with the version path, such as `https://api.anthropic.com/v1`). The
+//! URL contains
 //! `:` itself (`http://host:port/v1`), so the model name is split off at the last `:`; a model
 //! name therefore never contains `:`.
 //!
 //! The API key is never part of the spec and never passes through argv: it lives in the
-//! environment variable named by `--model-key-env` (default [`DEFAULT_MODEL_KEY_ENV`]). This
+//! environment variable named by `--model-key-env` (default [`default_key_env`]:
+//! `ANTHROPIC_API_KEY` for an `anthropic:` spec, [`DEFAULT_MODEL_KEY_ENV`] otherwise). This
 //! module records only that name; it never reads the variable.
 //!
 //! The node host validates the spec at start-up and passes it to each native worker, which
@@ -17,11 +20,20 @@ use std::fmt;
 
 use gatehouse_model::ModelConfig;
 
-/// The variable that holds the model API key when `--model-key-env` is not given.
+/// The variable that holds the model API key of an OpenAI API when `--model-key-env` is not
+/// given.
 pub const DEFAULT_MODEL_KEY_ENV: &str = "OPENAI_API_KEY";
 
 /// The accepted spec forms, for error messages.
-pub const EXPECTED_FORMS: &str = "mock, openai-responses:URL:MODEL or openai-chat:URL:MODEL";
+pub const EXPECTED_FORMS: &str =
+    "mock, openai-responses:URL:MODEL, openai-chat:URL:MODEL or anthropic:URL:MODEL";
+
+/// Returns the variable that holds the API key of `spec` when `--model-key-env` is not given:
+/// `ANTHROPIC_API_KEY` for an `anthropic:` spec, [`DEFAULT_MODEL_KEY_ENV`] for any other. An
+/// explicit `--model-key-env` always wins.
+pub fn default_key_env(spec: &str) -> &'static str {
+    gatehouse_model::default_key_env(spec)
+}
 
 /// A validated model configuration, as the node host records and passes it to its workers.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -29,11 +41,11 @@ pub enum ModelSpec {
     /// The deterministic test model; needs no key. The default.
     #[default]
     Mock,
-    /// An OpenAI-compatible HTTP API.
+    /// An HTTP model API (OpenAI-compatible or Anthropic).
     Remote(RemoteModel),
 }
 
-/// An OpenAI-compatible model endpoint. Built only by [`ModelSpec::parse`], so every value has an
+/// An HTTP model endpoint. Built only by [`ModelSpec::parse`], so every value has an
 /// `http(s)` URL without credentials, a non-empty model name and a valid variable name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteModel {
@@ -50,6 +62,8 @@ pub enum ModelApi {
     Responses,
     /// The Chat Completions API (`openai-chat`).
     Chat,
+    /// The Anthropic Messages API (`anthropic`).
+    Anthropic,
 }
 
 /// Why a model spec or key variable name was refused. The message never repeats the spec, which
@@ -76,7 +90,8 @@ pub enum ModelSpecError {
 }
 
 impl ModelSpec {
-    /// Parses `spec` (`mock`, `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`) with the
+    /// Parses `spec` (`mock`, `openai-responses:URL:MODEL`, `openai-chat:URL:MODEL` or
+    /// `anthropic:URL:MODEL`) with the
     /// key variable `key_env`. The model name is everything after the last `:`.
     ///
     /// # Errors
@@ -111,6 +126,7 @@ impl ModelSpec {
         let api = match config.api {
             gatehouse_model::ModelApi::Responses => ModelApi::Responses,
             gatehouse_model::ModelApi::Chat => ModelApi::Chat,
+            gatehouse_model::ModelApi::Anthropic => ModelApi::Anthropic,
             gatehouse_model::ModelApi::Mock => return Ok(ModelSpec::Mock),
         };
         let base_url = config.base_url.as_str();
@@ -188,11 +204,12 @@ impl RemoteModel {
 }
 
 impl ModelApi {
-    /// Returns the spec prefix: `openai-responses` or `openai-chat`.
+    /// Returns the spec prefix: `openai-responses`, `openai-chat` or `anthropic`.
     pub fn as_str(self) -> &'static str {
         match self {
             ModelApi::Responses => "openai-responses",
             ModelApi::Chat => "openai-chat",
+            ModelApi::Anthropic => "anthropic",
         }
     }
 }

@@ -29,6 +29,12 @@ fn parse_accepts_the_documented_forms() {
             "http://llm:8000",
             "qwen",
         ),
+        (
+            "anthropic:https://api.anthropic.com/v1:claude-sonnet-4-5",
+            ModelApi::Anthropic,
+            "https://api.anthropic.com/v1",
+            "claude-sonnet-4-5",
+        ),
     ];
     for (spec, api, base_url, model) in table {
         let Ok(ModelSpec::Remote(remote)) = ModelSpec::parse(spec, "MY_KEY") else {
@@ -53,7 +59,7 @@ fn parse_refuses_malformed_specs_without_repeating_them() {
     let table = [
         ("nonsense", "unknown api"),
         ("", "unknown api"),
-        ("anthropic:http://x/v1:claude", "unknown api"),
+        ("anthropic-messages:http://x/v1:claude", "unknown api"),
         (
             "openai-chat:gpt",
             "the url must start with http:// or https://",
@@ -99,4 +105,24 @@ fn parse_refuses_invalid_key_variable_names() {
     }
     assert_eq!(ModelSpec::parse("mock", "_key1"), Ok(ModelSpec::Mock));
     assert_eq!(ModelSpec::Mock.key_env(), None);
+}
+
+#[test]
+fn the_default_key_variable_depends_on_the_api() {
+    use crate::model_spec::default_key_env;
+    assert_eq!(
+        [
+            "mock",
+            "openai-responses:https://api.openai.com/v1:gpt",
+            "openai-chat:http://llm:8000:qwen",
+            "anthropic:https://api.anthropic.com/v1:claude-sonnet-4-5",
+        ]
+        .map(default_key_env),
+        [
+            "OPENAI_API_KEY",
+            "OPENAI_API_KEY",
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY"
+        ]
+    );
 }

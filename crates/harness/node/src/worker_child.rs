@@ -288,6 +288,7 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
             system,
             history,
             user_texts,
+            max_turn_tokens: params.max_turn_tokens,
         };
         let mut on_event = |event: AgentEvent| emit(&worker_event(event));
         let cancel = crate::CancellationToken::new();
@@ -346,6 +347,18 @@ fn worker_event(event: AgentEvent) -> WorkerEvent {
                 .unwrap_or(serde_json::Value::String(arguments)),
         },
         AgentEvent::ToolCompleted { name, ok, .. } => WorkerEvent::ToolCompleted { tool: name, ok },
+        AgentEvent::ModelRetry {
+            attempt,
+            code,
+            message,
+            delay_ms,
+        } => WorkerEvent::ModelRetry {
+            attempt,
+            code: String::from(code),
+            message,
+            delay_ms,
+        },
+        AgentEvent::ModelUsage { usage } => WorkerEvent::ModelUsage { usage },
         AgentEvent::MessageCompleted {
             role,
             content,

@@ -8,7 +8,6 @@ use gatehouse_codex_driver::runtime::ApprovalDecision;
 use gatehouse_codex_driver::runtime::CodexConfig;
 use gatehouse_codex_driver::runtime::CodexRuntime;
 use gatehouse_harness::codex_supervisor::CodexSettings;
-use gatehouse_harness::model_spec::ModelApi;
 use gatehouse_harness::model_spec::ModelSpec;
 
 use crate::exit::UsageError;
@@ -37,12 +36,7 @@ pub(crate) fn node_settings(
         )
         .into());
     };
-    if remote.api() != ModelApi::Responses {
-        return Err(UsageError::new(
-            "the codex runtime speaks only the Responses API: use --model openai-responses:URL:MODEL",
-        )
-        .into());
-    }
+    gatehouse_harness::codex_supervisor::check_model(remote).map_err(UsageError::new)?;
     let from_env = std::env::var_os(CODEX_BIN_ENV).map(std::path::PathBuf::from);
     let program =
         gatehouse_harness::codex_supervisor::find_codex(codex_bin.or(from_env.as_deref()))

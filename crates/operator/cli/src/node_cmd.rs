@@ -20,8 +20,8 @@ use gatehouse_harness::host::NodeHostConfig;
 use gatehouse_harness::host::Runtime;
 use gatehouse_harness::host::RuntimeConfig;
 use gatehouse_harness::host::run_node_host_with;
-use gatehouse_harness::model_spec::DEFAULT_MODEL_KEY_ENV;
 use gatehouse_harness::model_spec::ModelSpec;
+use gatehouse_harness::model_spec::default_key_env;
 use gatehouse_harness::status::NodeStatus;
 use gatehouse_harness::status::Probe;
 use gatehouse_scratch::ScratchReport;
@@ -72,11 +72,12 @@ pub(crate) struct NodeArgs {
     /// The `exec` sandbox will bind it at /sandbox/scratch; file commands never see it.
     #[arg(long, value_name = "DIR")]
     scratch: Option<PathBuf>,
-    /// The model: `mock` (default), `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`.
+    /// The model: `mock` (default), `openai-responses:URL:MODEL`, `openai-chat:URL:MODEL` or
+    /// `anthropic:URL:MODEL`.
     #[arg(long, value_name = "SPEC")]
     model: Option<String>,
     /// The environment variable holding the model API key, never passed in argv (default
-    /// OPENAI_API_KEY).
+    /// ANTHROPIC_API_KEY for an anthropic: model, OPENAI_API_KEY otherwise).
     #[arg(long, value_name = "NAME")]
     model_key_env: Option<String>,
     /// Let the `exec` tool run without bubblewrap when `bwrap` is missing (it says so in its
@@ -171,7 +172,7 @@ pub(crate) fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     let model = model.or(file.model).unwrap_or_else(|| String::from("mock"));
     let model_key_env = model_key_env
         .or(file.model_key_env)
-        .unwrap_or_else(|| String::from(DEFAULT_MODEL_KEY_ENV));
+        .unwrap_or_else(|| String::from(default_key_env(&model)));
     let allow_unsandboxed_exec =
         allow_unsandboxed_exec || file.allow_unsandboxed_exec.unwrap_or(false);
     let deny_tools = match deny_tools.is_empty() {

@@ -41,12 +41,14 @@ pub(crate) struct UpArgs {
     /// The runtime of the in-process Harness.
     #[arg(long, value_enum, default_value = "native")]
     runtime: RuntimeKind,
-    /// The model: `mock`, `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`.
+    /// The model: `mock`, `openai-responses:URL:MODEL`, `openai-chat:URL:MODEL` or
+    /// `anthropic:URL:MODEL`.
     #[arg(long, default_value = "mock")]
     model: String,
-    /// The name of the environment variable holding the model API key.
-    #[arg(long, default_value = "OPENAI_API_KEY")]
-    model_key_env: String,
+    /// The name of the environment variable holding the model API key (default
+    /// ANTHROPIC_API_KEY for an anthropic: model, OPENAI_API_KEY otherwise).
+    #[arg(long, value_name = "NAME")]
+    model_key_env: Option<String>,
     /// Native worker slots (sessions hosted at once), 1..=1024.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     capacity: u32,
@@ -106,7 +108,12 @@ const DEFAULT_DOCUMENTS: [(&str, &str); 4] = [
 pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     let file: crate::config_file::GatewayFile = crate::config_file::load(args.config.as_deref())?;
     file.check_for_up()?;
-    let (model, model_line) = model_and_line(&args.model, &args.model_key_env)?;
+    // An explicit --model-key-env wins; otherwise the variable depends on the model's API.
+    let model_key_env = args
+        .model_key_env
+        .clone()
+        .unwrap_or_else(|| gatehouse_harness::model_spec::default_key_env(&args.model).to_owned());
+    let (model, model_line) = model_and_line(&args.model, &model_key_env)?;
     let data = match args.data {
         Some(data) => data,
         None => crate::paths::default_data_dir()?,
@@ -175,7 +182,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
         let (mut extensions, codex_model) = match runtime {
             Runtime::Native => (gatehouse_gateway::Extensions::default(), None),
             Runtime::Codex => {
-                let codex_model = codex_model(&model, &args.model_key_env).await?;
+                let codex_model = codex_model(&model, &model_key_env).await?;
                 let extensions = crate::codex_setup::gateway_extensions(
                     gatehouse_codex_driver::runtime::CodexConfig::default(),
                 );
@@ -189,7 +196,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
             capacity: args.capacity as usize,
             retirement: args.retirement.resolve(None, None)?,
             model: model.to_string(),
-            model_key_env: args.model_key_env.clone(),
+            model_key_env: model_key_env.clone(),
             allow_unsandboxed: args.allow_unsandboxed_exec,
             scratch: None,
             // Commands in a worker must not read the Gateway's state either.
@@ -261,7 +268,7 @@ fn model_and_line(model: &str, key_env: &str) -> anyhow::Result<(ModelSpec, Stri
     }
     let line = match spec.key_env() {
         None => String::from(
-            "model: mock (deterministic test model); for a real one pass --model openai-responses:URL:MODEL or openai-chat:URL:MODEL and put the key in the variable named by --model-key-env (default OPENAI_API_KEY)",
+            "model: mock (deterministic test model); for a real one pass --model openai-responses:URL:MODEL, openai-chat:URL:MODEL or anthropic:URL:MODEL and put the key in the variable named by --model-key-env (default OPENAI_API_KEY, or ANTHROPIC_API_KEY for anthropic:)",
         ),
         Some(key_env) => format!("model: {spec} (key from ${key_env})"),
     };

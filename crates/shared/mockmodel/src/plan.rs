@@ -71,11 +71,29 @@ pub struct FailPlan {
     pub status: u16,
 }
 
-/// Token counts the mock reports. They are deterministic estimates, not real tokenization.
+/// A `/flaky N STATUS TEXT` line: the first `failures` requests with this last user message are
+/// answered with `status`, later ones with TEXT (the [`Plan`] of the same request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlakyPlan {
+    /// How many requests fail first.
+    pub failures: u32,
+    /// The HTTP status they get, always in `400..=599`.
+    pub status: u16,
+}
+
+/// Token counts the mock reports. They are deterministic estimates, not real tokenization.
+///
+/// [`usage`] fills only `input_tokens` and `output_tokens`; the HTTP server adds the cache
+/// fields for requests that mark a prompt-cache prefix (Anthropic's `cache_control`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// About one token per four characters of conversation text.
+    /// About one token per four characters of conversation text, not counting the prefix.
     pub input_tokens: u64,
+    /// The prefix (system prompt and tools) written to the cache: about one token per four
+    /// characters of it, the first time the mock sees that prefix.
+    pub cache_write_tokens: u64,
+    /// The prefix read from the cache, when the mock saw the same prefix before.
+    pub cache_read_tokens: u64,
     /// One token per text delta or tool call.
     pub output_tokens: u64,
 }
@@ -119,9 +137,34 @@ impl FailPlan {
 }
 
 impl Usage {
-    /// Returns `input_tokens + output_tokens`.
+    /// Returns all four counts added up.
     pub fn total_tokens(&self) -> u64 {
-        self.input_tokens + self.output_tokens
+        self.input_tokens + self.cache_write_tokens + self.cache_read_tokens + self.output_tokens
+    }
+}
+
+impl FailPlan {
+    /// Returns the Anthropic-shaped error body `{"type":"error","error":{"type","message"}}`:
+    /// 401 `authentication_error`, 403 `permission_error`, 404 `not_found_error`, 429
+    /// `rate_limit_error`, 529 `overloaded_error`, other 5xx `api_error`, anything else
+    /// `invalid_request_error`.
+    pub fn anthropic_error_body(&self) -> Value {
+        let error_type = match self.status {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            429 => "rate_limit_error",
+            529 => "overloaded_error",
+            500..=599 => "api_error",
+            _ => "invalid_request_error",
+        };
+        json!({
+            "type": "error",
+            "error": {
+                "type": error_type,
+                "message": format!("mock failure with status {}", self.status),
+            }
+        })
     }
 }
 
@@ -140,6 +183,7 @@ impl Usage {
 /// | `/fail STATUS` | [`Plan::Fail`], when STATUS is a number in `400..=599` |
 /// | `/hang` | [`Plan::Hang`] |
 /// | `/slow MS TEXT` | [`Plan::Text`]: TEXT word by word, MS milliseconds apart |
+/// | `/flaky N STATUS TEXT` | [`Plan::Text`]: TEXT (the failures before it are [`flaky`]'s) |
 /// | anything else | [`Plan::Text`]: `echo: ` and the whole message |
 pub fn plan(request: &ModelRequestView) -> Plan {
     let last_user_idx = request
@@ -184,7 +228,11 @@ pub fn plan(request: &ModelRequestView) -> Plan {
         .iter()
         .filter_map(|command| match command {
             Command::Tool { name, json } => Some((*name, *json)),
-            Command::Say(_) | Command::Fail(_) | Command::Hang | Command::Slow { .. } => None,
+            Command::Say(_)
+            | Command::Fail(_)
+            | Command::Hang
+            | Command::Slow { .. }
+            | Command::Flaky { .. } => None,
         })
         .enumerate()
         .map(|(call_idx, (name, json))| planned_tool_call(n_prior_calls + call_idx + 1, name, json))
@@ -211,10 +259,58 @@ pub fn plan(request: &ModelRequestView) -> Plan {
             });
         }
     }
+    for command in &commands {
+        if let Command::Flaky { text, .. } = command {
+            return Plan::Text(TextPlan {
+                deltas: text_deltas(text),
+                delay: Duration::ZERO,
+            });
+        }
+    }
     Plan::Text(TextPlan {
         deltas: text_deltas(&format!("echo: {user_text}")),
         delay: Duration::ZERO,
     })
+}
+
+/// Returns the `/flaky N STATUS TEXT` line that decides `request`: `Some` when [`plan`] answers
+/// with that line's TEXT (no tool results follow the last user message and no line above it in
+/// [`plan`]'s table applies) and STATUS is in `400..=599`.
+///
+/// The mock is pure, so counting is the caller's: the HTTP server and the in-process client
+/// answer the first N requests whose last user message is this text with STATUS (and
+/// `Retry-After: 0`), then TEXT; the count is per server or client instance.
+pub fn flaky(request: &ModelRequestView) -> Option<FlakyPlan> {
+    let last_user_idx = request
+        .items
+        .iter()
+        .rposition(|item| matches!(item, ViewItem::User { .. }))?;
+    if last_user_idx + 1 != request.items.len() {
+        return None;
+    }
+    let ViewItem::User { text } = &request.items[last_user_idx] else {
+        return None;
+    };
+    let commands: Vec<Command<'_>> = text.lines().filter_map(parse_line).collect();
+    let mut flaky = None;
+    for command in &commands {
+        match command {
+            Command::Say(_)
+            | Command::Tool { .. }
+            | Command::Fail(_)
+            | Command::Hang
+            | Command::Slow { .. } => return None,
+            Command::Flaky {
+                failures, status, ..
+            } => {
+                flaky = flaky.or(Some(FlakyPlan {
+                    failures: *failures,
+                    status: *status,
+                }));
+            }
+        }
+    }
+    flaky
 }
 
 /// Returns the usage the mock reports for `plan` in answer to `request`.
@@ -236,6 +332,7 @@ pub fn usage(request: &ModelRequestView, plan: &Plan) -> Usage {
     Usage {
         input_tokens: n_chars.div_ceil(4) as u64,
         output_tokens: n_outputs as u64,
+        ..Usage::default()
     }
 }
 
@@ -243,10 +340,21 @@ pub fn usage(request: &ModelRequestView, plan: &Plan) -> Usage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Command<'a> {
     Say(&'a str),
-    Tool { name: &'a str, json: &'a str },
+    Tool {
+        name: &'a str,
+        json: &'a str,
+    },
     Fail(u16),
     Hang,
-    Slow { delay: Duration, text: &'a str },
+    Slow {
+        delay: Duration,
+        text: &'a str,
+    },
+    Flaky {
+        failures: u32,
+        status: u16,
+        text: &'a str,
+    },
 }
 
 fn parse_line(line: &str) -> Option<Command<'_>> {
@@ -272,6 +380,20 @@ fn parse_line(line: &str) -> Option<Command<'_>> {
             Ok(_) | Err(_) => None,
         },
         "/hang" => Some(Command::Hang),
+        "/flaky" => {
+            let mut parts = rest.splitn(3, char::is_whitespace);
+            let failures = parts.next()?.parse::<u32>().ok()?;
+            let status = parts.next()?.parse::<u16>().ok()?;
+            if !(400..=599).contains(&status) {
+                return None;
+            }
+            let text = parts.next().unwrap_or_default().trim_start();
+            Some(Command::Flaky {
+                failures,
+                status,
+                text,
+            })
+        }
         "/slow" => {
             let (ms, text) = match rest.split_once(char::is_whitespace) {
                 Some((ms, text)) => (ms, text.trim_start()),
@@ -321,7 +443,11 @@ fn tool_results_plan(
         .iter()
         .filter_map(|command| match command {
             Command::Tool { name, .. } => Some(*name),
-            Command::Say(_) | Command::Fail(_) | Command::Hang | Command::Slow { .. } => None,
+            Command::Say(_)
+            | Command::Fail(_)
+            | Command::Hang
+            | Command::Slow { .. }
+            | Command::Flaky { .. } => None,
         })
         .collect();
     let mut lines = Vec::new();

@@ -3,11 +3,13 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 
 use crate::plan::FailPlan;
+use crate::plan::FlakyPlan;
 use crate::plan::Plan;
 use crate::plan::PlannedToolCall;
 use crate::plan::PlannedToolInput;
 use crate::plan::TextPlan;
 use crate::plan::Usage;
+use crate::plan::flaky;
 use crate::plan::plan;
 use crate::plan::text_deltas;
 use crate::plan::usage;
@@ -252,7 +254,8 @@ fn usage_is_deterministic() {
         usage(&request, &reply),
         Usage {
             input_tokens: 3,
-            output_tokens: 2
+            output_tokens: 2,
+            ..Usage::default()
         }
     );
 }
@@ -268,6 +271,50 @@ fn error_bodies_have_the_openai_shape() {
                 "param": null,
                 "code": "rate_limit_exceeded",
             }
+        })
+    );
+}
+
+#[test]
+fn flaky_applies_only_when_its_text_is_the_answer() {
+    let request = view(vec![user("/flaky 2 529 at last")]);
+    assert_eq!(
+        flaky(&request),
+        Some(FlakyPlan {
+            failures: 2,
+            status: 529
+        })
+    );
+    assert_eq!(
+        match plan(&request) {
+            Plan::Text(text) => text.text(),
+            other => panic!("{other:?}"),
+        },
+        "at last"
+    );
+    let cases = [
+        view(vec![user("/say hi\n/flaky 2 529 x")]),
+        view(vec![user("/flaky 2 200 x")]),
+        view(vec![user("/flaky two 529 x")]),
+        view(vec![
+            user("/flaky 1 529 x"),
+            call("call_1", "ls"),
+            result("call_1", "a"),
+        ]),
+    ];
+    for request in cases {
+        assert_eq!(flaky(&request), None, "{request:?}");
+    }
+}
+
+#[test]
+fn anthropic_error_bodies_name_the_error_type() {
+    let body = FailPlan { status: 529 }.anthropic_error_body();
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "type": "error",
+            "error": {"type": "overloaded_error", "message": "mock failure with status 529"},
         })
     );
 }

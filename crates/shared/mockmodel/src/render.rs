@@ -1,5 +1,6 @@
-//! Rendering a [`Plan`] in the two OpenAI wire formats: Responses SSE events
-//! (`reference/codex-app-server.md` §13) and Chat Completions chunks or JSON.
+//! Rendering a [`Plan`] in the wire formats: OpenAI Responses SSE events
+//! (`reference/codex-app-server.md` §13), Chat Completions chunks or JSON, and Anthropic Messages
+//! SSE events or JSON.
 
 use std::time::Duration;
 
@@ -229,6 +230,130 @@ pub(crate) fn chat_json(plan: &Plan, context: &Context) -> Value {
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": chat_usage(context.usage),
     })
+}
+
+/// Returns the Anthropic Messages SSE events for `plan`: `message_start` (with the input and
+/// cache usage), one content block per text or tool call (`text_delta`s, or `input_json_delta`s in
+/// two pieces), `message_delta` (stop reason and output tokens) and `message_stop`. A
+/// [`Plan::Fail`] has no stream and gives no steps.
+pub(crate) fn anthropic_stream(plan: &Plan, context: &Context) -> Vec<Step> {
+    let mut message = anthropic_message(context, Vec::new(), None);
+    message["usage"]["output_tokens"] = json!(1);
+    let mut steps = vec![sse(
+        "message_start",
+        &json!({"type": "message_start", "message": message}),
+    )];
+    let stop_reason = match plan {
+        Plan::Fail(_) => return Vec::new(),
+        Plan::Hang => {
+            steps.push(Step::KeepAliveForever);
+            return steps;
+        }
+        Plan::Text(text) => {
+            steps.push(sse(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ));
+            steps.push(sse("ping", &json!({"type": "ping"})));
+            for (delta_idx, delta) in text.deltas.iter().enumerate() {
+                if delta_idx > 0 && !text.delay.is_zero() {
+                    steps.push(Step::Sleep(text.delay));
+                }
+                steps.push(sse(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": delta}}),
+                ));
+            }
+            steps.push(sse(
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": 0}),
+            ));
+            "end_turn"
+        }
+        Plan::ToolCalls(calls) => {
+            for (block_idx, call) in calls.iter().enumerate() {
+                steps.push(sse(
+                    "content_block_start",
+                    &json!({
+                        "type": "content_block_start",
+                        "index": block_idx,
+                        "content_block": {"type": "tool_use", "id": call.call_id, "name": call.name, "input": {}},
+                    }),
+                ));
+                // The arguments as written (a JSON object keeps its key order), in two pieces.
+                let arguments = match anthropic_tool_input(call).as_object() {
+                    Some(object) if !object.is_empty() => call.function_arguments(),
+                    Some(_) | None => String::from("{}"),
+                };
+                for piece in halves(&arguments) {
+                    steps.push(sse(
+                        "content_block_delta",
+                        &json!({"type": "content_block_delta", "index": block_idx, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                    ));
+                }
+                steps.push(sse(
+                    "content_block_stop",
+                    &json!({"type": "content_block_stop", "index": block_idx}),
+                ));
+            }
+            "tool_use"
+        }
+    };
+    steps.push(sse(
+        "message_delta",
+        &json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+            "usage": {"output_tokens": context.usage.output_tokens},
+        }),
+    ));
+    steps.push(sse("message_stop", &json!({"type": "message_stop"})));
+    steps
+}
+
+/// Returns the non-streaming Anthropic Messages body for `plan` (a text or tool-call plan).
+pub(crate) fn anthropic_json(plan: &Plan, context: &Context) -> Value {
+    let (content, stop_reason) = match plan {
+        Plan::Text(text) => (vec![json!({"type": "text", "text": text.text()})], "end_turn"),
+        Plan::ToolCalls(calls) => (
+            calls
+                .iter()
+                .map(|call| {
+                    json!({"type": "tool_use", "id": call.call_id, "name": call.name, "input": anthropic_tool_input(call)})
+                })
+                .collect(),
+            "tool_use",
+        ),
+        Plan::Fail(_) | Plan::Hang => (Vec::new(), "end_turn"),
+    };
+    anthropic_message(context, content, Some(stop_reason))
+}
+
+fn anthropic_message(context: &Context, content: Vec<Value>, stop_reason: Option<&str>) -> Value {
+    json!({
+        "id": format!("msg_{}", context.seq),
+        "type": "message",
+        "role": "assistant",
+        "model": context.model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": null,
+        "usage": {
+            "input_tokens": context.usage.input_tokens,
+            "cache_creation_input_tokens": context.usage.cache_write_tokens,
+            "cache_read_input_tokens": context.usage.cache_read_tokens,
+            "output_tokens": context.usage.output_tokens,
+        },
+    })
+}
+
+/// Returns the `input` object of `call`: the function arguments when they are a JSON object (`{}`
+/// otherwise), or `{"input": INPUT}` for a freeform call.
+fn anthropic_tool_input(call: &PlannedToolCall) -> Value {
+    serde_json::from_str::<Value>(&call.function_arguments())
+        .ok()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}))
 }
 
 fn sse(event_type: &str, data: &Value) -> Step {

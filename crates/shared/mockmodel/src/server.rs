@@ -30,12 +30,17 @@ use serde_json::Value;
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::memory::MockMemory;
+use crate::plan::FailPlan;
 use crate::plan::Plan;
+use crate::plan::Usage;
+use crate::plan::flaky;
 use crate::plan::plan;
 use crate::plan::usage;
 use crate::render::Context;
 use crate::render::Step;
 use crate::view::ModelRequestView;
+use crate::view::ViewItem;
 
 /// How often `/hang` sends a keep-alive comment.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(500);
@@ -151,6 +156,8 @@ pub async fn serve_with_recorder(
 #[derive(Clone)]
 struct AppState {
     recorder: Recorder,
+    /// The prompt-cache prefixes seen and the `/flaky` counts of this router.
+    memory: MockMemory,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -158,10 +165,15 @@ fn build_router(recorder: Recorder, shutdown: watch::Receiver<bool>) -> Router {
     Router::new()
         .route("/v1/responses", post(responses))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/messages", post(messages))
         .route("/_mock/requests", get(recorded_requests))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(AppState { recorder, shutdown })
+        .with_state(AppState {
+            recorder,
+            memory: MockMemory::default(),
+            shutdown,
+        })
 }
 
 /// `POST /v1/responses`: SSE when the body says `"stream": true`, otherwise one JSON response
@@ -188,12 +200,26 @@ async fn chat_completions(
     answer(WireApi::Chat, state, &method, &uri, &headers, &body).await
 }
 
-/// The two request shapes the mock answers; they differ only in how a request is read and an
-/// answer is rendered.
+/// `POST /v1/messages`: Anthropic Messages, SSE when the body says `"stream": true`, otherwise one
+/// message object. A request without `x-api-key` gets 401 `authentication_error`, one without
+/// `anthropic-version` or `max_tokens` 400 `invalid_request_error`.
+async fn messages(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(WireApi::Anthropic, state, &method, &uri, &headers, &body).await
+}
+
+/// The request shapes the mock answers; they differ only in how a request is read and an answer
+/// is rendered.
 #[derive(Debug, Clone, Copy)]
 enum WireApi {
     Responses,
     Chat,
+    Anthropic,
 }
 
 impl WireApi {
@@ -201,6 +227,14 @@ impl WireApi {
         match self {
             WireApi::Responses => ModelRequestView::from_responses_body(body),
             WireApi::Chat => ModelRequestView::from_chat_body(body),
+            WireApi::Anthropic => ModelRequestView::from_anthropic_body(body),
+        }
+    }
+
+    fn error_body(self, fail: FailPlan) -> Value {
+        match self {
+            WireApi::Responses | WireApi::Chat => fail.error_body(),
+            WireApi::Anthropic => fail.anthropic_error_body(),
         }
     }
 
@@ -214,6 +248,7 @@ impl WireApi {
                     .unwrap_or(false);
                 crate::render::chat_stream(plan, context, include_usage)
             }
+            WireApi::Anthropic => crate::render::anthropic_stream(plan, context),
         }
     }
 
@@ -221,6 +256,7 @@ impl WireApi {
         match self {
             WireApi::Responses => crate::render::responses_json(plan, context),
             WireApi::Chat => crate::render::chat_json(plan, context),
+            WireApi::Anthropic => crate::render::anthropic_json(plan, context),
         }
     }
 }
@@ -238,12 +274,39 @@ async fn answer(
     let Ok(body) = serde_json::from_slice::<Value>(body) else {
         return invalid_json();
     };
+    if let WireApi::Anthropic = api
+        && let Some(refusal) = anthropic_refusal(headers, &body)
+    {
+        return refusal;
+    }
     let view = api.view(&body);
     let plan = plan(&view);
-    let context = context(seq, &body, &view, &plan);
+    if let Some(flaky) = flaky(&view) {
+        let attempt = state.memory.flaky_attempt(last_user_text(&view));
+        if attempt <= flaky.failures {
+            tracing::debug!(
+                seq,
+                attempt,
+                status = flaky.status,
+                "mock model flaky failure"
+            );
+            let fail = FailPlan {
+                status: flaky.status,
+            };
+            let mut response = fail_response(fail.status, api.error_body(fail));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("0"));
+            return response;
+        }
+    }
+    let mut context = context(seq, &body, &view, &plan);
+    if let WireApi::Anthropic = api {
+        add_prefix_usage(&body, &state.memory, &mut context.usage);
+    }
     tracing::debug!(seq, ?api, plan = ?plan, "mock model request");
     if let Plan::Fail(fail) = &plan {
-        return fail_response(fail.status, fail.error_body());
+        return fail_response(fail.status, api.error_body(*fail));
     }
     if is_stream(&body) {
         return stream_response(api.stream(&plan, &context, &body), state.shutdown);
@@ -287,6 +350,77 @@ fn context(seq: u64, body: &Value, view: &ModelRequestView, plan: &Plan) -> Cont
             .to_owned(),
         usage: usage(view, plan),
     }
+}
+
+/// Returns the answer to an Anthropic request that lacks its key, version header or
+/// `max_tokens`, as the API would give it; `None` for a complete request.
+fn anthropic_refusal(headers: &HeaderMap, body: &Value) -> Option<Response> {
+    let has = |name: &str| headers.get(name).is_some_and(|value| !value.is_empty());
+    let (status, error_type, message) = if !has("x-api-key") {
+        (
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "x-api-key header is required",
+        )
+    } else if !has("anthropic-version") {
+        (
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "anthropic-version: header is required",
+        )
+    } else if body
+        .get("max_tokens")
+        .and_then(Value::as_u64)
+        .is_none_or(|max_tokens| max_tokens == 0)
+    {
+        (
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "max_tokens: field required",
+        )
+    } else {
+        return None;
+    };
+    let body = json!({"type": "error", "error": {"type": error_type, "message": message}});
+    Some((status, Json(body)).into_response())
+}
+
+/// Adds the prompt-cache usage of an Anthropic request's prefix (its `system` and `tools`, about
+/// one token per four characters of their JSON): when the request marks it with `cache_control`,
+/// a cache read when this server saw the same prefix before and a cache write otherwise;
+/// unmarked, plain input.
+fn add_prefix_usage(body: &Value, memory: &MockMemory, usage: &mut Usage) {
+    let parts = [body.get("system"), body.get("tools")];
+    let prefix: String = parts.iter().flatten().map(ToString::to_string).collect();
+    if prefix.is_empty() {
+        return;
+    }
+    let n_tokens = prefix.chars().count().div_ceil(4) as u64;
+    let marked = parts
+        .iter()
+        .flatten()
+        .any(|part| part.to_string().contains("\"cache_control\""));
+    if !marked {
+        usage.input_tokens += n_tokens;
+    } else if memory.cache_prefix(&prefix) {
+        usage.cache_read_tokens = n_tokens;
+    } else {
+        usage.cache_write_tokens = n_tokens;
+    }
+}
+
+/// Returns the text of the last user message of `view` (empty when there is none).
+fn last_user_text(view: &ModelRequestView) -> &str {
+    view.items
+        .iter()
+        .rev()
+        .find_map(|item| match item {
+            ViewItem::User { text } => Some(text.as_str()),
+            ViewItem::Assistant { .. }
+            | ViewItem::ToolCall { .. }
+            | ViewItem::ToolResult { .. } => None,
+        })
+        .unwrap_or_default()
 }
 
 fn is_stream(body: &Value) -> bool {

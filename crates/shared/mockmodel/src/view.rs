@@ -1,6 +1,7 @@
 //! What the mock reads from a request: the conversation, as a flat list of items.
 
 use serde_json::Value;
+use serde_json::json;
 
 /// The part of a model request the mock looks at: the conversation items in order.
 ///
@@ -94,6 +95,61 @@ impl ModelRequestView {
                     call_id: string_field(message, "tool_call_id"),
                     output: content,
                 }),
+                _ => {}
+            }
+        }
+        ModelRequestView { items }
+    }
+
+    /// Returns the view of an Anthropic Messages request body (`POST /v1/messages`).
+    ///
+    /// Reads `messages`: a user message's `text` blocks (or string content) are a user item and
+    /// its `tool_result` blocks tool results (before the text); an assistant message's `text`
+    /// blocks are an assistant item and its `tool_use` blocks tool calls. `system` is skipped.
+    pub fn from_anthropic_body(body: &Value) -> ModelRequestView {
+        let mut items = Vec::new();
+        let messages = body.get("messages").and_then(Value::as_array);
+        for message in messages.into_iter().flatten() {
+            let blocks: Vec<Value> = match message.get("content") {
+                Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
+                Some(Value::Array(blocks)) => blocks.clone(),
+                _ => Vec::new(),
+            };
+            let mut texts: Vec<&str> = Vec::new();
+            let mut others = Vec::new();
+            for block in &blocks {
+                match block.get("type").and_then(Value::as_str) {
+                    Some("text") => texts.push(
+                        block
+                            .get("text")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default(),
+                    ),
+                    Some("tool_result") => others.push(ViewItem::ToolResult {
+                        call_id: string_field(block, "tool_use_id"),
+                        output: block.get("content").map(content_text).unwrap_or_default(),
+                    }),
+                    Some("tool_use") => others.push(ViewItem::ToolCall {
+                        call_id: string_field(block, "id"),
+                        name: string_field(block, "name"),
+                    }),
+                    _ => {}
+                }
+            }
+            let text = texts.join("\n");
+            match message.get("role").and_then(Value::as_str) {
+                Some("user") => {
+                    items.extend(others);
+                    if !texts.is_empty() {
+                        items.push(ViewItem::User { text });
+                    }
+                }
+                Some("assistant") => {
+                    if !text.is_empty() {
+                        items.push(ViewItem::Assistant { text });
+                    }
+                    items.extend(others);
+                }
                 _ => {}
             }
         }

@@ -77,6 +77,10 @@ const NOT_CODES: &[(&str, &str)] = &[
         "the default name of the model key variable",
     ),
     (
+        "ANTHROPIC_API_KEY",
+        "the default name of the model key variable for an anthropic: model",
+    ),
+    (
         "CODEX_HOME",
         "the environment variable Codex reads its home from",
     ),

@@ -9,3 +9,4 @@ mod process;
 mod prompt;
 mod support;
 mod turn;
+mod usage;

@@ -144,6 +144,7 @@ pub(crate) async fn run(
         system: String::from("test"),
         history,
         user_texts: vec![user_text.to_owned()],
+        max_turn_tokens: None,
     };
     let mut events = Vec::new();
     let result = tokio::time::timeout(

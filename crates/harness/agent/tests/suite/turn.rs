@@ -34,6 +34,7 @@ fn bare_request(user_texts: Vec<String>) -> TurnRequest {
         system: String::new(),
         history: Vec::new(),
         user_texts,
+        max_turn_tokens: None,
     }
 }
 
@@ -87,7 +88,12 @@ async fn a_written_file_is_read_back_in_the_next_turn() {
     let non_delta: Vec<&AgentEvent> = first
         .events
         .iter()
-        .filter(|event| !matches!(event, AgentEvent::TextDelta(_)))
+        .filter(|event| {
+            !matches!(
+                event,
+                AgentEvent::TextDelta(_) | AgentEvent::ModelUsage { .. }
+            )
+        })
         .collect();
     assert_eq!(
         non_delta,
@@ -361,33 +367,36 @@ impl ModelClient for UsageModel {
 }
 
 #[tokio::test]
-async fn a_turns_usage_sums_the_model_calls_that_reported_it() {
-    let usage = |input_tokens, output_tokens| {
-        Some(gatehouse_model::Usage {
+async fn a_turns_usage_sums_its_model_calls() {
+    let usage = |input_tokens, cached_input_tokens, output_tokens| {
+        Some(gatehouse_model::Usage::new(
             input_tokens,
+            cached_input_tokens,
             output_tokens,
-            total_tokens: input_tokens + output_tokens,
-        })
+        ))
     };
-    let tokens = |input_tokens, output_tokens, model_calls| {
+    let tokens = |input_tokens, cached_input_tokens, output_tokens, model_calls| {
         Some(gatehouse_protocol::worker::TokenUsage {
             input_tokens,
+            cached_input_tokens,
             output_tokens,
-            total_tokens: input_tokens + output_tokens,
+            total_tokens: input_tokens + cached_input_tokens + output_tokens,
             model_calls,
-            ..Default::default()
+            retries: 0,
+            model: Some(String::from("usage")),
         })
     };
+    // A call whose stream reported no tokens still counts as a call.
     let cases = [
-        (vec![usage(7, 3), usage(11, 2)], tokens(18, 5, 2)),
+        (vec![usage(7, 0, 3), usage(11, 4, 2)], tokens(18, 4, 5, 2)),
         (
-            vec![usage(7, 3), usage(11, 2), usage(20, 1)],
-            tokens(38, 6, 3),
+            vec![usage(7, 1, 3), usage(11, 2, 2), usage(20, 3, 1)],
+            tokens(38, 6, 6, 3),
         ),
-        (vec![None, usage(11, 2)], tokens(11, 2, 1)),
-        (vec![usage(7, 3), None], tokens(7, 3, 1)),
-        (vec![None, None], None),
-        (vec![None], None),
+        (vec![None, usage(11, 0, 2)], tokens(11, 0, 2, 2)),
+        (vec![usage(7, 0, 3), None], tokens(7, 0, 3, 2)),
+        (vec![None, None], tokens(0, 0, 0, 2)),
+        (vec![None], tokens(0, 0, 0, 1)),
     ];
     let session = Session::new();
     let ctx = session.files_only();

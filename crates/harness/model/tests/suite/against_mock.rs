@@ -1,11 +1,14 @@
-//! Both HTTP clients against the real mock model server.
+//! The HTTP clients (OpenAI Responses, Chat Completions, Anthropic Messages) against the real mock
+//! model server.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use gatehouse_model::Message;
 use gatehouse_model::ModelApi;
 use gatehouse_model::ModelEvent;
 use gatehouse_model::ModelRequest;
+use gatehouse_model::RetryNotice;
 use gatehouse_model::RetryPolicy;
 use gatehouse_model::TimeoutPhase;
 use gatehouse_model::Timeouts;
@@ -25,7 +28,7 @@ use crate::suite::support::drain;
 use crate::suite::support::quick_retry;
 use crate::suite::support::refused;
 
-const APIS: [ModelApi; 2] = [ModelApi::Responses, ModelApi::Chat];
+const APIS: [ModelApi; 3] = [ModelApi::Responses, ModelApi::Chat, ModelApi::Anthropic];
 
 fn user(text: &str) -> ModelRequest {
     ModelRequest {
@@ -47,6 +50,7 @@ fn user(text: &str) -> ModelRequest {
                 kind: ToolKind::Freeform,
             },
         ],
+        max_output_tokens: None,
     }
 }
 
@@ -136,6 +140,20 @@ async fn a_tool_call_and_its_result_round_trip() {
                     json!({"role": "tool", "tool_call_id": "call_1", "content": "wrote 1 byte"})
                 );
             }
+            ModelApi::Anthropic => {
+                assert_eq!(
+                    body["system"],
+                    json!([{"type": "text", "text": "you are a test", "cache_control": {"type": "ephemeral"}}])
+                );
+                assert_eq!(
+                    body["messages"][1]["content"][0],
+                    json!({"type": "tool_use", "id": "call_1", "name": "write", "input": {"path": "a.txt", "content": "x"}})
+                );
+                assert_eq!(
+                    body["messages"][2],
+                    json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "wrote 1 byte"}]})
+                );
+            }
             ModelApi::Mock => unreachable!(),
         }
     }
@@ -182,6 +200,20 @@ async fn apply_patch_is_a_freeform_call() {
             assert_eq!(body["input"][1]["type"], "custom_tool_call");
             assert_eq!(body["input"][1]["input"], patch);
             assert_eq!(body["input"][2]["type"], "custom_tool_call_output");
+        } else if api == ModelApi::Anthropic {
+            // Offered as a tool with one string `input`, the last tool, which marks the cache.
+            assert_eq!(
+                body["tools"][1]["input_schema"]["required"],
+                json!(["input"])
+            );
+            assert_eq!(
+                body["tools"][1]["cache_control"],
+                json!({"type": "ephemeral"})
+            );
+            assert_eq!(
+                body["messages"][1]["content"][0]["input"],
+                json!({ "input": patch })
+            );
         } else {
             assert_eq!(
                 body["tools"][1]["function"]["parameters"]["required"],
@@ -283,12 +315,20 @@ async fn the_key_reaches_the_model_as_a_bearer_token() {
         let path = match api {
             ModelApi::Responses => "/v1/responses",
             ModelApi::Chat | ModelApi::Mock => "/v1/chat/completions",
+            ModelApi::Anthropic => "/v1/messages",
         };
         assert_eq!(
             (request.method.as_str(), request.path.as_str()),
             ("POST", path)
         );
-        assert_eq!(request.headers["authorization"], format!("Bearer {KEY}"));
+        if api == ModelApi::Anthropic {
+            assert_eq!(request.headers["x-api-key"], KEY);
+            assert_eq!(request.headers["anthropic-version"], "2023-06-01");
+            assert!(!request.headers.contains_key("authorization"));
+            assert_eq!(request.body["max_tokens"], 8192);
+        } else {
+            assert_eq!(request.headers["authorization"], format!("Bearer {KEY}"));
+        }
         assert_eq!(request.body["model"], "mock-model");
         assert_eq!(request.body["stream"], true);
         assert!(!format!("{client:?}").contains(KEY));
@@ -311,5 +351,129 @@ async fn an_unreachable_model_is_unavailable_after_retries() {
         let error = refused(client.stream(&user("hi")).await);
         assert_eq!(error.code(), ErrorCode::ModelUnavailable, "{api:?}");
         assert!(error.is_retryable(), "{api:?}: {error:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_output_limit_goes_in_each_apis_field() {
+    for (api, field) in [
+        (ModelApi::Responses, "max_output_tokens"),
+        (ModelApi::Chat, "max_completion_tokens"),
+        (ModelApi::Anthropic, "max_tokens"),
+    ] {
+        let mock = Server::mock().await;
+        let client = client(api, &mock.base_url, Timeouts::default(), quick_retry());
+        let mut request = user("/say hi");
+        request.max_output_tokens = Some(77);
+        drain(client.stream(&request).await.unwrap()).await;
+        let recorded = mock.recorded().await;
+        assert_eq!(recorded[0].body[field], 77, "{api:?}");
+        // Without a limit, only Anthropic (which requires one) sends the field.
+        drain(client.stream(&user("/say hi")).await.unwrap()).await;
+        let recorded = mock.recorded().await;
+        assert_eq!(
+            recorded[1].body.get(field).is_some(),
+            api == ModelApi::Anthropic,
+            "{api:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_flaky_answer_is_retried_to_success_and_each_retry_is_observed() {
+    for (api, status) in [
+        (ModelApi::Responses, 503),
+        (ModelApi::Chat, 429),
+        (ModelApi::Anthropic, 529),
+    ] {
+        let mock = Server::mock().await;
+        // A policy pause of a minute: only the mock's `Retry-After: 0` keeps this quick.
+        let retry = RetryPolicy::new(Duration::from_secs(60), Duration::from_secs(60), 2);
+        let client = client(api, &mock.base_url, Timeouts::default(), retry);
+        let notices = Mutex::new(Vec::new());
+        let on_retry = |notice: &RetryNotice| notices.lock().unwrap().push(notice.clone());
+        let request = user(&format!("/flaky 2 {status} back again"));
+        let stream = tokio::time::timeout(
+            Duration::from_secs(20),
+            client.stream_observing(&request, &on_retry),
+        )
+        .await
+        .expect("the Retry-After of 0 was not honoured")
+        .unwrap();
+        let (events, error) = drain(stream).await;
+        assert!(error.is_none(), "{api:?}: {error:?}");
+        assert_eq!(deltas(&events).concat(), "back again", "{api:?}");
+        let code = match status {
+            429 => ErrorCode::ModelRateLimited,
+            _ => ErrorCode::ModelUnavailable,
+        };
+        let message =
+            format!("model answered with status {status}: mock failure with status {status}");
+        assert_eq!(
+            notices.into_inner().unwrap(),
+            [1, 2].map(|attempt| RetryNotice {
+                attempt,
+                code,
+                message: message.clone(),
+                delay: Duration::ZERO,
+            }),
+            "{api:?}"
+        );
+        assert_eq!(mock.recorded().await.len(), 3, "{api:?}");
+    }
+}
+
+#[tokio::test]
+async fn anthropic_overloaded_is_unavailable_after_retries() {
+    let mock = Server::mock().await;
+    let client = client(
+        ModelApi::Anthropic,
+        &mock.base_url,
+        Timeouts::default(),
+        quick_retry(),
+    );
+    let error = refused(client.stream(&user("/fail 529")).await);
+    assert_eq!(error.code(), ErrorCode::ModelUnavailable);
+    assert_eq!(
+        error.to_string(),
+        "model answered with status 529: mock failure with status 529"
+    );
+    assert_eq!(mock.recorded().await.len(), 3, "one try and two retries");
+}
+
+#[tokio::test]
+async fn anthropic_reads_the_cached_prefix_on_the_second_call() {
+    let mock = Server::mock().await;
+    let client = client(
+        ModelApi::Anthropic,
+        &mock.base_url,
+        Timeouts::default(),
+        quick_retry(),
+    );
+    let mut usages = Vec::new();
+    for text in ["/say one", "/say two"] {
+        let (events, error) = drain(client.stream(&user(text)).await.unwrap()).await;
+        assert!(error.is_none(), "{error:?}");
+        let Some(ModelEvent::Completed {
+            usage: Some(usage), ..
+        }) = events.last()
+        else {
+            panic!("no usage in {events:?}");
+        };
+        usages.push(*usage);
+    }
+    // The first call writes the prefix (system prompt and tools): uncached input; the second
+    // reads the same prefix from the cache.
+    assert_eq!(usages[0].cached_input_tokens, 0);
+    assert!(usages[1].cached_input_tokens > 0, "{usages:?}");
+    assert_eq!(
+        usages[0].input_tokens,
+        usages[1].input_tokens + usages[1].cached_input_tokens
+    );
+    for usage in &usages {
+        assert_eq!(
+            usage.total_tokens,
+            usage.input_tokens + usage.cached_input_tokens + usage.output_tokens
+        );
     }
 }

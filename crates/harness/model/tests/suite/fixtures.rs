@@ -56,11 +56,8 @@ fn text_and_call_events() -> Vec<ModelEvent> {
         }),
         ModelEvent::Completed {
             text: String::from("Hello from mock."),
-            usage: Some(Usage {
-                input_tokens: 10,
-                output_tokens: 5,
-                total_tokens: 15,
-            }),
+            // The API's input includes the 4 cached tokens; ours does not.
+            usage: Some(Usage::new(6, 4, 5)),
         },
     ]
 }
@@ -166,11 +163,7 @@ async fn chat_tool_calls_split_across_deltas_are_joined() {
                 }),
                 ModelEvent::Completed {
                     text: String::new(),
-                    usage: Some(Usage {
-                        input_tokens: 7,
-                        output_tokens: 3,
-                        total_tokens: 10,
-                    }),
+                    usage: Some(Usage::new(5, 2, 3)),
                 },
             ],
             "{chunk_len}"

@@ -39,6 +39,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
             parameters: json!({}),
             kind: ToolKind::Freeform,
         }],
+        max_output_tokens: None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The test modules.
 
+mod anthropic;
 mod chat;
 mod recorder;
 mod responses;
