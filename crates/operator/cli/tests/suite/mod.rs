@@ -42,6 +42,7 @@ mod synapse;
 mod telegram;
 mod telegram_api;
 mod up;
+mod usage;
 mod worker_child;
 mod worker_retirement;
 mod worktree;
