@@ -718,8 +718,18 @@ pub enum TurnEvent {
         /// Whether it succeeded.
         ok: bool,
     },
-    /// A model response of the turn was counted: its tokens (`modelCalls` 1).
+    /// A model response of the turn was counted: its tokens (`modelCalls` 1, `retries` the
+    /// retries Codex announced since the previous response).
     Usage(TokenUsage),
+    /// Codex retries a failed model request by itself (an `error` with `willRetry`).
+    Retry {
+        /// The retry's number within the turn, from 1.
+        attempt: u32,
+        /// The stable code of the failure.
+        code: &'static str,
+        /// Codex's message.
+        message: String,
+    },
     /// The turn ended with the reply, or with a failure.
     Ended(Result<String, TurnFailure>),
 }
@@ -731,6 +741,9 @@ pub struct TurnState {
     reply: Option<String>,
     last_error: Option<(String, String)>,
     usage: Option<TokenUsage>,
+    /// Retries Codex announced in this turn, and those not yet counted into a response's usage.
+    retries: u32,
+    uncounted_retries: u64,
 }
 
 impl TurnState {
@@ -741,6 +754,8 @@ impl TurnState {
             reply: None,
             last_error: None,
             usage: None,
+            retries: 0,
+            uncounted_retries: 0,
         }
     }
 
@@ -831,6 +846,17 @@ impl TurnState {
                 }
                 ThreadItem::Other => Vec::new(),
             },
+            ServerNotification::Error(error)
+                if error.will_retry && error.turn_id == self.codex_turn =>
+            {
+                self.retries = self.retries.saturating_add(1);
+                self.uncounted_retries = self.uncounted_retries.saturating_add(1);
+                vec![TurnEvent::Retry {
+                    attempt: self.retries,
+                    code: error_code(error.error.codex_error_info.as_ref()),
+                    message: error.error.message,
+                }]
+            }
             ServerNotification::Error(error) => {
                 self.last_error = Some((
                     error_code(error.error.codex_error_info.as_ref()).to_owned(),
@@ -881,6 +907,7 @@ impl TurnState {
                     output_tokens: last.output_tokens,
                     total_tokens: last.total_tokens,
                     model_calls: 1,
+                    retries: std::mem::take(&mut self.uncounted_retries),
                     ..TokenUsage::default()
                 };
                 self.usage = Some(match self.usage.take() {
@@ -918,6 +945,12 @@ async fn apply(
             TurnEvent::ToolCompleted { tool, ok } => sink.tool_completed(&tool, ok).await?,
             // Past the turn's ceiling this ends the turn, and the Codex turn is interrupted.
             TurnEvent::Usage(usage) => sink.model_usage(usage).await?,
+            // Codex waits by its own backoff, which it does not announce.
+            TurnEvent::Retry {
+                attempt,
+                code,
+                message,
+            } => sink.model_retry(attempt, code, &message, 0).await?,
             TurnEvent::Ended(outcome) => return Ok(Some(outcome)),
         }
     }

@@ -125,6 +125,12 @@ pub fn check_model(model: &RemoteModel) -> Result<(), String> {
     }
 }
 
+/// How many times the app-server retries a refused model request before the turn fails: as
+/// many as the native runtime. A stream that drops after it started is not retried, as in the
+/// native runtime (Codex's own defaults retry both, one inside the other, so a turn against an
+/// unreachable model would try for minutes).
+pub const CODEX_MODEL_RETRIES: u32 = 2;
+
 /// Renders `config.toml` for `model`. Strings are written as TOML basic strings (JSON string
 /// escaping is a subset of TOML's).
 pub fn render_config(model: &RemoteModel, send_key: bool) -> String {
@@ -141,6 +147,8 @@ pub fn render_config(model: &RemoteModel, send_key: bool) -> String {
          name = \"Gatehouse Harness model\"\n\
          base_url = {base_url}\n\
          wire_api = \"responses\"\n\
+         request_max_retries = {CODEX_MODEL_RETRIES}\n\
+         stream_max_retries = 0\n\
          {key_line}\
          supports_websockets = false\n\
          \n\
@@ -496,6 +504,11 @@ mod tests {
         assert_eq!(parsed["model"].as_str(), Some("gpt-5.5"));
         let provider = &parsed["model_providers"][PROVIDER_ID];
         assert_eq!(provider["base_url"].as_str(), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(
+            provider["request_max_retries"].as_integer(),
+            Some(i64::from(CODEX_MODEL_RETRIES))
+        );
+        assert_eq!(provider["stream_max_retries"].as_integer(), Some(0));
         assert_eq!(provider["env_key"].as_str(), Some("HARNESS_KEY"));
         assert_eq!(parsed["features"]["plugins"].as_bool(), Some(false));
         // Top-level keys must not end up inside a table.

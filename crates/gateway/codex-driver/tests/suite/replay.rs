@@ -52,6 +52,8 @@ struct TurnView {
     usage: Option<TokenUsage>,
     /// The sum of the turn's `Usage` events.
     counted: Option<TokenUsage>,
+    /// The attempts of the turn's `Retry` events.
+    retries: Vec<u32>,
 }
 
 /// Replays the fixture `name` and returns the driver's view of each turn, in order.
@@ -204,6 +206,7 @@ fn replay(name: &str) -> Vec<TurnView> {
                         TurnEvent::Commit { role, content, .. } => {
                             view.committed.push((role, content));
                         }
+                        TurnEvent::Retry { attempt, .. } => view.retries.push(attempt),
                         // Each response's count is an event the sink adds to the store.
                         TurnEvent::Usage(call) => {
                             view.counted = Some(match view.counted.take() {
@@ -447,4 +450,46 @@ fn a_renamed_or_missing_field_is_an_error_that_names_it_not_an_empty_reply() {
     finished["turn"]["status"] = serde_json::json!(7);
     let error = ServerNotification::decode("turn/completed", finished).unwrap_err();
     assert_eq!(error.path, "turn.status");
+}
+
+/// An `error` with `willRetry` is a retry of the turn (numbered, with its code) counted into the
+/// next response's usage; one without it is the turn's failure, not a retry.
+#[test]
+fn codex_retries_are_events_and_count_into_the_next_responses_usage() {
+    let mut state = TurnState::new(String::from("turn-1"));
+    let notify = |method: &str, params: serde_json::Value| {
+        ServerNotification::decode(method, params).unwrap()
+    };
+    let retrying = serde_json::json!({
+        "threadId": "th", "turnId": "turn-1", "willRetry": true,
+        "error": {"message": "stream disconnected", "codexErrorInfo": "responseStreamDisconnected"}
+    });
+    for attempt in 1..=2 {
+        let events = state.observe(notify("error", retrying.clone()));
+        assert!(
+            matches!(
+                events.as_slice(),
+                [TurnEvent::Retry { attempt: got, code: "MODEL_UNAVAILABLE", message }]
+                    if *got == attempt && message == "stream disconnected"
+            ),
+            "{events:?}"
+        );
+    }
+    let counts = serde_json::json!({"totalTokens": 12, "inputTokens": 10,
+        "cachedInputTokens": 4, "outputTokens": 2});
+    let events = state.observe(notify(
+        "thread/tokenUsage/updated",
+        serde_json::json!({"threadId": "th", "turnId": "turn-1",
+            "tokenUsage": {"total": &counts, "last": &counts}}),
+    ));
+    let [TurnEvent::Usage(usage)] = events.as_slice() else {
+        panic!("{events:?}");
+    };
+    assert_eq!(
+        (usage.input_tokens, usage.cached_input_tokens, usage.retries),
+        (6, 4, 2)
+    );
+    let mut failing = retrying;
+    failing["willRetry"] = serde_json::json!(false);
+    assert!(state.observe(notify("error", failing)).is_empty());
 }

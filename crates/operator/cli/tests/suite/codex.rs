@@ -931,3 +931,28 @@ async fn a_codex_that_cannot_start_keeps_the_gateway_not_ready_with_a_clear_code
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("openai-responses:URL:MODEL"));
 }
+
+/// The app-server retries a refused model request by itself, at most `CODEX_MODEL_RETRIES`
+/// times (its own default would keep a turn against an unreachable model retrying for
+/// minutes): a request refused once still completes its turn, and one refused every time fails
+/// the turn after exactly 1 + `CODEX_MODEL_RETRIES` requests. Codex announces no retry of a
+/// refused request (only of a dropped stream, which the driver turns into `model.retry`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_app_server_retries_a_refused_model_request_within_its_bound() {
+    let setup = Setup::start(&[]).await;
+    let said = turn(&setup.gateway, "s", "/flaky 1 500 recovered").await;
+    assert_eq!(
+        (said["status"].as_str(), said["reply"].as_str()),
+        (Some("completed"), Some("recovered")),
+        "{said}"
+    );
+    let failed = turn(&setup.gateway, "t", "/fail 500").await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["code"], "MODEL_UNAVAILABLE", "{failed}");
+    let attempts = model_calls_ending_with(&setup, "/fail 500").await;
+    assert_eq!(
+        attempts,
+        1 + usize::try_from(gatehouse_harness::codex_supervisor::CODEX_MODEL_RETRIES).unwrap(),
+        "the failing request was sent once and retried within the bound"
+    );
+}
