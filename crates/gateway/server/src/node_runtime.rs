@@ -982,6 +982,7 @@ impl NodeRuntime {
             WorkerEvent::Done { .. }
             | WorkerEvent::Failed { .. }
             | WorkerEvent::BackgroundStopped { .. }
+            | WorkerEvent::ModelCall { .. }
             | WorkerEvent::Checkpoint { .. }
             | WorkerEvent::GatewayTool { .. }
             | WorkerEvent::ModelUsage { .. }
