@@ -982,6 +982,7 @@ impl NodeRuntime {
             WorkerEvent::Done { .. }
             | WorkerEvent::Failed { .. }
             | WorkerEvent::BackgroundStopped { .. }
+            | WorkerEvent::ModelCall { .. }
             | WorkerEvent::Checkpoint { .. }
             | WorkerEvent::GatewayTool { .. } => Ok(()),
             // Counted as each call answers; past the turn's ceiling the turn ends here even

@@ -122,6 +122,17 @@ pub enum ModelError {
         /// The upstream reason, such as `max_output_tokens`.
         reason: String,
     },
+    /// The inference broker ended the call with a failure: the provider's error as the broker
+    /// coded it, the broker's own refusal (`TURN_BUDGET_EXCEEDED` past the turn's ceiling,
+    /// `INVALID_REQUEST`), or a broker that went away (`MODEL_UNAVAILABLE`). Returned by
+    /// [`crate::broker::BrokeredClient`]; the broker has already retried what it retries.
+    #[error("{message}")]
+    Brokered {
+        /// The stable code the broker sent.
+        code: ErrorCode,
+        /// What happened, as the broker said (never the key).
+        message: String,
+    },
 }
 
 impl ModelError {
@@ -163,6 +174,7 @@ impl ModelError {
             | ModelError::Truncated
             | ModelError::UnexpectedShape { .. }
             | ModelError::Incomplete { .. } => ErrorCode::ModelBadResponse,
+            ModelError::Brokered { code, .. } => *code,
         }
     }
 
@@ -184,7 +196,8 @@ impl ModelError {
             | ModelError::Truncated
             | ModelError::UnexpectedShape { .. }
             | ModelError::Failed { .. }
-            | ModelError::Incomplete { .. } => false,
+            | ModelError::Incomplete { .. }
+            | ModelError::Brokered { .. } => false,
         }
     }
 

@@ -67,7 +67,12 @@
 //! Only streamed answers are read: a server that ignores `stream: true` and sends one JSON body
 //! gives `MODEL_BAD_RESPONSE`.
 //!
-//! Modules: `types` (request and events), `config` (spec, timeouts, building), `error`, `sse` (SSE
+//! # The inference broker
+//!
+//! [`broker`] holds the wire types a worker and its node host's broker exchange, and
+//! [`broker::BrokeredClient`], the worker's client that asks the broker instead of a provider.
+//!
+//! Modules: `broker` (the inference broker's exchange), `types` (request and events), `config` (spec, timeouts, building), `error`, `sse` (SSE
 //! events from a response body, over `sse-stream`), `http` (sending, observable retries,
 //! timeouts), `responses`, `chat`, `anthropic`, `mock` (the `mock` feature: the in-process mock
 //! model, which follows the script of `gatehouse-mockmodel`).
@@ -75,6 +80,7 @@
 #![deny(missing_docs)]
 
 mod anthropic;
+pub mod broker;
 mod chat;
 mod config;
 mod error;

@@ -3,10 +3,16 @@
 use std::time::Duration;
 
 use gatehouse_protocol::error::ErrorCode;
+use serde::Deserialize;
+use serde::Serialize;
 use serde_json::Value;
 
 /// One model call: the system prompt, the conversation so far and the tools on offer.
-#[derive(Debug, Clone, Default, PartialEq)]
+///
+/// Its JSON (camel-case keys) is what a worker sends the node host's inference broker
+/// ([`crate::broker`]); the request types are serializable for that reason only.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModelRequest {
     /// The system (developer) instructions; empty for none.
     pub system: String,
@@ -23,7 +29,12 @@ pub struct ModelRequest {
 }
 
 /// One conversation item of a [`ModelRequest`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum Message {
     /// A user message.
     User {
@@ -48,7 +59,8 @@ pub enum Message {
 }
 
 /// A tool the model may call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolSpec {
     /// The tool name.
     pub name: String,
@@ -61,7 +73,8 @@ pub struct ToolSpec {
 }
 
 /// How a tool receives its arguments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum ToolKind {
     /// A JSON object matching `parameters`.
     Function,
@@ -71,7 +84,8 @@ pub enum ToolKind {
 }
 
 /// A tool call made by the model.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolCall {
     /// The id the tool result must refer to.
     pub call_id: String,
@@ -82,7 +96,12 @@ pub struct ToolCall {
 }
 
 /// The arguments of a [`ToolCall`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum ToolInput {
     /// JSON arguments of a function call, exactly as the model sent them (not validated).
     Function {
@@ -121,7 +140,8 @@ pub enum ModelEvent {
 /// `input_tokens` counts the input not read from the provider's prompt cache (cache writes
 /// included), `cached_input_tokens` the input read from it, so `total_tokens` is
 /// `input_tokens + cached_input_tokens + output_tokens`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Usage {
     /// Uncached input tokens (cache writes included).
     pub input_tokens: u64,

@@ -47,6 +47,8 @@
 //! - [`model_spec`]: the `--model` spec, recorded for the runtime.
 //! - [`codex_supervisor`]: the supervised `codex app-server` and its relay (runtime `codex`).
 //! - [`worker`]: the supervisor of the native runtime's `gatehouse worker` children.
+//! - `broker`: the inference broker, which calls the model for the workers with the key only
+//!   the node host holds, counts each call's usage and enforces the turn's token ceiling.
 //! - [`worker_child`]: the loop of one such child; its [`worker_child::WorkerChildError`] ends the
 //!   child process and never crosses the link.
 //! - `source`: `agent.session.source`, a repository commit fetched into a missing session
@@ -57,6 +59,7 @@
 #![deny(missing_docs)]
 
 mod bounded_lines;
+mod broker;
 pub mod codex_supervisor;
 pub mod error;
 mod file_commands;

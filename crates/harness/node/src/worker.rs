@@ -10,8 +10,11 @@
 //!   [`WorkerRetirement::Never`], when every slot is taken) is a new session refused with
 //!   `WORKER_CAPACITY_EXHAUSTED`. A running worker is never displaced.
 //! - A worker gets its launch envelope on stdin (never argv), an environment scrubbed to `HOME`,
-//!   `PATH`, `LANG`, `TMPDIR` and the model-key variable, and a private `TMPDIR` (created, then
+//!   `PATH`, `LANG`, `TMPDIR` and the telemetry settings, and a private `TMPDIR` (created, then
 //!   chmod 0700 even when it existed). It runs in its own process group.
+//! - A worker never holds the model key: it asks the node host's inference broker
+//!   ([`crate::broker`]) for every model call over its own pipe, and the Gateway hears each call's
+//!   usage from the broker's count.
 //! - Each session has an execution workspace `<root>/sessions/<id>/workspace`, distinct from the
 //!   Agent workspace.
 //! - Aborting a turn (the Gateway's cancel) kills the worker's process group; the next turn of
@@ -52,6 +55,7 @@ use gatehouse_protocol::worker::GatewayToolParams;
 use gatehouse_protocol::worker::GatewayToolResult;
 use gatehouse_protocol::worker::MAX_WORKER_EVENT_LINE_BYTES;
 use gatehouse_protocol::worker::MAX_WORKER_REQUEST_LINE_BYTES;
+use gatehouse_protocol::worker::WorkerBroker;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_protocol::worker::WorkerLaunch;
 use gatehouse_protocol::worker::WorkerRequest;
@@ -114,7 +118,8 @@ pub struct WorkerSettings {
     pub retirement: WorkerRetirement,
     /// The model spec workers use (`mock` or `API:URL:MODEL`).
     pub model: String,
-    /// The name of the environment variable holding the model key, passed to workers as is.
+    /// The name of the node host's environment variable holding the model key; only the node
+    /// host's inference broker reads it, and workers never get it.
     pub model_key_env: String,
     /// Whether `exec` may run without bubblewrap when it is missing.
     pub allow_unsandboxed: bool,
@@ -303,6 +308,9 @@ pub(crate) fn spawn_idle_retirement(supervisor: &Arc<WorkerSupervisor>) {
 /// Runs workers, at most `capacity` at once.
 pub(crate) struct WorkerSupervisor {
     settings: WorkerSettings,
+    /// The inference broker's model client, built once from the settings; its error fails
+    /// every model call of every turn.
+    model: Result<Arc<dyn gatehouse_model::ModelClient>, WireError>,
     root: PathBuf,
     workers: tokio::sync::Mutex<HashMap<String, Arc<Slot>>>,
     /// The slots in use and the capacity, for the node's `node.report`; updated whenever a
@@ -316,8 +324,13 @@ impl WorkerSupervisor {
             worker_slots_in_use: 0,
             worker_capacity: u32::try_from(settings.capacity).unwrap_or(u32::MAX),
         });
+        let model = crate::broker::build_client(&settings.model, &settings.model_key_env);
+        if let Err(error) = &model {
+            tracing::warn!(code = %error.code, error = %error.message, "cannot build the model client; turns will fail");
+        }
         Self {
             settings,
+            model,
             root,
             workers: tokio::sync::Mutex::new(HashMap::new()),
             figures,
@@ -574,6 +587,7 @@ impl WorkerSupervisor {
         };
         let session_key = params.session_key.clone();
         let turn_id = params.turn_id.clone();
+        let max_turn_tokens = params.max_turn_tokens;
         // The worker's spans join the trace of this node host's invoke span.
         params.traceparent = gatehouse_telemetry::traceparent(&tracing::Span::current());
         // Refused before anything is written, so the worker stays in step.
@@ -588,8 +602,20 @@ impl WorkerSupervisor {
         if worker.stdin.write_all(line.as_bytes()).await.is_err() {
             return Err(crashed(&session_key));
         }
+        let mut broker = crate::broker::TurnBroker::new(self.model.clone(), max_turn_tokens);
         loop {
-            let line = match worker.stdout.next().await {
+            let next = tokio::select! {
+                actions = broker.next_actions() => Err(actions),
+                line = worker.stdout.next() => Ok(line),
+            };
+            let next = match next {
+                Ok(next) => next,
+                Err(actions) => {
+                    apply_broker_actions(actions, worker, context, &session_key, &turn_id).await?;
+                    continue;
+                }
+            };
+            let line = match next {
                 Some(Ok(line)) => line,
                 // The rest of its output is out of step; the next turn starts a new worker.
                 Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
@@ -616,9 +642,16 @@ impl WorkerSupervisor {
                 }
             };
             match event {
-                WorkerEvent::Done { reply, usage } => {
+                WorkerEvent::Done { reply, .. } => {
                     kill_on_drop.worker = None;
-                    return Ok(AgentTurnResult { reply, usage });
+                    // The worker's own sum is not trusted: the turn's usage is the broker's.
+                    if let Some(error) = broker.exceeded() {
+                        return Err(error);
+                    }
+                    return Ok(AgentTurnResult {
+                        reply,
+                        usage: broker.usage().cloned(),
+                    });
                 }
                 WorkerEvent::Failed { code, message } => {
                     kill_on_drop.worker = None;
@@ -666,13 +699,17 @@ impl WorkerSupervisor {
                         return Err(crashed(&session_key));
                     }
                 }
-                // Only the answer to a stop request; never forwarded.
-                WorkerEvent::BackgroundStopped { .. } => {}
+                WorkerEvent::ModelCall { id, request } => {
+                    let actions = broker.start(id, request);
+                    apply_broker_actions(actions, worker, context, &session_key, &turn_id).await?;
+                }
+                // Only the answer to a stop request; never forwarded. A worker's own usage
+                // claim is dropped: the broker reports every call's usage itself.
+                WorkerEvent::BackgroundStopped { .. } | WorkerEvent::ModelUsage { .. } => {}
                 WorkerEvent::Delta { .. }
                 | WorkerEvent::Checkpoint { .. }
                 | WorkerEvent::ToolStarted { .. }
                 | WorkerEvent::ToolCompleted { .. }
-                | WorkerEvent::ModelUsage { .. }
                 | WorkerEvent::ModelRetry { .. }
                 | WorkerEvent::Message { .. } => {
                     if context.progress.send(&format!("{line}\n")).await.is_err() {
@@ -702,7 +739,12 @@ impl WorkerSupervisor {
             workspace: workspace.to_string_lossy().into_owned(),
             agent_workspace: self.root.join("workspace").to_string_lossy().into_owned(),
             model: self.settings.model.clone(),
-            model_key_env: self.settings.model_key_env.clone(),
+            broker: Some(WorkerBroker {
+                model: match &self.model {
+                    Ok(client) => client.model().to_owned(),
+                    Err(_) => self.settings.model.clone(),
+                },
+            }),
             allow_unsandboxed: self.settings.allow_unsandboxed,
             scratch: self
                 .settings
@@ -739,11 +781,6 @@ impl WorkerSupervisor {
             .stderr(Stdio::inherit())
             .process_group(0)
             .kill_on_drop(true);
-        if self.settings.model != "mock"
-            && let Some(key) = std::env::var_os(&self.settings.model_key_env)
-        {
-            command.env(&self.settings.model_key_env, key);
-        }
         let mut child = command.spawn().map_err(|error| {
             WireError::new(
                 ErrorCode::Internal,
@@ -767,6 +804,53 @@ impl WorkerSupervisor {
             ),
         })
     }
+}
+
+/// Does what the turn's broker asks: writes its lines to the worker and sends its events to the
+/// Gateway.
+///
+/// # Errors
+/// `WORKER_CRASHED` when the worker's input is closed, `UNAVAILABLE` when the link closed.
+async fn apply_broker_actions(
+    actions: Vec<crate::broker::BrokerAction>,
+    worker: &mut Worker,
+    context: &mut InvokeContext,
+    session_key: &str,
+    turn_id: &str,
+) -> Result<(), WireError> {
+    for action in actions {
+        match action {
+            crate::broker::BrokerAction::ToWorker(request) => {
+                let line = request_line(&request)?;
+                if worker.stdin.write_all(line.as_bytes()).await.is_err() {
+                    return Err(crashed(session_key));
+                }
+            }
+            crate::broker::BrokerAction::ToGateway(event) => {
+                if let WorkerEvent::ModelUsage { usage } = &event {
+                    tracing::info!(
+                        session_key,
+                        turn_id,
+                        input_tokens = usage.input_tokens,
+                        cached_input_tokens = usage.cached_input_tokens,
+                        output_tokens = usage.output_tokens,
+                        total_tokens = usage.total_tokens,
+                        retries = usage.retries,
+                        "model call counted"
+                    );
+                }
+                let line = serde_json::to_string(&event)
+                    .map_err(|error| WireError::new(ErrorCode::Internal, error.to_string()))?;
+                if context.progress.send(&format!("{line}\n")).await.is_err() {
+                    return Err(WireError::new(
+                        ErrorCode::Unavailable,
+                        "the link closed during the turn",
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Kills the worker if the turn's future is dropped before the turn ends.

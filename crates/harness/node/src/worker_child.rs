@@ -1,9 +1,12 @@
 //! The native worker child (`gatehouse worker`): the node host starts one per hosted session
 //! ([`crate::worker`]); it reads its launch envelope and then one [`WorkerRequest`] per line on
 //! stdin, and writes the turn's [`WorkerEvent`]s as JSON lines on stdout. It holds no Gateway
-//! credential and listens on nothing; the model key arrives in the environment variable its
-//! envelope names. The executable that runs it must also serve as the in-sandbox helper
-//! (`ToolConfig::sandbox_helper` is set to it).
+//! credential, no model key, and listens on nothing: it asks the node host's inference broker
+//! for every model call over the same pipes ([`WorkerEvent::ModelCall`] out, one
+//! [`WorkerRequest::ModelEvent`] back per provider event) through a
+//! [`gatehouse_model::broker::BrokeredClient`]. Without a broker in its envelope (a worker
+//! started by hand) it can run only the in-process `mock` model. The executable that runs it
+//! must also serve as the in-sandbox helper (`ToolConfig::sandbox_helper` is set to it).
 
 use std::io::Write;
 use std::path::Path;
@@ -19,12 +22,18 @@ use gatehouse_agent::TurnRequest;
 use gatehouse_model::Message;
 use gatehouse_model::ModelClient;
 use gatehouse_model::ModelConfig;
+use gatehouse_model::ModelError;
+use gatehouse_model::ModelRequest;
 use gatehouse_model::ToolInput;
 use gatehouse_model::ToolKind;
 use gatehouse_model::ToolSpec;
+use gatehouse_model::broker::BrokerEvent;
+use gatehouse_model::broker::BrokerInbox;
+use gatehouse_model::broker::BrokeredClient;
 use gatehouse_protocol::error::ErrorCode;
 use gatehouse_protocol::worker::GatewayToolResult;
 use gatehouse_protocol::worker::GatewayToolSpec;
+use gatehouse_protocol::worker::MAX_WORKER_EVENT_LINE_BYTES;
 use gatehouse_protocol::worker::MAX_WORKER_REQUEST_LINE_BYTES;
 use gatehouse_protocol::worker::WorkerEvent;
 use gatehouse_protocol::worker::WorkerLaunch;
@@ -144,14 +153,22 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
     };
     let launch: WorkerLaunch =
         serde_json::from_str(&first).map_err(WorkerChildError::MalformedLaunch)?;
-    let model: Result<std::sync::Arc<dyn ModelClient>, (String, String)> =
-        ModelConfig::parse(&launch.model, &launch.model_key_env)
-            .map_err(|error| (String::from(ErrorCode::ModelAuthFailed), error.to_string()))
-            .and_then(|config| {
-                config
-                    .build()
-                    .map_err(|error| (String::from(error.code()), error.to_string()))
-            });
+    let inbox = std::sync::Arc::new(BrokerInbox::default());
+    let model: Result<std::sync::Arc<dyn ModelClient>, (String, String)> = match &launch.broker {
+        Some(broker) => Ok(std::sync::Arc::new(BrokeredClient::new(
+            broker.model.clone(),
+            std::sync::Arc::new(send_model_call),
+            std::sync::Arc::clone(&inbox),
+        ))),
+        // Started by hand: only the in-process mock, which needs no key.
+        None if launch.model == "mock" => ModelConfig::mock()
+            .build()
+            .map_err(|error| (String::from(error.code()), error.to_string())),
+        None => Err((
+            String::from(ErrorCode::ModelUnavailable),
+            String::from("this worker has no inference broker, and runs only the mock model"),
+        )),
+    };
     let sandbox = match launch.allow_unsandboxed {
         true => SandboxPolicy::AllowUnsandboxed,
         false => SandboxPolicy::Require,
@@ -180,7 +197,10 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
     let pending: Pending = std::sync::Arc::default();
     let (turns, mut turn_requests) = tokio::sync::mpsc::channel(4);
     let reader_pending = std::sync::Arc::clone(&pending);
+    let reader_inbox = std::sync::Arc::clone(&inbox);
     tokio::spawn(async move {
+        // Whatever ends the reader, the broker's answers end with it.
+        let _closed = CloseOnDrop(std::sync::Arc::clone(&reader_inbox));
         while let Some(next) = lines.next().await {
             let line = match next {
                 Ok(BoundedLine::Line(line)) => line,
@@ -206,6 +226,23 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
                 Ok(WorkerRequest::StopBackground) => {
                     if turns.send(None).await.is_err() {
                         return;
+                    }
+                }
+                Ok(WorkerRequest::ModelEvent { id, event }) => {
+                    match serde_json::from_value::<BrokerEvent>(event) {
+                        // A late event of an abandoned call is dropped.
+                        Ok(event) => {
+                            reader_inbox.deliver(id, event);
+                        }
+                        Err(error) => {
+                            reader_inbox.deliver(
+                                id,
+                                BrokerEvent::Failed {
+                                    code: ErrorCode::ModelBadResponse,
+                                    message: format!("malformed broker event: {error}"),
+                                },
+                            );
+                        }
                     }
                 }
                 Ok(WorkerRequest::GatewayToolResult { id, result }) => {
@@ -290,7 +327,11 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
             user_texts,
             max_turn_tokens: params.max_turn_tokens,
         };
-        let mut on_event = |event: AgentEvent| emit(&worker_event(event));
+        let mut on_event = |event: AgentEvent| {
+            if let Some(event) = worker_event(event) {
+                emit(&event);
+            }
+        };
         let cancel = crate::CancellationToken::new();
         // The turn's spans here join the trace of the node host's invoke.
         let span = tracing::info_span!(
@@ -335,8 +376,55 @@ pub async fn run_worker() -> Result<(), WorkerChildError> {
     Ok(())
 }
 
-fn worker_event(event: AgentEvent) -> WorkerEvent {
-    match event {
+/// Closes the broker inbox when the stdin reader ends.
+struct CloseOnDrop(std::sync::Arc<BrokerInbox>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// A model call as the worker writes it: a [`WorkerEvent::ModelCall`] line, encoded from the
+/// request without an intermediate JSON value.
+#[derive(serde::Serialize)]
+#[serde(tag = "type", rename = "modelCall")]
+struct ModelCallLine<'a> {
+    id: u64,
+    request: &'a ModelRequest,
+}
+
+/// Writes model call `id` for the node host's broker.
+///
+/// # Errors
+/// `WORKER_LINE_TOO_LONG` for a call longer than [`MAX_WORKER_EVENT_LINE_BYTES`], which is never
+/// written (the node host would stop the worker); `MODEL_UNAVAILABLE` when stdout is closed.
+fn send_model_call(id: u64, request: &ModelRequest) -> gatehouse_model::Result<()> {
+    let line = serde_json::to_string(&ModelCallLine { id, request })
+        .map_err(|source| ModelError::InvalidJson { source })?;
+    if line.len() > MAX_WORKER_EVENT_LINE_BYTES {
+        return Err(ModelError::Brokered {
+            code: ErrorCode::WorkerLineTooLong,
+            message: format!(
+                "the model request is {} bytes, more than the {MAX_WORKER_EVENT_LINE_BYTES} a worker may send",
+                line.len()
+            ),
+        });
+    }
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")
+        .and_then(|()| stdout.flush())
+        .map_err(|_| ModelError::Brokered {
+            code: ErrorCode::ModelUnavailable,
+            message: String::from("the pipe to the node host is closed"),
+        })
+}
+
+/// Returns the line of an agent event, if it has one: a call's usage has none, since the node
+/// host's broker reports every call's usage from its own count.
+fn worker_event(event: AgentEvent) -> Option<WorkerEvent> {
+    let event = match event {
+        AgentEvent::ModelUsage { .. } => return None,
         AgentEvent::TextDelta(text) => WorkerEvent::Delta { text },
         AgentEvent::ToolStarted {
             name, arguments, ..
@@ -358,7 +446,6 @@ fn worker_event(event: AgentEvent) -> WorkerEvent {
             message,
             delay_ms,
         },
-        AgentEvent::ModelUsage { usage } => WorkerEvent::ModelUsage { usage },
         AgentEvent::MessageCompleted {
             role,
             content,
@@ -371,7 +458,8 @@ fn worker_event(event: AgentEvent) -> WorkerEvent {
             content,
             tool_name,
         },
-    }
+    };
+    Some(event)
 }
 
 /// Writes one event line to stdout; the node host reads it.

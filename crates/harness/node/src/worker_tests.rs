@@ -235,3 +235,164 @@ async fn a_turn_that_requires_its_workspace_is_refused_when_it_is_missing() {
         .unwrap_err();
     assert_eq!(error.code, "INTERNAL", "{error:?}");
 }
+
+/// A stand-in for `gatehouse worker`: a shell script that reads its launch and its turn, writes
+/// the launch to `launch.json` in its `HOME`, then runs `body`.
+fn fake_worker(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
+    let program = dir.join("fake-worker");
+    std::fs::write(
+        &program,
+        format!("#!/bin/sh\nread launch\nread turn\nprintf '%s\\n' \"$launch\" > \"$HOME/launch.json\"\n{body}\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    program
+}
+
+/// A model call for the mock as a worker writes it.
+const MODEL_CALL: &str = r#"{"type":"modelCall","id":ID,"request":{"system":"","messages":[{"type":"user","text":"/say hi"}],"tools":[],"maxOutputTokens":null}}"#;
+
+fn broker_settings(program: std::path::PathBuf) -> crate::worker::WorkerSettings {
+    crate::worker::WorkerSettings {
+        program,
+        capacity: 1,
+        retirement: crate::worker::WorkerRetirement::Never,
+        model: String::from("mock"),
+        model_key_env: String::from("WORKER_TEST_KEY"),
+        allow_unsandboxed: false,
+        scratch: None,
+        hidden_paths: Vec::new(),
+        denied_tools: Vec::new(),
+        exec_timeout_seconds: 10,
+        sandbox: gatehouse_protocol::worker::SandboxSettings::default(),
+        telemetry_env: Vec::new(),
+        source_allow: Default::default(),
+    }
+}
+
+/// An invoke context whose progress lines can be read back.
+fn recording_context() -> (
+    crate::invoke::InvokeContext,
+    tokio::sync::mpsc::Receiver<String>,
+) {
+    let (frames, received) = tokio::sync::mpsc::channel(64);
+    let outbound = crate::invoke::Outbound::new(frames, 1 << 20);
+    let context = crate::invoke::InvokeContext {
+        params_json: None,
+        progress: crate::invoke::ProgressSender::new(
+            outbound,
+            String::from("invoke"),
+            String::from("node"),
+        ),
+        input: tokio::sync::mpsc::channel(1).1,
+    };
+    (context, received)
+}
+
+/// The worker events the Gateway got as progress, in order.
+fn progress_events(
+    received: &mut tokio::sync::mpsc::Receiver<String>,
+) -> Vec<gatehouse_protocol::worker::WorkerEvent> {
+    let mut text = String::new();
+    while let Ok(frame) = received.try_recv() {
+        let frame: serde_json::Value = serde_json::from_str(&frame).unwrap();
+        text.push_str(frame["params"]["chunk"].as_str().unwrap());
+    }
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The node host's broker answers a worker's model call with the key it alone holds, reports
+/// the call's usage from its own count, drops the usage a worker claims, and ends the turn with
+/// its own sum.
+#[tokio::test]
+async fn the_broker_answers_model_calls_and_the_turns_usage_is_its_own_count() {
+    let harness = harness();
+    let program = fake_worker(
+        &harness.root,
+        &format!(
+            r#"echo '{{"type":"modelUsage","usage":{{"inputTokens":1,"outputTokens":1,"totalTokens":2,"modelCalls":5}}}}'
+echo '{call}'
+while read line; do case "$line" in *'"completed"'*) printf '%s\n' "$line" > "$HOME/answer.json"; break;; esac; done
+echo '{{"type":"done","reply":"hi","usage":{{"inputTokens":0,"outputTokens":0,"totalTokens":7,"modelCalls":9}}}}'
+cat > /dev/null"#,
+            call = MODEL_CALL.replace("ID", "1"),
+        ),
+    );
+    let supervisor =
+        crate::worker::WorkerSupervisor::new(broker_settings(program), harness.root.clone());
+    let (mut context, mut received) = recording_context();
+    let result = supervisor
+        .run_turn(turn("s", false), &mut context)
+        .await
+        .unwrap();
+    let events = progress_events(&mut received);
+    let usage = result.usage.unwrap();
+    assert_eq!(
+        events,
+        vec![gatehouse_protocol::worker::WorkerEvent::ModelUsage {
+            usage: usage.clone()
+        }]
+    );
+    assert_eq!(
+        (usage.model_calls, usage.model.as_deref()),
+        (1, Some("mock"))
+    );
+    assert!(
+        usage.total_tokens > 0 && usage.total_tokens != 7,
+        "{usage:?}"
+    );
+    let session_dir = harness
+        .root
+        .join("sessions")
+        .join(crate::worker::session_dir_name("s"));
+    let answer = std::fs::read_to_string(session_dir.join("answer.json")).unwrap();
+    assert!(answer.contains(r#""text":"hi""#), "{answer}");
+    let launch: gatehouse_protocol::worker::WorkerLaunch =
+        serde_json::from_str(&std::fs::read_to_string(session_dir.join("launch.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        launch.broker,
+        Some(gatehouse_protocol::worker::WorkerBroker {
+            model: String::from("mock")
+        })
+    );
+}
+
+/// Past the turn's ceiling the broker refuses the next call with `TURN_BUDGET_EXCEEDED`, and a
+/// worker that says `done` anyway gets the turn failed with that code.
+#[tokio::test]
+async fn past_the_ceiling_the_broker_refuses_calls_and_fails_the_turn() {
+    let harness = harness();
+    let program = fake_worker(
+        &harness.root,
+        &format!(
+            r#"echo '{first}'
+while read line; do case "$line" in *'"completed"'*) break;; esac; done
+echo '{second}'
+while read line; do case "$line" in *'"failed"'*) printf '%s\n' "$line" > "$HOME/refusal.json"; break;; esac; done
+echo '{{"type":"done","reply":"ignored the ceiling"}}'
+cat > /dev/null"#,
+            first = MODEL_CALL.replace("ID", "1"),
+            second = MODEL_CALL.replace("ID", "2"),
+        ),
+    );
+    let supervisor =
+        crate::worker::WorkerSupervisor::new(broker_settings(program), harness.root.clone());
+    let (mut context, _received) = recording_context();
+    let mut params = turn("s", false);
+    params.max_turn_tokens = Some(1);
+    let error = supervisor.run_turn(params, &mut context).await.unwrap_err();
+    assert_eq!(error.code, "TURN_BUDGET_EXCEEDED", "{error:?}");
+    let refusal = std::fs::read_to_string(
+        harness
+            .root
+            .join("sessions")
+            .join(crate::worker::session_dir_name("s"))
+            .join("refusal.json"),
+    )
+    .unwrap();
+    assert!(refusal.contains(r#""id":2"#), "{refusal}");
+    assert!(refusal.contains("TURN_BUDGET_EXCEEDED"), "{refusal}");
+}

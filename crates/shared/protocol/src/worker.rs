@@ -6,7 +6,9 @@
 //!    session's prior conversation, so a worker holds no state the Gateway cannot rebuild.
 //! 2. The node host hands the turn to the session's worker as one [`WorkerRequest`] line.
 //! 3. The worker answers with [`WorkerEvent`] lines: deltas, tool events and complete messages,
-//!    then exactly one `done` or `failed`.
+//!    then exactly one `done` or `failed`. Each model call goes to the node host's inference
+//!    broker as a [`WorkerEvent::ModelCall`] and its events come back as
+//!    [`WorkerRequest::ModelEvent`] lines; the broker reports each call's usage itself.
 //! 4. The node streams each event line to the Gateway as `node.invoke.progress` chunks (a line
 //!    may span chunks; lines end with `\n`) and ends the invoke with [`AgentTurnResult`].
 
@@ -83,6 +85,8 @@ pub const MAX_WORKER_REQUEST_LINE_BYTES: usize = crate::frame::MAX_FRAME_BYTES +
 /// fails the invoke anyway; the largest event is a checkpoint of [`MAX_CHECKPOINT_BYTES`] in
 /// base64 with its manifest, which fits. A longer line fails the turn with
 /// `WORKER_LINE_TOO_LONG` and the node host stops the worker, whose output is then out of step.
+/// A worker checks its model calls ([`WorkerEvent::ModelCall`]) against this bound before it
+/// writes them: a longer one is never written, and that call fails with `WORKER_LINE_TOO_LONG`.
 pub const MAX_WORKER_EVENT_LINE_BYTES: usize = crate::invoke::MAX_PROGRESS_LINE_BYTES;
 
 /// A prior message of the session, for context.
@@ -462,10 +466,15 @@ pub struct WorkerLaunch {
     /// The absolute path of the Agent workspace, read only for the bootstrap documents
     /// (`AGENTS.md`, `SOUL.md`, `IDENTITY.md`, `USER.md`) of the system prompt.
     pub agent_workspace: String,
-    /// The model spec: `mock`, `openai-responses:URL:MODEL` or `openai-chat:URL:MODEL`.
+    /// The model spec of the node host: `mock`, `openai-responses:URL:MODEL`,
+    /// `openai-chat:URL:MODEL` or `anthropic:URL:MODEL`. A worker with a [`WorkerLaunch::broker`]
+    /// never builds a client from it; one without may only run `mock` in process.
     pub model: String,
-    /// The name of the environment variable that holds the model key.
-    pub model_key_env: String,
+    /// The node host's inference broker, which the worker asks for every model call over its
+    /// own pipe ([`WorkerEvent::ModelCall`]). The node host always sets it; the worker then
+    /// holds no model key. Absent only for a worker started by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker: Option<WorkerBroker>,
     /// Whether `exec` may run without bubblewrap when it is missing.
     pub allow_unsandboxed: bool,
     /// Directories `exec` must not see (covered by empty file systems in its sandbox): the
@@ -485,6 +494,14 @@ pub struct WorkerLaunch {
     /// The sandbox the node host decided on at startup; the worker applies exactly this and
     /// never probes the kernel again.
     pub sandbox: SandboxSettings,
+}
+
+/// The inference broker a worker reaches over its pipe to the node host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerBroker {
+    /// The name of the model the broker calls, for the worker's spans and logs.
+    pub model: String,
 }
 
 /// The default uid and gid of a sandboxed command inside its user namespace.
@@ -585,6 +602,15 @@ pub enum WorkerRequest {
     /// reaped. The node host sends it between turns, before it prepares the next one, so no
     /// job of an earlier turn runs while the node host works in the session workspace.
     StopBackground,
+    /// An event of the worker's open model call ([`WorkerEvent::ModelCall`]) from the node
+    /// host's inference broker.
+    ModelEvent {
+        /// The id of the call.
+        id: u64,
+        /// The event: a `gatehouse_model::broker::BrokerEvent`, whose shape the model crate
+        /// owns.
+        event: serde_json::Value,
+    },
 }
 
 /// A line a worker writes.
@@ -643,6 +669,9 @@ pub enum WorkerEvent {
     /// retried before it answered, `model` the configured name). Sent after each call, before
     /// the tools it asked for run; the Gateway sums these into the turn's `usage`, also for a
     /// turn that then fails, and ends the turn once the sum passes its `maxTurnTokens`.
+    ///
+    /// The node host's inference broker writes these from its own count of the provider's
+    /// answers; a `modelUsage` line a worker writes is dropped, never forwarded.
     ModelUsage {
         /// The call's counts.
         usage: TokenUsage,
@@ -679,6 +708,15 @@ pub enum WorkerEvent {
     BackgroundStopped {
         /// How many were still running and were killed.
         stopped: u64,
+    },
+    /// A model call for the node host's inference broker, which answers with
+    /// [`WorkerRequest::ModelEvent`] lines of the same `id`. At most one call is open at a time.
+    /// Only the node host reads it; it never reaches the Gateway.
+    ModelCall {
+        /// The worker's id of the call, new for each call.
+        id: u64,
+        /// The request: a `gatehouse_model::ModelRequest`, whose shape the model crate owns.
+        request: serde_json::Value,
     },
 }
 

@@ -3,6 +3,7 @@
 mod audit;
 mod backend;
 mod bench;
+mod broker;
 mod channels;
 mod cli_basics;
 mod cluster;

@@ -48,7 +48,7 @@ fn an_over_long_request_line_is_refused_with_a_code_and_the_next_request_is_serv
         workspace: workspace.display().to_string(),
         agent_workspace: agent_workspace.display().to_string(),
         model: String::from("mock"),
-        model_key_env: String::from("WORKER_CHILD_TEST_KEY"),
+        broker: None,
         allow_unsandboxed: true,
         hidden_paths: Vec::new(),
         denied_tools: Vec::new(),
