@@ -116,6 +116,11 @@ fn assert_usage_is_the_brokers(node_log: &str, turn: &serde_json::Value, n_calls
     });
     assert!(sum[3] > 0, "{turn}");
     assert_eq!(
+        usage_count(turn, "modelCalls"),
+        u64::try_from(n_calls).unwrap(),
+        "{turn}"
+    );
+    assert_eq!(
         [
             usage_count(turn, "inputTokens"),
             usage_count(turn, "cachedInputTokens"),

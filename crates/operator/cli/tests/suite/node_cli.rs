@@ -216,7 +216,9 @@ fn an_invalid_model_spec_exits_2_naming_the_expected_forms() {
     assert_eq!(output.status.code(), Some(2));
     let text = stderr(&output);
     assert!(
-        text.contains("mock, openai-responses:URL:MODEL or openai-chat:URL:MODEL"),
+        text.contains(
+            "mock, openai-responses:URL:MODEL, openai-chat:URL:MODEL or anthropic:URL:MODEL"
+        ),
         "{text}"
     );
 }
