@@ -289,7 +289,7 @@ fn log_model(model: &ModelSpec) {
     match model {
         ModelSpec::Mock => tracing::info!(
             model = "mock",
-            "model configured: mock; for a real one pass --model openai-responses:URL:MODEL or openai-chat:URL:MODEL"
+            "model configured: mock; for a real one pass --model openai-responses:URL:MODEL, openai-chat:URL:MODEL or anthropic:URL:MODEL"
         ),
         ModelSpec::Remote(remote) => tracing::info!(
             api = remote.api().as_str(),
