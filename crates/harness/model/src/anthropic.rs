@@ -91,12 +91,7 @@ impl ModelClient for AnthropicClient {
         on_retry: &RetryObserver<'_>,
     ) -> Result<ModelEventStream> {
         let body = request_body(&self.model, request).to_string().into_bytes();
-        let freeform_tools = request
-            .tools
-            .iter()
-            .filter(|tool| tool.kind == ToolKind::Freeform)
-            .map(|tool| tool.name.clone())
-            .collect();
+        let freeform_tools = request.freeform_tool_names();
         let interpreter = AnthropicInterpreter {
             freeform_tools,
             ..AnthropicInterpreter::default()

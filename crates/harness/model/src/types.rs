@@ -28,6 +28,18 @@ pub struct ModelRequest {
     pub max_output_tokens: Option<u64>,
 }
 
+impl ModelRequest {
+    /// Returns the names of the request's freeform tools: an API without freeform tools gets
+    /// them as function tools with one string `input`, mapped back when the model calls them.
+    pub fn freeform_tool_names(&self) -> std::collections::HashSet<String> {
+        self.tools
+            .iter()
+            .filter(|tool| tool.kind == ToolKind::Freeform)
+            .map(|tool| tool.name.clone())
+            .collect()
+    }
+}
+
 /// One conversation item of a [`ModelRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(

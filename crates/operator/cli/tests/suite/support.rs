@@ -542,11 +542,22 @@ impl MockModelSetup {
         listen: &str,
         gateway_args: &[&str],
     ) -> MockModelSetup {
+        Self::start_with_node(dirs, listen, gateway_args, start_mock_model_node).await
+    }
+
+    /// [`MockModelSetup::start_on`] with the node started by `start_node` (given the Gateway,
+    /// the node's root, its setup code, the log directory and the mock's URL).
+    pub(crate) async fn start_with_node(
+        dirs: Dirs,
+        listen: &str,
+        gateway_args: &[&str],
+        start_node: impl FnOnce(&Gateway, &Path, Option<&str>, &Path, &str) -> Process,
+    ) -> MockModelSetup {
         let logs = dirs.base.join("logs");
         let (mock, mock_url) = mock_model(&logs);
         let gateway = Gateway::start_on(listen, &dirs.base.join("gateway"), &logs, gateway_args);
         let code = gateway.setup_code(600);
-        let node = start_mock_model_node(
+        let node = start_node(
             &gateway,
             &dirs.base.join("harness"),
             Some(&code),

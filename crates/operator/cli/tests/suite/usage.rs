@@ -6,13 +6,11 @@
 
 use pretty_assertions::assert_eq;
 
-use crate::suite::support::Dirs;
 use crate::suite::support::Gateway;
 use crate::suite::support::MockModelSetup;
 use crate::suite::support::Process;
 use crate::suite::support::dirs;
 use crate::suite::support::gatehouse;
-use crate::suite::support::mock_model;
 use crate::suite::support::start_node_with;
 use crate::suite::support::turn;
 
@@ -127,45 +125,31 @@ async fn issue_35_each_native_model_call_counts_and_every_view_of_the_sums_agree
     }
 }
 
-/// A Gateway with `gateway_args` and a node host whose model is `anthropic:` on the HTTP mock.
-struct AnthropicSetup {
-    _dirs: Dirs,
-    gateway: Gateway,
-    _node: Process,
-    _mock: Process,
-    mock_url: String,
-}
-
-async fn anthropic_setup(gateway_args: &[&str]) -> AnthropicSetup {
-    let dirs = dirs();
-    let logs = dirs.base.join("logs");
-    let (mock, mock_url) = mock_model(&logs);
-    let gateway = Gateway::start_with(&dirs.base.join("gateway"), &logs, gateway_args);
-    let code = gateway.setup_code(600);
+/// Starts `gatehouse node` with an `anthropic:` model on the HTTP mock at `mock_url`, and the
+/// key in `ANTHROPIC_API_KEY` (no `--model-key-env`: that is the default for this kind).
+fn start_anthropic_node(
+    gateway: &Gateway,
+    root: &std::path::Path,
+    setup_code: Option<&str>,
+    logs: &std::path::Path,
+    mock_url: &str,
+) -> Process {
     let model = format!("anthropic:{mock_url}/v1:claude-mock");
-    // No --model-key-env: an anthropic: model reads ANTHROPIC_API_KEY.
-    let node = start_node_with(
-        &gateway,
-        &dirs.base.join("harness"),
-        Some(&code),
-        &logs,
+    start_node_with(
+        gateway,
+        root,
+        setup_code,
+        logs,
         &["--model", &model],
         &[("ANTHROPIC_API_KEY", "anthropic-test-key")],
-    );
-    gateway.wait_ready().await;
-    AnthropicSetup {
-        _dirs: dirs,
-        gateway,
-        _node: node,
-        _mock: mock,
-        mock_url,
-    }
+    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn issue_35_anthropic_turns_use_tools_count_the_cached_prefix_and_retry_an_overloaded_answer()
 {
-    let setup = anthropic_setup(&[]).await;
+    let setup =
+        MockModelSetup::start_with_node(dirs(), "127.0.0.1:0", &[], start_anthropic_node).await;
     let gateway = &setup.gateway;
     let first = turn(gateway, "a", "/say from claude").await;
     assert_eq!(first["status"], "completed", "{first}");
