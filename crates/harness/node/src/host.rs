@@ -202,6 +202,8 @@ impl NodeHost {
     /// Startup errors only ([`NodeHostError::is_startup`]): an invalid URL or setup code, no
     /// credential, or an unusable node root.
     pub fn prepare_with(config: NodeHostConfig, runtime_config: RuntimeConfig) -> Result<NodeHost> {
+        // Before anything reads the key: see [`forbid_inspection`].
+        forbid_inspection();
         let NodeHostConfig {
             root,
             gateway_urls,
@@ -695,6 +697,19 @@ pub async fn run_node_host_with(
         "node host ready"
     );
     host.run(shutdown).await
+}
+
+/// Makes this process non-dumpable, so a process of the same uid that is not root (a worker
+/// taken over by what it runs) can neither read its `/proc/PID/environ`, where the model key
+/// is, nor open its descriptors through `/proc/PID/fd`, nor trace it. Each `execve` resets
+/// it, so every worker sets it for itself too. A node host run as root is not protected from
+/// its root workers this way: run it as an unprivileged user.
+pub fn forbid_inspection() {
+    if let Err(error) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        tracing::warn!(error = %error, "cannot make the process non-dumpable");
+    }
 }
 
 fn workspace_str(path: &Path) -> Result<String> {

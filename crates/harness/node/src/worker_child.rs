@@ -136,6 +136,8 @@ impl gatehouse_agent::Tool for GatewayToolProxy {
 /// [`WorkerChildError`] when the worker cannot start; a failed turn is reported as a
 /// [`WorkerEvent::Failed`] line instead.
 pub async fn run_worker() -> Result<(), WorkerChildError> {
+    // No other worker of the same uid may read this one's memory or write into its pipes.
+    crate::host::forbid_inspection();
     // Every line is bounded, so a runaway writer costs at most one bound of memory.
     let mut lines = FramedRead::new(
         tokio::io::stdin(),

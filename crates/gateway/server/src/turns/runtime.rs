@@ -170,6 +170,16 @@ pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// as `{"truncated": true, "bytes": N}`.
 pub const MAX_TOOL_ARGUMENTS_BYTES: usize = 64 * 1024;
 
+/// What one reported model call or retry counts against [`MAX_TURN_STORED_BYTES`], whatever
+/// its size: so a turn takes at most 4,096 of them, and a node cannot turn a flood of reports
+/// into a flood of store writes.
+const USAGE_REPORT_BYTES: usize = 16 * 1024;
+
+/// The most tokens of each kind one reported model call may add; more is counted as this. With
+/// at most 4,096 calls a turn, no sum of turns a node can report overflows the store's 64-bit
+/// columns for years of turns.
+pub(crate) const MAX_TOKENS_PER_CALL: u64 = 1 << 32;
+
 /// The most bytes of a `model.retry` event's message; the rest is cut.
 const MAX_RETRY_MESSAGE_BYTES: usize = 1024;
 
@@ -272,11 +282,26 @@ impl TurnSink {
     ///
     /// # Errors
     /// `TURN_BUDGET_EXCEEDED` once the sum passes the turn's ceiling (the call is counted
-    /// first); `TURN_FENCED` when the turn is no longer running; a store failure.
+    /// first); `TURN_STORAGE_EXCEEDED` past the turn's storage budget, which each report
+    /// charges [`USAGE_REPORT_BYTES`]; `TURN_FENCED` when the turn is no longer running; a store
+    /// failure.
     pub async fn model_usage(&self, mut usage: TokenUsage) -> Result<(), TurnFailure> {
+        // Each report is a store write: a node that floods them fills the turn's storage budget
+        // and ends it, like one that floods tool events.
+        self.charge(USAGE_REPORT_BYTES)?;
         usage.model = usage
             .model
             .map(|model| bounded_text(&model, MAX_MODEL_NAME_BYTES).into_owned());
+        for count in [
+            &mut usage.input_tokens,
+            &mut usage.cached_input_tokens,
+            &mut usage.output_tokens,
+            &mut usage.total_tokens,
+        ] {
+            *count = (*count).min(MAX_TOKENS_PER_CALL);
+        }
+        usage.model_calls = usage.model_calls.min(1);
+        usage.retries = usage.retries.min(u64::from(u8::MAX));
         // The total is recomputed rather than taken as sent: the parts are what is billed.
         usage.total_tokens = usage
             .input_tokens
@@ -331,7 +356,7 @@ impl TurnSink {
     ) -> Result<(), TurnFailure> {
         let code = bounded_text(code, MAX_TOOL_NAME_BYTES);
         let message = bounded_text(message, MAX_RETRY_MESSAGE_BYTES);
-        self.charge(code.len() + message.len())?;
+        self.charge(USAGE_REPORT_BYTES + code.len() + message.len())?;
         let retry = ModelRetry {
             turn_id: self.turn_id.clone(),
             attempt,

@@ -807,3 +807,52 @@ async fn issue_19_workspace_sources_hold_as_an_unprivileged_node() {
     target.up.wait_ready().await;
     workspace_sources_hold(&target).await;
 }
+
+/// The model key is in the node host's environment (the broker's credential) and each worker's
+/// pipes lead into the node host: a process of the node's own uid that is not root (a worker
+/// taken over by what it runs) can read neither the node host's nor another worker's
+/// `/proc/PID/environ`, nor open their descriptors. Both processes are non-dumpable.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_of_the_nodes_uid_cannot_read_the_node_hosts_key_or_reach_its_pipes() {
+    let target = Target::start(As::Nobody, &[]);
+    target.up.wait_ready().await;
+    // A worker exists once a turn ran.
+    target.exec("s", "true").await;
+    let node = target.up.process.pid();
+    let workers: Vec<u32> = crate::suite::support::processes()
+        .into_iter()
+        .filter(|(pid, argv, _)| argv.iter().any(|arg| arg == "worker") && parent(*pid) == node)
+        .map(|(pid, _, _)| pid)
+        .collect();
+    assert!(!workers.is_empty(), "no worker is running");
+    for pid in std::iter::once(node).chain(workers) {
+        // Root (this test) sees the files, so the refusal below is the process's protection.
+        assert!(
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok(),
+            "root cannot read /proc/{pid}/environ"
+        );
+        for probe in [
+            format!("cat /proc/{pid}/environ"),
+            format!("ls /proc/{pid}/fd"),
+        ] {
+            let output = Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .args(["sh", "-c", &probe])
+                .output()
+                .unwrap();
+            assert!(
+                !output.status.success() && output.stdout.is_empty(),
+                "uid 65534 ran `{probe}`: {output:?}"
+            );
+        }
+    }
+}
+
+/// The parent of `pid`, from the fourth field of `/proc/PID/stat` (after the parenthesised name,
+/// which may itself hold spaces); 0 when it is gone.
+fn parent(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
